@@ -1,0 +1,35 @@
+# Set-up and checks. `make demo` and `make test` create .venv and install everything on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Without an NVIDIA GPU, take the local CPU build of torch; GPU users keep the torch they have or pip's choice.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+CONSTRAINTS := $(if $(HAS_GPU),,-c constraints/cpu.txt)
+STAMP := $(VENV)/.amk-installed
+
+.PHONY: install demo test lint lit pytest fuzz docs clean
+
+$(STAMP): pyproject.toml constraints/cpu.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(CONSTRAINTS) -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/gemm_bias_gelu_layernorm.py $(if $(HAS_GPU),,--small)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+lit: $(STAMP)
+	$(VENV)/bin/lit tests/filecheck -q
+
+pytest: $(STAMP)
+	$(PY) -m pytest -n auto 2>/dev/null || $(PY) -m pytest
+
+test: lint lit pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

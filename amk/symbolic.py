@@ -1,0 +1,161 @@
+"""Symbolic dimensions: sympy expressions identified by their canonical string.
+
+Every dimension in amk IR is a :class:`Dim`: ``4096``, ``B*S`` or ``cdiv(N, BLOCK_N)``. Equality and hashing go
+through the canonical string, so IR attributes compare cheaply; the sympy object is built lazily and cached
+(``parse_expr`` costs milliseconds). Every free symbol is a positive integer, so sympy can prove facts such as
+``Mod(64*B, 16) == 0``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import sympy
+from sympy.parsing.sympy_parser import parse_expr
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+class cdiv(sympy.Function):  # noqa: N801 - spelled like Triton's helper on purpose
+    """Ceiling division ``cdiv(a, b) = ceil(a / b)`` that stays unevaluated while symbolic."""
+
+    is_integer = True
+    is_positive = True
+
+    @classmethod
+    def eval(cls, numerator, denominator):
+        if numerator.is_Integer and denominator.is_Integer:
+            return sympy.Integer(-(-int(numerator) // int(denominator)))
+        if denominator == 1:
+            return numerator
+        quotient = sympy.simplify(numerator / denominator)
+        if quotient.is_integer:
+            return quotient
+        return None
+
+
+_FUNCTIONS = {"cdiv": cdiv, "max": sympy.Max, "min": sympy.Min, "Max": sympy.Max, "Min": sympy.Min,
+              "Mod": sympy.Mod, "floor": sympy.floor, "ceiling": sympy.ceiling}
+
+
+@functools.lru_cache(maxsize=None)
+def symbol(name: str) -> sympy.Symbol:
+    """The positive-integer symbol called ``name`` (one object per name)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_sympy(text: str) -> sympy.Expr:
+    """Parse ``text`` into a sympy expression whose free symbols are positive integers."""
+    names = {name: _FUNCTIONS.get(name) or symbol(name) for name in _IDENT.findall(text)}
+    try:
+        expr = parse_expr(text, local_dict=names, evaluate=True)
+    except (SyntaxError, TypeError, ValueError, sympy.SympifyError) as error:
+        raise ValueError(f"not a dimension expression: {text!r} ({error})") from None
+    if not isinstance(expr, sympy.Expr):
+        raise ValueError(f"not a dimension expression: {text!r}")
+    return expr
+
+
+def canonical(value: int | str | sympy.Expr | Dim) -> str:
+    """The canonical text of a dimension given as an int, a string, a sympy expression or a Dim."""
+    if isinstance(value, Dim):
+        return value.text
+    if isinstance(value, bool):
+        raise ValueError(f"not a dimension: {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        value = parse_sympy(value)
+    if isinstance(value, sympy.Basic):
+        return sympy.sstr(value)
+    raise ValueError(f"not a dimension: {value!r}")
+
+
+class Dim:
+    """One symbolic dimension. Compares and hashes by canonical text; ``.expr`` is the sympy object."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: int | str | sympy.Expr | Dim):
+        self.text = canonical(value)
+
+    @property
+    def expr(self) -> sympy.Expr:
+        return parse_sympy(self.text)
+
+    @property
+    def is_static(self) -> bool:
+        return self.expr.is_Integer
+
+    @property
+    def value(self) -> int:
+        """The integer value; only for static dims."""
+        if not self.is_static:
+            raise ValueError(f"dimension {self.text} is symbolic")
+        return int(self.expr)
+
+    @property
+    def free_symbols(self) -> set[str]:
+        return {str(s) for s in self.expr.free_symbols}
+
+    def subs(self, bindings: dict[str, int | str | Dim]) -> Dim:
+        """Substitute symbols by values (ints or other dims)."""
+        return Dim(self.expr.subs({symbol(k): Dim(v).expr for k, v in bindings.items()}))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dim) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Dim({self.text!r})"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def provably_equal(a: Dim, b: Dim) -> bool:
+    return a == b or sympy.simplify(a.expr - b.expr) == 0
+
+
+def provably_different(a: Dim, b: Dim) -> bool:
+    """True when the two dimensions can never be equal (e.g. 4096 vs 2048)."""
+    difference = sympy.simplify(a.expr - b.expr)
+    return difference.is_number and difference != 0
+
+
+def provably_divisible(a: Dim | int | str, b: Dim | int | str) -> bool:
+    """True when ``a`` is a multiple of ``b`` for every value of the symbols."""
+    a, b = Dim(a), Dim(b)
+    if b.is_static and b.value == 1:
+        return True
+    quotient = sympy.simplify(a.expr / b.expr)
+    return bool(quotient.is_integer)
+
+
+def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
+    """The integer value of ``dim`` under concrete symbol values."""
+    value = Dim(dim).subs(bindings).expr
+    if not value.is_Integer:
+        missing = sorted(str(s) for s in value.free_symbols)
+        raise ValueError(f"dimension {dim} needs values for {', '.join(missing)}")
+    return int(value)
+
+
+def to_python(dim: Dim | str | int) -> str:
+    """Python source for ``dim`` (``cdiv`` becomes ``triton.cdiv``; integer division stays integral)."""
+    return _PythonPrinter().doprint(Dim(dim).expr)
+
+
+class _PythonPrinter(sympy.printing.str.StrPrinter):
+    def _print_cdiv(self, expr):
+        return f"triton.cdiv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_Mul(self, expr):
+        numerator, denominator = expr.as_numer_denom()
+        if denominator != 1:
+            return f"(({self._print(numerator)}) // ({self._print(denominator)}))"
+        return super()._print_Mul(expr)

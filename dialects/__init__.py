@@ -1,0 +1,1 @@
+"""The three amk IR levels: ``tensor_op`` → ``tiled_loop`` → ``memory_staged``."""

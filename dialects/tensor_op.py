@@ -1,0 +1,681 @@
+"""The ``tensor_op`` dialect: whole-tensor operations with symbolic shapes.
+
+This is the level at which users' op chains and PyTorch graphs enter amk. Values are ``!tensor_op.tensor`` whose
+dimensions are sympy expressions, so one module serves every batch size::
+
+    func.func @mlp(%x : !tensor_op.tensor<[B*S, 4096], f16>, %w : !tensor_op.tensor<[4096, 4096], f16>)
+        -> !tensor_op.tensor<[B*S, 4096], f16> {
+      %y = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B*S, 4096], f16>, !tensor_op.tensor<[4096, 4096], f16>)
+          -> !tensor_op.tensor<[B*S, 4096], f16>
+      %z = tensor_op.gelu %y {approximate = "tanh"} : !tensor_op.tensor<[B*S, 4096], f16>
+      func.return %z : !tensor_op.tensor<[B*S, 4096], f16>
+    }
+
+Every op infers its result type from its operands (:meth:`TensorOp.infer_result_type`); the verifier checks the
+declared type against it, so a provable mismatch (a matmul contracting 4096 with 2048) is reported with the op and
+the dimension at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    ArrayAttr,
+    BoolAttr,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TypeAttribute,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    VarConstraint,
+    base,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_attr_definition,
+    irdl_op_definition,
+    lazy_traits_def,
+    opt_operand_def,
+    opt_prop_def,
+    operand_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from amk.dialects.syntax import parse_dim_list, print_dim_list
+from amk.symbolic import Dim, provably_different, provably_equal
+
+# --------------------------------------------------------------------------------------------------------------------
+# The tensor type
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_attr_definition
+class TensorType(ParametrizedAttribute, TypeAttribute):
+    """A tensor with symbolic dimensions: ``!tensor_op.tensor<[B*S, 4096], f16>``."""
+
+    name = "tensor_op.tensor"
+
+    shape: ArrayAttr[StringAttr]
+    element_type: Attribute
+
+    def __init__(self, dims: Sequence[Dim | int | str], element_type: Attribute):
+        super().__init__(ArrayAttr([StringAttr(Dim(d).text) for d in dims]), element_type)
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(Dim(s.data) for s in self.shape.data)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape.data)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        with parser.in_angle_brackets():
+            dims = parse_dim_list(parser)
+            parser.parse_punctuation(",")
+            element_type = parser.parse_type()
+        return [ArrayAttr([StringAttr(d.text) for d in dims]), element_type]
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            print_dim_list(printer, self.dims)
+            printer.print_string(", ")
+            printer.print_attribute(self.element_type)
+
+    def verify(self) -> None:
+        for text in self.shape.data:
+            Dim(text.data)
+
+
+def tensor_type(value: SSAValue) -> TensorType:
+    if not isinstance(value.type, TensorType):
+        raise VerifyException(f"expected a !tensor_op.tensor value, got {value.type}")
+    return value.type
+
+
+def broadcast_dims(lhs: Sequence[Dim], rhs: Sequence[Dim], context: str) -> tuple[Dim, ...]:
+    """Numpy-style broadcasting of two symbolic shapes; a provable mismatch is a VerifyException."""
+    rank = max(len(lhs), len(rhs))
+    lhs = (Dim(1),) * (rank - len(lhs)) + tuple(lhs)
+    rhs = (Dim(1),) * (rank - len(rhs)) + tuple(rhs)
+    out = []
+    for axis, (a, b) in enumerate(zip(lhs, rhs)):
+        if a == Dim(1):
+            out.append(b)
+        elif b == Dim(1) or provably_equal(a, b):
+            out.append(a)
+        else:
+            raise VerifyException(f"{context}: dimension {axis} does not broadcast ({a} vs {b})")
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int, context: str) -> int:
+    if not -rank <= axis < rank:
+        raise VerifyException(f"{context}: axis {axis} is out of range for a rank-{rank} tensor")
+    return axis % rank
+
+
+class TensorOp(IRDLOperation):
+    """Base of every value-producing tensor_op op: the result type is inferred and checked by the verifier."""
+
+    def infer_result_type(self) -> TensorType:
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        for operand in self.operands:
+            tensor_type(operand)
+        expected = self.infer_result_type()
+        actual = self.results[0].type
+        if not isinstance(actual, TensorType):
+            raise VerifyException(f"'{self.name}' must return a !tensor_op.tensor, got {actual}")
+        if actual.element_type != expected.element_type:
+            raise VerifyException(
+                f"'{self.name}' result element type {actual.element_type} should be {expected.element_type}"
+            )
+        if actual.rank != expected.rank:
+            raise VerifyException(f"'{self.name}' result rank {actual.rank} should be {expected.rank}")
+        for axis, (have, want) in enumerate(zip(actual.dims, expected.dims)):
+            if provably_different(have, want) or not provably_equal(have, want):
+                raise VerifyException(f"'{self.name}' result dimension {axis} is {have}, inferred {want}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Matmul
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class MatmulOp(TensorOp):
+    """Matrix product ``lhs @ rhs`` over the last two dims of ``lhs`` and a 2-D ``rhs``.
+
+    ``lhs`` is ``[..., M, K]`` (``[..., K, M]`` with ``transpose_lhs``); ``rhs`` is ``[K, N]`` (``[N, K]`` with
+    ``transpose_rhs``, the layout of an ``nn.Linear`` weight). The result is ``[..., M, N]``::
+
+        %y = tensor_op.matmul %x, %w {transpose_rhs = true}
+            : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+    """
+
+    name = "tensor_op.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    transpose_lhs = opt_prop_def(BoolAttr)
+    transpose_rhs = opt_prop_def(BoolAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($output)"
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, *, transpose_lhs=False, transpose_rhs=False,
+                 result_type: TensorType | None = None):
+        properties = {}
+        if transpose_lhs:
+            properties["transpose_lhs"] = BoolAttr.from_bool(True)
+        if transpose_rhs:
+            properties["transpose_rhs"] = BoolAttr.from_bool(True)
+        super().__init__(operands=[lhs, rhs], properties=properties, result_types=[result_type])
+        if result_type is None:
+            self.results[0]._type = self.infer_result_type()
+
+    @property
+    def lhs_transposed(self) -> bool:
+        return bool(self.transpose_lhs and self.transpose_lhs.value.data)
+
+    @property
+    def rhs_transposed(self) -> bool:
+        return bool(self.transpose_rhs and self.transpose_rhs.value.data)
+
+    def infer_result_type(self) -> TensorType:
+        a, b = tensor_type(self.lhs), tensor_type(self.rhs)
+        if a.rank < 2:
+            raise VerifyException(f"'{self.name}' lhs must have rank >= 2, got rank {a.rank}")
+        if b.rank != 2:
+            raise VerifyException(f"'{self.name}' rhs must have rank 2, got rank {b.rank}")
+        if a.element_type != b.element_type:
+            raise VerifyException(
+                f"'{self.name}' operands have different element types ({a.element_type} vs {b.element_type})"
+            )
+        *batch, m, k = a.dims
+        if self.lhs_transposed:
+            m, k = k, m
+        k2, n = b.dims
+        if self.rhs_transposed:
+            k2, n = n, k2
+        if provably_different(k, k2):
+            raise VerifyException(f"'{self.name}' contraction dimension of lhs is {k} but rhs has {k2}")
+        return TensorType([*batch, m, n], a.element_type)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------------------------------------------------
+
+_BINARY_FORMAT = "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($output)"
+_UNARY_FORMAT = "$input attr-dict `:` type($output)"
+
+
+class ElementwiseBinaryOp(TensorOp):
+    """Elementwise binary op with numpy broadcasting. Subclasses set ``name``."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = _BINARY_FORMAT
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        super().__init__(operands=[lhs, rhs], result_types=[None])
+        self.results[0]._type = self.infer_result_type()
+
+    def infer_result_type(self) -> TensorType:
+        a, b = tensor_type(self.lhs), tensor_type(self.rhs)
+        if a.element_type != b.element_type:
+            raise VerifyException(
+                f"'{self.name}' operands have different element types ({a.element_type} vs {b.element_type})"
+            )
+        return TensorType(broadcast_dims(a.dims, b.dims, f"'{self.name}'"), a.element_type)
+
+
+@irdl_op_definition
+class AddOp(ElementwiseBinaryOp):
+    """``lhs + rhs`` with broadcasting: ``%z = tensor_op.add %x, %b : (T, !tensor_op.tensor<[N], f16>) -> T``."""
+
+    name = "tensor_op.add"
+
+
+@irdl_op_definition
+class SubOp(ElementwiseBinaryOp):
+    """``lhs - rhs`` with broadcasting: ``%z = tensor_op.sub %x, %y : (T, T) -> T``."""
+
+    name = "tensor_op.sub"
+
+
+@irdl_op_definition
+class MulOp(ElementwiseBinaryOp):
+    """``lhs * rhs`` with broadcasting: ``%z = tensor_op.mul %x, %y : (T, T) -> T``."""
+
+    name = "tensor_op.mul"
+
+
+@irdl_op_definition
+class DivOp(ElementwiseBinaryOp):
+    """``lhs / rhs`` with broadcasting: ``%z = tensor_op.div %x, %y : (T, T) -> T``."""
+
+    name = "tensor_op.div"
+
+
+@irdl_op_definition
+class MaximumOp(ElementwiseBinaryOp):
+    """``maximum(lhs, rhs)`` with broadcasting: ``%z = tensor_op.maximum %x, %y : (T, T) -> T``."""
+
+    name = "tensor_op.maximum"
+
+
+@irdl_op_definition
+class MinimumOp(ElementwiseBinaryOp):
+    """``minimum(lhs, rhs)`` with broadcasting: ``%z = tensor_op.minimum %x, %y : (T, T) -> T``."""
+
+    name = "tensor_op.minimum"
+
+
+class ElementwiseUnaryOp(TensorOp):
+    """Elementwise unary op; the result has the operand's type. Subclasses set ``name`` and their parameters."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    output = result_def(T)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _UNARY_FORMAT
+
+    def __init__(self, input: SSAValue, **properties: Attribute):
+        super().__init__(operands=[input], result_types=[input.type], properties=properties)
+
+    def infer_result_type(self) -> TensorType:
+        return tensor_type(self.input)
+
+
+@irdl_op_definition
+class ReluOp(ElementwiseUnaryOp):
+    """``max(x, 0)``: ``%y = tensor_op.relu %x : T``."""
+
+    name = "tensor_op.relu"
+
+
+@irdl_op_definition
+class GeluOp(ElementwiseUnaryOp):
+    """GELU, exact (erf, the default) or ``approximate = "tanh"``: ``%y = tensor_op.gelu %x {approximate = "tanh"} : T``."""
+
+    name = "tensor_op.gelu"
+    approximate = opt_prop_def(StringAttr)
+
+    APPROXIMATIONS: ClassVar[tuple[str, ...]] = ("none", "tanh")
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.approximate is not None and self.approximate.data not in self.APPROXIMATIONS:
+            raise VerifyException(
+                f"'{self.name}' approximate must be one of {', '.join(self.APPROXIMATIONS)}, "
+                f"got {self.approximate.data!r}"
+            )
+
+    @property
+    def uses_tanh(self) -> bool:
+        return self.approximate is not None and self.approximate.data == "tanh"
+
+
+@irdl_op_definition
+class SiluOp(ElementwiseUnaryOp):
+    """``x * sigmoid(x)``: ``%y = tensor_op.silu %x : T``."""
+
+    name = "tensor_op.silu"
+
+
+@irdl_op_definition
+class SigmoidOp(ElementwiseUnaryOp):
+    """``1 / (1 + exp(-x))``: ``%y = tensor_op.sigmoid %x : T``."""
+
+    name = "tensor_op.sigmoid"
+
+
+@irdl_op_definition
+class TanhOp(ElementwiseUnaryOp):
+    """Hyperbolic tangent: ``%y = tensor_op.tanh %x : T``."""
+
+    name = "tensor_op.tanh"
+
+
+@irdl_op_definition
+class ExpOp(ElementwiseUnaryOp):
+    """``exp(x)``: ``%y = tensor_op.exp %x : T``."""
+
+    name = "tensor_op.exp"
+
+
+@irdl_op_definition
+class MishOp(ElementwiseUnaryOp):
+    """``x * tanh(softplus(x))``: ``%y = tensor_op.mish %x : T``."""
+
+    name = "tensor_op.mish"
+
+
+@irdl_op_definition
+class LeakyReluOp(ElementwiseUnaryOp):
+    """``x if x >= 0 else negative_slope * x`` (default slope 0.01):
+    ``%y = tensor_op.leaky_relu %x {negative_slope = 2.000000e-01 : f64} : T``."""
+
+    name = "tensor_op.leaky_relu"
+    negative_slope = opt_prop_def(FloatAttr)
+
+    @property
+    def slope(self) -> float:
+        return 0.01 if self.negative_slope is None else self.negative_slope.value.data
+
+
+@irdl_op_definition
+class ClampOp(ElementwiseUnaryOp):
+    """``min(max(x, min), max)``; hardtanh is ``min = -1, max = 1``:
+    ``%y = tensor_op.clamp %x {min = -1.0 : f64, max = 1.0 : f64} : T``. Either bound may be left out."""
+
+    name = "tensor_op.clamp"
+    min = opt_prop_def(FloatAttr)
+    max = opt_prop_def(FloatAttr)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.min is None and self.max is None:
+            raise VerifyException(f"'{self.name}' needs at least one of min and max")
+        if self.min is not None and self.max is not None and self.min.value.data > self.max.value.data:
+            raise VerifyException(
+                f"'{self.name}' min ({self.min.value.data}) is greater than max ({self.max.value.data})"
+            )
+
+
+@irdl_op_definition
+class ScaleOp(ElementwiseUnaryOp):
+    """Multiplication by a constant: ``%y = tensor_op.scale %x {factor = 8.838835e-02 : f64} : T``."""
+
+    name = "tensor_op.scale"
+    factor = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class CastOp(TensorOp):
+    """Element type conversion: ``%y = tensor_op.cast %x : !tensor_op.tensor<[M, N], f16> -> !tensor_op.tensor<[M, N], f32>``."""
+
+    name = "tensor_op.cast"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($output)"
+
+    def __init__(self, input: SSAValue, element_type: Attribute):
+        source = tensor_type(input)
+        super().__init__(operands=[input], result_types=[TensorType(source.dims, element_type)])
+
+    def infer_result_type(self) -> TensorType:
+        return TensorType(tensor_type(self.input).dims, self.output.type.element_type)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if not isinstance(self.output.type.element_type, AnyFloat):
+            raise VerifyException(f"'{self.name}' casts to floating-point types only, got {self.output.type.element_type}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reductions and normalizations
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class AxisOp(TensorOp):
+    """An op that works along one axis (negative values count from the end)."""
+
+    input = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[IntegerType])
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+
+    @property
+    def normalized_axis(self) -> int:
+        return normalize_axis(self.axis.value.data, tensor_type(self.input).rank, f"'{self.name}'")
+
+
+class ReductionOp(AxisOp):
+    """Reduction over ``axis``; ``keepdim`` keeps the axis with size 1."""
+
+    keepdim = opt_prop_def(BoolAttr)
+    assembly_format = _UNARY_FORMAT.replace("type($output)", "type($input) `->` type($output)")
+
+    def __init__(self, input: SSAValue, axis: int = -1, keepdim: bool = False):
+        properties = {"axis": IntegerAttr(axis, i64)}
+        if keepdim:
+            properties["keepdim"] = BoolAttr.from_bool(True)
+        super().__init__(operands=[input], properties=properties, result_types=[None])
+        self.results[0]._type = self.infer_result_type()
+
+    @property
+    def keeps_dim(self) -> bool:
+        return bool(self.keepdim and self.keepdim.value.data)
+
+    def infer_result_type(self) -> TensorType:
+        source = tensor_type(self.input)
+        axis = self.normalized_axis
+        dims = list(source.dims)
+        if self.keeps_dim:
+            dims[axis] = Dim(1)
+        else:
+            del dims[axis]
+        return TensorType(dims, source.element_type)
+
+
+@irdl_op_definition
+class ReduceSumOp(ReductionOp):
+    """Sum over an axis: ``%s = tensor_op.reduce_sum %x {axis = -1 : i64} : !tensor_op.tensor<[M, N], f32> -> !tensor_op.tensor<[M], f32>``."""
+
+    name = "tensor_op.reduce_sum"
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReductionOp):
+    """Maximum over an axis: ``%s = tensor_op.reduce_max %x {axis = -1 : i64, keepdim = true} : T -> T1``."""
+
+    name = "tensor_op.reduce_max"
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReductionOp):
+    """Mean over an axis: ``%s = tensor_op.reduce_mean %x {axis = 1 : i64} : T -> T1``."""
+
+    name = "tensor_op.reduce_mean"
+
+
+@irdl_op_definition
+class LogSumExpOp(ReductionOp):
+    """``log(sum(exp(x)))`` over an axis, computed stably: ``%s = tensor_op.logsumexp %x {axis = -1 : i64} : T -> T1``."""
+
+    name = "tensor_op.logsumexp"
+
+
+@irdl_op_definition
+class SoftmaxOp(AxisOp):
+    """Softmax along an axis: ``%y = tensor_op.softmax %x {axis = -1 : i64} : T``."""
+
+    name = "tensor_op.softmax"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    output = result_def(T)
+    assembly_format = _UNARY_FORMAT
+
+    def __init__(self, input: SSAValue, axis: int = -1):
+        super().__init__(operands=[input], properties={"axis": IntegerAttr(axis, i64)}, result_types=[input.type])
+
+    def infer_result_type(self) -> TensorType:
+        self.normalized_axis
+        return tensor_type(self.input)
+
+
+class NormOp(TensorOp):
+    """A normalization over the last axis with an optional per-column weight (and bias) and an epsilon."""
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    eps = prop_def(FloatAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+
+    DEFAULT_EPS: ClassVar[float] = 1e-5
+
+    def _check_vector(self, value: SSAValue | None, role: str) -> None:
+        if value is None:
+            return
+        source, vector = tensor_type(self.input), tensor_type(value)
+        if vector.rank != 1:
+            raise VerifyException(f"'{self.name}' {role} must have rank 1, got rank {vector.rank}")
+        if vector.element_type != source.element_type:
+            raise VerifyException(
+                f"'{self.name}' {role} element type {vector.element_type} differs from input {source.element_type}"
+            )
+        if provably_different(vector.dims[0], source.dims[-1]):
+            raise VerifyException(
+                f"'{self.name}' {role} has {vector.dims[0]} elements but the normalized axis has {source.dims[-1]}"
+            )
+
+    def infer_result_type(self) -> TensorType:
+        source = tensor_type(self.input)
+        if source.rank < 1:
+            raise VerifyException(f"'{self.name}' input must have rank >= 1")
+        self._check_vector(self.weight, "weight")
+        return source
+
+
+@irdl_op_definition
+class LayerNormOp(NormOp):
+    """Layer normalization over the last axis, with optional affine weight and bias::
+
+        %y = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64}
+            : (!tensor_op.tensor<[M, N], f16>, !tensor_op.tensor<[N], f16>, !tensor_op.tensor<[N], f16>)
+            -> !tensor_op.tensor<[M, N], f16>
+    """
+
+    name = "tensor_op.layernorm"
+    bias = opt_operand_def(TensorType)
+    assembly_format = (
+        "$input (`weight` $weight^)? (`bias` $bias^)? attr-dict `:` "
+        "`(` type($input) (`,` type($weight)^)? (`,` type($bias)^)? `)` `->` type($output)"
+    )
+
+    def __init__(self, input: SSAValue, weight: SSAValue | None = None, bias: SSAValue | None = None,
+                 eps: float = NormOp.DEFAULT_EPS):
+        super().__init__(operands=[input, weight, bias], properties={"eps": FloatAttr(eps, f64)},
+                         result_types=[input.type])
+
+    def infer_result_type(self) -> TensorType:
+        self._check_vector(self.bias, "bias")
+        return super().infer_result_type()
+
+
+@irdl_op_definition
+class RMSNormOp(NormOp):
+    """Root-mean-square normalization over the last axis, with an optional weight::
+
+        %y = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64}
+            : (!tensor_op.tensor<[M, N], bf16>, !tensor_op.tensor<[N], bf16>) -> !tensor_op.tensor<[M, N], bf16>
+    """
+
+    name = "tensor_op.rmsnorm"
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input (`weight` $weight^)? attr-dict `:` `(` type($input) (`,` type($weight)^)? `)` `->` type($output)"
+    )
+
+    def __init__(self, input: SSAValue, weight: SSAValue | None = None, eps: float = NormOp.DEFAULT_EPS):
+        super().__init__(operands=[input, weight], properties={"eps": FloatAttr(eps, f64)},
+                         result_types=[input.type])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Fusion regions
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Terminator of ``tensor_op.fused``: ``tensor_op.yield %y : T``."""
+
+    name = "tensor_op.yield"
+    values = var_operand_def(TensorType)
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(FusedOp)))
+    assembly_format = "$values attr-dict `:` type($values)"
+
+    def __init__(self, *values: SSAValue):
+        super().__init__(operands=[list(values)])
+
+
+@irdl_op_definition
+class FusedOp(IRDLOperation):
+    """A fused subgraph that becomes one kernel. The region's block arguments are the kernel's operands, in order::
+
+        %y = tensor_op.fused %x, %w, %b : (TX, TW, TB) -> TY {
+        ^bb0(%a : TX, %bw : TW, %bb : TB):
+          %0 = tensor_op.matmul %a, %bw : (TX, TW) -> TY
+          %1 = tensor_op.add %0, %bb : (TY, TB) -> TY
+          tensor_op.yield %1 : TY
+        }
+    """
+
+    name = "tensor_op.fused"
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(Pure())
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, $outputs) $body"
+
+    def __init__(self, inputs: Sequence[SSAValue], result_types: Sequence[Attribute], body: Region):
+        super().__init__(operands=[list(inputs)], result_types=[list(result_types)], regions=[body])
+
+    def verify_(self) -> None:
+        block = self.body.block
+        if len(block.args) != len(self.inputs):
+            raise VerifyException(
+                f"'{self.name}' region has {len(block.args)} arguments but the op has {len(self.inputs)} inputs"
+            )
+        for index, (arg, operand) in enumerate(zip(block.args, self.inputs)):
+            if arg.type != operand.type:
+                raise VerifyException(
+                    f"'{self.name}' region argument {index} has type {arg.type} but input {index} is {operand.type}"
+                )
+        terminator = block.last_op
+        if not isinstance(terminator, YieldOp):
+            raise VerifyException(f"'{self.name}' region must end with tensor_op.yield")
+        yielded = [v.type for v in terminator.values]
+        if yielded != [r.type for r in self.outputs]:
+            raise VerifyException(f"'{self.name}' yields {len(yielded)} values whose types differ from its results")
+
+
+TENSOR_OP_OPS = [
+    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp,
+    ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
+    ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LayerNormOp, RMSNormOp,
+    FusedOp, YieldOp,
+]
+
+TensorOpDialect = Dialect("tensor_op", TENSOR_OP_OPS, [TensorType])
