@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.universe import Universe
+from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 
@@ -87,7 +88,12 @@ class AmkOptMain(xDSLOptMain):
 
 
 def main() -> None:
-    AmkOptMain().run()
+    """Run amk-opt; bad input ends with the diagnostic and exit status 1, not a traceback."""
+    try:
+        AmkOptMain().run()
+    except (ParseError, VerifyException, DiagnosticException, PassFailedException, ValueError, OSError) as error:
+        print(f"amk-opt: error: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,11 @@ to sympy, so any expression sympy reads is a dimension.
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.ir import Attribute
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from amk.symbolic import Dim
@@ -49,3 +52,71 @@ def parse_dim_list(parser: AttrParser) -> tuple[Dim, ...]:
 
 def print_dim_list(printer: Printer, dims: tuple[Dim, ...]) -> None:
     printer.print_string("[" + ", ".join(d.text for d in dims) + "]")
+
+
+class SymbolicShapedType:
+    """Mixin for types written ``<[d0, d1, ...], element-type>`` with symbolic dims (tensors, tiles).
+
+    Concrete classes declare the ``shape`` and ``element_type`` parameters (and any before them, such as the memory
+    space of a buffer, parsed by ``parse_prefix``).
+    """
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(Dim(s.data) for s in self.shape.data)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape.data)
+
+    @staticmethod
+    def shape_attr(dims) -> ArrayAttr[StringAttr]:
+        return ArrayAttr([StringAttr(Dim(d).text) for d in dims])
+
+    @classmethod
+    def parse_prefix(cls, parser: AttrParser) -> list[Attribute]:
+        return []
+
+    def print_prefix(self, printer: Printer) -> None:
+        pass
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        with parser.in_angle_brackets():
+            prefix = cls.parse_prefix(parser)
+            dims = parse_dim_list(parser)
+            parser.parse_punctuation(",")
+            element_type = parser.parse_type()
+        return [*prefix, cls.shape_attr(dims), element_type]
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            self.print_prefix(printer)
+            print_dim_list(printer, self.dims)
+            printer.print_string(", ")
+            printer.print_attribute(self.element_type)
+
+    def verify(self) -> None:
+        for text in self.shape.data:
+            try:
+                Dim(text.data)
+            except ValueError as error:
+                raise VerifyException(f"{self.name}: {error}") from None
+
+
+class SymbolicExprList:
+    """Mixin for attributes holding a list of symbolic expressions (parameter ``exprs``), written ``<[pid_m * BLOCK_M, k]>``."""
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(Dim(s.data) for s in self.exprs.data)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        with parser.in_angle_brackets():
+            dims = parse_dim_list(parser)
+        return [SymbolicShapedType.shape_attr(dims)]
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            print_dim_list(printer, self.dims)

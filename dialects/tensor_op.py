@@ -53,12 +53,10 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.parser import AttrParser
-from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from amk.dialects.syntax import parse_dim_list, print_dim_list
+from amk.dialects.syntax import SymbolicShapedType
 from amk.symbolic import Dim, provably_different, provably_equal
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -67,7 +65,7 @@ from amk.symbolic import Dim, provably_different, provably_equal
 
 
 @irdl_attr_definition
-class TensorType(ParametrizedAttribute, TypeAttribute):
+class TensorType(SymbolicShapedType, ParametrizedAttribute, TypeAttribute):
     """A tensor with symbolic dimensions: ``!tensor_op.tensor<[B*S, 4096], f16>``."""
 
     name = "tensor_op.tensor"
@@ -76,33 +74,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     element_type: Attribute
 
     def __init__(self, dims: Sequence[Dim | int | str], element_type: Attribute):
-        super().__init__(ArrayAttr([StringAttr(Dim(d).text) for d in dims]), element_type)
-
-    @property
-    def dims(self) -> tuple[Dim, ...]:
-        return tuple(Dim(s.data) for s in self.shape.data)
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape.data)
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
-        with parser.in_angle_brackets():
-            dims = parse_dim_list(parser)
-            parser.parse_punctuation(",")
-            element_type = parser.parse_type()
-        return [ArrayAttr([StringAttr(d.text) for d in dims]), element_type]
-
-    def print_parameters(self, printer: Printer) -> None:
-        with printer.in_angle_brackets():
-            print_dim_list(printer, self.dims)
-            printer.print_string(", ")
-            printer.print_attribute(self.element_type)
-
-    def verify(self) -> None:
-        for text in self.shape.data:
-            Dim(text.data)
+        super().__init__(self.shape_attr(dims), element_type)
 
 
 def tensor_type(value: SSAValue) -> TensorType:

@@ -1,0 +1,587 @@
+"""The ``tiled_loop`` dialect: tiles, launch grids and loops, with tile sizes as symbols.
+
+A fused region becomes one ``tiled_loop.kernel``. Its body computes the output tiles of one program. Offsets and
+extents are sympy expressions over the program ids named by the kernel (``pid_m``), loop induction variables
+(``k``), shape symbols (``B``) and tile-size symbols (``BLOCK_M``) that the autotuner binds later::
+
+    tiled_loop.kernel @matmul_relu attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(64, BLOCK_N)]>,
+        program_ids = ["pid_m", "pid_n"], strategy = "tile2d", ...} {
+    ^bb0(%x: !tensor_op.tensor<[M, 32], f16>, %w: !tensor_op.tensor<[32, 64], f16>, %out: !tensor_op.tensor<[M, 64], f16>):
+      %zero = tiled_loop.full 0.0 : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+      %acc = tiled_loop.for "k" = 0 to 32 step BLOCK_K iter_args(%zero) : (...) -> (...) {
+      ^bb1(%acc_in: !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>):
+        %a = tiled_loop.load %x <[pid_m*BLOCK_M, k]> : !tensor_op.tensor<[M, 32], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>
+        ...
+      }
+      %y = tiled_loop.unary "relu" ...
+      tiled_loop.store %y, %out <[pid_m*BLOCK_M, pid_n*BLOCK_N]> : ...
+    }
+
+Tiles are 2-D: a rank-1 tensor is read as a row vector ``[1, BLOCK_N]`` or a column vector ``[BLOCK_M, 1]``, and
+elementwise ops broadcast size-1 axes. Loads and stores carry no masks here: ``amk-stage`` decides where masks are
+needed once tile sizes are known. ``tiled_loop.in_bounds`` names validity explicitly where values must be ignored
+(padding columns entering a row reduction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolNameConstraint,
+    TypeAttribute,
+    f64,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    ParsePropInAttrDict,
+    irdl_attr_definition,
+    irdl_op_definition,
+    lazy_traits_def,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, NoTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from amk.dialects.syntax import SymbolicExprList, SymbolicShapedType
+from amk.dialects.tensor_op import TensorType
+from amk.symbolic import Dim, provably_different
+
+
+@irdl_attr_definition
+class ExprsAttr(SymbolicExprList, ParametrizedAttribute):
+    """A list of symbolic expressions: ``#tiled_loop.exprs<[pid_m * BLOCK_M, k]>``."""
+
+    name = "tiled_loop.exprs"
+    exprs: ArrayAttr[StringAttr]
+
+    def __init__(self, exprs: Sequence[Dim | int | str]):
+        super().__init__(SymbolicShapedType.shape_attr(exprs))
+
+
+@irdl_attr_definition
+class TileType(SymbolicShapedType, ParametrizedAttribute, TypeAttribute):
+    """A 2-D register tile with symbolic sizes: ``!tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>``."""
+
+    name = "tiled_loop.tile"
+    shape: ArrayAttr[StringAttr]
+    element_type: Attribute
+
+    def __init__(self, dims: Sequence[Dim | int | str], element_type: Attribute):
+        super().__init__(self.shape_attr(dims), element_type)
+
+    def verify(self) -> None:
+        super().verify()
+        if self.rank != 2:
+            raise VerifyException(f"tiles are 2-D, got {self.rank} dims")
+
+
+def tile_type(value: SSAValue, context: str) -> TileType:
+    if not isinstance(value.type, TileType):
+        raise VerifyException(f"{context}: expected a !tiled_loop.tile, got {value.type}")
+    return value.type
+
+
+def broadcast_tiles(shapes: Sequence[tuple[Dim, Dim]], context: str) -> tuple[Dim, Dim]:
+    """The common shape of tiles whose axes are equal or 1."""
+    out = [Dim(1), Dim(1)]
+    for shape in shapes:
+        for axis, size in enumerate(shape):
+            if size == Dim(1):
+                continue
+            if out[axis] != Dim(1) and out[axis] != size:
+                raise VerifyException(f"{context}: tile axis {axis} does not broadcast ({out[axis]} vs {size})")
+            out[axis] = size
+    return out[0], out[1]
+
+
+def _check_result_shape(op: IRDLOperation, expected: tuple[Dim, Dim]) -> None:
+    result = tile_type(op.results[0], f"'{op.name}'")
+    if result.dims != tuple(expected):
+        raise VerifyException(
+            f"'{op.name}' result tile is [{', '.join(map(str, result.dims))}], "
+            f"expected [{', '.join(map(str, expected))}]"
+        )
+
+
+def check_tensor_tile(tensor: Attribute, tile: TileType, offsets: Sequence[Dim], context: str) -> None:
+    """A tile moved to/from a tensor: one offset per tensor dim; a rank-1 tensor maps to a row or column vector."""
+    if not isinstance(tensor, SymbolicShapedType):
+        raise VerifyException(f"{context}: expected a tensor or buffer operand, got {tensor}")
+    if len(offsets) != tensor.rank:
+        raise VerifyException(f"{context}: {len(offsets)} offsets for a rank-{tensor.rank} tensor")
+    if tensor.rank not in (1, 2):
+        raise VerifyException(f"{context}: kernels see tensors of rank 1 or 2, got rank {tensor.rank}")
+    if tensor.rank == 1 and Dim(1) not in tile.dims:
+        raise VerifyException(f"{context}: a rank-1 tensor moves as a [1, n] or [n, 1] tile, got {list(map(str, tile.dims))}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Kernel structure
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """One fused kernel at the tile level. Block arguments are the kernel's tensors: inputs, then outputs.
+
+    ``grid`` gives the number of programs per launch axis; ``program_ids`` names each program's coordinates (the names
+    used in offsets); with ``group_size`` set, a 2-D grid is walked in groups of that many row tiles so that tiles
+    sharing a column of the weight run together. ``tile_params`` lists the symbols the autotuner binds, and
+    ``arg_views`` how the launcher views each operand (``"transpose"`` reads a [N, K] weight as [K, N] by strides)::
+
+        tiled_loop.kernel @k attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"],
+            strategy = "row_strip", tile_params = ["BLOCK_M", "BLOCK_N", "BLOCK_K"], num_inputs = 2 : i64} {
+        ^bb0(%x: !tensor_op.tensor<[M, 64], f16>, %out: !tensor_op.tensor<[M, 64], f16>):
+          ...
+        }
+    """
+
+    name = "tiled_loop.kernel"
+    sym_name = prop_def(SymbolNameConstraint())
+    grid = prop_def(ExprsAttr)
+    program_ids = prop_def(ArrayAttr[StringAttr])
+    strategy = prop_def(StringAttr)
+    tile_params = prop_def(ArrayAttr[StringAttr])
+    num_inputs = prop_def(IntegerAttr)
+    arg_views = opt_prop_def(ArrayAttr[StringAttr])
+    group_size = opt_prop_def(StringAttr)
+    body = region_def("single_block")
+    traits = traits_def(IsolatedFromAbove(), NoTerminator())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$sym_name attr-dict-with-keyword $body"
+
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m")
+
+    def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,
+                 tile_params: Sequence[str], num_inputs: int, arg_types: Sequence[Attribute],
+                 arg_views: Sequence[str] | None = None, group_size: str | None = None):
+        properties = {
+            "sym_name": StringAttr(name),
+            "grid": ExprsAttr(grid),
+            "program_ids": ArrayAttr([StringAttr(p) for p in program_ids]),
+            "strategy": StringAttr(strategy),
+            "tile_params": ArrayAttr([StringAttr(p) for p in tile_params]),
+            "num_inputs": IntegerAttr(num_inputs, i64),
+        }
+        if arg_views is not None:
+            properties["arg_views"] = ArrayAttr([StringAttr(v) for v in arg_views])
+        if group_size is not None:
+            properties["group_size"] = StringAttr(group_size)
+        super().__init__(properties=properties, regions=[Region(Block(arg_types=arg_types))])
+
+    def verify_(self) -> None:
+        if self.strategy.data not in self.STRATEGIES:
+            raise VerifyException(
+                f"'{self.name}' strategy must be one of {', '.join(self.STRATEGIES)}, got {self.strategy.data!r}"
+            )
+        if len(self.grid.dims) != len(self.program_ids.data):
+            raise VerifyException(
+                f"'{self.name}' has {len(self.grid.dims)} grid axes but {len(self.program_ids.data)} program ids"
+            )
+        if self.group_size is not None and len(self.grid.dims) != 2:
+            raise VerifyException(f"'{self.name}' group_size needs a 2-D grid")
+        args = self.body.block.args
+        if not 0 <= self.num_inputs.value.data <= len(args):
+            raise VerifyException(f"'{self.name}' num_inputs {self.num_inputs.value.data} exceeds {len(args)} arguments")
+        if self.arg_views is not None and len(self.arg_views.data) != len(args):
+            raise VerifyException(f"'{self.name}' needs one arg_view per argument ({len(args)})")
+
+    @property
+    def inputs(self) -> tuple[SSAValue, ...]:
+        return self.body.block.args[: self.num_inputs.value.data]
+
+    @property
+    def outputs(self) -> tuple[SSAValue, ...]:
+        return self.body.block.args[self.num_inputs.value.data:]
+
+
+@irdl_op_definition
+class ForOp(IRDLOperation):
+    """A sequential loop; ``iv`` names the induction variable used in offsets. Carried values are block arguments::
+
+        %acc = tiled_loop.for "k" = 0 to K step BLOCK_K iter_args(%zero) : (!tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>)
+            -> (!tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>) {
+        ^bb0(%acc_in: !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>):
+          ...
+          tiled_loop.yield %acc_next : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+        }
+    """
+
+    name = "tiled_loop.for"
+    iv = prop_def(StringAttr)
+    bounds = prop_def(ExprsAttr)
+    inits = var_operand_def()
+    results_ = var_result_def()
+    body = region_def("single_block")
+    assembly_format = (
+        "$iv `=` $bounds `iter_args` `(` $inits `)` attr-dict `:` functional-type($inits, $results_) $body"
+    )
+
+    def __init__(self, iv: str, lower, upper, step, inits: Sequence[SSAValue]):
+        block = Block(arg_types=[v.type for v in inits])
+        super().__init__(
+            properties={"iv": StringAttr(iv), "bounds": ExprsAttr([lower, upper, step])},
+            operands=[list(inits)], result_types=[[v.type for v in inits]], regions=[Region(block)],
+        )
+
+    @property
+    def lower(self) -> Dim:
+        return self.bounds.dims[0]
+
+    @property
+    def upper(self) -> Dim:
+        return self.bounds.dims[1]
+
+    @property
+    def step(self) -> Dim:
+        return self.bounds.dims[2]
+
+    def verify_(self) -> None:
+        if len(self.bounds.dims) != 3:
+            raise VerifyException(f"'{self.name}' bounds are [lower, upper, step], got {len(self.bounds.dims)} values")
+        block = self.body.block
+        if [a.type for a in block.args] != [v.type for v in self.inits]:
+            raise VerifyException(f"'{self.name}' block arguments must match iter_args types")
+        if [r.type for r in self.results] != [v.type for v in self.inits]:
+            raise VerifyException(f"'{self.name}' results must match iter_args types")
+        terminator = block.last_op
+        if not isinstance(terminator, YieldOp):
+            raise VerifyException(f"'{self.name}' body must end with tiled_loop.yield")
+        if [v.type for v in terminator.values] != [v.type for v in self.inits]:
+            raise VerifyException(f"'{self.name}' yields values whose types differ from its iter_args")
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a ``tiled_loop.for`` body with the next carried values: ``tiled_loop.yield %acc : T``."""
+
+    name = "tiled_loop.yield"
+    values = var_operand_def()
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(ForOp)))
+    assembly_format = "($values^ `:` type($values))? attr-dict"
+
+    def __init__(self, *values: SSAValue):
+        super().__init__(operands=[list(values)])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class LoadOp(IRDLOperation):
+    """Reads a tile whose top-left element is at ``offsets`` (one per tensor dim)::
+
+        %a = tiled_loop.load %x <[pid_m * BLOCK_M, k]> : !tensor_op.tensor<[M, 64], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>
+    """
+
+    name = "tiled_loop.load"
+    source = operand_def(TensorType)
+    offsets = prop_def(ExprsAttr)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType):
+        super().__init__(operands=[source], properties={"offsets": ExprsAttr(offsets)}, result_types=[tile])
+
+    def verify_(self) -> None:
+        tile = tile_type(self.result, f"'{self.name}'")
+        if tile.element_type != self.source.type.element_type:
+            raise VerifyException(f"'{self.name}' tile element type differs from the tensor's {self.source.type.element_type}")
+        check_tensor_tile(self.source.type, tile, self.offsets.dims, f"'{self.name}'")
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Writes a tile at ``offsets``; the tile is converted to the tensor's element type::
+
+        tiled_loop.store %y, %out <[pid_m * BLOCK_M, n]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, 64], f16>
+    """
+
+    name = "tiled_loop.store"
+    value = operand_def(TileType)
+    dest = operand_def(TensorType)
+    offsets = prop_def(ExprsAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$value `,` $dest $offsets attr-dict `:` type($value) `->` type($dest)"
+
+    def __init__(self, value: SSAValue, dest: SSAValue, offsets: Sequence):
+        super().__init__(operands=[value, dest], properties={"offsets": ExprsAttr(offsets)})
+
+    def verify_(self) -> None:
+        check_tensor_tile(self.dest.type, self.value.type, self.offsets.dims, f"'{self.name}'")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Compute
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class DotOp(IRDLOperation):
+    """``acc + lhs @ rhs`` on tiles, accumulated in fp32::
+
+        %next = tiled_loop.dot %a, %b, %acc : (!tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>,
+            !tiled_loop.tile<[BLOCK_K, BLOCK_N], f16>, !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    """
+
+    name = "tiled_loop.dot"
+    lhs = operand_def(TileType)
+    rhs = operand_def(TileType)
+    acc = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs `,` $acc attr-dict `:` `(` type($lhs) `,` type($rhs) `,` type($acc) `)` `->` type($result)"
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue):
+        super().__init__(operands=[lhs, rhs, acc], result_types=[acc.type])
+
+    def verify_(self) -> None:
+        check_dot(self, self.lhs.type, self.rhs.type, self.acc.type, self.result.type)
+
+
+def check_dot(op: IRDLOperation, lhs: SymbolicShapedType, rhs: SymbolicShapedType, acc: Attribute, result: Attribute) -> None:
+    """Shared by the tile-level and staged dot: [m, k] x [k, n] + [m, n]."""
+    (m, k), (k2, n) = lhs.dims, rhs.dims
+    if provably_different(k, k2) or k != k2:
+        raise VerifyException(f"'{op.name}' contracts lhs axis of size {k} with rhs axis of size {k2}")
+    if not isinstance(acc, TileType) or acc.dims != (m, n):
+        raise VerifyException(f"'{op.name}' accumulator must be a [{m}, {n}] tile, got {acc}")
+    if result != acc:
+        raise VerifyException(f"'{op.name}' result type must equal the accumulator type")
+
+
+@irdl_op_definition
+class FullOp(IRDLOperation):
+    """A tile filled with one constant: ``%zero = tiled_loop.full 0.000000e+00 : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>``.
+
+    ``inf`` and ``-inf`` are written as such (``tiled_loop.full -inf : ...``)."""
+
+    name = "tiled_loop.full"
+    value = prop_def(FloatAttr)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+
+    def __init__(self, value: float, tile: TileType):
+        super().__init__(properties={"value": FloatAttr(float(value), f64)}, result_types=[tile])
+
+    @property
+    def number(self) -> float:
+        return self.value.value.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> FullOp:
+        negative = parser.parse_optional_punctuation("-") is not None
+        if parser.parse_optional_keyword("inf") is not None:
+            number = math.inf
+        else:
+            number = float(parser.parse_number())
+        attributes = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        op = cls(-number if negative else number, parser.parse_type())
+        op.attributes.update(attributes)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.number!r}")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.result.type)
+
+
+class _TileComputeOp(IRDLOperation):
+    """Base for elementwise tile ops with a function name out of ``FUNCTIONS``."""
+
+    fn = prop_def(StringAttr)
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ()
+
+    def verify_fn(self) -> None:
+        if self.fn.data not in self.FUNCTIONS:
+            raise VerifyException(
+                f"'{self.name}' function must be one of {', '.join(self.FUNCTIONS)}, got {self.fn.data!r}"
+            )
+
+
+@irdl_op_definition
+class UnaryOp(_TileComputeOp):
+    """An elementwise math function: ``%e = tiled_loop.unary "exp" %x : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>``."""
+
+    name = "tiled_loop.unary"
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ("exp", "log", "erf", "sqrt", "rsqrt", "abs", "neg", "sigmoid")
+    T: ClassVar = VarConstraint("T", base(TileType))
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$fn $input attr-dict `:` type($result)"
+
+    def __init__(self, fn: str, input: SSAValue):
+        super().__init__(operands=[input], properties={"fn": StringAttr(fn)}, result_types=[input.type])
+
+    def verify_(self) -> None:
+        self.verify_fn()
+
+
+@irdl_op_definition
+class BinaryOp(_TileComputeOp):
+    """Elementwise arithmetic or comparison with size-1 axes broadcast::
+
+        %y = tiled_loop.binary "add" %acc, %bias : (!tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>,
+            !tiled_loop.tile<[1, BLOCK_N], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+
+    Comparisons (``lt``, ``le``, ``gt``, ``ge``, ``eq``, ``ne``) produce ``i1`` tiles."""
+
+    name = "tiled_loop.binary"
+    ARITHMETIC: ClassVar[tuple[str, ...]] = ("add", "sub", "mul", "div", "max", "min")
+    COMPARISONS: ClassVar[tuple[str, ...]] = ("lt", "le", "gt", "ge", "eq", "ne")
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ARITHMETIC + COMPARISONS
+    lhs = operand_def(TileType)
+    rhs = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$fn $lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
+
+    def __init__(self, fn: str, lhs: SSAValue, rhs: SSAValue):
+        shape = broadcast_tiles([lhs.type.dims, rhs.type.dims], f"'{self.name}'")
+        element = i1 if fn in self.COMPARISONS else lhs.type.element_type
+        super().__init__(operands=[lhs, rhs], properties={"fn": StringAttr(fn)},
+                         result_types=[TileType(shape, element)])
+
+    def verify_(self) -> None:
+        self.verify_fn()
+        if self.lhs.type.element_type != self.rhs.type.element_type:
+            raise VerifyException(
+                f"'{self.name}' operands have different element types "
+                f"({self.lhs.type.element_type} vs {self.rhs.type.element_type})"
+            )
+        _check_result_shape(self, broadcast_tiles([self.lhs.type.dims, self.rhs.type.dims], f"'{self.name}'"))
+
+
+@irdl_op_definition
+class SelectOp(IRDLOperation):
+    """``where(cond, true_value, false_value)`` with broadcasting::
+
+        %y = tiled_loop.select %valid, %x, %zero : (!tiled_loop.tile<[1, BLOCK_N], i1>,
+            !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>, !tiled_loop.tile<[1, 1], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    """
+
+    name = "tiled_loop.select"
+    cond = operand_def(TileType)
+    true_value = operand_def(TileType)
+    false_value = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$cond `,` $true_value `,` $false_value attr-dict `:` "
+        "`(` type($cond) `,` type($true_value) `,` type($false_value) `)` `->` type($result)"
+    )
+
+    def __init__(self, cond: SSAValue, true_value: SSAValue, false_value: SSAValue):
+        shape = broadcast_tiles([cond.type.dims, true_value.type.dims, false_value.type.dims], f"'{self.name}'")
+        super().__init__(operands=[cond, true_value, false_value],
+                         result_types=[TileType(shape, true_value.type.element_type)])
+
+    def verify_(self) -> None:
+        if self.cond.type.element_type != i1:
+            raise VerifyException(f"'{self.name}' condition must be an i1 tile, got {self.cond.type}")
+        if self.true_value.type.element_type != self.false_value.type.element_type:
+            raise VerifyException(f"'{self.name}' branches have different element types")
+        _check_result_shape(
+            self, broadcast_tiles([o.type.dims for o in self.operands], f"'{self.name}'")
+        )
+
+
+@irdl_op_definition
+class CastOp(IRDLOperation):
+    """Element type conversion of a tile: ``%y = tiled_loop.cast %x : !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f32>``."""
+
+    name = "tiled_loop.cast"
+    input = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, element_type: Attribute):
+        super().__init__(operands=[input], result_types=[TileType(input.type.dims, element_type)])
+
+    def verify_(self) -> None:
+        if self.input.type.dims != self.result.type.dims:
+            raise VerifyException(f"'{self.name}' changes the element type only, not the tile shape")
+
+
+@irdl_op_definition
+class ReduceOp(_TileComputeOp):
+    """Reduces a tile along its columns, keeping the axis: ``[R, C] -> [R, 1]``::
+
+        %s = tiled_loop.reduce "sum" %x : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+    """
+
+    name = "tiled_loop.reduce"
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ("sum", "max", "min")
+    input = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$fn $input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, fn: str, input: SSAValue):
+        rows = input.type.dims[0]
+        super().__init__(operands=[input], properties={"fn": StringAttr(fn)},
+                         result_types=[TileType([rows, 1], input.type.element_type)])
+
+    def verify_(self) -> None:
+        self.verify_fn()
+        _check_result_shape(self, (self.input.type.dims[0], Dim(1)))
+
+
+@irdl_op_definition
+class InBoundsOp(IRDLOperation):
+    """True where a tile element at ``offsets`` lies inside ``extents``, axis by axis::
+
+        %valid = tiled_loop.in_bounds <[0, n]> within <[M, 75]> : !tiled_loop.tile<[1, BLOCK_N], i1>
+    """
+
+    name = "tiled_loop.in_bounds"
+    offsets = prop_def(ExprsAttr)
+    extents = prop_def(ExprsAttr)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$offsets `within` $extents attr-dict `:` type($result)"
+
+    def __init__(self, offsets: Sequence, extents: Sequence, shape: Sequence):
+        super().__init__(properties={"offsets": ExprsAttr(offsets), "extents": ExprsAttr(extents)},
+                         result_types=[TileType(shape, i1)])
+
+    def verify_(self) -> None:
+        if len(self.offsets.dims) != 2 or len(self.extents.dims) != 2:
+            raise VerifyException(f"'{self.name}' needs two offsets and two extents")
+        if self.result.type.element_type != i1:
+            raise VerifyException(f"'{self.name}' result must be an i1 tile")
+
+
+TILED_LOOP_OPS = [KernelOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
+                  ReduceOp, InBoundsOp]
+
+TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])
