@@ -1,0 +1,48 @@
+"""Element types: the mapping between torch dtypes, xDSL types and Triton type names."""
+
+from __future__ import annotations
+
+import torch
+from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type, IntegerType, bf16, f16, f32
+from xdsl.ir import Attribute
+
+from amk.errors import DTypeError
+
+_F8E4M3 = Float8E4M3FNType()
+
+TORCH_TO_IR: dict[torch.dtype, Attribute] = {
+    torch.float32: f32,
+    torch.float16: f16,
+    torch.bfloat16: bf16,
+    torch.float8_e4m3fn: _F8E4M3,
+}
+IR_TO_TORCH: dict[Attribute, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()}
+
+SUPPORTED = ", ".join(str(d) for d in TORCH_TO_IR)
+
+
+def to_ir(dtype: torch.dtype) -> Attribute:
+    if dtype not in TORCH_TO_IR:
+        raise DTypeError(f"dtype {dtype} is not supported; use one of {SUPPORTED}")
+    return TORCH_TO_IR[dtype]
+
+
+def to_torch(element_type: Attribute) -> torch.dtype:
+    if element_type not in IR_TO_TORCH:
+        raise DTypeError(f"element type {element_type} has no torch dtype; supported: {SUPPORTED}")
+    return IR_TO_TORCH[element_type]
+
+
+def triton_name(element_type: Attribute) -> str:
+    """``tl.<name>`` for an element type."""
+    if isinstance(element_type, Float32Type):
+        return "float32"
+    if isinstance(element_type, Float16Type):
+        return "float16"
+    if isinstance(element_type, BFloat16Type):
+        return "bfloat16"
+    if isinstance(element_type, Float8E4M3FNType):
+        return "float8e4nv"
+    if isinstance(element_type, IntegerType) and element_type.width.data == 1:
+        return "int1"
+    raise DTypeError(f"element type {element_type} has no Triton equivalent")

@@ -1,0 +1,296 @@
+"""Analysis of a fusion group: what a set of ``tensor_op`` ops needs to become one kernel.
+
+``plan_group`` decides whether ops can share a kernel (``amk-fuse`` asks before adding an op to a group) and, for
+``amk-tile``, how: the iteration space ``[rows, cols]`` (leading dims flattened into rows), the class of every value
+(a full tile, a row vector broadcast over rows, a column vector of per-row statistics, or a scalar), which ops run
+before the row reductions (phase 1) and after them (phase 2), and which value a matmul-led row strip writes in
+phase 1 and re-reads in phase 2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xdsl.ir import Operation, SSAValue
+
+from amk.dialects import tensor_op
+from amk.lowering import rules
+from amk.symbolic import Dim, provably_equal
+
+FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
+# A value's class gives its tile shape: (rows?, cols?) as booleans.
+CLASS_AXES = {FULL: (True, True), ROW: (False, True), COL: (True, False), SCALAR: (False, False)}
+AXES_CLASS = {axes: name for name, axes in CLASS_AXES.items()}
+
+SKINNY_M_MAX = 64
+
+
+class NotFusable(Exception):
+    """The ops cannot share one kernel; the message says why."""
+
+
+@dataclass(frozen=True)
+class Space:
+    """An iteration space: leading dims (flattened into rows) and the last dim (columns)."""
+
+    lead: tuple[Dim, ...]
+    cols: Dim
+
+    @property
+    def rows(self) -> Dim:
+        return Dim(math.prod((d.expr for d in self.lead), start=1))
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return (*self.lead, self.cols)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(provably_equal(x, y) for x, y in zip(a, b))
+
+
+def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
+    """The class of a tensor of shape ``dims`` broadcast (numpy-style) against ``space``, or None."""
+    rank = len(space.dims)
+    if len(dims) > rank:
+        return None
+    *lead, last = (Dim(1),) * (rank - len(dims)) + tuple(dims)
+    if provably_equal(last, space.cols):
+        has_cols = True
+    elif last == Dim(1):
+        has_cols = False
+    else:
+        return None
+    if all(d == Dim(1) for d in lead):
+        has_rows = False
+    elif _same(lead, space.lead):
+        has_rows = True
+    else:
+        return None
+    return AXES_CLASS[(has_rows, has_cols)]
+
+
+def broadcast_class(classes: list[str]) -> str:
+    rows = any(CLASS_AXES[c][0] for c in classes)
+    cols = any(CLASS_AXES[c][1] for c in classes)
+    return AXES_CLASS[(rows, cols)]
+
+
+@dataclass
+class Section:
+    """Ops over one iteration space (the epilogue / standalone part, or the prologue on the matmul's A)."""
+
+    space: Space
+    ops: list[Operation] = field(default_factory=list)
+    value_class: dict[SSAValue, str] = field(default_factory=dict)
+    reductions: list[Operation] = field(default_factory=list)
+    pre: list[Operation] = field(default_factory=list)
+    post_col: list[Operation] = field(default_factory=list)
+    post_full: list[Operation] = field(default_factory=list)
+    after_reduction: set[SSAValue] = field(default_factory=set)
+
+    @property
+    def has_reductions(self) -> bool:
+        return bool(self.reductions)
+
+
+@dataclass
+class GroupPlan:
+    ops: list[Operation]
+    inputs: list[SSAValue]
+    outputs: list[SSAValue]
+    matmul: tensor_op.MatmulOp | None
+    prologue: Section | None
+    main: Section
+    strategy: str
+    materialized: SSAValue | None
+    input_class: dict[SSAValue, str]
+
+    @property
+    def rows(self) -> Dim:
+        return self.main.space.rows
+
+
+def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAValue, str]) -> None:
+    """Classify values and split ops into phases; ``source`` gives classes of values produced outside the section."""
+    classes = section.value_class
+    for op in section.ops:
+        kind = rules.kind_of(op)
+        operands = [rules.reduction_input(op), *rules.reduction_extras(op)] if kind == "reduction" else list(op.operands)
+        operand_classes = []
+        for operand in operands:
+            if operand in classes:
+                operand_classes.append(classes[operand])
+            elif operand in source:
+                operand_classes.append(source[operand])
+            else:
+                cls = classify(operand.type.dims, section.space)
+                if cls is None:
+                    raise NotFusable(
+                        f"{op.name}: operand of shape [{', '.join(map(str, operand.type.dims))}] does not broadcast "
+                        f"against the iteration space [{', '.join(map(str, section.space.dims))}]"
+                    )
+                classes[operand] = cls
+                operand_classes.append(cls)
+        depth_inputs = [v for v in op.operands if v in section.after_reduction]
+        result = op.results[0]
+        if kind == "reduction":
+            if rules.reduced_axis(op) != rules.reduction_input(op).type.rank - 1:
+                raise NotFusable(f"{op.name}: only reductions over the last axis fuse")
+            if operand_classes[0] != FULL:
+                raise NotFusable(f"{op.name}: reduces a value that is not a full [rows, cols] tile")
+            if depth_inputs:
+                raise NotFusable(f"{op.name}: depends on another row reduction (one reduction level per kernel)")
+            for extra in operand_classes[1:]:
+                if extra not in (ROW, SCALAR):
+                    raise NotFusable(f"{op.name}: its weight must be a per-column vector")
+            rule = rules.ROW_REDUCTIONS[type(op)]
+            classes[result] = FULL if rule.keeps_shape else COL
+            section.reductions.append(op)
+            section.after_reduction.add(result)
+            expected = section.space.dims if rule.keeps_shape else None
+            if expected is not None and not _same(result.type.dims, expected):
+                raise NotFusable(f"{op.name}: result shape differs from the iteration space")
+        elif kind == "elementwise":
+            cls = broadcast_class(operand_classes)
+            classes[result] = cls
+            if cls == FULL and not _same(result.type.dims, section.space.dims):
+                raise NotFusable(f"{op.name}: result shape differs from the iteration space")
+            if depth_inputs:
+                section.after_reduction.add(result)
+                (section.post_full if cls in (FULL, ROW) else section.post_col).append(op)
+            else:
+                section.pre.append(op)
+        else:
+            raise NotFusable(f"{op.name}: not an elementwise op or row reduction")
+
+
+def _matmul_space(matmul: tensor_op.MatmulOp) -> tuple[Space, Space]:
+    *lead, m, n = matmul.output.type.dims
+    lhs = matmul.lhs.type.dims
+    k = lhs[-1] if not matmul.lhs_transposed else lhs[-2]
+    return Space((*lead, m), k), Space((*lead, m), n)
+
+
+def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
+    """Check that ``ops`` (in program order) can be one kernel producing ``outputs``, and say how."""
+    produced = {r for op in ops for r in op.results}
+    inputs: list[SSAValue] = []
+    for op in ops:
+        for operand in op.operands:
+            if operand not in produced and operand not in inputs:
+                inputs.append(operand)
+    matmuls = [op for op in ops if rules.is_matmul(op)]
+    if len(matmuls) > 1:
+        raise NotFusable("a kernel holds at most one matmul")
+    unknown = [op.name for op in ops if rules.kind_of(op) is None]
+    if unknown:
+        raise NotFusable(f"{unknown[0]} has no lowering rule")
+    matmul = matmuls[0] if matmuls else None
+    input_class: dict[SSAValue, str] = {}
+    prologue = None
+    if matmul is not None:
+        if matmul.lhs_transposed and matmul.lhs.type.rank > 2:
+            raise NotFusable("a transposed batched lhs does not fuse")
+        if matmul.lhs_transposed and matmul.lhs in produced:
+            raise NotFusable("a prologue cannot feed a transposed lhs")
+        prologue_space, space = _matmul_space(matmul)
+        index = ops.index(matmul)
+        prologue_ops, main_ops = ops[:index], ops[index + 1:]
+        feeding = _producers(matmul.lhs, set(prologue_ops))
+        if set(prologue_ops) != feeding:
+            raise NotFusable("only ops producing the matmul's lhs can precede it in a kernel")
+        if matmul.rhs in produced:
+            raise NotFusable("the matmul's rhs must be a kernel input (a weight)")
+        for op in prologue_ops:
+            for result in op.results:
+                users = {use.operation for use in result.uses}
+                if result in outputs or not users <= set(prologue_ops) | {matmul}:
+                    raise NotFusable("a prologue value is used outside the matmul's lhs")
+        if prologue_ops:
+            prologue = Section(prologue_space, list(prologue_ops))
+            _analyze_section(prologue, set(inputs), {})
+            if any(not rules.ROW_REDUCTIONS[type(op)].keeps_shape for op in prologue.reductions):
+                raise NotFusable("a prologue may normalize the lhs but not reduce it")
+            if prologue.value_class.get(matmul.lhs, FULL) != FULL:
+                raise NotFusable("the matmul's lhs must be a full [rows, K] tile")
+        main = Section(space, list(main_ops))
+        _analyze_section(main, set(inputs), {matmul.output: FULL})
+        input_class[matmul.rhs] = "rhs"
+        if matmul.lhs not in produced:
+            input_class[matmul.lhs] = "lhs"
+    else:
+        first = ops[0]
+        anchor = rules.reduction_input(first) if rules.kind_of(first) == "reduction" else first.results[0]
+        dims = anchor.type.dims
+        if not dims:
+            raise NotFusable("rank-0 values do not fuse")
+        main = Section(Space(tuple(dims[:-1]), dims[-1]), list(ops))
+        _analyze_section(main, set(inputs), {})
+    for section in (prologue, main):
+        if section is None:
+            continue
+        for value, cls in section.value_class.items():
+            if value in inputs and value not in input_class:
+                input_class[value] = cls
+    for value in outputs:
+        if value not in produced:
+            raise NotFusable("an output is not produced by the group")
+        if value not in main.value_class and not (matmul is not None and value == matmul.output):
+            raise NotFusable("a prologue value cannot be a kernel output")
+    materialized = _materialized_value(main, matmul, outputs) if matmul is not None else None
+    strategy = _strategy(main, matmul)
+    return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, strategy, materialized, input_class)
+
+
+def _producers(value: SSAValue, candidates: set[Operation]) -> set[Operation]:
+    """Ops among ``candidates`` that ``value`` (transitively) depends on."""
+    found: set[Operation] = set()
+    stack = [value]
+    while stack:
+        owner = stack.pop().owner
+        if isinstance(owner, Operation) and owner in candidates and owner not in found:
+            found.add(owner)
+            stack.extend(owner.operands)
+    return found
+
+
+def depends_on(value: SSAValue, root: SSAValue, within: set[Operation]) -> bool:
+    stack, seen = [value], set()
+    while stack:
+        current = stack.pop()
+        if current == root:
+            return True
+        owner = current.owner
+        if isinstance(owner, Operation) and owner in within and owner not in seen:
+            seen.add(owner)
+            stack.extend(owner.operands)
+    return False
+
+
+def _materialized_value(main: Section, matmul: tensor_op.MatmulOp, outputs: list[SSAValue]) -> SSAValue | None:
+    """The one matmul-derived value a row strip writes in phase 1 and re-reads in phase 2 (None: no phase 2)."""
+    if not main.has_reductions:
+        return None
+    ops = set(main.ops)
+    needed = set()
+    phase2_consumers = main.post_full + [op for op in main.reductions if rules.ROW_REDUCTIONS[type(op)].keeps_shape]
+    for op in phase2_consumers:
+        for operand in [rules.reduction_input(op), *rules.reduction_extras(op)] if op in main.reductions else op.operands:
+            if operand in main.after_reduction:
+                continue
+            if operand == matmul.output or (operand.owner in ops and depends_on(operand, matmul.output, ops)):
+                needed.add(operand)
+    if len(needed) > 1:
+        raise NotFusable("after the row reduction, more than one matmul-derived value would be needed")
+    return next(iter(needed), None)
+
+
+def _strategy(main: Section, matmul) -> str:
+    if main.has_reductions:
+        return "row_strip"
+    rows = main.space.rows
+    if matmul is not None and rows.is_static and rows.value <= SKINNY_M_MAX:
+        return "skinny_m"
+    return "tile2d"

@@ -1,0 +1,358 @@
+"""Lowering rules: how each ``tensor_op`` op is computed on tiles.
+
+The tiling pass knows no op by name. It asks this registry what kind an op is and calls its rule:
+
+- an **elementwise rule** ``(builder, op, *operand_tiles) -> tile`` composes ``tiled_loop`` primitives (``gelu`` is
+  ``0.5 * x * (1 + erf(x / sqrt(2)))``);
+- a **row reduction** (sums, maxima, norms, softmax over the last axis) describes running statistics: ``init`` state,
+  ``update`` with one column tile, ``finalize`` into statistics, and ``apply`` to produce the op's value.
+
+Registering a rule for a new ``tensor_op`` op (see :func:`register_elementwise`) is all it takes for that op to fuse
+into matmul epilogues and standalone kernels: the passes and the Triton emitter need no change.
+All tile values handled by rules are fp32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import StringAttr, f32
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from amk.dialects import tensor_op, tiled_loop
+from amk.dialects.tiled_loop import TileType
+
+
+class TileBuilder:
+    """Appends ``tiled_loop`` ops to a block; each op records the fused op it implements (``origin``) and results
+    get readable names (they become the variable names of the emitted Triton code)."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.origin: str | None = None
+
+    def add(self, op: Operation, name: str | None = None) -> SSAValue | None:
+        if self.origin is not None:
+            op.attributes["origin"] = StringAttr(self.origin)
+        self.block.add_op(op)
+        if not op.results:
+            return None
+        if name is not None:
+            op.results[0].name_hint = name
+        return op.results[0]
+
+    # -- constants and arithmetic ------------------------------------------------------------------------------------
+    def const(self, value: float, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.FullOp(value, TileType([1, 1], f32)), name)
+
+    def full(self, value: float, shape: Sequence, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.FullOp(value, TileType(shape, f32)), name)
+
+    def _operand(self, value: SSAValue | float) -> SSAValue:
+        return value if isinstance(value, SSAValue) else self.const(float(value))
+
+    def binary(self, fn: str, lhs: SSAValue | float, rhs: SSAValue | float, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.BinaryOp(fn, self._operand(lhs), self._operand(rhs)), name)
+
+    def add_(self, a, b, name=None):
+        return self.binary("add", a, b, name)
+
+    def sub(self, a, b, name=None):
+        return self.binary("sub", a, b, name)
+
+    def mul(self, a, b, name=None):
+        return self.binary("mul", a, b, name)
+
+    def div(self, a, b, name=None):
+        return self.binary("div", a, b, name)
+
+    def maximum(self, a, b, name=None):
+        return self.binary("max", a, b, name)
+
+    def minimum(self, a, b, name=None):
+        return self.binary("min", a, b, name)
+
+    def unary(self, fn: str, x: SSAValue, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.UnaryOp(fn, x), name)
+
+    def select(self, cond: SSAValue, a: SSAValue | float, b: SSAValue | float, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.SelectOp(cond, self._operand(a), self._operand(b)), name)
+
+    def reduce(self, fn: str, x: SSAValue, name: str | None = None) -> SSAValue:
+        return self.add(tiled_loop.ReduceOp(fn, x), name)
+
+    def cast(self, x: SSAValue, element_type: Attribute, name: str | None = None) -> SSAValue:
+        if x.type.element_type == element_type:
+            return x
+        return self.add(tiled_loop.CastOp(x, element_type), name)
+
+    def tanh(self, x: SSAValue) -> SSAValue:
+        """tanh(x) = 2 * sigmoid(2x) - 1: stable at both ends and free of libdevice (works in the interpreter)."""
+        return self.sub(self.mul(self.unary("sigmoid", self.mul(x, 2.0)), 2.0), 1.0)
+
+    def masked(self, x: SSAValue, valid: SSAValue | None, fill: float) -> SSAValue:
+        """``x`` where ``valid`` (an i1 tile), else ``fill``; no-op without a mask."""
+        return x if valid is None else self.select(valid, x, fill)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Elementwise rules
+# --------------------------------------------------------------------------------------------------------------------
+
+ElementwiseRule = Callable[..., SSAValue]
+ELEMENTWISE_RULES: dict[type[Operation], ElementwiseRule] = {}
+
+
+def register_elementwise(op_class: type[Operation]) -> Callable[[ElementwiseRule], ElementwiseRule]:
+    """Decorator: ``@register_elementwise(MyOp) def rule(builder, op, x, ...) -> tile``."""
+
+    def decorate(rule: ElementwiseRule) -> ElementwiseRule:
+        ELEMENTWISE_RULES[op_class] = rule
+        return rule
+
+    return decorate
+
+
+def _binary(fn: str) -> ElementwiseRule:
+    return lambda b, op, x, y: b.binary(fn, x, y)
+
+
+for _op_class, _fn in [(tensor_op.AddOp, "add"), (tensor_op.SubOp, "sub"), (tensor_op.MulOp, "mul"),
+                       (tensor_op.DivOp, "div"), (tensor_op.MaximumOp, "max"), (tensor_op.MinimumOp, "min")]:
+    register_elementwise(_op_class)(_binary(_fn))
+
+
+@register_elementwise(tensor_op.ReluOp)
+def _relu(b: TileBuilder, op, x):
+    return b.maximum(x, 0.0)
+
+
+@register_elementwise(tensor_op.GeluOp)
+def _gelu(b: TileBuilder, op: tensor_op.GeluOp, x):
+    if op.uses_tanh:
+        inner = b.mul(b.add_(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return b.mul(b.mul(x, 0.5), b.add_(b.tanh(inner), 1.0))
+    return b.mul(b.mul(x, 0.5), b.add_(b.unary("erf", b.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+@register_elementwise(tensor_op.SiluOp)
+def _silu(b: TileBuilder, op, x):
+    return b.mul(x, b.unary("sigmoid", x))
+
+
+@register_elementwise(tensor_op.SigmoidOp)
+def _sigmoid(b: TileBuilder, op, x):
+    return b.unary("sigmoid", x)
+
+
+@register_elementwise(tensor_op.TanhOp)
+def _tanh(b: TileBuilder, op, x):
+    return b.tanh(x)
+
+
+@register_elementwise(tensor_op.ExpOp)
+def _exp(b: TileBuilder, op, x):
+    return b.unary("exp", x)
+
+
+@register_elementwise(tensor_op.MishOp)
+def _mish(b: TileBuilder, op, x):
+    # softplus(x) = max(x, 0) + log(1 + exp(-|x|)) never overflows
+    softplus = b.add_(b.maximum(x, 0.0), b.unary("log", b.add_(b.unary("exp", b.unary("neg", b.unary("abs", x))), 1.0)))
+    return b.mul(x, b.tanh(softplus))
+
+
+@register_elementwise(tensor_op.LeakyReluOp)
+def _leaky_relu(b: TileBuilder, op: tensor_op.LeakyReluOp, x):
+    return b.select(b.binary("ge", x, 0.0), x, b.mul(x, op.slope))
+
+
+@register_elementwise(tensor_op.ClampOp)
+def _clamp(b: TileBuilder, op: tensor_op.ClampOp, x):
+    if op.min is not None:
+        x = b.maximum(x, op.min.value.data)
+    if op.max is not None:
+        x = b.minimum(x, op.max.value.data)
+    return x
+
+
+@register_elementwise(tensor_op.ScaleOp)
+def _scale(b: TileBuilder, op: tensor_op.ScaleOp, x):
+    return b.mul(x, op.factor.value.data)
+
+
+@register_elementwise(tensor_op.CastOp)
+def _cast(b: TileBuilder, op: tensor_op.CastOp, x):
+    # Values stay fp32 in registers; rounding through the target type reproduces the cast's precision loss.
+    return b.cast(b.cast(x, op.output.type.element_type), f32)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Row reductions
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowReduction:
+    """Running statistics over the columns of a row strip.
+
+    ``init(b, rows)`` returns the initial state tiles; ``update(b, state, x, valid)`` folds one column tile ``x``
+    (``valid`` marks real columns, or None); ``finalize(b, state, op)`` returns the statistics; ``apply(b, op, stats,
+    x, operands)`` gives the op's value: a ``[rows, 1]`` tile for reductions, a full tile for norms and softmax
+    (``x`` is then the input tile and ``operands`` the other operand tiles, e.g. the weight).
+    """
+
+    init: Callable
+    update: Callable
+    finalize: Callable
+    apply: Callable
+    keeps_shape: bool
+
+
+ROW_REDUCTIONS: dict[type[Operation], RowReduction] = {}
+
+
+def _count(b: TileBuilder, valid, x) -> SSAValue:
+    """Number of real columns in this tile, as a [1, 1] tile."""
+    if valid is None:
+        return b.const(float(x.type.dims[1].value))
+    return b.reduce("sum", b.select(valid, 1.0, 0.0))
+
+
+def _sum_init(b, rows):
+    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_sum")]
+
+
+def _sum_update(b, state, x, valid):
+    count, total = state
+    return [b.add_(count, _count(b, valid, x)), b.add_(total, b.reduce("sum", b.masked(x, valid, 0.0)))]
+
+
+def _max_update(b, state, x, valid):
+    return [b.maximum(state[0], b.reduce("max", b.masked(x, valid, -math.inf)))]
+
+
+def _lse_init(b, rows):
+    return [b.full(-math.inf, [rows, 1], "row_max"), b.full(0.0, [rows, 1], "row_sumexp")]
+
+
+def _lse_update(b, state, x, valid):
+    """Online log-sum-exp: rescale the running sum whenever the running maximum grows."""
+    running_max, running_sum = state
+    x = b.masked(x, valid, -math.inf)
+    new_max = b.maximum(running_max, b.reduce("max", x))
+    rescaled = b.mul(running_sum, b.unary("exp", b.sub(running_max, new_max)))
+    return [new_max, b.add_(rescaled, b.reduce("sum", b.unary("exp", b.sub(x, new_max))))]
+
+
+def _moments_init(b, rows):
+    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_mean"), b.full(0.0, [rows, 1], "row_m2")]
+
+
+def _moments_update(b, state, x, valid):
+    """Chan's parallel update of (count, mean, M2): exact for rows with a large mean, unlike E[x^2] - E[x]^2."""
+    count, mean, m2 = state
+    tile_count = _count(b, valid, x)
+    tile_mean = b.div(b.reduce("sum", b.masked(x, valid, 0.0)), tile_count)
+    centered = b.masked(b.sub(x, tile_mean), valid, 0.0)
+    tile_m2 = b.reduce("sum", b.mul(centered, centered))
+    new_count = b.add_(count, tile_count)
+    delta = b.sub(tile_mean, mean)
+    new_mean = b.add_(mean, b.div(b.mul(delta, tile_count), new_count))
+    correction = b.div(b.mul(b.mul(delta, delta), b.mul(count, tile_count)), new_count)
+    return [new_count, new_mean, b.add_(b.add_(m2, tile_m2), correction)]
+
+
+def _eps(op) -> float:
+    return op.eps.value.data
+
+
+def _layernorm_finalize(b, state, op):
+    count, mean, m2 = state
+    return [mean, b.unary("rsqrt", b.add_(b.div(m2, count), _eps(op)), "rstd")]
+
+
+def _layernorm_apply(b, op: tensor_op.LayerNormOp, stats, x, operands):
+    mean, rstd = stats
+    y = b.mul(b.sub(x, mean), rstd)
+    weight_and_bias = iter(operands)
+    if op.weight is not None:
+        y = b.mul(y, next(weight_and_bias))
+    if op.bias is not None:
+        y = b.add_(y, next(weight_and_bias))
+    return y
+
+
+def _rms_init(b, rows):
+    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_sumsq")]
+
+
+def _rms_update(b, state, x, valid):
+    count, sumsq = state
+    x = b.masked(x, valid, 0.0)
+    return [b.add_(count, _count(b, valid, x)), b.add_(sumsq, b.reduce("sum", b.mul(x, x)))]
+
+
+def _rms_finalize(b, state, op):
+    count, sumsq = state
+    return [b.unary("rsqrt", b.add_(b.div(sumsq, count), _eps(op)), "rstd")]
+
+
+def _rms_apply(b, op: tensor_op.RMSNormOp, stats, x, operands):
+    y = b.mul(x, stats[0])
+    return b.mul(y, operands[0]) if op.weight is not None else y
+
+
+def _stats_value(b, op, stats, x, operands):
+    return stats[0]
+
+
+ROW_REDUCTIONS[tensor_op.ReduceSumOp] = RowReduction(
+    _sum_init, _sum_update, lambda b, s, op: [s[1]], _stats_value, keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.ReduceMeanOp] = RowReduction(
+    _sum_init, _sum_update, lambda b, s, op: [b.div(s[1], s[0])], _stats_value, keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
+    lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_update, lambda b, s, op: s, _stats_value,
+    keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
+    _lse_init, _lse_update, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value, keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
+    _lse_init, _lse_update, lambda b, s, op: s,
+    lambda b, op, stats, x, operands: b.div(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
+ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
+    _moments_init, _moments_update, _layernorm_finalize, _layernorm_apply, keeps_shape=True)
+ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(_rms_init, _rms_update, _rms_finalize, _rms_apply, keeps_shape=True)
+
+
+def reduction_input(op: Operation) -> SSAValue:
+    """The operand a row reduction reduces."""
+    return op.input
+
+
+def reduction_extras(op: Operation) -> list[SSAValue]:
+    """The per-column operands of a row reduction, in the order ``apply`` takes them (a norm's weight, then bias)."""
+    return [v for v in (getattr(op, "weight", None), getattr(op, "bias", None)) if v is not None]
+
+
+def reduced_axis(op: Operation) -> int:
+    """The axis a row reduction works on (norms: the last)."""
+    if isinstance(op, tensor_op.AxisOp):
+        return op.normalized_axis
+    return op.input.type.rank - 1
+
+
+def is_matmul(op: Operation) -> bool:
+    return isinstance(op, tensor_op.MatmulOp)
+
+
+def kind_of(op: Operation) -> str | None:
+    """``"matmul"``, ``"elementwise"``, ``"reduction"`` or None (not fusable)."""
+    if is_matmul(op):
+        return "matmul"
+    if type(op) in ELEMENTWISE_RULES:
+        return "elementwise"
+    if type(op) in ROW_REDUCTIONS:
+        return "reduction"
+    return None

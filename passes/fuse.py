@@ -1,0 +1,190 @@
+"""``amk-fuse``: group producer→consumer chains of ``tensor_op`` ops into ``tensor_op.fused`` regions.
+
+Seeds are matmuls first (each may absorb the ops producing its lhs, such as an RMSNorm prologue, and grows through
+its consumers: bias, residual, activation, a row reduction and what follows it), then any remaining elementwise op
+or row reduction (standalone chains). An op joins a group only if :func:`amk.lowering.plan.plan_group` can still
+lower the group to one kernel, and only if that creates no cycle with ops left outside. A group value used outside
+the group becomes a result of the fused op, so fusion never changes what the program computes.
+
+Input::
+
+    %0 = tensor_op.matmul %x, %w : (...) -> !tensor_op.tensor<[64, 32], f16>
+    %1 = tensor_op.add %0, %b : (...) -> !tensor_op.tensor<[64, 32], f16>
+    %2 = tensor_op.relu %1 : !tensor_op.tensor<[64, 32], f16>
+    func.return %2 : !tensor_op.tensor<[64, 32], f16>
+
+Output::
+
+    %0 = tensor_op.fused %x, %w, %b : (...) -> !tensor_op.tensor<[64, 32], f16> {
+    ^bb0(%1 : ..., %2 : ..., %3 : ...):
+      %4 = tensor_op.matmul %1, %2 : (...) -> !tensor_op.tensor<[64, 32], f16>
+      %5 = tensor_op.add %4, %3 : (...) -> !tensor_op.tensor<[64, 32], f16>
+      %6 = tensor_op.relu %5 : !tensor_op.tensor<[64, 32], f16>
+      tensor_op.yield %6 : !tensor_op.tensor<[64, 32], f16>
+    }
+    func.return %0 : !tensor_op.tensor<[64, 32], f16>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import IsTerminator
+
+from amk.dialects import tensor_op
+from amk.lowering import rules
+from amk.lowering.plan import NotFusable, plan_group
+
+
+def _outputs(group: list[Operation]) -> list[SSAValue]:
+    members = set(group)
+    return [r for op in group for r in op.results if any(use.operation not in members for use in r.uses)]
+
+
+def _depends_on_group(value: SSAValue, group: set[Operation]) -> bool:
+    """Whether ``value`` is computed (through ops outside the group) from a value of the group."""
+    stack, seen = [value], set()
+    while stack:
+        owner = stack.pop().owner
+        if not isinstance(owner, Operation) or owner in seen:
+            continue
+        if owner in group:
+            return True
+        seen.add(owner)
+        stack.extend(owner.operands)
+    return False
+
+
+@dataclass
+class _Grouping:
+    order: dict[Operation, int]
+    assigned: set[Operation]
+
+    def legal(self, group: list[Operation]) -> bool:
+        group = sorted(group, key=self.order.__getitem__)
+        try:
+            plan_group(group, _outputs(group))
+        except NotFusable:
+            return False
+        return True
+
+    def try_add(self, group: list[Operation], op: Operation) -> bool:
+        if op in self.assigned or op in group or rules.kind_of(op) is None:
+            return False
+        members = set(group)
+        produced = {r for member in group for r in member.results}
+        outside_operands = [v for v in op.operands if v not in produced]
+        if any(_depends_on_group(v, members) for v in outside_operands):
+            return False
+        # Nor may a member depend on the new op through ops outside the group (that would be a cycle).
+        produced |= set(op.results)
+        if any(_depends_on_group(v, {op}) for member in group for v in member.operands if v not in produced):
+            return False
+        if not self.legal(group + [op]):
+            return False
+        group.append(op)
+        return True
+
+    def absorb_prologue(self, group: list[Operation], matmul: tensor_op.MatmulOp) -> None:
+        frontier = [matmul.lhs]
+        while frontier:
+            owner = frontier.pop().owner
+            if isinstance(owner, Operation) and owner.parent_block() is matmul.parent_block():
+                if self.try_add(group, owner):
+                    frontier.extend(owner.operands)
+
+    def grow(self, group: list[Operation], candidates: list[Operation]) -> None:
+        changed = True
+        while changed:
+            changed = False
+            produced = {r for op in group for r in op.results}
+            for op in candidates:
+                if any(v in produced for v in op.operands) and self.try_add(group, op):
+                    changed = True
+                    break
+
+
+def fuse_block(block: Block) -> list[tensor_op.FusedOp]:
+    """Form the groups of one block and replace each by a ``tensor_op.fused`` op."""
+    ops = list(block.ops)
+    candidates = [op for op in ops if rules.kind_of(op) is not None]
+    grouping = _Grouping({op: i for i, op in enumerate(ops)}, set())
+    seeds = [op for op in candidates if rules.is_matmul(op)] + [op for op in candidates if not rules.is_matmul(op)]
+    groups = []
+    for seed in seeds:
+        if seed in grouping.assigned or not grouping.legal([seed]):
+            continue
+        group = [seed]
+        if rules.is_matmul(seed):
+            grouping.absorb_prologue(group, seed)
+        grouping.grow(group, candidates)
+        grouping.assigned.update(group)
+        groups.append(sorted(group, key=grouping.order.__getitem__))
+    fused = [_outline(block, group) for group in groups]
+    if fused:
+        _sort_topologically(block)
+    return fused
+
+
+def _outline(block: Block, group: list[Operation]) -> tensor_op.FusedOp:
+    plan = plan_group(group, _outputs(group))
+    body = Block(arg_types=[v.type for v in plan.inputs])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(plan.inputs, body.args))
+    for value, arg in mapping.items():
+        if value.name_hint:
+            arg.name_hint = value.name_hint
+    for op in group:
+        body.add_op(op.clone(value_mapper=mapping))
+    body.add_op(tensor_op.YieldOp(*(mapping[v] for v in plan.outputs)))
+    fused = tensor_op.FusedOp(plan.inputs, [v.type for v in plan.outputs], Region(body))
+    block.insert_op_before(fused, group[-1])
+    for old, new in zip(plan.outputs, fused.outputs):
+        old.replace_all_uses_with(new)
+    for op in reversed(group):
+        op.detach()
+        op.erase()
+    return fused
+
+
+def _sort_topologically(block: Block) -> None:
+    """Reorder the block so that every value is defined before use, keeping the original order where possible."""
+    ops = list(block.ops)
+    terminator = ops[-1] if ops and ops[-1].has_trait(IsTerminator) else None
+    body = [op for op in ops if op is not terminator]
+    index = {op: i for i, op in enumerate(body)}
+    placed: set[Operation] = set()
+    ordered: list[Operation] = []
+    pending = list(body)
+    while pending:
+        for op in pending:
+            producers = [v.owner for v in op.operands if isinstance(v.owner, Operation) and v.owner in index]
+            if all(p in placed for p in producers):
+                ordered.append(op)
+                placed.add(op)
+                pending.remove(op)
+                break
+        else:
+            raise AssertionError("amk-fuse produced a cycle")
+    for op in body:
+        op.detach()
+    for op in ordered:
+        if terminator is not None:
+            block.insert_op_before(op, terminator)
+        else:
+            block.add_op(op)
+
+
+class FusePass(ModulePass):
+    """Group fusable ``tensor_op`` chains into ``tensor_op.fused`` regions (see the module docstring)."""
+
+    name = "amk-fuse"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        blocks = {o.parent_block() for o in op.walk() if rules.kind_of(o) is not None
+                  and not isinstance(o.parent_op(), tensor_op.FusedOp)}
+        for block in blocks:
+            fuse_block(block)
