@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
+    SymbolRefAttr,
     TypeAttribute,
     f64,
     i1,
@@ -581,7 +582,27 @@ class InBoundsOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' result must be an i1 tile")
 
 
-TILED_LOOP_OPS = [KernelOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
+@irdl_op_definition
+class LaunchOp(IRDLOperation):
+    """Runs a kernel on whole tensors; stands where the ``tensor_op.fused`` op was. The runtime views each operand
+    as the kernel's argument type (flattening leading dims) and allocates the results::
+
+        %y = tiled_loop.launch @fused_0(%x, %w) : (!tensor_op.tensor<[2, 16, 64], f16>, !tensor_op.tensor<[64, 32], f16>)
+            -> !tensor_op.tensor<[2, 16, 32], f16>
+    """
+
+    name = "tiled_loop.launch"
+    kernel = prop_def(SymbolRefAttr)
+    args = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    assembly_format = "$kernel `(` $args `)` attr-dict `:` functional-type($args, $outputs)"
+
+    def __init__(self, kernel: str, args: Sequence[SSAValue], result_types: Sequence[Attribute]):
+        super().__init__(properties={"kernel": SymbolRefAttr(kernel)}, operands=[list(args)],
+                         result_types=[list(result_types)])
+
+
+TILED_LOOP_OPS = [KernelOp, LaunchOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
                   ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

@@ -106,6 +106,7 @@ class GroupPlan:
     strategy: str
     materialized: SSAValue | None
     input_class: dict[SSAValue, str]
+    contraction: Dim | None
 
     @property
     def rows(self) -> Dim:
@@ -190,12 +191,14 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
     matmul = matmuls[0] if matmuls else None
     input_class: dict[SSAValue, str] = {}
     prologue = None
+    contraction = None
     if matmul is not None:
         if matmul.lhs_transposed and matmul.lhs.type.rank > 2:
             raise NotFusable("a transposed batched lhs does not fuse")
         if matmul.lhs_transposed and matmul.lhs in produced:
             raise NotFusable("a prologue cannot feed a transposed lhs")
         prologue_space, space = _matmul_space(matmul)
+        contraction = prologue_space.cols
         index = ops.index(matmul)
         prologue_ops, main_ops = ops[:index], ops[index + 1:]
         feeding = _producers(matmul.lhs, set(prologue_ops))
@@ -241,7 +244,8 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
             raise NotFusable("a prologue value cannot be a kernel output")
     materialized = _materialized_value(main, matmul, outputs) if matmul is not None else None
     strategy = _strategy(main, matmul)
-    return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, strategy, materialized, input_class)
+    return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, strategy, materialized, input_class,
+                     contraction)
 
 
 def _producers(value: SSAValue, candidates: set[Operation]) -> set[Operation]:

@@ -1,0 +1,370 @@
+"""``amk-tile``: lower each ``tensor_op.fused`` region to a ``tiled_loop.kernel`` with symbolic tile sizes.
+
+The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strategy comes from the group's plan
+(:mod:`amk.lowering.plan`):
+
+- ``tile2d``: a grid of ``BLOCK_M x BLOCK_N`` output tiles (walked in groups of ``GROUP_M`` row tiles so that the
+  weight's column tiles are reused from L2); each program runs the K loop into an fp32 accumulator and applies the
+  elementwise epilogue in registers.
+- ``skinny_m``: few rows (decode): one program per ``BLOCK_N`` column tile holds every row.
+- ``row_strip``: a program owns ``BLOCK_M`` full rows. Phase 1 loops over the column tiles, computes the epilogue up
+  to the row reductions, folds each tile into running fp32 statistics and writes the pre-reduction value; phase 2
+  loops again, re-reads it and applies the normalization and what follows.
+
+A normalization feeding the matmul's A operand (the prologue) gets its statistics from a loop over K before the
+main loop, and is applied to each A tile inside the K loop. Every op is computed through its lowering rule
+(:mod:`amk.lowering.rules`), so this pass names no op.
+
+Input (after amk-fuse)::
+
+    %y = tensor_op.fused %x, %w : (...) -> !tensor_op.tensor<[64, 32], f16> { ... matmul, relu ... }
+
+Output::
+
+    tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(64, BLOCK_M), cdiv(32, BLOCK_N)]>, ...} {
+    ^bb0(%x: !tensor_op.tensor<[64, 48], f16>, %w: !tensor_op.tensor<[48, 32], f16>, %out0: !tensor_op.tensor<[64, 32], f16>):
+      %acc = tiled_loop.full 0.0 : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+      %acc_1 = tiled_loop.for "k" = <[0, 48, BLOCK_K]> iter_args(%acc) : ... { ... tiled_loop.dot ... }
+      %relu = tiled_loop.binary "max" %acc_1, %0 : ...
+      tiled_loop.store %relu, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]> : ...
+    }
+    func.func ... {
+      %y = tiled_loop.launch @fused_0(%x, %w) : (...) -> !tensor_op.tensor<[64, 32], f16>
+    }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from amk.dialects import tensor_op, tiled_loop
+from amk.dialects.tensor_op import TensorType
+from amk.dialects.tiled_loop import TileType
+from amk.lowering import rules
+from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, plan_group
+from amk.lowering.rules import TileBuilder
+from amk.symbolic import Dim
+
+BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"
+
+
+def origin_label(op: Operation) -> str:
+    """How the emitted code's comments name a fused op."""
+    label = op.name.split(".", 1)[1]
+    if isinstance(op, tensor_op.GeluOp) and op.uses_tanh:
+        label += " (tanh)"
+    return label
+
+
+@dataclass
+class ColumnTile:
+    """Where a section is being computed: the tile's row and column offsets and sizes, and validity of columns."""
+
+    section: Section
+    row_offset: Dim
+    col_offset: Dim | None
+    block_cols: str
+    valid: SSAValue | None = None
+    env: dict[SSAValue, SSAValue] = field(default_factory=dict)
+
+
+class KernelLowering:
+    """Builds the body of one ``tiled_loop.kernel`` from a group plan."""
+
+    def __init__(self, plan: GroupPlan, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
+                 output_arg: dict[SSAValue, SSAValue], scratch: SSAValue | None):
+        self.plan = plan
+        self.kernel = kernel
+        self.arg_of = arg_of
+        self.output_arg = output_arg
+        self.scratch = scratch
+        self.b = TileBuilder(kernel.body.block)
+        self.stats: dict[Operation, list[SSAValue]] = {}
+        strategy = plan.strategy
+        self.row_offset = Dim(0) if strategy == "skinny_m" else Dim(f"{BLOCK_M}*pid_m")
+        self.col_offset = Dim(f"{BLOCK_N}*pid_n")
+
+    # -- values ------------------------------------------------------------------------------------------------------
+    def tile_shape(self, cls: str, block_cols: str) -> list:
+        rows = BLOCK_M if cls in (FULL, COL) else 1
+        cols = block_cols if cls in (FULL, ROW) else 1
+        return [rows, cols]
+
+    def offsets(self, cls: str, at: ColumnTile) -> list:
+        return {FULL: [at.row_offset, at.col_offset], ROW: [at.col_offset], COL: [at.row_offset], SCALAR: [0]}[cls]
+
+    def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True) -> SSAValue:
+        arg = self.arg_of[value]
+        tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
+        self.b.origin = None
+        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at), tile), f"{arg.name_hint}_tile")
+        return self.b.cast(loaded, f32) if upcast else loaded
+
+    def valid_cols(self, at: ColumnTile) -> SSAValue:
+        """i1 tile marking the columns of this tile that lie inside the row (padding is excluded from reductions)."""
+        if at.valid is None:
+            self.b.origin = None
+            at.valid = self.b.add(tiled_loop.InBoundsOp(
+                [0, at.col_offset], [1, at.section.space.cols], [1, at.block_cols]), "valid_cols")
+        return at.valid
+
+    def compute(self, value: SSAValue, at: ColumnTile) -> SSAValue:
+        """The fp32 tile of ``value`` at ``at``, computing what it depends on (memoized in ``at.env``)."""
+        if value in at.env:
+            return at.env[value]
+        if value in self.arg_of:
+            result = self.load(value, at.section.value_class[value], at)
+        else:
+            op = value.owner
+            kind = rules.kind_of(op)
+            if kind == "elementwise":
+                operands = [self.compute(v, at) for v in op.operands]
+                self.b.origin = origin_label(op)
+                result = rules.ELEMENTWISE_RULES[type(op)](self.b, op, *operands)
+            elif kind == "reduction":
+                rule = rules.ROW_REDUCTIONS[type(op)]
+                x = self.compute(rules.reduction_input(op), at)
+                extras = [self.compute(v, at) for v in rules.reduction_extras(op)]
+                self.b.origin = origin_label(op)
+                result = rule.apply(self.b, op, self.stats[op], x, extras)
+            else:
+                raise AssertionError(f"{op.name} is not available in this phase of the kernel")
+        at.env[value] = result
+        return result
+
+    def store(self, value: SSAValue, tile: SSAValue, at: ColumnTile, dest: SSAValue | None = None) -> None:
+        dest = dest if dest is not None else self.output_arg[value]
+        cls = at.section.value_class.get(value, FULL)
+        self.b.origin = None
+        self.b.add(tiled_loop.StoreOp(tile, dest, self.offsets(cls, at)))
+
+    # -- loops -------------------------------------------------------------------------------------------------------
+    def loop(self, iv: str, upper: Dim, step: str, inits: list[SSAValue], body) -> list[SSAValue]:
+        """A ``tiled_loop.for`` whose body is built by ``body(carried) -> next carried``."""
+        for_op = tiled_loop.ForOp(iv, 0, upper, step, inits)
+        self.b.origin = None
+        self.b.add(for_op)
+        for arg, init in zip(for_op.body.block.args, inits):
+            arg.name_hint = init.name_hint
+        outer = self.b.block
+        self.b.block = for_op.body.block
+        carried = body(list(for_op.body.block.args))
+        self.b.origin = None
+        self.b.add(tiled_loop.YieldOp(*carried))
+        self.b.block = outer
+        for result, init in zip(for_op.results, inits):
+            result.name_hint = init.name_hint
+        return list(for_op.results)
+
+    def reduce_over_columns(self, section: Section, iv: str, block_cols: str, phase_one_work=None) -> None:
+        """Loop over the column tiles folding every reduction of ``section``; sets ``self.stats``."""
+        reductions = section.reductions
+        self.b.origin = None
+        states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in reductions]
+        sizes = [len(s) for s in states]
+
+        def body(carried):
+            at = ColumnTile(section, self.row_offset, Dim(iv), block_cols)
+            if phase_one_work is not None:
+                phase_one_work(at)
+            next_states = []
+            for op, size in zip(reductions, sizes):
+                state, carried = carried[:size], carried[size:]
+                x = self.compute(rules.reduction_input(op), at)
+                self.b.origin = origin_label(op)
+                next_states += rules.ROW_REDUCTIONS[type(op)].update(self.b, state, x, self.valid_cols(at))
+            return next_states
+
+        flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body)
+        for op, size in zip(reductions, sizes):
+            state, flat = flat[:size], flat[size:]
+            self.b.origin = origin_label(op)
+            self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
+
+    def matmul_tile(self, col_offset: Dim) -> SSAValue:
+        """The fp32 accumulator of the output tile at ``col_offset``: the K loop, with the prologue applied to A."""
+        matmul = self.plan.matmul
+        prologue = self.plan.prologue
+        self.b.origin = "matmul"
+        acc = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc")
+
+        def body(carried):
+            self.b.origin = None
+            if prologue is None:
+                at = ColumnTile(self.plan.main, self.row_offset, Dim("k"), BLOCK_K)
+                a = self.load(matmul.lhs, FULL, at, upcast=False)
+            else:
+                at = ColumnTile(prologue, self.row_offset, Dim("k"), BLOCK_K)
+                normalized = self.compute(matmul.lhs, at)
+                # Zero the padding columns of K so that they add nothing to the dot, whatever the prologue made.
+                self.b.origin = None
+                normalized = self.b.masked(normalized, self.valid_cols(at), 0.0)
+                a = self.b.cast(normalized, matmul.lhs.type.element_type, "a_tile")
+            rhs = self.arg_of[matmul.rhs]
+            b_tile = self.b.add(tiled_loop.LoadOp(
+                rhs, [Dim("k"), col_offset], TileType([BLOCK_K, BLOCK_N], rhs.type.element_type)), f"{rhs.name_hint}_tile")
+            self.b.origin = "matmul"
+            return [self.b.add(tiled_loop.DotOp(a, b_tile, carried[0]), "acc")]
+
+        return self.loop("k", self.plan.contraction, BLOCK_K, [acc], body)[0]
+
+    # -- strategies --------------------------------------------------------------------------------------------------
+    def build(self) -> None:
+        plan = self.plan
+        if plan.prologue is not None and plan.prologue.has_reductions:
+            self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
+        if plan.strategy == "row_strip":
+            self.build_row_strip()
+        else:
+            self.build_tiles()
+
+    def build_tiles(self) -> None:
+        at = ColumnTile(self.plan.main, self.row_offset, self.col_offset, BLOCK_N)
+        if self.plan.matmul is not None:
+            at.env[self.plan.matmul.output] = self.matmul_tile(self.col_offset)
+        for value in self.plan.outputs:
+            self.store(value, self.compute(value, at), at)
+
+    def build_row_strip(self) -> None:
+        plan, main = self.plan, self.plan.main
+        outputs_after = [v for v in plan.outputs if v in main.after_reduction]
+        phase_two = [v for v in outputs_after if main.value_class[v] in (FULL, ROW)]
+        y = plan.materialized
+        y_dest = None
+        if y is not None:
+            y_dest = self.output_arg.get(y) or (self.output_arg[phase_two[0]] if phase_two else self.scratch)
+
+        def phase_one(at: ColumnTile) -> None:
+            if plan.matmul is not None:
+                at.env[plan.matmul.output] = self.matmul_tile(at.col_offset)
+            for value in plan.outputs:
+                if value not in main.after_reduction:
+                    self.store(value, self.compute(value, at), at)
+            if y is not None and y not in plan.outputs:
+                self.store(y, self.compute(y, at), at, dest=y_dest)
+
+        self.reduce_over_columns(main, "n", BLOCK_N, phase_one)
+        after = ColumnTile(main, self.row_offset, None, BLOCK_N)
+        for value in outputs_after:
+            if main.value_class[value] in (COL, SCALAR):
+                self.store(value, self.compute(value, after), after)
+        if not phase_two:
+            return
+        column_values = {v: t for v, t in after.env.items()}
+
+        def body(carried):
+            at = ColumnTile(main, self.row_offset, Dim("n"), BLOCK_N, env=dict(column_values))
+            if y is not None:
+                self.b.origin = None
+                stored = self.b.add(tiled_loop.LoadOp(
+                    y_dest, [self.row_offset, Dim("n")], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
+                    "y_tile")
+                at.env[y] = self.b.cast(stored, f32)
+            for value in phase_two:
+                self.store(value, self.compute(value, at), at)
+            return []
+
+        self.loop("n", main.space.cols, BLOCK_N, [], body)
+
+
+def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], str]:
+    """The kernel argument type of a group value: its dims as the kernel sees them and how the launcher views it."""
+    dims = value.type.dims
+    if cls == "rhs":
+        k, n = dims
+        return ([n, k], "transpose") if plan.matmul.rhs_transposed else ([k, n], "")
+    if cls == "lhs":
+        if plan.matmul.lhs_transposed:
+            k, m = dims
+            return [m, k], "transpose"
+        return [Dim(_product(dims[:-1])), dims[-1]], ""
+    in_prologue = plan.prologue is not None and value in plan.prologue.value_class
+    space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
+    return {FULL: [space.rows, space.cols], ROW: [space.cols], COL: [space.rows], SCALAR: [Dim(1)]}[cls], ""
+
+
+def _product(dims) -> str:
+    return "*".join(f"({d})" for d in dims) or "1"
+
+
+def lower_fused(fused: tensor_op.FusedOp, name: str) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+    block = fused.body.block
+    ops = list(block.ops)[:-1]
+    outputs = list(block.last_op.values)
+    plan = plan_group(ops, outputs)
+    arg_types, views, names = [], [], []
+    for arg in block.args:
+        cls = plan.input_class[arg]
+        dims, view = _view_dims(arg, cls, plan)
+        arg_types.append(TensorType(dims, arg.type.element_type))
+        views.append(view)
+        names.append(arg.name_hint or f"in{len(names)}")
+    out_types = []
+    for index, value in enumerate(outputs):
+        cls = plan.main.value_class.get(value, FULL)
+        dims, _ = _view_dims(value, cls, plan)
+        out_types.append(TensorType(dims, value.type.element_type))
+        names.append(f"out{index}")
+    phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
+    needs_scratch = plan.materialized is not None and plan.materialized not in outputs and not phase_two
+    if needs_scratch:
+        out_types.append(TensorType([plan.main.space.rows, plan.main.space.cols], plan.materialized.type.element_type))
+        names.append("scratch")
+    strategy = plan.strategy
+    params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
+    rows, cols = plan.main.space.rows, plan.main.space.cols
+    group = None
+    if strategy == "tile2d":
+        grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
+        if plan.matmul is not None:
+            params.append(GROUP_M)
+            group = GROUP_M
+    elif strategy == "skinny_m":
+        grid, pids = [f"cdiv({cols}, {BLOCK_N})"], ["pid_n"]
+    else:
+        grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
+    kernel = tiled_loop.KernelOp(name, grid=grid, program_ids=pids, strategy=strategy, tile_params=params,
+                                 num_inputs=len(block.args), arg_types=arg_types + out_types, arg_views=views + [""] * len(out_types),
+                                 group_size=group)
+    kernel_args = kernel.body.block.args
+    for arg, arg_name in zip(kernel_args, names):
+        arg.name_hint = arg_name
+    arg_of = dict(zip(block.args, kernel_args))
+    output_arg = dict(zip(outputs, kernel_args[len(block.args):]))
+    scratch = kernel_args[-1] if needs_scratch else None
+    KernelLowering(plan, kernel, arg_of, output_arg, scratch).build()
+    launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
+    return kernel, launch
+
+
+class TilePass(ModulePass):
+    """Lower every ``tensor_op.fused`` region to a ``tiled_loop.kernel`` and launch it (module docstring)."""
+
+    name = "amk-tile"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
+        fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
+        module_block: Block = op.body.block
+        first = module_block.first_op
+        for index, fused in enumerate(fused_ops):
+            name = f"fused_{index}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            kernel, launch = lower_fused(fused, name)
+            if first is None:
+                module_block.add_op(kernel)
+            else:
+                module_block.insert_op_before(kernel, first)
+            fused.parent_block().insert_op_before(launch, fused)
+            for old, new in zip(fused.outputs, launch.outputs):
+                old.replace_all_uses_with(new)
+                new.name_hint = old.name_hint
+            fused.detach()
+            fused.erase()
