@@ -1,0 +1,66 @@
+"""Kernel configurations: the values bound to a kernel's tile-size symbols plus its launch parameters.
+
+``default_config`` is the heuristic used when nothing is tuned: it looks at the strategy and the problem size of a
+``tiled_loop.kernel`` only, so it works on the CPU as well as on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from amk.symbolic import Dim
+
+# Keys as users spell them in ``parameter_grid`` and the symbols they bind.
+PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
+                  "GROUP_SIZE_M": "GROUP_M", "num_warps": "num_warps", "num_stages": "num_stages"}
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    BLOCK_M: int = 64
+    BLOCK_N: int = 64
+    BLOCK_K: int = 32
+    GROUP_M: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def constants(self, tile_params: list[str]) -> dict[str, int]:
+        """The tile-size symbols a kernel uses, bound."""
+        values = self.as_dict()
+        return {name: values[name] for name in tile_params}
+
+    def user_view(self) -> dict[str, int]:
+        """The configuration under the ``parameter_grid`` key names."""
+        values = self.as_dict()
+        return {key: values[field] for key, field in PARAMETER_KEYS.items()}
+
+
+def next_power_of_two(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
+def _bounded(dim: Dim, preferred: int, minimum: int) -> int:
+    """``preferred``, shrunk to the power of two covering a small static ``dim``."""
+    if dim.is_static:
+        return max(minimum, min(preferred, next_power_of_two(dim.value)))
+    return preferred
+
+
+def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None, element_bytes: int) -> KernelConfig:
+    """A reasonable configuration for a kernel of ``strategy`` over ``rows x cols`` (contracting ``contraction``)."""
+    has_dot = contraction is not None
+    minimum = 16 if has_dot else 1
+    block_k = _bounded(contraction, 64 if element_bytes <= 2 else 32, 16) if has_dot else 32
+    if strategy == "skinny_m":
+        return KernelConfig(BLOCK_M=_bounded(rows, 16, 16), BLOCK_N=_bounded(cols, 64, 16),
+                            BLOCK_K=_bounded(contraction, 128, 16), num_warps=4, num_stages=4)
+    if strategy == "row_strip":
+        return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),
+                            BLOCK_K=block_k, num_warps=8 if has_dot else 4, num_stages=3)
+    if has_dot:
+        return KernelConfig(BLOCK_M=_bounded(rows, 128, 16), BLOCK_N=_bounded(cols, 128, 16), BLOCK_K=block_k,
+                            GROUP_M=8, num_warps=8, num_stages=3)
+    return KernelConfig(BLOCK_M=_bounded(rows, 8, 1), BLOCK_N=_bounded(cols, 256, 1), num_warps=4, num_stages=1)

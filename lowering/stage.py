@@ -1,0 +1,210 @@
+"""``amk-stage``: place a ``tiled_loop.kernel`` in memory, producing a ``memory_staged.kernel``.
+
+Tile sizes are bound from the pass options (or the heuristic of :mod:`amk.lowering.configs`), and then:
+
+- kernel tensors become ``global`` buffers;
+- a load read only by a ``tiled_loop.dot`` inside a loop becomes ``memory_staged.stage`` into ``shared`` memory,
+  ``num_stages`` deep; other loads go to registers (``memory_staged.load``);
+- the zero tile a K loop starts from becomes a register ``memory_staged.accumulator``;
+- each global access masks only the axes whose extent sympy cannot prove to be a multiple of the tile size, and
+  ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then folds away);
+- offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more.
+
+Input::
+
+    %a = tiled_loop.load %x <[BLOCK_M*pid_m, k]> : !tensor_op.tensor<[64, 48], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>
+
+Output (``amk-stage{block_m=64 block_k=32}``; 48 is not a multiple of 32, so K is masked)::
+
+    %a = memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [false, true], index_bits = 32 : i64, depth = 3 : i64}
+        : !memory_staged.buffer<global, [64, 48], f16> -> !memory_staged.buffer<shared, [BLOCK_M, BLOCK_K], f16>
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, i1
+from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from amk.dialects import memory_staged, tiled_loop
+from amk.dialects.memory_staged import BufferType
+from amk.dialects.tiled_loop import TileType
+from amk.lowering.configs import KernelConfig, default_config
+from amk.symbolic import Dim, provably_divisible
+
+INDEX_LIMIT = 2**31
+
+
+def kernel_problem(kernel: tiled_loop.KernelOp) -> tuple[Dim, Dim, Dim | None, int]:
+    """(rows, cols, contraction or None, element bytes) of a tile-level kernel, read from its loops and outputs."""
+    output = kernel.outputs[0].type
+    rows, cols = output.dims[0], (output.dims[1] if output.rank == 2 else Dim(1))
+    loops = {op.iv.data: op.upper for op in kernel.walk() if isinstance(op, tiled_loop.ForOp)}
+    contraction = loops.get("k")
+    cols = loops.get("n", cols)
+    element_bytes = max(_element_bytes(a.type.element_type) for a in kernel.inputs) if kernel.inputs else 4
+    return rows, cols, contraction, element_bytes
+
+
+def _element_bytes(element_type) -> int:
+    return max(1, getattr(element_type, "bitwidth", 32) // 8)
+
+
+def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int]) -> KernelConfig:
+    rows, cols, contraction, element_bytes = kernel_problem(kernel)
+    base = default_config(kernel.strategy.data, rows, cols, contraction, element_bytes).as_dict()
+    base.update({k: v for k, v in overrides.items() if v})
+    return KernelConfig(**base)
+
+
+class _Staging:
+    def __init__(self, constants: dict[str, int], num_stages: int, loops: list[tiled_loop.ForOp]):
+        self.bindings = constants
+        self.num_stages = num_stages
+        # A loop variable starting at 0 is a multiple of its step: write it as step * iteration.
+        self.iterations = {loop.iv.data: Dim(f"({loop.step}) * {loop.iv.data}_iteration")
+                           for loop in loops if loop.lower == Dim(0)}
+
+    def bound(self, dim: Dim) -> Dim:
+        return dim.subs(self.iterations).subs(self.bindings)
+
+    def mask(self, buffer: BufferType, tile: TileType, offsets) -> list[bool]:
+        """Per buffer axis: does the tile need a bounds mask there?"""
+        tile_dims = tile.dims
+        if buffer.rank == 1:
+            axes = [tile_dims[1] if tile_dims[0] == Dim(1) else tile_dims[0]]
+        else:
+            axes = list(tile_dims)
+        needs = []
+        for extent, size, offset in zip(buffer.dims, axes, offsets):
+            size = self.bound(size)
+            aligned = provably_divisible(self.bound(offset), size) if offset != Dim(0) else True
+            needs.append(not (aligned and provably_divisible(extent, size)))
+        return needs
+
+    @staticmethod
+    def index_bits(buffer: BufferType) -> int:
+        size = Dim(math.prod((d.expr for d in buffer.dims), start=1))
+        return 32 if size.is_static and size.value < INDEX_LIMIT else 64
+
+
+class _LowerAccesses(RewritePattern):
+    def __init__(self, staging: _Staging):
+        self.staging = staging
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
+        staging = self.staging
+        if isinstance(op, tiled_loop.LoadOp):
+            buffer = op.source.type
+            mask = staging.mask(buffer, op.result.type, op.offsets.dims)
+            bits = staging.index_bits(buffer)
+            users = [use.operation for use in op.result.uses]
+            in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
+            if in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users):
+                tile = op.result.type
+                new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
+                                            BufferType("shared", tile.dims, tile.element_type))
+            else:
+                new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type)
+            new.results[0].name_hint = op.result.name_hint
+            rewriter.replace(op, new)
+        elif isinstance(op, tiled_loop.StoreOp):
+            buffer = op.dest.type
+            mask = staging.mask(buffer, op.value.type, op.offsets.dims)
+            rewriter.replace(op, memory_staged.StoreOp(op.value, op.dest, op.offsets.dims, mask,
+                                                        staging.index_bits(buffer)))
+        elif isinstance(op, tiled_loop.InBoundsOp):
+            tile = op.result.type
+            provable = all(
+                provably_divisible(staging.bound(extent), staging.bound(size)) or size == Dim(1)
+                for extent, size in zip(op.extents.dims, tile.dims)
+            )
+            if provable:
+                rewriter.replace(op, tiled_loop.FullOp(1.0, tile))
+
+
+class _LowerDots(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tiled_loop.DotOp, rewriter: PatternRewriter, /):
+        acc = op.acc
+        if isinstance(acc, BlockArgument) and isinstance(acc.owner.parent_op(), tiled_loop.ForOp):
+            loop = acc.owner.parent_op()
+            init = loop.inits[acc.index]
+            if isinstance(init.owner, tiled_loop.FullOp) and init.owner.number == 0.0:
+                accumulator = memory_staged.AccumulatorOp(init.type)
+                accumulator.results[0].name_hint = init.name_hint
+                rewriter.replace(init.owner, accumulator)
+        new = memory_staged.DotOp(op.lhs, op.rhs, op.acc)
+        new.results[0].name_hint = op.result.name_hint
+        new.attributes.update(op.attributes)
+        rewriter.replace(op, new)
+
+
+class _FoldTrueSelect(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tiled_loop.SelectOp, rewriter: PatternRewriter, /):
+        cond = op.cond.owner
+        if (isinstance(cond, tiled_loop.FullOp) and cond.result.type.element_type == i1 and cond.number != 0.0
+                and op.true_value.type == op.result.type):
+            rewriter.replace(op, [], [op.true_value])
+
+
+def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_staged.KernelOp:
+    constants = config.constants([p.data for p in kernel.tile_params.data])
+    arg_types = [BufferType("global", a.type.dims, a.type.element_type) for a in kernel.body.block.args]
+    staged = memory_staged.KernelOp(
+        kernel.sym_name.data, grid=kernel.grid.dims, program_ids=[p.data for p in kernel.program_ids.data],
+        constants=constants, num_warps=config.num_warps, num_stages=config.num_stages,
+        num_inputs=kernel.num_inputs.value.data, strategy=kernel.strategy.data, arg_types=arg_types,
+        arg_views=kernel.arg_views, group_size=kernel.group_size)
+    new_block = staged.body.block
+    for old, new in zip(kernel.body.block.args, new_block.args):
+        new.name_hint = old.name_hint
+        old.replace_all_uses_with(new)
+    for op in list(kernel.body.block.ops):
+        op.detach()
+        new_block.add_op(op)
+    loops = [op for op in staged.walk() if isinstance(op, tiled_loop.ForOp)]
+    staging = _Staging(constants, config.num_stages, loops)
+    PatternRewriteWalker(GreedyRewritePatternApplier([_LowerAccesses(staging), _LowerDots(), _FoldTrueSelect()]),
+                         apply_recursively=True).rewrite_region(staged.body)
+    return staged
+
+
+@dataclass(frozen=True)
+class StagePass(ModulePass):
+    """Bind tile sizes and lower ``tiled_loop.kernel`` ops to ``memory_staged.kernel`` (see the module docstring).
+
+    Options left at 0 take the heuristic default for the kernel's strategy and problem size.
+    """
+
+    name = "amk-stage"
+
+    block_m: int = 0
+    block_n: int = 0
+    block_k: int = 0
+    group_m: int = 0
+    num_warps: int = 0
+    num_stages: int = 0
+
+    def overrides(self) -> dict[str, int]:
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m,
+                "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
+            staged = stage_kernel(kernel, config_for(kernel, self.overrides()))
+            kernel.parent_block().insert_op_before(staged, kernel)
+            kernel.detach()
+            kernel.erase()

@@ -1,0 +1,217 @@
+// RUN: amk-opt %s --split-input-file | filecheck %s
+// RUN: %roundtrip
+
+// Matmul with a symbolic row dimension: S*B is printed canonically as B*S.
+func.func @matmul(%x : !tensor_op.tensor<[B*S, 4096], f16>, %w : !tensor_op.tensor<[4096, 1024], f16>) -> !tensor_op.tensor<[B*S, 1024], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B*S, 4096], f16>, !tensor_op.tensor<[4096, 1024], f16>) -> !tensor_op.tensor<[S*B, 1024], f16>
+  func.return %0 : !tensor_op.tensor<[B*S, 1024], f16>
+}
+
+// CHECK-LABEL: func.func @matmul(%x: !tensor_op.tensor<[B*S, 4096], f16>, %w: !tensor_op.tensor<[4096, 1024], f16>) -> !tensor_op.tensor<[B*S, 1024], f16> {
+// CHECK-NEXT:  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B*S, 4096], f16>, !tensor_op.tensor<[4096, 1024], f16>) -> !tensor_op.tensor<[B*S, 1024], f16>
+// CHECK-NEXT:  func.return %0 : !tensor_op.tensor<[B*S, 1024], f16>
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @matmul_transposed(%x : !tensor_op.tensor<[B, 128, 64], f16>, %w : !tensor_op.tensor<[32, 64], f16>, %y : !tensor_op.tensor<[B, 64, 128], f16>, %v : !tensor_op.tensor<[64, 32], f16>) {
+  %0 = tensor_op.matmul %x, %w {transpose_rhs = true} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+  %1 = tensor_op.matmul %y, %v {transpose_lhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+  %2 = tensor_op.matmul %y, %w {transpose_lhs = true, transpose_rhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+  %3 = tensor_op.matmul %x, %v {transpose_lhs = false, transpose_rhs = false} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+  func.return
+}
+
+// CHECK-LABEL: func.func @matmul_transposed(%x: !tensor_op.tensor<[B, 128, 64], f16>, %w: !tensor_op.tensor<[32, 64], f16>, %y: !tensor_op.tensor<[B, 64, 128], f16>, %v: !tensor_op.tensor<[64, 32], f16>) {
+// CHECK-NEXT:  %0 = tensor_op.matmul %x, %w {transpose_rhs = true} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+// CHECK-NEXT:  %1 = tensor_op.matmul %y, %v {transpose_lhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+// CHECK-NEXT:  %2 = tensor_op.matmul %y, %w {transpose_lhs = true, transpose_rhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+// CHECK-NEXT:  %3 = tensor_op.matmul %x, %v {transpose_lhs = false, transpose_rhs = false} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @binary(%x : !tensor_op.tensor<[M, N], f32>, %y : !tensor_op.tensor<[M, N], f32>, %b : !tensor_op.tensor<[N], f32>, %c : !tensor_op.tensor<[M, 1], f32>) {
+  %0 = tensor_op.add %x, %b : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %1 = tensor_op.sub %x, %y : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %2 = tensor_op.mul %x, %c : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, 1], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %3 = tensor_op.div %c, %b : (!tensor_op.tensor<[M, 1], f32>, !tensor_op.tensor<[N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %4 = tensor_op.maximum %x, %y : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %5 = tensor_op.minimum %b, %x : (!tensor_op.tensor<[N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @binary(%x: !tensor_op.tensor<[M, N], f32>, %y: !tensor_op.tensor<[M, N], f32>, %b: !tensor_op.tensor<[N], f32>, %c: !tensor_op.tensor<[M, 1], f32>) {
+// CHECK-NEXT:  %0 = tensor_op.add %x, %b : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[N], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %1 = tensor_op.sub %x, %y : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %2 = tensor_op.mul %x, %c : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, 1], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %3 = tensor_op.div %c, %b : (!tensor_op.tensor<[M, 1], f32>, !tensor_op.tensor<[N], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %4 = tensor_op.maximum %x, %y : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %5 = tensor_op.minimum %b, %x : (!tensor_op.tensor<[N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @unary(%x : !tensor_op.tensor<[B*S, 768], bf16>) {
+  %0 = tensor_op.relu %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %1 = tensor_op.gelu %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %2 = tensor_op.gelu %x {approximate = "none"} : !tensor_op.tensor<[B*S, 768], bf16>
+  %3 = tensor_op.gelu %x {approximate = "tanh"} : !tensor_op.tensor<[B*S, 768], bf16>
+  %4 = tensor_op.silu %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %5 = tensor_op.sigmoid %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %6 = tensor_op.tanh %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %7 = tensor_op.exp %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %8 = tensor_op.mish %x : !tensor_op.tensor<[B*S, 768], bf16>
+  func.return
+}
+
+// CHECK-LABEL: func.func @unary(%x: !tensor_op.tensor<[B*S, 768], bf16>) {
+// CHECK-NEXT:  %0 = tensor_op.relu %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %1 = tensor_op.gelu %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %2 = tensor_op.gelu %x {approximate = "none"} : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %3 = tensor_op.gelu %x {approximate = "tanh"} : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %4 = tensor_op.silu %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %5 = tensor_op.sigmoid %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %6 = tensor_op.tanh %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %7 = tensor_op.exp %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %8 = tensor_op.mish %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @unary_params(%x : !tensor_op.tensor<[M, cdiv(N, 64)], f32>) {
+  %0 = tensor_op.leaky_relu %x : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  %1 = tensor_op.leaky_relu %x {negative_slope = 2.000000e-01 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  %2 = tensor_op.clamp %x {min = -1.0 : f64, max = 1.0 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  %3 = tensor_op.clamp %x {min = 0.0 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  %4 = tensor_op.clamp %x {max = 6.0 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  %5 = tensor_op.scale %x {factor = 0.125 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @unary_params(%x: !tensor_op.tensor<[M, cdiv(N, 64)], f32>) {
+// CHECK-NEXT:  %0 = tensor_op.leaky_relu %x : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  %1 = tensor_op.leaky_relu %x {negative_slope = 2.000000e-01 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  %2 = tensor_op.clamp %x {min = -1.000000e+00 : f64, max = 1.000000e+00 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  %3 = tensor_op.clamp %x {min = 0.000000e+00 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  %4 = tensor_op.clamp %x {max = 6.000000e+00 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  %5 = tensor_op.scale %x {factor = 1.250000e-01 : f64} : !tensor_op.tensor<[M, cdiv(N, 64)], f32>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @cast(%x : !tensor_op.tensor<[M, N], f16>, %y : !tensor_op.tensor<[M, N], f32>) {
+  %0 = tensor_op.cast %x : !tensor_op.tensor<[M, N], f16> -> !tensor_op.tensor<[M, N], f32>
+  %1 = tensor_op.cast %y : !tensor_op.tensor<[M, N], f32> -> !tensor_op.tensor<[M, N], bf16>
+  func.return
+}
+
+// CHECK-LABEL: func.func @cast(%x: !tensor_op.tensor<[M, N], f16>, %y: !tensor_op.tensor<[M, N], f32>) {
+// CHECK-NEXT:  %0 = tensor_op.cast %x : !tensor_op.tensor<[M, N], f16> -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  %1 = tensor_op.cast %y : !tensor_op.tensor<[M, N], f32> -> !tensor_op.tensor<[M, N], bf16>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @reductions(%x : !tensor_op.tensor<[B, S, 64], f32>) {
+  %0 = tensor_op.reduce_sum %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+  %1 = tensor_op.reduce_max %x {axis = -1 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S, 1], f32>
+  %2 = tensor_op.reduce_mean %x {axis = 1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, 64], f32>
+  %3 = tensor_op.logsumexp %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+  %4 = tensor_op.logsumexp %x {axis = 0 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[1, S, 64], f32>
+  %5 = tensor_op.reduce_sum %x {axis = 2 : i64, keepdim = false} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @reductions(%x: !tensor_op.tensor<[B, S, 64], f32>) {
+// CHECK-NEXT:  %0 = tensor_op.reduce_sum %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+// CHECK-NEXT:  %1 = tensor_op.reduce_max %x {axis = -1 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S, 1], f32>
+// CHECK-NEXT:  %2 = tensor_op.reduce_mean %x {axis = 1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, 64], f32>
+// CHECK-NEXT:  %3 = tensor_op.logsumexp %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+// CHECK-NEXT:  %4 = tensor_op.logsumexp %x {axis = 0 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[1, S, 64], f32>
+// CHECK-NEXT:  %5 = tensor_op.reduce_sum %x {axis = 2 : i64, keepdim = false} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @softmax(%x : !tensor_op.tensor<[B*H, S, S], f16>) {
+  %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[B*H, S, S], f16>
+  %1 = tensor_op.softmax %x {axis = 1 : i64} : !tensor_op.tensor<[B*H, S, S], f16>
+  func.return
+}
+
+// CHECK-LABEL: func.func @softmax(%x: !tensor_op.tensor<[B*H, S, S], f16>) {
+// CHECK-NEXT:  %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[B*H, S, S], f16>
+// CHECK-NEXT:  %1 = tensor_op.softmax %x {axis = 1 : i64} : !tensor_op.tensor<[B*H, S, S], f16>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @norms(%x : !tensor_op.tensor<[B*S, 4096], bf16>, %g : !tensor_op.tensor<[4096], bf16>, %b : !tensor_op.tensor<[4096], bf16>) {
+  %0 = tensor_op.layernorm %x {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %1 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %3 = tensor_op.rmsnorm %x {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  func.return
+}
+
+// CHECK-LABEL: func.func @norms(%x: !tensor_op.tensor<[B*S, 4096], bf16>, %g: !tensor_op.tensor<[4096], bf16>, %b: !tensor_op.tensor<[4096], bf16>) {
+// CHECK-NEXT:  %0 = tensor_op.layernorm %x {eps = 1.000000e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %1 = tensor_op.layernorm %x weight %g {eps = 1.000000e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %3 = tensor_op.rmsnorm %x {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @fused(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !tensor_op.tensor<[64, 32], f16>, %b : !tensor_op.tensor<[32], f16>) -> (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>) {
+  %0, %1 = tensor_op.fused %x, %w, %b : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[32], f16>) -> (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>) {
+  ^bb0(%a : !tensor_op.tensor<[B*S, 64], f16>, %bw : !tensor_op.tensor<[64, 32], f16>, %bb : !tensor_op.tensor<[32], f16>):
+    %2 = tensor_op.matmul %a, %bw : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
+    %3 = tensor_op.add %2, %bb : (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
+    %4 = tensor_op.reduce_max %3 {axis = -1 : i64} : !tensor_op.tensor<[B*S, 32], f16> -> !tensor_op.tensor<[B*S], f16>
+    tensor_op.yield %3, %4 : !tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>
+  }
+  func.return %0, %1 : !tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>
+}
+
+// CHECK-LABEL: func.func @fused(%x: !tensor_op.tensor<[B*S, 64], f16>, %w: !tensor_op.tensor<[64, 32], f16>, %b: !tensor_op.tensor<[32], f16>) -> (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>) {
+// CHECK-NEXT:  %0, %1 = tensor_op.fused %x, %w, %b : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[32], f16>) -> (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>) {
+// CHECK-NEXT:  ^bb0(%a: !tensor_op.tensor<[B*S, 64], f16>, %bw: !tensor_op.tensor<[64, 32], f16>, %bb: !tensor_op.tensor<[32], f16>):
+// CHECK-NEXT:  %2 = tensor_op.matmul %a, %bw : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
+// CHECK-NEXT:  %3 = tensor_op.add %2, %bb : (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
+// CHECK-NEXT:  %4 = tensor_op.reduce_max %3 {axis = -1 : i64} : !tensor_op.tensor<[B*S, 32], f16> -> !tensor_op.tensor<[B*S], f16>
+// CHECK-NEXT:  tensor_op.yield %3, %4 : !tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  func.return %0, %1 : !tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[B*S], f16>
+// CHECK-NEXT:  }
+
+// -----
+
+func.func @fused_single(%x : !tensor_op.tensor<[cdiv(N, 64)*64], f32>) -> !tensor_op.tensor<[cdiv(N, 64)*64], f32> {
+  %0 = tensor_op.fused %x : (!tensor_op.tensor<[cdiv(N, 64)*64], f32>) -> !tensor_op.tensor<[cdiv(N, 64)*64], f32> {
+  ^bb0(%a : !tensor_op.tensor<[cdiv(N, 64)*64], f32>):
+    %1 = tensor_op.relu %a : !tensor_op.tensor<[cdiv(N, 64)*64], f32>
+    tensor_op.yield %1 : !tensor_op.tensor<[cdiv(N, 64)*64], f32>
+  }
+  func.return %0 : !tensor_op.tensor<[cdiv(N, 64)*64], f32>
+}
+
+// CHECK-LABEL: func.func @fused_single(%x: !tensor_op.tensor<[64*cdiv(N, 64)], f32>) -> !tensor_op.tensor<[64*cdiv(N, 64)], f32> {
+// CHECK-NEXT:  %0 = tensor_op.fused %x : (!tensor_op.tensor<[64*cdiv(N, 64)], f32>) -> !tensor_op.tensor<[64*cdiv(N, 64)], f32> {
+// CHECK-NEXT:  ^bb0(%a: !tensor_op.tensor<[64*cdiv(N, 64)], f32>):
+// CHECK-NEXT:  %1 = tensor_op.relu %a : !tensor_op.tensor<[64*cdiv(N, 64)], f32>
+// CHECK-NEXT:  tensor_op.yield %1 : !tensor_op.tensor<[64*cdiv(N, 64)], f32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  func.return %0 : !tensor_op.tensor<[64*cdiv(N, 64)], f32>
+// CHECK-NEXT:  }
