@@ -145,14 +145,25 @@ def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
     return int(value)
 
 
-def to_python(dim: Dim | str | int) -> str:
-    """Python source for ``dim`` (``cdiv`` becomes ``triton.cdiv``; integer division stays integral)."""
-    return _PythonPrinter().doprint(Dim(dim).expr)
+def to_python(dim: Dim | str | int | sympy.Expr, cdiv_name: str = "triton.cdiv") -> str:
+    """Python source for ``dim``: ``cdiv`` becomes ``cdiv_name`` and division stays integral."""
+    expr = dim if isinstance(dim, sympy.Basic) else Dim(dim).expr
+    return _PythonPrinter(cdiv_name).doprint(expr)
 
 
 class _PythonPrinter(sympy.printing.str.StrPrinter):
+    def __init__(self, cdiv_name: str):
+        super().__init__()
+        self.cdiv_name = cdiv_name
+
     def _print_cdiv(self, expr):
-        return f"triton.cdiv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+        return f"{self.cdiv_name}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_Max(self, expr):
+        return f"max({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Min(self, expr):
+        return f"min({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_Mul(self, expr):
         numerator, denominator = expr.as_numer_denom()

@@ -162,9 +162,9 @@ class MatmulOp(TensorOp):
             properties["transpose_lhs"] = BoolAttr.from_bool(True)
         if transpose_rhs:
             properties["transpose_rhs"] = BoolAttr.from_bool(True)
-        super().__init__(operands=[lhs, rhs], properties=properties, result_types=[result_type])
         if result_type is None:
-            self.results[0]._type = self.infer_result_type()
+            result_type = matmul_type(tensor_type(lhs), tensor_type(rhs), transpose_lhs, transpose_rhs, self.name)
+        super().__init__(operands=[lhs, rhs], properties=properties, result_types=[result_type])
 
     @property
     def lhs_transposed(self) -> bool:
@@ -175,24 +175,27 @@ class MatmulOp(TensorOp):
         return bool(self.transpose_rhs and self.transpose_rhs.value.data)
 
     def infer_result_type(self) -> TensorType:
-        a, b = tensor_type(self.lhs), tensor_type(self.rhs)
-        if a.rank < 2:
-            raise VerifyException(f"'{self.name}' lhs must have rank >= 2, got rank {a.rank}")
-        if b.rank != 2:
-            raise VerifyException(f"'{self.name}' rhs must have rank 2, got rank {b.rank}")
-        if a.element_type != b.element_type:
-            raise VerifyException(
-                f"'{self.name}' operands have different element types ({a.element_type} vs {b.element_type})"
-            )
-        *batch, m, k = a.dims
-        if self.lhs_transposed:
-            m, k = k, m
-        k2, n = b.dims
-        if self.rhs_transposed:
-            k2, n = n, k2
-        if provably_different(k, k2):
-            raise VerifyException(f"'{self.name}' contraction dimension of lhs is {k} but rhs has {k2}")
-        return TensorType([*batch, m, n], a.element_type)
+        return matmul_type(tensor_type(self.lhs), tensor_type(self.rhs), self.lhs_transposed, self.rhs_transposed,
+                           self.name)
+
+
+def matmul_type(a: TensorType, b: TensorType, transpose_lhs: bool, transpose_rhs: bool, name: str) -> TensorType:
+    """Result type of a matmul; a provable mismatch is a VerifyException naming the dims."""
+    if a.rank < 2:
+        raise VerifyException(f"'{name}' lhs must have rank >= 2, got rank {a.rank}")
+    if b.rank != 2:
+        raise VerifyException(f"'{name}' rhs must have rank 2, got rank {b.rank}")
+    if a.element_type != b.element_type:
+        raise VerifyException(f"'{name}' operands have different element types ({a.element_type} vs {b.element_type})")
+    *batch, m, k = a.dims
+    if transpose_lhs:
+        m, k = k, m
+    k2, n = b.dims
+    if transpose_rhs:
+        k2, n = n, k2
+    if provably_different(k, k2):
+        raise VerifyException(f"'{name}' contraction dimension of lhs is {k} but rhs has {k2}")
+    return TensorType([*batch, m, n], a.element_type)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -213,16 +216,17 @@ class ElementwiseBinaryOp(TensorOp):
     assembly_format = _BINARY_FORMAT
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
-        super().__init__(operands=[lhs, rhs], result_types=[None])
-        self.results[0]._type = self.infer_result_type()
+        result = self.broadcast_type(tensor_type(lhs), tensor_type(rhs), self.name)
+        super().__init__(operands=[lhs, rhs], result_types=[result])
 
     def infer_result_type(self) -> TensorType:
-        a, b = tensor_type(self.lhs), tensor_type(self.rhs)
+        return self.broadcast_type(tensor_type(self.lhs), tensor_type(self.rhs), self.name)
+
+    @staticmethod
+    def broadcast_type(a: TensorType, b: TensorType, name: str) -> TensorType:
         if a.element_type != b.element_type:
-            raise VerifyException(
-                f"'{self.name}' operands have different element types ({a.element_type} vs {b.element_type})"
-            )
-        return TensorType(broadcast_dims(a.dims, b.dims, f"'{self.name}'"), a.element_type)
+            raise VerifyException(f"'{name}' operands have different element types ({a.element_type} vs {b.element_type})")
+        return TensorType(broadcast_dims(a.dims, b.dims, f"'{name}'"), a.element_type)
 
 
 @irdl_op_definition
@@ -440,18 +444,21 @@ class ReductionOp(AxisOp):
         properties = {"axis": IntegerAttr(axis, i64)}
         if keepdim:
             properties["keepdim"] = BoolAttr.from_bool(True)
-        super().__init__(operands=[input], properties=properties, result_types=[None])
-        self.results[0]._type = self.infer_result_type()
+        result = self.reduced_type(tensor_type(input), axis, keepdim, self.name)
+        super().__init__(operands=[input], properties=properties, result_types=[result])
 
     @property
     def keeps_dim(self) -> bool:
         return bool(self.keepdim and self.keepdim.value.data)
 
     def infer_result_type(self) -> TensorType:
-        source = tensor_type(self.input)
-        axis = self.normalized_axis
+        return self.reduced_type(tensor_type(self.input), self.axis.value.data, self.keeps_dim, self.name)
+
+    @staticmethod
+    def reduced_type(source: TensorType, axis: int, keepdim: bool, name: str) -> TensorType:
+        axis = normalize_axis(axis, source.rank, f"'{name}'")
         dims = list(source.dims)
-        if self.keeps_dim:
+        if keepdim:
             dims[axis] = Dim(1)
         else:
             del dims[axis]
@@ -549,6 +556,8 @@ class LayerNormOp(NormOp):
     """
 
     name = "tensor_op.layernorm"
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     assembly_format = (
         "$input (`weight` $weight^)? (`bias` $bias^)? attr-dict `:` "

@@ -186,11 +186,13 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
 class StagePass(ModulePass):
     """Bind tile sizes and lower ``tiled_loop.kernel`` ops to ``memory_staged.kernel`` (see the module docstring).
 
-    Options left at 0 take the heuristic default for the kernel's strategy and problem size.
+    Options left at 0 take the heuristic default for the kernel's strategy and problem size; ``kernel`` limits the
+    pass to the kernel of that name (the runtime stages each kernel with its own tuned configuration).
     """
 
     name = "amk-stage"
 
+    kernel: str = ""
     block_m: int = 0
     block_n: int = 0
     block_k: int = 0
@@ -204,6 +206,8 @@ class StagePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
+            if self.kernel and kernel.sym_name.data != self.kernel:
+                continue
             staged = stage_kernel(kernel, config_for(kernel, self.overrides()))
             kernel.parent_block().insert_op_before(staged, kernel)
             kernel.detach()

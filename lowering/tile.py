@@ -103,7 +103,7 @@ class KernelLowering:
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
         loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at), tile), f"{arg.name_hint}_tile")
-        return self.b.cast(loaded, f32) if upcast else loaded
+        return self.b.cast(loaded, f32, f"{arg.name_hint}_f32") if upcast else loaded
 
     def valid_cols(self, at: ColumnTile) -> SSAValue:
         """i1 tile marking the columns of this tile that lie inside the row (padding is excluded from reductions)."""
@@ -176,8 +176,9 @@ class KernelLowering:
             for op, size in zip(reductions, sizes):
                 state, carried = carried[:size], carried[size:]
                 x = self.compute(rules.reduction_input(op), at)
+                valid = self.valid_cols(at)
                 self.b.origin = origin_label(op)
-                next_states += rules.ROW_REDUCTIONS[type(op)].update(self.b, state, x, self.valid_cols(at))
+                next_states += rules.ROW_REDUCTIONS[type(op)].update(self.b, state, x, valid)
             return next_states
 
         flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body)
@@ -264,7 +265,7 @@ class KernelLowering:
                 stored = self.b.add(tiled_loop.LoadOp(
                     y_dest, [self.row_offset, Dim("n")], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
                     "y_tile")
-                at.env[y] = self.b.cast(stored, f32)
+                at.env[y] = self.b.cast(stored, f32, "y_f32")
             for value in phase_two:
                 self.store(value, self.compute(value, at), at)
             return []

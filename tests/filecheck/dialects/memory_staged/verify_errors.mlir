@@ -6,7 +6,7 @@ func.func @bad_space(%x: !memory_staged.buffer<local, [64, 32], f16>) {
   func.return
 }
 
-// CHECK: memory space must be one of global, shared, got 'local'
+// CHECK: {{^}}memory space must be one of global, shared, got 'local'
 
 // -----
 
@@ -14,7 +14,7 @@ memory_staged.kernel @constants attributes {grid = #tiled_loop.exprs<[1]>, progr
 ^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' tile size BLOCK_N = 48 must be a power of two
+// CHECK: {{^}}'memory_staged.kernel' tile size BLOCK_N = 48 must be a power of two
 
 // -----
 
@@ -22,7 +22,7 @@ memory_staged.kernel @constants_zero attributes {grid = #tiled_loop.exprs<[1]>, 
 ^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' tile size BLOCK_K = 0 must be a power of two
+// CHECK: {{^}}'memory_staged.kernel' tile size BLOCK_K = 0 must be a power of two
 
 // -----
 
@@ -30,7 +30,7 @@ memory_staged.kernel @warps attributes {grid = #tiled_loop.exprs<[1]>, program_i
 ^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' num_warps must be one of 1, 2, 4, 8, 16, 32, got 3
+// CHECK: {{^}}'memory_staged.kernel' num_warps must be one of 1, 2, 4, 8, 16, 32, got 3
 
 // -----
 
@@ -38,7 +38,7 @@ memory_staged.kernel @stages attributes {grid = #tiled_loop.exprs<[1]>, program_
 ^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' num_stages must be >= 1, got 0
+// CHECK: {{^}}'memory_staged.kernel' num_stages must be >= 1, got 0
 
 // -----
 
@@ -46,7 +46,7 @@ memory_staged.kernel @grid_ids attributes {grid = #tiled_loop.exprs<[1, 2]>, pro
 ^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' has 2 grid axes but 1 program ids
+// CHECK: {{^}}'memory_staged.kernel' has 2 grid axes but 1 program ids
 
 // -----
 
@@ -54,7 +54,7 @@ memory_staged.kernel @shared_arg attributes {grid = #tiled_loop.exprs<[1]>, prog
 ^bb0(%out: !memory_staged.buffer<shared, [64, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' argument 0: expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f32>
+// CHECK: {{^}}'memory_staged.kernel' argument 0: expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f32>
 
 // -----
 
@@ -62,7 +62,7 @@ memory_staged.kernel @tensor_arg attributes {grid = #tiled_loop.exprs<[1]>, prog
 ^bb0(%out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'memory_staged.kernel' argument 0: expected a global buffer, got !tensor_op.tensor<[M, 64], f32>
+// CHECK: {{^}}'memory_staged.kernel' argument 0: expected a global buffer, got !tensor_op.tensor<[M, 64], f32>
 
 // -----
 
@@ -71,7 +71,7 @@ memory_staged.kernel @load_index_bits attributes {grid = #tiled_loop.exprs<[1]>,
   %t = memory_staged.load %x <[0, 0]> {mask = [true, false], index_bits = 48 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !tiled_loop.tile<[64, 64], f16>
 }
 
-// CHECK: 'memory_staged.load' index_bits must be 32 or 64, got 48
+// CHECK: {{^}}'memory_staged.load' index_bits must be 32 or 64, got 48
 
 // -----
 
@@ -80,7 +80,7 @@ memory_staged.kernel @load_mask attributes {grid = #tiled_loop.exprs<[1]>, progr
   %t = memory_staged.load %x <[0, 0]> {mask = [true], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !tiled_loop.tile<[64, 64], f16>
 }
 
-// CHECK: 'memory_staged.load' needs one mask flag per buffer dim (2)
+// CHECK: {{^}}'memory_staged.load' needs one mask flag per buffer dim (2)
 
 // -----
 
@@ -89,7 +89,7 @@ memory_staged.kernel @load_offsets attributes {grid = #tiled_loop.exprs<[1]>, pr
   %t = memory_staged.load %x <[0]> {mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !tiled_loop.tile<[64, 64], f16>
 }
 
-// CHECK: 'memory_staged.load': 1 offsets for a rank-2 tensor
+// CHECK: {{^}}'memory_staged.load': 1 offsets for a rank-2 tensor
 
 // -----
 
@@ -99,7 +99,7 @@ memory_staged.kernel @load_shared attributes {grid = #tiled_loop.exprs<[1]>, pro
   %t = memory_staged.load %s <[0, 0]> {mask = [false, false], index_bits = 32 : i64} : !memory_staged.buffer<shared, [64, 64], f16> -> !tiled_loop.tile<[64, 64], f16>
 }
 
-// CHECK: 'memory_staged.load': expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f16>
+// CHECK: {{^}}'memory_staged.load': expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f16>
 
 // -----
 
@@ -108,7 +108,7 @@ memory_staged.kernel @stage_result_space attributes {grid = #tiled_loop.exprs<[1
   %s = memory_staged.stage %x <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !memory_staged.buffer<global, [64, 64], f16>
 }
 
-// CHECK: 'memory_staged.stage' result: expected a shared buffer, got !memory_staged.buffer<global, [64, 64], f16>
+// CHECK: {{^}}'memory_staged.stage' result: expected a shared buffer, got !memory_staged.buffer<global, [64, 64], f16>
 
 // -----
 
@@ -117,7 +117,7 @@ memory_staged.kernel @stage_dtype attributes {grid = #tiled_loop.exprs<[1]>, pro
   %s = memory_staged.stage %x <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !memory_staged.buffer<shared, [64, 64], f32>
 }
 
-// CHECK: 'memory_staged.stage' changes the element type (f16 -> f32)
+// CHECK: {{^}}'memory_staged.stage' changes the element type (f16 -> f32)
 
 // -----
 
@@ -126,7 +126,7 @@ memory_staged.kernel @stage_depth attributes {grid = #tiled_loop.exprs<[1]>, pro
   %s = memory_staged.stage %x <[0, 0]> {depth = 0 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !memory_staged.buffer<shared, [64, 64], f16>
 }
 
-// CHECK: 'memory_staged.stage' depth must be >= 1, got 0
+// CHECK: {{^}}'memory_staged.stage' depth must be >= 1, got 0
 
 // -----
 
@@ -135,7 +135,7 @@ memory_staged.kernel @stage_index_bits attributes {grid = #tiled_loop.exprs<[1]>
   %s = memory_staged.stage %x <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 16 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !memory_staged.buffer<shared, [64, 64], f16>
 }
 
-// CHECK: 'memory_staged.stage' index_bits must be 32 or 64, got 16
+// CHECK: {{^}}'memory_staged.stage' index_bits must be 32 or 64, got 16
 
 // -----
 
@@ -144,7 +144,7 @@ memory_staged.kernel @stage_no_mask attributes {grid = #tiled_loop.exprs<[1]>, p
   %s = memory_staged.stage %x <[0, 0]> {depth = 2 : i64, index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f16> -> !memory_staged.buffer<shared, [64, 64], f16>
 }
 
-// CHECK: property 'mask' expected in operation 'memory_staged.stage'
+// CHECK: {{^}}property 'mask' expected in operation 'memory_staged.stage'
 
 // -----
 
@@ -154,7 +154,7 @@ memory_staged.kernel @store_index_bits attributes {grid = #tiled_loop.exprs<[1]>
   memory_staged.store %a, %out <[0, 0]> {mask = [true, false], index_bits = 48 : i64} : !tiled_loop.tile<[64, 64], f32> -> !memory_staged.buffer<global, [M, 64], f32>
 }
 
-// CHECK: 'memory_staged.store' index_bits must be 32 or 64, got 48
+// CHECK: {{^}}'memory_staged.store' index_bits must be 32 or 64, got 48
 
 // -----
 
@@ -165,7 +165,7 @@ memory_staged.kernel @store_shared attributes {grid = #tiled_loop.exprs<[1]>, pr
   memory_staged.store %a, %s <[0, 0]> {mask = [false, false], index_bits = 32 : i64} : !tiled_loop.tile<[64, 64], f32> -> !memory_staged.buffer<shared, [64, 64], f16>
 }
 
-// CHECK: 'memory_staged.store': expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f16>
+// CHECK: {{^}}'memory_staged.store': expected a global buffer, got !memory_staged.buffer<shared, [64, 64], f16>
 
 // -----
 
@@ -175,7 +175,7 @@ memory_staged.kernel @store_mask attributes {grid = #tiled_loop.exprs<[1]>, prog
   memory_staged.store %a, %out <[0, 0]> {mask = [true, false, false], index_bits = 32 : i64} : !tiled_loop.tile<[64, 64], f32> -> !memory_staged.buffer<global, [M, 64], f32>
 }
 
-// CHECK: 'memory_staged.store' needs one mask flag per buffer dim (2)
+// CHECK: {{^}}'memory_staged.store' needs one mask flag per buffer dim (2)
 
 // -----
 
@@ -184,7 +184,7 @@ memory_staged.kernel @accumulator_type attributes {grid = #tiled_loop.exprs<[1]>
   %a = memory_staged.accumulator : !memory_staged.buffer<shared, [64, 64], f32>
 }
 
-// CHECK: !memory_staged.buffer<shared, [64, 64], f32> should be of base attribute tiled_loop.tile
+// CHECK: {{^}}!memory_staged.buffer<shared, [64, 64], f32> should be of base attribute tiled_loop.tile
 
 // -----
 
@@ -195,7 +195,7 @@ memory_staged.kernel @dot_global attributes {grid = #tiled_loop.exprs<[1]>, prog
   %d = memory_staged.dot %x, %s, %a : (!memory_staged.buffer<global, [M, 64], f16>, !memory_staged.buffer<shared, [64, 64], f16>, !tiled_loop.tile<[64, 64], f32>) -> !tiled_loop.tile<[64, 64], f32>
 }
 
-// CHECK: 'memory_staged.dot' reads operands from shared memory or registers, not !memory_staged.buffer<global, [M, 64], f16>
+// CHECK: {{^}}'memory_staged.dot' reads operands from shared memory or registers, not !memory_staged.buffer<global, [M, 64], f16>
 
 // -----
 
@@ -207,7 +207,7 @@ memory_staged.kernel @dot_k attributes {grid = #tiled_loop.exprs<[1]>, program_i
   %d = memory_staged.dot %s, %t, %a : (!memory_staged.buffer<shared, [64, 32], f16>, !memory_staged.buffer<shared, [64, 64], f16>, !tiled_loop.tile<[64, 64], f32>) -> !tiled_loop.tile<[64, 64], f32>
 }
 
-// CHECK: 'memory_staged.dot' contracts lhs axis of size 32 with rhs axis of size 64
+// CHECK: {{^}}'memory_staged.dot' contracts lhs axis of size 32 with rhs axis of size 64
 
 // -----
 
@@ -218,4 +218,4 @@ memory_staged.kernel @dot_acc attributes {grid = #tiled_loop.exprs<[1]>, program
   %d = memory_staged.dot %s, %s, %a : (!memory_staged.buffer<shared, [64, 64], f16>, !memory_staged.buffer<shared, [64, 64], f16>, !tiled_loop.tile<[64, 32], f32>) -> !tiled_loop.tile<[64, 32], f32>
 }
 
-// CHECK: 'memory_staged.dot' accumulator must be a [64, 64] tile, got !tiled_loop.tile<[64, 32], f32>
+// CHECK: {{^}}'memory_staged.dot' accumulator must be a [64, 64] tile, got !tiled_loop.tile<[64, 32], f32>

@@ -7,7 +7,7 @@ func.func @matmul_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.tens
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' contraction dimension of lhs is 4096 but rhs has 2048
+// CHECK: {{^}}'tensor_op.matmul' contraction dimension of lhs is 4096 but rhs has 2048
 
 // -----
 
@@ -16,7 +16,7 @@ func.func @matmul_k_transposed(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !ten
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' contraction dimension of lhs is 4096 but rhs has 2048
+// CHECK: {{^}}'tensor_op.matmul' contraction dimension of lhs is 4096 but rhs has 2048
 
 // -----
 
@@ -25,7 +25,7 @@ func.func @matmul_lhs_rank(%x : !tensor_op.tensor<[4096], f16>, %w : !tensor_op.
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' lhs must have rank >= 2, got rank 1
+// CHECK: {{^}}'tensor_op.matmul' lhs must have rank >= 2, got rank 1
 
 // -----
 
@@ -34,7 +34,7 @@ func.func @matmul_rhs_rank(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' rhs must have rank 2, got rank 3
+// CHECK: {{^}}'tensor_op.matmul' rhs must have rank 2, got rank 3
 
 // -----
 
@@ -43,7 +43,7 @@ func.func @matmul_dtype(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.te
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' operands have different element types (f16 vs f32)
+// CHECK: {{^}}'tensor_op.matmul' operands have different element types (f16 vs f32)
 
 // -----
 
@@ -52,7 +52,7 @@ func.func @matmul_result_dim(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !tenso
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' result dimension 1 is 64, inferred 32
+// CHECK: {{^}}'tensor_op.matmul' result dimension 1 is 64, inferred 32
 
 // -----
 
@@ -61,7 +61,7 @@ func.func @matmul_result_symbolic(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !
   func.return
 }
 
-// CHECK: 'tensor_op.matmul' result dimension 0 is B, inferred B*S
+// CHECK: {{^}}'tensor_op.matmul' result dimension 0 is B, inferred B*S
 
 // -----
 
@@ -70,7 +70,7 @@ func.func @add_broadcast(%x : !tensor_op.tensor<[M, 64], f32>, %b : !tensor_op.t
   func.return
 }
 
-// CHECK: 'tensor_op.add': dimension 1 does not broadcast (64 vs 32)
+// CHECK: {{^}}'tensor_op.add': dimension 1 does not broadcast (64 vs 32)
 
 // -----
 
@@ -79,7 +79,7 @@ func.func @sub_dtype(%x : !tensor_op.tensor<[M, 64], f32>, %y : !tensor_op.tenso
   func.return
 }
 
-// CHECK: 'tensor_op.sub' operands have different element types (f32 vs f16)
+// CHECK: {{^}}'tensor_op.sub' operands have different element types (f32 vs f16)
 
 // -----
 
@@ -88,7 +88,7 @@ func.func @mul_rank(%x : !tensor_op.tensor<[M, 64], f32>, %y : !tensor_op.tensor
   func.return
 }
 
-// CHECK: 'tensor_op.mul' result rank 1 should be 2
+// CHECK: {{^}}'tensor_op.mul' result rank 1 should be 2
 
 // -----
 
@@ -97,7 +97,7 @@ func.func @div_result_dtype(%x : !tensor_op.tensor<[M, 64], f32>, %y : !tensor_o
   func.return
 }
 
-// CHECK: 'tensor_op.div' result element type f16 should be f32
+// CHECK: {{^}}'tensor_op.div' result element type f16 should be f32
 
 // -----
 
@@ -106,7 +106,7 @@ func.func @maximum_result_dim(%x : !tensor_op.tensor<[M, 1], f32>, %y : !tensor_
   func.return
 }
 
-// CHECK: 'tensor_op.maximum' result dimension 1 is 1, inferred 64
+// CHECK: {{^}}'tensor_op.maximum' result dimension 1 is 1, inferred 64
 
 // -----
 
@@ -115,7 +115,7 @@ func.func @minimum_symbolic(%x : !tensor_op.tensor<[M, K], f32>, %y : !tensor_op
   func.return
 }
 
-// CHECK: 'tensor_op.minimum': dimension 1 does not broadcast (K vs N)
+// CHECK: {{^}}'tensor_op.minimum': dimension 1 does not broadcast (K vs N)
 
 // -----
 
@@ -124,8 +124,8 @@ func.func @relu_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: result 'output' at position 0 does not verify:
-// CHECK-NEXT: attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 32], f32>
+// CHECK: {{^}}result 'output' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 32], f32>
 
 // -----
 
@@ -134,7 +134,7 @@ func.func @gelu_approximate(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.gelu' approximate must be one of none, tanh, got 'fast'
+// CHECK: {{^}}'tensor_op.gelu' approximate must be one of none, tanh, got 'fast'
 
 // -----
 
@@ -143,8 +143,8 @@ func.func @silu_operand(%x : tensor<4x64xf32>) {
   func.return
 }
 
-// CHECK: operand 'input' at position 0 does not verify:
-// CHECK-NEXT: tensor<4x64xf32> should be of base attribute tensor_op.tensor
+// CHECK: {{^}}operand 'input' at position 0 does not verify:
+// CHECK-NEXT: {{^}}tensor<4x64xf32> should be of base attribute tensor_op.tensor
 
 // -----
 
@@ -153,8 +153,8 @@ func.func @sigmoid_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: result 'output' at position 0 does not verify:
-// CHECK-NEXT: attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 64], f16>
+// CHECK: {{^}}result 'output' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 64], f16>
 
 // -----
 
@@ -163,8 +163,8 @@ func.func @tanh_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: result 'output' at position 0 does not verify:
-// CHECK-NEXT: attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[N, 64], f32>
+// CHECK: {{^}}result 'output' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[N, 64], f32>
 
 // -----
 
@@ -173,8 +173,8 @@ func.func @exp_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: result 'output' at position 0 does not verify:
-// CHECK-NEXT: attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got f32
+// CHECK: {{^}}result 'output' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got f32
 
 // -----
 
@@ -183,8 +183,8 @@ func.func @mish_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: result 'output' at position 0 does not verify:
-// CHECK-NEXT: attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 64, 1], f32>
+// CHECK: {{^}}result 'output' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tensor_op.tensor<[M, 64], f32> expected from variable 'T', but got !tensor_op.tensor<[M, 64, 1], f32>
 
 // -----
 
@@ -193,7 +193,7 @@ func.func @leaky_relu_slope(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 2 : i64 should be of base attribute float
+// CHECK: {{^}}2 : i64 should be of base attribute float
 
 // -----
 
@@ -202,7 +202,7 @@ func.func @clamp_order(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.clamp' min (1.0) is greater than max (-1.0)
+// CHECK: {{^}}'tensor_op.clamp' min (1.0) is greater than max (-1.0)
 
 // -----
 
@@ -211,7 +211,7 @@ func.func @clamp_no_bounds(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.clamp' needs at least one of min and max
+// CHECK: {{^}}'tensor_op.clamp' needs at least one of min and max
 
 // -----
 
@@ -220,7 +220,7 @@ func.func @scale_no_factor(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: property 'factor' expected in operation 'tensor_op.scale'
+// CHECK: {{^}}property 'factor' expected in operation 'tensor_op.scale'
 
 // -----
 
@@ -229,7 +229,7 @@ func.func @cast_to_int(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.cast' casts to floating-point types only, got i32
+// CHECK: {{^}}'tensor_op.cast' casts to floating-point types only, got i32
 
 // -----
 
@@ -238,7 +238,7 @@ func.func @cast_shape(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.cast' result dimension 1 is 32, inferred 64
+// CHECK: {{^}}'tensor_op.cast' result dimension 1 is 32, inferred 64
 
 // -----
 
@@ -247,7 +247,7 @@ func.func @reduce_sum_axis(%x : !tensor_op.tensor<[B, S, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.reduce_sum': axis 3 is out of range for a rank-3 tensor
+// CHECK: {{^}}'tensor_op.reduce_sum': axis 3 is out of range for a rank-3 tensor
 
 // -----
 
@@ -256,7 +256,7 @@ func.func @reduce_max_keepdim(%x : !tensor_op.tensor<[B, S, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.reduce_max' result rank 2 should be 3
+// CHECK: {{^}}'tensor_op.reduce_max' result rank 2 should be 3
 
 // -----
 
@@ -265,7 +265,7 @@ func.func @reduce_mean_result(%x : !tensor_op.tensor<[B, S, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.reduce_mean' result dimension 1 is S, inferred 64
+// CHECK: {{^}}'tensor_op.reduce_mean' result dimension 1 is S, inferred 64
 
 // -----
 
@@ -274,7 +274,7 @@ func.func @logsumexp_axis(%x : !tensor_op.tensor<[B, S, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.logsumexp': axis -4 is out of range for a rank-3 tensor
+// CHECK: {{^}}'tensor_op.logsumexp': axis -4 is out of range for a rank-3 tensor
 
 // -----
 
@@ -283,7 +283,7 @@ func.func @softmax_axis(%x : !tensor_op.tensor<[B, S], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.softmax': axis 2 is out of range for a rank-2 tensor
+// CHECK: {{^}}'tensor_op.softmax': axis 2 is out of range for a rank-2 tensor
 
 // -----
 
@@ -292,7 +292,7 @@ func.func @layernorm_weight(%x : !tensor_op.tensor<[M, 4096], f32>, %g : !tensor
   func.return
 }
 
-// CHECK: 'tensor_op.layernorm' weight has 2048 elements but the normalized axis has 4096
+// CHECK: {{^}}'tensor_op.layernorm' weight has 2048 elements but the normalized axis has 4096
 
 // -----
 
@@ -301,7 +301,7 @@ func.func @layernorm_bias_dtype(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tens
   func.return
 }
 
-// CHECK: 'tensor_op.layernorm' bias element type f16 differs from input f32
+// CHECK: {{^}}'tensor_op.layernorm' bias element type f16 differs from input f32
 
 // -----
 
@@ -310,7 +310,7 @@ func.func @layernorm_weight_rank(%x : !tensor_op.tensor<[M, 64], f32>, %g : !ten
   func.return
 }
 
-// CHECK: 'tensor_op.layernorm' weight must have rank 1, got rank 2
+// CHECK: {{^}}'tensor_op.layernorm' weight must have rank 1, got rank 2
 
 // -----
 
@@ -319,7 +319,7 @@ func.func @rmsnorm_weight(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.
   func.return
 }
 
-// CHECK: 'tensor_op.rmsnorm' weight has 128 elements but the normalized axis has 64
+// CHECK: {{^}}'tensor_op.rmsnorm' weight has 128 elements but the normalized axis has 64
 
 // -----
 
@@ -328,7 +328,7 @@ func.func @rmsnorm_eps(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: property 'eps' expected in operation 'tensor_op.rmsnorm'
+// CHECK: {{^}}property 'eps' expected in operation 'tensor_op.rmsnorm'
 
 // -----
 
@@ -340,7 +340,7 @@ func.func @fused_arg_count(%x : !tensor_op.tensor<[M, 64], f32>, %y : !tensor_op
   func.return
 }
 
-// CHECK: 'tensor_op.fused' region has 1 arguments but the op has 2 inputs
+// CHECK: {{^}}'tensor_op.fused' region has 1 arguments but the op has 2 inputs
 
 // -----
 
@@ -353,7 +353,7 @@ func.func @fused_arg_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.fused' region argument 0 has type !tensor_op.tensor<[M, 64], f16> but input 0 is !tensor_op.tensor<[M, 64], f32>
+// CHECK: {{^}}'tensor_op.fused' region argument 0 has type !tensor_op.tensor<[M, 64], f16> but input 0 is !tensor_op.tensor<[M, 64], f32>
 
 // -----
 
@@ -365,7 +365,7 @@ func.func @fused_yield_type(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: 'tensor_op.fused' yields 1 values whose types differ from its results
+// CHECK: {{^}}'tensor_op.fused' yields 1 values whose types differ from its results
 
 // -----
 
@@ -377,7 +377,7 @@ func.func @fused_no_yield(%x : !tensor_op.tensor<[M, 64], f32>) {
   func.return
 }
 
-// CHECK: Operation tensor_op.relu terminates block in single-block region but is not a terminator
+// CHECK: {{^}}Operation tensor_op.relu terminates block in single-block region but is not a terminator
 
 // -----
 
@@ -385,4 +385,4 @@ func.func @yield_parent(%x : !tensor_op.tensor<[M, 64], f32>) {
   tensor_op.yield %x : !tensor_op.tensor<[M, 64], f32>
 }
 
-// CHECK: 'tensor_op.yield' expects parent op 'tensor_op.fused'
+// CHECK: {{^}}'tensor_op.yield' expects parent op 'tensor_op.fused'

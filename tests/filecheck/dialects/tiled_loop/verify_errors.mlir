@@ -6,7 +6,7 @@ tiled_loop.kernel @bad_strategy attributes {grid = #tiled_loop.exprs<[1]>, progr
 ^bb0(%out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'tiled_loop.kernel' strategy must be one of tile2d, row_strip, skinny_m, got 'tile3d'
+// CHECK: {{^}}'tiled_loop.kernel' strategy must be one of tile2d, row_strip, skinny_m, got 'tile3d'
 
 // -----
 
@@ -14,7 +14,7 @@ tiled_loop.kernel @grid_ids attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_
 ^bb0(%out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'tiled_loop.kernel' has 2 grid axes but 1 program ids
+// CHECK: {{^}}'tiled_loop.kernel' has 2 grid axes but 1 program ids
 
 // -----
 
@@ -22,7 +22,7 @@ tiled_loop.kernel @group_1d attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_
 ^bb0(%out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'tiled_loop.kernel' group_size needs a 2-D grid
+// CHECK: {{^}}'tiled_loop.kernel' group_size needs a 2-D grid
 
 // -----
 
@@ -30,7 +30,7 @@ tiled_loop.kernel @num_inputs attributes {grid = #tiled_loop.exprs<[1]>, program
 ^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'tiled_loop.kernel' num_inputs 3 exceeds 2 arguments
+// CHECK: {{^}}'tiled_loop.kernel' num_inputs 3 exceeds 2 arguments
 
 // -----
 
@@ -38,7 +38,7 @@ tiled_loop.kernel @arg_views attributes {grid = #tiled_loop.exprs<[1]>, program_
 ^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: 'tiled_loop.kernel' needs one arg_view per argument (2)
+// CHECK: {{^}}'tiled_loop.kernel' needs one arg_view per argument (2)
 
 // -----
 
@@ -48,7 +48,7 @@ tiled_loop.kernel @for_bounds attributes {grid = #tiled_loop.exprs<[1]>, program
   }
 }
 
-// CHECK: 'tiled_loop.for' bounds are [lower, upper, step], got 2 values
+// CHECK: {{^}}'tiled_loop.for' bounds are [lower, upper, step], got 2 values
 
 // -----
 
@@ -60,7 +60,7 @@ tiled_loop.kernel @for_block_args attributes {grid = #tiled_loop.exprs<[1]>, pro
   }
 }
 
-// CHECK: 'tiled_loop.for' block arguments must match iter_args types
+// CHECK: {{^}}'tiled_loop.for' block arguments must match iter_args types
 
 // -----
 
@@ -72,7 +72,7 @@ tiled_loop.kernel @for_results attributes {grid = #tiled_loop.exprs<[1]>, progra
   }
 }
 
-// CHECK: 'tiled_loop.for' results must match iter_args types
+// CHECK: {{^}}'tiled_loop.for' results must match iter_args types
 
 // -----
 
@@ -85,7 +85,7 @@ tiled_loop.kernel @for_yield attributes {grid = #tiled_loop.exprs<[1]>, program_
   }
 }
 
-// CHECK: 'tiled_loop.for' yields values whose types differ from its iter_args
+// CHECK: {{^}}'tiled_loop.for' yields values whose types differ from its iter_args
 
 // -----
 
@@ -95,7 +95,7 @@ tiled_loop.kernel @for_no_yield attributes {grid = #tiled_loop.exprs<[1]>, progr
   }
 }
 
-// CHECK: Operation tiled_loop.full terminates block in single-block region but is not a terminator
+// CHECK: {{^}}Operation tiled_loop.full terminates block in single-block region but is not a terminator
 
 // -----
 
@@ -103,7 +103,7 @@ tiled_loop.kernel @yield_parent attributes {grid = #tiled_loop.exprs<[1]>, progr
   tiled_loop.yield
 }
 
-// CHECK: 'tiled_loop.yield' expects parent op 'tiled_loop.for'
+// CHECK: {{^}}'tiled_loop.yield' expects parent op 'tiled_loop.for'
 
 // -----
 
@@ -112,7 +112,7 @@ tiled_loop.kernel @load_offsets attributes {grid = #tiled_loop.exprs<[1]>, progr
   %t = tiled_loop.load %x <[0]> : !tensor_op.tensor<[M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.load': 1 offsets for a rank-2 tensor
+// CHECK: {{^}}'tiled_loop.load': 1 offsets for a rank-2 tensor
 
 // -----
 
@@ -121,7 +121,7 @@ tiled_loop.kernel @load_dtype attributes {grid = #tiled_loop.exprs<[1]>, program
   %t = tiled_loop.load %x <[0, 0]> : !tensor_op.tensor<[M, 64], f32> -> !tiled_loop.tile<[16, 64], f16>
 }
 
-// CHECK: 'tiled_loop.load' tile element type differs from the tensor's f32
+// CHECK: {{^}}'tiled_loop.load' tile element type differs from the tensor's f32
 
 // -----
 
@@ -130,7 +130,7 @@ tiled_loop.kernel @load_rank3 attributes {grid = #tiled_loop.exprs<[1]>, program
   %t = tiled_loop.load %x <[0, 0, 0]> : !tensor_op.tensor<[B, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.load': kernels see tensors of rank 1 or 2, got rank 3
+// CHECK: {{^}}'tiled_loop.load': kernels see tensors of rank 1 or 2, got rank 3
 
 // -----
 
@@ -139,7 +139,7 @@ tiled_loop.kernel @load_vector attributes {grid = #tiled_loop.exprs<[1]>, progra
   %t = tiled_loop.load %b <[0]> : !tensor_op.tensor<[64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.load': a rank-1 tensor moves as a [1, n] or [n, 1] tile, got ['16', '64']
+// CHECK: {{^}}'tiled_loop.load': a rank-1 tensor moves as a [1, n] or [n, 1] tile, got ['16', '64']
 
 // -----
 
@@ -149,7 +149,7 @@ tiled_loop.kernel @store_offsets attributes {grid = #tiled_loop.exprs<[1]>, prog
   tiled_loop.store %z, %out <[0, 0, 0]> : !tiled_loop.tile<[16, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
 }
 
-// CHECK: 'tiled_loop.store': 3 offsets for a rank-2 tensor
+// CHECK: {{^}}'tiled_loop.store': 3 offsets for a rank-2 tensor
 
 // -----
 
@@ -158,8 +158,8 @@ tiled_loop.kernel @store_dest attributes {grid = #tiled_loop.exprs<[1]>, program
   "tiled_loop.store"(%z, %z) <{offsets = #tiled_loop.exprs<[0, 0]>}> : (!tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 64], f32>) -> ()
 }
 
-// CHECK: operand 'dest' at position 1 does not verify:
-// CHECK-NEXT: !tiled_loop.tile<[16, 64], f32> should be of base attribute tensor_op.tensor
+// CHECK: {{^}}operand 'dest' at position 1 does not verify:
+// CHECK-NEXT: {{^}}!tiled_loop.tile<[16, 64], f32> should be of base attribute tensor_op.tensor
 
 // -----
 
@@ -170,7 +170,7 @@ tiled_loop.kernel @dot_k attributes {grid = #tiled_loop.exprs<[1]>, program_ids 
   %d = tiled_loop.dot %a, %b, %c : (!tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>, !tiled_loop.tile<[32, BLOCK_N], f16>, !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
 }
 
-// CHECK: 'tiled_loop.dot' contracts lhs axis of size BLOCK_K with rhs axis of size 32
+// CHECK: {{^}}'tiled_loop.dot' contracts lhs axis of size BLOCK_K with rhs axis of size 32
 
 // -----
 
@@ -181,7 +181,7 @@ tiled_loop.kernel @dot_acc attributes {grid = #tiled_loop.exprs<[1]>, program_id
   %d = tiled_loop.dot %a, %b, %c : (!tiled_loop.tile<[64, 32], f16>, !tiled_loop.tile<[32, 64], f16>, !tiled_loop.tile<[64, 32], f32>) -> !tiled_loop.tile<[64, 32], f32>
 }
 
-// CHECK: 'tiled_loop.dot' accumulator must be a [64, 64] tile, got !tiled_loop.tile<[64, 32], f32>
+// CHECK: {{^}}'tiled_loop.dot' accumulator must be a [64, 64] tile, got !tiled_loop.tile<[64, 32], f32>
 
 // -----
 
@@ -192,7 +192,7 @@ tiled_loop.kernel @dot_result attributes {grid = #tiled_loop.exprs<[1]>, program
   %d = tiled_loop.dot %a, %b, %c : (!tiled_loop.tile<[64, 32], f16>, !tiled_loop.tile<[32, 64], f16>, !tiled_loop.tile<[64, 64], f32>) -> !tiled_loop.tile<[64, 64], f16>
 }
 
-// CHECK: 'tiled_loop.dot' result type must equal the accumulator type
+// CHECK: {{^}}'tiled_loop.dot' result type must equal the accumulator type
 
 // -----
 
@@ -200,8 +200,8 @@ tiled_loop.kernel @full_type attributes {grid = #tiled_loop.exprs<[1]>, program_
   %a = tiled_loop.full 0.0 : f32
 }
 
-// CHECK: result 'result' at position 0 does not verify:
-// CHECK-NEXT: f32 should be of base attribute tiled_loop.tile
+// CHECK: {{^}}result 'result' at position 0 does not verify:
+// CHECK-NEXT: {{^}}f32 should be of base attribute tiled_loop.tile
 
 // -----
 
@@ -209,7 +209,7 @@ tiled_loop.kernel @tile_rank attributes {grid = #tiled_loop.exprs<[1]>, program_
   %a = tiled_loop.full 0.0 : !tiled_loop.tile<[2, 64, 32], f32>
 }
 
-// CHECK: tiles are 2-D, got 3 dims
+// CHECK: {{^}}tiles are 2-D, got 3 dims
 
 // -----
 
@@ -218,7 +218,7 @@ tiled_loop.kernel @unary_fn attributes {grid = #tiled_loop.exprs<[1]>, program_i
   %b = tiled_loop.unary "tan" %a : !tiled_loop.tile<[16, 16], f32>
 }
 
-// CHECK: 'tiled_loop.unary' function must be one of exp, log, erf, sqrt, rsqrt, abs, neg, sigmoid, got 'tan'
+// CHECK: {{^}}'tiled_loop.unary' function must be one of exp, log, erf, sqrt, rsqrt, abs, neg, sigmoid, got 'tan'
 
 // -----
 
@@ -227,8 +227,8 @@ tiled_loop.kernel @unary_type attributes {grid = #tiled_loop.exprs<[1]>, program
   %b = "tiled_loop.unary"(%a) <{fn = "exp"}> : (!tiled_loop.tile<[16, 16], f32>) -> !tiled_loop.tile<[16, 16], f16>
 }
 
-// CHECK: result 'result' at position 0 does not verify:
-// CHECK-NEXT: attribute !tiled_loop.tile<[16, 16], f32> expected from variable 'T', but got !tiled_loop.tile<[16, 16], f16>
+// CHECK: {{^}}result 'result' at position 0 does not verify:
+// CHECK-NEXT: {{^}}attribute !tiled_loop.tile<[16, 16], f32> expected from variable 'T', but got !tiled_loop.tile<[16, 16], f16>
 
 // -----
 
@@ -238,7 +238,7 @@ tiled_loop.kernel @binary_broadcast attributes {grid = #tiled_loop.exprs<[1]>, p
   %c = tiled_loop.binary "add" %a, %b : (!tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 32], f32>) -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.binary': tile axis 1 does not broadcast (64 vs 32)
+// CHECK: {{^}}'tiled_loop.binary': tile axis 1 does not broadcast (64 vs 32)
 
 // -----
 
@@ -247,7 +247,7 @@ tiled_loop.kernel @binary_fn attributes {grid = #tiled_loop.exprs<[1]>, program_
   %c = tiled_loop.binary "pow" %a, %a : (!tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 64], f32>) -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.binary' function must be one of add, sub, mul, div, max, min, lt, le, gt, ge, eq, ne, got 'pow'
+// CHECK: {{^}}'tiled_loop.binary' function must be one of add, sub, mul, div, max, min, lt, le, gt, ge, eq, ne, got 'pow'
 
 // -----
 
@@ -257,7 +257,7 @@ tiled_loop.kernel @binary_dtype attributes {grid = #tiled_loop.exprs<[1]>, progr
   %c = tiled_loop.binary "mul" %a, %b : (!tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 64], f16>) -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.binary' operands have different element types (f32 vs f16)
+// CHECK: {{^}}'tiled_loop.binary' operands have different element types (f32 vs f16)
 
 // -----
 
@@ -267,7 +267,7 @@ tiled_loop.kernel @binary_result attributes {grid = #tiled_loop.exprs<[1]>, prog
   %c = tiled_loop.binary "lt" %a, %b : (!tiled_loop.tile<[16, 1], f32>, !tiled_loop.tile<[1, 64], f32>) -> !tiled_loop.tile<[16, 1], i1>
 }
 
-// CHECK: 'tiled_loop.binary' result tile is [16, 1], expected [16, 64]
+// CHECK: {{^}}'tiled_loop.binary' result tile is [16, 1], expected [16, 64]
 
 // -----
 
@@ -276,7 +276,7 @@ tiled_loop.kernel @select_cond attributes {grid = #tiled_loop.exprs<[1]>, progra
   %c = tiled_loop.select %a, %a, %a : (!tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[16, 64], f32>) -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.select' condition must be an i1 tile, got !tiled_loop.tile<[16, 64], f32>
+// CHECK: {{^}}'tiled_loop.select' condition must be an i1 tile, got !tiled_loop.tile<[16, 64], f32>
 
 // -----
 
@@ -287,7 +287,7 @@ tiled_loop.kernel @select_branches attributes {grid = #tiled_loop.exprs<[1]>, pr
   %c = tiled_loop.select %v, %a, %b : (!tiled_loop.tile<[16, 64], i1>, !tiled_loop.tile<[16, 64], f32>, !tiled_loop.tile<[1, 1], f16>) -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: 'tiled_loop.select' branches have different element types
+// CHECK: {{^}}'tiled_loop.select' branches have different element types
 
 // -----
 
@@ -297,7 +297,7 @@ tiled_loop.kernel @select_result attributes {grid = #tiled_loop.exprs<[1]>, prog
   %c = tiled_loop.select %v, %a, %a : (!tiled_loop.tile<[1, 64], i1>, !tiled_loop.tile<[16, 1], f32>, !tiled_loop.tile<[16, 1], f32>) -> !tiled_loop.tile<[16, 1], f32>
 }
 
-// CHECK: 'tiled_loop.select' result tile is [16, 1], expected [16, 64]
+// CHECK: {{^}}'tiled_loop.select' result tile is [16, 1], expected [16, 64]
 
 // -----
 
@@ -306,7 +306,7 @@ tiled_loop.kernel @cast_shape attributes {grid = #tiled_loop.exprs<[1]>, program
   %c = tiled_loop.cast %a : !tiled_loop.tile<[16, 64], f32> -> !tiled_loop.tile<[64, 16], f16>
 }
 
-// CHECK: 'tiled_loop.cast' changes the element type only, not the tile shape
+// CHECK: {{^}}'tiled_loop.cast' changes the element type only, not the tile shape
 
 // -----
 
@@ -315,7 +315,7 @@ tiled_loop.kernel @reduce_result attributes {grid = #tiled_loop.exprs<[1]>, prog
   %c = tiled_loop.reduce "sum" %a : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[1, BLOCK_N], f32>
 }
 
-// CHECK: 'tiled_loop.reduce' result tile is [1, BLOCK_N], expected [BLOCK_M, 1]
+// CHECK: {{^}}'tiled_loop.reduce' result tile is [1, BLOCK_N], expected [BLOCK_M, 1]
 
 // -----
 
@@ -324,7 +324,7 @@ tiled_loop.kernel @reduce_fn attributes {grid = #tiled_loop.exprs<[1]>, program_
   %c = tiled_loop.reduce "mean" %a : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
 }
 
-// CHECK: 'tiled_loop.reduce' function must be one of sum, max, min, got 'mean'
+// CHECK: {{^}}'tiled_loop.reduce' function must be one of sum, max, min, got 'mean'
 
 // -----
 
@@ -332,7 +332,7 @@ tiled_loop.kernel @in_bounds_count attributes {grid = #tiled_loop.exprs<[1]>, pr
   %v = tiled_loop.in_bounds <[0, 0, 0]> within <[B, M, 64]> : !tiled_loop.tile<[1, 64], i1>
 }
 
-// CHECK: 'tiled_loop.in_bounds' needs two offsets and two extents
+// CHECK: {{^}}'tiled_loop.in_bounds' needs two offsets and two extents
 
 // -----
 
@@ -340,4 +340,4 @@ tiled_loop.kernel @in_bounds_type attributes {grid = #tiled_loop.exprs<[1]>, pro
   %v = tiled_loop.in_bounds <[0, 0]> within <[M, 64]> : !tiled_loop.tile<[1, 64], f32>
 }
 
-// CHECK: 'tiled_loop.in_bounds' result must be an i1 tile
+// CHECK: {{^}}'tiled_loop.in_bounds' result must be an i1 tile

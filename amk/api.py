@@ -1,0 +1,132 @@
+"""``amk.build_fused_kernel``: an op list in, one verified fused kernel out, as a ``torch.nn.Module``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
+from amk.lowering.configs import KernelConfig
+from amk.oplist import build_module, normalize_ops, normalize_shapes
+from amk.pipeline import CompiledProgram, compile_module, heuristic_config
+from amk.runtime import default_device
+from amk.tuner import TunerConfig, nearest_in_grid, validate_grid
+
+log = logging.getLogger("amk")
+
+BACKENDS = ("triton",)
+
+
+class FusedKernel(torch.nn.Module):
+    """A compiled op chain. Call it with the operands in the order of ``input_shapes``.
+
+    ``.source`` is the Triton code, ``.ir`` the IR text at every level (``tensor_op``, ``fused``, ``tiled_loop``,
+    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use.
+    """
+
+    def __init__(self, ops, shapes: list[tuple[int, ...]], dtype: torch.dtype, compiled: CompiledProgram,
+                 builder):
+        super().__init__()
+        self.ops = ops
+        self.shapes = shapes
+        self.dtype = dtype
+        self.device = default_device()
+        self._compiled = {tuple(shapes): compiled}
+        self._builder = builder
+
+    @property
+    def compiled(self) -> CompiledProgram:
+        return self._compiled[tuple(self.shapes)]
+
+    @property
+    def source(self) -> str:
+        return self.compiled.source
+
+    @property
+    def ir(self) -> dict[str, str]:
+        return self.compiled.ir
+
+    @property
+    def config(self) -> dict[str, int] | dict[str, dict[str, int]]:
+        configs = {name: k.config.user_view() for name, k in self.compiled.kernels.items()}
+        return next(iter(configs.values())) if len(configs) == 1 else configs
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.compiled.kernels)
+
+    def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
+        if len(tensors) != len(self.shapes):
+            raise InvalidArgumentError(f"the kernel takes {len(self.shapes)} tensors, got {len(tensors)}")
+        for index, tensor in enumerate(tensors):
+            if not isinstance(tensor, torch.Tensor):
+                raise InvalidArgumentError(f"argument {index} must be a torch.Tensor, got {type(tensor).__name__}")
+            if tensor.dtype != self.dtype:
+                raise DTypeError(f"argument {index} has dtype {tensor.dtype}; the kernel was built for {self.dtype}")
+            if tensor.device.type != self.device.type:
+                raise DeviceError(f"argument {index} is on {tensor.device}; the kernel runs on {self.device.type}"
+                                  + (" (no CUDA here: pass CPU tensors)" if self.device.type == "cpu" else ""))
+            if tensor.numel() == 0:
+                raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
+        rows = len(self.shapes[0]) - 1
+        call_shapes = tuple(tuple(t.shape) for t in tensors)
+        for index, (have, built) in enumerate(zip(call_shapes, self.shapes)):
+            if have == built:
+                continue
+            leading = len(built) == len(self.shapes[0]) and len(have) == len(built) and have[rows:] == built[rows:]
+            if not leading:
+                raise ShapeError(f"argument {index} has shape {have}; the kernel was built for {built} (only the "
+                                 f"leading dims {self.shapes[0][:rows]} of the first input may change)")
+        return call_shapes
+
+    def forward(self, *tensors: torch.Tensor):
+        shapes = self._check(tensors)
+        if shapes not in self._compiled:
+            log.info("re-specializing for shapes %s", shapes)
+            self._compiled[shapes] = self._builder(list(shapes))
+        outputs = self._compiled[shapes].program(*tensors)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _choose_config(parameter_grid):
+    def choose(kernel) -> KernelConfig:
+        heuristic = heuristic_config(kernel)
+        return heuristic if parameter_grid is None else nearest_in_grid(parameter_grid, heuristic)
+
+    return choose
+
+
+def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype = torch.float16, backend: str = "triton",
+                       autotune: bool = True, tuner_config: TunerConfig | None = None,
+                       parameter_grid: Mapping[str, Sequence[int]] | None = None, verify: bool = False) -> FusedKernel:
+    """Compile a chain of ops into one fused kernel.
+
+    ``ops`` are names (or ``(name, params)`` pairs) from :data:`amk.oplist.OPS`; ``input_shapes`` the shapes of the
+    operands in the order the ops take them (see :mod:`amk.oplist`). Returns a :class:`FusedKernel`. With
+    ``verify=True`` the kernel is checked against PyTorch on random inputs before it is returned.
+    """
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"backend {backend!r} is not supported; available: {', '.join(BACKENDS)}")
+    if not isinstance(autotune, bool):
+        raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
+    if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
+        raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
+    if not isinstance(dtype, torch.dtype):
+        raise DTypeError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
+    grid = validate_grid(parameter_grid)
+    op_list = normalize_ops(ops)
+    shapes = normalize_shapes(input_shapes)
+
+    def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
+        return compile_module(build_module(op_list, call_shapes, dtype), _choose_config(grid))
+
+    kernel = FusedKernel(op_list, shapes, dtype, build(shapes), build)
+    if kernel.num_kernels != 1:
+        log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
+    if verify:
+        from amk.verify import reference_for, verify as run_verification
+
+        run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
+    return kernel

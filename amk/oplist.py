@@ -1,0 +1,246 @@
+"""The op-list front end: ``ops=["matmul", "add_bias", "gelu", "layernorm"]`` plus input shapes → ``tensor_op`` IR.
+
+Operands bind to ops in list order: ``matmul`` takes A and B (``A @ B``, B shaped [K, N], or [N, K] with
+``{"transpose_b": True}``); ``add_bias`` a [N] vector; ``add``/``sub``/``mul``/``div``/``maximum``/``minimum`` a tensor
+that broadcasts against the running value; ``layernorm`` takes gamma then beta when shapes are left for them;
+``rmsnorm`` a weight when one is left. Everything else takes only the running value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FloatAttr, ModuleOp, StringAttr, f64
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from amk.dialects import tensor_op
+from amk.dialects.tensor_op import TensorType
+from amk.dtypes import to_ir
+from amk.errors import InvalidArgumentError, ShapeError, UnsupportedOpError
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How an op-list entry builds IR: required and optional tensor operands, accepted parameters, the builder."""
+
+    required: int
+    optional: int
+    params: dict[str, type | tuple[type, ...]]
+    build: Callable[..., tensor_op.TensorOp]
+    doc: str
+    operand_names: tuple[str, ...] = ("operand",)
+
+
+_NUMBER = (int, float)
+
+
+def _float_props(params: dict, names: dict[str, str]) -> dict:
+    return {prop: FloatAttr(float(params[key]), f64) for key, prop in names.items() if key in params}
+
+
+def _axis(params: dict) -> int:
+    return int(params.get("dim", params.get("axis", -1)))
+
+
+def _matmul(x, operands, params):
+    return tensor_op.MatmulOp(x, operands[0], transpose_rhs=bool(params.get("transpose_b", False)))
+
+
+def _binary(op_class):
+    return lambda x, operands, params: op_class(x, operands[0])
+
+
+def _unary(op_class, **fixed):
+    def build(x, operands, params):
+        return op_class(x, **fixed)
+
+    return build
+
+
+def _gelu(x, operands, params):
+    approximate = params.get("approximate", "none")
+    if approximate not in tensor_op.GeluOp.APPROXIMATIONS:
+        raise UnsupportedOpError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return tensor_op.GeluOp(x, **({"approximate": StringAttr("tanh")} if approximate == "tanh" else {}))
+
+
+def _leaky(x, operands, params):
+    return tensor_op.LeakyReluOp(x, **_float_props(params, {"negative_slope": "negative_slope"}))
+
+
+def _clamp(x, operands, params):
+    props = _float_props(params, {"min": "min", "max": "max"})
+    if not props:
+        raise InvalidArgumentError("clamp needs 'min' and/or 'max'")
+    return tensor_op.ClampOp(x, **props)
+
+
+def _hardtanh(x, operands, params):
+    return tensor_op.ClampOp(x, min=FloatAttr(float(params.get("min_val", -1.0)), f64),
+                             max=FloatAttr(float(params.get("max_val", 1.0)), f64))
+
+
+def _scale(x, operands, params):
+    if "factor" not in params:
+        raise InvalidArgumentError("scale needs a 'factor' parameter, e.g. ('scale', {'factor': 0.125})")
+    return tensor_op.ScaleOp(x, factor=FloatAttr(float(params["factor"]), f64))
+
+
+def _cast(x, operands, params):
+    if "dtype" not in params:
+        raise InvalidArgumentError("cast needs a 'dtype' parameter, e.g. ('cast', {'dtype': torch.float32})")
+    return tensor_op.CastOp(x, to_ir(params["dtype"]))
+
+
+def _reduction(op_class):
+    return lambda x, operands, params: op_class(x, _axis(params), bool(params.get("keepdim", False)))
+
+
+def _layernorm(x, operands, params):
+    weight, bias = (list(operands) + [None, None])[:2]
+    return tensor_op.LayerNormOp(x, weight, bias, float(params.get("eps", tensor_op.NormOp.DEFAULT_EPS)))
+
+
+def _rmsnorm(x, operands, params):
+    weight = operands[0] if operands else None
+    return tensor_op.RMSNormOp(x, weight, float(params.get("eps", tensor_op.NormOp.DEFAULT_EPS)))
+
+
+REDUCTION_PARAMS = {"dim": int, "axis": int, "keepdim": bool}
+
+OPS: dict[str, OpSpec] = {
+    "matmul": OpSpec(1, 0, {"transpose_b": bool}, _matmul, "A @ B; takes B ([K, N], or [N, K] with transpose_b)",
+                     ("w",)),
+    "add_bias": OpSpec(1, 0, {}, _binary(tensor_op.AddOp), "+ bias; takes a [N] vector", ("bias",)),
+    "add": OpSpec(1, 0, {}, _binary(tensor_op.AddOp), "+ tensor (residual); takes a broadcastable tensor",
+                  ("residual",)),
+    "sub": OpSpec(1, 0, {}, _binary(tensor_op.SubOp), "- tensor"),
+    "mul": OpSpec(1, 0, {}, _binary(tensor_op.MulOp), "* tensor"),
+    "div": OpSpec(1, 0, {}, _binary(tensor_op.DivOp), "/ tensor"),
+    "maximum": OpSpec(1, 0, {}, _binary(tensor_op.MaximumOp), "elementwise maximum with a tensor"),
+    "minimum": OpSpec(1, 0, {}, _binary(tensor_op.MinimumOp), "elementwise minimum with a tensor"),
+    "relu": OpSpec(0, 0, {}, _unary(tensor_op.ReluOp), "max(x, 0)"),
+    "gelu": OpSpec(0, 0, {"approximate": str}, _gelu, "GELU; approximate='none' (erf) or 'tanh'"),
+    "silu": OpSpec(0, 0, {}, _unary(tensor_op.SiluOp), "x * sigmoid(x)"),
+    "sigmoid": OpSpec(0, 0, {}, _unary(tensor_op.SigmoidOp), "sigmoid"),
+    "tanh": OpSpec(0, 0, {}, _unary(tensor_op.TanhOp), "tanh"),
+    "exp": OpSpec(0, 0, {}, _unary(tensor_op.ExpOp), "exp"),
+    "mish": OpSpec(0, 0, {}, _unary(tensor_op.MishOp), "x * tanh(softplus(x))"),
+    "leaky_relu": OpSpec(0, 0, {"negative_slope": _NUMBER}, _leaky, "leaky ReLU (negative_slope, default 0.01)"),
+    "clamp": OpSpec(0, 0, {"min": _NUMBER, "max": _NUMBER}, _clamp, "clamp to [min, max]"),
+    "hardtanh": OpSpec(0, 0, {"min_val": _NUMBER, "max_val": _NUMBER}, _hardtanh, "clamp to [-1, 1] by default"),
+    "scale": OpSpec(0, 0, {"factor": _NUMBER}, _scale, "* a constant factor"),
+    "cast": OpSpec(0, 0, {"dtype": torch.dtype}, _cast, "convert to dtype"),
+    "sum": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceSumOp), "sum over dim (default -1)"),
+    "mean": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceMeanOp), "mean over dim"),
+    "max": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceMaxOp), "max over dim"),
+    "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.LogSumExpOp), "logsumexp over dim"),
+    "softmax": OpSpec(0, 0, {"dim": int, "axis": int},
+                      lambda x, o, p: tensor_op.SoftmaxOp(x, _axis(p)), "softmax over dim (default -1)"),
+    "layernorm": OpSpec(0, 2, {"eps": _NUMBER}, _layernorm, "LayerNorm over the last dim; takes gamma, beta",
+                       ("gamma", "beta")),
+    "rmsnorm": OpSpec(0, 1, {"eps": _NUMBER}, _rmsnorm, "RMSNorm over the last dim; takes a weight",
+                     ("rms_weight",)),
+}
+
+SUPPORTED_OPS = ", ".join(OPS)
+
+
+def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
+    """``["gelu", ("layernorm", {"eps": 1e-6})]`` → ``[("gelu", {}), ("layernorm", {"eps": 1e-6})]``, validated."""
+    if isinstance(ops, str | bytes) or not isinstance(ops, Sequence) or len(ops) == 0:
+        raise InvalidArgumentError(f"ops must be a non-empty list of op names, got {ops!r}")
+    result = []
+    for index, entry in enumerate(ops):
+        if isinstance(entry, str):
+            name, params = entry, {}
+        elif isinstance(entry, tuple | list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], dict):
+            name, params = entry
+        else:
+            raise InvalidArgumentError(
+                f"ops[{index}] must be a name or a (name, params) pair such as ('layernorm', {{'eps': 1e-6}}), got {entry!r}")
+        if name not in OPS:
+            raise UnsupportedOpError(f"ops[{index}]: unknown op {name!r}; supported ops: {SUPPORTED_OPS}")
+        spec = OPS[name]
+        for key, value in params.items():
+            if key not in spec.params:
+                accepted = ", ".join(spec.params) or "none"
+                raise InvalidArgumentError(f"ops[{index}] ({name}): unknown parameter {key!r}; accepted: {accepted}")
+            expected = spec.params[key]
+            if not isinstance(value, expected) or (expected in (int, _NUMBER) and isinstance(value, bool)):
+                raise InvalidArgumentError(
+                    f"ops[{index}] ({name}): parameter {key!r} has the wrong type {type(value).__name__}")
+        result.append((name, dict(params)))
+    return result
+
+
+def normalize_shapes(input_shapes: Sequence) -> list[tuple[int, ...]]:
+    if not isinstance(input_shapes, Sequence) or isinstance(input_shapes, str) or not input_shapes:
+        raise InvalidArgumentError(f"input_shapes must be a non-empty list of shapes, got {input_shapes!r}")
+    shapes = []
+    for index, shape in enumerate(input_shapes):
+        if isinstance(shape, torch.Size | tuple | list) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            if any(d < 0 for d in shape):
+                raise ShapeError(f"input_shapes[{index}] = {tuple(shape)} has a negative dimension")
+            if any(d == 0 for d in shape):
+                raise ShapeError(f"input_shapes[{index}] = {tuple(shape)} is empty (a zero-sized dimension); "
+                                 "amk builds kernels for non-empty tensors")
+            shapes.append(tuple(shape))
+        else:
+            raise InvalidArgumentError(f"input_shapes[{index}] must be a tuple of ints, got {shape!r}")
+    return shapes
+
+
+def bind_operands(ops: list[tuple[str, dict]], shape_count: int) -> list[int]:
+    """How many tensor operands each op takes (the first op also takes the chain's input)."""
+    remaining = shape_count - 1
+    counts = []
+    for index, (name, _) in enumerate(ops):
+        spec = OPS[name]
+        later = sum(OPS[n].required for n, _ in ops[index + 1:])
+        take = spec.required + max(0, min(spec.optional, remaining - spec.required - later))
+        counts.append(take)
+        remaining -= take
+    if remaining != 0:
+        needed = 1 + sum(OPS[n].required for n, _ in ops)
+        most = needed + sum(OPS[n].optional for n, _ in ops)
+        raise ShapeError(f"{shape_count} input shapes given, but the op chain takes between {needed} and {most} "
+                         f"({', '.join(n for n, _ in ops)})")
+    return counts
+
+
+def _names(spec: OpSpec, count: int) -> list[str]:
+    names = list(spec.operand_names)
+    return (names + names[-1:] * count)[:count]
+
+
+def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> ModuleOp:
+    """A module with ``func.func @fused_chain`` computing the chain; raises amk errors for bad input."""
+    op_list = normalize_ops(ops)
+    shapes = normalize_shapes(input_shapes)
+    element = to_ir(dtype)
+    counts = bind_operands(op_list, len(shapes))
+    block = Block(arg_types=[TensorType(s, element) for s in shapes])
+    names = ["x"] + [name for (op, _), count in zip(op_list, counts) for name in _names(OPS[op], count)]
+    for arg, name in zip(block.args, names):
+        arg.name_hint = name
+    value: SSAValue = block.args[0]
+    position = 1
+    for index, ((name, params), count) in enumerate(zip(op_list, counts)):
+        operands = list(block.args[position:position + count])
+        position += count
+        try:
+            op = OPS[name].build(value, operands, params)
+            op.verify()
+        except VerifyException as error:
+            raise ShapeError(f"ops[{index}] ({name}) does not fit its inputs: {error}; operand shapes: "
+                             f"{[tuple(str(d) for d in v.type.dims) for v in [value, *operands]]}") from None
+        block.add_op(op)
+        value = op.results[0]
+    block.add_op(func.ReturnOp(value))
+    function = func.FuncOp("fused_chain", ([a.type for a in block.args], [value.type]), Region(block))
+    return ModuleOp([function])

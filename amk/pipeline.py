@@ -1,0 +1,103 @@
+"""The compiler pipeline: ``tensor_op`` module → fused → ``tiled_loop`` → ``memory_staged`` → Triton → Program.
+
+Every step is a registered pass (``amk-fuse``, ``amk-tile``, ``amk-stage``, ``amk-emit-triton``); this module runs
+them in order, keeps the IR text of every level, and loads the emitted kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+
+from amk.dialects import memory_staged, tiled_loop
+from amk.ir_dump import IRDumper, module_text
+from amk.lowering.configs import KernelConfig
+from amk.lowering.emit_triton import EmitTritonPass
+from amk.lowering.stage import StagePass, config_for
+from amk.lowering.tile import TilePass
+from amk.opt import AMK_DIALECTS, AMK_PASSES
+from amk.passes.fuse import FusePass
+from amk.runtime import CompiledKernel, Program, interpreting, kernel_arguments, load_source
+
+ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
+
+
+def make_context() -> Context:
+    ctx = Context()
+    ctx.load_dialect(builtin.Builtin)
+    ctx.load_dialect(func.Func)
+    for name, factory in AMK_DIALECTS.items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+def fusion_passes(pipeline: str | None) -> list[ModulePass]:
+    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default, or a user's pipeline string."""
+    if not pipeline:
+        return [FusePass()]
+    passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
+    return list(passes)
+
+
+def heuristic_config(kernel: tiled_loop.KernelOp) -> KernelConfig:
+    return config_for(kernel, {})
+
+
+@dataclass
+class CompiledProgram:
+    program: Program
+    ir: dict[str, str]
+    kernels: dict[str, CompiledKernel] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return "\n\n".join(k.source for k in self.kernels.values())
+
+
+def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
+                   dumper: IRDumper | None = None) -> CompiledProgram:
+    """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops."""
+    ctx = make_context()
+    ir = {"tensor_op": module_text(module)}
+
+    def run(pass_: ModulePass, level: str | None) -> None:
+        pass_.apply(ctx, module)
+        module.verify()
+        if dumper is not None:
+            dumper(pass_, module, None)
+        if level is not None:
+            ir[level] = module_text(module)
+
+    if dumper is not None:
+        dumper(None, module, None)
+    for pass_ in fusion_passes(pipeline):
+        run(pass_, None)
+    ir["fused"] = module_text(module)
+    run(TilePass(), "tiled_loop")
+    tiled = {op.sym_name.data: op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)}
+    arguments = {name: kernel_arguments(kernel) for name, kernel in tiled.items()}
+    configs = {name: choose_config(kernel) for name, kernel in tiled.items()}
+    for name, config in configs.items():
+        StagePass(kernel=name, block_m=config.BLOCK_M, block_n=config.BLOCK_N, block_k=config.BLOCK_K,
+                  group_m=config.GROUP_M, num_warps=config.num_warps, num_stages=config.num_stages).apply(ctx, module)
+    module.verify()
+    if dumper is not None:
+        dumper(StagePass(), module, None)
+    ir["memory_staged"] = module_text(module)
+    run(EmitTritonPass(interpret=interpreting()), None)
+    kernels = {}
+    for op in module.walk():
+        if isinstance(op, memory_staged.KernelOp):
+            name = op.sym_name.data
+            source = op.attributes["triton_source"].data
+            inputs, outputs, dtypes = arguments[name]
+            launch = load_source(source, name).launch
+            kernels[name] = CompiledKernel(name, configs[name], source, launch, inputs, outputs, dtypes)
+    ir["triton"] = "\n\n".join(k.source for k in kernels.values())
+    function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    return CompiledProgram(Program(function, kernels), ir, kernels)

@@ -1,0 +1,78 @@
+"""PyTorch semantics of every ``tensor_op`` op: the reference that kernels are verified against, and the executor
+of ops that were not fused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from xdsl.ir import Operation
+
+from amk.dialects import tensor_op
+from amk.dtypes import to_torch
+
+
+def _layernorm(op: tensor_op.LayerNormOp, x, *extras):
+    weight = extras[0] if op.weight is not None else None
+    bias = extras[-1] if op.bias is not None else None
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, op.eps.value.data)
+
+
+def _rmsnorm(op: tensor_op.RMSNormOp, x, *extras):
+    return F.rms_norm(x, (x.shape[-1],), extras[0] if extras else None, op.eps.value.data)
+
+
+def _matmul(op: tensor_op.MatmulOp, a, b):
+    if op.lhs_transposed:
+        a = a.transpose(-1, -2)
+    if op.rhs_transposed:
+        b = b.t()
+    return a @ b
+
+
+def _reduction(fn):
+    return lambda op, x: fn(x, dim=op.axis.value.data, keepdim=op.keeps_dim)
+
+
+def _clamp(op: tensor_op.ClampOp, x):
+    return torch.clamp(x, None if op.min is None else op.min.value.data, None if op.max is None else op.max.value.data)
+
+
+REFERENCE: dict[type[Operation], Callable] = {
+    tensor_op.MatmulOp: _matmul,
+    tensor_op.AddOp: lambda op, a, b: a + b,
+    tensor_op.SubOp: lambda op, a, b: a - b,
+    tensor_op.MulOp: lambda op, a, b: a * b,
+    tensor_op.DivOp: lambda op, a, b: a / b,
+    tensor_op.MaximumOp: lambda op, a, b: torch.maximum(a, b),
+    tensor_op.MinimumOp: lambda op, a, b: torch.minimum(a, b),
+    tensor_op.ReluOp: lambda op, x: F.relu(x),
+    tensor_op.GeluOp: lambda op, x: F.gelu(x, approximate="tanh" if op.uses_tanh else "none"),
+    tensor_op.SiluOp: lambda op, x: F.silu(x),
+    tensor_op.SigmoidOp: lambda op, x: torch.sigmoid(x),
+    tensor_op.TanhOp: lambda op, x: torch.tanh(x),
+    tensor_op.ExpOp: lambda op, x: torch.exp(x),
+    tensor_op.MishOp: lambda op, x: F.mish(x),
+    tensor_op.LeakyReluOp: lambda op, x: F.leaky_relu(x, op.slope),
+    tensor_op.ClampOp: _clamp,
+    tensor_op.ScaleOp: lambda op, x: x * op.factor.value.data,
+    tensor_op.CastOp: lambda op, x: x.to(to_torch(op.output.type.element_type)),
+    tensor_op.ReduceSumOp: _reduction(torch.sum),
+    tensor_op.ReduceMeanOp: _reduction(torch.mean),
+    tensor_op.ReduceMaxOp: lambda op, x: torch.amax(x, dim=op.axis.value.data, keepdim=op.keeps_dim),
+    tensor_op.LogSumExpOp: _reduction(torch.logsumexp),
+    tensor_op.SoftmaxOp: lambda op, x: torch.softmax(x, dim=op.axis.value.data),
+    tensor_op.LayerNormOp: _layernorm,
+    tensor_op.RMSNormOp: _rmsnorm,
+}
+
+
+def register_reference(op_class: type[Operation], fn: Callable) -> None:
+    """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
+    REFERENCE[op_class] = fn
+
+
+def evaluate(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
+    """Run one ``tensor_op`` op eagerly on its operand tensors."""
+    return REFERENCE[type(op)](op, *args)

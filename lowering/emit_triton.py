@@ -1,0 +1,385 @@
+"""``amk-emit-triton``: one readable Triton kernel plus its launcher from a ``memory_staged.kernel``.
+
+The emitter reads only the ``memory_staged`` level (with the ``tiled_loop`` compute ops it keeps) and knows nothing
+of the original op chain: every fused op reached it as primitive tile ops tagged with their ``origin``, which become
+the comments of the generated code. Tile values are named after their SSA names (``x_tile``, ``acc``, ``rstd``).
+Global buffers are addressed by pointer arithmetic with explicit strides (no block pointers, so the code runs on
+Triton 3.6 and 3.9); masks and 64-bit offsets are emitted exactly where ``amk-stage`` asked for them.
+
+The pass stores the source on the kernel as ``triton_source``; ``amk-opt -t triton`` prints it instead of the IR.
+With ``interpret=true`` the code targets Triton's CPU interpreter, which mishandles bf16 arithmetic: dot operands are
+then upcast to fp32 first.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from dataclasses import dataclass
+from typing import IO
+
+import sympy
+from xdsl.context import Context
+from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr, i1
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.target import Target
+
+from amk.dialects import memory_staged, tiled_loop
+from amk.dialects.memory_staged import BufferType
+from amk.dtypes import triton_name
+from amk.symbolic import Dim, symbol, to_python
+
+_BINARY_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+                     "eq": "==", "ne": "!="}
+_BINARY_FUNCTIONS = {"max": "tl.maximum", "min": "tl.minimum"}
+_UNARY_FUNCTIONS = {"exp": "tl.exp", "log": "tl.log", "erf": "tl.erf", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt",
+                    "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
+_RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max"}
+
+
+def _identifier(text: str) -> str:
+    name = re.sub(r"\W", "_", text).strip("_") or "t"
+    if name[0].isdigit():
+        name = "t" + name
+    return name + "_" if keyword.iskeyword(name) or name in _RESERVED else name
+
+
+def _literal(value: float) -> str:
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else 'float("-inf")'
+    return repr(float(value))
+
+
+@dataclass
+class _Loop:
+    loop: tiled_loop.ForOp
+    staged: bool
+
+
+class TritonEmitter:
+    """Generates the source of one kernel and its launcher."""
+
+    def __init__(self, kernel: memory_staged.KernelOp, interpret: bool = False):
+        self.kernel = kernel
+        self.interpret = interpret
+        self.constants = kernel.constant_values
+        self.names: dict[SSAValue, str] = {}
+        self.taken: set[str] = set()
+        self.inline: dict[SSAValue, str] = {}
+        self.lines: list[str] = []
+        self.last_origin: str | None = None
+        self.kernel_name = f"{kernel.sym_name.data}_kernel"
+        self.args = list(kernel.body.block.args)
+        for arg in self.args:
+            self.names[arg] = self.fresh(f"{arg.name_hint or 'arg'}")
+        self.dims = self._dim_params()
+
+    # -- names and expressions ---------------------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = _identifier(hint)
+        name, index = base, 1
+        while name in self.taken:
+            name = f"{base}_{index}"
+            index += 1
+        self.taken.add(name)
+        return name
+
+    def name(self, value: SSAValue) -> str:
+        if value in self.inline:
+            return self.inline[value]
+        if value not in self.names:
+            owner = value.owner
+            hint = value.name_hint or (owner.attributes["origin"].data.split(" ")[0]
+                                       if isinstance(owner, Operation) and "origin" in owner.attributes else "t")
+            self.names[value] = self.fresh(hint)
+        return self.names[value]
+
+    def _dim_params(self) -> dict[str, tuple[str, int, int]]:
+        """Symbolic buffer dims become integer kernel arguments: text -> (param name, arg index, axis)."""
+        params: dict[str, tuple[str, int, int]] = {}
+        for index, arg in enumerate(self.args):
+            for axis, dim in enumerate(arg.type.dims):
+                if not dim.is_static and dim.text not in params:
+                    name = dim.text if re.fullmatch(r"[A-Za-z_]\w*", dim.text) else f"dim_{len(params)}"
+                    params[dim.text] = (self.fresh(name), index, axis)
+        return params
+
+    def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
+        value = dim.expr
+        for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0])):
+            value = value.subs(Dim(text).expr, sympy.Symbol(param, integer=True, positive=True))
+        leftover = {str(s) for s in value.free_symbols} - self._known_symbols()
+        if leftover:
+            raise ValueError(f"kernel {self.kernel.sym_name.data}: no argument provides {', '.join(sorted(leftover))}")
+        return to_python(value, cdiv_name)
+
+    def _known_symbols(self) -> set[str]:
+        loops = {op.iv.data for op in self.kernel.walk() if isinstance(op, tiled_loop.ForOp)}
+        return (set(self.constants) | {p.data for p in self.kernel.program_ids.data} | loops
+                | {p for p, _, _ in self.dims.values()})
+
+    def line(self, text: str, indent: int) -> None:
+        self.lines.append("    " * indent + text)
+
+    def comment_origin(self, op: Operation, indent: int) -> None:
+        origin = op.attributes["origin"].data if "origin" in op.attributes else None
+        if origin is not None and origin != self.last_origin:
+            self.line(f"# {origin}", indent)
+        self.last_origin = origin
+
+    # -- kernel ------------------------------------------------------------------------------------------------------
+    def stride(self, arg_index: int, axis: int) -> str:
+        return f"stride_{self.names[self.args[arg_index]]}_{axis}"
+
+    def emit_kernel(self) -> list[str]:
+        kernel = self.kernel
+        params = [f"{self.names[a]}_ptr" for a in self.args]
+        params += [self.stride(i, axis) for i, a in enumerate(self.args) for axis in range(a.type.rank)]
+        params += [p for p, _, _ in self.dims.values()]
+        params += [f"{c}: tl.constexpr" for c in self.constants]
+        header = [f"@triton.jit", f"def {self.kernel_name}("]
+        header += [f"    {p}," for p in params]
+        header += ["):"]
+        self.line(f'"""{self.describe()}"""', 1)
+        self.emit_program_ids()
+        for op in kernel.body.block.ops:
+            self.emit_op(op, 1)
+        return header + self.lines
+
+    def describe(self) -> str:
+        strategy = self.kernel.strategy.data
+        text = {
+            "tile2d": "Each program computes one BLOCK_M x BLOCK_N output tile.",
+            "skinny_m": "Each program computes BLOCK_N columns of every row (few rows: decode shapes).",
+            "row_strip": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes.",
+        }[strategy]
+        return f"Generated by amk ({strategy}). {text}"
+
+    def emit_program_ids(self) -> None:
+        kernel = self.kernel
+        pids = [p.data for p in kernel.program_ids.data]
+        grid = kernel.grid.dims
+        if kernel.group_size is not None:
+            group = kernel.group_size.data
+            pid_m, pid_n = pids
+            self.line(f"# grouped launch order: {group} row tiles in a row share each column tile of the weight in L2", 1)
+            self.line("pid = tl.program_id(0)", 1)
+            self.line(f"num_pid_m = {self.expr(grid[0])}", 1)
+            self.line(f"num_pid_n = {self.expr(grid[1])}", 1)
+            self.line(f"num_pid_in_group = {group} * num_pid_n", 1)
+            self.line(f"first_pid_m = (pid // num_pid_in_group) * {group}", 1)
+            self.line(f"group_size_m = min(num_pid_m - first_pid_m, {group})", 1)
+            self.line(f"{pid_m} = first_pid_m + ((pid % num_pid_in_group) % group_size_m)", 1)
+            self.line(f"{pid_n} = (pid % num_pid_in_group) // group_size_m", 1)
+        else:
+            for axis, pid in enumerate(pids):
+                self.line(f"{pid} = tl.program_id({axis})", 1)
+        self.taken.update(pids)
+
+    def emit_op(self, op: Operation, indent: int) -> None:
+        handler = getattr(self, f"emit_{op.name.replace('.', '_')}", None)
+        if handler is None:
+            raise NotImplementedError(f"the Triton emitter cannot emit {op.name}")
+        self.comment_origin(op, indent)
+        handler(op, indent)
+
+    def assign(self, value: SSAValue, text: str, indent: int) -> None:
+        self.line(f"{self.name(value)} = {text}", indent)
+
+    # compute ops
+    def emit_tiled_loop_full(self, op: tiled_loop.FullOp, indent: int) -> None:
+        tile = op.result.type
+        uses = [use.operation for use in op.result.uses]
+        scalar = tile.dims == (Dim(1), Dim(1)) and tile.element_type != i1
+        if scalar and not any(isinstance(u, tiled_loop.ForOp | tiled_loop.YieldOp) for u in uses):
+            self.inline[op.result] = _literal(op.number)
+            return
+        value = "1" if tile.element_type == i1 and op.number else _literal(op.number)
+        shape = ", ".join(self.expr(d) for d in tile.dims)
+        self.assign(op.result, f"tl.full(({shape}), {value}, tl.{triton_name(tile.element_type)})", indent)
+
+    def emit_tiled_loop_binary(self, op: tiled_loop.BinaryOp, indent: int) -> None:
+        fn = op.fn.data
+        lhs, rhs = self.name(op.lhs), self.name(op.rhs)
+        text = f"{_BINARY_FUNCTIONS[fn]}({lhs}, {rhs})" if fn in _BINARY_FUNCTIONS else f"{lhs} {_BINARY_OPERATORS[fn]} {rhs}"
+        self.assign(op.result, text, indent)
+
+    def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp, indent: int) -> None:
+        fn = op.fn.data
+        x = self.name(op.input)
+        self.assign(op.result, f"-{x}" if fn == "neg" else f"{_UNARY_FUNCTIONS[fn]}({x})", indent)
+
+    def emit_tiled_loop_select(self, op: tiled_loop.SelectOp, indent: int) -> None:
+        self.assign(op.result, f"tl.where({self.name(op.cond)}, {self.name(op.true_value)}, {self.name(op.false_value)})", indent)
+
+    def emit_tiled_loop_cast(self, op: tiled_loop.CastOp, indent: int) -> None:
+        self.assign(op.result, f"{self.name(op.input)}.to(tl.{triton_name(op.result.type.element_type)})", indent)
+
+    def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp, indent: int) -> None:
+        self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)", indent)
+
+    def emit_tiled_loop_in_bounds(self, op: tiled_loop.InBoundsOp, indent: int) -> None:
+        tile = op.result.type
+        terms = []
+        for axis, (offset, extent, size) in enumerate(zip(op.offsets.dims, op.extents.dims, tile.dims)):
+            if size == Dim(1):
+                continue
+            index = f"({self.expr(offset)} + tl.arange(0, {self.expr(size)}))"
+            terms.append(f"{index}[{':, None' if axis == 0 else 'None, :'}] < {self.expr(extent)}")
+        self.assign(op.result, " & ".join(terms) or "True", indent)
+
+    # memory ops
+    def emit_memory_staged_accumulator(self, op: memory_staged.AccumulatorOp, indent: int) -> None:
+        shape = ", ".join(self.expr(d) for d in op.result.type.dims)
+        self.assign(op.result, f"tl.zeros(({shape}), dtype=tl.float32)", indent)
+
+    def emit_memory_staged_dot(self, op: memory_staged.DotOp, indent: int) -> None:
+        lhs, rhs = self.name(op.lhs), self.name(op.rhs)
+        element = op.lhs.type.element_type
+        extra = ""
+        if isinstance(element, Float32Type):
+            extra = ', input_precision="ieee"'
+        elif self.interpret and triton_name(element) == "bfloat16":
+            # The interpreter holds bf16 as raw bits; an fp32 dot of the upcast tiles is exact.
+            lhs, rhs = f"{lhs}.to(tl.float32)", f"{rhs}.to(tl.float32)"
+        self.assign(op.result, f"tl.dot({lhs}, {rhs}, {self.name(op.acc)}{extra})", indent)
+
+    def pointers(self, op: memory_staged.GlobalAccessOp, buffer_value: SSAValue, tile_dims, indent: int) -> tuple[str, str]:
+        """Emit index vectors; return (pointer expression, mask expression or '')."""
+        buffer: BufferType = buffer_value.type
+        arg_index = self.args.index(buffer_value)
+        base = self.names[buffer_value]
+        if buffer.rank == 1:
+            axes = [1] if tile_dims[0] == Dim(1) else [0]
+        else:
+            axes = [0, 1]
+        offsets_text, masks = [], []
+        for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
+            size = tile_dims[tile_axis]
+            index_name = self.fresh(f"{base}_{'rows' if tile_axis == 0 else 'cols'}")
+            self.line(f"{index_name} = {self.expr(offset)} + tl.arange(0, {self.expr(size)})", indent)
+            broadcast = "[:, None]" if tile_axis == 0 else "[None, :]"
+            widened = f"{index_name}.to(tl.int64)" if op.wide_index else index_name
+            offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
+            if op.masked_axes[buffer_axis]:
+                masks.append(f"({index_name}{broadcast} < {self.expr(buffer.dims[buffer_axis])})")
+        return f"{base}_ptr + " + " + ".join(offsets_text), " & ".join(masks)
+
+    def emit_load(self, op, buffer_value: SSAValue, tile_dims, indent: int) -> None:
+        pointers, mask = self.pointers(op, buffer_value, tile_dims, indent)
+        masked = f", mask={mask}, other=0.0" if mask else ""
+        self.assign(op.results[0], f"tl.load({pointers}{masked})", indent)
+
+    def emit_memory_staged_load(self, op: memory_staged.LoadOp, indent: int) -> None:
+        self.emit_load(op, op.source, op.result.type.dims, indent)
+
+    def emit_memory_staged_stage(self, op: memory_staged.StageOp, indent: int) -> None:
+        self.emit_load(op, op.source, op.result.type.dims, indent)
+
+    def emit_memory_staged_store(self, op: memory_staged.StoreOp, indent: int) -> None:
+        pointers, mask = self.pointers(op, op.dest, op.value.type.dims, indent)
+        target = triton_name(op.dest.type.element_type)
+        masked = f", mask={mask}" if mask else ""
+        self.line(f"tl.store({pointers}, {self.name(op.value)}.to(tl.{target}){masked})", indent)
+
+    # structure
+    def emit_tiled_loop_for(self, op: tiled_loop.ForOp, indent: int) -> None:
+        staged = any(isinstance(o, memory_staged.StageOp) for o in op.body.block.ops)
+        results = [self.name(r) for r in op.results]
+        for result, init in zip(results, op.inits):
+            self.line(f"{result} = {self.name(init)}", indent)
+        for arg, result in zip(op.body.block.args, results):
+            self.names[arg] = result
+        self.line(f"# {self.loop_comment(op)}", indent)
+        bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
+        pipelining = f", num_stages={self.kernel.num_stages.value.data}" if staged else ""
+        self.taken.add(op.iv.data)
+        self.line(f"for {op.iv.data} in tl.range({bounds}{pipelining}):", indent)
+        self.last_origin = None
+        for inner in op.body.block.ops:
+            self.emit_op(inner, indent + 1)
+        self.last_origin = None
+
+    def loop_comment(self, op: tiled_loop.ForOp) -> str:
+        ops = list(op.body.walk())
+        if any(isinstance(o, memory_staged.DotOp) for o in ops) and op.iv.data == "k":
+            return "K loop: accumulate the matmul tile in fp32 registers (operands pipelined through shared memory)"
+        if op.inits:
+            return f"running row statistics over the {op.iv.data.upper()} tiles"
+        return "second sweep: re-read each tile and finish the ops after the row reduction"
+
+    def emit_tiled_loop_yield(self, op: tiled_loop.YieldOp, indent: int) -> None:
+        loop = op.parent_op()
+        for result, value in zip(loop.results, op.values):
+            if self.name(result) != self.name(value):
+                self.line(f"{self.name(result)} = {self.name(value)}", indent)
+
+    # -- launcher ----------------------------------------------------------------------------------------------------
+    def emit_launcher(self) -> list[str]:
+        names = [self.names[a] for a in self.args]
+        lines = [f"def launch({', '.join(names)}):",
+                 f'    """Launch {self.kernel_name} on tensors already viewed as its arguments (inputs, then outputs)."""']
+        for text, (param, index, axis) in self.dims.items():
+            lines.append(f"    {param} = {names[index]}.shape[{axis}]  # {text}")
+        grid = ", ".join(self.expr(d, "triton.cdiv") for d in self.kernel.grid.dims)
+        grid = self.substitute_constants(grid)
+        if self.kernel.group_size is not None:
+            grid = " * ".join(f"({g})" for g in grid.split(", "))
+        lines.append(f"    grid = ({grid},)")
+        args = [f"{n}" for n in names]
+        args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) for axis in range(a.type.rank)]
+        args += [p for p, _, _ in self.dims.values()]
+        args += [f"{c}={v}" for c, v in self.constants.items()]
+        args += [f"num_warps={self.kernel.num_warps.value.data}", f"num_stages={self.kernel.num_stages.value.data}"]
+        lines.append(f"    {self.kernel_name}[grid](")
+        lines += [f"        {a}," for a in args]
+        lines.append("    )")
+        return lines
+
+    def substitute_constants(self, text: str) -> str:
+        for name, value in self.constants.items():
+            text = re.sub(rf"\b{name}\b", str(value), text)
+        return text
+
+    def emit(self) -> str:
+        kernel_lines = self.emit_kernel()
+        header = ["# Generated by amk from memory_staged IR: edit the IR or the passes, not this file.",
+                  "import torch",
+                  "import triton",
+                  "import triton.language as tl",
+                  "", ""]
+        return "\n".join(header + kernel_lines + ["", ""] + self.emit_launcher()) + "\n"
+
+
+def emit_triton(kernel: memory_staged.KernelOp, interpret: bool = False) -> str:
+    """The Python source (kernel and ``launch`` function) for one staged kernel."""
+    return TritonEmitter(kernel, interpret).emit()
+
+
+@dataclass(frozen=True)
+class EmitTritonPass(ModulePass):
+    """Attach the Triton source of every ``memory_staged.kernel`` as its ``triton_source`` attribute."""
+
+    name = "amk-emit-triton"
+
+    interpret: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in op.walk():
+            if isinstance(kernel, memory_staged.KernelOp):
+                kernel.attributes["triton_source"] = StringAttr(emit_triton(kernel, self.interpret))
+
+
+@dataclass(frozen=True)
+class TritonTarget(Target):
+    """``amk-opt -t triton``: print the Triton source of every kernel (emitting it if the pass has not run)."""
+
+    name = "triton"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        for kernel in module.walk():
+            if isinstance(kernel, memory_staged.KernelOp):
+                source = kernel.attributes.get("triton_source")
+                output.write(source.data if source is not None else emit_triton(kernel))
