@@ -13,10 +13,11 @@ _EXPORTS = {
     "build_fused_kernel": "amk.api",
     "FusedKernel": "amk.api",
     "TunerConfig": "amk.tuner",
-    "verify": "amk.verify",
-    "VerificationReport": "amk.verify",
+    "verify": "amk.verification",
+    "VerificationReport": "amk.verification",
     "errors": "amk.errors",
     "register_pass": "amk.opt",
+    "verification": "amk.verification",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -25,7 +26,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name in _EXPORTS:
         module = importlib.import_module(_EXPORTS[name])
-        value = module if name == "errors" else getattr(module, name)
+        value = module if name in ("errors", "verification") else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'amk' has no attribute {name!r}")

@@ -27,8 +27,9 @@ class FusedKernel(torch.nn.Module):
     """
 
     def __init__(self, ops, shapes: list[tuple[int, ...]], dtype: torch.dtype, compiled: CompiledProgram,
-                 builder):
+                 builder, grid=None):
         super().__init__()
+        self._grid = grid
         self.ops = ops
         self.shapes = shapes
         self.dtype = dtype
@@ -45,6 +46,11 @@ class FusedKernel(torch.nn.Module):
         return self.compiled.source
 
     @property
+    def source_paths(self) -> list[str]:
+        """Files holding the emitted Triton code, one per kernel."""
+        return [k.source_path for k in self.compiled.kernels.values()]
+
+    @property
     def ir(self) -> dict[str, str]:
         return self.compiled.ir
 
@@ -56,6 +62,10 @@ class FusedKernel(torch.nn.Module):
     @property
     def num_kernels(self) -> int:
         return len(self.compiled.kernels)
+
+    def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
+        """The same op chain built for another dtype."""
+        return build_fused_kernel(self.ops, self.shapes, dtype, parameter_grid=self._grid)
 
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
@@ -122,11 +132,11 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
         return compile_module(build_module(op_list, call_shapes, dtype), _choose_config(grid))
 
-    kernel = FusedKernel(op_list, shapes, dtype, build(shapes), build)
+    kernel = FusedKernel(op_list, shapes, dtype, build(shapes), build, parameter_grid)
     if kernel.num_kernels != 1:
         log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
     if verify:
-        from amk.verify import reference_for, verify as run_verification
+        from amk.verification import reference_for, verify as run_verification
 
-        run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
+        kernel.verification = run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
     return kernel

@@ -96,8 +96,9 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
             name = op.sym_name.data
             source = op.attributes["triton_source"].data
             inputs, outputs, dtypes = arguments[name]
-            launch = load_source(source, name).launch
-            kernels[name] = CompiledKernel(name, configs[name], source, launch, inputs, outputs, dtypes)
+            loaded = load_source(source, name)
+            kernels[name] = CompiledKernel(name, configs[name], source, loaded.__file__, loaded.launch, inputs, outputs,
+                                           dtypes)
     ir["triton"] = "\n\n".join(k.source for k in kernels.values())
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     return CompiledProgram(Program(function, kernels), ir, kernels)

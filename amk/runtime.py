@@ -100,6 +100,7 @@ class CompiledKernel:
     name: str
     config: KernelConfig
     source: str
+    source_path: str
     launch: Callable
     inputs: list[KernelArgument]
     outputs: list[KernelArgument]

@@ -55,7 +55,7 @@ def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None,
     minimum = 16 if has_dot else 1
     block_k = _bounded(contraction, 64 if element_bytes <= 2 else 32, 16) if has_dot else 32
     if strategy == "skinny_m":
-        return KernelConfig(BLOCK_M=_bounded(rows, 16, 16), BLOCK_N=_bounded(cols, 64, 16),
+        return KernelConfig(BLOCK_M=_bounded(rows, 64, 16), BLOCK_N=_bounded(cols, 64, 16),
                             BLOCK_K=_bounded(contraction, 128, 16), num_warps=4, num_stages=4)
     if strategy == "row_strip":
         return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),

@@ -6,7 +6,8 @@ The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strat
 - ``tile2d``: a grid of ``BLOCK_M x BLOCK_N`` output tiles (walked in groups of ``GROUP_M`` row tiles so that the
   weight's column tiles are reused from L2); each program runs the K loop into an fp32 accumulator and applies the
   elementwise epilogue in registers.
-- ``skinny_m``: few rows (decode): one program per ``BLOCK_N`` column tile holds every row.
+- ``skinny_m``: few rows (decode): programs are laid out column tile first, and ``BLOCK_M`` usually covers every
+  row, so each program streams one slice of the weight.
 - ``row_strip``: a program owns ``BLOCK_M`` full rows. Phase 1 loops over the column tiles, computes the epilogue up
   to the row reductions, folds each tile into running fp32 statistics and writes the pre-reduction value; phase 2
   loops again, re-reads it and applies the normalization and what follows.
@@ -85,8 +86,7 @@ class KernelLowering:
         self.scratch = scratch
         self.b = TileBuilder(kernel.body.block)
         self.stats: dict[Operation, list[SSAValue]] = {}
-        strategy = plan.strategy
-        self.row_offset = Dim(0) if strategy == "skinny_m" else Dim(f"{BLOCK_M}*pid_m")
+        self.row_offset = Dim(f"{BLOCK_M}*pid_m")
         self.col_offset = Dim(f"{BLOCK_N}*pid_n")
 
     # -- values ------------------------------------------------------------------------------------------------------
@@ -326,7 +326,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str) -> tuple[tiled_loop.KernelO
             params.append(GROUP_M)
             group = GROUP_M
     elif strategy == "skinny_m":
-        grid, pids = [f"cdiv({cols}, {BLOCK_N})"], ["pid_n"]
+        # Column tiles vary fastest: the few row tiles (usually one) of a decode step share every weight tile.
+        grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})"], ["pid_n", "pid_m"]
     else:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
     kernel = tiled_loop.KernelOp(name, grid=grid, program_ids=pids, strategy=strategy, tile_params=params,

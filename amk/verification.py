@@ -1,0 +1,152 @@
+"""Verification of kernels against PyTorch on fresh random inputs, per dtype.
+
+Errors are measured against a float64 reference computed from the very inputs the kernel saw (rounded to the
+kernel's dtype), as the maximum and mean absolute error and the relative L2 error ``||out - ref|| / ||ref||``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from xdsl.dialects import func
+
+from amk import reference
+from amk.errors import InvalidArgumentError, VerificationError
+
+# Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
+TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float8_e4m3fn: 1.2e-1}
+
+
+@dataclass
+class DTypeResult:
+    dtype: torch.dtype
+    max_abs_error: float = math.nan
+    mean_abs_error: float = math.nan
+    relative_l2_error: float = math.nan
+    tolerance: float = math.nan
+    skipped: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is not None or self.relative_l2_error <= self.tolerance
+
+    def line(self) -> str:
+        name = str(self.dtype).replace("torch.", "")
+        if self.skipped:
+            return f"{name:>14}  skipped: {self.skipped}"
+        status = "ok" if self.passed else "FAILED"
+        return (f"{name:>14}  max_abs={self.max_abs_error:.3e}  mean_abs={self.mean_abs_error:.3e}  "
+                f"rel_l2={self.relative_l2_error:.3e}  (tolerance {self.tolerance:.0e})  {status}")
+
+
+@dataclass
+class VerificationReport:
+    results: list[DTypeResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __str__(self) -> str:
+        return "verification against PyTorch (float64 reference):\n" + "\n".join(r.line() for r in self.results)
+
+
+def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> DTypeResult:
+    out, ref = output.double(), expected.double()
+    if out.shape != ref.shape:
+        raise VerificationError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    difference = (out - ref).abs()
+    finite = torch.isfinite(ref)
+    if not torch.equal(torch.isfinite(out), finite):
+        return DTypeResult(dtype, math.inf, math.inf, math.inf, TOLERANCES.get(dtype, 1e-2))
+    difference = torch.where(finite, difference, torch.zeros_like(difference))
+    ref_norm = torch.linalg.vector_norm(torch.where(finite, ref, torch.zeros_like(ref))).item()
+    relative = torch.linalg.vector_norm(difference).item() / max(ref_norm, 1e-30)
+    return DTypeResult(dtype, difference.max().item(), difference.mean().item(), relative, TOLERANCES.get(dtype, 1e-2))
+
+
+def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device, scales: Sequence[float] | None = None,
+                  seed: int | None = None) -> list[torch.Tensor]:
+    """Fresh standard-normal inputs (never zeros), each scaled by ``scales[i]`` when given."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    tensors = []
+    for index, shape in enumerate(shapes):
+        scale = scales[index] if scales is not None else 1.0
+        values = torch.randn(shape, generator=generator, dtype=torch.float32) * scale
+        tensors.append(values.to(device=device, dtype=dtype))
+    return tensors
+
+
+def fp8_supported() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+def reference_for(op_list, shape_count: int) -> Callable:
+    """The eager PyTorch computation of an op list (evaluated op by op from its ``tensor_op`` IR)."""
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        from amk.oplist import build_module
+
+        module = build_module(op_list, [tuple(t.shape) for t in tensors], torch.float32)
+        function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+        return evaluate_function(function, tensors)[0]
+
+    return run
+
+
+def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    env = dict(zip(function.body.block.args, tensors))
+    for op in function.body.block.ops:
+        if isinstance(op, func.ReturnOp):
+            return [env[v] for v in op.arguments]
+        env.update(zip(op.results, [reference.evaluate(op, [env[v] for v in op.operands])]))
+    raise AssertionError("function without func.return")
+
+
+def input_scales(kernel) -> list[float]:
+    """Matmul weights are scaled by 1/sqrt(K) so that outputs stay O(1) in every dtype."""
+    names = [name for name, _ in kernel.ops]
+    scales = [1.0] * len(kernel.shapes)
+    if "matmul" in names and len(kernel.shapes) > 1:
+        scales[1] = 1.0 / math.sqrt(kernel.shapes[1][0])
+    return scales
+
+
+def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None = None,
+           dtypes: Sequence[torch.dtype] | None = None, raise_on_failure: bool = True) -> VerificationReport:
+    """Run ``kernel`` and ``reference_fn`` on the same inputs and compare.
+
+    ``kernel`` is a :class:`amk.FusedKernel` (rebuilt for each dtype in ``dtypes``; fresh random inputs unless
+    ``inputs`` are given) or any callable (then ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
+    carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``).
+    """
+    from amk.api import FusedKernel
+
+    if not callable(reference_fn):
+        raise InvalidArgumentError("reference_fn must be callable")
+    report = VerificationReport()
+    if not isinstance(kernel, FusedKernel):
+        if inputs is None:
+            raise InvalidArgumentError("verify needs inputs= when the kernel is not an amk.FusedKernel")
+        dtype = inputs[0].dtype
+        report.results.append(compare(kernel(*inputs), reference_fn(*[t.double() for t in inputs]), dtype))
+    else:
+        for dtype in dtypes or [kernel.dtype]:
+            if dtype not in TOLERANCES:
+                raise InvalidArgumentError(f"cannot verify dtype {dtype}; supported: {', '.join(map(str, TOLERANCES))}")
+            if dtype == torch.float8_e4m3fn and not fp8_supported():
+                report.results.append(DTypeResult(dtype, skipped="fp8 needs a GPU of compute capability 8.9 or newer"))
+                continue
+            variant = kernel if dtype == kernel.dtype else kernel.with_dtype(dtype)
+            tensors = list(inputs) if inputs is not None else random_inputs(
+                kernel.shapes, dtype, variant.device, input_scales(kernel))
+            output = variant(*tensors)
+            expected = reference_fn(*[t.double() for t in tensors])
+            report.results.append(compare(output, expected, dtype))
+    if raise_on_failure and not report.passed:
+        raise VerificationError(str(report), report)
+    return report
