@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
@@ -22,7 +22,7 @@ from amk.dialects.memory_staged import BufferType
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import ExprsAttr, TileType
 from amk.opt import AMK_DIALECTS
-from amk.symbolic import Dim
+from amk.symbolic import Dim, provably_equal
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Helpers
@@ -647,7 +647,12 @@ DIM_EXPRS = st.recursive(
 )
 
 
+# BUG: the canonical text of a Dim is not always a fixed point of parse-and-print: Dim("(M+1)*(2*cdiv(N, 64))").text
+# is "2*(M + 1)*cdiv(N, 64)", but Dim("2*(M + 1)*cdiv(N, 64)").text is "(2*M + 2)*cdiv(N, 64)", so such a type is not
+# equal to itself after printing and parsing. The explicit example makes the xfail deterministic.
+@pytest.mark.xfail(strict=True, reason="BUG: Dim canonical text is not idempotent (2*(M + 1)*cdiv(N, 64))")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(dims=["(M+1)*(2*cdiv(N, 64))"])
 @given(dims=st.lists(DIM_EXPRS, min_size=0, max_size=3))
 def test_random_dims_round_trip_in_tensor_type(dims):
     t = TensorType(dims, f32)
@@ -656,6 +661,20 @@ def test_random_dims_round_trip_in_tensor_type(dims):
     parsed = Parser(CTX, printed).parse_type()
     assert parsed == t
     assert str(parsed) == printed
-    # canonical text is a fixed point: re-canonicalizing a printed dim changes nothing
     for dim in t.dims:
         assert Dim(dim.text).text == dim.text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dims=st.lists(DIM_EXPRS, min_size=0, max_size=3))
+def test_random_dims_reparse_to_equal_values_and_settle(dims):
+    """What holds despite the bug above: re-parsed dims are provably equal, and a second trip changes nothing."""
+    t = TensorType(dims, f32)
+    assert t.rank == len(dims)
+    parsed = Parser(CTX, str(t)).parse_type()
+    assert isinstance(parsed, TensorType) and parsed.element_type == f32
+    for original, reparsed in zip(t.dims, parsed.dims, strict=True):
+        assert provably_equal(original, reparsed)
+    again = Parser(CTX, str(parsed)).parse_type()
+    assert again == parsed
+    assert str(again) == str(parsed)

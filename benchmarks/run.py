@@ -1,0 +1,216 @@
+"""The amk benchmark suite: each workload under eager, torch.compile (default and max-autotune-no-cudagraphs), the
+cuBLAS GEMM alone and amk, in one process on the same inputs, correctness checked first.
+
+    python benchmarks/run.py                       # every workload, every contender (needs a GPU)
+    python benchmarks/run.py --workloads A,G --contenders eager,compile,amk
+    python benchmarks/run.py --small               # tiny shapes: a smoke test of the suite itself (CPU is fine)
+
+Writes ``benchmarks/results/<stem>.json`` and ``.md`` (table) and, with matplotlib, ``.png``. Times are medians in
+milliseconds (``triton.testing.do_bench``; ``do_bench_cudagraph`` for the CUDA-graph columns). The floor is
+max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the ceilings measured on the H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import amk
+from amk.benchmarking import environment, time_ms
+from amk.runtime import default_device
+
+PEAK_FLOPS = 790e12
+PEAK_BYTES = 4.3e12
+CONTENDERS = ("eager", "compile", "compile_max_autotune", "cublas", "amk")
+
+
+@dataclass
+class Workload:
+    name: str
+    title: str
+    ops: list
+    shapes: list[tuple[int, ...]]
+    small_shapes: list[tuple[int, ...]]
+    dtype: torch.dtype
+    eager: Callable
+    flops: Callable[[list[tuple[int, ...]]], float]
+    gemm: Callable | None = None
+    cuda_graphs: bool = False
+    weight: int | None = 1
+
+
+def _gemm_flops():
+    def flops(shapes):
+        return 2.0 * math.prod(shapes[0][:-1]) * shapes[1][0] * shapes[1][1]
+
+    return flops
+
+
+WORKLOADS = {
+    "A": Workload("A", "x@W + bias -> GELU -> LayerNorm, fp16", ["matmul", "add_bias", "gelu", "layernorm"],
+                  [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)],
+                  [(64, 128), (128, 128), (128,), (128,), (128,)], torch.float16,
+                  lambda x, w, b, g, be: F.layer_norm(F.gelu(x @ w + b), (w.shape[1],), g, be), _gemm_flops(),
+                  gemm=lambda x, w, *rest: x @ w),
+    "B": Workload("B", "x@W + bias -> ReLU, fp16", ["matmul", "add_bias", "relu"],
+                  [(65536, 4096), (4096, 4096), (4096,)], [(64, 128), (128, 128), (128,)], torch.float16,
+                  lambda x, w, b: torch.relu(x @ w + b), _gemm_flops(), gemm=lambda x, w, *rest: x @ w),
+    "C": Workload("C", "x@W + residual -> RMSNorm, bf16", ["matmul", "add", "rmsnorm"],
+                  [(32768, 8192), (8192, 8192), (32768, 8192)], [(64, 128), (128, 128), (64, 128)], torch.bfloat16,
+                  lambda x, w, r: F.rms_norm(x @ w + r, (w.shape[1],)), _gemm_flops(), gemm=lambda x, w, *rest: x @ w),
+    "D": Workload("D", "RMSNorm(x)*g @ W + residual, M=16, bf16", ["rmsnorm", "matmul", "add"],
+                  [(16, 4096), (4096,), (4096, 4096), (16, 4096)], [(16, 128), (128,), (128, 128), (16, 128)],
+                  torch.bfloat16, lambda x, g, w, r: F.rms_norm(x, (x.shape[1],), g) @ w + r,
+                  lambda s: 2.0 * s[0][0] * s[2][0] * s[2][1], cuda_graphs=True, weight=2),
+    "E": Workload("E", "RMSNorm(x)*g @ W + residual, M=1, bf16", ["rmsnorm", "matmul", "add"],
+                  [(1, 4096), (4096,), (4096, 4096), (1, 4096)], [(1, 128), (128,), (128, 128), (1, 128)],
+                  torch.bfloat16, lambda x, g, w, r: F.rms_norm(x, (x.shape[1],), g) @ w + r,
+                  lambda s: 2.0 * s[0][0] * s[2][0] * s[2][1], cuda_graphs=True, weight=2),
+    "G": Workload("G", "softmax(q@k * 128^-0.5), fp16", ["matmul", ("scale", {"factor": 128 ** -0.5}), "softmax"],
+                  [(8192, 128), (128, 8192)], [(64, 32), (32, 128)], torch.float16,
+                  lambda q, k: torch.softmax((q @ k) * 128 ** -0.5, dim=-1), _gemm_flops(),
+                  gemm=lambda q, k: q @ k, weight=None),
+}
+
+
+def tensor_bytes(shapes, dtype, output_shape) -> int:
+    size = torch.empty((), dtype=dtype).element_size()
+    return size * (sum(math.prod(s) for s in shapes) + math.prod(output_shape))
+
+
+def make_inputs(workload: Workload, shapes, device) -> list[torch.Tensor]:
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    tensors = []
+    for index, shape in enumerate(shapes):
+        values = torch.randn(shape, generator=generator)
+        if index == workload.weight:
+            values = values / math.sqrt(shape[0])  # keeps x @ W of order 1
+        if len(shape) == 1:
+            values = 1 + 0.1 * values  # biases and norm weights as trained models have them
+        tensors.append(values.to(device=device, dtype=workload.dtype))
+    return tensors
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
+
+
+def run_workload(workload: Workload, contenders: list[str], small: bool, graphs: bool) -> dict:
+    device = default_device()
+    shapes = workload.small_shapes if small else workload.shapes
+    inputs = make_inputs(workload, shapes, device)
+    start = time.perf_counter()
+    kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype)
+    build_s = time.perf_counter() - start
+    reference = workload.eager(*[t.double() if device.type == "cpu" else t.float() for t in inputs])
+    result = {"workload": workload.name, "title": workload.title, "shapes": shapes, "dtype": str(workload.dtype),
+              "amk_build_s": round(build_s, 2), "amk_kernels": kernel.num_kernels, "amk_config": kernel.config,
+              "times_ms": {}, "graph_times_ms": {}, "errors": {}}
+    out = kernel(*inputs)
+    result["errors"]["amk"] = relative_error(out, reference)
+    output_shape = tuple(out.shape)
+    flops = workload.flops(shapes)
+    bytes_moved = tensor_bytes(shapes, workload.dtype, output_shape)
+    result["floor_ms"] = max(flops / PEAK_FLOPS, bytes_moved / PEAK_BYTES) * 1e3
+    functions = {"amk": lambda: kernel(*inputs), "eager": lambda: workload.eager(*inputs)}
+    if "compile" in contenders:
+        functions["compile"] = torch.compile(workload.eager)
+    if "compile_max_autotune" in contenders:
+        functions["compile_max_autotune"] = torch.compile(workload.eager, mode="max-autotune-no-cudagraphs")
+    if "cublas" in contenders and workload.gemm is not None:
+        functions["cublas"] = lambda: workload.gemm(*inputs)
+    for name in [c for c in contenders if c in functions]:
+        fn = functions[name]
+        if name != "cublas":
+            value = fn() if name != "amk" else out
+            result["errors"].setdefault(name, relative_error(value, reference))
+        result["times_ms"][name] = time_ms(fn)
+        if graphs and workload.cuda_graphs and device.type == "cuda":
+            try:
+                result["graph_times_ms"][name] = time_ms(fn, cuda_graph=True)
+            except Exception as error:  # a contender that cannot be captured is reported, not fatal
+                result["graph_times_ms"][name] = f"not capturable: {type(error).__name__}: {error}"[:200]
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| workload | floor | " + " | ".join(CONTENDERS) + " | amk rel. error | amk vs best other |",
+             "|---" * (len(CONTENDERS) + 4) + "|"]
+    for r in results:
+        for label, times in (("", r["times_ms"]), (" (graphs)", r["graph_times_ms"])):
+            if not times:
+                continue
+            cells = [f"{times[c]:.4f}" if isinstance(times.get(c), float) else "—" for c in CONTENDERS]
+            others = [v for c, v in times.items() if c not in ("amk", "cublas") and isinstance(v, float)]
+            speedup = (f"{min(others) / times['amk']:.2f}x" if others and isinstance(times.get("amk"), float) else "—")
+            lines.append(f"| {r['workload']}{label}: {r['title']} | {r['floor_ms']:.4f} | " + " | ".join(cells)
+                         + f" | {r['errors']['amk'][0]:.2e} | {speedup} |")
+    return "\n".join(lines)
+
+
+def chart(results: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    figure, axis = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(CONTENDERS)
+    for index, contender in enumerate(CONTENDERS):
+        values = [r["floor_ms"] / r["times_ms"][contender] if isinstance(r["times_ms"].get(contender), float) else 0
+                  for r in results]
+        axis.bar([i + index * width for i in range(len(results))], values, width, label=contender)
+    axis.set_xticks([i + 0.4 for i in range(len(results))], [r["workload"] for r in results])
+    axis.set_ylabel("fraction of the roofline floor (higher is better)")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ", ".join(WORKLOADS))
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated, from " + ", ".join(CONTENDERS))
+    parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke test; CPU is fine)")
+    parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph measurements")
+    parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
+    parser.add_argument("--stem", default=None, help="results file name without extension")
+    args = parser.parse_args(argv)
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = [n for n in names if n not in WORKLOADS] + [c for c in contenders if c not in CONTENDERS]
+    if unknown:
+        parser.error(f"unknown workloads or contenders: {', '.join(unknown)}")
+    results = []
+    for name in names:
+        print(f"== workload {name}: {WORKLOADS[name].title}", flush=True)
+        results.append(run_workload(WORKLOADS[name], contenders, args.small, not args.no_graphs))
+        print(json.dumps(results[-1], default=str), flush=True)
+    env = environment()
+    stem = args.stem or f"bench-{env['date'][:10]}"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {"environment": env, "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+                "results": results}
+    (out / f"{stem}.json").write_text(json.dumps(document, indent=2, default=str))
+    markdown = (f"# amk benchmarks ({env['gpu']})\n\ntorch {env['torch']}, triton {env['triton']}, amk {env['amk']}, "
+                f"{env['date']}\n\nCommand: `python benchmarks/{document['command']}`\n\nMedian ms.\n\n{table(results)}\n")
+    (out / f"{stem}.md").write_text(markdown)
+    chart(results, out / f"{stem}.png")
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
