@@ -11,8 +11,8 @@ from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.pipeline import CompiledProgram, compile_module, heuristic_config
-from amk.runtime import default_device
-from amk.tuner import TunerConfig, nearest_in_grid, validate_grid
+from amk.runtime import default_device, interpreting
+from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid, validate_grid
 
 log = logging.getLogger("amk")
 
@@ -65,7 +65,7 @@ class FusedKernel(torch.nn.Module):
 
     def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
         """The same op chain built for another dtype."""
-        return build_fused_kernel(self.ops, self.shapes, dtype, parameter_grid=self._grid)
+        return build_fused_kernel(self.ops, self.shapes, dtype, autotune=False, parameter_grid=self._grid)
 
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
@@ -100,7 +100,14 @@ class FusedKernel(torch.nn.Module):
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _choose_config(parameter_grid):
+def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | None, tuning_log: dict):
+    """Time candidates on a GPU when asked to; otherwise the heuristic (restricted to the grid when one is given)."""
+    if autotune and torch.cuda.is_available() and not interpreting():
+        def record(kernel, config, trials):
+            tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
+
+        return autotune_chooser(tuner_config or TunerConfig(), parameter_grid, record)
+
     def choose(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel)
         return heuristic if parameter_grid is None else nearest_in_grid(parameter_grid, heuristic)
@@ -129,10 +136,14 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     op_list = normalize_ops(ops)
     shapes = normalize_shapes(input_shapes)
 
+    tuning_log: dict[str, list[dict]] = {}
+
     def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
-        return compile_module(build_module(op_list, call_shapes, dtype), _choose_config(grid))
+        chooser = _choose_config(grid, autotune, tuner_config, tuning_log)
+        return compile_module(build_module(op_list, call_shapes, dtype), chooser)
 
     kernel = FusedKernel(op_list, shapes, dtype, build(shapes), build, parameter_grid)
+    kernel.tuning_log = tuning_log
     if kernel.num_kernels != 1:
         log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
     if verify:

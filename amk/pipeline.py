@@ -59,46 +59,64 @@ class CompiledProgram:
         return "\n\n".join(k.source for k in self.kernels.values())
 
 
+@dataclass
+class StagedKernel:
+    """One kernel lowered with one configuration: its ``memory_staged`` module and Triton source."""
+
+    module: ModuleOp
+    source: str
+
+
+def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedKernel:
+    """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` on a copy of one tile-level kernel."""
+    ctx = make_context()
+    module = ModuleOp([kernel.clone()])
+    StagePass(block_m=config.BLOCK_M, block_n=config.BLOCK_N, block_k=config.BLOCK_K, group_m=config.GROUP_M,
+              num_warps=config.num_warps, num_stages=config.num_stages).apply(ctx, module)
+    module.verify()
+    EmitTritonPass(interpret=interpreting()).apply(ctx, module)
+    staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
+    source = staged.attributes.pop("triton_source").data
+    return StagedKernel(module, source)
+
+
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None) -> CompiledProgram:
-    """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops."""
+    """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
+
+    ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner).
+    """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
+    if dumper is not None:
+        dumper(None, module, None)
 
-    def run(pass_: ModulePass, level: str | None) -> None:
+    def run(pass_: ModulePass) -> None:
         pass_.apply(ctx, module)
         module.verify()
         if dumper is not None:
             dumper(pass_, module, None)
-        if level is not None:
-            ir[level] = module_text(module)
 
-    if dumper is not None:
-        dumper(None, module, None)
     for pass_ in fusion_passes(pipeline):
-        run(pass_, None)
+        run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(), "tiled_loop")
-    tiled = {op.sym_name.data: op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)}
-    arguments = {name: kernel_arguments(kernel) for name, kernel in tiled.items()}
-    configs = {name: choose_config(kernel) for name, kernel in tiled.items()}
-    for name, config in configs.items():
-        StagePass(kernel=name, block_m=config.BLOCK_M, block_n=config.BLOCK_N, block_k=config.BLOCK_K,
-                  group_m=config.GROUP_M, num_warps=config.num_warps, num_stages=config.num_stages).apply(ctx, module)
-    module.verify()
-    if dumper is not None:
-        dumper(StagePass(), module, None)
-    ir["memory_staged"] = module_text(module)
-    run(EmitTritonPass(interpret=interpreting()), None)
-    kernels = {}
-    for op in module.walk():
-        if isinstance(op, memory_staged.KernelOp):
-            name = op.sym_name.data
-            source = op.attributes["triton_source"].data
-            inputs, outputs, dtypes = arguments[name]
-            loaded = load_source(source, name)
-            kernels[name] = CompiledKernel(name, configs[name], source, loaded.__file__, loaded.launch, inputs, outputs,
-                                           dtypes)
-    ir["triton"] = "\n\n".join(k.source for k in kernels.values())
+    run(TilePass())
+    ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    kernels: dict[str, CompiledKernel] = {}
+    staged_kernels = []
+    for kernel in [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]:
+        name = kernel.sym_name.data
+        config = choose_config(kernel)
+        staged = stage_and_emit(kernel, config)
+        staged_kernels.append(staged)
+        inputs, outputs, dtypes = kernel_arguments(kernel)
+        loaded = load_source(staged.source, name)
+        kernels[name] = CompiledKernel(name, config, staged.source, loaded.__file__, loaded.launch, inputs, outputs,
+                                       dtypes)
+    staged_module = ModuleOp([op.clone() for s in staged_kernels for op in s.module.body.block.ops] + [function.clone()])
+    ir["memory_staged"] = module_text(staged_module)
+    if dumper is not None:
+        dumper(StagePass(), staged_module, None)
+    ir["triton"] = "\n\n".join(k.source for k in kernels.values())
     return CompiledProgram(Program(function, kernels), ir, kernels)

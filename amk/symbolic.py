@@ -51,8 +51,8 @@ def parse_sympy(text: str) -> sympy.Expr:
     names = {name: _FUNCTIONS.get(name) or symbol(name) for name in _IDENT.findall(text)}
     try:
         expr = parse_expr(text, local_dict=names, evaluate=True)
-    except (SyntaxError, TypeError, ValueError, sympy.SympifyError) as error:
-        raise ValueError(f"not a dimension expression: {text!r} ({error})") from None
+    except Exception as error:  # sympy's parser raises many kinds (TokenError, AttributeError, ...)
+        raise ValueError(f"not a dimension expression: {text!r} ({type(error).__name__})") from None
     if not isinstance(expr, sympy.Expr):
         raise ValueError(f"not a dimension expression: {text!r}")
     return expr
@@ -69,7 +69,14 @@ def canonical(value: int | str | sympy.Expr | Dim) -> str:
     if isinstance(value, str):
         value = parse_sympy(value)
     if isinstance(value, sympy.Basic):
-        return sympy.sstr(value)
+        # Printing and re-parsing can regroup terms; iterate to the fixed point so the text is an identity.
+        text = sympy.sstr(value)
+        for _ in range(4):
+            again = sympy.sstr(parse_sympy(text))
+            if again == text:
+                break
+            text = again
+        return text
     raise ValueError(f"not a dimension: {value!r}")
 
 
@@ -148,7 +155,11 @@ def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
 def to_python(dim: Dim | str | int | sympy.Expr, cdiv_name: str = "triton.cdiv") -> str:
     """Python source for ``dim``: ``cdiv`` becomes ``cdiv_name`` and division stays integral."""
     expr = dim if isinstance(dim, sympy.Basic) else Dim(dim).expr
-    return _PythonPrinter(cdiv_name).doprint(expr)
+    numerator, denominator = sympy.fraction(sympy.together(expr))
+    printer = _PythonPrinter(cdiv_name)
+    if denominator != 1:
+        return f"(({printer.doprint(numerator)}) // ({printer.doprint(denominator)}))"
+    return printer.doprint(expr)
 
 
 class _PythonPrinter(sympy.printing.str.StrPrinter):

@@ -7,12 +7,19 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import os
+import random
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tqdm.auto import tqdm
+
 from amk.errors import InvalidArgumentError
-from amk.lowering.configs import PARAMETER_KEYS, KernelConfig
+from amk.lowering.configs import PARAMETER_KEYS, KernelConfig, next_power_of_two
+from amk.symbolic import Dim
 
 STRATEGIES = ("exhaustive", "random", "bayesian")
 
@@ -85,3 +92,256 @@ def nearest_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig) -> Kern
     for key, values in grid.items():
         fields[key] = min(values, key=lambda v: (abs(v.bit_length() - fields[key].bit_length()), v))
     return KernelConfig(**fields)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Search space, pruning and measurement
+# ----------------------------------------------------------------------------------------------------------------------
+
+log = logging.getLogger("amk.tuner")
+
+MAX_ACCUMULATOR_REGISTERS = 256  # fp32 accumulator values per thread beyond which the kernel spills
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    name: str
+    shared_memory: int
+    sm_count: int
+
+    @staticmethod
+    def current() -> DeviceLimits:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            shared = getattr(props, "shared_memory_per_block_optin", 0) or 101376
+            return DeviceLimits(props.name, shared, props.multi_processor_count)
+        return DeviceLimits("cpu", 1 << 30, 1)
+
+
+def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int]]:
+    """The candidates searched when no ``parameter_grid`` is given, by strategy."""
+    if not has_dot:
+        return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
+                "num_stages": [1]}
+    if strategy == "skinny_m":
+        smallest = max(16, next_power_of_two(rows.value)) if rows.is_static else 16
+        return {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
+                "num_stages": [3, 4, 5, 6]}
+    if strategy == "row_strip":
+        return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
+                "num_stages": [2, 3, 4]}
+    return {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
+            "num_stages": [3, 4, 5], "GROUP_M": [8]}
+
+
+def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits) -> str | None:
+    """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
+    if has_dot:
+        if min(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) < 16:
+            return "tl.dot needs tiles of at least 16 on every axis"
+        staged = config.num_stages * (config.BLOCK_M * config.BLOCK_K + config.BLOCK_K * config.BLOCK_N) * element_bytes
+        if staged > limits.shared_memory:
+            return f"shared memory: {config.num_stages} stages x tiles = {staged} bytes > {limits.shared_memory}"
+        per_thread = config.BLOCK_M * config.BLOCK_N // (32 * config.num_warps)
+        if per_thread > MAX_ACCUMULATOR_REGISTERS:
+            return f"registers: the accumulator needs {per_thread} fp32 values per thread (> {MAX_ACCUMULATOR_REGISTERS})"
+    elif config.BLOCK_M * config.BLOCK_N // (32 * config.num_warps) > MAX_ACCUMULATOR_REGISTERS:
+        return "registers: the tile needs more than 256 values per thread"
+    return None
+
+
+@dataclass
+class Trial:
+    config: KernelConfig
+    status: str  # "ok", "pruned", "failed", "wrong"
+    time_ms: float | None = None
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return {"config": self.config.user_view(), "status": self.status, "time_ms": self.time_ms, "detail": self.detail}
+
+
+def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0) -> list[KernelConfig]:
+    if len(candidates) <= budget or strategy == "exhaustive":
+        return candidates if strategy == "exhaustive" else candidates[:budget]
+    rng = random.Random(seed)
+    return rng.sample(candidates, budget)
+
+
+def measure(fn, warmup: int, runs: int) -> float:
+    """Median milliseconds of ``fn`` over ``runs`` launches timed with CUDA events, flushing L2 before each."""
+    import torch
+
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
+         build_and_run) -> tuple[KernelConfig, list[Trial]]:
+    """Time candidate configurations of one kernel and return the fastest with the log of every trial.
+
+    ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
+    inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback.
+    """
+    from amk.lowering.stage import kernel_problem
+
+    rows, _, contraction, element_bytes = kernel_problem(kernel)
+    strategy = kernel.strategy.data
+    has_dot = contraction is not None
+    space = grid if grid is not None else default_space(strategy, rows, has_dot)
+    limits = DeviceLimits.current()
+    trials: list[Trial] = []
+    viable = []
+    for config in grid_configs(space, heuristic):
+        reason = prune_reason(config, strategy, has_dot, element_bytes, limits)
+        if reason:
+            trials.append(Trial(config, "pruned", detail=reason))
+            log.info("pruned %s: %s", config.user_view(), reason)
+        else:
+            viable.append(config)
+    _search(viable, settings, build_and_run, trials)
+    best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
+    if best is None:
+        log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
+        return heuristic, trials
+    return best.config, trials
+
+
+def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial]) -> float | None:
+    try:
+        launch, check = build_and_run(config)
+        launch()
+        problem = check()
+        if problem:
+            trials.append(Trial(config, "wrong", detail=problem))
+            log.info("config %s gives wrong results: %s", config.user_view(), problem)
+            return None
+        elapsed = measure(launch, settings.warmup_runs, settings.measure_runs)
+    except Exception as error:  # compile failures and out-of-resources are expected for some configurations
+        trials.append(Trial(config, "failed", detail=f"{type(error).__name__}: {str(error)[:300]}"))
+        log.info("config %s failed: %s", config.user_view(), error)
+        return None
+    trials.append(Trial(config, "ok", elapsed))
+    log.info("config %s: %.4f ms", config.user_view(), elapsed)
+    return elapsed
+
+
+def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial]) -> None:
+    budget = settings.search_budget
+    progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False)
+    best = [math.inf]
+
+    def evaluate(config: KernelConfig) -> float | None:
+        elapsed = _time_one(config, settings, build_and_run, trials)
+        if elapsed is not None and elapsed < best[0]:
+            best[0] = elapsed
+        progress.set_postfix(best_ms=f"{best[0]:.4f}" if best[0] < math.inf else "-")
+        progress.update(1)
+        return elapsed
+
+    if settings.strategy == "bayesian" and len(viable) > budget:
+        _bayesian(viable, budget, evaluate)
+    else:
+        for config in _select(viable, budget, settings.strategy):
+            evaluate(config)
+    progress.close()
+
+
+def _bayesian(viable: list[KernelConfig], budget: int, evaluate) -> None:
+    """Model-guided search with optuna's TPE sampler over the viable configurations' parameters."""
+    try:
+        import optuna
+    except ImportError:
+        log.warning("optuna is not installed; the bayesian strategy falls back to random search")
+        for config in _select(viable, budget, "random"):
+            evaluate(config)
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    values = {key: sorted({getattr(c, key) for c in viable}) for key in KernelConfig.__dataclass_fields__}
+    by_key = {tuple(c.as_dict().values()): c for c in viable}
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+    seen: dict[tuple, float] = {}
+    while len(seen) < min(budget, len(viable)):
+        trial = study.ask()
+        key = tuple(trial.suggest_categorical(name, options) for name, options in values.items())
+        if key not in by_key:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            if len(study.trials) > 20 * budget:
+                break
+            continue
+        if key in seen:
+            study.tell(trial, seen[key])
+            continue
+        elapsed = evaluate(by_key[key])
+        seen[key] = elapsed if elapsed is not None else math.inf
+        study.tell(trial, seen[key] if elapsed is not None else 1e9)
+
+
+def kernel_example_arguments(kernel, device, bindings: Mapping[str, int] | None = None, seed: int = 0):
+    """Random inputs and empty outputs shaped like a tile-level kernel's arguments (for timing candidates)."""
+    import torch
+
+    from amk.dtypes import to_torch
+    from amk.symbolic import evaluate
+
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    tensors = []
+    for index, arg in enumerate(kernel.body.block.args):
+        shape = tuple(evaluate(d, dict(bindings or {})) for d in arg.type.dims)
+        dtype = to_torch(arg.type.element_type)
+        if index < kernel.num_inputs.value.data:
+            values = torch.randn(shape, generator=generator) / math.sqrt(shape[-1] if len(shape) == 2 else 1)
+            tensors.append(values.to(device=device, dtype=dtype))
+        else:
+            tensors.append(torch.empty(shape, device=device, dtype=dtype))
+    return tensors
+
+
+def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None):
+    """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
+    receives each result)."""
+    import torch
+
+    from amk.pipeline import heuristic_config, stage_and_emit
+    from amk.runtime import load_source
+
+    def choose(kernel) -> KernelConfig:
+        heuristic = heuristic_config(kernel)
+        name = kernel.sym_name.data
+        device = torch.device("cuda")
+        args = kernel_example_arguments(kernel, device)
+        outputs = args[kernel.num_inputs.value.data:]
+        reference_launch = load_source(stage_and_emit(kernel, heuristic).source, name).launch
+        reference_launch(*args)
+        expected = [o.float().clone() for o in outputs]
+
+        def check() -> str | None:
+            for have, want in zip(outputs, expected):
+                error = ((have.float() - want).norm() / want.norm().clamp_min(1e-30)).item()
+                if not error <= 2e-2:
+                    return f"output differs from the heuristic configuration's (relative error {error:.2e})"
+            return None
+
+        def build_and_run(config: KernelConfig):
+            launch = load_source(stage_and_emit(kernel, config).source, name).launch
+            return (lambda: launch(*args)), check
+
+        config, trials = tune(kernel, settings, grid, heuristic, build_and_run)
+        if on_tuned is not None:
+            on_tuned(kernel, config, trials)
+        return config
+
+    return choose

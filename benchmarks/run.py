@@ -105,17 +105,18 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
 
 
-def run_workload(workload: Workload, contenders: list[str], small: bool, graphs: bool) -> dict:
+def run_workload(workload: Workload, contenders: list[str], small: bool, graphs: bool, budget: int) -> dict:
     device = default_device()
     shapes = workload.small_shapes if small else workload.shapes
     inputs = make_inputs(workload, shapes, device)
     start = time.perf_counter()
-    kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype)
+    kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
+                                    tuner_config=amk.TunerConfig(search_budget=budget))
     build_s = time.perf_counter() - start
     reference = workload.eager(*[t.double() if device.type == "cpu" else t.float() for t in inputs])
     result = {"workload": workload.name, "title": workload.title, "shapes": shapes, "dtype": str(workload.dtype),
               "amk_build_s": round(build_s, 2), "amk_kernels": kernel.num_kernels, "amk_config": kernel.config,
-              "times_ms": {}, "graph_times_ms": {}, "errors": {}}
+              "times_ms": {}, "graph_times_ms": {}, "errors": {}, "tuning_log": getattr(kernel, "tuning_log", {})}
     out = kernel(*inputs)
     result["errors"]["amk"] = relative_error(out, reference)
     output_shape = tuple(out.shape)
@@ -124,9 +125,11 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
     result["floor_ms"] = max(flops / PEAK_FLOPS, bytes_moved / PEAK_BYTES) * 1e3
     functions = {"amk": lambda: kernel(*inputs), "eager": lambda: workload.eager(*inputs)}
     if "compile" in contenders:
-        functions["compile"] = torch.compile(workload.eager)
+        compiled = torch.compile(workload.eager)
+        functions["compile"] = lambda: compiled(*inputs)
     if "compile_max_autotune" in contenders:
-        functions["compile_max_autotune"] = torch.compile(workload.eager, mode="max-autotune-no-cudagraphs")
+        tuned = torch.compile(workload.eager, mode="max-autotune-no-cudagraphs")
+        functions["compile_max_autotune"] = lambda: tuned(*inputs)
     if "cublas" in contenders and workload.gemm is not None:
         functions["cublas"] = lambda: workload.gemm(*inputs)
     for name in [c for c in contenders if c in functions]:
@@ -185,6 +188,7 @@ def main(argv=None) -> None:
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated, from " + ", ".join(CONTENDERS))
     parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke test; CPU is fine)")
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph measurements")
+    parser.add_argument("--budget", type=int, default=24, help="autotuning candidates per kernel")
     parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
     parser.add_argument("--stem", default=None, help="results file name without extension")
     args = parser.parse_args(argv)
@@ -196,8 +200,8 @@ def main(argv=None) -> None:
     results = []
     for name in names:
         print(f"== workload {name}: {WORKLOADS[name].title}", flush=True)
-        results.append(run_workload(WORKLOADS[name], contenders, args.small, not args.no_graphs))
-        print(json.dumps(results[-1], default=str), flush=True)
+        results.append(run_workload(WORKLOADS[name], contenders, args.small, not args.no_graphs, args.budget))
+        print(json.dumps({k: v for k, v in results[-1].items() if k != "tuning_log"}, default=str), flush=True)
     env = environment()
     stem = args.stem or f"bench-{env['date'][:10]}"
     out = Path(args.out)

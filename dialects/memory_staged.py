@@ -30,6 +30,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
     DictionaryAttr,
+    Float32Type,
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
@@ -55,10 +56,11 @@ from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from amk.dialects.syntax import SymbolicShapedType
-from amk.dialects.tiled_loop import ExprsAttr, TileType, check_dot, check_tensor_tile, tile_type
+from amk.dialects.tiled_loop import ExprsAttr, KernelOp as TiledKernelOp, TileType, check_dot, check_tensor_tile, tile_type
 from amk.symbolic import Dim
 
 MEMORY_SPACES = ("global", "shared")
+STRATEGIES = TiledKernelOp.STRATEGIES
 
 
 @irdl_attr_definition
@@ -145,6 +147,12 @@ class KernelOp(IRDLOperation):
         return {name: attr.value.data for name, attr in self.constants.data.items()}
 
     def verify_(self) -> None:
+        for name, attr in self.constants.data.items():
+            if not isinstance(attr, IntegerAttr):
+                raise VerifyException(f"'{self.name}' constant {name} must be an integer, got {attr}")
+        if self.strategy.data not in STRATEGIES:
+            raise VerifyException(
+                f"'{self.name}' strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy.data!r}")
         if self.num_warps.value.data not in self.WARPS:
             raise VerifyException(
                 f"'{self.name}' num_warps must be one of {', '.join(map(str, self.WARPS))}, got {self.num_warps.value.data}"
@@ -286,6 +294,10 @@ class AccumulatorOp(IRDLOperation):
 
     def __init__(self, tile: TileType):
         super().__init__(result_types=[tile])
+
+    def verify_(self) -> None:
+        if not isinstance(self.result.type.element_type, Float32Type):
+            raise VerifyException(f"'{self.name}' accumulates in f32, got {self.result.type.element_type}")
 
 
 @irdl_op_definition

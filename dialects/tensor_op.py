@@ -551,7 +551,7 @@ class LayerNormOp(NormOp):
     """Layer normalization over the last axis, with optional affine weight and bias::
 
         %y = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64}
-            : (!tensor_op.tensor<[M, N], f16>, !tensor_op.tensor<[N], f16>, !tensor_op.tensor<[N], f16>)
+            : !tensor_op.tensor<[M, N], f16> weight !tensor_op.tensor<[N], f16> bias !tensor_op.tensor<[N], f16>
             -> !tensor_op.tensor<[M, N], f16>
     """
 
@@ -561,7 +561,7 @@ class LayerNormOp(NormOp):
     bias = opt_operand_def(TensorType)
     assembly_format = (
         "$input (`weight` $weight^)? (`bias` $bias^)? attr-dict `:` "
-        "`(` type($input) (`,` type($weight)^)? (`,` type($bias)^)? `)` `->` type($output)"
+        "type($input) (`weight` type($weight)^)? (`bias` type($bias)^)? `->` type($output)"
     )
 
     def __init__(self, input: SSAValue, weight: SSAValue | None = None, bias: SSAValue | None = None,
@@ -579,14 +579,12 @@ class RMSNormOp(NormOp):
     """Root-mean-square normalization over the last axis, with an optional weight::
 
         %y = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64}
-            : (!tensor_op.tensor<[M, N], bf16>, !tensor_op.tensor<[N], bf16>) -> !tensor_op.tensor<[M, N], bf16>
+            : !tensor_op.tensor<[M, N], bf16> weight !tensor_op.tensor<[N], bf16> -> !tensor_op.tensor<[M, N], bf16>
     """
 
     name = "tensor_op.rmsnorm"
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input (`weight` $weight^)? attr-dict `:` `(` type($input) (`,` type($weight)^)? `)` `->` type($output)"
-    )
+    assembly_format = "$input (`weight` $weight^)? attr-dict `:` type($input) (`weight` type($weight)^)? `->` type($output)"
 
     def __init__(self, input: SSAValue, weight: SSAValue | None = None, eps: float = NormOp.DEFAULT_EPS):
         super().__init__(operands=[input, weight], properties={"eps": FloatAttr(eps, f64)},

@@ -97,6 +97,19 @@ class TileType(SymbolicShapedType, ParametrizedAttribute, TypeAttribute):
             raise VerifyException(f"tiles are 2-D, got {self.rank} dims")
 
 
+def format_float(value: float) -> str:
+    """A float as the MLIR lexer reads it back exactly: ``1.0e-05`` rather than Python's ``1e-05``."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    text = repr(float(value))
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}e{exponent}" if exponent else mantissa
+
+
 def tile_type(value: SSAValue, context: str) -> TileType:
     if not isinstance(value.type, TileType):
         raise VerifyException(f"{context}: expected a !tiled_loop.tile, got {value.type}")
@@ -367,6 +380,8 @@ class DotOp(IRDLOperation):
 
 def check_dot(op: IRDLOperation, lhs: SymbolicShapedType, rhs: SymbolicShapedType, acc: Attribute, result: Attribute) -> None:
     """Shared by the tile-level and staged dot: [m, k] x [k, n] + [m, n]."""
+    if lhs.rank != 2 or rhs.rank != 2:
+        raise VerifyException(f"'{op.name}' operands must be 2-D, got ranks {lhs.rank} and {rhs.rank}")
     (m, k), (k2, n) = lhs.dims, rhs.dims
     if provably_different(k, k2) or k != k2:
         raise VerifyException(f"'{op.name}' contracts lhs axis of size {k} with rhs axis of size {k2}")
@@ -399,6 +414,8 @@ class FullOp(IRDLOperation):
         negative = parser.parse_optional_punctuation("-") is not None
         if parser.parse_optional_keyword("inf") is not None:
             number = math.inf
+        elif parser.parse_optional_keyword("nan") is not None:
+            number = math.nan
         else:
             number = float(parser.parse_number())
         attributes = parser.parse_optional_attr_dict()
@@ -408,7 +425,7 @@ class FullOp(IRDLOperation):
         return op
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(f" {self.number!r}")
+        printer.print_string(f" {format_float(self.number)}")
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.result.type)

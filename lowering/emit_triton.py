@@ -323,10 +323,9 @@ class TritonEmitter:
                  f'    """Launch {self.kernel_name} on tensors already viewed as its arguments (inputs, then outputs)."""']
         for text, (param, index, axis) in self.dims.items():
             lines.append(f"    {param} = {names[index]}.shape[{axis}]  # {text}")
-        grid = ", ".join(self.expr(d, "triton.cdiv") for d in self.kernel.grid.dims)
-        grid = self.substitute_constants(grid)
-        if self.kernel.group_size is not None:
-            grid = " * ".join(f"({g})" for g in grid.split(", "))
+        axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
+        # A grouped grid is launched flat; the kernel recovers (pid_m, pid_n) from the group order.
+        grid = " * ".join(axes) if self.kernel.group_size is not None else ", ".join(axes)
         lines.append(f"    grid = ({grid},)")
         args = [f"{n}" for n in names]
         args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) for axis in range(a.type.rank)]

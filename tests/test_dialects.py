@@ -5,6 +5,12 @@ from __future__ import annotations
 import io
 
 import pytest
+from amk.dialects import memory_staged as ms
+from amk.dialects import tensor_op as to
+from amk.dialects import tiled_loop as tl
+from amk.dialects.memory_staged import BufferType
+from amk.dialects.tensor_op import TensorType
+from amk.dialects.tiled_loop import ExprsAttr, TileType
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
@@ -15,12 +21,6 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from amk.dialects import memory_staged as ms
-from amk.dialects import tensor_op as to
-from amk.dialects import tiled_loop as tl
-from amk.dialects.memory_staged import BufferType
-from amk.dialects.tensor_op import TensorType
-from amk.dialects.tiled_loop import ExprsAttr, TileType
 from amk.opt import AMK_DIALECTS
 from amk.symbolic import Dim, provably_equal
 
