@@ -241,7 +241,7 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
 
 def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial]) -> None:
     budget = settings.search_budget
-    progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False)
+    progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
 
     def evaluate(config: KernelConfig) -> float | None:
