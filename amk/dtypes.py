@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type, IntegerType, bf16, f16, f32
+from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type, IntegerType, bf16, f16, f32, i32
 from xdsl.ir import Attribute
 
 from amk.errors import DTypeError
@@ -16,7 +16,7 @@ TORCH_TO_IR: dict[torch.dtype, Attribute] = {
     torch.bfloat16: bf16,
     torch.float8_e4m3fn: _F8E4M3,
 }
-IR_TO_TORCH: dict[Attribute, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()}
+IR_TO_TORCH: dict[Attribute, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()} | {i32: torch.int32}
 
 SUPPORTED = ", ".join(str(d) for d in TORCH_TO_IR)
 
@@ -43,6 +43,6 @@ def triton_name(element_type: Attribute) -> str:
         return "bfloat16"
     if isinstance(element_type, Float8E4M3FNType):
         return "float8e4nv"
-    if isinstance(element_type, IntegerType) and element_type.width.data == 1:
-        return "int1"
+    if isinstance(element_type, IntegerType) and element_type.width.data in (1, 32):
+        return f"int{element_type.width.data}"
     raise DTypeError(f"element type {element_type} has no Triton equivalent")

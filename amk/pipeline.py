@@ -110,10 +110,9 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
         config = choose_config(kernel)
         staged = stage_and_emit(kernel, config)
         staged_kernels.append(staged)
-        inputs, outputs, dtypes = kernel_arguments(kernel)
+        arguments = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
         loaded = load_source(staged.source, name)
-        kernels[name] = CompiledKernel(name, config, staged.source, loaded.__file__, loaded.launch, inputs, outputs,
-                                       dtypes)
+        kernels[name] = CompiledKernel(name, config, staged.source, loaded.__file__, loaded.launch, arguments)
     staged_module = ModuleOp([op.clone() for s in staged_kernels for op in s.module.body.block.ops] + [function.clone()])
     ir["memory_staged"] = module_text(staged_module)
     if dumper is not None:

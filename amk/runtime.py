@@ -89,10 +89,12 @@ class ShapeFunction:
 
 @dataclass
 class KernelArgument:
-    """How one launch operand or result is viewed as a kernel argument."""
+    """How one launch operand or result is viewed as a kernel argument (``kind``: input, output, scratch, counter)."""
 
     view: str
     shape: ShapeFunction
+    kind: str = "input"
+    dtype: torch.dtype | None = None
 
 
 @dataclass
@@ -102,16 +104,29 @@ class CompiledKernel:
     source: str
     source_path: str
     launch: Callable
-    inputs: list[KernelArgument]
-    outputs: list[KernelArgument]
-    output_dtypes: list[torch.dtype]
+    arguments: list[KernelArgument]
+
+    @property
+    def inputs(self) -> list[KernelArgument]:
+        return [a for a in self.arguments if a.kind == "input"]
+
+    @property
+    def outputs(self) -> list[KernelArgument]:
+        return [a for a in self.arguments if a.kind == "output"]
+
+    @property
+    def workspace(self) -> list[KernelArgument]:
+        return [a for a in self.arguments if a.kind in ("scratch", "counter")]
 
 
-def kernel_arguments(kernel: tiled_loop.KernelOp) -> tuple[list[KernelArgument], list[KernelArgument], list[torch.dtype]]:
-    views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else [""] * len(kernel.body.block.args)
-    arguments = [KernelArgument(view, ShapeFunction(arg.type.dims)) for arg, view in zip(kernel.body.block.args, views)]
-    count = kernel.num_inputs.value.data
-    return arguments[:count], arguments[count:], [to_torch(a.type.element_type) for a in kernel.outputs]
+def kernel_arguments(kernel: tiled_loop.KernelOp, constants: dict[str, int]) -> list[KernelArgument]:
+    """How to view or allocate each argument of ``kernel`` once its tile sizes are ``constants``."""
+    args = kernel.body.block.args
+    views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else [""] * len(args)
+    kinds = (["input"] * kernel.num_inputs.value.data + ["output"] * len(kernel.outputs) + kernel.workspace_kinds)
+    return [KernelArgument(view, ShapeFunction([d.subs(constants) for d in arg.type.dims]), kind,
+                           to_torch(arg.type.element_type))
+            for arg, view, kind in zip(args, views, kinds)]
 
 
 class Program:
@@ -120,6 +135,7 @@ class Program:
     def __init__(self, function: func.FuncOp, kernels: dict[str, CompiledKernel]):
         self.function = function
         self.kernels = kernels
+        self.workspaces: dict[tuple, torch.Tensor] = {}
         self.arg_shapes = [arg.type.dims for arg in function.body.block.args]
         self.steps = [op for op in function.body.block.ops]
         self.result_shapes = {
@@ -154,15 +170,23 @@ class Program:
                  for tensor, spec in zip(args, kernel.inputs)]
         device = args[0].device
         results = []
-        for index, (spec, dtype) in enumerate(zip(kernel.outputs, kernel.output_dtypes)):
-            if index < len(op.outputs):
-                result = torch.empty(self.result_shapes[op.outputs[index]](bindings), dtype=dtype, device=device)
-                results.append(result)
-                views.append(result.view(spec.shape(bindings)))
-            else:
-                views.append(torch.empty(spec.shape(bindings), dtype=dtype, device=device))
+        for spec, value in zip(kernel.outputs, op.outputs):
+            result = torch.empty(self.result_shapes[value](bindings), dtype=spec.dtype, device=device)
+            results.append(result)
+            views.append(result.view(spec.shape(bindings)))
+        for index, spec in enumerate(kernel.workspace):
+            views.append(self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device))
         kernel.launch(*views)
         return results
+
+    def workspace_buffer(self, kernel: str, index: int, spec: KernelArgument, shape, device) -> torch.Tensor:
+        """Workspace is allocated once per shape and reused: counters are zeroed once (kernels leave them zero)."""
+        key = (kernel, index, tuple(shape), device)
+        buffer = self.workspaces.get(key)
+        if buffer is None:
+            allocate = torch.zeros if spec.kind == "counter" else torch.empty
+            buffer = self.workspaces[key] = allocate(shape, dtype=spec.dtype, device=device)
+        return buffer
 
 
 def kernel_ops(module) -> dict[str, Operation]:

@@ -290,23 +290,22 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate) -> None:
         study.tell(trial, seen[key] if elapsed is not None else 1e9)
 
 
-def kernel_example_arguments(kernel, device, bindings: Mapping[str, int] | None = None, seed: int = 0):
-    """Random inputs and empty outputs shaped like a tile-level kernel's arguments (for timing candidates)."""
+def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,
+                             seed: int = 0):
+    """Random inputs, empty outputs and zeroed workspace shaped like a kernel's arguments under ``config``."""
     import torch
 
-    from amk.dtypes import to_torch
-    from amk.symbolic import evaluate
+    from amk.runtime import kernel_arguments
 
     generator = torch.Generator(device="cpu").manual_seed(seed)
     tensors = []
-    for index, arg in enumerate(kernel.body.block.args):
-        shape = tuple(evaluate(d, dict(bindings or {})) for d in arg.type.dims)
-        dtype = to_torch(arg.type.element_type)
-        if index < kernel.num_inputs.value.data:
+    for spec in kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data])):
+        shape = spec.shape(dict(bindings or {}))
+        if spec.kind == "input":
             values = torch.randn(shape, generator=generator) / math.sqrt(shape[-1] if len(shape) == 2 else 1)
-            tensors.append(values.to(device=device, dtype=dtype))
+            tensors.append(values.to(device=device, dtype=spec.dtype))
         else:
-            tensors.append(torch.empty(shape, device=device, dtype=dtype))
+            tensors.append(torch.zeros(shape, device=device, dtype=spec.dtype))
     return tensors
 
 
@@ -322,22 +321,25 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         heuristic = heuristic_config(kernel)
         name = kernel.sym_name.data
         device = torch.device("cuda")
-        args = kernel_example_arguments(kernel, device)
-        outputs = args[kernel.num_inputs.value.data:]
-        reference_launch = load_source(stage_and_emit(kernel, heuristic).source, name).launch
-        reference_launch(*args)
-        expected = [o.float().clone() for o in outputs]
-
-        def check() -> str | None:
-            for have, want in zip(outputs, expected):
-                error = ((have.float() - want).norm() / want.norm().clamp_min(1e-30)).item()
-                if not error <= 2e-2:
-                    return f"output differs from the heuristic configuration's (relative error {error:.2e})"
-            return None
+        outputs_count = len(kernel.outputs)
+        first = kernel.num_inputs.value.data
+        args = kernel_example_arguments(kernel, heuristic, device)
+        load_source(stage_and_emit(kernel, heuristic).source, name).launch(*args)
+        expected = [o.float().clone() for o in args[first:first + outputs_count]]
 
         def build_and_run(config: KernelConfig):
             launch = load_source(stage_and_emit(kernel, config).source, name).launch
-            return (lambda: launch(*args)), check
+            # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
+            candidate = kernel_example_arguments(kernel, config, device)
+
+            def check() -> str | None:
+                for have, want in zip(candidate[first:first + outputs_count], expected):
+                    error = ((have.float() - want).norm() / want.norm().clamp_min(1e-30)).item()
+                    if not error <= 2e-2:
+                        return f"output differs from the heuristic configuration's (relative error {error:.2e})"
+                return None
+
+            return (lambda: launch(*candidate)), check
 
         config, trials = tune(kernel, settings, grid, heuristic, build_and_run)
         if on_tuned is not None:

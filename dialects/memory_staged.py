@@ -56,7 +56,18 @@ from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from amk.dialects.syntax import SymbolicShapedType
-from amk.dialects.tiled_loop import ExprsAttr, KernelOp as TiledKernelOp, TileType, check_dot, check_tensor_tile, tile_type
+from amk.dialects.tiled_loop import (
+    ExprsAttr,
+    TileType,
+    check_dot,
+    check_tensor_tile,
+    kernel_inputs,
+    kernel_outputs,
+    tile_type,
+    verify_workspace,
+    workspace_kinds,
+)
+from amk.dialects.tiled_loop import KernelOp as TiledKernelOp
 from amk.symbolic import Dim
 
 MEMORY_SPACES = ("global", "shared")
@@ -115,6 +126,7 @@ class KernelOp(IRDLOperation):
     num_inputs = prop_def(IntegerAttr)
     arg_views = opt_prop_def(ArrayAttr[StringAttr])
     group_size = opt_prop_def(StringAttr)
+    workspace = opt_prop_def(ArrayAttr[StringAttr])
     strategy = prop_def(StringAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
@@ -125,7 +137,8 @@ class KernelOp(IRDLOperation):
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], constants: dict[str, int],
                  num_warps: int, num_stages: int, num_inputs: int, strategy: str, arg_types: Sequence[Attribute],
-                 arg_views: ArrayAttr | None = None, group_size: StringAttr | None = None):
+                 arg_views: ArrayAttr | None = None, group_size: StringAttr | None = None,
+                 workspace: ArrayAttr | None = None):
         properties = {
             "sym_name": StringAttr(name),
             "grid": ExprsAttr(grid),
@@ -140,6 +153,8 @@ class KernelOp(IRDLOperation):
             properties["arg_views"] = arg_views
         if group_size is not None:
             properties["group_size"] = group_size
+        if workspace is not None:
+            properties["workspace"] = workspace
         super().__init__(properties=properties, regions=[Region(Block(arg_types=arg_types))])
 
     @property
@@ -150,6 +165,7 @@ class KernelOp(IRDLOperation):
         for name, attr in self.constants.data.items():
             if not isinstance(attr, IntegerAttr):
                 raise VerifyException(f"'{self.name}' constant {name} must be an integer, got {attr}")
+        verify_workspace(self)
         if self.strategy.data not in STRATEGIES:
             raise VerifyException(
                 f"'{self.name}' strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy.data!r}")
@@ -171,11 +187,15 @@ class KernelOp(IRDLOperation):
 
     @property
     def inputs(self) -> tuple[SSAValue, ...]:
-        return self.body.block.args[: self.num_inputs.value.data]
+        return kernel_inputs(self)
 
     @property
     def outputs(self) -> tuple[SSAValue, ...]:
-        return self.body.block.args[self.num_inputs.value.data:]
+        return kernel_outputs(self)
+
+    @property
+    def workspace_kinds(self) -> list[str]:
+        return workspace_kinds(self)
 
 
 class GlobalAccessOp(IRDLOperation):
@@ -212,7 +232,8 @@ class GlobalAccessOp(IRDLOperation):
 
 @irdl_op_definition
 class LoadOp(GlobalAccessOp):
-    """Global memory to registers::
+    """Global memory to registers. ``coherent`` loads bypass the L1 cache: they read data other programs of the same
+    launch wrote (after a ``tiled_loop.last_arrival``)::
 
         %bias = memory_staged.load %b <[64*pid_n]> {mask = [false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [256], f16> -> !tiled_loop.tile<[1, 64], f16>
@@ -220,6 +241,7 @@ class LoadOp(GlobalAccessOp):
 
     name = "memory_staged.load"
     source = operand_def(BufferType)
+    coherent = opt_prop_def(BoolAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"

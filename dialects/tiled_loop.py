@@ -180,16 +180,19 @@ class KernelOp(IRDLOperation):
     num_inputs = prop_def(IntegerAttr)
     arg_views = opt_prop_def(ArrayAttr[StringAttr])
     group_size = opt_prop_def(StringAttr)
+    workspace = opt_prop_def(ArrayAttr[StringAttr])
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
-    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m")
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats")
+    WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,
                  tile_params: Sequence[str], num_inputs: int, arg_types: Sequence[Attribute],
-                 arg_views: Sequence[str] | None = None, group_size: str | None = None):
+                 arg_views: Sequence[str] | None = None, group_size: str | None = None,
+                 workspace: Sequence[str] = ()):
         properties = {
             "sym_name": StringAttr(name),
             "grid": ExprsAttr(grid),
@@ -202,9 +205,12 @@ class KernelOp(IRDLOperation):
             properties["arg_views"] = ArrayAttr([StringAttr(v) for v in arg_views])
         if group_size is not None:
             properties["group_size"] = StringAttr(group_size)
+        if workspace:
+            properties["workspace"] = ArrayAttr([StringAttr(w) for w in workspace])
         super().__init__(properties=properties, regions=[Region(Block(arg_types=arg_types))])
 
     def verify_(self) -> None:
+        verify_workspace(self)
         if self.strategy.data not in self.STRATEGIES:
             raise VerifyException(
                 f"'{self.name}' strategy must be one of {', '.join(self.STRATEGIES)}, got {self.strategy.data!r}"
@@ -223,11 +229,40 @@ class KernelOp(IRDLOperation):
 
     @property
     def inputs(self) -> tuple[SSAValue, ...]:
-        return self.body.block.args[: self.num_inputs.value.data]
+        return kernel_inputs(self)
 
     @property
     def outputs(self) -> tuple[SSAValue, ...]:
-        return self.body.block.args[self.num_inputs.value.data:]
+        return kernel_outputs(self)
+
+    @property
+    def workspace_kinds(self) -> list[str]:
+        return workspace_kinds(self)
+
+
+def workspace_kinds(kernel) -> list[str]:
+    """The kinds of the trailing workspace arguments: ``scratch`` (per launch) or ``counter`` (int32, zero at launch,
+    left zero by the kernel)."""
+    return [w.data for w in kernel.workspace.data] if kernel.workspace is not None else []
+
+
+def kernel_inputs(kernel) -> tuple[SSAValue, ...]:
+    return kernel.body.block.args[: kernel.num_inputs.value.data]
+
+
+def kernel_outputs(kernel) -> tuple[SSAValue, ...]:
+    args = kernel.body.block.args
+    return args[kernel.num_inputs.value.data: len(args) - len(workspace_kinds(kernel))]
+
+
+def verify_workspace(kernel) -> None:
+    kinds = workspace_kinds(kernel)
+    unknown = [k for k in kinds if k not in KernelOp.WORKSPACE_KINDS]
+    if unknown:
+        raise VerifyException(
+            f"'{kernel.name}' workspace kinds must be among {', '.join(KernelOp.WORKSPACE_KINDS)}, got {unknown[0]!r}")
+    if kernel.num_inputs.value.data + len(kinds) > len(kernel.body.block.args):
+        raise VerifyException(f"'{kernel.name}' has more inputs and workspace buffers than arguments")
 
 
 @irdl_op_definition
@@ -600,6 +635,50 @@ class InBoundsOp(IRDLOperation):
 
 
 @irdl_op_definition
+class LastArrivalOp(IRDLOperation):
+    """Counts this program's arrival at a shared counter and tells whether it was the last of ``count`` programs.
+
+    All stores the program made before are visible to the last arrival (a CTA barrier, then a release-acquire atomic
+    at GPU scope); the last arrival resets the counter to zero, so the buffer is ready for the next launch::
+
+        %last = tiled_loop.last_arrival %counters <[pid_m]> of <[cdiv(4096, BLOCK_N)]>
+            : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
+    """
+
+    name = "tiled_loop.last_arrival"
+    counters = operand_def()
+    offsets = prop_def(ExprsAttr)
+    count = prop_def(ExprsAttr)
+    result = result_def(i1)
+    assembly_format = "$counters $offsets `of` $count attr-dict `:` type($counters) `->` type($result)"
+
+    def __init__(self, counters: SSAValue, offsets: Sequence, count):
+        super().__init__(operands=[counters], properties={"offsets": ExprsAttr(offsets), "count": ExprsAttr([count])},
+                         result_types=[i1])
+
+    def verify_(self) -> None:
+        counters = self.counters.type
+        if not isinstance(counters, SymbolicShapedType) or counters.rank != 1:
+            raise VerifyException(f"'{self.name}' counters must be a rank-1 tensor, got {counters}")
+        if len(self.offsets.dims) != 1 or len(self.count.dims) != 1:
+            raise VerifyException(f"'{self.name}' takes one offset and one count")
+
+
+@irdl_op_definition
+class IfOp(IRDLOperation):
+    """Runs its region when ``cond`` (a scalar i1) holds: ``tiled_loop.if %last { ... }``."""
+
+    name = "tiled_loop.if"
+    cond = operand_def(i1)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+    assembly_format = "$cond attr-dict-with-keyword $body"
+
+    def __init__(self, cond: SSAValue):
+        super().__init__(operands=[cond], regions=[Region(Block())])
+
+
+@irdl_op_definition
 class LaunchOp(IRDLOperation):
     """Runs a kernel on whole tensors; stands where the ``tensor_op.fused`` op was. The runtime views each operand
     as the kernel's argument type (flattening leading dims) and allocates the results::
@@ -619,7 +698,7 @@ class LaunchOp(IRDLOperation):
                          result_types=[list(result_types)])
 
 
-TILED_LOOP_OPS = [KernelOp, LaunchOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
+TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
                   ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

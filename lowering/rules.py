@@ -196,19 +196,24 @@ def _cast(b: TileBuilder, op: tensor_op.CastOp, x):
 
 @dataclass(frozen=True)
 class RowReduction:
-    """Running statistics over the columns of a row strip.
+    """Running statistics over the columns of a row.
 
-    ``init(b, rows)`` returns the initial state tiles; ``update(b, state, x, valid)`` folds one column tile ``x``
-    (``valid`` marks real columns, or None); ``finalize(b, state, op)`` returns the statistics; ``apply(b, op, stats,
-    x, operands)`` gives the op's value: a ``[rows, 1]`` tile for reductions, a full tile for norms and softmax
-    (``x`` is then the input tile and ``operands`` the other operand tiles, e.g. the weight).
+    ``init(b, rows)`` gives the empty state; ``tile_state(b, x, valid)`` the state of one column tile ``x``
+    (``valid`` marks real columns, or None); ``combine(b, a, c)`` merges two states (so tiles may be folded in a loop
+    or computed by different programs and merged later); ``finalize(b, state, op)`` turns a state into statistics;
+    ``apply(b, op, stats, x, operands)`` gives the op's value: a ``[rows, 1]`` tile for reductions, a full tile for
+    norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
     """
 
     init: Callable
-    update: Callable
+    tile_state: Callable
+    combine: Callable
     finalize: Callable
     apply: Callable
     keeps_shape: bool
+
+    def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:
+        return self.combine(b, state, self.tile_state(b, x, valid))
 
 
 ROW_REDUCTIONS: dict[type[Operation], RowReduction] = {}
@@ -221,48 +226,66 @@ def _count(b: TileBuilder, valid, x) -> SSAValue:
     return b.reduce("sum", b.select(valid, 1.0, 0.0))
 
 
+def _add_states(b, a, c):
+    return [b.add_(u, v) for u, v in zip(a, c)]
+
+
 def _sum_init(b, rows):
-    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_sum")]
+    return [b.full(0.0, [rows, 1], "count"), b.full(0.0, [rows, 1], "row_sum")]
 
 
-def _sum_update(b, state, x, valid):
-    count, total = state
-    return [b.add_(count, _count(b, valid, x)), b.add_(total, b.reduce("sum", b.masked(x, valid, 0.0)))]
+def _sum_tile(b, x, valid):
+    return [_count(b, valid, x), b.reduce("sum", b.masked(x, valid, 0.0))]
 
 
-def _max_update(b, state, x, valid):
-    return [b.maximum(state[0], b.reduce("max", b.masked(x, valid, -math.inf)))]
+def _max_tile(b, x, valid):
+    return [b.reduce("max", b.masked(x, valid, -math.inf))]
+
+
+def _max_combine(b, a, c):
+    return [b.maximum(a[0], c[0])]
 
 
 def _lse_init(b, rows):
     return [b.full(-math.inf, [rows, 1], "row_max"), b.full(0.0, [rows, 1], "row_sumexp")]
 
 
-def _lse_update(b, state, x, valid):
-    """Online log-sum-exp: rescale the running sum whenever the running maximum grows."""
-    running_max, running_sum = state
+def _lse_tile(b, x, valid):
     x = b.masked(x, valid, -math.inf)
-    new_max = b.maximum(running_max, b.reduce("max", x))
-    rescaled = b.mul(running_sum, b.unary("exp", b.sub(running_max, new_max)))
-    return [new_max, b.add_(rescaled, b.reduce("sum", b.unary("exp", b.sub(x, new_max))))]
+    tile_max = b.reduce("max", x)
+    return [tile_max, b.reduce("sum", b.unary("exp", b.sub(x, tile_max)))]
+
+
+def _rescale(b, value, old_max, new_max):
+    """``value * exp(old_max - new_max)``, exactly ``value`` when the maximum did not move (also at -inf)."""
+    return b.mul(value, b.select(b.binary("eq", old_max, new_max), 1.0, b.unary("exp", b.sub(old_max, new_max))))
+
+
+def _lse_combine(b, a, c):
+    """Online log-sum-exp: both sums are rescaled to the larger maximum."""
+    new_max = b.maximum(a[0], c[0])
+    return [new_max, b.add_(_rescale(b, a[1], a[0], new_max), _rescale(b, c[1], c[0], new_max))]
 
 
 def _moments_init(b, rows):
-    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_mean"), b.full(0.0, [rows, 1], "row_m2")]
+    return [b.full(0.0, [rows, 1], "count"), b.full(0.0, [rows, 1], "row_mean"), b.full(0.0, [rows, 1], "row_m2")]
 
 
-def _moments_update(b, state, x, valid):
-    """Chan's parallel update of (count, mean, M2): exact for rows with a large mean, unlike E[x^2] - E[x]^2."""
-    count, mean, m2 = state
-    tile_count = _count(b, valid, x)
-    tile_mean = b.div(b.reduce("sum", b.masked(x, valid, 0.0)), tile_count)
-    centered = b.masked(b.sub(x, tile_mean), valid, 0.0)
-    tile_m2 = b.reduce("sum", b.mul(centered, centered))
-    new_count = b.add_(count, tile_count)
-    delta = b.sub(tile_mean, mean)
-    new_mean = b.add_(mean, b.div(b.mul(delta, tile_count), new_count))
-    correction = b.div(b.mul(b.mul(delta, delta), b.mul(count, tile_count)), new_count)
-    return [new_count, new_mean, b.add_(b.add_(m2, tile_m2), correction)]
+def _moments_tile(b, x, valid):
+    count = _count(b, valid, x)
+    mean = b.div(b.reduce("sum", b.masked(x, valid, 0.0)), count)
+    centered = b.masked(b.sub(x, mean), valid, 0.0)
+    return [count, mean, b.reduce("sum", b.mul(centered, centered))]
+
+
+def _moments_combine(b, a, c):
+    """Chan's parallel merge of (count, mean, M2): exact for rows with a large mean, unlike E[x^2] - E[x]^2."""
+    (count_a, mean_a, m2_a), (count_c, mean_c, m2_c) = a, c
+    count = b.add_(count_a, count_c)
+    delta = b.sub(mean_c, mean_a)
+    mean = b.add_(mean_a, b.div(b.mul(delta, count_c), count))
+    correction = b.div(b.mul(b.mul(delta, delta), b.mul(count_a, count_c)), count)
+    return [count, mean, b.add_(b.add_(m2_a, m2_c), correction)]
 
 
 def _eps(op) -> float:
@@ -286,13 +309,12 @@ def _layernorm_apply(b, op: tensor_op.LayerNormOp, stats, x, operands):
 
 
 def _rms_init(b, rows):
-    return [b.full(0.0, [1, 1], "count"), b.full(0.0, [rows, 1], "row_sumsq")]
+    return [b.full(0.0, [rows, 1], "count"), b.full(0.0, [rows, 1], "row_sumsq")]
 
 
-def _rms_update(b, state, x, valid):
-    count, sumsq = state
+def _rms_tile(b, x, valid):
     x = b.masked(x, valid, 0.0)
-    return [b.add_(count, _count(b, valid, x)), b.add_(sumsq, b.reduce("sum", b.mul(x, x)))]
+    return [_count(b, valid, x), b.reduce("sum", b.mul(x, x))]
 
 
 def _rms_finalize(b, state, op):
@@ -310,20 +332,22 @@ def _stats_value(b, op, stats, x, operands):
 
 
 ROW_REDUCTIONS[tensor_op.ReduceSumOp] = RowReduction(
-    _sum_init, _sum_update, lambda b, s, op: [s[1]], _stats_value, keeps_shape=False)
+    _sum_init, _sum_tile, _add_states, lambda b, s, op: [s[1]], _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.ReduceMeanOp] = RowReduction(
-    _sum_init, _sum_update, lambda b, s, op: [b.div(s[1], s[0])], _stats_value, keeps_shape=False)
+    _sum_init, _sum_tile, _add_states, lambda b, s, op: [b.div(s[1], s[0])], _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
-    lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_update, lambda b, s, op: s, _stats_value,
-    keeps_shape=False)
+    lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_tile, _max_combine, lambda b, s, op: s,
+    _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
-    _lse_init, _lse_update, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value, keeps_shape=False)
+    _lse_init, _lse_tile, _lse_combine, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value,
+    keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
-    _lse_init, _lse_update, lambda b, s, op: s,
+    _lse_init, _lse_tile, _lse_combine, lambda b, s, op: s,
     lambda b, op, stats, x, operands: b.div(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
-    _moments_init, _moments_update, _layernorm_finalize, _layernorm_apply, keeps_shape=True)
-ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(_rms_init, _rms_update, _rms_finalize, _rms_apply, keeps_shape=True)
+    _moments_init, _moments_tile, _moments_combine, _layernorm_finalize, _layernorm_apply, keeps_shape=True)
+ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
+    _rms_init, _rms_tile, _add_states, _rms_finalize, _rms_apply, keeps_shape=True)
 
 
 def reduction_input(op: Operation) -> SSAValue:

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, i1
+from xdsl.dialects.builtin import BoolAttr, ModuleOp, i1
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -100,8 +100,14 @@ class _Staging:
 
 
 class _LowerAccesses(RewritePattern):
-    def __init__(self, staging: _Staging):
+    def __init__(self, staging: _Staging, kernel: memory_staged.KernelOp):
         self.staging = staging
+        self.kernel_outputs = set(kernel.body.block.args[kernel.num_inputs.value.data:])
+
+    def written_by_other_programs(self, op: tiled_loop.LoadOp) -> bool:
+        """A load after a last arrival, of a buffer the kernel writes: it must bypass L1 to see other programs' data."""
+        inside_finisher = any(isinstance(parent, tiled_loop.IfOp) for parent in _ancestors(op))
+        return inside_finisher and op.source in self.kernel_outputs
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
         staging = self.staging
@@ -117,6 +123,8 @@ class _LowerAccesses(RewritePattern):
                                             BufferType("shared", tile.dims, tile.element_type))
             else:
                 new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type)
+                if self.written_by_other_programs(op):
+                    new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint
             rewriter.replace(op, new)
         elif isinstance(op, tiled_loop.StoreOp):
@@ -132,6 +140,13 @@ class _LowerAccesses(RewritePattern):
             )
             if provable:
                 rewriter.replace(op, tiled_loop.FullOp(1.0, tile))
+
+
+def _ancestors(op: Operation):
+    parent = op.parent_op()
+    while parent is not None:
+        yield parent
+        parent = parent.parent_op()
 
 
 class _LowerDots(RewritePattern):
@@ -167,7 +182,7 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
         kernel.sym_name.data, grid=kernel.grid.dims, program_ids=[p.data for p in kernel.program_ids.data],
         constants=constants, num_warps=config.num_warps, num_stages=config.num_stages,
         num_inputs=kernel.num_inputs.value.data, strategy=kernel.strategy.data, arg_types=arg_types,
-        arg_views=kernel.arg_views, group_size=kernel.group_size)
+        arg_views=kernel.arg_views, group_size=kernel.group_size, workspace=kernel.workspace)
     new_block = staged.body.block
     for old, new in zip(kernel.body.block.args, new_block.args):
         new.name_hint = old.name_hint
@@ -177,7 +192,7 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
         new_block.add_op(op)
     loops = [op for op in staged.walk() if isinstance(op, tiled_loop.ForOp)]
     staging = _Staging(constants, config.num_stages, loops)
-    PatternRewriteWalker(GreedyRewritePatternApplier([_LowerAccesses(staging), _LowerDots(), _FoldTrueSelect()]),
+    PatternRewriteWalker(GreedyRewritePatternApplier([_LowerAccesses(staging, staged), _LowerDots(), _FoldTrueSelect()]),
                          apply_recursively=True).rewrite_region(staged.body)
     return staged
 

@@ -39,9 +39,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.dialects.builtin import ModuleOp, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tensor_op import TensorType
@@ -77,13 +78,14 @@ class ColumnTile:
 class KernelLowering:
     """Builds the body of one ``tiled_loop.kernel`` from a group plan."""
 
-    def __init__(self, plan: GroupPlan, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
-                 output_arg: dict[SSAValue, SSAValue], scratch: SSAValue | None):
+    def __init__(self, plan: GroupPlan, strategy: str, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
+                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace):
         self.plan = plan
+        self.strategy = strategy
         self.kernel = kernel
         self.arg_of = arg_of
         self.output_arg = output_arg
-        self.scratch = scratch
+        self.workspace = workspace
         self.b = TileBuilder(kernel.body.block)
         self.stats: dict[Operation, list[SSAValue]] = {}
         self.row_offset = Dim(f"{BLOCK_M}*pid_m")
@@ -128,8 +130,9 @@ class KernelLowering:
                 result = rules.ELEMENTWISE_RULES[type(op)](self.b, op, *operands)
             elif kind == "reduction":
                 rule = rules.ROW_REDUCTIONS[type(op)]
-                x = self.compute(rules.reduction_input(op), at)
-                extras = [self.compute(v, at) for v in rules.reduction_extras(op)]
+                # A reduction's value is its statistic; norms and softmax also need the tile they normalize.
+                x = self.compute(rules.reduction_input(op), at) if rule.keeps_shape else None
+                extras = [self.compute(v, at) for v in rules.reduction_extras(op)] if rule.keeps_shape else []
                 self.b.origin = origin_label(op)
                 result = rule.apply(self.b, op, self.stats[op], x, extras)
             else:
@@ -219,8 +222,10 @@ class KernelLowering:
         plan = self.plan
         if plan.prologue is not None and plan.prologue.has_reductions:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
-        if plan.strategy == "row_strip":
+        if self.strategy == "row_strip":
             self.build_row_strip()
+        elif self.strategy == "tile_stats":
+            self.build_tile_stats()
         else:
             self.build_tiles()
 
@@ -231,32 +236,29 @@ class KernelLowering:
         for value in self.plan.outputs:
             self.store(value, self.compute(value, at), at)
 
-    def build_row_strip(self) -> None:
+    def phase_one_outputs(self, at: ColumnTile) -> None:
+        """Store what is known before the row reductions: outputs computed from the tile and the value re-read later."""
+        plan, main = self.plan, self.plan.main
+        for value in plan.outputs:
+            if value not in main.after_reduction:
+                self.store(value, self.compute(value, at), at)
+        y = plan.materialized
+        if y is not None and y not in plan.outputs:
+            self.store(y, self.compute(y, at), at, dest=self.workspace.materialized_in)
+
+    def finish_rows(self) -> None:
+        """With ``self.stats`` known: store per-row results, then sweep the row again for the full-size results."""
         plan, main = self.plan, self.plan.main
         outputs_after = [v for v in plan.outputs if v in main.after_reduction]
-        phase_two = [v for v in outputs_after if main.value_class[v] in (FULL, ROW)]
-        y = plan.materialized
-        y_dest = None
-        if y is not None:
-            y_dest = self.output_arg.get(y) or (self.output_arg[phase_two[0]] if phase_two else self.scratch)
-
-        def phase_one(at: ColumnTile) -> None:
-            if plan.matmul is not None:
-                at.env[plan.matmul.output] = self.matmul_tile(at.col_offset)
-            for value in plan.outputs:
-                if value not in main.after_reduction:
-                    self.store(value, self.compute(value, at), at)
-            if y is not None and y not in plan.outputs:
-                self.store(y, self.compute(y, at), at, dest=y_dest)
-
-        self.reduce_over_columns(main, "n", BLOCK_N, phase_one)
         after = ColumnTile(main, self.row_offset, None, BLOCK_N)
         for value in outputs_after:
             if main.value_class[value] in (COL, SCALAR):
                 self.store(value, self.compute(value, after), after)
+        phase_two = [v for v in outputs_after if main.value_class[v] in (FULL, ROW)]
         if not phase_two:
             return
-        column_values = {v: t for v, t in after.env.items()}
+        y, y_dest = plan.materialized, self.workspace.materialized_in
+        column_values = dict(after.env)
 
         def body(carried):
             at = ColumnTile(main, self.row_offset, Dim("n"), BLOCK_N, env=dict(column_values))
@@ -271,6 +273,79 @@ class KernelLowering:
             return []
 
         self.loop("n", main.space.cols, BLOCK_N, [], body)
+
+    def build_row_strip(self) -> None:
+        def phase_one(at: ColumnTile) -> None:
+            if self.plan.matmul is not None:
+                at.env[self.plan.matmul.output] = self.matmul_tile(at.col_offset)
+            self.phase_one_outputs(at)
+
+        self.reduce_over_columns(self.plan.main, "n", BLOCK_N, phase_one)
+        self.finish_rows()
+
+    def build_tile_stats(self) -> None:
+        """Output tiles in parallel; each writes its rows' partial statistics; the last tile of a row strip to finish
+        merges them and normalizes the strip, while the strip it just wrote is still in L2."""
+        plan, main = self.plan, self.plan.main
+        at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
+        at.env[plan.matmul.output] = self.matmul_tile(self.col_offset)
+        self.phase_one_outputs(at)
+        valid = self.valid_cols(at)
+        partials = iter(self.workspace.partials)
+        sizes = []
+        for op in main.reductions:
+            rule = rules.ROW_REDUCTIONS[type(op)]
+            x = self.compute(rules.reduction_input(op), at)
+            self.b.origin = origin_label(op)
+            state = rule.tile_state(self.b, x, valid)
+            sizes.append(len(state))
+            for component in state:
+                if component.type.dims[0] == Dim(1):
+                    component = self.b.add_(component, self.b.full(0.0, [BLOCK_M, 1]))
+                self.b.origin = None
+                self.b.add(tiled_loop.StoreOp(component, next(partials), [self.row_offset, Dim("pid_n")]))
+        tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
+        self.b.origin = None
+        last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row),
+                          "last_in_strip")
+        finisher = tiled_loop.IfOp(last)
+        self.b.add(finisher)
+        outer = self.b.block
+        self.b.block = finisher.body.block
+        states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
+
+        def merge(carried):
+            partials = iter(self.workspace.partials)
+            merged = []
+            for op, size in zip(main.reductions, sizes):
+                state, carried = carried[:size], carried[size:]
+                loaded = []
+                for _ in range(size):
+                    partial = next(partials)
+                    self.b.origin = None
+                    loaded.append(self.b.add(tiled_loop.LoadOp(
+                        partial, [self.row_offset, Dim("t")], TileType([BLOCK_M, 1], f32)), "partial"))
+                self.b.origin = origin_label(op)
+                merged += rules.ROW_REDUCTIONS[type(op)].combine(self.b, state, loaded)
+            return merged
+
+        flat = self.loop("t", tiles_per_row, 1, [v for s in states for v in s], merge)
+        for op, size in zip(main.reductions, sizes):
+            state, flat = flat[:size], flat[size:]
+            self.b.origin = origin_label(op)
+            self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
+        self.finish_rows()
+        self.b.block = outer
+
+
+@dataclass
+class Workspace:
+    """Buffers a kernel needs besides its outputs: where the pre-reduction value is kept between phases, the partial
+    statistics of each tile, and the per-row-strip arrival counters."""
+
+    materialized_in: SSAValue | None = None
+    partials: list[SSAValue] = field(default_factory=list)
+    counters: SSAValue | None = None
 
 
 def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], str]:
@@ -293,7 +368,7 @@ def _product(dims) -> str:
     return "*".join(f"({d})" for d in dims) or "1"
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -311,16 +386,33 @@ def lower_fused(fused: tensor_op.FusedOp, name: str) -> tuple[tiled_loop.KernelO
         dims, _ = _view_dims(value, cls, plan)
         out_types.append(TensorType(dims, value.type.element_type))
         names.append(f"out{index}")
-    phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
-    needs_scratch = plan.materialized is not None and plan.materialized not in outputs and not phase_two
-    if needs_scratch:
-        out_types.append(TensorType([plan.main.space.rows, plan.main.space.cols], plan.materialized.type.element_type))
-        names.append("scratch")
-    strategy = plan.strategy
-    params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     rows, cols = plan.main.space.rows, plan.main.space.cols
+    strategy = strategy or plan.strategy
+    if strategy in ("row_strip", "tile_stats") and not plan.main.has_reductions:
+        strategy = plan.strategy
+    if strategy == "tile_stats" and plan.matmul is None:
+        strategy = "row_strip"
+    phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
+    workspace_types, workspace_kinds, workspace_names = [], [], []
+    if plan.materialized is not None and plan.materialized not in outputs and not phase_two:
+        workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
+        workspace_kinds.append("scratch")
+        workspace_names.append("y_scratch")
+    if strategy == "tile_stats":
+        partial_count = 0
+        for op in plan.main.reductions:
+            rule = rules.ROW_REDUCTIONS[type(op)]
+            partial_count += len(rule.init(TileBuilder(Block()), BLOCK_M))
+        for index in range(partial_count):
+            workspace_types.append(TensorType([rows, f"cdiv({cols}, {BLOCK_N})"], f32))
+            workspace_kinds.append("scratch")
+            workspace_names.append(f"partial{index}")
+        workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M})"], i32))
+        workspace_kinds.append("counter")
+        workspace_names.append("strip_counters")
+    params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy == "tile2d":
+    if strategy in ("tile2d", "tile_stats"):
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         if plan.matmul is not None:
             params.append(GROUP_M)
@@ -330,26 +422,46 @@ def lower_fused(fused: tensor_op.FusedOp, name: str) -> tuple[tiled_loop.KernelO
         grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})"], ["pid_n", "pid_m"]
     else:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
+    all_types = arg_types + out_types + workspace_types
     kernel = tiled_loop.KernelOp(name, grid=grid, program_ids=pids, strategy=strategy, tile_params=params,
-                                 num_inputs=len(block.args), arg_types=arg_types + out_types, arg_views=views + [""] * len(out_types),
-                                 group_size=group)
+                                 num_inputs=len(block.args), arg_types=all_types,
+                                 arg_views=views + [""] * (len(out_types) + len(workspace_types)),
+                                 group_size=group, workspace=workspace_kinds)
     kernel_args = kernel.body.block.args
-    for arg, arg_name in zip(kernel_args, names):
+    for arg, arg_name in zip(kernel_args, names + workspace_names):
         arg.name_hint = arg_name
     arg_of = dict(zip(block.args, kernel_args))
-    output_arg = dict(zip(outputs, kernel_args[len(block.args):]))
-    scratch = kernel_args[-1] if needs_scratch else None
-    KernelLowering(plan, kernel, arg_of, output_arg, scratch).build()
+    output_arg = dict(zip(outputs, kernel_args[len(block.args):len(block.args) + len(outputs)]))
+    extra = list(kernel_args[len(block.args) + len(outputs):])
+    workspace = Workspace()
+    if workspace_names and workspace_names[0] == "y_scratch":
+        workspace.materialized_in = extra.pop(0)
+    if strategy == "tile_stats":
+        workspace.counters = extra.pop()
+        workspace.partials = extra
+    if plan.materialized is not None and workspace.materialized_in is None:
+        workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
+    KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
 
+@dataclass(frozen=True)
 class TilePass(ModulePass):
-    """Lower every ``tensor_op.fused`` region to a ``tiled_loop.kernel`` and launch it (module docstring)."""
+    """Lower every ``tensor_op.fused`` region to a ``tiled_loop.kernel`` and launch it (module docstring).
+
+    ``reduction_strategy`` picks how a matmul followed by a row reduction is tiled: ``tile_stats`` (default: output
+    tiles in parallel, partial statistics merged by the last tile of each row strip) or ``row_strip``.
+    """
 
     name = "amk-tile"
 
+    reduction_strategy: str = "tile_stats"
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.reduction_strategy not in ("tile_stats", "row_strip"):
+            raise PassFailedException(
+                f"amk-tile: reduction_strategy must be tile_stats or row_strip, got {self.reduction_strategy!r}")
         taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block
@@ -359,7 +471,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy)
             if first is None:
                 module_block.add_op(kernel)
             else:
