@@ -7,12 +7,15 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from amk import cache
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
+from amk.ir_dump import module_text
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
-from amk.pipeline import CompiledProgram, compile_module, heuristic_config
-from amk.runtime import default_device, interpreting
+from amk.runtime import CompiledProgram, default_device, interpreting
 from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid, validate_grid
+
+# amk.pipeline (the xDSL passes and the emitter) is imported on a cache miss only: a warm start does not need it.
 
 log = logging.getLogger("amk")
 
@@ -23,8 +26,12 @@ class FusedKernel(torch.nn.Module):
     """A compiled op chain. Call it with the operands in the order of ``input_shapes``.
 
     ``.source`` is the Triton code, ``.ir`` the IR text at every level (``tensor_op``, ``fused``, ``tiled_loop``,
-    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use.
+    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use. ``.cache_hit`` tells whether the kernel
+    came from the persistent cache (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
     """
+
+    cache_hit: bool = False
+    cache_key: str | None = None
 
     def __init__(self, ops, shapes: list[tuple[int, ...]], dtype: torch.dtype, compiled: CompiledProgram,
                  builder, grid=None):
@@ -100,17 +107,44 @@ class FusedKernel(torch.nn.Module):
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | None, tuning_log: dict):
-    """Time candidates on a GPU when asked to; otherwise the heuristic (restricted to the grid when one is given)."""
+def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | None, tuning_log: dict,
+                   store: cache.Store | None = None, shapes=None, recorded: dict | None = None):
+    """Time candidates on a GPU when asked to; otherwise the heuristic (restricted to the grid when one is given).
+
+    With a cache ``store``, trials timed before on this device and shapes are reused, and new ones are recorded;
+    ``recorded`` (configs kept or imported for this very build) wins over both.
+    """
+    from amk.pipeline import heuristic_config
+
     if autotune and torch.cuda.is_available() and not interpreting():
+        def timings(kernel) -> str:
+            return cache.timing_key(str(kernel), shapes)
+
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
+            if store is not None:
+                store.record_trials(timings(kernel), trials, {"kernel": kernel.sym_name.data,
+                                                              "shapes": [list(s) for s in shapes],
+                                                              "device": cache.device_descriptor()})
 
-        return autotune_chooser(tuner_config or TunerConfig(), parameter_grid, record)
+        known = (lambda kernel: store.known_trials(timings(kernel))) if store is not None else None
+        chooser = autotune_chooser(tuner_config or TunerConfig(), parameter_grid, record, known)
+    else:
+        def chooser(kernel) -> KernelConfig:
+            heuristic = heuristic_config(kernel)
+            return heuristic if parameter_grid is None else nearest_in_grid(parameter_grid, heuristic)
+
+    if not recorded:
+        return chooser
 
     def choose(kernel) -> KernelConfig:
-        heuristic = heuristic_config(kernel)
-        return heuristic if parameter_grid is None else nearest_in_grid(parameter_grid, heuristic)
+        name = kernel.sym_name.data
+        if name in recorded["kernels"]:
+            log.info("using the recorded configuration of %s", name)
+            if name in recorded.get("tuning_log", {}):
+                tuning_log[name] = recorded["tuning_log"][name]
+            return KernelConfig(**recorded["kernels"][name])
+        return chooser(kernel)
 
     return choose
 
@@ -137,17 +171,55 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     shapes = normalize_shapes(input_shapes)
 
     tuning_log: dict[str, list[dict]] = {}
+    store = cache.store_for(tuner_config.target_cache_dir if tuner_config is not None else None)
+    settings = cache.build_settings(grid, autotune, tuner_config)
+
+    def build_cached(call_shapes: list[tuple[int, ...]], save: bool = True):
+        """``(compiled, key, meta, entry)``; ``entry`` is the cache entry on a hit, None when compiled here."""
+        request = cache.request_key(op_list, call_shapes, dtype, settings)
+        known = store.alias(request)  # a warm start skips building and printing the IR for the key
+        hit = store.load_compiled(known) if known is not None else None
+        if hit is None:
+            module = build_module(op_list, call_shapes, dtype)
+            key, meta = cache.cache_key(module_text(module), call_shapes, dtype, settings, op_list)
+            hit = store.load_compiled(key) if key != known else None
+            if hit is not None:
+                store.save_alias(request, key)
+        if hit is not None:
+            compiled, entry = hit
+            tuning_log.update(entry.tuning_log)
+            return compiled, entry.key, entry.meta, entry
+        from amk.pipeline import compile_module
+
+        log_here: dict[str, list[dict]] = {}
+        chooser = _choose_config(grid, autotune, tuner_config, log_here, store, call_shapes, store.load_config(key))
+        compiled = compile_module(module, chooser)
+        tuning_log.update(log_here)
+        for compiled_kernel in compiled.kernels.values():
+            store.attach_triton_cache(key, compiled_kernel)
+        store.save_alias(request, key)
+        if save:
+            store.save(cache.entry_from_compiled(key, meta, compiled, log_here))
+        return compiled, key, meta, None
 
     def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
-        chooser = _choose_config(grid, autotune, tuner_config, tuning_log)
-        return compile_module(build_module(op_list, call_shapes, dtype), chooser)
+        return build_cached(call_shapes)[0]
 
-    kernel = FusedKernel(op_list, shapes, dtype, build(shapes), build, parameter_grid)
+    compiled, key, meta, entry = build_cached(shapes, save=not verify)
+    kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
     kernel.tuning_log = tuning_log
+    kernel.cache_hit, kernel.cache_key = entry is not None, key
     if kernel.num_kernels != 1:
         log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
     if verify:
-        from amk.verification import reference_for, verify as run_verification
+        from amk.verification import reference_for
+        from amk.verification import verify as run_verification
 
-        kernel.verification = run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
+        stored = entry.verification if entry is not None else None
+        report = cache.report_from_dict(stored) if stored else None
+        if report is None or not report.passed:
+            report = run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
+            # Kept with the entry once it passed (a failing kernel raises above and is not cached).
+            store.save(cache.entry_from_compiled(key, meta, compiled, tuning_log, cache.report_to_dict(report)))
+        kernel.verification = report
     return kernel

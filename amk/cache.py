@@ -1,20 +1,753 @@
-"""Where amk keeps files: ``AMK_CACHE_DIR`` if set, else the platform's user cache directory (``~/.cache/amk``)."""
+"""The persistent compilation cache: tuned, emitted kernels kept on disk so that a warm start runs no pass.
+
+Where: ``TunerConfig.target_cache_dir`` if given, else ``AMK_CACHE_DIR``, else the platform's user cache directory
+(``~/.cache/amk``). Layout under that root (see docs/cache.md)::
+
+    entries/<key>/entry.json       metadata, chosen configs, tuning log, verification report, launch plan,
+                                   and the sha256 of every other file (and of itself, in "checksum")
+    entries/<key>/kernel_<k>.py    the emitted Triton source of each kernel
+    entries/<key>/ir.json          the IR text at every level
+    entries/<key>/triton/          Triton's own cache (compiled binaries) when running on a GPU
+    configs/<key>.json             the chosen configs and tuning log alone (what ``amk cache export`` moves)
+    timings/<timing key>.json      every timed trial of one kernel on one device and shape bucket
+    locks/<name>.lock              file locks serializing writers (and readers) of one key
+    sources/                       emitted sources imported by the runtime (Triton reads kernels from files)
+
+``<key>`` is the sha256 of the canonical ``tensor_op`` IR, the shapes, the dtype, the device, the triton / torch /
+amk versions (amk's by release and by a hash of its sources) and the tuning settings that affect the choice.
+Writes go to a temporary file in the same directory and are moved into place with ``os.replace``, under a file
+lock. An entry that fails to load (bad checksum, truncated JSON, missing file) is logged on the ``amk.cache``
+logger and rebuilt. A cache directory that cannot be written degrades to an in-memory cache with one warning.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.util
+import json
+import logging
 import os
+import re
+import shutil
+import tempfile
+import threading
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import platformdirs
+from filelock import FileLock, Timeout
+
+from amk.errors import CacheError
+
+log = logging.getLogger("amk.cache")
+
+FORMAT = 1
+EXPORT_FORMAT = "amk-cache-export"
+LOCK_TIMEOUT_S = 60.0
+_KEY = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CONFIG_FIELDS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+
+
+def resolve_root(override: str | os.PathLike | None = None) -> Path:
+    """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory."""
+    if override is not None:
+        return Path(override)
+    if os.environ.get("AMK_CACHE_DIR"):
+        return Path(os.environ["AMK_CACHE_DIR"])
+    return Path(platformdirs.user_cache_dir("amk"))
 
 
 def cache_root(override: str | os.PathLike | None = None) -> Path:
     """The cache directory: ``override`` (a TunerConfig's target_cache_dir), ``AMK_CACHE_DIR``, or the default."""
-    if override is not None:
-        root = Path(override)
-    elif os.environ.get("AMK_CACHE_DIR"):
-        root = Path(os.environ["AMK_CACHE_DIR"])
-    else:
-        root = Path(platformdirs.user_cache_dir("amk"))
+    root = resolve_root(override)
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Keys
+# ----------------------------------------------------------------------------------------------------------------------
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical_json(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def jsonable(value):
+    """``value`` with torch dtypes and tuples turned into JSON types (for op parameters and shapes)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.lru_cache(maxsize=8)
+def _cuda_device(index: int) -> dict:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return {"name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"}
+
+
+def device_descriptor() -> dict:
+    """The device kernels are built for: GPU name and compute capability, or the CPU interpreter."""
+    import torch
+
+    from amk.runtime import interpreting
+
+    if torch.cuda.is_available() and not interpreting():
+        return _cuda_device(torch.cuda.current_device())
+    return {"name": "cpu-interpreter"}
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """A hash of amk's own Python sources: a changed compiler never reuses kernels of the old one."""
+    digest = hashlib.sha256()
+    files = {}
+    for package in ("amk", "amk.dialects", "amk.lowering", "amk.passes"):
+        spec = importlib.util.find_spec(package)
+        for top in (spec.submodule_search_locations or []) if spec else []:
+            for directory, subdirectories, names in os.walk(top):
+                subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+                relative = os.path.relpath(directory, top)
+                for name in names:
+                    if name.endswith(".py"):
+                        files[f"{package}/{relative}/{name}"] = os.path.join(directory, name)
+    for name in sorted(files):
+        try:
+            with open(files[name], "rb") as stream:
+                digest.update(name.encode() + b"\0" + stream.read() + b"\0")
+        except OSError:
+            continue
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    import torch
+
+    import amk
+    import amk.runtime  # noqa: F401 - sets TRITON_INTERPRET before triton is imported
+
+    triton = importlib.import_module("triton")
+    return {"amk": amk.__version__, "amk_source": source_fingerprint(), "torch": torch.__version__,
+            "triton": triton.__version__}
+
+
+def build_settings(grid: dict | None, autotune: bool, tuner_config) -> dict:
+    """The settings that affect which configuration is chosen (only those: the cache directory does not)."""
+    import torch
+
+    from amk.runtime import interpreting
+
+    timed = bool(autotune) and torch.cuda.is_available() and not interpreting()
+    settings: dict = {"autotune": timed, "parameter_grid": grid}
+    if timed:
+        from amk.tuner import TunerConfig
+
+        tc = tuner_config or TunerConfig()
+        settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
+                             "measure_runs": tc.measure_runs, "strategy": tc.strategy,
+                             "enable_warp_specialization": tc.enable_warp_specialization}
+    return settings
+
+
+def cache_key(ir_text: str, shapes, dtype, settings: dict, ops=None) -> tuple[str, dict]:
+    """The entry key of a build and the metadata describing it."""
+    meta = {"shapes": [list(s) for s in shapes], "dtype": dtype_name(dtype), "device": device_descriptor(),
+            "versions": versions(), "settings": settings}
+    key = _sha256(_canonical_json({"format": FORMAT, "ir": ir_text, **meta}))
+    if ops is not None:
+        meta["ops"] = jsonable([[name, params] for name, params in ops])
+    return key, meta
+
+
+def request_key(ops, shapes, dtype, settings: dict) -> str:
+    """The key of a build request (op list, shapes, dtype, device, versions, settings). It determines the entry key
+    (amk's sources are part of it, so the same request always gives the same IR); the ``index`` folder maps one to
+    the other so that a warm start need not build and print the IR."""
+    return _sha256(_canonical_json({"format": FORMAT, "ops": jsonable([[n, p] for n, p in ops]),
+                                    "shapes": [list(s) for s in shapes], "dtype": dtype_name(dtype),
+                                    "device": device_descriptor(), "versions": versions(), "settings": settings}))
+
+
+def timing_key(kernel_text: str, shapes) -> str:
+    """The key of the timings of one tile-level kernel on this device and shape bucket."""
+    v = versions()
+    return _sha256(_canonical_json({"format": FORMAT, "kernel": kernel_text, "shapes": [list(s) for s in shapes],
+                                    "device": device_descriptor(), "triton": v["triton"], "amk": v["amk"]}))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Entries
+# ----------------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    """One cached build: what entry.json, ir.json and the kernel sources hold."""
+
+    key: str
+    meta: dict  # ops, shapes, dtype, device, versions, settings (and created, once written)
+    configs: dict[str, dict]  # kernel name -> KernelConfig fields
+    sources: dict[str, str]  # kernel name -> emitted Triton source
+    plan: dict  # runtime.Program.plan()
+    ir: dict[str, str]
+    tuning_log: dict = field(default_factory=dict)
+    verification: dict | None = None
+
+
+class CorruptEntry(Exception):
+    """Raised inside the cache when an entry on disk cannot be trusted."""
+
+
+def _source_file(name: str) -> str:
+    return f"kernel_{name}.py" if _NAME.fullmatch(name) else f"kernel_{_sha256(name.encode())[:16]}.py"
+
+
+def _config_fields(data) -> dict:
+    if not isinstance(data, dict) or set(data) != set(CONFIG_FIELDS):
+        raise ValueError(f"a kernel config needs exactly the fields {', '.join(CONFIG_FIELDS)}, got {data!r}")
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in data.values()):
+        raise ValueError(f"kernel config values must be positive ints, got {data!r}")
+    return dict(data)
+
+
+def _sealed(doc: dict) -> bytes:
+    """``doc`` with its own checksum, as the bytes to write."""
+    doc = {k: v for k, v in doc.items() if k != "checksum"}
+    doc["checksum"] = _sha256(_canonical_json(doc))
+    return json.dumps(doc, indent=1, sort_keys=True, default=str).encode()
+
+
+def _unsealed(data: bytes, what: str) -> dict:
+    """The document in ``data`` after checking its checksum; raises CorruptEntry."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CorruptEntry(f"{what} is not valid JSON ({error})") from None
+    if not isinstance(doc, dict) or "checksum" not in doc:
+        raise CorruptEntry(f"{what} has no checksum")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    if _sha256(_canonical_json(body)) != doc["checksum"]:
+        raise CorruptEntry(f"{what} does not match its checksum")
+    if body.get("format") != FORMAT:
+        raise CorruptEntry(f"{what} has format {body.get('format')!r}, expected {FORMAT}")
+    return body
+
+
+def report_to_dict(report) -> dict:
+    return {"results": [{"dtype": dtype_name(r.dtype), "max_abs_error": r.max_abs_error,
+                         "mean_abs_error": r.mean_abs_error, "relative_l2_error": r.relative_l2_error,
+                         "tolerance": r.tolerance, "skipped": r.skipped} for r in report.results]}
+
+
+def report_from_dict(data: dict):
+    import torch
+
+    from amk.verification import DTypeResult, VerificationReport
+
+    return VerificationReport([DTypeResult(getattr(torch, r["dtype"]), r["max_abs_error"], r["mean_abs_error"],
+                                           r["relative_l2_error"], r["tolerance"], r["skipped"])
+                               for r in data["results"]])
+
+
+def compiled_from_entry(entry: Entry, store: Store | None = None):
+    """The runnable program of an entry: loads the kernel sources, rebuilds the launch plan (no pass runs)."""
+    from amk.lowering.configs import KernelConfig
+    from amk.runtime import CompiledProgram, Program, kernel_from_plan, load_source
+
+    kernels = {}
+    for name, source in entry.sources.items():
+        loaded = load_source(source, name)
+        kernel = kernel_from_plan(name, entry.plan, KernelConfig(**entry.configs[name]), source, loaded.__file__,
+                                  loaded.launch)
+        if store is not None:
+            store.attach_triton_cache(entry.key, kernel)
+        kernels[name] = kernel
+    return CompiledProgram(Program.from_plan(entry.plan, kernels), dict(entry.ir), kernels)
+
+
+def entry_from_compiled(key: str, meta: dict, compiled, tuning_log: dict, verification: dict | None = None) -> Entry:
+    return Entry(key, dict(meta), {name: k.config.as_dict() for name, k in compiled.kernels.items()},
+                 {name: k.source for name, k in compiled.kernels.items()}, compiled.program.plan(), dict(compiled.ir),
+                 {name: log_ for name, log_ in tuning_log.items() if name in compiled.kernels}, verification)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The store
+# ----------------------------------------------------------------------------------------------------------------------
+
+_WARNED = False
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _warn_degraded(root: Path, error: BaseException) -> None:
+    global _WARNED
+    log.debug("cache directory %s is not writable: %s", root, error)
+    if _WARNED:
+        return
+    _WARNED = True
+    warnings.warn(f"amk: the cache directory {root} cannot be written ({error}); compiled kernels are kept in memory "
+                  "for this process only (set AMK_CACHE_DIR or TunerConfig.target_cache_dir to a writable directory)",
+                  RuntimeWarning, stacklevel=3)
+
+
+def store_for(override: str | os.PathLike | None = None) -> Store:
+    """The process-wide store of a cache directory (it remembers whether that directory could be written)."""
+    root = resolve_root(override)
+    name = os.path.abspath(root)
+    with _STORES_LOCK:
+        if name not in _STORES:
+            _STORES[name] = Store(root)
+        return _STORES[name]
+
+
+class Store:
+    """Reads and writes one cache directory. With ``strict=True`` (the CLI) write failures raise CacheError;
+    otherwise the first failure switches the store to memory for the rest of the process, with one warning."""
+
+    def __init__(self, root: str | os.PathLike, strict: bool = False):
+        self.root = Path(root)
+        self.strict = strict
+        self.memory_only = False
+        self._memory: dict[str, dict] = {"entries": {}, "configs": {}, "timings": {}, "index": {}}
+
+    # -- plumbing ------------------------------------------------------------------------------------------------------
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / "entries" / key
+
+    @contextmanager
+    def _lock(self, name: str, writing: bool):
+        """Holds ``locks/<name>.lock``. Readers go on without it where it cannot be taken (a read-only cache)."""
+        lock = None
+        try:
+            path = self.root / "locks" / f"{name}.lock"
+            if writing:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(path, timeout=LOCK_TIMEOUT_S)
+            lock.acquire()
+        except Timeout:
+            if writing:
+                raise
+            log.warning("cache lock %s is held for more than %.0f s; reading without it", name, LOCK_TIMEOUT_S)
+            lock = None
+        except OSError:
+            if writing:
+                raise
+            lock = None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _write_file(self, path: Path, data: bytes) -> None:
+        """Atomically: a temporary file in the same directory, then ``os.replace``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
+
+    def _writing(self, what: str, write) -> bool:
+        """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict)."""
+        if self.memory_only:
+            return False
+        try:
+            write()
+            return True
+        except Timeout:
+            if self.strict:
+                raise CacheError(f"cannot write {what}: the cache lock is held by another process") from None
+            log.warning("cache lock for %s is held for more than %.0f s; not writing it", what, LOCK_TIMEOUT_S)
+            return False
+        except OSError as error:
+            if self.strict:
+                raise CacheError(f"cannot write {what} in {self.root}: {error}") from None
+            self.memory_only = True
+            _warn_degraded(self.root, error)
+            return False
+
+    # -- entries -------------------------------------------------------------------------------------------------------
+
+    def alias(self, request: str) -> str | None:
+        """The entry key recorded for a :func:`request_key`, or None."""
+        if request in self._memory["index"]:
+            return self._memory["index"][request]
+        try:
+            key = (self.root / "index" / request).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return key if _KEY.fullmatch(key) else None
+
+    def save_alias(self, request: str, key: str) -> None:
+        self._memory["index"][request] = key
+        if not self.memory_only:
+            self._writing(f"index {request[:12]}", lambda: self._write_file(self.root / "index" / request, key.encode()))
+
+    def save(self, entry: Entry) -> bool:
+        """Writes (or overwrites) an entry and its config record. Returns False when it stayed in memory."""
+        entry.meta.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        record = self._config_record(entry)
+        if self.memory_only:
+            self._memory["entries"][entry.key] = entry
+            self._memory["configs"][entry.key] = record
+            return False
+        files = {_source_file(name): source.encode() for name, source in entry.sources.items()}
+        files["ir.json"] = json.dumps(entry.ir, indent=1, sort_keys=True).encode()
+        from amk.runtime import interpreting
+
+        doc = {"format": FORMAT, "key": entry.key, **entry.meta,
+               "kernels": {name: {"config": entry.configs[name], "source": _source_file(name)} for name in entry.sources},
+               "plan": entry.plan, "tuning_log": entry.tuning_log, "verification": entry.verification,
+               "files": {name: _sha256(data) for name, data in files.items()},
+               "triton_cache_dir": None if interpreting() or _user_triton_cache() else "triton"}
+
+        def write() -> None:
+            directory = self.entry_dir(entry.key)
+            with self._lock(entry.key, writing=True):
+                directory.mkdir(parents=True, exist_ok=True)
+                for name, data in files.items():
+                    self._write_file(directory / name, data)
+                self._write_file(directory / "entry.json", _sealed(doc))  # last: it makes the entry valid
+                for stale in directory.iterdir():
+                    if stale.name not in files and stale.name not in ("entry.json", "triton"):
+                        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+                self._write_file(self.root / "configs" / f"{entry.key}.json", _sealed(record))
+
+        if self._writing(f"cache entry {entry.key[:12]}", write):
+            return True
+        self._memory["entries"][entry.key] = entry
+        self._memory["configs"][entry.key] = record
+        return False
+
+    def load(self, key: str) -> Entry | None:
+        """The entry of ``key``, or None (a miss; a corrupt entry is logged and treated as a miss)."""
+        if key in self._memory["entries"]:
+            return self._memory["entries"][key]
+        directory = self.entry_dir(key)
+        if not directory.is_dir():
+            return None
+        try:
+            with self._lock(key, writing=False):
+                try:
+                    raw = (directory / "entry.json").read_bytes()
+                except FileNotFoundError:
+                    leftovers = [p.name for p in directory.iterdir() if p.name != "triton"]
+                    if leftovers:
+                        raise CorruptEntry(f"entry.json is missing (found {', '.join(sorted(leftovers))})") from None
+                    return None
+                doc = _unsealed(raw, "entry.json")
+                files = {}
+                for name, digest in doc["files"].items():
+                    try:
+                        data = (directory / name).read_bytes()
+                    except FileNotFoundError:
+                        raise CorruptEntry(f"{name} is missing") from None
+                    if _sha256(data) != digest:
+                        raise CorruptEntry(f"{name} does not match its checksum")
+                    files[name] = data
+            return self._entry(key, doc, files)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except CorruptEntry as error:
+            self._corrupt(key, str(error))
+        except (OSError, KeyError, TypeError, ValueError, AttributeError) as error:
+            self._corrupt(key, f"{type(error).__name__}: {error}")
+        return None
+
+    def _entry(self, key: str, doc: dict, files: dict[str, bytes]) -> Entry:
+        if doc.get("key") != key:
+            raise CorruptEntry(f"entry.json belongs to key {doc.get('key')!r}")
+        configs, sources = {}, {}
+        for name, kernel in doc["kernels"].items():
+            configs[name] = _config_fields(kernel["config"])
+            sources[name] = files[kernel["source"]].decode()
+        ir = json.loads(files["ir.json"])
+        if not isinstance(ir, dict) or not isinstance(doc["plan"], dict):
+            raise CorruptEntry("ir.json or the launch plan is malformed")
+        meta = {k: doc[k] for k in ("ops", "shapes", "dtype", "device", "versions", "settings", "created") if k in doc}
+        return Entry(key, meta, configs, sources, doc["plan"], ir, doc.get("tuning_log") or {}, doc.get("verification"))
+
+    def _corrupt(self, key: str, reason: str) -> None:
+        log.warning("cache entry %s in %s is unusable (%s); rebuilding it", key[:12], self.root, reason)
+
+    def load_compiled(self, key: str):
+        """``(CompiledProgram, Entry)`` for a hit, or None."""
+        entry = self.load(key)
+        if entry is None:
+            return None
+        try:
+            return compiled_from_entry(entry, self), entry
+        except Exception as error:  # a plan or source that does not load: rebuild rather than fail
+            self._corrupt(key, f"{type(error).__name__}: {error}")
+            self._memory["entries"].pop(key, None)
+            return None
+
+    def attach_triton_cache(self, key: str, kernel) -> None:
+        """Make the first launch of ``kernel`` compile into ``entries/<key>/triton`` (Triton's cache of binaries),
+        unless the user set TRITON_CACHE_DIR or kernels run in the interpreter."""
+        from amk.runtime import interpreting
+
+        if interpreting() or _user_triton_cache() or self.memory_only:
+            return
+        directory = self.entry_dir(key) / "triton"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return
+        launch = kernel.launch
+
+        def first_launch(*args, **kwargs):
+            previous = os.environ.get("TRITON_CACHE_DIR")
+            os.environ["TRITON_CACHE_DIR"] = str(directory)
+            try:
+                result = launch(*args, **kwargs)
+            finally:
+                if previous is None:
+                    os.environ.pop("TRITON_CACHE_DIR", None)
+                else:
+                    os.environ["TRITON_CACHE_DIR"] = previous
+            kernel.launch = launch
+            return result
+
+        kernel.launch = first_launch
+
+    # -- configs (what export/import move) -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _config_record(entry: Entry) -> dict:
+        return {"format": FORMAT, "key": entry.key, **entry.meta, "kernels": dict(entry.configs),
+                "tuning_log": entry.tuning_log}
+
+    def load_config(self, key: str) -> dict | None:
+        """The recorded (or imported) configs of ``key``: ``{"kernels": {name: fields}, "tuning_log": ...}``."""
+        if key in self._memory["configs"]:
+            return self._memory["configs"][key]
+        path = self.root / "configs" / f"{key}.json"
+        try:
+            record = _unsealed(path.read_bytes(), path.name)
+            for fields in record["kernels"].values():
+                _config_fields(fields)
+            return record
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (CorruptEntry, OSError, KeyError, TypeError, ValueError, AttributeError) as error:
+            log.warning("tuned config %s in %s is unusable (%s); ignoring it", key[:12], self.root, error)
+            return None
+
+    # -- timings -------------------------------------------------------------------------------------------------------
+
+    def _read_timings(self, key: str) -> dict:
+        if key in self._memory["timings"]:
+            return self._memory["timings"][key]
+        path = self.root / "timings" / f"{key}.json"
+        try:
+            doc = _unsealed(path.read_bytes(), path.name)
+            if not isinstance(doc.get("trials"), dict):
+                raise CorruptEntry("no trials")
+            return doc
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except (CorruptEntry, OSError) as error:
+            log.warning("timings %s in %s are unusable (%s); ignoring them", key[:12], self.root, error)
+            return {}
+
+    def known_trials(self, key: str) -> dict:
+        """The trials timed before for a timing key, as ``{config_key: Trial}``."""
+        from amk.tuner import Trial
+
+        known = {}
+        for config_key, data in self._read_timings(key).get("trials", {}).items():
+            try:
+                known[config_key] = Trial.from_dict(data)
+            except (KeyError, TypeError, ValueError):
+                continue
+        return known
+
+    def record_trials(self, key: str, trials, meta: dict | None = None) -> None:
+        """Adds newly timed trials (not pruned or reused ones) to the timings of ``key``."""
+        from amk.tuner import config_key
+
+        fresh = {config_key(t.config): t.as_dict() for t in trials if t.status != "pruned" and not t.reused}
+        if fresh:
+            self.merge_timings(key, fresh, meta or {})
+
+    def merge_timings(self, key: str, trials: dict, meta: dict, overwrite: bool = True) -> None:
+        def merged() -> dict:
+            doc = dict(self._read_timings(key)) or {"format": FORMAT, "key": key, **meta, "trials": {}}
+            doc["trials"] = ({**doc["trials"], **trials} if overwrite else {**trials, **doc["trials"]})
+            return doc
+
+        def write() -> None:
+            with self._lock(f"timings-{key}", writing=True):
+                self._write_file(self.root / "timings" / f"{key}.json", _sealed(merged()))
+
+        if not self._writing(f"timings {key[:12]}", write):
+            self._memory["timings"][key] = merged()
+
+    # -- listing, clearing, export and import --------------------------------------------------------------------------
+
+    def _keys(self, folder: str, suffix: str = "") -> list[str]:
+        try:
+            names = [p.name.removesuffix(suffix) for p in (self.root / folder).iterdir()]
+        except OSError:
+            return []
+        return sorted(n for n in names if _KEY.fullmatch(n))
+
+    def entries(self) -> list[tuple[str, dict | None]]:
+        """Every entry on disk with its entry.json (None when it cannot be read)."""
+        result = []
+        for key in self._keys("entries"):
+            try:
+                doc = json.loads((self.entry_dir(key) / "entry.json").read_bytes())
+                result.append((key, doc if isinstance(doc, dict) else None))
+            except (OSError, ValueError):
+                result.append((key, None))
+        return result
+
+    def find(self, prefix: str) -> str:
+        """The one key (of an entry or a config record) starting with ``prefix``; raises CacheError."""
+        prefix = prefix.strip().lower()
+        if not prefix or not re.fullmatch(r"[0-9a-f]+", prefix):
+            raise CacheError(f"{prefix!r} is not a cache key (a hex prefix, as `amk cache list` shows)")
+        matches = sorted({k for k in self._keys("entries") + self._keys("configs", ".json") if k.startswith(prefix)})
+        if not matches:
+            raise CacheError(f"no cache entry has a key starting with {prefix!r} in {self.root}")
+        if len(matches) > 1:
+            raise CacheError(f"{len(matches)} cache entries have keys starting with {prefix!r}: "
+                             f"{', '.join(m[:16] for m in matches)}; give more of the key")
+        return matches[0]
+
+    def clear(self, everything: bool = False) -> int:
+        """Removes every entry (and the imported sources); with ``everything``, tuned configs and timings too."""
+        count = len(self._keys("entries"))
+        folders = ["entries", "index", "sources"] + (["configs", "timings"] if everything else [])
+        for folder in folders:
+            try:
+                shutil.rmtree(self.root / folder)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                raise CacheError(f"cannot remove {self.root / folder}: {error}") from None
+        self._memory["entries"].clear()
+        self._memory["index"].clear()
+        if everything:
+            self._memory["configs"].clear()
+            self._memory["timings"].clear()
+        return count
+
+    def export(self) -> dict:
+        """Tuned configs and timings (no sources, no binaries) as one JSON-serializable document."""
+        configs = {}
+        for key in self._keys("configs", ".json"):
+            record = self.load_config(key)
+            if record is not None:
+                configs[key] = record
+        for key, _ in self.entries():
+            if key not in configs:
+                entry = self.load(key)
+                if entry is not None:
+                    configs[key] = self._config_record(entry)
+        timings = [doc for doc in (self._read_timings(k) for k in self._keys("timings", ".json")) if doc]
+        return {"format": EXPORT_FORMAT, "version": FORMAT,
+                "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "configs": [configs[k] for k in sorted(configs)], "timings": timings}
+
+    def import_(self, document) -> tuple[int, int, int]:
+        """Merges an exported document: config records replace local ones of the same key (and local entries that
+        use other configs are dropped, so the next build uses the imported ones); timings are added where this
+        cache has none for a config. Returns (configs, timing tables, entries dropped)."""
+        configs, timings = _validated_export(document)
+        dropped = 0
+        for record in configs:
+            key = record["key"]
+            local = self.load(key)
+            if local is not None and local.configs != record["kernels"]:
+                try:
+                    shutil.rmtree(self.entry_dir(key))
+                except OSError as error:
+                    raise CacheError(f"cannot replace entry {key[:12]}: {error}") from None
+                dropped += 1
+            record = {**record, "format": FORMAT}
+
+            def write(record=record, key=key) -> None:
+                with self._lock(key, writing=True):
+                    self._write_file(self.root / "configs" / f"{key}.json", _sealed(record))
+
+            self._writing(f"config {key[:12]}", write)
+        for doc in timings:
+            meta = {k: v for k, v in doc.items() if k not in ("trials", "checksum", "format")}
+            self.merge_timings(doc["key"], doc["trials"], meta, overwrite=False)
+        return len(configs), len(timings), dropped
+
+
+def _validated_export(document) -> tuple[list[dict], list[dict]]:
+    def bad(message: str):
+        raise CacheError(f"not an amk cache export: {message}")
+
+    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+        bad(f"the top level must be an object with \"format\": \"{EXPORT_FORMAT}\"")
+    if document.get("version") != FORMAT:
+        bad(f"version {document.get('version')!r} is not supported (expected {FORMAT})")
+    configs, timings = document.get("configs", []), document.get("timings", [])
+    if not isinstance(configs, list) or not isinstance(timings, list):
+        bad("\"configs\" and \"timings\" must be lists")
+    for index, record in enumerate(configs):
+        if not isinstance(record, dict) or not isinstance(record.get("key"), str) or not _KEY.fullmatch(record["key"]):
+            bad(f"configs[{index}] has no valid \"key\" (64 hex digits)")
+        kernels = record.get("kernels")
+        if not isinstance(kernels, dict) or not kernels:
+            bad(f"configs[{index}] has no \"kernels\" object")
+        for name, fields in kernels.items():
+            try:
+                _config_fields(fields)
+            except ValueError as error:
+                bad(f"configs[{index}].kernels[{name!r}]: {error}")
+        if not isinstance(record.get("tuning_log", {}), dict):
+            bad(f"configs[{index}].tuning_log must be an object")
+    for index, doc in enumerate(timings):
+        if not isinstance(doc, dict) or not isinstance(doc.get("key"), str) or not _KEY.fullmatch(doc["key"]):
+            bad(f"timings[{index}] has no valid \"key\" (64 hex digits)")
+        if not isinstance(doc.get("trials"), dict):
+            bad(f"timings[{index}] has no \"trials\" object")
+        for config_key, trial in doc["trials"].items():
+            if not _is_trial(trial):
+                bad(f"timings[{index}].trials[{config_key!r}] is not a trial")
+    return configs, timings
+
+
+def _is_trial(trial) -> bool:
+    """The shape of ``Trial.as_dict()`` (checked without importing the tuner, to keep the CLI fast)."""
+    return (isinstance(trial, dict) and isinstance(trial.get("status"), str) and isinstance(trial.get("config"), dict)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in trial["config"].values())
+            and (trial.get("time_ms") is None or isinstance(trial["time_ms"], int | float)))
+
+
+def _user_triton_cache() -> bool:
+    return bool(os.environ.get("TRITON_CACHE_DIR"))

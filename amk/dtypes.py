@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import torch
-from xdsl.dialects.builtin import BFloat16Type, Float8E4M3FNType, Float16Type, Float32Type, IntegerType, bf16, f16, f32, i32
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float8E4M3FNType,
+    Float16Type,
+    Float32Type,
+    IntegerType,
+    bf16,
+    f16,
+    f32,
+    i32,
+)
 from xdsl.ir import Attribute
 
 from amk.errors import DTypeError

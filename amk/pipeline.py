@@ -7,7 +7,7 @@ them in order, keeps the IR text of every level, and loads the emitted kernels.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
@@ -22,7 +22,7 @@ from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass
 from amk.opt import AMK_DIALECTS, AMK_PASSES
 from amk.passes.fuse import FusePass
-from amk.runtime import CompiledKernel, Program, interpreting, kernel_arguments, load_source
+from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
 
@@ -46,17 +46,6 @@ def fusion_passes(pipeline: str | None) -> list[ModulePass]:
 
 def heuristic_config(kernel: tiled_loop.KernelOp) -> KernelConfig:
     return config_for(kernel, {})
-
-
-@dataclass
-class CompiledProgram:
-    program: Program
-    ir: dict[str, str]
-    kernels: dict[str, CompiledKernel] = field(default_factory=dict)
-
-    @property
-    def source(self) -> str:
-        return "\n\n".join(k.source for k in self.kernels.values())
 
 
 @dataclass

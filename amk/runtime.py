@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,12 +40,25 @@ def default_device() -> torch.device:
 
 
 def source_directory() -> Path:
-    """Where emitted sources are written (Triton needs a real file to read a kernel's source)."""
+    """Where emitted sources are written (Triton needs a real file to read a kernel's source): ``<cache>/sources``,
+    or a private temporary directory when the cache directory cannot be written."""
     from amk.cache import cache_root
 
-    directory = cache_root() / "sources"
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
+    try:
+        directory = cache_root() / "sources"
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+    except OSError:
+        return _fallback_source_directory()
+
+
+_FALLBACK_SOURCES: list[Path] = []
+
+
+def _fallback_source_directory() -> Path:
+    if not _FALLBACK_SOURCES:
+        _FALLBACK_SOURCES.append(Path(tempfile.mkdtemp(prefix="amk-sources-")))
+    return _FALLBACK_SOURCES[0]
 
 
 def load_source(source: str, name: str):
@@ -53,10 +68,14 @@ def load_source(source: str, name: str):
     if module_name in sys.modules:
         return sys.modules[module_name]
     path = source_directory() / f"{module_name}.py"
-    if not path.exists() or path.read_text() != source:
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(source)
-        os.replace(temporary, path)
+    try:
+        if not path.exists() or path.read_text() != source:
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(source)
+            os.replace(temporary, path)
+    except OSError:  # an unwritable cache directory: a private temporary directory serves as well
+        path = _fallback_source_directory() / f"{module_name}.py"
+        path.write_text(source)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -71,6 +90,7 @@ class ShapeFunction:
     """Evaluates a list of symbolic dims from symbol values, compiled once to a Python lambda."""
 
     def __init__(self, dims: Sequence[Dim]):
+        self.texts = [d.text for d in dims]
         self.static = all(d.is_static for d in dims)
         if self.static:
             self.value = tuple(d.value for d in dims)
@@ -85,6 +105,15 @@ class ShapeFunction:
         if self.static:
             return self.value
         return self.function(*(bindings[s] for s in self.symbols))
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str]) -> ShapeFunction:
+        """From canonical dim texts (as in a cached launch plan); static shapes need no sympy."""
+        if all(t.isdigit() for t in texts):
+            shape = cls.__new__(cls)
+            shape.texts, shape.static, shape.value = list(texts), True, tuple(int(t) for t in texts)
+            return shape
+        return cls([Dim(t) for t in texts])
 
 
 @dataclass
@@ -129,43 +158,113 @@ def kernel_arguments(kernel: tiled_loop.KernelOp, constants: dict[str, int]) -> 
             for arg, view, kind in zip(args, views, kinds)]
 
 
-class Program:
-    """A ``func.func`` whose fused groups are ``tiled_loop.launch`` ops of compiled kernels; other ops run in PyTorch."""
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
-    def __init__(self, function: func.FuncOp, kernels: dict[str, CompiledKernel]):
+
+@dataclass
+class Step:
+    """One op of a program's function over numbered values: a kernel launch, an op run in PyTorch, or the return."""
+
+    kind: str  # "launch", "op" or "return"
+    operands: list[int]
+    outputs: list[int]
+    result_dims: list[list[str]]
+    kernel: str | None = None
+    op: Operation | None = None  # for "op" steps; parsed from ``ir`` on first use when loaded from a plan
+    ir: str | None = None
+
+    def operation(self) -> Operation:
+        if self.op is None:
+            self._module, self.op = _parse_op(self.ir)  # the module keeps the op's context alive
+        return self.op
+
+
+def function_steps(function: func.FuncOp) -> tuple[list[dict], list[Step]]:
+    """The arguments (value id and dim texts) and the steps of ``function``."""
+    ids: dict = {}
+
+    def number(value) -> int:
+        return ids.setdefault(value, len(ids))
+
+    args = [{"id": number(arg), "dims": [d.text for d in arg.type.dims]} for arg in function.body.block.args]
+    steps = []
+    for op in function.body.block.ops:
+        kind = "return" if isinstance(op, func.ReturnOp) else "launch" if isinstance(op, tiled_loop.LaunchOp) else "op"
+        steps.append(Step(kind, [number(v) for v in op.operands], [number(r) for r in op.results],
+                          [[d.text for d in r.type.dims] for r in op.results],
+                          op.kernel.string_value() if kind == "launch" else None, op if kind == "op" else None))
+    return args, steps
+
+
+class Program:
+    """A ``func.func`` whose fused groups are ``tiled_loop.launch`` ops of compiled kernels; other ops run in PyTorch.
+
+    The function becomes a list of :class:`Step` over numbered values. :meth:`plan` describes the program as JSON
+    (steps, each kernel's argument views, dims, kinds and dtypes; ops run in PyTorch as generic IR) and
+    :meth:`from_plan` rebuilds it from that description without running any pass (the persistent cache's warm start).
+    """
+
+    def __init__(self, function: func.FuncOp | None, kernels: dict[str, CompiledKernel], *,
+                 args: list[dict] | None = None, steps: list[Step] | None = None):
         self.function = function
         self.kernels = kernels
         self.workspaces: dict[tuple, torch.Tensor] = {}
-        self.arg_shapes = [arg.type.dims for arg in function.body.block.args]
-        self.steps = [op for op in function.body.block.ops]
+        if function is not None:
+            args, steps = function_steps(function)
+        self.args = args
+        self.arg_ids = [arg["id"] for arg in args]
+        self.arg_shapes = [arg["dims"] for arg in args]
+        self.steps = steps
         self.result_shapes = {
-            r: ShapeFunction(r.type.dims) for op in self.steps for r in op.results
+            value: ShapeFunction.from_texts(dims) for step in steps for value, dims in zip(step.outputs, step.result_dims)
         }
+
+    def plan(self) -> dict:
+        """The JSON-serializable launch plan."""
+        steps = [{"kind": s.kind, "operands": s.operands, "outputs": s.outputs, "result_dims": s.result_dims,
+                  "kernel": s.kernel, "ir": (s.ir or _op_text(s.op)) if s.kind == "op" else None} for s in self.steps]
+        kernels = {name: [{"view": a.view, "dims": a.shape.texts, "kind": a.kind,
+                           "dtype": None if a.dtype is None else str(a.dtype).removeprefix("torch.")}
+                          for a in kernel.arguments]
+                   for name, kernel in self.kernels.items()}
+        return {"args": self.args, "steps": steps, "kernels": kernels}
+
+    @classmethod
+    def from_plan(cls, plan: dict, kernels: dict[str, CompiledKernel]) -> Program:
+        """The program described by ``plan`` (see :meth:`plan`); ``kernels`` from :func:`kernel_from_plan`."""
+        steps = [Step(s["kind"], list(s["operands"]), list(s["outputs"]), [list(d) for d in s["result_dims"]],
+                      s.get("kernel"), None, s.get("ir")) for s in plan["steps"]]
+        for step in steps:
+            if step.kind not in ("launch", "op", "return") or (step.kind == "launch" and step.kernel not in kernels) \
+                    or (step.kind == "op" and not isinstance(step.ir, str)):
+                raise ValueError(f"bad step in launch plan: {step.kind} {step.kernel}")
+        return cls(None, kernels, args=[{"id": int(a["id"]), "dims": list(a["dims"])} for a in plan["args"]],
+                   steps=steps)
 
     def bind(self, tensors: Sequence[torch.Tensor]) -> dict[str, int]:
         bindings: dict[str, int] = {}
         for dims, tensor in zip(self.arg_shapes, tensors):
             for dim, size in zip(dims, tensor.shape):
-                if not dim.is_static and dim.text in dim.free_symbols:
-                    bindings[dim.text] = int(size)
+                if _SYMBOL.fullmatch(dim):
+                    bindings[dim] = int(size)
         return bindings
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
-        env: dict = dict(zip(self.function.body.block.args, tensors))
+        env: dict[int, torch.Tensor] = dict(zip(self.arg_ids, tensors))
         bindings = self.bind(tensors)
-        for op in self.steps:
-            if isinstance(op, func.ReturnOp):
-                return [env[v] for v in op.arguments]
-            args = [env[v] for v in op.operands]
-            if isinstance(op, tiled_loop.LaunchOp):
-                results = self.launch(op, args, bindings)
+        for step in self.steps:
+            if step.kind == "return":
+                return [env[v] for v in step.operands]
+            args = [env[v] for v in step.operands]
+            if step.kind == "launch":
+                results = self.launch(step, args, bindings)
             else:
-                results = [reference.evaluate(op, args)]
-            env.update(zip(op.results, results))
+                results = [reference.evaluate(step.operation(), args)]
+            env.update(zip(step.outputs, results))
         raise AssertionError("function without func.return")
 
-    def launch(self, op: tiled_loop.LaunchOp, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
-        kernel = self.kernels[op.kernel.string_value()]
+    def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
+        kernel = self.kernels[op.kernel]
         views = [tensor.t() if spec.view == "transpose" else tensor.reshape(spec.shape(bindings))
                  for tensor, spec in zip(args, kernel.inputs)]
         device = args[0].device
@@ -187,6 +286,59 @@ class Program:
             allocate = torch.zeros if spec.kind == "counter" else torch.empty
             buffer = self.workspaces[key] = allocate(shape, dtype=spec.dtype, device=device)
         return buffer
+
+
+@dataclass
+class CompiledProgram:
+    """A compiled op chain: the program to run, the IR text at every level, the kernels."""
+
+    program: Program
+    ir: dict[str, str]
+    kernels: dict[str, CompiledKernel] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return "\n\n".join(k.source for k in self.kernels.values())
+
+
+def kernel_from_plan(name: str, plan: dict, config: KernelConfig, source: str, source_path: str,
+                     launch: Callable) -> CompiledKernel:
+    """A :class:`CompiledKernel` from its arguments in a :meth:`Program.plan` and its loaded source."""
+    arguments = []
+    for spec in plan["kernels"][name]:
+        dtype = None if spec["dtype"] is None else getattr(torch, spec["dtype"])
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise ValueError(f"bad dtype {spec['dtype']!r} in launch plan")
+        arguments.append(KernelArgument(spec["view"], ShapeFunction.from_texts(spec["dims"]), spec["kind"], dtype))
+    return CompiledKernel(name, config, source, source_path, launch, arguments)
+
+
+def _op_text(op: Operation) -> str:
+    """An op run in PyTorch, alone in a ``func.func`` in generic form (its operands become the arguments)."""
+    from io import StringIO
+
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region
+    from xdsl.printer import Printer
+
+    block = Block(arg_types=[v.type for v in op.operands])
+    clone = op.clone(value_mapper=dict(zip(op.operands, block.args)))
+    block.add_op(clone)
+    block.add_op(func.ReturnOp(*clone.results))
+    function = func.FuncOp("step", ([v.type for v in op.operands], [r.type for r in op.results]), Region(block))
+    stream = StringIO()
+    Printer(stream=stream, print_generic_format=True).print_op(ModuleOp([function]))
+    return stream.getvalue()
+
+
+def _parse_op(text: str):
+    from xdsl.parser import Parser
+
+    from amk.pipeline import make_context
+
+    module = Parser(make_context(), text).parse_module()
+    function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    return module, function.body.block.first_op
 
 
 def kernel_ops(module) -> dict[str, Operation]:

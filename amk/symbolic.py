@@ -39,7 +39,7 @@ _FUNCTIONS = {"cdiv": cdiv, "max": sympy.Max, "min": sympy.Min, "Max": sympy.Max
               "Mod": sympy.Mod, "floor": sympy.floor, "ceiling": sympy.ceiling}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def symbol(name: str) -> sympy.Symbol:
     """The positive-integer symbol called ``name`` (one object per name)."""
     return sympy.Symbol(name, integer=True, positive=True)

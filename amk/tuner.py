@@ -158,9 +158,24 @@ class Trial:
     status: str  # "ok", "pruned", "failed", "wrong"
     time_ms: float | None = None
     detail: str = ""
+    reused: bool = False  # taken from an earlier measurement on this device (amk's timings cache), not re-timed
 
     def as_dict(self) -> dict:
-        return {"config": self.config.user_view(), "status": self.status, "time_ms": self.time_ms, "detail": self.detail}
+        return {"config": self.config.user_view(), "status": self.status, "time_ms": self.time_ms, "detail": self.detail,
+                "reused": self.reused}
+
+    @staticmethod
+    def from_dict(data: Mapping) -> Trial:
+        """The inverse of :meth:`as_dict` (raises KeyError, TypeError or ValueError on malformed data)."""
+        config = KernelConfig(**{PARAMETER_KEYS[key]: int(value) for key, value in data["config"].items()})
+        time_ms = data.get("time_ms")
+        return Trial(config, str(data["status"]), None if time_ms is None else float(time_ms),
+                     str(data.get("detail", "")))
+
+
+def config_key(config: KernelConfig) -> str:
+    """A stable text key of a configuration (``BLOCK_M=64,BLOCK_N=64,...``), used to look up earlier timings."""
+    return ",".join(f"{name}={value}" for name, value in config.as_dict().items())
 
 
 def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0) -> list[KernelConfig]:
@@ -190,11 +205,13 @@ def measure(fn, warmup: int, runs: int) -> float:
 
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
-         build_and_run) -> tuple[KernelConfig, list[Trial]]:
+         build_and_run, known: Mapping[str, Trial] | None = None) -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
-    inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback.
+    inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback. ``known``
+    maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
+    (and do not count against the search budget).
     """
     from amk.lowering.stage import kernel_problem
 
@@ -212,7 +229,16 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
             log.info("pruned %s: %s", config.user_view(), reason)
         else:
             viable.append(config)
-    _search(viable, settings, build_and_run, trials)
+    fresh = []
+    for config in viable:
+        previous = known.get(config_key(config)) if known else None
+        if previous is not None and previous.status in ("ok", "failed", "wrong"):
+            trials.append(Trial(config, previous.status, previous.time_ms, previous.detail, reused=True))
+        else:
+            fresh.append(config)
+    if len(fresh) < len(viable):
+        log.info("%d of %d candidates were timed before; timing %d", len(viable) - len(fresh), len(viable), len(fresh))
+    _search(fresh, settings, build_and_run, trials)
     best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
     if best is None:
         log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
@@ -309,9 +335,9 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
     return tensors
 
 
-def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None):
+def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
-    receives each result)."""
+    receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`)."""
     import torch
 
     from amk.pipeline import heuristic_config, stage_and_emit
@@ -323,11 +349,23 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         device = torch.device("cuda")
         outputs_count = len(kernel.outputs)
         first = kernel.num_inputs.value.data
-        args = kernel_example_arguments(kernel, heuristic, device)
-        load_source(stage_and_emit(kernel, heuristic).source, name).launch(*args)
-        expected = [o.float().clone() for o in args[first:first + outputs_count]]
+        expected, failure, ready = [], [], []
+
+        def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
+            try:
+                args = kernel_example_arguments(kernel, heuristic, device)
+                load_source(stage_and_emit(kernel, heuristic).source, name).launch(*args)
+            except Exception as error:
+                failure.append(error)
+                raise
+            expected.extend(o.float().clone() for o in args[first:first + outputs_count])
+            ready.append(True)
 
         def build_and_run(config: KernelConfig):
+            if failure:
+                raise failure[0]
+            if not ready:
+                reference()
             launch = load_source(stage_and_emit(kernel, config).source, name).launch
             # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
             candidate = kernel_example_arguments(kernel, config, device)
@@ -341,7 +379,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             return (lambda: launch(*candidate)), check
 
-        config, trials = tune(kernel, settings, grid, heuristic, build_and_run)
+        config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None)
+        if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
+            raise failure[0]
         if on_tuned is not None:
             on_tuned(kernel, config, trials)
         return config

@@ -36,16 +36,16 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
-    VarConstraint,
-    base,
     IRDLOperation,
     ParsePropInAttrDict,
+    VarConstraint,
+    base,
     irdl_attr_definition,
     irdl_op_definition,
     lazy_traits_def,
+    operand_def,
     opt_operand_def,
     opt_prop_def,
-    operand_def,
     prop_def,
     region_def,
     result_def,
@@ -507,8 +507,9 @@ class SoftmaxOp(AxisOp):
         super().__init__(operands=[input], properties={"axis": IntegerAttr(axis, i64)}, result_types=[input.type])
 
     def infer_result_type(self) -> TensorType:
-        self.normalized_axis
-        return tensor_type(self.input)
+        source = tensor_type(self.input)
+        normalize_axis(self.axis.value.data, source.rank, f"'{self.name}'")  # softmax keeps the shape; check the axis
+        return source
 
 
 class NormOp(TensorOp):

@@ -44,9 +44,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    ParsePropInAttrDict,
     VarConstraint,
     base,
-    ParsePropInAttrDict,
     irdl_attr_definition,
     irdl_op_definition,
     lazy_traits_def,

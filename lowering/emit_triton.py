@@ -29,7 +29,7 @@ from xdsl.utils.target import Target
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
 from amk.dtypes import triton_name
-from amk.symbolic import Dim, symbol, to_python
+from amk.symbolic import Dim, to_python
 
 _BINARY_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
                      "eq": "==", "ne": "!="}
@@ -139,7 +139,7 @@ class TritonEmitter:
         params += [self.stride(i, axis) for i, a in enumerate(self.args) for axis in range(a.type.rank)]
         params += [p for p, _, _ in self.dims.values()]
         params += [f"{c}: tl.constexpr" for c in self.constants]
-        header = [f"@triton.jit", f"def {self.kernel_name}("]
+        header = ["@triton.jit", f"def {self.kernel_name}("]
         header += [f"    {p}," for p in params]
         header += ["):"]
         self.line(f'"""{self.describe()}"""', 1)
