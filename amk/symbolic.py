@@ -152,29 +152,37 @@ def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
     return int(value)
 
 
-def to_python(dim: Dim | str | int | sympy.Expr, cdiv_name: str = "triton.cdiv") -> str:
-    """Python source for ``dim``: ``cdiv`` becomes ``cdiv_name`` and division stays integral."""
+def to_python(dim: Dim | str | int | sympy.Expr, cdiv_name: str = "triton.cdiv", min_name: str = "min",
+              max_name: str = "max") -> str:
+    """Python source for ``dim``: ``cdiv``/``Min``/``Max`` become the given functions; division stays integral."""
     expr = dim if isinstance(dim, sympy.Basic) else Dim(dim).expr
     numerator, denominator = sympy.fraction(sympy.together(expr))
-    printer = _PythonPrinter(cdiv_name)
+    printer = _PythonPrinter(cdiv_name, min_name, max_name)
     if denominator != 1:
         return f"(({printer.doprint(numerator)}) // ({printer.doprint(denominator)}))"
     return printer.doprint(expr)
 
 
 class _PythonPrinter(sympy.printing.str.StrPrinter):
-    def __init__(self, cdiv_name: str):
+    def __init__(self, cdiv_name: str, min_name: str, max_name: str):
         super().__init__()
-        self.cdiv_name = cdiv_name
+        self.cdiv_name, self.min_name, self.max_name = cdiv_name, min_name, max_name
 
     def _print_cdiv(self, expr):
         return f"{self.cdiv_name}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
+    def _nested(self, name: str, args) -> str:
+        """Binary calls, nested (``tl.minimum`` takes two operands)."""
+        text = self._print(args[0])
+        for arg in args[1:]:
+            text = f"{name}({text}, {self._print(arg)})"
+        return text
+
     def _print_Max(self, expr):
-        return f"max({', '.join(self._print(a) for a in expr.args)})"
+        return self._nested(self.max_name, expr.args)
 
     def _print_Min(self, expr):
-        return f"min({', '.join(self._print(a) for a in expr.args)})"
+        return self._nested(self.min_name, expr.args)
 
     def _print_Mul(self, expr):
         numerator, denominator = expr.as_numer_denom()

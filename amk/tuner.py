@@ -125,10 +125,11 @@ def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int
     if not has_dot:
         return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
                 "num_stages": [1]}
-    if strategy == "skinny_m":
+    if strategy in ("skinny_m", "split_k"):
         smallest = max(16, next_power_of_two(rows.value)) if rows.is_static else 16
-        return {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
-                "num_stages": [3, 4, 5, 6]}
+        space = {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
+                 "num_stages": [3, 4, 5, 6]}
+        return space | ({"SPLIT_K": [2, 4, 8]} if strategy == "split_k" else {})
     if strategy == "row_strip":
         return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                 "num_stages": [2, 3, 4]}

@@ -186,7 +186,7 @@ class KernelOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
-    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats")
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "split_k")
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,

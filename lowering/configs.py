@@ -12,7 +12,8 @@ from amk.symbolic import Dim
 
 # Keys as users spell them in ``parameter_grid`` and the symbols they bind.
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
-                  "GROUP_SIZE_M": "GROUP_M", "num_warps": "num_warps", "num_stages": "num_stages"}
+                  "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "num_warps": "num_warps",
+                  "num_stages": "num_stages"}
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class KernelConfig:
     BLOCK_N: int = 64
     BLOCK_K: int = 32
     GROUP_M: int = 8
+    SPLIT_K: int = 4
     num_warps: int = 4
     num_stages: int = 3
 
@@ -54,7 +56,7 @@ def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None,
     has_dot = contraction is not None
     minimum = 16 if has_dot else 1
     block_k = _bounded(contraction, 64 if element_bytes <= 2 else 32, 16) if has_dot else 32
-    if strategy == "skinny_m":
+    if strategy in ("skinny_m", "split_k"):
         return KernelConfig(BLOCK_M=_bounded(rows, 64, 16), BLOCK_N=_bounded(cols, 64, 16),
                             BLOCK_K=_bounded(contraction, 128, 16), num_warps=4, num_stages=4)
     if strategy == "row_strip":

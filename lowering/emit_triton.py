@@ -107,13 +107,15 @@ class TritonEmitter:
         return params
 
     def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
+        """Python for ``dim`` inside the kernel (``tl.`` helpers) or, with ``cdiv_name="triton.cdiv"``, the launcher."""
         value = dim.expr
         for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0])):
             value = value.subs(Dim(text).expr, sympy.Symbol(param, integer=True, positive=True))
         leftover = {str(s) for s in value.free_symbols} - self._known_symbols()
         if leftover:
             raise ValueError(f"kernel {self.kernel.sym_name.data}: no argument provides {', '.join(sorted(leftover))}")
-        return to_python(value, cdiv_name)
+        in_kernel = cdiv_name.startswith("tl.")
+        return to_python(value, cdiv_name, "tl.minimum" if in_kernel else "min", "tl.maximum" if in_kernel else "max")
 
     def _known_symbols(self) -> set[str]:
         loops = {op.iv.data for op in self.kernel.walk() if isinstance(op, tiled_loop.ForOp)}
@@ -153,6 +155,8 @@ class TritonEmitter:
         text = {
             "tile2d": "Each program computes one BLOCK_M x BLOCK_N output tile.",
             "skinny_m": "Few rows (decode): each program computes a BLOCK_M x BLOCK_N tile, column tiles first.",
+            "split_k": "Few rows, long K: SPLIT_K programs share each output tile, one K chunk each; the last to "
+                       "finish sums their partial tiles and applies the epilogue.",
             "row_strip": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes.",
             "tile_stats": "Each program computes one output tile and its rows' partial statistics; the last program "
                           "of a row strip merges them and finishes the strip.",
@@ -296,7 +300,8 @@ class TritonEmitter:
             self.line(f"{result} = {self.name(init)}", indent)
         for arg, result in zip(op.body.block.args, results):
             self.names[arg] = result
-        self.line(f"# {self.loop_comment(op)}", indent)
+        if "note" in op.attributes:
+            self.line(f"# {op.attributes['note'].data}", indent)
         bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
         pipelining = f", num_stages={self.kernel.num_stages.value.data}" if staged else ""
         self.taken.add(op.iv.data)
@@ -305,14 +310,6 @@ class TritonEmitter:
         for inner in op.body.block.ops:
             self.emit_op(inner, indent + 1)
         self.last_origin = None
-
-    def loop_comment(self, op: tiled_loop.ForOp) -> str:
-        ops = list(op.body.walk())
-        if any(isinstance(o, memory_staged.DotOp) for o in ops) and op.iv.data == "k":
-            return "K loop: accumulate the matmul tile in fp32 registers (operands pipelined through shared memory)"
-        if op.inits:
-            return f"running row statistics over the {op.iv.data.upper()} tiles"
-        return "second sweep: re-read each tile and finish the ops after the row reduction"
 
     def emit_tiled_loop_last_arrival(self, op: tiled_loop.LastArrivalOp, indent: int) -> None:
         arg_index = self.args.index(op.counters)

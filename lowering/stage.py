@@ -72,9 +72,9 @@ class _Staging:
     def __init__(self, constants: dict[str, int], num_stages: int, loops: list[tiled_loop.ForOp]):
         self.bindings = constants
         self.num_stages = num_stages
-        # A loop variable starting at 0 is a multiple of its step: write it as step * iteration.
-        self.iterations = {loop.iv.data: Dim(f"({loop.step}) * {loop.iv.data}_iteration")
-                           for loop in loops if loop.lower == Dim(0)}
+        # A loop variable is its lower bound plus a multiple of its step: write it so for sympy.
+        self.iterations = {loop.iv.data: Dim(f"({loop.lower}) + ({loop.step}) * {loop.iv.data}_iteration")
+                           for loop in loops}
 
     def bound(self, dim: Dim) -> Dim:
         return dim.subs(self.iterations).subs(self.bindings)
@@ -177,7 +177,9 @@ class _FoldTrueSelect(RewritePattern):
 
 def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_staged.KernelOp:
     constants = config.constants([p.data for p in kernel.tile_params.data])
-    arg_types = [BufferType("global", a.type.dims, a.type.element_type) for a in kernel.body.block.args]
+    # Tile sizes are now numbers, so buffers sized by them (workspace) get static shapes.
+    arg_types = [BufferType("global", [d.subs(constants) for d in a.type.dims], a.type.element_type)
+                 for a in kernel.body.block.args]
     staged = memory_staged.KernelOp(
         kernel.sym_name.data, grid=kernel.grid.dims, program_ids=[p.data for p in kernel.program_ids.data],
         constants=constants, num_warps=config.num_warps, num_stages=config.num_stages,

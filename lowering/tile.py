@@ -8,6 +8,8 @@ The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strat
   elementwise epilogue in registers.
 - ``skinny_m``: few rows (decode): programs are laid out column tile first, and ``BLOCK_M`` usually covers every
   row, so each program streams one slice of the weight.
+- ``split_k``: few rows and a long K: ``SPLIT_K`` programs share an output tile, each over a chunk of K, so that
+  enough programs stream the weight; the last to finish sums the fp32 partial tiles and applies the epilogue.
 - ``row_strip``: a program owns ``BLOCK_M`` full rows. Phase 1 loops over the column tiles, computes the epilogue up
   to the row reductions, folds each tile into running fp32 statistics and writes the pre-reduction value; phase 2
   loops again, re-reads it and applies the normalization and what follows.
@@ -39,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, f32, i32
+from xdsl.dialects.builtin import ModuleOp, StringAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -147,9 +149,12 @@ class KernelLowering:
         self.b.add(tiled_loop.StoreOp(tile, dest, self.offsets(cls, at)))
 
     # -- loops -------------------------------------------------------------------------------------------------------
-    def loop(self, iv: str, upper: Dim, step: str, inits: list[SSAValue], body) -> list[SSAValue]:
-        """A ``tiled_loop.for`` whose body is built by ``body(carried) -> next carried``."""
-        for_op = tiled_loop.ForOp(iv, 0, upper, step, inits)
+    def loop(self, iv: str, upper: Dim, step, inits: list[SSAValue], body, note: str,
+             lower: Dim | int = 0) -> list[SSAValue]:
+        """A ``tiled_loop.for`` whose body is built by ``body(carried) -> next carried``; ``note`` says what the loop
+        is for (it becomes the comment above the loop in the emitted code)."""
+        for_op = tiled_loop.ForOp(iv, lower, upper, step, inits)
+        for_op.attributes["note"] = StringAttr(note)
         self.b.origin = None
         self.b.add(for_op)
         for arg, init in zip(for_op.body.block.args, inits):
@@ -184,14 +189,16 @@ class KernelLowering:
                 next_states += rules.ROW_REDUCTIONS[type(op)].update(self.b, state, x, valid)
             return next_states
 
-        flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body)
+        flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body,
+                         f"row statistics over the {iv.upper()} tiles" + (" (first sweep)" if phase_one_work else ""))
         for op, size in zip(reductions, sizes):
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
             self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
 
-    def matmul_tile(self, col_offset: Dim) -> SSAValue:
-        """The fp32 accumulator of the output tile at ``col_offset``: the K loop, with the prologue applied to A."""
+    def matmul_tile(self, col_offset: Dim, k_range: tuple[Dim, Dim] | None = None) -> SSAValue:
+        """The fp32 accumulator of the output tile at ``col_offset``: the K loop (over ``k_range``, default all of
+        K), with the prologue applied to A."""
         matmul = self.plan.matmul
         prologue = self.plan.prologue
         self.b.origin = "matmul"
@@ -215,7 +222,10 @@ class KernelLowering:
             self.b.origin = "matmul"
             return [self.b.add(tiled_loop.DotOp(a, b_tile, carried[0]), "acc")]
 
-        return self.loop("k", self.plan.contraction, BLOCK_K, [acc], body)[0]
+        lower, upper = k_range if k_range is not None else (Dim(0), self.plan.contraction)
+        return self.loop("k", upper, BLOCK_K, [acc], body,
+                         "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
+                         "memory", lower=lower)[0]
 
     # -- strategies --------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -226,6 +236,8 @@ class KernelLowering:
             self.build_row_strip()
         elif self.strategy == "tile_stats":
             self.build_tile_stats()
+        elif self.strategy == "split_k":
+            self.build_split_k()
         else:
             self.build_tiles()
 
@@ -235,6 +247,44 @@ class KernelLowering:
             at.env[self.plan.matmul.output] = self.matmul_tile(self.col_offset)
         for value in self.plan.outputs:
             self.store(value, self.compute(value, at), at)
+
+    def build_split_k(self) -> None:
+        """Few rows, long K: SPLIT_K programs share each output tile, each over one chunk of K. They store fp32
+        partial accumulators; the last to arrive sums them and applies the epilogue."""
+        plan = self.plan
+        k = plan.contraction
+        chunk = Dim(f"cdiv(cdiv({k}, SPLIT_K), {BLOCK_K}) * {BLOCK_K}")
+        lower = Dim(f"pid_k * ({chunk})")
+        upper = Dim(f"Min({k}, (pid_k + 1) * ({chunk}))")
+        acc = self.matmul_tile(self.col_offset, (lower, upper))
+        rows_padded = Dim(f"cdiv({plan.rows}, {BLOCK_M}) * {BLOCK_M}")
+        partials = self.workspace.partials[0]
+        self.b.origin = None
+        self.b.add(tiled_loop.StoreOp(acc, partials, [Dim(f"pid_k * ({rows_padded}) + {self.row_offset}"),
+                                                      self.col_offset]))
+        column_tiles = Dim(f"cdiv({plan.main.space.cols}, {BLOCK_N})")
+        last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim(f"pid_m * ({column_tiles}) + pid_n")],
+                                                   Dim("SPLIT_K")), "last_split")
+        finisher = tiled_loop.IfOp(last)
+        self.b.add(finisher)
+        outer = self.b.block
+        self.b.block = finisher.body.block
+        zero = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum")
+
+        def add_split(carried):
+            self.b.origin = None
+            partial = self.b.add(tiled_loop.LoadOp(
+                partials, [Dim(f"split * ({rows_padded}) + {self.row_offset}"), self.col_offset],
+                TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+            self.b.origin = "matmul"
+            return [self.b.add_(carried[0], partial, "acc_sum")]
+
+        total = self.loop("split", Dim("SPLIT_K"), 1, [zero], add_split, "sum the partial tiles of the K splits")[0]
+        at = ColumnTile(plan.main, self.row_offset, self.col_offset, BLOCK_N)
+        at.env[plan.matmul.output] = total
+        for value in plan.outputs:
+            self.store(value, self.compute(value, at), at)
+        self.b.block = outer
 
     def phase_one_outputs(self, at: ColumnTile) -> None:
         """Store what is known before the row reductions: outputs computed from the tile and the value re-read later."""
@@ -272,7 +322,8 @@ class KernelLowering:
                 self.store(value, self.compute(value, at), at)
             return []
 
-        self.loop("n", main.space.cols, BLOCK_N, [], body)
+        self.loop("n", main.space.cols, BLOCK_N, [], body,
+                  "second sweep: re-read each tile and finish the ops after the row reduction")
 
     def build_row_strip(self) -> None:
         def phase_one(at: ColumnTile) -> None:
@@ -329,7 +380,8 @@ class KernelLowering:
                 merged += rules.ROW_REDUCTIONS[type(op)].combine(self.b, state, loaded)
             return merged
 
-        flat = self.loop("t", tiles_per_row, 1, [v for s in states for v in s], merge)
+        flat = self.loop("t", tiles_per_row, 1, [v for s in states for v in s], merge,
+                         "merge the partial statistics written by every tile of this row strip")
         for op, size in zip(main.reductions, sizes):
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
@@ -369,6 +421,7 @@ def _product(dims) -> str:
 
 
 SHORT_CONTRACTION = 256
+SPLIT_K_MIN_CONTRACTION = 1024
 
 
 def _reduction_strategy(plan: GroupPlan) -> str:
@@ -406,6 +459,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         strategy = plan.strategy
     if strategy == "tile_stats" and plan.matmul is None:
         strategy = "row_strip"
+    if strategy == "skinny_m" and plan.contraction.is_static and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION:
+        strategy = "split_k"
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     workspace_types, workspace_kinds, workspace_names = [], [], []
     if plan.materialized is not None and plan.materialized not in outputs and not phase_two:
@@ -424,6 +479,11 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M})"], i32))
         workspace_kinds.append("counter")
         workspace_names.append("strip_counters")
+    if strategy == "split_k":
+        workspace_types.append(TensorType([f"SPLIT_K * cdiv({rows}, {BLOCK_M}) * {BLOCK_M}", cols], f32))
+        workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M}) * cdiv({cols}, {BLOCK_N})"], i32))
+        workspace_kinds += ["scratch", "counter"]
+        workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
     if strategy in ("tile2d", "tile_stats"):
@@ -434,6 +494,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     elif strategy == "skinny_m":
         # Column tiles vary fastest: the few row tiles (usually one) of a decode step share every weight tile.
         grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})"], ["pid_n", "pid_m"]
+    elif strategy == "split_k":
+        grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})", "SPLIT_K"], ["pid_n", "pid_m", "pid_k"]
+        params.append("SPLIT_K")
     else:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
     all_types = arg_types + out_types + workspace_types
@@ -450,7 +513,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     workspace = Workspace()
     if workspace_names and workspace_names[0] == "y_scratch":
         workspace.materialized_in = extra.pop(0)
-    if strategy == "tile_stats":
+    if strategy in ("tile_stats", "split_k"):
         workspace.counters = extra.pop()
         workspace.partials = extra
     if plan.materialized is not None and workspace.materialized_in is None:
