@@ -76,6 +76,8 @@ def _clamp(x, operands, params):
     props = _float_props(params, {"min": "min", "max": "max"})
     if not props:
         raise InvalidArgumentError("clamp needs 'min' and/or 'max'")
+    if "min" in params and "max" in params and params["min"] > params["max"]:
+        raise InvalidArgumentError(f"clamp: min ({params['min']}) must not exceed max ({params['max']})")
     return tensor_op.ClampOp(x, **props)
 
 
@@ -172,8 +174,9 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
                 raise InvalidArgumentError(f"ops[{index}] ({name}): unknown parameter {key!r}; accepted: {accepted}")
             expected = spec.params[key]
             if not isinstance(value, expected) or (expected in (int, _NUMBER) and isinstance(value, bool)):
-                raise InvalidArgumentError(
-                    f"ops[{index}] ({name}): parameter {key!r} has the wrong type {type(value).__name__}")
+                accepted = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+                raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must be {accepted}, "
+                                           f"got {type(value).__name__} {value!r}")
         result.append((name, dict(params)))
     return result
 
@@ -208,8 +211,9 @@ def bind_operands(ops: list[tuple[str, dict]], shape_count: int) -> list[int]:
     if remaining != 0:
         needed = 1 + sum(OPS[n].required for n, _ in ops)
         most = needed + sum(OPS[n].optional for n, _ in ops)
-        raise ShapeError(f"{shape_count} input shapes given, but the op chain takes between {needed} and {most} "
-                         f"({', '.join(n for n, _ in ops)})")
+        expected = f"{needed}" if needed == most else f"between {needed} and {most}"
+        raise ShapeError(f"{shape_count} input shapes given, but the op chain ({', '.join(n for n, _ in ops)}) "
+                         f"takes {expected}")
     return counts
 
 

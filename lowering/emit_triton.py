@@ -397,7 +397,10 @@ class TritonTarget(Target):
     name = "triton"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        for kernel in module.walk():
-            if isinstance(kernel, memory_staged.KernelOp):
-                source = kernel.attributes.get("triton_source")
-                output.write(source.data if source is not None else emit_triton(kernel))
+        kernels = [op for op in module.walk() if isinstance(op, memory_staged.KernelOp)]
+        if not kernels:
+            raise ValueError("-t triton needs memory_staged.kernel ops: lower first with "
+                             "-p amk-fuse,amk-tile,amk-stage")
+        for kernel in kernels:
+            source = kernel.attributes.get("triton_source")
+            output.write(source.data if source is not None else emit_triton(kernel))

@@ -289,12 +289,17 @@ class KernelLowering:
     def phase_one_outputs(self, at: ColumnTile) -> None:
         """Store what is known before the row reductions: outputs computed from the tile and the value re-read later."""
         plan, main = self.plan, self.plan.main
+        y = plan.materialized
+        if y is not None:
+            # Phase 2 re-reads y at its buffer's precision: the statistics must see the same rounded values.
+            stored_type = self.workspace.materialized_in.type.element_type
+            self.b.origin = None
+            at.env[y] = self.b.cast(self.b.cast(self.compute(y, at), stored_type), f32, "y_rounded")
+            if y not in plan.outputs:
+                self.store(y, at.env[y], at, dest=self.workspace.materialized_in)
         for value in plan.outputs:
             if value not in main.after_reduction:
                 self.store(value, self.compute(value, at), at)
-        y = plan.materialized
-        if y is not None and y not in plan.outputs:
-            self.store(y, self.compute(y, at), at, dest=self.workspace.materialized_in)
 
     def finish_rows(self) -> None:
         """With ``self.stats`` known: store per-row results, then sweep the row again for the full-size results."""
