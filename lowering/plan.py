@@ -107,6 +107,7 @@ class GroupPlan:
     materialized: SSAValue | None
     input_class: dict[SSAValue, str]
     contraction: Dim | None
+    matmuls: list[tensor_op.MatmulOp] = field(default_factory=list)
 
     @property
     def rows(self) -> Dim:
@@ -183,8 +184,14 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
             if operand not in produced and operand not in inputs:
                 inputs.append(operand)
     matmuls = [op for op in ops if rules.is_matmul(op)]
-    if len(matmuls) > 1:
-        raise NotFusable("a kernel holds at most one matmul")
+    if len(matmuls) > 2:
+        raise NotFusable("a kernel holds at most two matmuls (sharing their lhs)")
+    if len(matmuls) == 2:
+        first, second = matmuls
+        if first.lhs != second.lhs or first.lhs_transposed != second.lhs_transposed:
+            raise NotFusable("two matmuls share a kernel only when they multiply the same lhs (a dual GEMM)")
+        if first.output.type != second.output.type or first.rhs_transposed != second.rhs_transposed:
+            raise NotFusable("the two matmuls of a dual GEMM must have the same output shape and weight layout")
     unknown = [op.name for op in ops if rules.kind_of(op) is None]
     if unknown:
         raise NotFusable(f"{unknown[0]} has no lowering rule")
@@ -200,16 +207,16 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
         prologue_space, space = _matmul_space(matmul)
         contraction = prologue_space.cols
         index = ops.index(matmul)
-        prologue_ops, main_ops = ops[:index], ops[index + 1:]
+        prologue_ops, main_ops = ops[:index], [op for op in ops[index + 1:] if op not in matmuls]
         feeding = _producers(matmul.lhs, set(prologue_ops))
         if set(prologue_ops) != feeding:
             raise NotFusable("only ops producing the matmul's lhs can precede it in a kernel")
-        if matmul.rhs in produced:
+        if any(m.rhs in produced for m in matmuls):
             raise NotFusable("the matmul's rhs must be a kernel input (a weight)")
         for op in prologue_ops:
             for result in op.results:
                 users = {use.operation for use in result.uses}
-                if result in outputs or not users <= set(prologue_ops) | {matmul}:
+                if result in outputs or not users <= set(prologue_ops) | set(matmuls):
                     raise NotFusable("a prologue value is used outside the matmul's lhs")
         if prologue_ops:
             prologue = Section(prologue_space, list(prologue_ops))
@@ -219,8 +226,9 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
             if prologue.value_class.get(matmul.lhs, FULL) != FULL:
                 raise NotFusable("the matmul's lhs must be a full [rows, K] tile")
         main = Section(space, list(main_ops))
-        _analyze_section(main, set(inputs), {matmul.output: FULL})
-        input_class[matmul.rhs] = "rhs"
+        _analyze_section(main, set(inputs), {m.output: FULL for m in matmuls})
+        for m in matmuls:
+            input_class[m.rhs] = "rhs"
         if matmul.lhs not in produced:
             input_class[matmul.lhs] = "lhs"
     else:
@@ -240,12 +248,12 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
     for value in outputs:
         if value not in produced:
             raise NotFusable("an output is not produced by the group")
-        if value not in main.value_class and not (matmul is not None and value == matmul.output):
+        if value not in main.value_class and value not in {m.output for m in matmuls}:
             raise NotFusable("a prologue value cannot be a kernel output")
-    materialized = _materialized_value(main, matmul, outputs) if matmul is not None else None
+    materialized = _materialized_value(main, matmuls) if matmul is not None else None
     strategy = _strategy(main, matmul)
     return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, strategy, materialized, input_class,
-                     contraction)
+                     contraction, matmuls)
 
 
 def _producers(value: SSAValue, candidates: set[Operation]) -> set[Operation]:
@@ -273,7 +281,7 @@ def depends_on(value: SSAValue, root: SSAValue, within: set[Operation]) -> bool:
     return False
 
 
-def _materialized_value(main: Section, matmul: tensor_op.MatmulOp, outputs: list[SSAValue]) -> SSAValue | None:
+def _materialized_value(main: Section, matmuls: list[tensor_op.MatmulOp]) -> SSAValue | None:
     """The one matmul-derived value a row strip writes in phase 1 and re-reads in phase 2 (None: no phase 2)."""
     if not main.has_reductions:
         return None
@@ -284,7 +292,8 @@ def _materialized_value(main: Section, matmul: tensor_op.MatmulOp, outputs: list
         for operand in [rules.reduction_input(op), *rules.reduction_extras(op)] if op in main.reductions else op.operands:
             if operand in main.after_reduction:
                 continue
-            if operand == matmul.output or (operand.owner in ops and depends_on(operand, matmul.output, ops)):
+            if any(operand == m.output or (operand.owner in ops and depends_on(operand, m.output, ops))
+                   for m in matmuls):
                 needed.add(operand)
     if len(needed) > 1:
         raise NotFusable("after the row reduction, more than one matmul-derived value would be needed")

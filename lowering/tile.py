@@ -196,13 +196,14 @@ class KernelLowering:
             self.b.origin = origin_label(op)
             self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
 
-    def matmul_tile(self, col_offset: Dim, k_range: tuple[Dim, Dim] | None = None) -> SSAValue:
-        """The fp32 accumulator of the output tile at ``col_offset``: the K loop (over ``k_range``, default all of
-        K), with the prologue applied to A."""
+    def matmul_tiles(self, at: ColumnTile, k_range: tuple[Dim, Dim] | None = None) -> list[SSAValue]:
+        """The fp32 accumulators of the output tile at ``at`` (one per matmul: a dual GEMM shares each A tile), put
+        into ``at.env``: the K loop over ``k_range`` (default all of K), with the prologue applied to A."""
         matmul = self.plan.matmul
         prologue = self.plan.prologue
+        col_offset = at.col_offset
         self.b.origin = "matmul"
-        acc = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc")
+        accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
 
         def body(carried):
             self.b.origin = None
@@ -216,16 +217,24 @@ class KernelLowering:
                 self.b.origin = None
                 normalized = self.b.masked(normalized, self.valid_cols(at), 0.0)
                 a = self.b.cast(normalized, matmul.lhs.type.element_type, "a_tile")
-            rhs = self.arg_of[matmul.rhs]
-            b_tile = self.b.add(tiled_loop.LoadOp(
-                rhs, [Dim("k"), col_offset], TileType([BLOCK_K, BLOCK_N], rhs.type.element_type)), f"{rhs.name_hint}_tile")
-            self.b.origin = "matmul"
-            return [self.b.add(tiled_loop.DotOp(a, b_tile, carried[0]), "acc")]
+            updated = []
+            for each, acc in zip(self.plan.matmuls, carried):
+                rhs = self.arg_of[each.rhs]
+                self.b.origin = None
+                b_tile = self.b.add(tiled_loop.LoadOp(rhs, [Dim("k"), col_offset],
+                                                      TileType([BLOCK_K, BLOCK_N], rhs.type.element_type)),
+                                    f"{rhs.name_hint}_tile")
+                self.b.origin = "matmul"
+                updated.append(self.b.add(tiled_loop.DotOp(a, b_tile, acc), "acc"))
+            return updated
 
         lower, upper = k_range if k_range is not None else (Dim(0), self.plan.contraction)
-        return self.loop("k", upper, BLOCK_K, [acc], body,
-                         "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
-                         "memory", lower=lower)[0]
+        results = self.loop("k", upper, BLOCK_K, accumulators, body,
+                            "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
+                            "memory", lower=lower)
+        for each, result in zip(self.plan.matmuls, results):
+            at.env[each.output] = result
+        return results
 
     # -- strategies --------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -244,7 +253,7 @@ class KernelLowering:
     def build_tiles(self) -> None:
         at = ColumnTile(self.plan.main, self.row_offset, self.col_offset, BLOCK_N)
         if self.plan.matmul is not None:
-            at.env[self.plan.matmul.output] = self.matmul_tile(self.col_offset)
+            self.matmul_tiles(at)
         for value in self.plan.outputs:
             self.store(value, self.compute(value, at), at)
 
@@ -256,7 +265,8 @@ class KernelLowering:
         chunk = Dim(f"cdiv(cdiv({k}, SPLIT_K), {BLOCK_K}) * {BLOCK_K}")
         lower = Dim(f"pid_k * ({chunk})")
         upper = Dim(f"Min({k}, (pid_k + 1) * ({chunk}))")
-        acc = self.matmul_tile(self.col_offset, (lower, upper))
+        at = ColumnTile(plan.main, self.row_offset, self.col_offset, BLOCK_N)
+        (acc,) = self.matmul_tiles(at, (lower, upper))
         rows_padded = Dim(f"cdiv({plan.rows}, {BLOCK_M}) * {BLOCK_M}")
         partials = self.workspace.partials[0]
         self.b.origin = None
@@ -333,7 +343,7 @@ class KernelLowering:
     def build_row_strip(self) -> None:
         def phase_one(at: ColumnTile) -> None:
             if self.plan.matmul is not None:
-                at.env[self.plan.matmul.output] = self.matmul_tile(at.col_offset)
+                self.matmul_tiles(at)
             self.phase_one_outputs(at)
 
         self.reduce_over_columns(self.plan.main, "n", BLOCK_N, phase_one)
@@ -344,7 +354,7 @@ class KernelLowering:
         merges them and normalizes the strip, while the strip it just wrote is still in L2."""
         plan, main = self.plan, self.plan.main
         at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
-        at.env[plan.matmul.output] = self.matmul_tile(self.col_offset)
+        self.matmul_tiles(at)
         self.phase_one_outputs(at)
         valid = self.valid_cols(at)
         partials = iter(self.workspace.partials)
@@ -464,7 +474,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         strategy = plan.strategy
     if strategy == "tile_stats" and plan.matmul is None:
         strategy = "row_strip"
-    if strategy == "skinny_m" and plan.contraction.is_static and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION:
+    if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
+            and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION):
         strategy = "split_k"
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     workspace_types, workspace_kinds, workspace_names = [], [], []

@@ -1,7 +1,7 @@
 """``amk-fuse``: group producer→consumer chains of ``tensor_op`` ops into ``tensor_op.fused`` regions.
 
-Seeds are matmuls first (each may absorb the ops producing its lhs, such as an RMSNorm prologue, and grows through
-its consumers: bias, residual, activation, a row reduction and what follows it), then any remaining elementwise op
+Seeds are matmuls first (each may absorb the ops producing its lhs, such as an RMSNorm prologue, and a second matmul
+of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then grows through its consumers: bias, residual, activation, a row reduction and what follows it), then any remaining elementwise op
 or row reduction (standalone chains). An op joins a group only if :func:`amk.lowering.plan.plan_group` can still
 lower the group to one kernel, and only if that creates no cycle with ops left outside. A group value used outside
 the group becomes a result of the fused op, so fusion never changes what the program computes.
@@ -121,6 +121,9 @@ def fuse_block(block: Block) -> list[tensor_op.FusedOp]:
         group = [seed]
         if rules.is_matmul(seed):
             grouping.absorb_prologue(group, seed)
+            for sibling in candidates:  # a second matmul of the same lhs makes a dual GEMM
+                if sibling is not seed and rules.is_matmul(sibling) and sibling.lhs == seed.lhs:
+                    grouping.try_add(group, sibling)
         grouping.grow(group, candidates)
         grouping.assigned.update(group)
         groups.append(sorted(group, key=grouping.order.__getitem__))
