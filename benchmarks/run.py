@@ -46,6 +46,7 @@ class Workload:
     gemm: Callable | None = None
     cuda_graphs: bool = False
     weight: int | None = 1
+    module: Callable | None = None  # builds the tensor_op module when the workload is not an op chain
 
 
 def _gemm_flops():
@@ -75,11 +76,66 @@ WORKLOADS = {
                   [(1, 4096), (4096,), (4096, 4096), (1, 4096)], [(1, 128), (128,), (128, 128), (1, 128)],
                   torch.bfloat16, lambda x, g, w, r: F.rms_norm(x, (x.shape[1],), g) @ w + r,
                   lambda s: 2.0 * s[0][0] * s[2][0] * s[2][1], cuda_graphs=True, weight=2),
+    "F": Workload("F", "SwiGLU MLP (silu(x@Wg)*(x@Wu))@Wd + x, M=16, bf16", [],
+                  [(16, 4096), (4096, 14336), (4096, 14336), (14336, 4096)],
+                  [(16, 128), (128, 256), (128, 256), (256, 128)], torch.bfloat16,
+                  lambda x, wg, wu, wd: (F.silu(x @ wg) * (x @ wu)) @ wd + x,
+                  lambda s: 2.0 * s[0][0] * (2 * s[1][0] * s[1][1] + s[3][0] * s[3][1]), cuda_graphs=True,
+                  weight=None, module=lambda shapes, dtype: swiglu_module(shapes, dtype)),
     "G": Workload("G", "softmax(q@k * 128^-0.5), fp16", ["matmul", ("scale", {"factor": 128 ** -0.5}), "softmax"],
                   [(8192, 128), (128, 8192)], [(64, 32), (32, 128)], torch.float16,
                   lambda q, k: torch.softmax((q @ k) * 128 ** -0.5, dim=-1), _gemm_flops(),
                   gemm=lambda q, k: q @ k, weight=None),
 }
+
+
+def swiglu_module(shapes, dtype):
+    """The SwiGLU MLP as tensor_op IR (two matmuls of x, SiLU, product, down projection, residual)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region
+
+    from amk.dialects import tensor_op
+    from amk.dialects.tensor_op import TensorType
+    from amk.dtypes import to_ir
+
+    element = to_ir(dtype)
+    block = Block(arg_types=[TensorType(s, element) for s in shapes])
+    x, w_gate, w_up, w_down = block.args
+    for arg, name in zip(block.args, ["x", "w_gate", "w_up", "w_down"]):
+        arg.name_hint = name
+    gate = tensor_op.MatmulOp(x, w_gate)
+    activated = tensor_op.SiluOp(gate.output)
+    up = tensor_op.MatmulOp(x, w_up)
+    hidden = tensor_op.MulOp(activated.output, up.output)
+    down = tensor_op.MatmulOp(hidden.output, w_down)
+    out = tensor_op.AddOp(down.output, x)
+    for op in (gate, activated, up, hidden, down, out, func.ReturnOp(out.output)):
+        block.add_op(op)
+    function = func.FuncOp("swiglu", ([a.type for a in block.args], [out.output.type]), Region(block))
+    return ModuleOp([function])
+
+
+class ModuleKernel:
+    """A compiled tensor_op module called like a FusedKernel (for workloads that are not op chains)."""
+
+    def __init__(self, workload: Workload, shapes, budget: int):
+        from amk.pipeline import compile_module
+        from amk.runtime import interpreting
+        from amk.tuner import autotune_chooser
+
+        self.tuning_log: dict = {}
+        chooser = None
+        if torch.cuda.is_available() and not interpreting():
+            chooser = autotune_chooser(amk.TunerConfig(search_budget=budget), None,
+                                       lambda k, c, t: self.tuning_log.update({k.sym_name.data: [x.as_dict() for x in t]}))
+        self.compiled = (compile_module(workload.module(shapes, workload.dtype), chooser) if chooser
+                         else compile_module(workload.module(shapes, workload.dtype)))
+        self.num_kernels = len(self.compiled.kernels)
+        self.config = {name: k.config.user_view() for name, k in self.compiled.kernels.items()}
+
+    def __call__(self, *tensors):
+        return self.compiled.program(*tensors)[0]
 
 
 def tensor_bytes(shapes, dtype, output_shape) -> int:
@@ -110,8 +166,11 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
     shapes = workload.small_shapes if small else workload.shapes
     inputs = make_inputs(workload, shapes, device)
     start = time.perf_counter()
-    kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
-                                    tuner_config=amk.TunerConfig(search_budget=budget))
+    if workload.module is not None:
+        kernel = ModuleKernel(workload, shapes, budget)
+    else:
+        kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
+                                        tuner_config=amk.TunerConfig(search_budget=budget))
     build_s = time.perf_counter() - start
     reference = workload.eager(*[t.double() if device.type == "cpu" else t.float() for t in inputs])
     result = {"workload": workload.name, "title": workload.title, "shapes": shapes, "dtype": str(workload.dtype),
