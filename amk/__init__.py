@@ -18,6 +18,8 @@ _EXPORTS = {
     "errors": "amk.errors",
     "register_pass": "amk.opt",
     "verification": "amk.verification",
+    "compile": "amk.frontend.compile",
+    "explain": "amk.frontend.compile",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -120,10 +120,10 @@ def fuse_block(block: Block) -> list[tensor_op.FusedOp]:
             continue
         group = [seed]
         if rules.is_matmul(seed):
-            grouping.absorb_prologue(group, seed)
             for sibling in candidates:  # a second matmul of the same lhs makes a dual GEMM
                 if sibling is not seed and rules.is_matmul(sibling) and sibling.lhs == seed.lhs:
                     grouping.try_add(group, sibling)
+            grouping.absorb_prologue(group, seed)
         grouping.grow(group, candidates)
         grouping.assigned.update(group)
         groups.append(sorted(group, key=grouping.order.__getitem__))

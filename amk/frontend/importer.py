@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -203,10 +204,10 @@ ScalarResolver = Callable[[Node], float | None]
 class SubgraphImporter:
     """Builds one ``func.func`` from FX nodes. Function arguments are created on first use of an outside value.
 
-    ``probe=True`` is used by :func:`analyze` to try a single node: every operand is then a fresh argument.
+    :func:`analyze` uses one per node to try it alone (every operand is then a fresh argument).
     """
 
-    def __init__(self, resolve_scalar: ScalarResolver | None = None, name: str = "subgraph", probe: bool = False):
+    def __init__(self, resolve_scalar: ScalarResolver | None = None, name: str = "subgraph"):
         self.block = Block()
         self.values: dict[Node, SSAValue | Transposed] = {}
         self.sources: list[ArgSource] = []
@@ -214,8 +215,8 @@ class SubgraphImporter:
         self.guards: list[ScalarGuard] = []
         self.resolve_scalar = resolve_scalar or (lambda node: None)
         self.name = name
-        self.probe = probe
         self.ops_of: dict[Node, list] = {}
+        self.names: dict[str, str] = {}  # SSA name hint -> FX node name
         self._current: Node | None = None
 
     # -- operands -------------------------------------------------------------------------------------------------------
@@ -264,9 +265,7 @@ class SubgraphImporter:
         if isinstance(value, Node):
             if isinstance(meta_value(value), torch.Tensor):
                 raise Unsupported(f"{value.name} is a tensor, not a scalar")
-            resolved = None if self.probe else self.resolve_scalar(value)
-            if self.probe:
-                resolved = 1.0
+            resolved = self.resolve_scalar(value)
             if resolved is None:
                 raise Unsupported(f"scalar {value.name} is only known at run time")
             self.guards.append(ScalarGuard(value, float(resolved)))
@@ -285,7 +284,9 @@ class SubgraphImporter:
         self.block.add_op(op)
         node = self._current
         if node is not None:
-            op.results[0].name_hint = _hint(node.name if suffix is None else f"{node.name}_{suffix}")
+            hint = _hint(node.name) if suffix is None else f"{_hint(node.name)}_{suffix}"
+            op.results[0].name_hint = hint
+            self.names[op.results[0].name_hint] = node.name
             self.ops_of.setdefault(node, []).append(op)
         return op.results[0]
 
@@ -328,8 +329,10 @@ def _provably_equal(a: Dim, b: Dim) -> bool:
 
 
 def _hint(name: str) -> str:
-    """An SSA name hint (MLIR names may not end in digits after an underscore ambiguity, so keep it simple)."""
+    """The SSA name hint of an FX node name. xDSL drops a ``_<digits>`` suffix from hints (its printer adds such
+    suffixes to keep names unique), so ``linear_1`` becomes ``linear1`` rather than collapsing into ``linear``."""
     cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    cleaned = re.sub(r"_(\d+)$", r"\1", cleaned)
     return cleaned if cleaned and not cleaned[0].isdigit() else f"v_{cleaned}"
 
 
@@ -747,7 +750,8 @@ TRANSPOSES = spellings([torch.t, torch.transpose, torch.permute, getattr], ["t",
 def _transpose(b, node):
     source = node.args[0] if node.args else None
     if not b.is_tensor(source) or fake_tensor(source).dim() != 2:
-        raise Unsupported("only the transpose of a 2-D tensor (a weight) is read, as a matmul's rhs")
+        raise Unsupported(f"{describe_target(node)} has no tensor_op equivalent (only a 2-D weight's transpose is "
+                          "read, as a matmul's rhs)")
     rest = list(node.args[1:])
     if node.target is getattr:
         if rest not in (["T"], ["mT"]):
@@ -800,11 +804,6 @@ class Pattern:
 
 def _single_user(node: Node, user: Node) -> bool:
     return isinstance(node, Node) and list(node.users) == [user]
-
-
-def _operands(node: Node) -> tuple:
-    return tuple(node.args[:2]) if len(node.args) >= 2 else (node.args[0] if node.args else None,
-                                                              node.kwargs.get("other"))
 
 
 def _is_square_of(node, x) -> bool:
@@ -933,6 +932,7 @@ class NodeInfo:
 class Analysis:
     infos: dict[Node, NodeInfo] = field(default_factory=dict)
     patterns: list[Pattern] = field(default_factory=list)
+    epochs: dict[Node, int] = field(default_factory=dict)  # barriers (mutations, grad mode, autocast) seen before
 
     def supported(self) -> set[Node]:
         return {n for n, info in self.infos.items() if info.supported}
@@ -949,10 +949,44 @@ class Analysis:
 
 COMPUTE_OPS = ("call_function", "call_method")
 
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                      operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+                      operator.ilshift, operator.irshift, operator.setitem, operator.delitem}
+_STATE_WORDS = ("grad_enabled", "autocast", "_enter", "_exit", "inference_mode", "manual_seed", "set_")
 
-def _probe(build: Callable, node: Node) -> str | None:
+
+def is_barrier(node: Node) -> bool:
+    """A node that mutates a tensor or changes global state (grad mode, autocast): a fused subgraph may not span
+    it, because the subgraph runs at the position of its last node."""
+    if node.op not in COMPUTE_OPS:
+        return False
+    if "out" in node.kwargs:
+        return True
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.endswith("__")
+    target = node.target
+    if target in _INPLACE_OPERATORS:
+        return True
+    name = getattr(target, "__name__", "") or ""
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return any(word in name for word in _STATE_WORDS)
+
+
+def epochs_of(gm: GraphModule) -> dict[Node, int]:
+    epochs, epoch = {}, 0
+    for node in gm.graph.nodes:
+        epochs[node] = epoch
+        if is_barrier(node):
+            epoch += 1
+            epochs[node] = -epoch  # a barrier belongs to no subgraph
+    return epochs
+
+
+def _probe(build: Callable, node: Node, resolve_scalar: ScalarResolver | None) -> str | None:
     """None if ``build`` imports ``node`` on fresh operands, else the reason it does not."""
-    importer = SubgraphImporter(probe=True)
+    importer = SubgraphImporter(resolve_scalar)
     try:
         importer.convert(node, build)
     except Unsupported as error:
@@ -962,13 +996,16 @@ def _probe(build: Callable, node: Node) -> str | None:
     return None
 
 
-def analyze(gm: GraphModule) -> Analysis:
-    """Decide for every call node of ``gm`` whether amk imports it, and why not."""
-    analysis = Analysis()
+def analyze(gm: GraphModule, resolve_scalar: ScalarResolver | None = None) -> Analysis:
+    """Decide for every call node of ``gm`` whether amk imports it, and why not. ``resolve_scalar(node)`` gives the
+    compile-time value of a scalar node (``eps.item()``), or None when it is only known at run time."""
+    analysis = Analysis(epochs=epochs_of(gm))
     patterns = match_patterns(gm)
     pattern_of = {}
     for pattern in patterns:
-        reason = _probe(pattern.build, pattern.root)
+        if len({analysis.epochs[n] for n in [pattern.root, *pattern.absorbed]}) > 1:
+            continue  # a mutation or a grad-mode change between its nodes
+        reason = _probe(pattern.build, pattern.root, resolve_scalar)
         if reason is not None:
             continue  # the nodes are tried one by one below
         analysis.patterns.append(pattern)
@@ -993,9 +1030,12 @@ def analyze(gm: GraphModule) -> Analysis:
         converter = CONVERTERS.get(key_of(node))
         label = describe_target(node)
         if converter is None:
-            analysis.infos[node] = NodeInfo(node, False, label, reason=f"{label} has no tensor_op equivalent")
+            reason = f"{label} has no tensor_op equivalent"
+            if is_barrier(node):
+                reason += " (it mutates a tensor or changes grad mode or autocast: fused subgraphs end here)"
+            analysis.infos[node] = NodeInfo(node, False, label, reason=reason)
             continue
-        reason = _probe(converter.build, node)
+        reason = _probe(converter.build, node, resolve_scalar)
         analysis.infos[node] = NodeInfo(node, reason is None, label, kind=converter.kind, reason=reason,
                                         fragile=converter.fragile, build=converter.build)
     # Transposes exist only as a matmul's rhs.
@@ -1006,7 +1046,8 @@ def analyze(gm: GraphModule) -> Analysis:
             if info.supported and info.kind == "view":
                 if not _matmul_rhs_users_only(node) or not all(
                         analysis.infos.get(u) is not None and analysis.infos[u].supported for u in node.users):
-                    analysis.reject(node, "a transpose is only read as the rhs of a fused matmul")
+                    analysis.reject(node, f"{describe_target(node)} has no tensor_op equivalent (a weight's "
+                                          "transpose is only read as the rhs of a fused matmul)")
                     changed = True
     return analysis
 
@@ -1023,6 +1064,7 @@ class ImportedSubgraph:
     guards: list[ScalarGuard]
     outputs: list[Node]
     ops_of: dict[Node, list]
+    names: dict[str, str]
 
 
 def outputs_of(nodes: Sequence[Node]) -> list[Node]:
@@ -1042,4 +1084,4 @@ def import_subgraph(nodes: Sequence[Node], analysis: Analysis, resolve_scalar: S
         importer.convert(node, info.build)
     outputs = outputs_of(nodes)
     module = importer.finish(outputs)
-    return ImportedSubgraph(module, importer.sources, importer.guards, outputs, importer.ops_of)
+    return ImportedSubgraph(module, importer.sources, importer.guards, outputs, importer.ops_of, importer.names)

@@ -1,0 +1,512 @@
+"""The PyTorch front end: ``amk.compile``, ``torch.compile(backend="amk")`` and ``amk.explain`` on ordinary modules.
+
+GPT-2 and Llama style MLP blocks (hidden 64, intermediate 128, float32 so results match eager closely) are compiled,
+run in Triton's interpreter without a GPU, and compared with eager PyTorch: outputs, the fused groups explain
+reports, one compilation for every batch size, IR dumps that amk-opt re-parses, and gradients.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import BIN
+
+import amk
+import amk.frontend.compile as frontend
+import amk.runtime  # noqa: F401  (TRITON_INTERPRET must be set before TorchDynamo imports triton)
+from amk.errors import InvalidArgumentError
+
+HIDDEN, INTERMEDIATE = 64, 128
+ATOL, RTOL = 2e-5, 2e-5
+
+
+class GPT2MLP(nn.Module):
+    """LayerNorm -> Linear -> GELU(tanh) -> Linear, plus the residual."""
+
+    def __init__(self, hidden=HIDDEN, intermediate=INTERMEDIATE):
+        super().__init__()
+        self.ln = nn.LayerNorm(hidden)
+        self.fc = nn.Linear(hidden, intermediate)
+        self.proj = nn.Linear(intermediate, hidden)
+
+    def forward(self, x):
+        return x + self.proj(F.gelu(self.fc(self.ln(x)), approximate="tanh"))
+
+
+class HandWrittenRMSNorm(nn.Module):
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaMLP(nn.Module):
+    """RMSNorm -> gate/up Linear -> SiLU(gate) * up -> down Linear, plus the residual."""
+
+    def __init__(self, hidden=HIDDEN, intermediate=INTERMEDIATE, norm=HandWrittenRMSNorm):
+        super().__init__()
+        self.norm = norm(hidden, eps=1e-6)
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def make(kind: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = {"gpt2": GPT2MLP, "llama": LlamaMLP, "llama_nn_rmsnorm": lambda: LlamaMLP(norm=nn.RMSNorm)}[kind]()
+    with torch.no_grad():  # norms away from the identity, so that their weights matter
+        for parameter in model.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+def inputs(batch: int, seq: int = 5, seed: int = 1, **kwargs) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed + batch)
+    return torch.randn(batch, seq, HIDDEN, generator=generator, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def kernel_calls() -> int:
+    return frontend.STATS.kernel_calls
+
+
+MODELS = ["gpt2", "llama", "llama_nn_rmsnorm"]
+
+# --------------------------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_amk_compile_matches_eager(kind):
+    model = make(kind)
+    compiled = amk.compile(model)
+    before = kernel_calls()
+    x = inputs(3)
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert kernel_calls() > before, "the compiled model did not run amk kernels"
+    assert dict(compiled.named_parameters()).keys() == {f"_orig_mod.{k}" for k, _ in model.named_parameters()}
+    assert compiled.down.weight is model.down.weight if kind != "gpt2" else compiled.fc is model.fc
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_torch_compile_backend(kind, dynamic):
+    model = make(kind)
+    compiled = torch.compile(model, backend="amk", dynamic=dynamic)
+    before = kernel_calls()
+    for batch in (2, 3):
+        x = inputs(batch)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert kernel_calls() >= before + 2
+
+
+def test_backend_is_registered():
+    from importlib.metadata import entry_points
+
+    assert "amk" in torch._dynamo.list_backends(exclude_tags=())
+    assert any(ep.value == "amk.frontend.compile:amk_backend" for ep in entry_points(group="torch_dynamo_backends"))
+    # importing again must not re-register (register_backend asserts on duplicates)
+    frontend._register_backend()
+
+
+def test_function_and_example_inputs():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(32, HIDDEN) / 8, torch.randn(32)
+
+    def block(x, residual):
+        y = torch.relu(x @ weight.t() + bias) * 0.5
+        return torch.softmax(y, dim=-1) + residual
+
+    x, residual = inputs(4), torch.randn(4, 5, 32)
+    graphs = frontend.STATS.graphs
+    compiled = amk.compile(block, (x, residual))
+    assert frontend.STATS.graphs == graphs + 1, "example_inputs should compile right away"
+    assert compiled.__name__ == "block"
+    torch.testing.assert_close(compiled(x, residual), block(x, residual), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.graphs == graphs + 1
+
+
+def test_float16_block():
+    model = make("gpt2").half()
+    compiled = amk.compile(model)
+    x = inputs(3, dtype=torch.float16)
+    out = compiled(x)
+    assert out.dtype == torch.float16
+    expected = model.float()(x.float())
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# explain
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _kernel_with(report, op: str):
+    return [k for k in report.kernels if any(label.startswith(op) for label in k.ops)]
+
+
+def test_explain_gpt2(capsys):
+    report = amk.explain(make("gpt2"), (inputs(2),))
+    printed = capsys.readouterr().out
+    assert str(report) in printed
+    assert len(report.kernels) == 2 and not report.pytorch
+    first, second = report.kernels
+    assert first.prologue == ["layernorm(layer_norm)"]
+    assert first.matmul.startswith("matmul(linear)")
+    assert first.epilogue == ["add(linear)", "gelu(gelu)"]  # bias, then GELU
+    assert second.prologue == []
+    assert second.matmul == "matmul(linear_1)"
+    assert second.epilogue == ["add(linear_1)", "add(add)"]  # bias, then the residual
+    assert "prologue layernorm(layer_norm) -> matmul matmul(linear)" in printed
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama_nn_rmsnorm"])
+def test_explain_llama(kind):
+    report = amk.explain(make(kind), (inputs(2),), print_report=False)
+    assert not report.pytorch, str(report)
+    assert len(report.kernels) == 2, str(report)
+    with_norm = [k for k in report.kernels if k.prologue and k.prologue[0].startswith("rmsnorm")]
+    assert len(with_norm) == 1, "the RMSNorm should fuse as the prologue of the gate/up dual GEMM"
+    assert with_norm[0].matmul.count("matmul") == 2, "gate and up should share one kernel (dual GEMM)"
+    gated = _kernel_with(report, "silu")
+    assert len(gated) == 1 and [op.split("(")[0] for op in gated[0].epilogue] == ["silu", "mul"]
+    down = [k for k in report.kernels if not k.prologue]
+    assert len(down) == 1 and down[0].epilogue == ["add(add_1)"] if kind == "llama" else len(down) == 1
+
+
+def test_explain_reports_unsupported_ops():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(HIDDEN, HIDDEN)
+            self.b = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            y = torch.cumsum(y, dim=-1) / HIDDEN
+            return x + self.b(y)
+
+    torch.manual_seed(0)
+    model = Block()
+    report = amk.explain(model, (inputs(2),), print_report=False)
+    assert [n.name for n in report.pytorch] == ["cumsum"]
+    assert "has no tensor_op equivalent" in report.pytorch[0].reason
+    first, second = report.kernels  # linear + bias + relu | (/ HIDDEN) -> linear + bias + residual
+    assert first.epilogue == ["add(linear)", "relu(y)"]
+    assert second.prologue == ["scale(y_1)"] and second.epilogue == ["add(linear_1)", "add(add)"]
+    x = inputs(3)
+    torch.testing.assert_close(amk.compile(model)(x), model(x), atol=ATOL, rtol=RTOL)
+
+
+def test_unrecognised_rms_norm_runs_partly_in_pytorch():
+    """When the RMSNorm pattern does not apply (the mean square is used twice), rsqrt has no tensor_op equivalent."""
+
+    def norm(x):
+        mean_square = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(mean_square + 1e-6), mean_square
+
+    report = amk.explain(norm, (inputs(2),), print_report=False)
+    reasons = {n.name: n.reason for n in report.pytorch}
+    assert "rsqrt" in reasons and "no tensor_op equivalent" in reasons["rsqrt"]
+    x = inputs(3)
+    for have, want in zip(amk.compile(norm)(x), norm(x)):
+        torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Dynamic shapes
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_batch_sizes_compile_once(kind):
+    model = make(kind)
+    compiled = amk.compile(model)
+    stats = frontend.STATS.as_dict()
+    for batch in (1, 3, 8, 17):
+        x = inputs(batch, seq=3 if batch % 2 else 4)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    after = frontend.STATS.as_dict()
+    assert after["graphs"] - stats["graphs"] == 1, "changing the batch size recompiled the graph"
+    assert after["subgraphs"] - stats["subgraphs"] == 1  # imported once (compiled, or shared with an earlier test)
+    assert after["pipeline_runs"] - stats["pipeline_runs"] <= 1
+    assert after["fallbacks"] == stats["fallbacks"]
+    assert after["kernel_calls"] - stats["kernel_calls"] == 4
+
+
+def test_symbolic_dims_in_ir(tmp_path):
+    amk.compile(make("gpt2"), (inputs(2),), dump_ir=tmp_path)
+    text = next(tmp_path.rglob("00-input.mlir")).read_text()
+    assert "tensor_op.layernorm" in text
+    signature = next(line for line in text.splitlines() if "func.func" in line)
+    assert "<[s" in signature and ", 64], f32>" in signature, signature  # leading dims are symbols, hidden is 64
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# IR dumps
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _check_dumps(directory):
+    subgraphs = [d for d in directory.iterdir() if d.is_dir()]
+    assert subgraphs, f"nothing dumped in {directory}"
+    for subgraph in subgraphs:
+        names = sorted(p.name for p in subgraph.iterdir())
+        mlir = [n for n in names if n.endswith(".mlir")]
+        assert mlir[0] == "00-input.mlir" and any("amk-fuse" in n for n in mlir) and any("amk-tile" in n for n in mlir)
+        assert any(n.endswith(".py") for n in names), names
+        for name in mlir:
+            result = subprocess.run([str(BIN / "amk-opt"), str(subgraph / name)], capture_output=True, text=True)
+            assert result.returncode == 0, f"{subgraph.name}/{name} does not re-parse: {result.stderr}"
+        source = next(subgraph / n for n in names if n.endswith(".py"))
+        assert "@triton.jit" in source.read_text()
+
+
+def test_dump_ir_directory(tmp_path):
+    model = make("llama")
+    x = inputs(2)
+    torch.testing.assert_close(amk.compile(model, dump_ir=tmp_path)(x), model(x), atol=ATOL, rtol=RTOL)
+    _check_dumps(tmp_path)
+
+
+def test_dump_ir_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMK_DUMP_IR", str(tmp_path))
+    model = make("gpt2")
+    torch.compile(model, backend="amk")(inputs(2))
+    _check_dumps(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _gradients(model, x):
+    model.zero_grad()
+    x = x.detach().clone().requires_grad_(True)
+    out = model(x)
+    (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+    return out.detach(), x.grad, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_gradients_match_eager(kind):
+    model = make(kind)
+    compiled = amk.compile(model)
+    x = inputs(3)
+    recomputes = frontend.STATS.backward_recomputes
+    calls = kernel_calls()
+    out, grad_x, grads = _gradients(compiled, x)
+    assert kernel_calls() > calls and frontend.STATS.backward_recomputes > recomputes
+    ref_out, ref_grad_x, ref_grads = _gradients(model, x)
+    torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(grad_x, ref_grad_x, atol=1e-4, rtol=1e-4)
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[f"_orig_mod.{name}"], grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_no_grad_skips_autograd():
+    model = make("gpt2")
+    compiled = amk.compile(model)
+    recomputes = frontend.STATS.backward_recomputes
+    with torch.no_grad():
+        out = compiled(inputs(2))
+    assert not out.requires_grad and frontend.STATS.backward_recomputes == recomputes
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Safety nets
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_wrong_kernel_is_caught_by_verification(monkeypatch):
+    model = make("gpt2")
+    compiled = amk.compile(model)
+    original = amk.runtime.Program.__call__
+    monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t: [o * 2 for o in original(self, *t)])
+    failures = frontend.STATS.verification_failures
+    x = inputs(2)
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.verification_failures == failures + 1
+    fallbacks = frontend.STATS.fallbacks
+    torch.testing.assert_close(compiled(inputs(3)), model(inputs(3)), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.fallbacks == fallbacks + 1
+
+
+def test_graph_without_supported_ops():
+    def integer_ops(x):
+        return (x * 3 + 1).sum(-1)
+
+    x = torch.arange(12).reshape(3, 4)
+    assert torch.equal(amk.compile(integer_ops)(x), integer_ops(x))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"dump_ir": 123}, "dump_ir must be a directory path"),
+    ({"pipeline": "amk-fuse,no-such-pass"}, "no-such-pass"),
+    ({"pipeline": "amk-fuse,amk-tile"}, "amk-tile"),
+    ({"pipeline": 7}, "pipeline must be"),
+    ({"autotune": "yes"}, "autotune must be True or False"),
+    ({"verify": None}, "verify must be True or False"),
+    ({"tuner_config": {"search_budget": 4}}, "tuner_config must be an amk.TunerConfig"),
+    ({"dynamic": "batch"}, "dynamic must be None, True or False"),
+    ({"example_inputs": 3}, "example_inputs must be"),
+], ids=["dump_ir", "unknown-pass", "lowering-pass", "pipeline-type", "autotune", "verify", "tuner_config", "dynamic",
+        "example_inputs"])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        amk.compile(make("gpt2"), **kwargs)
+
+
+def test_not_callable():
+    with pytest.raises(InvalidArgumentError, match="nn.Module or a callable"):
+        amk.compile(42)
+    with pytest.raises(InvalidArgumentError, match="nn.Module or a callable"):
+        amk.explain("model", (inputs(1),))
+
+
+def test_dump_ir_is_a_file(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("")
+    with pytest.raises(InvalidArgumentError, match="not a directory"):
+        amk.compile(make("gpt2"), dump_ir=path)
+
+
+def test_backend_rejects_unknown_options():
+    with pytest.raises(InvalidArgumentError, match="unknown amk backend option"):
+        frontend.amk_backend(None, [], options={"fast": True})
+
+
+def test_subgraph_that_fails_to_compile_is_retried_without_reductions(monkeypatch):
+    """A lowering failure never breaks the model: fragile ops (standalone reductions) are dropped and the rest is
+    compiled again; a subgraph that still fails runs in PyTorch."""
+    import amk.pipeline
+
+    original = amk.pipeline.compile_module
+
+    def no_reductions(module, *args, **kwargs):
+        if "reduce_mean" in str(module):
+            raise RuntimeError("injected lowering failure")
+        return original(module, *args, **kwargs)
+
+    monkeypatch.setattr(amk.pipeline, "compile_module", no_reductions)
+
+    def block(x):
+        return torch.relu(x).mean(-1, keepdim=True) * 2.0 + x
+
+    report = amk.explain(block, (inputs(2),), print_report=False)
+    reasons = {n.name: n.reason for n in report.pytorch}
+    assert list(reasons) == ["mean"] and "injected lowering failure" in reasons["mean"]
+    fused = [op for kernel in report.kernels for op in kernel.ops]
+    assert {"relu(relu)", "scale(mul)", "add(add)"} <= set(fused), fused
+    x = inputs(3)
+    torch.testing.assert_close(amk.compile(block)(x), block(x), atol=ATOL, rtol=RTOL)
+
+
+def test_subgraphs_do_not_span_grad_mode_changes_or_mutations():
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, requires_grad=True)
+
+    def block(x):
+        y = torch.relu(x @ weight.t())
+        with torch.no_grad():
+            scale = torch.sigmoid(y) * 2.0
+        z = y * scale
+        z.mul_(0.5)
+        return torch.tanh(z) + y
+
+    x = inputs(2)
+    report = amk.explain(block, (x,), print_report=False)
+    groups = [set(sub.nodes) for graph in report.graphs for sub in graph.subgraphs]
+    assert {"sigmoid", "scale"} in groups, groups  # the no_grad region is a subgraph of its own
+    assert all(not ({"tanh", "add"} & group and {"z", "y"} & group) for group in groups), groups  # split at mul_
+    assert "fused subgraphs end here" in {n.name: n.reason for n in report.pytorch}["mul_"]
+    compiled = amk.compile(block)
+    out = compiled(x)
+    expected = block(x)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
+    out.sum().backward()
+    grad = weight.grad.clone()
+    weight.grad = None
+    block(x).sum().backward()
+    torch.testing.assert_close(grad, weight.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_views_stay_in_pytorch_and_composite_dims_bind():
+    """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(32, HIDDEN) / 8, torch.randn(32)
+
+    def block(x):
+        batch, seq, hidden = x.shape
+        y = torch.addmm(bias, x.view(-1, hidden), weight.t())
+        y = (y.to(torch.float16) * 0.5).float()
+        return torch.softmax(y.view(batch, seq, 32), dim=-1) - 1.0, 2.0 - F.relu6(y)
+
+    report = amk.explain(block, (inputs(2),), print_report=False)
+    assert {n.target for n in report.pytorch} == {"Tensor.view"}
+    compiled = amk.compile(block)
+    graphs = frontend.STATS.graphs
+    for batch in (2, 5):
+        x = inputs(batch)
+        for have, want in zip(compiled(x), block(x)):
+            torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.graphs == graphs + 1
+
+
+def test_identical_layers_share_one_compiled_program():
+    class Flip(nn.Module):
+        def forward(self, x):
+            return torch.flip(x, [-1])  # no tensor_op equivalent: the two blocks are separate subgraphs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(GPT2MLP(), Flip(), GPT2MLP())
+    frontend.clear_cache()
+    stats = frontend.STATS.as_dict()
+    compiled = amk.compile(model)
+    x = inputs(3)
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    after = frontend.STATS.as_dict()
+    assert after["subgraphs"] - stats["subgraphs"] == 2
+    assert after["pipeline_runs"] - stats["pipeline_runs"] == 1 and after["cache_hits"] - stats["cache_hits"] == 1
+
+
+def test_runtime_scalars_are_guarded():
+    """With dynamic=True Dynamo passes Python floats at run time; the kernels were built for the value seen first,
+    so another value runs the subgraph in PyTorch (correct, never silently wrong)."""
+
+    def block(x, alpha):
+        return torch.relu(x * alpha + 1.0)
+
+    compiled = amk.compile(block, dynamic=True)
+    x = inputs(3)
+    graphs, fallbacks = frontend.STATS.graphs, frontend.STATS.fallbacks
+    for alpha, fallback in [(2.0, 0), (3.0, 1), (2.0, 0)]:
+        torch.testing.assert_close(compiled(x, alpha), block(x, alpha), atol=ATOL, rtol=RTOL)
+        assert frontend.STATS.fallbacks - fallbacks == fallback
+        fallbacks = frontend.STATS.fallbacks
+    assert frontend.STATS.graphs == graphs + 1
