@@ -29,7 +29,11 @@ lit: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -n 2
 
-test: lint lit pytest
+# The docs site, built strictly: broken links, missing anchors and pages left out of the nav fail.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+test: lint lit pytest docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

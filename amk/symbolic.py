@@ -9,6 +9,7 @@ through the canonical string, so IR attributes compare cheaply; the sympy object
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 
 import sympy
@@ -45,16 +46,32 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
+_ALLOWED_TEXT = re.compile(r"[A-Za-z0-9_+\-*/(),\s]*")
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_sympy(text: str) -> sympy.Expr:
-    """Parse ``text`` into a sympy expression whose free symbols are positive integers."""
-    names = {name: _FUNCTIONS.get(name) or symbol(name) for name in _IDENT.findall(text)}
+    """Parse ``text`` into a sympy expression whose free symbols are positive integers.
+
+    Only integer arithmetic over names is accepted (``+ - * / ( ) ,``, integers, symbols and the functions ``cdiv``,
+    ``Min``, ``Max``, ``Mod``, ``floor``, ``ceiling``): the text is checked before sympy sees it, because sympy's
+    parser evaluates Python."""
+    if not _ALLOWED_TEXT.fullmatch(text):
+        raise ValueError(f"not a dimension expression: {text!r} (use integers, names, + - * / and parentheses)")
+    names = {}
+    for name in _IDENT.findall(text):
+        if keyword.iskeyword(name) or name.startswith("_"):
+            raise ValueError(f"not a dimension expression: {text!r} ({name!r} is not a dimension name)")
+        names[name] = _FUNCTIONS.get(name) or symbol(name)
     try:
-        expr = parse_expr(text, local_dict=names, evaluate=True)
-    except Exception as error:  # sympy's parser raises many kinds (TokenError, AttributeError, ...)
+        expr = parse_expr(text, local_dict=names, global_dict={"Integer": sympy.Integer, "Symbol": sympy.Symbol},
+                          evaluate=True)
+    except Exception as error:  # sympy's parser raises many kinds (TokenError, TypeError, ...)
         raise ValueError(f"not a dimension expression: {text!r} ({type(error).__name__})") from None
-    if not isinstance(expr, sympy.Expr):
+    if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo, sympy.Float):
         raise ValueError(f"not a dimension expression: {text!r}")
+    if expr.is_negative:
+        raise ValueError(f"not a dimension expression: {text!r} (dimensions are not negative)")
     return expr
 
 

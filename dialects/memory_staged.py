@@ -278,6 +278,8 @@ class StageOp(GlobalAccessOp):
     def verify_(self) -> None:
         source = _buffer(self.source, "global", f"'{self.name}'")
         slot = _buffer(self.result, "shared", f"'{self.name}' result")
+        if slot.rank != 2:
+            raise VerifyException(f"'{self.name}' stages 2-D tiles, got a rank-{slot.rank} slot")
         if source.element_type != slot.element_type:
             raise VerifyException(f"'{self.name}' changes the element type ({source.element_type} -> {slot.element_type})")
         self.verify_access(source, slot)

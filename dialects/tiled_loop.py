@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (
     TypeAttribute,
     f64,
     i1,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
@@ -162,7 +163,9 @@ class KernelOp(IRDLOperation):
     ``grid`` gives the number of programs per launch axis; ``program_ids`` names each program's coordinates (the names
     used in offsets); with ``group_size`` set, a 2-D grid is walked in groups of that many row tiles so that tiles
     sharing a column of the weight run together. ``tile_params`` lists the symbols the autotuner binds, and
-    ``arg_views`` how the launcher views each operand (``"transpose"`` reads a [N, K] weight as [K, N] by strides)::
+    ``arg_views`` how the launcher views each operand (``"transpose"`` reads a [N, K] weight as [K, N] by strides);
+    ``problem`` is ``[rows, cols]`` of the iteration space, plus ``K`` when there is a matmul (configurations are
+    chosen from it); ``workspace`` gives the kinds of trailing buffers the runtime provides::
 
         tiled_loop.kernel @k attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"],
             strategy = "row_strip", tile_params = ["BLOCK_M", "BLOCK_N", "BLOCK_K"], num_inputs = 2 : i64} {
@@ -181,6 +184,7 @@ class KernelOp(IRDLOperation):
     arg_views = opt_prop_def(ArrayAttr[StringAttr])
     group_size = opt_prop_def(StringAttr)
     workspace = opt_prop_def(ArrayAttr[StringAttr])
+    problem = opt_prop_def(ExprsAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)
@@ -192,7 +196,7 @@ class KernelOp(IRDLOperation):
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,
                  tile_params: Sequence[str], num_inputs: int, arg_types: Sequence[Attribute],
                  arg_views: Sequence[str] | None = None, group_size: str | None = None,
-                 workspace: Sequence[str] = ()):
+                 workspace: Sequence[str] = (), problem: Sequence | None = None):
         properties = {
             "sym_name": StringAttr(name),
             "grid": ExprsAttr(grid),
@@ -207,6 +211,8 @@ class KernelOp(IRDLOperation):
             properties["group_size"] = StringAttr(group_size)
         if workspace:
             properties["workspace"] = ArrayAttr([StringAttr(w) for w in workspace])
+        if problem is not None:
+            properties["problem"] = ExprsAttr(problem)
         super().__init__(properties=properties, regions=[Region(Block(arg_types=arg_types))])
 
     def verify_(self) -> None:
@@ -257,6 +263,10 @@ def kernel_outputs(kernel) -> tuple[SSAValue, ...]:
 
 def verify_workspace(kernel) -> None:
     kinds = workspace_kinds(kernel)
+    args = kernel.body.block.args
+    for kind, arg in zip(kinds, args[len(args) - len(kinds):]):
+        if kind == "counter" and getattr(arg.type, "element_type", None) != i32:
+            raise VerifyException(f"'{kernel.name}' counter workspace must hold i32, got {arg.type}")
     unknown = [k for k in kinds if k not in KernelOp.WORKSPACE_KINDS]
     if unknown:
         raise VerifyException(

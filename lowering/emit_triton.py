@@ -33,7 +33,9 @@ from amk.symbolic import Dim, to_python
 
 _BINARY_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
                      "eq": "==", "ne": "!="}
+# NaN propagates through max and min as in torch.maximum / torch.relu / torch.clamp (Triton's default drops it).
 _BINARY_FUNCTIONS = {"max": "tl.maximum", "min": "tl.minimum"}
+_PROPAGATE_NAN = "propagate_nan=tl.PropagateNan.ALL"
 _UNARY_FUNCTIONS = {"exp": "tl.exp", "log": "tl.log", "erf": "tl.erf", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt",
                     "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
 _RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max"}
@@ -50,6 +52,15 @@ def _literal(value: float) -> str:
     if math.isinf(value):
         return 'float("inf")' if value > 0 else 'float("-inf")'
     return repr(float(value))
+
+
+# Interpreter only: round fp32 to the nearest bf16 (ties to even) in integer arithmetic, so that the interpreter's
+# truncating conversion is exact. NaN is passed through untouched (adding to its bits could wrap it to zero).
+_BF16_RTNE = '''@triton.jit
+def _round_to_bf16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True)).to(tl.bfloat16)'''
 
 
 @dataclass
@@ -75,6 +86,7 @@ class TritonEmitter:
         for arg in self.args:
             self.names[arg] = self.fresh(f"{arg.name_hint or 'arg'}")
         self.dims = self._dim_params()
+        self.needs_bf16_rounding = False
 
     # -- names and expressions ---------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -209,7 +221,10 @@ class TritonEmitter:
     def emit_tiled_loop_binary(self, op: tiled_loop.BinaryOp, indent: int) -> None:
         fn = op.fn.data
         lhs, rhs = self.name(op.lhs), self.name(op.rhs)
-        text = f"{_BINARY_FUNCTIONS[fn]}({lhs}, {rhs})" if fn in _BINARY_FUNCTIONS else f"{lhs} {_BINARY_OPERATORS[fn]} {rhs}"
+        if fn in _BINARY_FUNCTIONS:
+            text = f"{_BINARY_FUNCTIONS[fn]}({lhs}, {rhs}, {_PROPAGATE_NAN})"
+        else:
+            text = f"{lhs} {_BINARY_OPERATORS[fn]} {rhs}"
         self.assign(op.result, text, indent)
 
     def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp, indent: int) -> None:
@@ -221,7 +236,7 @@ class TritonEmitter:
         self.assign(op.result, f"tl.where({self.name(op.cond)}, {self.name(op.true_value)}, {self.name(op.false_value)})", indent)
 
     def emit_tiled_loop_cast(self, op: tiled_loop.CastOp, indent: int) -> None:
-        self.assign(op.result, f"{self.name(op.input)}.to(tl.{triton_name(op.result.type.element_type)})", indent)
+        self.assign(op.result, self.convert(op.input, op.result.type.element_type), indent)
 
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp, indent: int) -> None:
         self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)", indent)
@@ -288,9 +303,17 @@ class TritonEmitter:
 
     def emit_memory_staged_store(self, op: memory_staged.StoreOp, indent: int) -> None:
         pointers, mask = self.pointers(op, op.dest, op.value.type.dims, indent)
-        target = triton_name(op.dest.type.element_type)
         masked = f", mask={mask}" if mask else ""
-        self.line(f"tl.store({pointers}, {self.name(op.value)}.to(tl.{target}){masked})", indent)
+        self.line(f"tl.store({pointers}, {self.convert(op.value, op.dest.type.element_type)}{masked})", indent)
+
+    def convert(self, value: SSAValue, element_type) -> str:
+        """``value`` converted to ``element_type``. Triton's interpreter truncates fp32 to bf16 (the GPU rounds to
+        nearest even), so interpreted kernels round through :data:`_BF16_RTNE` first."""
+        target = triton_name(element_type)
+        if self.interpret and target == "bfloat16" and isinstance(value.type.element_type, Float32Type):
+            self.needs_bf16_rounding = True
+            return f"_round_to_bf16({self.name(value)})"
+        return f"{self.name(value)}.to(tl.{target})"
 
     # structure
     def emit_tiled_loop_for(self, op: tiled_loop.ForOp, indent: int) -> None:
@@ -368,6 +391,8 @@ class TritonEmitter:
                   "import triton",
                   "import triton.language as tl",
                   "", ""]
+        if self.needs_bf16_rounding:
+            header += _BF16_RTNE.splitlines() + ["", ""]
         return "\n".join(header + kernel_lines + ["", ""] + self.emit_launcher()) + "\n"
 
 

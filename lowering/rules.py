@@ -239,7 +239,10 @@ def _sum_tile(b, x, valid):
 
 
 def _max_tile(b, x, valid):
-    return [b.reduce("max", b.masked(x, valid, -math.inf))]
+    """The tile's maximum; NaN when the tile holds a NaN, as ``torch.amax`` (Triton's ``tl.max`` skips NaN)."""
+    x = b.masked(x, valid, -math.inf)
+    nan_sum = b.reduce("sum", b.select(b.binary("ne", x, x), x, 0.0))  # NaN if any lane is NaN, else 0
+    return [b.add_(b.reduce("max", x), nan_sum)]
 
 
 def _max_combine(b, a, c):
@@ -251,9 +254,22 @@ def _lse_init(b, rows):
 
 
 def _lse_tile(b, x, valid):
+    """``[tile max, sum(exp(x - tile max))]``; a tile of only -inf gives ``[-inf, 0]`` (not exp(-inf - -inf) = NaN),
+    so that it merges with the other tiles of its row (rows masked with -inf, as in attention)."""
     x = b.masked(x, valid, -math.inf)
     tile_max = b.reduce("max", x)
-    return [tile_max, b.reduce("sum", b.unary("exp", b.sub(x, tile_max)))]
+    shift = b.select(b.binary("eq", tile_max, -math.inf), 0.0, tile_max)
+    return [tile_max, b.reduce("sum", b.unary("exp", b.sub(x, shift)))]
+
+
+def _logsumexp_tile(b, x, valid):
+    """As :func:`_lse_tile`, but a tile holding +inf is summed around 0 (giving +inf, or NaN with a NaN), as
+    ``torch.logsumexp`` does; softmax keeps ``exp(inf - inf) = NaN`` over such rows, as ``torch.softmax`` does."""
+    x = b.masked(x, valid, -math.inf)
+    tile_max = b.reduce("max", x)
+    shift = b.select(b.binary("eq", b.unary("abs", tile_max), math.inf), 0.0, tile_max)
+    return [b.select(b.binary("eq", tile_max, math.inf), 0.0, tile_max),
+            b.reduce("sum", b.unary("exp", b.sub(x, shift)))]
 
 
 def _rescale(b, value, old_max, new_max):
@@ -339,7 +355,7 @@ ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
     lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_tile, _max_combine, lambda b, s, op: s,
     _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
-    _lse_init, _lse_tile, _lse_combine, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value,
+    _lse_init, _logsumexp_tile, _lse_combine, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value,
     keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
     _lse_init, _lse_tile, _lse_combine, lambda b, s, op: s,

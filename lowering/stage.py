@@ -36,6 +36,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
@@ -47,13 +48,19 @@ INDEX_LIMIT = 2**31
 
 
 def kernel_problem(kernel: tiled_loop.KernelOp) -> tuple[Dim, Dim, Dim | None, int]:
-    """(rows, cols, contraction or None, element bytes) of a tile-level kernel, read from its loops and outputs."""
+    """(rows, cols, contraction or None, element bytes) of a tile-level kernel: its ``problem`` attribute, or read
+    from its loops and outputs when the attribute is absent (hand-written IR)."""
+    element_bytes = max((_element_bytes(a.type.element_type) for a in kernel.inputs), default=4)
+    if kernel.problem is not None:
+        rows, cols, *contraction = kernel.problem.dims
+        return rows, cols, (contraction[0] if contraction else None), element_bytes
+    if not kernel.outputs:
+        raise PassFailedException(f"amk-stage: kernel {kernel.sym_name.data} has no outputs")
     output = kernel.outputs[0].type
     rows, cols = output.dims[0], (output.dims[1] if output.rank == 2 else Dim(1))
     loops = {op.iv.data: op.upper for op in kernel.walk() if isinstance(op, tiled_loop.ForOp)}
     contraction = loops.get("k")
     cols = loops.get("n", cols)
-    element_bytes = max(_element_bytes(a.type.element_type) for a in kernel.inputs) if kernel.inputs else 4
     return rows, cols, contraction, element_bytes
 
 

@@ -352,7 +352,7 @@ class KernelLowering:
     def build_tile_stats(self) -> None:
         """Output tiles in parallel; each writes its rows' partial statistics; the last tile of a row strip to finish
         merges them and normalizes the strip, while the strip it just wrote is still in L2."""
-        plan, main = self.plan, self.plan.main
+        main = self.plan.main
         at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
         self.matmul_tiles(at)
         self.phase_one_outputs(at)
@@ -519,7 +519,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     kernel = tiled_loop.KernelOp(name, grid=grid, program_ids=pids, strategy=strategy, tile_params=params,
                                  num_inputs=len(block.args), arg_types=all_types,
                                  arg_views=views + [""] * (len(out_types) + len(workspace_types)),
-                                 group_size=group, workspace=workspace_kinds)
+                                 group_size=group, workspace=workspace_kinds,
+                                 problem=[rows, cols] + ([plan.contraction] if plan.matmul is not None else []))
     kernel_args = kernel.body.block.args
     for arg, arg_name in zip(kernel_args, names + workspace_names):
         arg.name_hint = arg_name

@@ -126,7 +126,8 @@ def fuse_block(block: Block) -> list[tensor_op.FusedOp]:
             grouping.absorb_prologue(group, seed)
         grouping.grow(group, candidates)
         grouping.assigned.update(group)
-        groups.append(sorted(group, key=grouping.order.__getitem__))
+        if _outputs(group):  # a group whose values nobody reads is dead code: it stays as it is
+            groups.append(sorted(group, key=grouping.order.__getitem__))
     fused = [_outline(block, group) for group in groups]
     if fused:
         _sort_topologically(block)

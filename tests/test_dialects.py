@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 import io
+import math
+import re
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Block, Region
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import ParseError, VerifyException
+
 from amk.dialects import memory_staged as ms
 from amk.dialects import tensor_op as to
 from amk.dialects import tiled_loop as tl
 from amk.dialects.memory_staged import BufferType
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import ExprsAttr, TileType
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
-from xdsl.context import Context
-from xdsl.dialects import builtin, func
-from xdsl.dialects.builtin import StringAttr, f16, f32, i1
-from xdsl.ir import Block, Region
-from xdsl.parser import Parser
-from xdsl.printer import Printer
-from xdsl.utils.exceptions import VerifyException
-
 from amk.opt import AMK_DIALECTS
 from amk.symbolic import Dim, provably_equal
 
@@ -330,14 +345,53 @@ def test_layernorm_builder(affine):
     assert op.eps.value.data == 1e-6
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a bias-only layernorm prints a custom form that does not parse back")
-def test_layernorm_bias_only_round_trips():
-    x, b = tensor("M", 64), tensor(64)
-    block = Block(arg_types=[x, b])
-    block.add_ops([to.LayerNormOp(block.args[0], None, block.args[1]), func.ReturnOp()])
-    module = builtin.ModuleOp([func.FuncOp("f", ([x, b], []), Region(block))])
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "weight+bias"])
+def test_layernorm_custom_form_round_trips(affine):
+    """Regression: a bias-only layernorm once printed `(T, TB) -> T`, which parsed back with TB as the weight type."""
+    x, g, b = tensor("M", 64), tensor(64), tensor(64)
+    block = Block(arg_types=[x, g, b])
+    weight = block.args[1] if "weight" in affine else None
+    bias = block.args[2] if "bias" in affine else None
+    block.add_ops([to.LayerNormOp(block.args[0], weight, bias), func.ReturnOp()])
+    module = builtin.ModuleOp([func.FuncOp("f", ([x, g, b], []), Region(block))])
     module.verify()
-    assert str(parse(str(module))) == str(module)
+    text = str(module)
+    types = text.split("tensor_op.layernorm", 1)[1].split("f64} : ", 1)[1].splitlines()[0]
+    labelled = "!tensor_op.tensor<[M, 64], f32>"
+    labelled += " weight !tensor_op.tensor<[64], f32>" if weight else ""
+    labelled += " bias !tensor_op.tensor<[64], f32>" if bias else ""
+    assert types == f"{labelled} -> !tensor_op.tensor<[M, 64], f32>"
+    again = parse(text)
+    again.verify()
+    assert str(again) == text
+    assert again.is_structurally_equivalent(module)
+    (op,) = [o for o in again.walk() if isinstance(o, to.LayerNormOp)]
+    assert (op.weight is not None, op.bias is not None) == (weight is not None, bias is not None)
+    assert str(parse(generic(module))) == text
+
+
+@pytest.mark.parametrize("with_weight", [False, True])
+def test_rmsnorm_custom_form_round_trips(with_weight):
+    x, g = tensor("B*S", 4096), tensor(4096)
+    block = Block(arg_types=[x, g])
+    block.add_ops([to.RMSNormOp(block.args[0], block.args[1] if with_weight else None, eps=1e-6), func.ReturnOp()])
+    module = builtin.ModuleOp([func.FuncOp("f", ([x, g], []), Region(block))])
+    module.verify()
+    text = str(module)
+    weight = " weight !tensor_op.tensor<[4096], f32>" if with_weight else ""
+    assert f": !tensor_op.tensor<[B*S, 4096], f32>{weight} -> !tensor_op.tensor<[B*S, 4096], f32>" in text
+    assert str(parse(text)) == text
+    assert str(parse(generic(module))) == text
+
+
+def test_old_norm_type_syntax_is_rejected():
+    with pytest.raises(ParseError):
+        parse(
+            "func.func @f(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[64], f32>) {\n"
+            "  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[M, 64], f32>,"
+            " !tensor_op.tensor<[64], f32>) -> !tensor_op.tensor<[M, 64], f32>\n"
+            "  func.return\n}"
+        )
 
 
 def test_layernorm_weight_mismatch():
@@ -350,8 +404,8 @@ def test_layernorm_verifier_on_parsed_ir():
     module = parse(
         "func.func @f(%x : !tensor_op.tensor<[M, 4096], f32>, %g : !tensor_op.tensor<[4096], f32>,"
         " %b : !tensor_op.tensor<[2048], f32>) {\n"
-        "  %0 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[M, 4096], f32>,"
-        " !tensor_op.tensor<[4096], f32>, !tensor_op.tensor<[2048], f32>) -> !tensor_op.tensor<[M, 4096], f32>\n"
+        "  %0 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 4096], f32>"
+        " weight !tensor_op.tensor<[4096], f32> bias !tensor_op.tensor<[2048], f32> -> !tensor_op.tensor<[M, 4096], f32>\n"
         "  func.return\n}"
     )
     with pytest.raises(VerifyException, match="bias has 2048 elements but the normalized axis has 4096"):
@@ -497,7 +551,7 @@ def test_tiled_loop_function_names():
 def test_tiled_loop_kernel_strategy():
     kernel = tl.KernelOp("k", grid=[1], program_ids=["pid"], strategy="tile3d", tile_params=[], num_inputs=0,
                          arg_types=[])
-    with pytest.raises(VerifyException, match="strategy must be one of tile2d, row_strip, skinny_m, got 'tile3d'"):
+    with pytest.raises(VerifyException, match=r"strategy must be one of tile2d, row_strip, skinny_m(, \w+)*, got 'tile3d'"):
         kernel.verify()
 
 
@@ -540,6 +594,117 @@ def test_memory_staged_verifiers():
         kernel.verify()
 
 
+def _ms_kernel(constants=None, strategy="tile2d", arg_types=()):
+    return ms.KernelOp("k", grid=[1], program_ids=["pid"], constants=constants or {}, num_warps=4, num_stages=1,
+                       num_inputs=0, strategy=strategy, arg_types=list(arg_types))
+
+
+def test_memory_staged_kernel_knows_the_tiling_strategies():
+    assert {"tile2d", "row_strip", "skinny_m"} <= set(ms.STRATEGIES)
+    assert tuple(ms.STRATEGIES) == tuple(tl.KernelOp.STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy", ms.STRATEGIES)
+def test_memory_staged_kernel_strategies(strategy):
+    _ms_kernel(strategy=strategy).verify()
+
+
+@pytest.mark.parametrize("strategy", ["tile3d", "", "Tile2d"])
+def test_memory_staged_kernel_rejects_unknown_strategy(strategy):
+    with pytest.raises(VerifyException, match=rf"strategy must be one of tile2d, row_strip, skinny_m(, \w+)*, got '{strategy}'"):
+        _ms_kernel(strategy=strategy).verify()
+
+
+@pytest.mark.parametrize(
+    ("constant", "shown"),
+    [(StringAttr("x"), '"x"'), (FloatAttr(64.0, f64), "6.400000e+01 : f64"), (ArrayAttr([IntegerAttr(64, i64)]), "[64 : i64]")],
+)
+def test_memory_staged_kernel_rejects_non_integer_constants(constant, shown):
+    """Regression: these used to raise AttributeError / TypeError from constant_values instead of a VerifyException."""
+    kernel = _ms_kernel()
+    kernel.properties["constants"] = DictionaryAttr({"BLOCK_M": constant})
+    with pytest.raises(VerifyException, match=re.escape(f"'memory_staged.kernel' constant BLOCK_M must be an integer, got {shown}")):
+        kernel.verify()
+
+
+@pytest.mark.parametrize("element", [f16, bf16, i32])
+def test_memory_staged_accumulator_is_f32(element):
+    ms.AccumulatorOp(TileType([64, 64], f32)).verify()
+    with pytest.raises(VerifyException, match=f"'memory_staged.accumulator' accumulates in f32, got {element}"):
+        ms.AccumulatorOp(TileType([64, 64], element)).verify()
+
+
+@pytest.mark.parametrize(
+    ("lhs", "rhs", "ranks"),
+    [([2, 64, 32], [32, 64], "3 and 2"), ([64, 32], [2, 32, 64], "2 and 3"), ([64], [64, 64], "1 and 2")],
+)
+def test_memory_staged_dot_needs_2d_operands(lhs, rhs, ranks):
+    """Regression: a rank-3 shared buffer made check_dot fail with "too many values to unpack"."""
+    a, b, acc = args(BufferType("shared", lhs, f16), BufferType("shared", rhs, f16), TileType([64, 64], f32))
+    with pytest.raises(VerifyException, match=f"'memory_staged.dot' operands must be 2-D, got ranks {ranks}"):
+        ms.DotOp(a, b, acc).verify()
+
+
+def test_memory_staged_dot_mixes_shared_and_registers():
+    a, b, acc = args(BufferType("shared", [64, 32], f16), TileType([32, 64], f16), TileType([64, 64], f32))
+    ms.DotOp(a, b, acc).verify()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# tiled_loop.full prints floats the MLIR lexer reads back
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _full_kernel(value: float) -> builtin.ModuleOp:
+    kernel = tl.KernelOp("k", grid=[1], program_ids=["pid"], strategy="row_strip", tile_params=[], num_inputs=0,
+                         arg_types=[tensor("M", 64)])
+    kernel.body.block.add_op(tl.FullOp(value, TileType([1, 1], f32)))
+    return builtin.ModuleOp([kernel])
+
+
+def _full_value(module: builtin.ModuleOp) -> float:
+    (op,) = [o for o in module.walk() if isinstance(o, tl.FullOp)]
+    return op.number
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1e-05, "1.0e-05"),
+        (1e20, "1.0e+20"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (float("-inf"), "-inf"),
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (3, "3.0"),
+        (0.1, "0.1"),
+        (-2.5e-300, "-2.5e-300"),
+    ],
+)
+def test_full_prints_mlir_float_literals(value, text):
+    """Regression: tiled_loop.full printed repr() (`1e-05`, `1e+20`), which MLIR's lexer does not read back."""
+    module = _full_kernel(value)
+    printed = str(module)
+    assert f"tiled_loop.full {text} : " in printed
+    again = parse(printed)
+    again.verify()
+    assert str(again) == printed
+    assert str(parse(generic(again))) == printed
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.floats(allow_nan=True, allow_infinity=True))
+def test_full_value_round_trips_exactly(value):
+    module = _full_kernel(value)
+    back = _full_value(parse(str(module)))
+    if math.isnan(value):
+        assert math.isnan(back)
+    else:
+        assert back == value and math.copysign(1.0, back) == math.copysign(1.0, value)
+    assert _full_value(parse(generic(module))) == back or math.isnan(back)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Parser round trips
 # ---------------------------------------------------------------------------------------------------------------------
@@ -549,8 +714,10 @@ func.func @f(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !tensor_op.tensor<[64,
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
   %1 = tensor_op.add %0, %b : (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
   %2 = tensor_op.gelu %1 {approximate = "tanh"} : !tensor_op.tensor<[B*S, 32], f16>
-  %3 = tensor_op.layernorm %2 weight %g bias %b {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
-  %4 = tensor_op.rmsnorm %3 {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
+  %3 = tensor_op.layernorm %2 weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 32], f16> weight !tensor_op.tensor<[32], f16> bias !tensor_op.tensor<[32], f16> -> !tensor_op.tensor<[B*S, 32], f16>
+  %4 = tensor_op.rmsnorm %3 {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 32], f16> -> !tensor_op.tensor<[B*S, 32], f16>
+  %lb = tensor_op.layernorm %4 bias %b {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 32], f16> bias !tensor_op.tensor<[32], f16> -> !tensor_op.tensor<[B*S, 32], f16>
+  %rw = tensor_op.rmsnorm %lb weight %g {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 32], f16> weight !tensor_op.tensor<[32], f16> -> !tensor_op.tensor<[B*S, 32], f16>
   %5 = tensor_op.reduce_sum %4 {axis = -1 : i64} : !tensor_op.tensor<[B*S, 32], f16> -> !tensor_op.tensor<[B*S], f16>
   %6 = tensor_op.fused %4, %b : (!tensor_op.tensor<[B*S, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[B*S, 32], f16> {
   ^bb0(%a : !tensor_op.tensor<[B*S, 32], f16>, %c : !tensor_op.tensor<[32], f16>):
@@ -647,12 +814,12 @@ DIM_EXPRS = st.recursive(
 )
 
 
-# BUG: the canonical text of a Dim is not always a fixed point of parse-and-print: Dim("(M+1)*(2*cdiv(N, 64))").text
-# is "2*(M + 1)*cdiv(N, 64)", but Dim("2*(M + 1)*cdiv(N, 64)").text is "(2*M + 2)*cdiv(N, 64)", so such a type is not
-# equal to itself after printing and parsing. The explicit example makes the xfail deterministic.
-@pytest.mark.xfail(strict=True, reason="BUG: Dim canonical text is not idempotent (2*(M + 1)*cdiv(N, 64))")
+# Regression: the canonical text of a Dim was not always a fixed point of parse-and-print (Dim("(M+1)*(2*cdiv(N, 64))")
+# was "2*(M + 1)*cdiv(N, 64)", which re-canonicalized to "(2*M + 2)*cdiv(N, 64)"), so such a type was not equal to
+# itself after printing and parsing. The explicit examples pin the spellings that used to fail.
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(dims=["(M+1)*(2*cdiv(N, 64))"])
+@example(dims=["cdiv(2*(N+1), 64)*(M+1)*2", "(B*S)*2"])
 @given(dims=st.lists(DIM_EXPRS, min_size=0, max_size=3))
 def test_random_dims_round_trip_in_tensor_type(dims):
     t = TensorType(dims, f32)
@@ -668,7 +835,7 @@ def test_random_dims_round_trip_in_tensor_type(dims):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dims=st.lists(DIM_EXPRS, min_size=0, max_size=3))
 def test_random_dims_reparse_to_equal_values_and_settle(dims):
-    """What holds despite the bug above: re-parsed dims are provably equal, and a second trip changes nothing."""
+    """Re-parsed dims are provably equal to the originals, and a second trip changes nothing."""
     t = TensorType(dims, f32)
     assert t.rank == len(dims)
     parsed = Parser(CTX, str(t)).parse_type()

@@ -34,11 +34,9 @@ from pathlib import Path
 
 import torch
 from torch.fx import GraphModule, Node
-from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass
 
 import amk.runtime  # noqa: F401  (sets TRITON_INTERPRET without CUDA before TorchDynamo imports triton)
 from amk.dialects import tensor_op

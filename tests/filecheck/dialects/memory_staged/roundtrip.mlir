@@ -76,6 +76,27 @@ memory_staged.kernel @row_strip attributes {grid = #tiled_loop.exprs<[M]>, progr
 
 // -----
 
+// A coherent load (it reads what other programs of the launch wrote) and trailing workspace buffers.
+memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["scratch", "counter"]} {
+^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>, %partial: !memory_staged.buffer<global, [M, 4], f32>, %counters: !memory_staged.buffer<global, [M], i32>):
+  %last = tiled_loop.last_arrival %counters <[pid_m]> of <[4]> : !memory_staged.buffer<global, [M], i32> -> i1
+  tiled_loop.if %last {
+    %p = memory_staged.load %partial <[pid_m, 0]> {mask = [false, false], index_bits = 32 : i64, coherent = true} : !memory_staged.buffer<global, [M, 4], f32> -> !tiled_loop.tile<[1, 4], f32>
+    %y = memory_staged.load %out <[pid_m, 0]> {mask = [false, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f32> -> !tiled_loop.tile<[1, 64], f32>
+  }
+}
+
+// CHECK-LABEL: memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["scratch", "counter"]} {
+// CHECK-NEXT:  ^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>, %partial: !memory_staged.buffer<global, [M, 4], f32>, %counters: !memory_staged.buffer<global, [M], i32>):
+// CHECK-NEXT:  %last = tiled_loop.last_arrival %counters <[pid_m]> of <[4]> : !memory_staged.buffer<global, [M], i32> -> i1
+// CHECK-NEXT:  tiled_loop.if %last {
+// CHECK-NEXT:    %p = memory_staged.load %partial <[pid_m, 0]> {mask = [false, false], index_bits = 32 : i64, coherent = true} : !memory_staged.buffer<global, [M, 4], f32> -> !tiled_loop.tile<[1, 4], f32>
+// CHECK-NEXT:    %y = memory_staged.load %out <[pid_m, 0]> {mask = [false, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f32> -> !tiled_loop.tile<[1, 64], f32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+
+// -----
+
 // Buffer types in both memory spaces, of rank 0 to 3, with symbolic dims.
 func.func @buffer_types(%a: !memory_staged.buffer<global, [B, S, 4096], f32>, %b: !memory_staged.buffer<shared, [64, 32], f16>, %c: !memory_staged.buffer<global, [], f32>, %d: !memory_staged.buffer<shared, [cdiv(N, 64)*64], bf16>, %e: !memory_staged.buffer<global, [S*B, N], i32>) {
   func.return

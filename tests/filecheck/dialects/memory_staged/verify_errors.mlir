@@ -219,3 +219,116 @@ memory_staged.kernel @dot_acc attributes {grid = #tiled_loop.exprs<[1]>, program
 }
 
 // CHECK: {{^}}'memory_staged.dot' accumulator must be a [64, 64] tile, got !tiled_loop.tile<[64, 32], f32>
+
+// -----
+
+// Regression tests: the malformed kernels below used to make the verifiers raise Python exceptions (ValueError "too
+// many values to unpack", AttributeError, TypeError) instead of a VerifyException naming the op.
+
+// A rank-3 shared buffer as a dot operand (check_dot unpacked two dims).
+memory_staged.kernel @dot_rank3 attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+  %acc = memory_staged.accumulator : !tiled_loop.tile<[64, 64], f32>
+  %s = memory_staged.stage %out <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f32> -> !memory_staged.buffer<shared, [2, 64, 64], f32>
+  %d = memory_staged.dot %s, %s, %acc : (!memory_staged.buffer<shared, [2, 64, 64], f32>, !memory_staged.buffer<shared, [2, 64, 64], f32>, !tiled_loop.tile<[64, 64], f32>) -> !tiled_loop.tile<[64, 64], f32>
+}
+
+// CHECK: {{^}}'memory_staged.stage' stages 2-D tiles, got a rank-3 slot
+
+// -----
+
+memory_staged.kernel @dot_rank1 attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+  %acc = memory_staged.accumulator : !tiled_loop.tile<[64, 64], f32>
+  %s = memory_staged.stage %out <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f32> -> !memory_staged.buffer<shared, [64, 64], f32>
+  %t = memory_staged.stage %out <[0, 0]> {depth = 2 : i64, mask = [true, false], index_bits = 32 : i64} : !memory_staged.buffer<global, [M, 64], f32> -> !memory_staged.buffer<shared, [64], f32>
+  %d = memory_staged.dot %s, %t, %acc : (!memory_staged.buffer<shared, [64, 64], f32>, !memory_staged.buffer<shared, [64], f32>, !tiled_loop.tile<[64, 64], f32>) -> !tiled_loop.tile<[64, 64], f32>
+}
+
+// CHECK: {{^}}'memory_staged.stage' stages 2-D tiles, got a rank-1 slot
+
+// -----
+
+// A string tile-size constant (constant_values read `.value.data` of every entry).
+memory_staged.kernel @string_constant attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {BLOCK_M = "x"}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' constant BLOCK_M must be an integer, got "x"
+
+// -----
+
+// A float tile-size constant (the power-of-two test did `value & (value - 1)` on a float).
+memory_staged.kernel @float_constant attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {BLOCK_M = 64.0 : f64}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' constant BLOCK_M must be an integer, got 6.400000e+01 : f64
+
+// -----
+
+memory_staged.kernel @array_constant attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {BLOCK_N = [64]}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' constant BLOCK_N must be an integer, got [64 : i64]
+
+// -----
+
+memory_staged.kernel @negative_constant attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {BLOCK_M = -64 : i64}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' tile size BLOCK_M = -64 must be a power of two
+
+// -----
+
+// The kernel's strategy is one the emitter knows.
+memory_staged.kernel @strategy attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile3d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' strategy must be one of tile2d, row_strip, skinny_m{{.*}}, got 'tile3d'
+
+// -----
+
+memory_staged.kernel @strategy_empty attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = ""} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' strategy must be one of tile2d, row_strip, skinny_m{{.*}}, got ''
+
+// -----
+
+// Accumulators are f32.
+memory_staged.kernel @accumulator_f16 attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+  %acc = memory_staged.accumulator : !tiled_loop.tile<[64, 64], f16>
+}
+
+// CHECK: {{^}}'memory_staged.accumulator' accumulates in f32, got f16
+
+// -----
+
+memory_staged.kernel @accumulator_i32 attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 0 : i64, strategy = "tile2d"} {
+^bb0(%out: !memory_staged.buffer<global, [M, 64], f32>):
+  %acc = memory_staged.accumulator : !tiled_loop.tile<[64, 64], i32>
+}
+
+// CHECK: {{^}}'memory_staged.accumulator' accumulates in f32, got i32
+
+// -----
+
+memory_staged.kernel @workspace_count attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["scratch", "scratch", "counter"]} {
+^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' has more inputs and workspace buffers than arguments
+
+// -----
+
+memory_staged.kernel @workspace_kind attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], constants = {}, num_warps = 4 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["lock"]} {
+^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>):
+}
+
+// CHECK: {{^}}'memory_staged.kernel' workspace kinds must be among scratch, counter, got 'lock'

@@ -155,20 +155,22 @@ func.func @softmax(%x : !tensor_op.tensor<[B*H, S, S], f16>) {
 // -----
 
 func.func @norms(%x : !tensor_op.tensor<[B*S, 4096], bf16>, %g : !tensor_op.tensor<[4096], bf16>, %b : !tensor_op.tensor<[4096], bf16>) {
-  %0 = tensor_op.layernorm %x {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-  %1 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-  %3 = tensor_op.rmsnorm %x {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %0 = tensor_op.layernorm %x {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %1 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> bias !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %3 = tensor_op.rmsnorm %x {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+  %5 = tensor_op.layernorm %x bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> bias !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
   func.return
 }
 
 // CHECK-LABEL: func.func @norms(%x: !tensor_op.tensor<[B*S, 4096], bf16>, %g: !tensor_op.tensor<[4096], bf16>, %b: !tensor_op.tensor<[4096], bf16>) {
-// CHECK-NEXT:  %0 = tensor_op.layernorm %x {eps = 1.000000e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-// CHECK-NEXT:  %1 = tensor_op.layernorm %x weight %g {eps = 1.000000e-05 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-// CHECK-NEXT:  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-// CHECK-NEXT:  %3 = tensor_op.rmsnorm %x {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
-// CHECK-NEXT:  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.000000e-06 : f64} : (!tensor_op.tensor<[B*S, 4096], bf16>, !tensor_op.tensor<[4096], bf16>) -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %0 = tensor_op.layernorm %x {eps = 1.000000e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %1 = tensor_op.layernorm %x weight %g {eps = 1.000000e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %2 = tensor_op.layernorm %x weight %g bias %b {eps = 1.000000e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> bias !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %3 = tensor_op.rmsnorm %x {eps = 1.000000e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %4 = tensor_op.rmsnorm %x weight %g {eps = 1.000000e-06 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
+// CHECK-NEXT:  %5 = tensor_op.layernorm %x bias %b {eps = 1.000000e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> bias !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
 // CHECK-NEXT:  func.return
 // CHECK-NEXT:  }
 

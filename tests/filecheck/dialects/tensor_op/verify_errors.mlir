@@ -288,7 +288,7 @@ func.func @softmax_axis(%x : !tensor_op.tensor<[B, S], f32>) {
 // -----
 
 func.func @layernorm_weight(%x : !tensor_op.tensor<[M, 4096], f32>, %g : !tensor_op.tensor<[2048], f32>) {
-  %0 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[M, 4096], f32>, !tensor_op.tensor<[2048], f32>) -> !tensor_op.tensor<[M, 4096], f32>
+  %0 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 4096], f32> weight !tensor_op.tensor<[2048], f32> -> !tensor_op.tensor<[M, 4096], f32>
   func.return
 }
 
@@ -297,7 +297,7 @@ func.func @layernorm_weight(%x : !tensor_op.tensor<[M, 4096], f32>, %g : !tensor
 // -----
 
 func.func @layernorm_bias_dtype(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[64], f32>, %b : !tensor_op.tensor<[64], f16>) {
-  %0 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[64], f32>, !tensor_op.tensor<[64], f16>) -> !tensor_op.tensor<[M, 64], f32>
+  %0 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> weight !tensor_op.tensor<[64], f32> bias !tensor_op.tensor<[64], f16> -> !tensor_op.tensor<[M, 64], f32>
   func.return
 }
 
@@ -306,7 +306,7 @@ func.func @layernorm_bias_dtype(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tens
 // -----
 
 func.func @layernorm_weight_rank(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[1, 64], f32>) {
-  %0 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[1, 64], f32>) -> !tensor_op.tensor<[M, 64], f32>
+  %0 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> weight !tensor_op.tensor<[1, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
   func.return
 }
 
@@ -314,8 +314,35 @@ func.func @layernorm_weight_rank(%x : !tensor_op.tensor<[M, 64], f32>, %g : !ten
 
 // -----
 
+func.func @layernorm_bias_only_size(%x : !tensor_op.tensor<[M, 64], f32>, %b : !tensor_op.tensor<[32], f32>) {
+  %0 = tensor_op.layernorm %x bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> bias !tensor_op.tensor<[32], f32> -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.layernorm' bias has 32 elements but the normalized axis has 64
+
+// -----
+
+func.func @layernorm_bias_rank(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[64], f32>, %b : !tensor_op.tensor<[64, 1], f32>) {
+  %0 = tensor_op.layernorm %x weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> weight !tensor_op.tensor<[64], f32> bias !tensor_op.tensor<[64, 1], f32> -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.layernorm' bias must have rank 1, got rank 2
+
+// -----
+
+func.func @layernorm_result(%x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.layernorm %x {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> -> !tensor_op.tensor<[M, 64], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.layernorm' result element type f16 should be f32
+
+// -----
+
 func.func @rmsnorm_weight(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[128], f32>) {
-  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[128], f32>) -> !tensor_op.tensor<[M, 64], f32>
+  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : !tensor_op.tensor<[M, 64], f32> weight !tensor_op.tensor<[128], f32> -> !tensor_op.tensor<[M, 64], f32>
   func.return
 }
 
@@ -323,8 +350,26 @@ func.func @rmsnorm_weight(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.
 
 // -----
 
+func.func @rmsnorm_weight_dtype(%x : !tensor_op.tensor<[M, 64], bf16>, %g : !tensor_op.tensor<[64], f32>) {
+  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : !tensor_op.tensor<[M, 64], bf16> weight !tensor_op.tensor<[64], f32> -> !tensor_op.tensor<[M, 64], bf16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.rmsnorm' weight element type f32 differs from input bf16
+
+// -----
+
+func.func @rmsnorm_rank0(%x : !tensor_op.tensor<[], f32>) {
+  %0 = tensor_op.rmsnorm %x {eps = 1.0e-06 : f64} : !tensor_op.tensor<[], f32> -> !tensor_op.tensor<[], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.rmsnorm' input must have rank >= 1
+
+// -----
+
 func.func @rmsnorm_eps(%x : !tensor_op.tensor<[M, 64], f32>) {
-  %0 = tensor_op.rmsnorm %x : (!tensor_op.tensor<[M, 64], f32>) -> !tensor_op.tensor<[M, 64], f32>
+  %0 = tensor_op.rmsnorm %x : !tensor_op.tensor<[M, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
   func.return
 }
 

@@ -218,3 +218,31 @@ tiled_loop.kernel @two_carried attributes {grid = #tiled_loop.exprs<[M]>, progra
 // CHECK-NEXT:  }
 // CHECK-NEXT:  tiled_loop.store %s, %out <[pid_m, 0]> : !tiled_loop.tile<[1, 1], f32> -> !tensor_op.tensor<[M, 1], f32>
 // CHECK-NEXT:  }
+
+// -----
+
+// tile_stats pieces: trailing workspace arguments (a scratch buffer and an i32 counter), the last-arrival test and
+// the region it guards.
+tiled_loop.kernel @last_arrival attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", tile_params = ["BLOCK_M", "BLOCK_N"], num_inputs = 1 : i64, workspace = ["scratch", "counter"]} {
+^bb0(%x: !tensor_op.tensor<[M, N], f32>, %out: !tensor_op.tensor<[M, N], f32>, %partial: !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>, %counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+  %t = tiled_loop.load %x <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tensor_op.tensor<[M, N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+  %s = tiled_loop.reduce "sum" %t : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+  tiled_loop.store %s, %partial <[pid_m * BLOCK_M, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>
+  %last = tiled_loop.last_arrival %counters <[pid_m]> of <[cdiv(N, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
+  tiled_loop.if %last {
+    %p = tiled_loop.load %partial <[pid_m * BLOCK_M, 0]> : !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+    tiled_loop.store %p, %out <[pid_m * BLOCK_M, 0]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, N], f32>
+  }
+}
+
+// CHECK-LABEL: tiled_loop.kernel @last_arrival attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", tile_params = ["BLOCK_M", "BLOCK_N"], num_inputs = 1 : i64, workspace = ["scratch", "counter"]} {
+// CHECK-NEXT:  ^bb0(%x: !tensor_op.tensor<[M, N], f32>, %out: !tensor_op.tensor<[M, N], f32>, %partial: !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>, %counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+// CHECK-NEXT:  %t = tiled_loop.load %x <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// CHECK-NEXT:  %s = tiled_loop.reduce "sum" %t
+// CHECK-NEXT:  tiled_loop.store %s, %partial <[BLOCK_M*pid_m, pid_n]>
+// CHECK-NEXT:  %last = tiled_loop.last_arrival %counters <[pid_m]> of <[cdiv(N, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
+// CHECK-NEXT:  tiled_loop.if %last {
+// CHECK-NEXT:    %p = tiled_loop.load %partial <[BLOCK_M*pid_m, 0]> : !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+// CHECK-NEXT:    tiled_loop.store %p, %out <[BLOCK_M*pid_m, 0]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }

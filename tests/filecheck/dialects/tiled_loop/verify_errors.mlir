@@ -6,7 +6,7 @@ tiled_loop.kernel @bad_strategy attributes {grid = #tiled_loop.exprs<[1]>, progr
 ^bb0(%out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: {{^}}'tiled_loop.kernel' strategy must be one of tile2d, row_strip, skinny_m, got 'tile3d'
+// CHECK: {{^}}'tiled_loop.kernel' strategy must be one of tile2d, row_strip, skinny_m{{.*}}, got 'tile3d'
 
 // -----
 
@@ -30,7 +30,42 @@ tiled_loop.kernel @num_inputs attributes {grid = #tiled_loop.exprs<[1]>, program
 ^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
 }
 
-// CHECK: {{^}}'tiled_loop.kernel' num_inputs 3 exceeds 2 arguments
+// CHECK: {{^}}'tiled_loop.kernel' has more inputs and workspace buffers than arguments
+
+// -----
+
+tiled_loop.kernel @workspace_kind attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64, workspace = ["scratch", "semaphore"]} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>, %s: !tensor_op.tensor<[M, 4], f32>, %c: !tensor_op.tensor<[4], i32>):
+}
+
+// CHECK: {{^}}'tiled_loop.kernel' workspace kinds must be among scratch, counter, got 'semaphore'
+
+// -----
+
+// One input and two workspace buffers need at least three arguments.
+tiled_loop.kernel @workspace_count attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64, workspace = ["scratch", "counter"]} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %c: !tensor_op.tensor<[4], i32>):
+}
+
+// CHECK: {{^}}'tiled_loop.kernel' has more inputs and workspace buffers than arguments
+
+// -----
+
+tiled_loop.kernel @last_arrival_rank attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64, workspace = ["counter"]} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>, %c: !tensor_op.tensor<[4, 4], i32>):
+  %last = tiled_loop.last_arrival %c <[pid]> of <[4]> : !tensor_op.tensor<[4, 4], i32> -> i1
+}
+
+// CHECK: {{^}}'tiled_loop.last_arrival' counters must be a rank-1 tensor, got !tensor_op.tensor<[4, 4], i32>
+
+// -----
+
+tiled_loop.kernel @last_arrival_offsets attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64, workspace = ["counter"]} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>, %c: !tensor_op.tensor<[4], i32>):
+  %last = tiled_loop.last_arrival %c <[pid, 0]> of <[4]> : !tensor_op.tensor<[4], i32> -> i1
+}
+
+// CHECK: {{^}}'tiled_loop.last_arrival' takes one offset and one count
 
 // -----
 

@@ -1,0 +1,103 @@
+"""Shared helpers for the end-to-end tests: an eager float64 reference of op lists written independently of
+amk's own reference table, seeded inputs, and the relative L2 error used by amk.verification."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _layernorm(x, gamma=None, beta=None, eps=1e-5):
+    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+
+
+def _rmsnorm(x, weight=None, eps=1e-5):
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _reduction(fn):
+    def run(x, dim=-1, axis=None, keepdim=False):
+        return fn(x, dim=axis if axis is not None else dim, keepdim=keepdim)
+
+    return run
+
+
+# Written from the PyTorch docs, not from amk.reference, so that a wrong entry there cannot hide a wrong kernel.
+EAGER = {
+    "matmul": lambda x, w, transpose_b=False: x @ (w.t() if transpose_b else w),
+    "add_bias": lambda x, b: x + b,
+    "add": lambda x, b: x + b,
+    "sub": lambda x, b: x - b,
+    "mul": lambda x, b: x * b,
+    "div": lambda x, b: x / b,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "relu": torch.relu,
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "mish": F.mish,
+    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
+    "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+    "scale": lambda x, factor: x * factor,
+    "cast": lambda x, dtype: x.to(dtype).double(),
+    "sum": _reduction(torch.sum),
+    "mean": _reduction(torch.mean),
+    "max": _reduction(torch.amax),
+    "logsumexp": _reduction(torch.logsumexp),
+    "softmax": lambda x, dim=-1, axis=None: torch.softmax(x, dim=axis if axis is not None else dim),
+    "layernorm": _layernorm,
+    "rmsnorm": _rmsnorm,
+}
+
+
+def _normalized(ops, count):
+    from amk.oplist import bind_operands, normalize_ops
+
+    op_list = normalize_ops(ops)
+    return op_list, bind_operands(op_list, count)
+
+
+def eager(ops, tensors):
+    """The op chain evaluated eagerly (call it with float64 tensors)."""
+    op_list, counts = _normalized(ops, len(tensors))
+    x, position = tensors[0], 1
+    for (name, params), count in zip(op_list, counts):
+        x = EAGER[name](x, *tensors[position:position + count], **params)
+        position += count
+    return x
+
+
+def make_inputs(ops, shapes, dtype, seed=0, weight_scale=1.0):
+    """Seeded standard-normal inputs; matmul weights scaled by 1/sqrt(K), divisors kept away from zero."""
+    op_list, counts = _normalized(ops, len(shapes))
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(shape, generator=generator) for shape in shapes]
+    position = 1
+    for (name, params), count in zip(op_list, counts):
+        for index in range(position, position + count):
+            if name == "matmul":
+                k = shapes[index][1] if params.get("transpose_b") else shapes[index][0]
+                tensors[index] = tensors[index] * (weight_scale / math.sqrt(k))
+            if name == "div":
+                tensors[index] = torch.sign(tensors[index]) * (tensors[index].abs() + 0.5)
+        position += count
+    return [t.to(dtype) for t in tensors]
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    assert out.shape == ref.shape, f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), "kernel output has non-finite values"
+    norm = torch.linalg.vector_norm(ref).item()
+    return torch.linalg.vector_norm(out - ref).item() / max(norm, 1e-30)

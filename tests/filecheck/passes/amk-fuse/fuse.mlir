@@ -1,0 +1,203 @@
+// RUN: amk-opt %s --split-input-file -p amk-fuse | filecheck %s
+
+// amk-fuse groups producer->consumer chains of tensor_op ops into tensor_op.fused regions. Fusion never changes
+// what the program computes: a group value used outside the group becomes a result of the fused op, and an op
+// that cannot join (or would create a cycle) stays outside.
+
+// A matmul seeds a group that grows through its elementwise epilogue (bias add, activation).
+func.func @matmul_bias_relu(%x : !tensor_op.tensor<[64, 48], f16>, %w : !tensor_op.tensor<[48, 32], f16>, %b : !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[64, 32], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %1 = tensor_op.add %0, %b : (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %2 = tensor_op.relu %1 : !tensor_op.tensor<[64, 32], f16>
+  func.return %2 : !tensor_op.tensor<[64, 32], f16>
+}
+
+// CHECK-LABEL: func.func @matmul_bias_relu(
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %w, %b : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[64, 32], f16> {
+// CHECK-NEXT:    ^bb0(%[[X:[a-z0-9_]+]]: !tensor_op.tensor<[64, 48], f16>, %[[W:[a-z0-9_]+]]: !tensor_op.tensor<[48, 32], f16>, %[[B:[a-z0-9_]+]]: !tensor_op.tensor<[32], f16>):
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul %[[X]], %[[W]] :
+// CHECK-NEXT:      %[[ADD:[0-9]+]] = tensor_op.add %[[MM]], %[[B]] :
+// CHECK-NEXT:      %[[RELU:[0-9]+]] = tensor_op.relu %[[ADD]] :
+// CHECK-NEXT:      tensor_op.yield %[[RELU]] : !tensor_op.tensor<[64, 32], f16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]] : !tensor_op.tensor<[64, 32], f16>
+
+// -----
+
+// A row reduction over the last axis (layernorm) joins the matmul's group.
+func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
+  %1 = tensor_op.layernorm %0 weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 512], f16> weight !tensor_op.tensor<[512], f16> bias !tensor_op.tensor<[512], f16> -> !tensor_op.tensor<[M, 512], f16>
+  func.return %1 : !tensor_op.tensor<[M, 512], f16>
+}
+
+// CHECK-LABEL: func.func @matmul_layernorm(
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %w, %g, %b : ({{.*}}) -> !tensor_op.tensor<[M, 512], f16> {
+// CHECK-NEXT:    ^bb0(%[[X:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[W:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[G:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[B:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>):
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul %[[X]], %[[W]] :
+// CHECK-NEXT:      %[[LN:[0-9]+]] = tensor_op.layernorm %[[MM]] weight %[[G]] bias %[[B]] {eps = 1.000000e-05 : f64} :
+// CHECK-NEXT:      tensor_op.yield %[[LN]] : !tensor_op.tensor<[M, 512], f16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// The same for softmax over the last axis.
+func.func @matmul_softmax(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[M, 128], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[M, 128], f16>
+  %1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[M, 128], f16>
+  func.return %1 : !tensor_op.tensor<[M, 128], f16>
+}
+
+// CHECK-LABEL: func.func @matmul_softmax(
+// CHECK-NEXT:    tensor_op.fused %x, %w :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul
+// CHECK-NEXT:      %[[SM:[0-9]+]] = tensor_op.softmax %[[MM]] {axis = -1 : i64} :
+// CHECK-NEXT:      tensor_op.yield %[[SM]]
+// CHECK-NEXT:    }
+
+// -----
+
+// An RMSNorm producing the matmul's lhs is absorbed as a prologue.
+func.func @rmsnorm_prologue(%x : !tensor_op.tensor<[B*S, 64], f16>, %g : !tensor_op.tensor<[64], f16>, %w : !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[B*S, 128], f16> {
+  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-06 : f64} : !tensor_op.tensor<[B*S, 64], f16> weight !tensor_op.tensor<[64], f16> -> !tensor_op.tensor<[B*S, 64], f16>
+  %1 = tensor_op.matmul %0, %w : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[B*S, 128], f16>
+  func.return %1 : !tensor_op.tensor<[B*S, 128], f16>
+}
+
+// CHECK-LABEL: func.func @rmsnorm_prologue(
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %g, %w : ({{.*}}) -> !tensor_op.tensor<[B*S, 128], f16> {
+// CHECK-NEXT:    ^bb0(%[[X:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[G:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[W:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>):
+// CHECK-NEXT:      %[[N:[0-9]+]] = tensor_op.rmsnorm %[[X]] weight %[[G]] {eps = 1.000000e-06 : f64} :
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul %[[N]], %[[W]] :
+// CHECK-NEXT:      tensor_op.yield %[[MM]] : !tensor_op.tensor<[B*S, 128], f16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// The pre-activation value is also returned: the fused op yields it as a second result.
+func.func @multiple_results(%x : !tensor_op.tensor<[64, 48], f16>, %w : !tensor_op.tensor<[48, 32], f16>, %b : !tensor_op.tensor<[32], f16>) -> (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[64, 32], f16>) {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %1 = tensor_op.add %0, %b : (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %2 = tensor_op.gelu %1 {approximate = "tanh"} : !tensor_op.tensor<[64, 32], f16>
+  func.return %2, %1 : !tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[64, 32], f16>
+}
+
+// CHECK-LABEL: func.func @multiple_results(
+// CHECK-NEXT:    %[[PRE:[0-9]+]], %[[ACT:[0-9]+]] = tensor_op.fused %x, %w, %b : ({{.*}}) -> (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[64, 32], f16>) {
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul
+// CHECK-NEXT:      %[[ADD:[0-9]+]] = tensor_op.add %[[MM]],
+// CHECK-NEXT:      %[[GELU:[0-9]+]] = tensor_op.gelu %[[ADD]] {approximate = "tanh"}
+// CHECK-NEXT:      tensor_op.yield %[[ADD]], %[[GELU]] :
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[ACT]], %[[PRE]] :
+
+// -----
+
+// Softmax over axis 0 is not a row reduction a tile kernel can do: it stays outside, after the fused matmul + relu.
+func.func @softmax_axis0_not_fused(%x : !tensor_op.tensor<[64, 48], f16>, %w : !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %1 = tensor_op.relu %0 : !tensor_op.tensor<[64, 32], f16>
+  %2 = tensor_op.softmax %1 {axis = 0 : i64} : !tensor_op.tensor<[64, 32], f16>
+  func.return %2 : !tensor_op.tensor<[64, 32], f16>
+}
+
+// CHECK-LABEL: func.func @softmax_axis0_not_fused(
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %w :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.matmul
+// CHECK-NEXT:      %[[RELU:[0-9]+]] = tensor_op.relu
+// CHECK-NEXT:      tensor_op.yield %[[RELU]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[SM:[0-9]+]] = tensor_op.softmax %[[F]] {axis = 0 : i64} : !tensor_op.tensor<[64, 32], f16>
+// CHECK-NEXT:    func.return %[[SM]]
+
+// -----
+
+// The add reads the matmul directly and through an unfusable softmax: putting it in the matmul's group would make
+// a cycle (group -> softmax -> group), so it forms its own group after the softmax.
+func.func @no_cycle(%x : !tensor_op.tensor<[64, 48], f16>, %w : !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %1 = tensor_op.softmax %0 {axis = 0 : i64} : !tensor_op.tensor<[64, 32], f16>
+  %2 = tensor_op.add %0, %1 : (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  func.return %2 : !tensor_op.tensor<[64, 32], f16>
+}
+
+// CHECK-LABEL: func.func @no_cycle(
+// CHECK-NEXT:    %[[MMF:[0-9]+]] = tensor_op.fused %x, %w :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul
+// CHECK-NEXT:      tensor_op.yield %[[MM]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[SM:[0-9]+]] = tensor_op.softmax %[[MMF]] {axis = 0 : i64}
+// CHECK-NEXT:    %[[ADDF:[0-9]+]] = tensor_op.fused %[[MMF]], %[[SM]] :
+// CHECK-NEXT:    ^bb0(%[[A:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[S:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>):
+// CHECK-NEXT:      %[[ADD:[0-9]+]] = tensor_op.add %[[A]], %[[S]] :
+// CHECK-NEXT:      tensor_op.yield %[[ADD]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[ADDF]]
+
+// -----
+
+// A matmul reading another matmul's (activated) output starts a new group; the relu joins the first as its epilogue.
+func.func @two_matmuls(%x : !tensor_op.tensor<[64, 48], f16>, %w : !tensor_op.tensor<[48, 32], f16>, %v : !tensor_op.tensor<[32, 16], f16>) -> !tensor_op.tensor<[64, 16], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[64, 48], f16>, !tensor_op.tensor<[48, 32], f16>) -> !tensor_op.tensor<[64, 32], f16>
+  %1 = tensor_op.relu %0 : !tensor_op.tensor<[64, 32], f16>
+  %2 = tensor_op.matmul %1, %v : (!tensor_op.tensor<[64, 32], f16>, !tensor_op.tensor<[32, 16], f16>) -> !tensor_op.tensor<[64, 16], f16>
+  func.return %2 : !tensor_op.tensor<[64, 16], f16>
+}
+
+// CHECK-LABEL: func.func @two_matmuls(
+// CHECK-NEXT:    %[[F1:[0-9]+]] = tensor_op.fused %x, %w :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.matmul
+// CHECK-NEXT:      tensor_op.relu
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[F2:[0-9]+]] = tensor_op.fused %[[F1]], %v :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.matmul
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F2]]
+
+// -----
+
+// Without a matmul, an elementwise chain is fused on its own.
+func.func @elementwise_chain(%x : !tensor_op.tensor<[M, N], f32>, %y : !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32> {
+  %0 = tensor_op.mul %x, %y : (!tensor_op.tensor<[M, N], f32>, !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+  %1 = tensor_op.silu %0 : !tensor_op.tensor<[M, N], f32>
+  %2 = tensor_op.scale %1 {factor = 0.5 : f64} : !tensor_op.tensor<[M, N], f32>
+  func.return %2 : !tensor_op.tensor<[M, N], f32>
+}
+
+// CHECK-LABEL: func.func @elementwise_chain(
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %y : ({{.*}}) -> !tensor_op.tensor<[M, N], f32> {
+// CHECK-NEXT:    ^bb0(%[[X:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[Y:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>):
+// CHECK-NEXT:      %[[MUL:[0-9]+]] = tensor_op.mul %[[X]], %[[Y]] :
+// CHECK-NEXT:      %[[SILU:[0-9]+]] = tensor_op.silu %[[MUL]] :
+// CHECK-NEXT:      %[[SCALE:[0-9]+]] = tensor_op.scale %[[SILU]] {factor = 5.000000e-01 : f64} :
+// CHECK-NEXT:      tensor_op.yield %[[SCALE]] : !tensor_op.tensor<[M, N], f32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// A standalone row reduction seeds a group too, and absorbs what follows it.
+func.func @standalone_layernorm(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tensor_op.tensor<[64], f32>) -> !tensor_op.tensor<[M, 64], f32> {
+  %0 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 64], f32> weight !tensor_op.tensor<[64], f32> -> !tensor_op.tensor<[M, 64], f32>
+  %1 = tensor_op.relu %0 : !tensor_op.tensor<[M, 64], f32>
+  func.return %1 : !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK-LABEL: func.func @standalone_layernorm(
+// CHECK-NEXT:    tensor_op.fused %x, %g :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %[[LN:[0-9]+]] = tensor_op.layernorm
+// CHECK-NEXT:      %[[RELU:[0-9]+]] = tensor_op.relu %[[LN]]
+// CHECK-NEXT:      tensor_op.yield %[[RELU]]
+// CHECK-NEXT:    }
+// CHECK-NOT:     tensor_op.fused

@@ -1,0 +1,89 @@
+// RUN: amk-opt %s --split-input-file -p amk-fuse,amk-tile | filecheck %s --check-prefix=AUTO
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=row_strip}' | filecheck %s --check-prefix=STRIP
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats}' | filecheck %s --check-prefix=STATS
+
+// A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
+// - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
+//   stores the pre-norm tile and merges its statistics (count, mean, M2) into running ones; phase 2 re-reads the
+//   stored tiles and normalizes them.
+// - tile_stats: output tiles in parallel; each writes its rows' partial statistics to scratch buffers, and the last
+//   program of a row strip to arrive merges them and normalizes the strip.
+// - auto (the default): row_strip when K is short (a static K <= 256), tile_stats otherwise.
+
+func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
+  %1 = tensor_op.layernorm %0 weight %g bias %b {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 512], f16> weight !tensor_op.tensor<[512], f16> bias !tensor_op.tensor<[512], f16> -> !tensor_op.tensor<[M, 512], f16>
+  func.return %1 : !tensor_op.tensor<[M, 512], f16>
+}
+
+// STRIP-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "row_strip", tile_params = ["BLOCK_M", "BLOCK_N", "BLOCK_K"], num_inputs = 4 : i64
+// STRIP-NEXT:    ^bb0(%x: !tensor_op.tensor<[M, 256], f16>, %w: !tensor_op.tensor<[256, 512], f16>, %g: !tensor_op.tensor<[512], f16>, %b: !tensor_op.tensor<[512], f16>, %out0: !tensor_op.tensor<[M, 512], f16>):
+// STRIP:         %[[COUNT:[a-z0-9_]+]], %[[MEAN:[a-z0-9_]+]], %[[M2:[a-z0-9_]+]] = tiled_loop.for "n" = <[0, 512, BLOCK_N]> iter_args(
+// STRIP:           tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// STRIP:             tiled_loop.load %x <[BLOCK_M*pid_m, k]>
+// STRIP-NEXT:        tiled_loop.load %w <[k, n]> : !tensor_op.tensor<[256, 512], f16> -> !tiled_loop.tile<[BLOCK_K, BLOCK_N], f16>
+// STRIP-NEXT:        tiled_loop.dot
+// STRIP:           tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// STRIP-NEXT:      tiled_loop.in_bounds <[0, n]> within <[1, 512]>
+// STRIP:           tiled_loop.reduce "sum" {{.*}}origin = "layernorm"
+// STRIP:           tiled_loop.yield
+// STRIP-NEXT:    }
+// STRIP-NEXT:    %[[VAR:[0-9]+]] = tiled_loop.binary "div" %[[M2]], %[[COUNT]] {origin = "layernorm"}
+// STRIP-NEXT:    %[[EPS:[0-9]+]] = tiled_loop.full 1.0e-05 {origin = "layernorm"}
+// STRIP-NEXT:    %[[VAREPS:[0-9]+]] = tiled_loop.binary "add" %[[VAR]], %[[EPS]]
+// STRIP-NEXT:    %[[RSTD:[a-z0-9_]+]] = tiled_loop.unary "rsqrt" %[[VAREPS]]
+// STRIP-NEXT:    tiled_loop.for "n" = <[0, 512, BLOCK_N]> iter_args() {{.*}}: () -> () {
+// STRIP-NEXT:      %[[Y:[a-z0-9_]+]] = tiled_loop.load %out0 <[BLOCK_M*pid_m, n]> : !tensor_op.tensor<[M, 512], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f16>
+// STRIP:           tiled_loop.load %g <[n]>
+// STRIP:           tiled_loop.load %b <[n]>
+// STRIP:           tiled_loop.binary "sub" %{{[a-z0-9_]+}}, %[[MEAN]] {origin = "layernorm"}
+// STRIP-NEXT:      tiled_loop.binary "mul" %{{[0-9]+}}, %[[RSTD]] {origin = "layernorm"}
+// STRIP:           tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// STRIP-NEXT:      tiled_loop.yield
+// STRIP-NEXT:    }
+// STRIP-NEXT:  }
+// STRIP-LABEL: func.func @matmul_layernorm(
+// STRIP-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
+
+// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", {{.*}}workspace = ["scratch", "scratch", "scratch", "counter"]{{.*}}} {
+// STATS-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %strip_counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+// STATS:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// STATS:         tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// STATS:         tiled_loop.store %{{[0-9]+}}, %partial0 <[BLOCK_M*pid_m, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32>
+// STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
+// STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// STATS-NEXT:    %[[LAST:[a-z0-9_]+]] = tiled_loop.last_arrival %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
+// STATS-NEXT:    tiled_loop.if %[[LAST]] {
+// STATS:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// STATS:             tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
+// STATS:           tiled_loop.unary "rsqrt"
+// STATS:           tiled_loop.for "n" = <[0, 512, BLOCK_N]>
+// STATS-NEXT:        tiled_loop.load %out0 <[BLOCK_M*pid_m, n]>
+// STATS:             tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// STATS-LABEL: func.func @matmul_layernorm(
+// STATS-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
+
+// -----
+
+func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.tensor<[4096, 512], f16>, %g : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 4096], f16>, !tensor_op.tensor<[4096, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
+  %1 = tensor_op.layernorm %0 weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 512], f16> weight !tensor_op.tensor<[512], f16> -> !tensor_op.tensor<[M, 512], f16>
+  func.return %1 : !tensor_op.tensor<[M, 512], f16>
+}
+
+// STRIP-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "row_strip"
+// STRIP:         tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
+// STRIP-LABEL: func.func @matmul_layernorm_long_k(
+
+// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats"
+// STATS:         tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
+// STATS:         tiled_loop.last_arrival
+// STATS-LABEL: func.func @matmul_layernorm_long_k(
+
+// The default picks by K: row_strip for K = 256 above, tile_stats for K = 4096.
+// AUTO:        strategy = "row_strip"
+// AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// AUTO-LABEL:  func.func @matmul_layernorm(
+// AUTO:        strategy = "tile_stats"
+// AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
+// AUTO-LABEL:  func.func @matmul_layernorm_long_k(

@@ -1,0 +1,441 @@
+"""Bad input to the public API raises the right ``amk.errors`` type, with a one-line message that names the problem
+and what is accepted; never a Triton, xDSL or bare Python error from the internals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import amk
+from amk import errors
+from amk.errors import (
+    AmkError,
+    DeviceError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    UnsupportedOpError,
+)
+
+FP32 = torch.float32
+OPS = ["matmul", "add_bias", "relu"]
+SHAPES = [(32, 64), (64, 48), (48,)]
+
+
+def expect(error_type, call, *substrings):
+    """``call()`` raises ``error_type`` whose message contains every substring (case-insensitive) on one line."""
+    with pytest.raises(error_type) as info:
+        call()
+    error = info.value
+    assert isinstance(error, AmkError), f"{type(error).__module__}.{type(error).__name__} is not an amk error"
+    message = str(error)
+    assert message.strip(), "empty error message"
+    assert "\n" not in message.strip(), f"message is not a single line: {message!r}"
+    for internal in ('File "', "Traceback", "xdsl.", "triton."):
+        assert internal not in message, f"internals leak into the message: {message!r}"
+    for substring in substrings:
+        assert substring.lower() in message.lower(), f"{substring!r} not in {message!r}"
+    return message
+
+
+def build(ops=OPS, shapes=SHAPES, dtype=FP32, **kwargs):
+    return lambda: amk.build_fused_kernel(ops, shapes, dtype, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The op list
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_unknown_op_lists_supported_ops():
+    message = expect(UnsupportedOpError, build(["matmul", "frobnicate"], [(32, 64), (64, 48)]),
+                     "ops[1]", "frobnicate", "supported ops")
+    from amk.oplist import OPS as VOCABULARY
+
+    for name in VOCABULARY:
+        assert name in message
+
+
+def test_unknown_op_is_also_a_value_error():
+    with pytest.raises(ValueError):
+        build(["gemm"], [(32, 64), (64, 48)])()
+
+
+@pytest.mark.parametrize("entry", [3, None, ("relu", {}, 1), {"op": "relu"}, ("relu",), (("relu",), {}),
+                                   ("relu", "tanh")],
+                         ids=["int", "none", "triple", "dict", "1-tuple", "nested-tuple", "params-not-dict"])
+def test_op_entry_of_wrong_form(entry):
+    expect(InvalidArgumentError, build(["matmul", entry], [(32, 64), (64, 48)]),
+           "ops[1]", "name or a (name, params) pair")
+
+
+@pytest.mark.parametrize("ops", ["relu", [], None, 42, b"relu"], ids=["str", "empty", "none", "int", "bytes"])
+def test_ops_not_a_list(ops):
+    expect(InvalidArgumentError, build(ops, [(32, 64)]), "ops must be a non-empty list")
+
+
+@pytest.mark.parametrize("entry, key, accepted", [
+    (("relu", {"alpha": 1.0}), "alpha", "none"),
+    (("gelu", {"approx": "tanh"}), "approx", "approximate"),
+    (("layernorm", {"epsilon": 1e-6}), "epsilon", "eps"),
+    (("sum", {"keep_dim": True}), "keep_dim", "keepdim"),
+    (("leaky_relu", {"slope": 0.2}), "slope", "negative_slope"),
+])
+def test_unknown_op_parameter(entry, key, accepted):
+    expect(InvalidArgumentError, build(["matmul", entry], [(32, 64), (64, 48)]),
+           "ops[1]", entry[0], f"unknown parameter '{key}'", "accepted", accepted)
+
+
+@pytest.mark.parametrize("entry, key, type_name", [
+    (("scale", {"factor": "2"}), "factor", "str"),
+    (("scale", {"factor": True}), "factor", "bool"),
+    (("sum", {"dim": 1.0}), "dim", "float"),
+    (("sum", {"keepdim": 1}), "keepdim", "int"),
+    (("gelu", {"approximate": True}), "approximate", "bool"),
+    (("matmul", {"transpose_b": "yes"}), "transpose_b", "str"),
+    (("cast", {"dtype": "float16"}), "dtype", "str"),
+    (("clamp", {"min": None}), "min", "NoneType"),
+])
+def test_wrong_parameter_type(entry, key, type_name):
+    ops = [entry] if entry[0] == "matmul" else ["matmul", entry]
+    index = 0 if entry[0] == "matmul" else 1
+    expect(InvalidArgumentError, build(ops, [(32, 64), (64, 48)]),
+           f"ops[{index}]", entry[0], f"parameter '{key}'", "wrong type", type_name)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (message): a wrong parameter type names the type given but not the "
+                                       "type accepted, e.g. \"ops[1] (scale): parameter 'factor' has the wrong type "
+                                       "str\"")
+@pytest.mark.parametrize("entry, accepted", [
+    (("scale", {"factor": "2"}), ("float", "number", "int")),
+    (("sum", {"keepdim": 1}), ("bool",)),
+], ids=["scale-factor", "sum-keepdim"])
+def test_wrong_parameter_type_names_accepted_type(entry, accepted):
+    message = expect(InvalidArgumentError, build(["matmul", entry], [(32, 64), (64, 48)]), "wrong type")
+    wrong = type(entry[1][next(iter(entry[1]))]).__name__
+    rest = message.replace(f"wrong type {wrong}", "")
+    assert any(name in rest for name in accepted), message
+
+
+def test_scale_without_factor():
+    expect(InvalidArgumentError, build(["matmul", "scale"], [(32, 64), (64, 48)]), "scale", "'factor'")
+
+
+def test_cast_without_dtype():
+    expect(InvalidArgumentError, build(["cast"], [(32, 64)]), "cast", "'dtype'")
+
+
+def test_clamp_without_bounds():
+    expect(InvalidArgumentError, build(["clamp"], [(32, 64)]), "clamp", "min", "max")
+
+
+def test_gelu_unknown_approximation():
+    expect(UnsupportedOpError, build([("gelu", {"approximate": "fast"})], [(32, 64)]), "gelu", "'fast'", "tanh",
+           "none")
+
+
+def test_cast_to_integer_dtype():
+    expect(DTypeError, build([("cast", {"dtype": torch.int32})], [(32, 64)]), "torch.int32", "torch.float16")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: clamp with min > max raises ShapeError ('does not fit its inputs ... "
+                                       "operand shapes') although the shapes are fine; a bad option value should be "
+                                       "InvalidArgumentError")
+def test_clamp_min_greater_than_max():
+    expect(InvalidArgumentError, build([("clamp", {"min": 1.0, "max": 0.0})], [(32, 64)]), "clamp", "min", "max")
+
+
+def test_clamp_min_greater_than_max_names_the_problem():
+    """Whatever its class, the message of the min > max error names both bounds."""
+    with pytest.raises(AmkError) as info:
+        build([("clamp", {"min": 1.0, "max": 0.0})], [(32, 64)])()
+    assert "min (1.0) is greater than max (0.0)" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# input_shapes
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_matmul_contraction_mismatch():
+    message = expect(ShapeError, build(["matmul", "relu"], [(32, 64), (32, 48)]), "ops[0]", "matmul", "64", "32",
+                     "contraction")
+    assert "(32, 48)" in message.replace("'", "") or "32, 48" in message.replace("'", "")
+
+
+def test_matmul_transpose_b_mismatch():
+    expect(ShapeError, build([("matmul", {"transpose_b": True})], [(32, 64), (64, 48)]), "matmul", "64", "48")
+
+
+@pytest.mark.parametrize("ops, shapes, substrings", [
+    (OPS, [(32, 64), (64, 48), (47,)], ["ops[1]", "add_bias", "48", "47", "broadcast"]),
+    (["matmul", "add"], [(32, 64), (64, 48), (31, 48)], ["ops[1]", "add", "32", "31"]),
+    (["layernorm"], [(32, 64), (63,)], ["ops[0]", "layernorm", "63", "64"]),
+    (["rmsnorm", "matmul"], [(32, 64), (32,), (64, 48)], ["ops[0]", "rmsnorm", "32", "64"]),
+    (["matmul"], [(32, 64), (64,)], ["ops[0]", "matmul", "rank"]),
+    (["matmul"], [(64,), (64, 48)], ["ops[0]", "matmul", "rank"]),
+    ([("sum", {"dim": 2})], [(32, 64)], ["ops[0]", "sum", "axis 2", "rank-2"]),
+    ([("softmax", {"dim": -3})], [(32, 64)], ["ops[0]", "softmax", "axis -3"]),
+], ids=["bias", "residual", "ln-gamma", "rms-weight", "matmul-rank-w", "matmul-rank-x", "sum-axis", "softmax-axis"])
+def test_shapes_inconsistent_with_chain(ops, shapes, substrings):
+    expect(ShapeError, build(ops, shapes), *substrings)
+
+
+@pytest.mark.parametrize("shapes, given", [(SHAPES + [(48,)], 4), (SHAPES[:2], 2), (SHAPES[:1], 1)],
+                         ids=["too-many", "too-few", "one"])
+def test_wrong_number_of_shapes(shapes, given):
+    expect(ShapeError, build(OPS, shapes), f"{given} input shapes given", "takes", "3", "matmul, add_bias, relu")
+
+
+def test_wrong_number_of_shapes_with_optional_operands():
+    expect(ShapeError, build(["matmul", "layernorm"], [(32, 64), (64, 48), (48,), (48,), (48,)]),
+           "5 input shapes given", "between 2 and 4")
+
+
+@pytest.mark.parametrize("shape, word", [((0, 64), "empty"), ((32, 0), "empty"), ((-32, 64), "negative"),
+                                         ((32, -1), "negative")])
+def test_shape_with_zero_or_negative_dim(shape, word):
+    expect(ShapeError, build(OPS, [shape, (64, 48), (48,)]), "input_shapes[0]", word, str(shape[0]))
+
+
+@pytest.mark.parametrize("shape", [(32.0, 64), (32, "64"), (32, None), (True, 64), "32x64", 32, None,
+                                   (32, torch.tensor(64))],
+                         ids=["float", "str-dim", "none-dim", "bool-dim", "str", "int", "none", "tensor-dim"])
+def test_non_int_dims(shape):
+    expect(InvalidArgumentError, build(OPS, [shape, (64, 48), (48,)]), "input_shapes[0]", "tuple of ints")
+
+
+@pytest.mark.parametrize("shapes", [None, [], "32,64", 5], ids=["none", "empty", "str", "int"])
+def test_input_shapes_not_a_list(shapes):
+    expect(InvalidArgumentError, build(OPS, shapes), "input_shapes must be a non-empty list")
+
+
+def test_torch_size_shapes_are_accepted():
+    kernel = amk.build_fused_kernel(["relu"], [torch.Size([4, 8])], FP32)
+    assert kernel(torch.randn(4, 8)).shape == (4, 8)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# dtype, backend and the tuning options
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float64, torch.bool, torch.complex64],
+                         ids=["int32", "float64", "bool", "complex64"])
+def test_unsupported_dtype(dtype):
+    expect(DTypeError, build(dtype=dtype), str(dtype), "torch.float32", "torch.float16", "torch.bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float16", None, float, 16], ids=["str", "none", "python-float", "int"])
+def test_dtype_not_a_torch_dtype(dtype):
+    expect(DTypeError, build(dtype=dtype), "dtype must be a torch.dtype", "torch.float16")
+
+
+def test_dtype_error_is_a_type_error():
+    with pytest.raises(TypeError):
+        build(dtype="float16")()
+
+
+@pytest.mark.parametrize("backend", ["cuda", "Triton", "", None])
+def test_bad_backend(backend):
+    expect(InvalidArgumentError, build(backend=backend), "backend", "not supported", "triton")
+
+
+@pytest.mark.parametrize("autotune", ["yes", 1, None, 0.0])
+def test_autotune_not_bool(autotune):
+    expect(InvalidArgumentError, build(autotune=autotune), "autotune must be True or False")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: verify= is not validated (autotune= is): verify='no' is truthy and "
+                                       "silently runs the verification")
+def test_verify_not_bool():
+    expect(InvalidArgumentError, build(verify="no"), "verify")
+
+
+@pytest.mark.parametrize("config", [{"search_budget": 4}, "bayesian", 8], ids=["dict", "str", "int"])
+def test_tuner_config_wrong_type(config):
+    expect(InvalidArgumentError, build(tuner_config=config), "tuner_config must be an amk.TunerConfig",
+           type(config).__name__)
+
+
+def test_tuner_config_accepted():
+    kernel = amk.build_fused_kernel(["relu"], [(4, 8)], FP32, tuner_config=amk.TunerConfig(search_budget=2))
+    assert kernel(torch.randn(4, 8)).shape == (4, 8)
+
+
+@pytest.mark.parametrize("grid, substrings", [
+    ({"BLOCK_M": [32]}, ["'BLOCK_M'", "not a tunable parameter", "BLOCK_SIZE_M", "num_warps"]),
+    ({"block_size_m": [32]}, ["'block_size_m'", "accepted", "BLOCK_SIZE_M"]),
+    ({"BLOCK_SIZE_M": [48]}, ["BLOCK_SIZE_M", "powers of two", "48"]),
+    ({"BLOCK_SIZE_N": [32, 96]}, ["BLOCK_SIZE_N", "powers of two", "96"]),
+    ({"num_warps": [3]}, ["num_warps", "powers of two", "3"]),
+    ({"BLOCK_SIZE_M": []}, ["BLOCK_SIZE_M", "non-empty list of positive ints"]),
+    ({"BLOCK_SIZE_M": [0]}, ["BLOCK_SIZE_M", "positive ints"]),
+    ({"BLOCK_SIZE_K": [-16]}, ["BLOCK_SIZE_K", "positive ints"]),
+    ({"BLOCK_SIZE_M": [32.0]}, ["BLOCK_SIZE_M", "positive ints"]),
+    ({"BLOCK_SIZE_M": [True]}, ["BLOCK_SIZE_M", "positive ints"]),
+    ({"BLOCK_SIZE_M": "32"}, ["BLOCK_SIZE_M", "positive ints"]),
+    ({}, ["parameter_grid must be a non-empty dict"]),
+    ([32, 64], ["parameter_grid must be a non-empty dict"]),
+    ("BLOCK_SIZE_M=32", ["parameter_grid must be a non-empty dict"]),
+], ids=["unknown-key", "lowercase-key", "not-pow2", "one-not-pow2", "warps-not-pow2", "empty-list", "zero",
+        "negative", "float", "bool", "str-values", "empty-dict", "list", "str"])
+def test_bad_parameter_grid(grid, substrings):
+    expect(InvalidArgumentError, build(parameter_grid=grid), *substrings)
+
+
+def test_parameter_grid_accepted_and_used():
+    grid = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32, 64], "BLOCK_SIZE_K": 16}
+    kernel = amk.build_fused_kernel(["matmul", "relu"], [(16, 32), (32, 32)], FP32, parameter_grid=grid)
+    assert kernel.config["BLOCK_SIZE_M"] == 16 and kernel.config["BLOCK_SIZE_K"] == 16
+    assert kernel.config["BLOCK_SIZE_N"] in (32, 64)
+
+
+@pytest.mark.parametrize("kwargs, substrings", [
+    ({"search_budget": 0}, ["search_budget", "positive integer", "0"]),
+    ({"search_budget": -4}, ["search_budget", "-4"]),
+    ({"search_budget": "8"}, ["search_budget", "'8'"]),
+    ({"search_budget": 8.0}, ["search_budget", "8.0"]),
+    ({"search_budget": True}, ["search_budget", "True"]),
+    ({"warmup_runs": -1}, ["warmup_runs", "-1"]),
+    ({"measure_runs": 0}, ["measure_runs", "0"]),
+    ({"measure_runs": 2.5}, ["measure_runs", "2.5"]),
+    ({"enable_warp_specialization": "yes"}, ["enable_warp_specialization", "True or False"]),
+    ({"enable_warp_specialization": 1}, ["enable_warp_specialization", "True or False"]),
+    ({"target_cache_dir": 5}, ["target_cache_dir", "path", "5"]),
+    ({"strategy": "grid"}, ["strategy", "exhaustive", "random", "bayesian", "'grid'"]),
+    ({"strategy": None}, ["strategy", "bayesian"]),
+])
+def test_tuner_config_invalid_values(kwargs, substrings):
+    expect(InvalidArgumentError, lambda: amk.TunerConfig(**kwargs), "TunerConfig", *substrings)
+
+
+def test_tuner_config_valid_values():
+    config = amk.TunerConfig(search_budget=1, warmup_runs=0, measure_runs=1, enable_warp_specialization=True,
+                             target_cache_dir="/tmp/amk-test", strategy="exhaustive")
+    assert config.strategy == "exhaustive"
+
+
+def test_tuner_config_unknown_field_is_a_type_error():
+    with pytest.raises(TypeError):
+        amk.TunerConfig(budget=4)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Call time
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return amk.build_fused_kernel(OPS, SHAPES, FP32)
+
+
+@pytest.fixture()
+def tensors():
+    return [torch.randn(s) for s in SHAPES]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 4])
+def test_call_wrong_number_of_tensors(kernel, tensors, count):
+    args = (tensors + [tensors[-1]])[:count]
+    expect(InvalidArgumentError, lambda: kernel(*args), "takes 3 tensors", f"got {count}")
+
+
+@pytest.mark.parametrize("make, type_name", [
+    (lambda t: t.tolist(), "list"),
+    (lambda t: t.numpy(), "ndarray"),
+    (lambda t: None, "NoneType"),
+    (lambda t: 1.5, "float"),
+], ids=["list", "numpy", "none", "float"])
+def test_call_non_tensor_argument(kernel, tensors, make, type_name):
+    tensors[0] = make(tensors[0])
+    expect(InvalidArgumentError, lambda: kernel(*tensors), "argument 0", "torch.Tensor", type_name)
+
+
+@pytest.mark.parametrize("index, dtype", [(0, torch.float16), (1, torch.bfloat16), (2, torch.float64),
+                                          (0, torch.int32)])
+def test_call_wrong_dtype(kernel, tensors, index, dtype):
+    tensors[index] = tensors[index].to(dtype)
+    expect(DTypeError, lambda: kernel(*tensors), f"argument {index}", str(dtype), "built for torch.float32")
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_call_wrong_device(kernel, tensors, index):
+    tensors[index] = tensors[index].to("meta")
+    expect(DeviceError, lambda: kernel(*tensors), f"argument {index}", "meta", kernel.device.type)
+
+
+@pytest.mark.parametrize("index, shape", [(0, (32, 65)), (0, (2, 32, 64)), (0, (64,)), (1, (64, 49)), (2, (49,)),
+                                          (2, (1, 48))],
+                         ids=["x-K", "x-rank", "x-rank1", "w-N", "bias-N", "bias-rank"])
+def test_call_wrong_non_batch_shape(kernel, tensors, index, shape):
+    tensors[index] = torch.randn(shape)
+    message = expect(ShapeError, lambda: kernel(*tensors), f"argument {index}", str(shape), str(SHAPES[index]))
+    assert "leading dims" in message
+
+
+def test_call_weight_contraction_change(kernel, tensors):
+    """A weight whose K differs from x's K cannot be bound, whatever the check that catches it."""
+    tensors[1] = torch.randn(40, 48)
+    expect(ShapeError, lambda: kernel(*tensors), "40")
+
+
+def test_call_batch_dims_that_disagree():
+    ops, shapes = ["matmul", "add"], [(32, 64), (64, 48), (32, 48)]
+    fused = amk.build_fused_kernel(ops, shapes, FP32)
+    expect(ShapeError, lambda: fused(torch.randn(20, 64), torch.randn(64, 48), torch.randn(32, 48)),
+           "add", "20", "32")
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (0, 0)])
+def test_call_empty_tensor(kernel, tensors, shape):
+    tensors[0] = torch.randn(shape)
+    expect(ShapeError, lambda: kernel(*tensors), "argument 0", "empty")
+
+
+def test_call_still_works_after_errors(kernel, tensors):
+    for bad in ([tensors[0].half(), *tensors[1:]], tensors[:2]):
+        with pytest.raises(AmkError):
+            kernel(*bad)
+    output = kernel(*tensors)
+    expected = torch.relu(tensors[0].double() @ tensors[1].double() + tensors[2].double())
+    torch.testing.assert_close(output.double(), expected, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Verification helpers and the error classes
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_verify_reference_not_callable(kernel):
+    expect(InvalidArgumentError, lambda: amk.verify(kernel, 5), "reference_fn must be callable")
+
+
+def test_verify_unsupported_dtype(kernel):
+    from amk.verification import reference_for
+
+    expect(InvalidArgumentError, lambda: amk.verify(kernel, reference_for(kernel.ops, 3), dtypes=[torch.int32]),
+           "cannot verify dtype torch.int32", "torch.float16")
+
+
+def test_verify_plain_callable_needs_inputs():
+    expect(InvalidArgumentError, lambda: amk.verify(torch.relu, torch.relu), "needs inputs=")
+
+
+def test_verify_failure_raises_verification_error(kernel):
+    from amk.verification import reference_for
+
+    reference = reference_for(kernel.ops, 3)
+    with pytest.raises(errors.VerificationError) as info:
+        amk.verify(kernel, lambda *t: reference(*t) + 1.0)
+    assert "FAILED" in str(info.value)
+    assert info.value.report is not None and not info.value.report.passed
+
+
+def test_error_hierarchy():
+    for cls in (UnsupportedOpError, ShapeError, DTypeError, DeviceError, InvalidArgumentError, errors.FusionError,
+                errors.CompilationError, errors.VerificationError):
+        assert issubclass(cls, AmkError)
+    assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
+    assert issubclass(errors.VerificationError, AssertionError)

@@ -1,0 +1,489 @@
+"""End to end: every op of the op-list vocabulary, built with ``amk.build_fused_kernel`` and run (in Triton's
+interpreter without a GPU), matches PyTorch in fp32, fp16 and bf16.
+
+Shapes are deliberately not multiples of any tile size (M=37, K=100, N=75), so every mask and every partial tile is
+exercised; some cases also force small tiles through ``parameter_grid`` so that the K loop and the column sweeps of
+row reductions run several partial iterations. The reference is an eager float64 evaluation written in conftest.py
+(independent of amk.reference); errors are relative L2 with amk's per-dtype tolerances.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import eager, make_inputs, rel_l2
+
+import amk
+from amk.verification import TOLERANCES, reference_for
+
+M, K, N = 37, 100, 75
+FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
+ALL_DTYPES = [FP32, FP16, BF16]
+SMALL_TILES = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32], "BLOCK_SIZE_K": [32]}
+
+SOFTMAX_BUG = ("BUG: row_strip softmax takes its running max/sum-exp from the fp32 matmul tile but re-reads the "
+               "logits rounded to bf16 in its second sweep, so rows no longer sum to 1 (error ~3x eager bf16)")
+
+pytestmark = pytest.mark.filterwarnings(
+    # Padding lanes of partial tiles (masked out of every store) may divide 0 by 0 in the interpreter.
+    "ignore:invalid value encountered in divide:RuntimeWarning",
+    "ignore:divide by zero encountered in divide:RuntimeWarning",
+)
+
+
+def _softmax_after_matmul(ops):
+    names = [op if isinstance(op, str) else op[0] for op in ops]
+    return "matmul" in names and "softmax" in names[names.index("matmul"):]
+
+
+def run_chain(ops, shapes, dtype, *, grid=None, out_dtype=None, kernels=1, seed=0, weight_scale=1.0):
+    """Build, run on seeded inputs, compare with the float64 eager reference; returns (kernel, error)."""
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, parameter_grid=grid)
+    inputs = make_inputs(ops, shapes, dtype, seed=seed, weight_scale=weight_scale)
+    output = kernel(*inputs)
+    expected = eager(ops, [t.double() for t in inputs])
+    assert output.dtype == (out_dtype or dtype)
+    assert output.device == inputs[0].device
+    error = rel_l2(output, expected)
+    tolerance = max(TOLERANCES[dtype], TOLERANCES[out_dtype or dtype])
+    if error > tolerance and dtype == BF16 and _softmax_after_matmul(ops):
+        # Sits at the tolerance edge (0.8-1.6e-2) because of the bug that
+        # test_bf16_softmax_after_matmul_is_as_accurate_as_eager pins down (strictly).
+        pytest.xfail(f"{SOFTMAX_BUG} (rel L2 {error:.3e})")
+    assert error <= tolerance, f"{ops} {shapes} {dtype}: rel L2 {error:.3e} > {tolerance:.0e}"
+    if kernels is not None:
+        assert kernel.num_kernels == kernels, f"{ops} compiled to {kernel.num_kernels} kernels"
+    return kernel, error
+
+
+def dtype_id(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+dtypes = pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+
+# --------------------------------------------------------------------------------------------------------------------
+# Elementwise ops
+# --------------------------------------------------------------------------------------------------------------------
+
+UNARY = [
+    "relu", "gelu", ("gelu", {"approximate": "tanh"}), "silu", "sigmoid", "tanh", "exp", "mish", "leaky_relu",
+    ("leaky_relu", {"negative_slope": 0.2}), ("clamp", {"min": -0.5, "max": 0.75}), ("clamp", {"min": 0.1}),
+    ("clamp", {"max": -0.1}), "hardtanh", ("hardtanh", {"min_val": -0.3, "max_val": 0.4}), ("scale", {"factor": 0.125}),
+    ("scale", {"factor": -3}),
+]
+
+
+def op_id(op):
+    if isinstance(op, str):
+        return op
+    name, params = op
+    return name + "[" + ",".join(f"{k}={v}" for k, v in params.items()) + "]"
+
+
+@dtypes
+@pytest.mark.parametrize("op", UNARY, ids=op_id)
+def test_unary_after_matmul(op, dtype):
+    run_chain(["matmul", op], [(M, K), (K, N)], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("op", UNARY, ids=op_id)
+def test_unary_standalone(op, dtype):
+    run_chain([op], [(M, N)], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("op", ["relu", "gelu", "silu", "tanh", "mish"], ids=op_id)
+def test_unary_after_matmul_bias(op, dtype):
+    run_chain(["matmul", "add_bias", op], [(M, K), (K, N), (N,)], dtype)
+
+
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
+OPERAND_SHAPES = {"full": (M, N), "row": (N,), "column": (M, 1), "row2d": (1, N)}
+
+
+@dtypes
+@pytest.mark.parametrize("operand", list(OPERAND_SHAPES))
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_after_matmul(op, operand, dtype):
+    run_chain(["matmul", op], [(M, K), (K, N), OPERAND_SHAPES[operand]], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_standalone(op, dtype):
+    run_chain([op], [(M, N), (M, N)], dtype)
+
+
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_standalone_broadcast_row(op):
+    run_chain([op], [(M, N), (N,)], FP16)
+
+
+@dtypes
+def test_add_bias(dtype):
+    run_chain(["matmul", "add_bias"], [(M, K), (K, N), (N,)], dtype)
+
+
+@dtypes
+def test_matmul_alone(dtype):
+    run_chain(["matmul"], [(M, K), (K, N)], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("target", ALL_DTYPES, ids=dtype_id)
+def test_cast_standalone(dtype, target):
+    run_chain([("cast", {"dtype": target})], [(M, N)], dtype, out_dtype=target)
+
+
+@dtypes
+@pytest.mark.parametrize("target", [FP32, FP16], ids=dtype_id)
+def test_cast_after_matmul(dtype, target):
+    run_chain(["matmul", "add_bias", ("cast", {"dtype": target})], [(M, K), (K, N), (N,)], dtype, out_dtype=target)
+
+
+@dtypes
+@pytest.mark.parametrize("ops, shapes", [
+    (["matmul", "add_bias", "silu", "mul"], [(M, K), (K, N), (N,), (M, N)]),
+    (["matmul", "add_bias", "tanh", ("clamp", {"min": -0.5, "max": 0.5}), ("scale", {"factor": 2.0})],
+     [(M, K), (K, N), (N,)]),
+    (["matmul", "sub", "exp", "div"], [(M, K), (K, N), (N,), (M, N)]),
+    (["matmul", "maximum", "minimum", "leaky_relu"], [(M, K), (K, N), (M, N), (M, 1)]),
+    (["sigmoid", "mul", "add", "hardtanh"], [(M, N), (M, N), (N,)]),
+], ids=["swiglu-like", "tanh-clamp-scale", "sub-exp-div", "max-min-leaky", "standalone-chain"])
+def test_elementwise_chains(ops, shapes, dtype):
+    run_chain(ops, shapes, dtype)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Row reductions, softmax and norms
+# --------------------------------------------------------------------------------------------------------------------
+
+REDUCTIONS = ["sum", "mean", "max", "logsumexp"]
+ROW_OPS = REDUCTIONS + ["softmax", "layernorm", "rmsnorm"]
+
+
+@dtypes
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_row_op_after_matmul(op, dtype):
+    run_chain(["matmul", op], [(M, K), (K, N)], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_row_op_standalone(op, dtype):
+    run_chain([op], [(M, N)], dtype)
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_row_op_after_matmul_small_tiles(op):
+    """Several partial N tiles per row and a K loop with a partial last tile."""
+    run_chain(["matmul", op], [(M, K), (K, N)], FP32, grid=SMALL_TILES)
+
+
+@pytest.mark.parametrize("dtype", [FP32, FP16], ids=dtype_id)
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_reduction_keepdim(op, dtype):
+    run_chain(["matmul", (op, {"keepdim": True})], [(M, K), (K, N)], dtype)
+    run_chain([(op, {"keepdim": True, "dim": -1})], [(M, N)], dtype)
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_reduction_then_elementwise(op):
+    run_chain(["matmul", "add_bias", op, "exp"], [(M, K), (K, N), (N,)], FP32)
+
+
+@pytest.mark.parametrize("ops, shapes", [
+    ([("sum", {"dim": 0})], [(M, N)]),
+    ([("mean", {"dim": 0, "keepdim": True})], [(M, N)]),
+    ([("max", {"dim": 1})], [(2, 5, N)]),
+    ([("logsumexp", {"dim": -2})], [(2, 5, N)]),
+    ([("softmax", {"dim": 0})], [(M, N)]),
+    (["matmul", ("softmax", {"dim": 0})], [(M, K), (K, N)]),
+    (["matmul", ("sum", {"dim": 0})], [(M, K), (K, N)]),
+], ids=["sum0", "mean0-keepdim", "max1-3d", "lse-2-3d", "softmax0", "matmul-softmax0", "matmul-sum0"])
+def test_non_last_axis_reductions(ops, shapes):
+    """Not fusable as row reductions; whatever amk does with them (eager fallback), the numbers must be right."""
+    run_chain(ops, shapes, FP16, kernels=None)
+
+
+@dtypes
+@pytest.mark.parametrize("op, extra", [
+    ("layernorm", [(N,), (N,)]),
+    ("layernorm", [(N,)]),
+    (("layernorm", {"eps": 1e-3}), [(N,), (N,)]),
+    ("rmsnorm", [(N,)]),
+    (("rmsnorm", {"eps": 1e-2}), [(N,)]),
+], ids=["ln-gamma-beta", "ln-gamma", "ln-eps", "rms-weight", "rms-eps"])
+def test_norm_with_weights(op, extra, dtype):
+    run_chain(["matmul", op], [(M, K), (K, N), *extra], dtype)
+    run_chain([op], [(M, N), *extra], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("ops, shapes", [
+    (["matmul", ("scale", {"factor": 0.5}), "softmax"], [(M, K), (K, N)]),
+    (["matmul", "add", "softmax"], [(M, K), (K, N), (M, N)]),
+    (["matmul", "add_bias", "layernorm", "relu"], [(M, K), (K, N), (N,), (N,), (N,)]),
+    (["matmul", "softmax", "mul"], [(M, K), (K, N), (M, N)]),
+    (["matmul", "rmsnorm", "silu"], [(M, K), (K, N), (N,)]),
+], ids=["scale-softmax", "add-softmax", "ln-relu", "softmax-mul", "rms-silu"])
+def test_row_op_chains(ops, shapes, dtype):
+    run_chain(ops, shapes, dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("ops, shapes", [
+    (["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)]),
+    (["rmsnorm", "matmul"], [(M, K), (K, N)]),
+    (["layernorm", "matmul", "add_bias"], [(M, K), (K,), (K,), (K, N), (N,)]),
+    (["layernorm", "matmul", "add_bias", "gelu"], [(M, K), (K, N), (N,)]),
+], ids=["rms-matmul-add", "rms-matmul", "ln-matmul-bias", "ln-noaffine-matmul-bias-gelu"])
+def test_norm_prologue_before_matmul(ops, shapes, dtype):
+    run_chain(ops, shapes, dtype)
+
+
+def test_norm_prologue_small_tiles():
+    run_chain(["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)], FP32, grid=SMALL_TILES)
+    run_chain(["layernorm", "matmul", "add_bias"], [(M, K), (K,), (K,), (K, N), (N,)], FP32, grid=SMALL_TILES)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The seed chains, through the public verify API as well
+# --------------------------------------------------------------------------------------------------------------------
+
+SEED_CHAINS = [
+    (["matmul", "add_bias", "gelu", "layernorm"], [(M, K), (K, N), (N,), (N,), (N,)]),
+    (["matmul", "add_bias", "relu"], [(M, K), (K, N), (N,)]),
+    (["matmul", "add", "rmsnorm"], [(M, K), (K, N), (M, N), (N,)]),
+]
+SEED_IDS = ["bias-gelu-layernorm", "bias-relu", "residual-rmsnorm"]
+
+
+@dtypes
+@pytest.mark.parametrize("ops, shapes", SEED_CHAINS, ids=SEED_IDS)
+def test_seed_chains(ops, shapes, dtype):
+    kernel, _ = run_chain(ops, shapes, dtype)
+    assert set(kernel.ir) >= {"tensor_op", "fused", "tiled_loop", "memory_staged", "triton"}
+    assert kernel.ir["fused"].count("tensor_op.fused") == 1
+    assert "@triton.jit" in kernel.source
+    compile(kernel.source, "<amk kernel>", "exec")
+
+
+@pytest.mark.parametrize("ops, shapes", SEED_CHAINS, ids=SEED_IDS)
+def test_seed_chains_verify_api(ops, shapes):
+    kernel = amk.build_fused_kernel(ops, shapes, FP16, verify=True)
+    assert kernel.verification.passed
+    report = amk.verify(kernel, reference_for(kernel.ops, len(shapes)), dtypes=ALL_DTYPES)
+    assert report.passed
+    assert [r.dtype for r in report.results] == ALL_DTYPES
+    assert all(r.relative_l2_error <= TOLERANCES[r.dtype] for r in report.results)
+    assert str(report).count(" ok") == 3
+
+
+@pytest.mark.parametrize("ops, shapes", SEED_CHAINS, ids=SEED_IDS)
+def test_seed_chains_small_tiles(ops, shapes):
+    kernel, _ = run_chain(ops, shapes, BF16, grid=SMALL_TILES)
+    assert kernel.config["BLOCK_SIZE_K"] == 32 and kernel.config["BLOCK_SIZE_N"] == 32
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Layouts and shapes: transpose_b, 3-D inputs, size-1 dims
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dtypes
+@pytest.mark.parametrize("ops, extra", [
+    ([("matmul", {"transpose_b": True})], []),
+    ([("matmul", {"transpose_b": True}), "add_bias", "gelu"], [(N,)]),
+    ([("matmul", {"transpose_b": True}), "softmax"], []),
+    ([("matmul", {"transpose_b": True}), "add", "rmsnorm"], [(M, N), (N,)]),
+], ids=["plain", "bias-gelu", "softmax", "residual-rmsnorm"])
+def test_transpose_b(ops, extra, dtype):
+    run_chain(ops, [(M, K), (N, K), *extra], dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("ops, extra", [
+    (["matmul", "add_bias", "gelu"], [(N,)]),
+    (["matmul", "add", "relu"], [(2, 5, N)]),
+    (["matmul", "softmax"], []),
+    (["matmul", "add_bias", "gelu", "layernorm"], [(N,), (N,), (N,)]),
+    (["matmul", "rmsnorm"], [(N,)]),
+    ([("matmul", {"transpose_b": True}), "silu"], None),
+    (["rmsnorm", "matmul", "add"], None),
+    (["matmul", "sum"], []),
+], ids=["bias-gelu", "residual-relu", "softmax", "bias-gelu-ln", "rmsnorm", "transpose-silu", "rms-prologue", "sum"])
+def test_3d_input(ops, extra, dtype):
+    x = (2, 5, K)
+    if ops[0] == "rmsnorm":
+        shapes = [x, (K,), (K, N), (2, 5, N)]
+    elif extra is None:
+        shapes = [x, (N, K)]
+    else:
+        shapes = [x, (K, N), *extra]
+    run_chain(ops, shapes, dtype)
+
+
+@pytest.mark.parametrize("ops", [["relu"], ["softmax"], ["layernorm"], ["gelu", "mul"]], ids="-".join)
+def test_3d_standalone(ops):
+    shapes = [(2, 5, N)] + ([(2, 5, N)] if "mul" in ops else [])
+    run_chain(ops, shapes, FP16)
+
+
+@pytest.mark.parametrize("dtype", [FP32, FP16], ids=dtype_id)
+@pytest.mark.parametrize("ops, shapes", [
+    (["matmul", "add_bias", "relu"], [(1, K), (K, N), (N,)]),
+    (["matmul", "softmax"], [(1, K), (K, N)]),
+    (["matmul", "add", "rmsnorm"], [(1, K), (K, N), (1, N), (N,)]),
+    (["matmul", "add_bias", "gelu"], [(M, K), (K, 1), (1,)]),
+    (["matmul", "softmax"], [(M, K), (K, 1)]),
+    (["matmul", "rmsnorm"], [(M, K), (K, 1)]),
+    (["matmul", "add_bias", "silu"], [(M, 1), (1, N), (N,)]),
+    (["rmsnorm", "matmul"], [(M, 1), (1, N)]),
+    (["matmul", "add_bias"], [(1, 1), (1, 1), (1,)]),
+    (["relu"], [(1, N)]),
+    (["softmax"], [(M, 1)]),
+    (["layernorm"], [(M, 1)]),
+    (["gelu"], [(1, 1)]),
+], ids=["M1-bias-relu", "M1-softmax", "M1-rmsnorm", "N1-bias-gelu", "N1-softmax", "N1-rmsnorm", "K1-bias-silu",
+        "K1-rms-prologue", "all1", "standalone-M1", "standalone-softmax-N1", "standalone-ln-N1", "standalone-1x1"])
+def test_size_one_dims(ops, shapes, dtype):
+    run_chain(ops, shapes, dtype)
+
+
+@pytest.mark.parametrize("dtype", [
+    FP32,
+    pytest.param(FP16, marks=pytest.mark.xfail(strict=True, reason=(
+        "BUG: row_strip kernels compute row statistics from the fp32 matmul tile but re-read the tile from the "
+        "fp16/bf16 output buffer in the second sweep; over a size-1 row LayerNorm gives (x16 - x32)/sqrt(eps) "
+        "(up to 0.3) instead of 0"))),
+], ids=dtype_id)
+def test_layernorm_after_matmul_size_one_row(dtype):
+    """LayerNorm over a single column is exactly beta (here 0): x - mean(x) == 0."""
+    ops, shapes = ["matmul", "layernorm"], [(M, K), (K, 1)]
+    kernel = amk.build_fused_kernel(ops, shapes, dtype)
+    output = kernel(*make_inputs(ops, shapes, dtype))
+    assert output.abs().max().item() <= 1e-2, output.flatten()[:8]
+
+
+@pytest.mark.xfail(strict=True, reason=SOFTMAX_BUG)
+def test_bf16_softmax_after_matmul_is_as_accurate_as_eager():
+    ops, shapes = ["matmul", "softmax"], [(M, K), (K, N)]
+    inputs = make_inputs(ops, shapes, BF16, weight_scale=2.0)  # logits with std 2
+    kernel = amk.build_fused_kernel(ops, shapes, BF16)
+    output = kernel(*inputs)
+    expected = eager(ops, [t.double() for t in inputs])
+    eager_bf16 = torch.softmax(inputs[0] @ inputs[1], dim=-1)
+    assert rel_l2(eager_bf16, expected) <= TOLERANCES[BF16]  # the eager bf16 computation meets the tolerance
+    row_sums = output.double().sum(-1)
+    assert (row_sums - 1).abs().max().item() <= 1e-2
+    assert rel_l2(output, expected) <= TOLERANCES[BF16]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Call-time behaviour: re-specialization, non-contiguous inputs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_call(kernel, ops, tensors, dtype=FP32):
+    output = kernel(*tensors)
+    expected = eager(ops, [t.double() for t in tensors])
+    assert rel_l2(output, expected) <= TOLERANCES[dtype]
+    return output
+
+
+def test_respecialize_3d_batch():
+    ops = ["matmul", "add_bias", "gelu"]
+    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32)
+    first_source = kernel.source
+    for batch in [(3, 7), (1, 1), (2, 5)]:
+        tensors = make_inputs(ops, [(*batch, K), (K, N), (N,)], FP32, seed=sum(batch))
+        output = check_call(kernel, ops, tensors)
+        assert output.shape == (*batch, N)
+    assert kernel.shapes[0] == (2, 5, K)
+    assert kernel.source == first_source
+
+
+@pytest.mark.parametrize("ops, extra", [
+    (["matmul", "softmax"], []),
+    (["matmul", "add_bias", "relu"], [(N,)]),
+    (["rmsnorm", "matmul"], None),
+    (["matmul", "add", "rmsnorm"], "residual"),
+], ids=["softmax", "bias-relu", "rms-prologue", "residual-rmsnorm"])
+def test_respecialize_rows(ops, extra):
+    def shapes_for(m):
+        if extra is None:
+            return [(m, K), (K, N)]
+        if extra == "residual":
+            return [(m, K), (K, N), (m, N), (N,)]
+        return [(m, K), (K, N), *extra]
+
+    kernel = amk.build_fused_kernel(ops, shapes_for(M), FP16)
+    for m in [1, 20, 130, M]:
+        tensors = make_inputs(ops, shapes_for(m), FP16, seed=m)
+        output = check_call(kernel, ops, tensors, FP16)
+        assert output.shape == (m, N)
+        assert kernel.num_kernels == 1
+
+
+def test_respecialized_kernel_keeps_ir_of_built_shape():
+    ops = ["matmul", "relu"]
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32)
+    ir_before = kernel.ir["tensor_op"]
+    check_call(kernel, ops, make_inputs(ops, [(64, K), (K, N)], FP32))
+    assert kernel.ir["tensor_op"] == ir_before
+    assert f"[{M}, {K}]" in ir_before
+
+
+def test_non_contiguous_inputs():
+    ops = ["matmul", "add_bias", "relu"]
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)
+    generator = torch.Generator().manual_seed(1)
+    x_strided = torch.randn(M, 2 * K, generator=generator)[:, ::2]       # column stride 2
+    x_sliced = torch.randn(M, 3 * K, generator=generator)[:, 50:50 + K]  # row stride 300, offset
+    w_transposed = (torch.randn(N, K, generator=generator) / K ** 0.5).t()  # a transposed view of a weight
+    bias_strided = torch.randn(2 * N, generator=generator)[::2]
+    for x in (x_strided, x_sliced):
+        for w in (w_transposed, w_transposed.contiguous()):
+            assert not x.is_contiguous()
+            check_call(kernel, ops, [x, w, bias_strided])
+
+
+@pytest.mark.parametrize("ops, shapes", [
+    (["matmul", "add", "rmsnorm"], [(M, K), (K, N), (M, N), (N,)]),
+    (["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)]),
+    (["matmul", "softmax"], [(M, K), (K, N)]),
+    (["layernorm"], [(M, N), (N,), (N,)]),
+], ids=["residual-rmsnorm", "rms-prologue", "softmax", "layernorm"])
+def test_non_contiguous_row_kernels(ops, shapes):
+    kernel = amk.build_fused_kernel(ops, shapes, FP32)
+    tensors = make_inputs(ops, shapes, FP32, seed=3)
+    strided = []
+    for t in tensors:
+        if t.dim() == 2:  # same values, transposed storage
+            strided.append(t.t().contiguous().t())
+        else:
+            strided.append(torch.stack([t, torch.zeros_like(t)], dim=-1)[..., 0])
+        assert not strided[-1].is_contiguous()
+    check_call(kernel, ops, strided)
+
+
+def test_non_contiguous_3d_input():
+    ops = ["matmul", "add_bias", "silu"]
+    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32)
+    x = torch.randn(5, 2, K).transpose(0, 1)
+    assert not x.is_contiguous()
+    w, b = make_inputs(ops, [(2, 5, K), (K, N), (N,)], FP32)[1:]
+    check_call(kernel, ops, [x, w, b])
+
+
+def test_outputs_are_fresh_tensors():
+    ops = ["matmul", "relu"]
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32)
+    tensors = make_inputs(ops, [(M, K), (K, N)], FP32)
+    first = kernel(*tensors).clone()
+    second = kernel(*tensors)
+    assert torch.equal(first, second)
+    assert second.is_contiguous()

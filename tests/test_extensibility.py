@@ -1,0 +1,226 @@
+"""The levels are real: a new ``tensor_op`` op defined here, with one lowering rule and one PyTorch reference
+registered, fuses into a matmul epilogue and runs correctly; no pass and no emitter knows its name.
+
+The op is ``test.square_plus_one`` (``x * x + 1``), a subclass of ``ElementwiseUnaryOp``; a binary
+``test.hypot`` (``sqrt(a*a + b*b)``) checks the same for an op with a second tensor operand.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, rel_l2
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.ir import Block, Region
+from xdsl.irdl import irdl_op_definition
+
+from amk import reference
+from amk.dialects import tensor_op
+from amk.dialects.tensor_op import TensorType
+from amk.lowering import rules
+from amk.pipeline import compile_module
+from amk.verification import TOLERANCES, evaluate_function
+
+M, K, N = 37, 100, 75
+
+
+@irdl_op_definition
+class SquarePlusOneOp(tensor_op.ElementwiseUnaryOp):
+    """``x * x + 1``: ``%y = test.square_plus_one %x : T``."""
+
+    name = "test.square_plus_one"
+
+
+@irdl_op_definition
+class HypotOp(tensor_op.ElementwiseBinaryOp):
+    """``sqrt(lhs * lhs + rhs * rhs)`` with broadcasting."""
+
+    name = "test.hypot"
+
+
+def square_plus_one_rule(b: rules.TileBuilder, op, x):
+    return b.add_(b.mul(x, x), 1.0)
+
+
+def hypot_rule(b: rules.TileBuilder, op, x, y):
+    return b.unary("sqrt", b.add_(b.mul(x, x), b.mul(y, y)))
+
+
+@pytest.fixture()
+def registered():
+    """Register the new ops' lowering rules and references; remove them afterwards."""
+    added = {SquarePlusOneOp: (square_plus_one_rule, lambda op, x: x * x + 1),
+             HypotOp: (hypot_rule, lambda op, a, b: torch.sqrt(a * a + b * b))}
+    for op_class, (rule, semantics) in added.items():
+        assert op_class not in rules.ELEMENTWISE_RULES and op_class not in reference.REFERENCE
+        rules.register_elementwise(op_class)(rule)
+        reference.register_reference(op_class, semantics)
+    yield
+    for op_class in added:
+        rules.ELEMENTWISE_RULES.pop(op_class, None)
+        reference.REFERENCE.pop(op_class, None)
+
+
+def build_module(shapes, make_ops):
+    """``func.func @chain`` over block arguments of ``shapes`` (f32); ``make_ops(args)`` returns the ops in order."""
+    block = Block(arg_types=[TensorType(list(s), f32) for s in shapes])
+    for arg, name in zip(block.args, ["x", "w", "y", "z"]):
+        arg.name_hint = name
+    ops = make_ops(list(block.args))
+    for op in ops:
+        op.verify()
+        block.add_op(op)
+    result = ops[-1].results[0]
+    block.add_op(func.ReturnOp(result))
+    function = func.FuncOp("chain", ([a.type for a in block.args], [result.type]), Region(block))
+    return ModuleOp([function])
+
+
+def inputs(shapes, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(s, generator=generator) for s in shapes]
+    if len(shapes) > 1 and len(shapes[1]) == 2:
+        tensors[1] = tensors[1] / math.sqrt(shapes[1][0])
+    return tensors
+
+
+def fused_regions(ir_text: str) -> list[str]:
+    """The text of each ``tensor_op.fused`` region in printed IR."""
+    regions, current, depth = [], None, 0
+    for line in ir_text.splitlines():
+        if current is None and "tensor_op.fused" in line:
+            current, depth = [], 0
+        if current is not None:
+            current.append(line)
+            depth += line.count("{") - line.count("}")
+            if depth <= 0 and len(current) > 1:
+                regions.append("\n".join(current))
+                current = None
+    return regions
+
+
+def outside_regions(ir_text: str) -> str:
+    """The printed IR without its ``tensor_op.fused`` regions."""
+    for region in fused_regions(ir_text):
+        ir_text = ir_text.replace(region, "")
+    return ir_text
+
+
+def test_new_op_fuses_into_matmul_epilogue(registered):
+    shapes = [(M, K), (K, N)]
+    module = build_module(shapes, lambda a: [
+        mm := tensor_op.MatmulOp(a[0], a[1]),
+        SquarePlusOneOp(mm.results[0]),
+    ])
+    function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    tensors = inputs(shapes)
+    expected_via_registry = evaluate_function(function, [t.double() for t in tensors])[0]
+
+    compiled = compile_module(module)
+
+    # exactly one kernel, holding both ops in one fused region
+    assert len(compiled.kernels) == 1
+    regions = fused_regions(compiled.ir["fused"])
+    assert len(regions) == 1
+    assert "tensor_op.matmul" in regions[0] and "test.square_plus_one" in regions[0]
+    assert compiled.ir["fused"].count("test.square_plus_one") == 1
+    # outside the fused region the function runs nothing
+    outside = outside_regions(compiled.ir["fused"])
+    assert "tensor_op.matmul" not in outside and "test.square_plus_one" not in outside
+    # the rule's arithmetic reached the Triton code, attributed to the new op, after the dot
+    source = compiled.source
+    assert "# square_plus_one" in source
+    assert source.index("tl.dot") < source.index("# square_plus_one")
+    for level in ("tiled_loop", "memory_staged"):
+        assert 'origin = "square_plus_one"' in compiled.ir[level]
+
+    output = compiled.program(*tensors)[0]
+    expected = (tensors[0].double() @ tensors[1].double()) ** 2 + 1
+    assert rel_l2(output, expected) <= TOLERANCES[torch.float32]
+    assert rel_l2(expected_via_registry, expected) < 1e-12
+
+
+def test_new_op_between_matmul_and_row_reduction(registered):
+    """The new op also fuses on both sides of a softmax (before the statistics and in the second sweep)."""
+    shapes = [(M, K), (K, N)]
+    module = build_module(shapes, lambda a: [
+        mm := tensor_op.MatmulOp(a[0], a[1]),
+        sq := SquarePlusOneOp(mm.results[0]),
+        sm := tensor_op.SoftmaxOp(sq.results[0]),
+        SquarePlusOneOp(sm.results[0]),
+    ])
+    compiled = compile_module(module)
+    assert len(compiled.kernels) == 1
+    assert len(fused_regions(compiled.ir["fused"])) == 1
+    tensors = inputs(shapes, seed=1)
+    output = compiled.program(*tensors)[0]
+    logits = (tensors[0].double() @ tensors[1].double()) ** 2 + 1
+    assert rel_l2(output, torch.softmax(logits, -1) ** 2 + 1) <= TOLERANCES[torch.float32]
+
+
+def test_new_binary_op_with_residual(registered):
+    shapes = [(M, K), (K, N), (M, N)]
+    module = build_module(shapes, lambda a: [
+        mm := tensor_op.MatmulOp(a[0], a[1]),
+        h := HypotOp(mm.results[0], a[2]),
+        SquarePlusOneOp(h.results[0]),
+    ])
+    compiled = compile_module(module)
+    assert len(compiled.kernels) == 1
+    [region] = fused_regions(compiled.ir["fused"])
+    assert "test.hypot" in region and "test.square_plus_one" in region
+    tensors = inputs(shapes, seed=2)
+    output = compiled.program(*tensors)[0]
+    product = tensors[0].double() @ tensors[1].double()
+    expected = product ** 2 + tensors[2].double() ** 2 + 1
+    assert rel_l2(output, expected) <= TOLERANCES[torch.float32]
+
+
+def test_new_op_standalone(registered):
+    shapes = [(M, N)]
+    module = build_module(shapes, lambda a: [SquarePlusOneOp(a[0])])
+    compiled = compile_module(module)
+    assert len(compiled.kernels) == 1
+    tensors = inputs(shapes, seed=3)
+    assert rel_l2(compiled.program(*tensors)[0], tensors[0].double() ** 2 + 1) <= TOLERANCES[torch.float32]
+
+
+def test_without_a_rule_the_op_runs_eagerly():
+    """Only the reference registered: the op is not fusable, so the matmul is a kernel and the op runs in PyTorch.
+    The lowering registry, not the passes, decides what fuses."""
+    reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
+    try:
+        shapes = [(M, K), (K, N)]
+        created = []
+        module = build_module(shapes, lambda a: created.extend([
+            mm := tensor_op.MatmulOp(a[0], a[1]),
+            SquarePlusOneOp(mm.results[0]),
+        ]) or created)
+        assert rules.kind_of(created[1]) is None
+        compiled = compile_module(module)
+        regions = fused_regions(compiled.ir["fused"])
+        assert all("test.square_plus_one" not in r for r in regions)
+        assert "test.square_plus_one" in outside_regions(compiled.ir["fused"])
+        assert "# square_plus_one" not in compiled.source
+        tensors = inputs(shapes, seed=4)
+        expected = (tensors[0].double() @ tensors[1].double()) ** 2 + 1
+        assert rel_l2(compiled.program(*tensors)[0], expected) <= TOLERANCES[torch.float32]
+    finally:
+        reference.REFERENCE.pop(SquarePlusOneOp, None)
+
+
+def test_registrations_are_cleaned_up():
+    assert SquarePlusOneOp not in rules.ELEMENTWISE_RULES and HypotOp not in rules.ELEMENTWISE_RULES
+    assert SquarePlusOneOp not in reference.REFERENCE and HypotOp not in reference.REFERENCE
+
+
+def test_passes_and_emitter_do_not_know_the_new_ops():
+    """No file of the passes, the lowering or the emitter mentions the ops defined here."""
+    for directory in ("passes", "lowering", "dialects", "amk"):
+        for path in (REPO / directory).rglob("*.py"):
+            text = Path(path).read_text()
+            assert "square_plus_one" not in text and "test.hypot" not in text, path
