@@ -140,10 +140,15 @@ def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | N
     def choose(kernel) -> KernelConfig:
         name = kernel.sym_name.data
         if name in recorded["kernels"]:
+            try:
+                config = cache.kernel_config(recorded["kernels"][name])
+            except ValueError as error:
+                log.warning("ignoring the recorded configuration of %s: %s", name, error)
+                return chooser(kernel)
             log.info("using the recorded configuration of %s", name)
             if name in recorded.get("tuning_log", {}):
                 tuning_log[name] = recorded["tuning_log"][name]
-            return KernelConfig(**recorded["kernels"][name])
+            return config
         return chooser(kernel)
 
     return choose
@@ -160,6 +165,8 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     """
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not supported; available: {', '.join(BACKENDS)}")
+    if not isinstance(verify, bool):
+        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
     if not isinstance(autotune, bool):
         raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
     if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
@@ -193,7 +200,8 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
 
         log_here: dict[str, list[dict]] = {}
         chooser = _choose_config(grid, autotune, tuner_config, log_here, store, call_shapes, store.load_config(key))
-        compiled = compile_module(module, chooser)
+        with store.triton_cache(key):  # candidates timed while tuning compile into the entry's folder too
+            compiled = compile_module(module, chooser)
         tuning_log.update(log_here)
         for compiled_kernel in compiled.kernels.values():
             store.attach_triton_cache(key, compiled_kernel)

@@ -50,7 +50,6 @@ EXPORT_FORMAT = "amk-cache-export"
 LOCK_TIMEOUT_S = 60.0
 _KEY = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-CONFIG_FIELDS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 
 
 def resolve_root(override: str | os.PathLike | None = None) -> Path:
@@ -221,18 +220,31 @@ def _source_file(name: str) -> str:
 
 
 def _config_fields(data) -> dict:
-    if not isinstance(data, dict) or set(data) != set(CONFIG_FIELDS):
-        raise ValueError(f"a kernel config needs exactly the fields {', '.join(CONFIG_FIELDS)}, got {data!r}")
-    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in data.values()):
-        raise ValueError(f"kernel config values must be positive ints, got {data!r}")
+    """Checks the shape of a recorded config (names to positive ints); :func:`kernel_config` checks the names."""
+    if (not isinstance(data, dict) or not data or any(not isinstance(k, str) for k in data)
+            or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in data.values())):
+        raise ValueError(f"a kernel config must map parameter names to positive ints, got {data!r}")
     return dict(data)
+
+
+def kernel_config(fields: dict):
+    """The KernelConfig of recorded fields; raises ValueError unless they are exactly this amk's fields."""
+    from amk.lowering.configs import KernelConfig
+
+    try:
+        config = KernelConfig(**fields)
+    except TypeError as error:
+        raise ValueError(f"{fields} is not a configuration of this amk version ({error})") from None
+    if config.as_dict() != fields:
+        raise ValueError(f"{fields} lacks fields of this amk version's configurations")
+    return config
 
 
 def _sealed(doc: dict) -> bytes:
     """``doc`` with its own checksum, as the bytes to write."""
     doc = {k: v for k, v in doc.items() if k != "checksum"}
     doc["checksum"] = _sha256(_canonical_json(doc))
-    return json.dumps(doc, indent=1, sort_keys=True, default=str).encode()
+    return json.dumps(doc, indent=1, default=str).encode()  # insertion order kept: kernels, IR levels
 
 
 def _unsealed(data: bytes, what: str) -> dict:
@@ -269,13 +281,12 @@ def report_from_dict(data: dict):
 
 def compiled_from_entry(entry: Entry, store: Store | None = None):
     """The runnable program of an entry: loads the kernel sources, rebuilds the launch plan (no pass runs)."""
-    from amk.lowering.configs import KernelConfig
     from amk.runtime import CompiledProgram, Program, kernel_from_plan, load_source
 
     kernels = {}
     for name, source in entry.sources.items():
         loaded = load_source(source, name)
-        kernel = kernel_from_plan(name, entry.plan, KernelConfig(**entry.configs[name]), source, loaded.__file__,
+        kernel = kernel_from_plan(name, entry.plan, kernel_config(entry.configs[name]), source, loaded.__file__,
                                   loaded.launch)
         if store is not None:
             store.attach_triton_cache(entry.key, kernel)
@@ -419,7 +430,7 @@ class Store:
             self._memory["configs"][entry.key] = record
             return False
         files = {_source_file(name): source.encode() for name, source in entry.sources.items()}
-        files["ir.json"] = json.dumps(entry.ir, indent=1, sort_keys=True).encode()
+        files["ir.json"] = json.dumps(entry.ir, indent=1).encode()  # the levels in pipeline order
         from amk.runtime import interpreting
 
         doc = {"format": FORMAT, "key": entry.key, **entry.meta,
@@ -509,30 +520,41 @@ class Store:
             self._memory["entries"].pop(key, None)
             return None
 
-    def attach_triton_cache(self, key: str, kernel) -> None:
-        """Make the first launch of ``kernel`` compile into ``entries/<key>/triton`` (Triton's cache of binaries),
-        unless the user set TRITON_CACHE_DIR or kernels run in the interpreter."""
+    def triton_directory(self, key: str) -> Path | None:
+        """``entries/<key>/triton``, where Triton keeps the binaries of the entry's kernels; None when Triton's cache
+        is left alone (kernels run in the interpreter, the user set TRITON_CACHE_DIR, or the cache is unwritable)."""
         from amk.runtime import interpreting
 
         if interpreting() or _user_triton_cache() or self.memory_only:
-            return
+            return None
         directory = self.entry_dir(key) / "triton"
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError:
+            return None
+        return directory
+
+    @contextmanager
+    def triton_cache(self, key: str):
+        """Triton compiles into the entry's folder while this is active (the tuning and build of a miss)."""
+        directory = self.triton_directory(key)
+        if directory is None:
+            yield
+            return
+        with _triton_cache_dir(directory):
+            yield
+
+    def attach_triton_cache(self, key: str, kernel) -> None:
+        """Make the first launch of ``kernel`` (where Triton compiles it, or loads its binary) use the entry's folder
+        as Triton's cache; later launches run the kernel unwrapped."""
+        directory = self.triton_directory(key)
+        if directory is None:
             return
         launch = kernel.launch
 
         def first_launch(*args, **kwargs):
-            previous = os.environ.get("TRITON_CACHE_DIR")
-            os.environ["TRITON_CACHE_DIR"] = str(directory)
-            try:
+            with _triton_cache_dir(directory):
                 result = launch(*args, **kwargs)
-            finally:
-                if previous is None:
-                    os.environ.pop("TRITON_CACHE_DIR", None)
-                else:
-                    os.environ["TRITON_CACHE_DIR"] = previous
             kernel.launch = launch
             return result
 
@@ -750,4 +772,23 @@ def _is_trial(trial) -> bool:
 
 
 def _user_triton_cache() -> bool:
-    return bool(os.environ.get("TRITON_CACHE_DIR"))
+    return bool(os.environ.get("TRITON_CACHE_DIR")) and not _TRITON_SCOPE
+
+
+_TRITON_SCOPE: list[Path] = []
+
+
+@contextmanager
+def _triton_cache_dir(directory: Path):
+    """Sets TRITON_CACHE_DIR (read by Triton whenever it compiles) for the duration, then restores it."""
+    previous = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(directory)
+    _TRITON_SCOPE.append(directory)
+    try:
+        yield
+    finally:
+        _TRITON_SCOPE.pop()
+        if previous is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = previous

@@ -205,9 +205,6 @@ def test_xdsl_opt_runs_amk_passes(chain_file):
     assert "tiled_loop.kernel" in output
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (usability): `amk-opt -t triton FILE` on tensor_op IR (no -p pipeline) "
-                                       "prints nothing and exits 0; it should emit the kernels or say which passes "
-                                       "to run")
 def test_triton_target_without_pipeline(chain_file):
     result = run(AMK_OPT, "-t", "triton", chain_file)
     if result.returncode == 0:

@@ -21,19 +21,11 @@ FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 ALL_DTYPES = [FP32, FP16, BF16]
 SMALL_TILES = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32], "BLOCK_SIZE_K": [32]}
 
-SOFTMAX_BUG = ("BUG: row_strip softmax takes its running max/sum-exp from the fp32 matmul tile but re-reads the "
-               "logits rounded to bf16 in its second sweep, so rows no longer sum to 1 (error ~3x eager bf16)")
-
 pytestmark = pytest.mark.filterwarnings(
     # Padding lanes of partial tiles (masked out of every store) may divide 0 by 0 in the interpreter.
     "ignore:invalid value encountered in divide:RuntimeWarning",
     "ignore:divide by zero encountered in divide:RuntimeWarning",
 )
-
-
-def _softmax_after_matmul(ops):
-    names = [op if isinstance(op, str) else op[0] for op in ops]
-    return "matmul" in names and "softmax" in names[names.index("matmul"):]
 
 
 def run_chain(ops, shapes, dtype, *, grid=None, out_dtype=None, kernels=1, seed=0, weight_scale=1.0):
@@ -46,10 +38,6 @@ def run_chain(ops, shapes, dtype, *, grid=None, out_dtype=None, kernels=1, seed=
     assert output.device == inputs[0].device
     error = rel_l2(output, expected)
     tolerance = max(TOLERANCES[dtype], TOLERANCES[out_dtype or dtype])
-    if error > tolerance and dtype == BF16 and _softmax_after_matmul(ops):
-        # Sits at the tolerance edge (0.8-1.6e-2) because of the bug that
-        # test_bf16_softmax_after_matmul_is_as_accurate_as_eager pins down (strictly).
-        pytest.xfail(f"{SOFTMAX_BUG} (rel L2 {error:.3e})")
     assert error <= tolerance, f"{ops} {shapes} {dtype}: rel L2 {error:.3e} > {tolerance:.0e}"
     if kernels is not None:
         assert kernel.num_kernels == kernels, f"{ops} compiled to {kernel.num_kernels} kernels"
@@ -355,10 +343,7 @@ def test_size_one_dims(ops, shapes, dtype):
 
 @pytest.mark.parametrize("dtype", [
     FP32,
-    pytest.param(FP16, marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: row_strip kernels compute row statistics from the fp32 matmul tile but re-read the tile from the "
-        "fp16/bf16 output buffer in the second sweep; over a size-1 row LayerNorm gives (x16 - x32)/sqrt(eps) "
-        "(up to 0.3) instead of 0"))),
+    FP16,
 ], ids=dtype_id)
 def test_layernorm_after_matmul_size_one_row(dtype):
     """LayerNorm over a single column is exactly beta (here 0): x - mean(x) == 0."""
@@ -368,8 +353,8 @@ def test_layernorm_after_matmul_size_one_row(dtype):
     assert output.abs().max().item() <= 1e-2, output.flatten()[:8]
 
 
-@pytest.mark.xfail(strict=True, reason=SOFTMAX_BUG)
 def test_bf16_softmax_after_matmul_is_as_accurate_as_eager():
+    """Regression: the statistics once came from the fp32 tile while the second sweep re-read the bf16 one."""
     ops, shapes = ["matmul", "softmax"], [(M, K), (K, N)]
     inputs = make_inputs(ops, shapes, BF16, weight_scale=2.0)  # logits with std 2
     kernel = amk.build_fused_kernel(ops, shapes, BF16)

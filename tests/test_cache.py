@@ -1,0 +1,456 @@
+"""The persistent compilation cache (amk/cache.py, docs/cache.md): warm starts in a new process, damaged entries,
+concurrent builders, unwritable directories, reuse of timings, export and import."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import amk
+import amk.tuner
+from amk import cache, cli
+from amk.tuner import TunerConfig
+
+OPS = ["matmul", "add_bias", "relu"]
+SHAPES = [(16, 32), (32, 16), (16,)]
+
+
+def inputs(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator) for shape in SHAPES]
+
+
+def expected(xs):
+    return torch.relu(xs[0] @ xs[1] + xs[2])
+
+
+def build(root, **options):
+    return amk.build_fused_kernel(OPS, SHAPES, torch.float32, tuner_config=TunerConfig(target_cache_dir=root),
+                                  **options)
+
+
+def assert_correct(kernel):
+    xs = inputs()
+    torch.testing.assert_close(kernel(*xs), expected(xs), rtol=1e-5, atol=1e-5)
+
+
+# A build in a fresh process. Library imports happen before the clock starts (amk first: it sets TRITON_INTERPRET
+# before triton loads); the collector is off around the timed call in both processes, so that a collection landing
+# in one of them does not decide the comparison.
+BUILD_SCRIPT = textwrap.dedent("""
+    import gc, json, os, sys, time
+    import torch
+    from amk.api import build_fused_kernel
+    import triton  # noqa: F401
+    barrier = os.environ.get("BARRIER")
+    if barrier:  # start building together with the other processes
+        open(os.path.join(barrier, str(os.getpid())), "w").close()
+        deadline = time.time() + 120
+        while len(os.listdir(barrier)) < int(os.environ["BARRIER_COUNT"]) and time.time() < deadline:
+            time.sleep(0.01)
+    gc.disable()
+    start = time.perf_counter()
+    kernel = build_fused_kernel(%r, %r, torch.float32)
+    seconds = time.perf_counter() - start
+    gc.enable()
+    xs = [torch.randn(s) for s in %r]
+    error = (kernel(*xs) - torch.relu(xs[0] @ xs[1] + xs[2])).abs().max().item()
+    print(json.dumps({"hit": kernel.cache_hit, "key": kernel.cache_key, "seconds": seconds, "error": error,
+                      "compiler_loaded": [m for m in ("amk.pipeline", "amk.passes.fuse", "amk.lowering.emit_triton")
+                                          if m in sys.modules]}))
+""") % (OPS, SHAPES, SHAPES)
+
+
+def run_build(root, **env):
+    environment = dict(os.environ, AMK_CACHE_DIR=str(root), **env)
+    return subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT], env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def result_of(process) -> dict:
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_the_kernel_without_compiling(tmp_path):
+    root = tmp_path / "cache"
+    first = result_of(run_build(root))
+    assert not first["hit"] and first["error"] < 1e-4
+    assert (root / "entries" / first["key"] / "entry.json").is_file()
+
+    second = result_of(run_build(root))
+    assert second["hit"] and second["key"] == first["key"] and second["error"] < 1e-4
+    # No pass, no emission, no tuning: the compiler is not even imported on a hit.
+    assert second["compiler_loaded"] == []
+    assert first["seconds"] >= 20 * second["seconds"], (first["seconds"], second["seconds"])
+
+
+def test_an_entry_holds_sources_plan_ir_and_checksums(tmp_path):
+    kernel = build(tmp_path)
+    directory = tmp_path / "entries" / kernel.cache_key
+    doc = json.loads((directory / "entry.json").read_text())
+    assert set(doc["files"]) == {"ir.json", "kernel_fused_0.py"}
+    assert (directory / "kernel_fused_0.py").read_text() == kernel.source
+    assert json.loads((directory / "ir.json").read_text()) == kernel.ir
+    assert doc["kernels"]["fused_0"]["config"] == kernel.compiled.kernels["fused_0"].config.as_dict()
+    assert [s["kind"] for s in doc["plan"]["steps"]] == ["launch", "return"]
+    assert doc["device"] == {"name": "cpu-interpreter"} and doc["dtype"] == "float32"
+    assert set(doc["versions"]) == {"amk", "amk_source", "torch", "triton"}
+
+    hit = build(tmp_path)
+    assert hit.cache_hit and hit.cache_key == kernel.cache_key
+    assert hit.ir == kernel.ir and hit.source == kernel.source and hit.config == kernel.config
+    assert_correct(hit)
+
+
+def test_a_hit_keeps_the_order_of_kernels_and_ir_levels(tmp_path):
+    ops, shapes = ["matmul", "relu", "matmul", "gelu"], [(16, 32), (32, 16), (16, 16)]
+    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    assert hit.cache_hit
+    assert list(hit.ir) == list(first.ir) == ["tensor_op", "fused", "tiled_loop", "memory_staged", "triton"]
+    assert list(hit.compiled.kernels) == list(first.compiled.kernels) and hit.source == first.source
+    assert hit.config == first.config
+    xs = [torch.randn(s) for s in shapes]
+    torch.testing.assert_close(hit(*xs), first(*xs))
+
+
+def test_respecialized_shapes_are_cached_too(tmp_path):
+    kernel = build(tmp_path)
+    x, w, b = torch.randn(8, 32), torch.randn(32, 16), torch.randn(16)
+    torch.testing.assert_close(kernel(x, w, b), torch.relu(x @ w + b))  # new leading dim: compiled and cached
+    other = amk.build_fused_kernel(OPS, [(8, 32), (32, 16), (16,)], torch.float32,
+                                   tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    assert other.cache_hit
+    torch.testing.assert_close(other(x, w, b), torch.relu(x @ w + b))
+
+
+def test_the_key_changes_with_what_changes_the_kernel(tmp_path):
+    base = build(tmp_path)
+    assert build(tmp_path, parameter_grid={"BLOCK_SIZE_N": [16]}).cache_key != base.cache_key
+    other_dtype = amk.build_fused_kernel(OPS, SHAPES, torch.float16, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    assert other_dtype.cache_key != base.cache_key and not other_dtype.cache_hit
+    # hardtanh and clamp to [-1, 1] build the same IR: they share the entry.
+    config = TunerConfig(target_cache_dir=tmp_path)
+    hardtanh = amk.build_fused_kernel(["matmul", "add_bias", "hardtanh"], SHAPES, torch.float32, tuner_config=config)
+    clamp = amk.build_fused_kernel(["matmul", "add_bias", ("clamp", {"min": -1.0, "max": 1.0})], SHAPES,
+                                   torch.float32, tuner_config=config)
+    assert not hardtanh.cache_hit and clamp.cache_hit and clamp.cache_key == hardtanh.cache_key
+
+
+def test_an_op_run_in_pytorch_round_trips_through_the_plan(tmp_path):
+    ops, shapes = [("sum", {"dim": 0})], [(4, 8)]
+    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    second = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    assert second.cache_hit
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(second(x), x.sum(0))
+    torch.testing.assert_close(first(x), x.sum(0))
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flip":  # still valid text, one character different
+        index = len(data) // 2
+        path.write_bytes(data[:index] + (b"7" if data[index:index + 1] != b"7" else b"8") + data[index + 1:])
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("name", ["entry.json", "ir.json", "kernel_fused_0.py"])
+def test_a_damaged_entry_is_logged_and_rebuilt(tmp_path, caplog, name):
+    key = build(tmp_path).cache_key
+    path = tmp_path / "entries" / key / name
+    for how in ("truncate", "flip", "delete"):
+        caplog.clear()
+        _damage(path, how)
+        with caplog.at_level(logging.WARNING, logger="amk.cache"):
+            kernel = build(tmp_path)
+        assert not kernel.cache_hit, how
+        assert_correct(kernel)
+        records = [r for r in caplog.records if r.name == "amk.cache" and key[:12] in r.getMessage()]
+        assert records, f"no log record for a {how}d {name}"
+        again = build(tmp_path)  # the rebuilt entry replaced the damaged one
+        assert again.cache_hit, how
+        assert_correct(again)
+
+
+def test_damaged_index_and_config_records_are_harmless(tmp_path, caplog):
+    key = build(tmp_path).cache_key
+    for index in (tmp_path / "index").iterdir():
+        index.write_text("not a key")
+    cache._STORES.clear()  # forget the in-process index
+    assert build(tmp_path).cache_hit
+    shutil_rmtree(tmp_path / "entries")
+    (tmp_path / "configs" / f"{key}.json").write_text("{ truncated")
+    with caplog.at_level(logging.WARNING, logger="amk.cache"):
+        kernel = build(tmp_path)
+    assert not kernel.cache_hit
+    assert_correct(kernel)
+    assert any("unusable" in r.getMessage() for r in caplog.records if r.name == "amk.cache")
+
+
+def shutil_rmtree(path):
+    import shutil
+
+    shutil.rmtree(path)
+
+
+def test_concurrent_builders_all_succeed_and_leave_one_valid_entry(tmp_path):
+    root, barrier = tmp_path / "cache", tmp_path / "barrier"
+    barrier.mkdir()
+    processes = [run_build(root, BARRIER=str(barrier), BARRIER_COUNT="4") for _ in range(4)]
+    results = [result_of(p) for p in processes]
+    assert all(r["error"] < 1e-4 for r in results)
+    keys = {r["key"] for r in results}
+    assert len(keys) == 1
+    entries = list((root / "entries").iterdir())
+    assert [e.name for e in entries] == list(keys)
+    assert sorted(p.name for p in entries[0].iterdir()) == ["entry.json", "ir.json", "kernel_fused_0.py"]
+    assert cache.Store(root).load(keys.pop()) is not None
+
+
+def _cache_warnings(caught):
+    return [w for w in caught if issubclass(w.category, RuntimeWarning) and "cannot be written" in str(w.message)]
+
+
+def test_a_cache_path_that_is_a_file_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "_WARNED", False)
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    other = tmp_path / "another-file"
+    other.write_text("not a directory")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = build(root)
+        second = build(root)
+        third = build(other)
+    assert len(_cache_warnings(caught)) == 1
+    assert not first.cache_hit and second.cache_hit and not third.cache_hit
+    for kernel in (first, second, third):
+        assert_correct(kernel)
+
+
+def test_a_read_only_cache_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
+    # Tests run as root, where chmod does not stop writes: make every rename fail as on a read-only file system.
+    monkeypatch.setattr(cache, "_WARNED", False)
+
+    def read_only(src, dst, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(dst))
+
+    monkeypatch.setattr(os, "replace", read_only)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = build(tmp_path)
+        second = build(tmp_path)
+    assert len(_cache_warnings(caught)) == 1
+    assert not first.cache_hit and second.cache_hit
+    assert_correct(second)
+    assert not list((tmp_path / "entries").glob("*/entry.json"))
+
+
+def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch):
+    key = build(tmp_path).cache_key
+    monkeypatch.setattr(cache, "_WARNED", False)
+    monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "read-only")))
+    cache._STORES.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = build(tmp_path)
+    assert kernel.cache_hit and kernel.cache_key == key
+    assert _cache_warnings(caught) == []
+
+
+def test_verification_reports_are_kept_with_the_entry(tmp_path):
+    first = build(tmp_path, verify=True)
+    assert first.verification.passed and not first.cache_hit
+    doc = json.loads((tmp_path / "entries" / first.cache_key / "entry.json").read_text())
+    assert doc["verification"]["results"][0]["dtype"] == "float32"
+    second = build(tmp_path, verify=True)
+    assert second.cache_hit and second.verification.passed
+    assert str(second.verification) == str(first.verification)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Timings: only configurations never timed before are measured
+# ---------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tile_kernel():
+    from amk.dialects import tiled_loop
+    from amk.lowering.tile import TilePass
+    from amk.oplist import build_module
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import heuristic_config, make_context
+
+    module = build_module(OPS, [(64, 64), (64, 64), (64,)], torch.float16)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    kernel = next(op for op in module.walk() if isinstance(op, tiled_loop.KernelOp))
+    return kernel, heuristic_config(kernel)
+
+
+def fake_timer(monkeypatch):
+    """build_and_run that counts its calls, and a measure() that needs no GPU (time grows with BLOCK_M)."""
+    calls = []
+
+    def build_and_run(config):
+        calls.append(config)
+        return (lambda: config), (lambda: None)
+
+    monkeypatch.setattr(amk.tuner, "measure", lambda launch, warmup, runs: launch().BLOCK_M / 100 + launch().BLOCK_N / 1e4)
+    return calls, build_and_run
+
+
+def test_tune_times_only_configs_never_timed_before(tmp_path, monkeypatch, tile_kernel):
+    kernel, heuristic = tile_kernel
+    settings = TunerConfig(strategy="exhaustive")
+    calls, build_and_run = fake_timer(monkeypatch)
+    narrow = amk.tuner.validate_grid({"BLOCK_SIZE_M": [32, 64], "BLOCK_SIZE_N": [32, 64], "BLOCK_SIZE_K": [32]})
+    best, trials = amk.tuner.tune(kernel, settings, narrow, heuristic, build_and_run)
+    assert len(calls) == 4 and best.BLOCK_M == 32 and best.BLOCK_N == 32
+
+    store = cache.Store(tmp_path)
+    key = cache.timing_key(str(kernel), [(64, 64)])
+    store.record_trials(key, trials)
+    known = cache.Store(tmp_path).known_trials(key)  # read back from disk
+    assert len(known) == 4
+
+    calls.clear()
+    wide = amk.tuner.validate_grid({"BLOCK_SIZE_M": [16, 32, 64], "BLOCK_SIZE_N": [16, 32, 64], "BLOCK_SIZE_K": [32]})
+    best, trials = amk.tuner.tune(kernel, settings, wide, heuristic, build_and_run, known=known)
+    assert len(calls) == 5  # 9 candidates, 4 timed before
+    assert not any(c.BLOCK_M in (32, 64) and c.BLOCK_N in (32, 64) for c in calls)
+    assert sum(t.reused for t in trials) == 4 and best.BLOCK_M == 16 and best.BLOCK_N == 16
+    assert all(t.as_dict()["reused"] for t in trials if t.reused)
+
+    store.record_trials(key, trials)  # only the 5 new ones are added
+    calls.clear()
+    amk.tuner.tune(kernel, settings, wide, heuristic, build_and_run, known=store.known_trials(key))
+    assert calls == []
+
+
+def test_failed_trials_are_remembered_too(tmp_path, monkeypatch, tile_kernel):
+    kernel, heuristic = tile_kernel
+    calls = []
+
+    def build_and_run(config):
+        calls.append(config)
+        raise RuntimeError("out of resources")
+
+    grid = amk.tuner.validate_grid({"BLOCK_SIZE_M": [32, 64]})
+    _, trials = amk.tuner.tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, build_and_run)
+    assert [t.status for t in trials] == ["failed", "failed"]
+    store = cache.Store(tmp_path)
+    store.record_trials("a" * 64, trials)
+    calls.clear()
+    best, again = amk.tuner.tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, build_and_run,
+                                 known=store.known_trials("a" * 64))
+    assert calls == [] and best == heuristic and all(t.reused for t in again)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Export and import
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_export_import_round_trip_uses_the_imported_config_without_tuning(tmp_path, monkeypatch, capsys):
+    here, there, exported = tmp_path / "here", tmp_path / "there", tmp_path / "tuned.json"
+    kernel = build(here)
+    timing = cache.timing_key("some kernel", SHAPES)
+    cache.Store(here).merge_timings(timing, {"BLOCK_M=16": {"config": {"BLOCK_SIZE_M": 16}, "status": "ok",
+                                                            "time_ms": 0.5}}, {"kernel": "fused_0"})
+    assert cli.main(["cache", "export", str(exported), "--cache-dir", str(here)]) == 0
+    document = json.loads(exported.read_text())
+    assert [r["key"] for r in document["configs"]] == [kernel.cache_key]
+    assert [t["key"] for t in document["timings"]] == [timing]
+    assert "def fused_0_kernel" not in exported.read_text() and "plan" not in document["configs"][0]
+
+    # Another machine's tuning chose BLOCK_K=16: the build after the import must use it, without tuning.
+    document["configs"][0]["kernels"]["fused_0"]["BLOCK_K"] = 16
+    exported.write_text(json.dumps(document))
+    assert cli.main(["cache", "import", str(exported), "--cache-dir", str(there)]) == 0
+    assert cli.main(["cache", "import", str(exported), "--cache-dir", str(there)]) == 0  # merging twice is fine
+    import amk.pipeline
+
+    def no_choice(*args, **kwargs):
+        raise AssertionError("the configuration was chosen instead of taken from the import")
+
+    monkeypatch.setattr(amk.tuner, "tune", no_choice)
+    monkeypatch.setattr(amk.pipeline, "heuristic_config", no_choice)
+    imported = build(there)
+    assert not imported.cache_hit and imported.cache_key == kernel.cache_key
+    assert imported.config["BLOCK_SIZE_K"] == 16
+    assert_correct(imported)
+    assert build(there).cache_hit
+    assert cache.Store(there).known_trials(timing)["BLOCK_M=16"].time_ms == 0.5
+
+    # Importing into the original cache replaces its entry (built with another config).
+    capsys.readouterr()
+    assert cli.main(["cache", "import", str(exported), "--cache-dir", str(here)]) == 0
+    assert "1 entries built with other configs were dropped" in capsys.readouterr().out
+    rebuilt = build(here)
+    assert not rebuilt.cache_hit and rebuilt.config["BLOCK_SIZE_K"] == 16
+
+
+def test_an_imported_config_of_another_amk_version_is_ignored(tmp_path, caplog):
+    kernel = build(tmp_path / "here")
+    record = cache.Store(tmp_path / "here").load_config(kernel.cache_key)
+    record["kernels"]["fused_0"]["NOT_A_PARAMETER"] = 2
+    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [record], "timings": []}
+    cache.Store(tmp_path / "there", strict=True).import_(document)
+    with caplog.at_level(logging.WARNING, logger="amk"):
+        rebuilt = build(tmp_path / "there")
+    assert rebuilt.config == kernel.config
+    assert_correct(rebuilt)
+    assert any("ignoring the recorded configuration" in r.getMessage() for r in caplog.records)
+
+
+def test_import_keeps_local_timings_and_adds_new_ones(tmp_path):
+    store = cache.Store(tmp_path)
+    key = "b" * 64
+    trial = {"config": {"BLOCK_SIZE_M": 16}, "status": "ok"}
+    store.merge_timings(key, {"x": {**trial, "time_ms": 1.0}}, {})
+    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [],
+                "timings": [{"key": key, "trials": {"x": {**trial, "time_ms": 2.0}, "y": {**trial, "time_ms": 3.0}}}]}
+    assert store.import_(document) == (0, 1, 0)
+    trials = cache.Store(tmp_path)._read_timings(key)["trials"]
+    assert trials["x"]["time_ms"] == 1.0 and trials["y"]["time_ms"] == 3.0
+
+
+@pytest.mark.parametrize("document, message", [
+    ([], "top level"),
+    ({"format": "something else"}, "top level"),
+    ({"format": cache.EXPORT_FORMAT, "version": 99}, "version"),
+    ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [{"key": "zz"}]}, "configs[0]"),
+    ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT,
+      "configs": [{"key": "c" * 64, "kernels": {"k": {"BLOCK_M": 0}}}]}, "positive ints"),
+    ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "timings": [{"key": "c" * 64, "trials": {"x": 1}}]},
+     "not a trial"),
+])
+def test_malformed_imports_are_refused(tmp_path, document, message):
+    from amk.errors import CacheError
+
+    with pytest.raises(CacheError, match=message.replace("[", r"\[")):
+        cache.Store(tmp_path, strict=True).import_(document)
+    assert not (tmp_path / "configs").exists()
+
+
+def test_cache_root_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path / "env"))
+    assert cache.resolve_root() == tmp_path / "env"
+    assert cache.resolve_root(tmp_path / "explicit") == tmp_path / "explicit"
+    monkeypatch.delenv("AMK_CACHE_DIR")
+    assert cache.resolve_root().name == "amk"

@@ -1,0 +1,170 @@
+"""``amk cache list|show|clear|export|import|path`` and how the command reports bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import amk
+from amk import cli
+from amk.tuner import TunerConfig
+
+OPS = ["matmul", "add_bias", "relu"]
+
+
+def build(root, shapes=((16, 32), (32, 16), (16,))):
+    return amk.build_fused_kernel(OPS, list(shapes), torch.float32, tuner_config=TunerConfig(target_cache_dir=root))
+
+
+def run(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def populated(tmp_path):
+    first = build(tmp_path)
+    second = build(tmp_path, [(8, 32), (32, 16), (16,)])
+    return tmp_path, first, second
+
+
+def test_list_shows_one_line_per_entry(populated, capsys):
+    root, first, second = populated
+    code, out, _ = run(capsys, "cache", "list", "--cache-dir", str(root))
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 2
+    by_key = {line.split()[0]: line for line in lines}
+    line = by_key[first.cache_key[:12]]
+    assert "matmul,add_bias,relu" in line and "[16x32, 32x16, 16]" in line
+    assert "float32" in line and "cpu-interpreter" in line
+    assert "[8x32, 32x16, 16]" in by_key[second.cache_key[:12]]
+
+
+def test_list_of_an_empty_or_missing_directory(tmp_path, capsys):
+    code, out, err = run(capsys, "cache", "list", "--cache-dir", str(tmp_path / "nothing"))
+    assert code == 0 and out == "" and "no cache entries" in err
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_list_uses_amk_cache_dir(populated, capsys, monkeypatch):
+    root, first, _ = populated
+    monkeypatch.setenv("AMK_CACHE_DIR", str(root))
+    code, out, _ = run(capsys, "cache", "list")
+    assert code == 0 and first.cache_key[:12] in out
+    assert run(capsys, "cache", "path")[1].strip() == str(root)
+
+
+def test_show_prints_the_entry_config_and_tuning_summary(populated, capsys):
+    root, first, _ = populated
+    code, out, _ = run(capsys, "cache", "show", first.cache_key[:10], "--cache-dir", str(root))
+    assert code == 0
+    assert first.cache_key in out and '"kernels"' in out and '"plan"' in out
+    config_line = out.split("config:\n", 1)[1].splitlines()[0]
+    assert config_line.startswith("  fused_0: ") and "BLOCK_K=32" in config_line
+    assert "tuning:\n  fused_0: no tuning log" in out
+
+
+def test_show_summarizes_a_tuning_log(tmp_path, capsys):
+    kernel = build(tmp_path)
+    path = tmp_path / "entries" / kernel.cache_key / "entry.json"
+    doc = json.loads(path.read_text())
+    doc["tuning_log"] = {"fused_0": [
+        {"config": {"BLOCK_SIZE_M": 16}, "status": "ok", "time_ms": 0.25, "detail": "", "reused": True},
+        {"config": {"BLOCK_SIZE_M": 32}, "status": "ok", "time_ms": 0.125, "detail": "", "reused": False},
+        {"config": {"BLOCK_SIZE_M": 8}, "status": "pruned", "time_ms": None, "detail": "too small", "reused": False}]}
+    path.write_text(json.dumps(doc))  # show reads what is there, checksum or not
+    code, out, _ = run(capsys, "cache", "show", kernel.cache_key, "--cache-dir", str(tmp_path))
+    assert code == 0
+    assert "fused_0: 3 trials (2 ok, 1 pruned), 1 reused from earlier timings; best 0.1250 ms" in out
+
+
+@pytest.mark.parametrize("key, message", [
+    ("0123456789abcdef", "no cache entry has a key starting with"),
+    ("not-hex", "is not a cache key"),
+])
+def test_show_of_an_unknown_key_fails_cleanly(populated, capsys, key, message):
+    root, _, _ = populated
+    code, out, err = run(capsys, "cache", "show", key, "--cache-dir", str(root))
+    assert code == 1 and out == ""
+    assert err.startswith("amk: error: ") and message in err
+
+
+def test_show_of_an_ambiguous_prefix_fails_cleanly(tmp_path, capsys):
+    build(tmp_path)
+    entries = tmp_path / "entries"
+    key = next(entries.iterdir()).name
+    twin = key[:4] + ("0" if key[4] != "0" else "1") + key[5:]
+    shutil.copytree(entries / key, entries / twin)
+    code, _, err = run(capsys, "cache", "show", key[:4], "--cache-dir", str(tmp_path))
+    assert code == 1 and "2 cache entries have keys starting with" in err
+
+
+def test_clear_removes_entries_without_asking(populated, capsys):
+    root, first, _ = populated
+    code, out, _ = run(capsys, "cache", "clear", "--cache-dir", str(root))
+    assert code == 0 and "removed 2 entries" in out
+    assert run(capsys, "cache", "list", "--cache-dir", str(root))[1] == ""
+    assert list((root / "configs").iterdir())  # tuned configs are kept...
+    rebuilt = build(root)
+    assert not rebuilt.cache_hit and rebuilt.cache_key == first.cache_key
+    code, out, _ = run(capsys, "cache", "clear", "--yes", "--all", "--cache-dir", str(root))
+    assert code == 0 and "removed 1 entries, tuned configs and timings" in out
+    assert not (root / "configs").exists()  # ...unless --all
+
+
+def test_export_and_import_through_files(populated, tmp_path, capsys):
+    root, first, second = populated
+    exported = tmp_path / "export.json"
+    code, out, _ = run(capsys, "cache", "export", str(exported), "--cache-dir", str(root))
+    assert code == 0 and "exported 2 tuned configs" in out
+    other = tmp_path / "other"
+    code, out, _ = run(capsys, "cache", "import", str(exported), "--cache-dir", str(other))
+    assert code == 0 and "imported 2 tuned configs" in out
+    code, out, _ = run(capsys, "cache", "show", first.cache_key[:12], "--cache-dir", str(other))
+    assert code == 0 and "config record" in out
+    assert "BLOCK_K=32" in out.split("config:\n", 1)[1].splitlines()[0]
+    code, out, _ = run(capsys, "cache", "export", "-", "--cache-dir", str(other))
+    assert code == 0 and {r["key"] for r in json.loads(out)["configs"]} == {first.cache_key, second.cache_key}
+
+
+def test_bad_import_and_export_files(tmp_path, capsys):
+    missing = tmp_path / "missing.json"
+    code, _, err = run(capsys, "cache", "import", str(missing), "--cache-dir", str(tmp_path))
+    assert code == 1 and err.startswith("amk: error: cannot read") and "Traceback" not in err
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{ not json")
+    code, _, err = run(capsys, "cache", "import", str(garbage), "--cache-dir", str(tmp_path))
+    assert code == 1 and "is not valid JSON" in err
+    garbage.write_text(json.dumps({"configs": []}))
+    code, _, err = run(capsys, "cache", "import", str(garbage), "--cache-dir", str(tmp_path))
+    assert code == 1 and "not an amk cache export" in err
+    code, _, err = run(capsys, "cache", "export", str(tmp_path), "--cache-dir", str(tmp_path))  # a directory
+    assert code == 1 and err.startswith("amk: error: cannot write")
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as error:
+        cli.main(["cache", "frobnicate"])
+    assert error.value.code == 2
+
+
+def _amk_command() -> list[str]:
+    script = Path(sys.executable).parent / "amk"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "amk.cli"]
+
+
+def test_the_command_reports_errors_without_a_traceback(tmp_path):
+    for args in (["cache", "show", "abc123"], ["cache", "import", str(tmp_path / "none.json")]):
+        done = subprocess.run(_amk_command() + args + ["--cache-dir", str(tmp_path)], capture_output=True, text=True,
+                              env=dict(os.environ), timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith("amk: error: ") and "Traceback" not in done.stderr
