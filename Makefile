@@ -27,7 +27,12 @@ lit: $(STAMP)
 	$(VENV)/bin/lit tests/filecheck -q
 
 pytest: $(STAMP)
-	$(PY) -m pytest -n 2
+	$(PY) -m pytest -q -n 2
+
+# The long differential-fuzzing profile: 5,000 fresh random op chains, larger shapes, two workers (`make pytest` runs
+# the fast, derandomized profile of 200). Each worker prints its count of cases at the end.
+fuzz: $(STAMP)
+	AMK_FUZZ_EXAMPLES=5000 AMK_FUZZ_RANDOM=1 $(PY) -m pytest tests/test_fuzz.py -n 2 -p no:cacheprovider
 
 # The docs site, built strictly: broken links, missing anchors and pages left out of the nav fail.
 docs: $(STAMP)
