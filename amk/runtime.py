@@ -31,6 +31,30 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _repair_interpreter() -> None:
+    """Without CUDA, kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` before triton is imported:
+    the ``@jit`` helpers of ``triton.language`` (``tl.cdiv``, ``tl.sigmoid``...) are then interpreted functions. When
+    something imported triton first (TorchDynamo does, for ``torch.compile(backend="amk")``), they are compiled
+    ``JITFunction``s that the interpreter refuses to call; wrap them as the interpreter would have."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") or "triton" not in sys.modules:
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    wrapped: dict[int, InterpretedFunction] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in wrapped:
+                    wrapped[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attribute, wrapped[id(value)])
+
+
+_repair_interpreter()
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -249,9 +273,11 @@ class Program:
                     bindings[dim] = int(size)
         return bindings
 
-    def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    def __call__(self, *tensors: torch.Tensor, bindings: dict[str, int] | None = None) -> list[torch.Tensor]:
+        """Run on ``tensors``; ``bindings`` gives symbol values the argument shapes do not show (e.g. ``s0`` when
+        only ``s0*s1`` appears)."""
         env: dict[int, torch.Tensor] = dict(zip(self.arg_ids, tensors))
-        bindings = self.bind(tensors)
+        bindings = self.bind(tensors) | (bindings or {})
         for step in self.steps:
             if step.kind == "return":
                 return [env[v] for v in step.operands]

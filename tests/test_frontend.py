@@ -342,7 +342,7 @@ def test_wrong_kernel_is_caught_by_verification(monkeypatch):
     model = make("gpt2")
     compiled = amk.compile(model)
     original = amk.runtime.Program.__call__
-    monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t: [o * 2 for o in original(self, *t)])
+    monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t, **kw: [o * 2 for o in original(self, *t, **kw)])
     failures = frontend.STATS.verification_failures
     x = inputs(2)
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)

@@ -59,34 +59,6 @@ DEFAULT_PIPELINE = "amk-duplicate-norm-prologues,amk-fuse"
 LOWERING_PASSES = ("amk-tile", "amk-stage", "amk-emit-triton")
 
 
-def _repair_interpreter() -> None:
-    """Without CUDA, kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` before triton is imported:
-    the ``@jit`` helpers of ``triton.language`` (``tl.cdiv``, ``tl.sigmoid``...) are then interpreted functions. When
-    TorchDynamo imported triton first (``torch.compile(backend="amk")`` without importing amk), they are compiled
-    ``JITFunction``s that the interpreter refuses to call; wrap them as the interpreter would have."""
-    import sys
-
-    from amk.runtime import interpreting
-
-    if not interpreting() or "triton" not in sys.modules:
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    wrapped: dict[int, InterpretedFunction] = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("triton.language") or module is None:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                if id(value) not in wrapped:
-                    wrapped[id(value)] = InterpretedFunction(value.fn)
-                setattr(module, attribute, wrapped[id(value)])
-    if wrapped:
-        log.debug("wrapped %d triton.language helpers for the interpreter", len(wrapped))
-
-
-_repair_interpreter()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -503,16 +475,7 @@ class FusedSubgraph(torch.nn.Module):
         with torch.no_grad():
             tensors = [t.detach() for t in self._tensors(args)]
             program = self.compiled.program
-            if self.symbols:
-                extra = self._bindings(args)
-                bind = program.bind
-                program.bind = lambda ts: {**bind(ts), **extra}
-                try:
-                    outputs = program(*tensors)
-                finally:
-                    del program.bind
-            else:
-                outputs = program(*tensors)
+            outputs = program(*tensors, bindings=self._bindings(args) if self.symbols else None)
             STATS.kernel_calls += 1
             if self.verify_pending:
                 self.verify_pending = False
