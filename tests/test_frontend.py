@@ -7,13 +7,15 @@ reports, one compilation for every batch size, IR dumps that amk-opt re-parses, 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import BIN
+from conftest import BIN, REPO
 
 import amk
 import amk.frontend.compile as frontend
@@ -24,52 +26,24 @@ HIDDEN, INTERMEDIATE = 64, 128
 ATOL, RTOL = 2e-5, 2e-5
 
 
-class GPT2MLP(nn.Module):
-    """LayerNorm -> Linear -> GELU(tanh) -> Linear, plus the residual."""
-
-    def __init__(self, hidden=HIDDEN, intermediate=INTERMEDIATE):
-        super().__init__()
-        self.ln = nn.LayerNorm(hidden)
-        self.fc = nn.Linear(hidden, intermediate)
-        self.proj = nn.Linear(intermediate, hidden)
-
-    def forward(self, x):
-        return x + self.proj(F.gelu(self.fc(self.ln(x)), approximate="tanh"))
+def _load_blocks():
+    """The MLP blocks of examples/mlp_blocks.py (the example and the tests share one definition)."""
+    spec = importlib.util.spec_from_file_location("mlp_blocks", REPO / "examples" / "mlp_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # TorchDynamo looks modules up by name when it traces their code
+    spec.loader.exec_module(module)
+    return module
 
 
-class HandWrittenRMSNorm(nn.Module):
-    def __init__(self, hidden, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden))
-        self.eps = eps
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+blocks = _load_blocks()
 
 
-class LlamaMLP(nn.Module):
-    """RMSNorm -> gate/up Linear -> SiLU(gate) * up -> down Linear, plus the residual."""
-
-    def __init__(self, hidden=HIDDEN, intermediate=INTERMEDIATE, norm=HandWrittenRMSNorm):
-        super().__init__()
-        self.norm = norm(hidden, eps=1e-6)
-        self.gate = nn.Linear(hidden, intermediate, bias=False)
-        self.up = nn.Linear(hidden, intermediate, bias=False)
-        self.down = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x):
-        h = self.norm(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+def GPT2MLP():  # noqa: N802 - a module factory named like the class it builds
+    return blocks.GPT2MLP(HIDDEN, INTERMEDIATE)
 
 
 def make(kind: str, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    model = {"gpt2": GPT2MLP, "llama": LlamaMLP, "llama_nn_rmsnorm": lambda: LlamaMLP(norm=nn.RMSNorm)}[kind]()
-    with torch.no_grad():  # norms away from the identity, so that their weights matter
-        for parameter in model.parameters():
-            if parameter.dim() == 1:
-                parameter.add_(0.1 * torch.randn_like(parameter))
-    return model
+    return blocks.make(kind, HIDDEN, INTERMEDIATE, seed)
 
 
 def inputs(batch: int, seq: int = 5, seed: int = 1, **kwargs) -> torch.Tensor:
