@@ -58,14 +58,12 @@ from xdsl.utils.exceptions import VerifyException
 from amk.dialects.syntax import SymbolicShapedType
 from amk.dialects.tiled_loop import (
     ExprsAttr,
+    KernelSignature,
     TileType,
     check_dot,
     check_tensor_tile,
-    kernel_inputs,
-    kernel_outputs,
     tile_type,
     verify_workspace,
-    workspace_kinds,
 )
 from amk.dialects.tiled_loop import KernelOp as TiledKernelOp
 from amk.symbolic import Dim
@@ -112,7 +110,7 @@ def _buffer(value: SSAValue, space: str, context: str) -> BufferType:
 
 
 @irdl_op_definition
-class KernelOp(IRDLOperation):
+class KernelOp(KernelSignature, IRDLOperation):
     """A kernel with its launch parameters: the grid (symbolic in shape symbols only), ``constants`` (the bound tile
     sizes), ``num_warps`` and ``num_stages``. Block arguments are global buffers: inputs, then outputs."""
 
@@ -185,17 +183,6 @@ class KernelOp(IRDLOperation):
         for index, arg in enumerate(self.body.block.args):
             _buffer(arg, "global", f"'{self.name}' argument {index}")
 
-    @property
-    def inputs(self) -> tuple[SSAValue, ...]:
-        return kernel_inputs(self)
-
-    @property
-    def outputs(self) -> tuple[SSAValue, ...]:
-        return kernel_outputs(self)
-
-    @property
-    def workspace_kinds(self) -> list[str]:
-        return workspace_kinds(self)
 
 
 class GlobalAccessOp(IRDLOperation):

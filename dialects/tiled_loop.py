@@ -156,8 +156,26 @@ def check_tensor_tile(tensor: Attribute, tile: TileType, offsets: Sequence[Dim],
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class KernelSignature:
+    """The argument layout shared by the tile-level and the staged kernel op: inputs, then outputs, then the
+    workspace buffers the runtime provides (``scratch``: per launch; ``counter``: i32, zero at launch, left zero)."""
+
+    @property
+    def inputs(self) -> tuple[SSAValue, ...]:
+        return self.body.block.args[: self.num_inputs.value.data]
+
+    @property
+    def workspace_kinds(self) -> list[str]:
+        return [w.data for w in self.workspace.data] if self.workspace is not None else []
+
+    @property
+    def outputs(self) -> tuple[SSAValue, ...]:
+        args = self.body.block.args
+        return args[self.num_inputs.value.data: len(args) - len(self.workspace_kinds)]
+
+
 @irdl_op_definition
-class KernelOp(IRDLOperation):
+class KernelOp(KernelSignature, IRDLOperation):
     """One fused kernel at the tile level. Block arguments are the kernel's tensors: inputs, then outputs.
 
     ``grid`` gives the number of programs per launch axis; ``program_ids`` names each program's coordinates (the names
@@ -233,36 +251,10 @@ class KernelOp(IRDLOperation):
         if self.arg_views is not None and len(self.arg_views.data) != len(args):
             raise VerifyException(f"'{self.name}' needs one arg_view per argument ({len(args)})")
 
-    @property
-    def inputs(self) -> tuple[SSAValue, ...]:
-        return kernel_inputs(self)
-
-    @property
-    def outputs(self) -> tuple[SSAValue, ...]:
-        return kernel_outputs(self)
-
-    @property
-    def workspace_kinds(self) -> list[str]:
-        return workspace_kinds(self)
 
 
-def workspace_kinds(kernel) -> list[str]:
-    """The kinds of the trailing workspace arguments: ``scratch`` (per launch) or ``counter`` (int32, zero at launch,
-    left zero by the kernel)."""
-    return [w.data for w in kernel.workspace.data] if kernel.workspace is not None else []
-
-
-def kernel_inputs(kernel) -> tuple[SSAValue, ...]:
-    return kernel.body.block.args[: kernel.num_inputs.value.data]
-
-
-def kernel_outputs(kernel) -> tuple[SSAValue, ...]:
-    args = kernel.body.block.args
-    return args[kernel.num_inputs.value.data: len(args) - len(workspace_kinds(kernel))]
-
-
-def verify_workspace(kernel) -> None:
-    kinds = workspace_kinds(kernel)
+def verify_workspace(kernel: KernelSignature) -> None:
+    kinds = kernel.workspace_kinds
     args = kernel.body.block.args
     for kind, arg in zip(kinds, args[len(args) - len(kinds):]):
         if kind == "counter" and getattr(arg.type, "element_type", None) != i32:
