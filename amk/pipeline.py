@@ -60,8 +60,7 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
     """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` on a copy of one tile-level kernel."""
     ctx = make_context()
     module = ModuleOp([kernel.clone()])
-    StagePass(block_m=config.BLOCK_M, block_n=config.BLOCK_N, block_k=config.BLOCK_K, group_m=config.GROUP_M,
-              num_warps=config.num_warps, num_stages=config.num_stages).apply(ctx, module)
+    StagePass.for_config(config).apply(ctx, module)
     module.verify()
     EmitTritonPass(interpret=interpreting()).apply(ctx, module)
     staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))

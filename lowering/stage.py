@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import BoolAttr, ModuleOp, i1
@@ -221,12 +222,22 @@ class StagePass(ModulePass):
     block_n: int = 0
     block_k: int = 0
     group_m: int = 0
+    split_k: int = 0
     num_warps: int = 0
     num_stages: int = 0
 
+    # KernelConfig field -> pass option
+    OPTIONS: ClassVar[dict[str, str]] = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k",
+                                         "GROUP_M": "group_m", "SPLIT_K": "split_k", "num_warps": "num_warps",
+                                         "num_stages": "num_stages"}
+
+    @classmethod
+    def for_config(cls, config: KernelConfig, kernel: str = "") -> StagePass:
+        """The pass binding every field of ``config``."""
+        return cls(kernel=kernel, **{option: getattr(config, field) for field, option in cls.OPTIONS.items()})
+
     def overrides(self) -> dict[str, int]:
-        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m,
-                "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {field: getattr(self, option) for field, option in self.OPTIONS.items()}
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:

@@ -472,3 +472,13 @@ def test_outputs_are_fresh_tensors():
     second = kernel(*tensors)
     assert torch.equal(first, second)
     assert second.is_contiguous()
+
+
+@pytest.mark.parametrize("split_k", [2, 8])
+def test_split_k_from_the_configuration_is_the_one_launched(split_k):
+    """Regression: amk-stage once ignored SPLIT_K, so the kernel ran with the default while its workspace was sized
+    for the configured value."""
+    ops, shapes = ["matmul", "add_bias"], [(16, 2048), (2048, 64), (64,)]
+    kernel, _ = run_chain(ops, shapes, FP32, grid={"SPLIT_K": [split_k]})
+    assert kernel.config["SPLIT_K"] == split_k
+    assert f"SPLIT_K={split_k}," in kernel.source
