@@ -1,6 +1,7 @@
 """GPT-2 and Llama style MLP blocks, compiled with ``amk.compile`` and with ``torch.compile(backend="amk")``.
 
     python examples/mlp_blocks.py                      # GPU: hidden 4096; CPU: small sizes in Triton's interpreter
+    python examples/mlp_blocks.py --small              # small sizes everywhere (hidden 64)
     python examples/mlp_blocks.py --out result.json    # also write the comparison as a JSON results file
 
 For each block: the relative error against eager PyTorch in fp32 and fp16 (bf16 on the CPU is skipped: slow),
@@ -81,15 +82,21 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def check(kind: str, hidden: int, intermediate: int, device: torch.device, dtype: torch.dtype) -> dict:
     import amk
     from amk.frontend.compile import STATS
+    from amk.verification import compare
 
     model = make(kind, hidden, intermediate).to(device=device, dtype=dtype)
+    reference = make(kind, hidden, intermediate).to(device=device, dtype=torch.float64)
     compiled = amk.compile(model)
     graphs_before = STATS.graphs
-    errors = {}
+    errors, lines, failed = {}, [], False
     for batch in (1, 3, 8, 17):
         x = torch.randn(batch, 5, hidden, device=device, dtype=dtype)
-        errors[batch] = relative_error(compiled(x), model(x))
-    result = {"block": kind, "dtype": str(dtype), "relative_errors": errors, "compilations": STATS.graphs - graphs_before}
+        result = compare(compiled(x), reference(x.double()), dtype)
+        errors[batch] = result.relative_l2_error
+        lines += [f"{kind}, batch {batch}:", result.line()]
+        failed = failed or not result.passed
+    result = {"block": kind, "dtype": str(dtype), "relative_errors": errors, "compilations": STATS.graphs - graphs_before,
+              "report": lines, "passed": not failed}
     dynamo = torch.compile(model, backend="amk")
     x = torch.randn(4, 5, hidden, device=device, dtype=dtype)
     result["torch_compile_backend_error"] = relative_error(dynamo(x), model(x))
@@ -107,21 +114,26 @@ def check(kind: str, hidden: int, intermediate: int, device: torch.device, dtype
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--small", action="store_true", help="hidden 64, intermediate 128 (the CPU sizes)")
     args = parser.parse_args(argv)
     from amk.benchmarking import environment
     from amk.runtime import default_device
 
     device = default_device()
-    hidden, intermediate = (4096, 11008) if device.type == "cuda" else (64, 128)
+    hidden, intermediate = (4096, 11008) if device.type == "cuda" and not args.small else (64, 128)
     dtypes = [torch.float32, torch.float16]
     results = [check(kind, hidden, intermediate, device, dtype) for kind in ("gpt2", "llama") for dtype in dtypes]
     document = {"environment": environment(), "command": " ".join(["python", *sys.argv]), "hidden": hidden,
                 "intermediate": intermediate, "results": results}
     text = json.dumps(document, indent=2, default=str)
-    print(text)
+    print("verification against PyTorch (float64 reference):")
+    for result in results:
+        print("\n".join(result["report"]))
     if args.out:
         with open(args.out, "w") as handle:
             handle.write(text)
+    if not all(result["passed"] for result in results):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
