@@ -14,8 +14,10 @@ also has a few NaN / +Inf / -Inf elements in its inputs.
 
 The check: NaN, +Inf and -Inf positions agree with the float64 reference (:func:`amk.verification.reference_for`)
 rounded to the output dtype, and the relative L2 error over finite positions is within
-``amk.verification.TOLERANCES``. Some outputs are ill-conditioned whatever computes them (a LayerNorm over two nearly
-equal values, a sum that cancels): when the error exceeds the tolerance, the case still passes if eager PyTorch in
+``amk.verification.TOLERANCES``. A few NaN / ±Inf positions may differ where rounding-sized noise changes the value
+kind (the sign of a value within rounding of 0, times an Inf) and noise does give the kernel's kind there
+(:func:`special_values_explained`). Some outputs are ill-conditioned whatever computes them (a LayerNorm over two
+nearly equal values, a sum that cancels): when the error exceeds the tolerance, the case still passes if eager PyTorch in
 the same dtype is at least half as far off, or if rounding-sized noise after every op moves the float64 result by at
 least a third as much; such cases are counted and listed in the summary. The float64 reference is also checked
 against the eager table of conftest.py, written independently from the PyTorch docs.
@@ -363,6 +365,34 @@ def same_specials(a, b) -> bool:
     return all(torch.equal(mask(a), mask(b)) for _, mask in SPECIAL_MASKS)
 
 
+def special_kind(t):
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf, elementwise."""
+    return torch.isnan(t) * 1 + (t == math.inf) * 2 + (t == -math.inf) * 3
+
+
+UNSTABLE_SAMPLES = 16  # float64 evaluations with rounding-sized noise tried by special_values_explained
+
+
+def special_values_explained(ops, tensors, wide, dtype, out_dtype, seed, out, rounded, differ) -> bool:
+    """Whether the kernel's NaN / ±Inf positions that differ from the reference's (``differ``) are ones that
+    rounding-sized noise changes, e.g. the sign of a value within rounding of 0 times an Inf: (x - mean) * -inf + -inf
+    is NaN or -inf. Holds when, at every such position, the float64 chain with noise after every op (one of
+    UNSTABLE_SAMPLES draws) or eager PyTorch in ``dtype`` gives exactly the kernel's value kind (finite, NaN, +Inf or
+    -Inf) there, and the kernel differs from the reference at no more than twice as many positions as the most any of
+    those alternatives does. A kernel giving NaN or Inf where every alternative is finite, or differing at many more
+    positions than noise does, still fails."""
+    alternatives = [perturbed_reference(ops, wide, dtype, seed + i) for i in range(UNSTABLE_SAMPLES)]
+    baseline = eager_in_dtype(ops, tensors)
+    alternatives += [baseline] if baseline is not None else []
+    have, want = special_kind(out), special_kind(rounded)
+    explained, most = torch.zeros_like(differ), 0
+    for alternative in alternatives:
+        kind = special_kind(alternative.double().to(out_dtype).double())
+        explained |= kind == have
+        most = max(most, int((kind != want).sum()))
+    return bool((explained | ~differ).all()) and int(differ.sum()) <= 2 * most
+
+
 def check_chain(ops, shapes, dtype, grid=None, seed=0, specials=None):
     """Build, run and compare one chain; raises AssertionError with a reproducer on a mismatch."""
     reproducer = (f"check_chain({ops!r}, {shapes!r}, {dtype}, grid={grid!r}, seed={seed}, "
@@ -390,11 +420,17 @@ def check_chain(ops, shapes, dtype, grid=None, seed=0, specials=None):
         if same_specials(out, rounding_cast):
             STATS["cast_reference_quirk"] += 1
             rounded = rounding_cast
+    differ = special_kind(out) != special_kind(rounded)
+    if differ.any() and special_values_explained(ops, tensors, wide, dtype, out_dtype, seed, out, rounded, differ):
+        STATS["special_values_unstable"] += 1
+        differ = torch.zeros_like(differ)
     for name, mask in SPECIAL_MASKS:
         have, want = mask(out), mask(rounded)
-        assert torch.equal(have, want), (f"{name} positions differ ({int(have.sum())} in the kernel's output, "
-                                         f"{int(want.sum())} in the reference's): {reproducer}")
-    finite = torch.isfinite(rounded)
+        where = differ & (have | want)
+        assert not where.any(), (
+            f"{name} positions differ ({int(have.sum())} in the kernel's output, {int(want.sum())} in the "
+            f"reference's, e.g. at {where.nonzero()[:4].tolist()}): {reproducer}")
+    finite = torch.isfinite(rounded) & torch.isfinite(out)
     error = rel_l2(out, expected, finite)
     limit = tolerance(ops, dtype)
     STATS["cases"] += 1
@@ -419,6 +455,12 @@ def check_chain(ops, shapes, dtype, grid=None, seed=0, specials=None):
 # ----------------------------------------------------------------------------------------------------------------------
 # The fuzz test
 # ----------------------------------------------------------------------------------------------------------------------
+
+# A chain whose NaN / -Inf status at [9, 2] rounding noise decides (a LayerNorm's centered value within rounding of 0
+# times gamma = -inf); with seed 10536 and specials="mixed" the kernel gives NaN and the reference -inf there.
+UNSTABLE_CASE = ([("matmul", {"transpose_b": True}), ("gelu", {"approximate": "tanh"}), "minimum",
+                  ("layernorm", {"eps": 1e-05}), ("gelu", {"approximate": "tanh"}), "minimum"],
+                 [(64, 57), (3, 57), (1, 3), (3,), (1, 3)])
 
 # Failures the fuzzer found, kept as regression cases (the fixes are in lowering/; see each comment).
 REGRESSIONS = [
@@ -445,6 +487,15 @@ REGRESSIONS = [
     (["softmax", ("scale", {"factor": 0.125}), ("sum", {"dim": 0}), "tanh"], [(1, 63)], FP32, None, 0, None),
     (["exp", ("softmax", {"dim": -1}), "mul", "gelu", ("mean", {"dim": 1}), "tanh", "mul"],
      [(3, 1, 100), (3, 1, 100), (100,)], FP32, {"BLOCK_SIZE_N": [16]}, 30483, "inf"),
+    # Not a bug: LayerNorm's centered value at [9, 2] is 7e-5 below 0 in float64 but above 0 after the bf16 rounding
+    # of the pre-norm value, and gamma[2] = -inf, residual[2] = -inf: -inf (kernel) or NaN (reference). The check
+    # discounts positions whose NaN / Inf status rounding-sized noise changes.
+    ([("matmul", {"transpose_b": True}), "gelu", "minimum", ("layernorm", {"eps": 1e-05}), "add"],
+     [(64, 57), (3, 57), (1, 3), (3,), (3,)], BF16, None, 10536, "mixed"),
+    # The same row with gelu(tanh) on both sides of the LayerNorm (6e-5 below 0 in float64): +inf (reference) or
+    # -inf (kernel) out of the norm, then gelu_tanh(-inf) is NaN in PyTorch and amk, and min(NaN, -inf) is NaN where
+    # the reference has -inf. See also test_special_values_unstable_case below.
+    (UNSTABLE_CASE[0], UNSTABLE_CASE[1], BF16, None, 10536, "mixed"),
     # Not a bug: after a cast the reference runs eagerly in that dtype, and PyTorch's CPU F.gelu(+inf) is NaN in
     # float32 (+inf in float64); amk gives +inf. The check falls back to a float64 evaluation that rounds at the cast.
     ([("cast", {"dtype": FP32}), ("sum", {"dim": 0}), "gelu"], [(64, 2)], FP32, None, 0, "inf"),
@@ -458,6 +509,60 @@ REGRESSIONS = [
                          ids=[f"regression{i}" for i in range(len(REGRESSIONS))])
 def test_fuzz_regression(ops, shapes, dtype, grid, seed, specials):
     check_chain(ops, shapes, dtype, grid, seed, specials)
+
+
+class Tampered:
+    """A fused kernel whose output goes through ``tamper`` (a stand-in for a wrong kernel)."""
+
+    def __init__(self, kernel, tamper):
+        self.kernel, self.tamper = kernel, tamper
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __call__(self, *tensors):
+        return self.tamper(self.kernel(*tensors).clone())
+
+
+def tampering(monkeypatch, tamper):
+    build = amk.build_fused_kernel
+    monkeypatch.setattr(amk, "build_fused_kernel", lambda *args, **kwargs: Tampered(build(*args, **kwargs), tamper))
+
+
+def test_special_values_unstable_case():
+    """The case that motivated special_values_explained: the kernel's NaN at [9, 2] differs from the reference's -inf,
+    and passes only because noise gives NaN there too (without the allowance it fails)."""
+    ops, shapes = UNSTABLE_CASE
+    kernel = amk.build_fused_kernel(ops, shapes, BF16, autotune=False)
+    tensors = make_inputs(ops, shapes, BF16, 10536, "mixed")
+    out = kernel(*tensors)
+    expected = reference_for(kernel.ops, len(shapes))(*[t.double() for t in tensors]).to(BF16)
+    differ = special_kind(out) != special_kind(expected)
+    assert differ.nonzero().tolist() == [[9, 2]] and out[9, 2].isnan() and expected[9, 2] == -math.inf
+    before = STATS["special_values_unstable"]
+    check_chain(ops, shapes, BF16, seed=10536, specials="mixed")
+    assert STATS["special_values_unstable"] == before + 1
+
+
+def _set(index, value):
+    def tamper(out):
+        out[index] = value
+        return out
+    return tamper
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (_set((9, 2), math.inf), "Inf positions differ"),  # noise gives NaN or -inf there, never +inf
+    (_set((0, 0), math.nan), "NaN positions differ"),  # a finite position everywhere
+    (_set((slice(None), 2), math.nan), "positions differ"),  # the fragile column: far more positions than noise moves
+    (_set((9, 2), 0.0), "-Inf positions differ"),  # finite where the reference and noise are never finite
+])
+def test_special_values_check_still_fails(monkeypatch, tamper, message):
+    """The allowance for unstable positions cannot hide a kernel that puts NaN / Inf elsewhere, or a wrong kind."""
+    ops, shapes = UNSTABLE_CASE
+    tampering(monkeypatch, tamper)
+    with pytest.raises(AssertionError, match=message):
+        check_chain(ops, shapes, BF16, seed=10536, specials="mixed")
 
 
 # The examples are split between two tests so that `pytest -n 2` runs them side by side.
