@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 from xdsl.dialects import func
+from xdsl.ir import Operation
 
 from amk import reference
+from amk.dialects import tensor_op
+from amk.dtypes import to_torch
 from amk.errors import InvalidArgumentError, VerificationError
 
 # Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
@@ -85,25 +88,71 @@ def fp8_supported() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def reference_for(op_list, shape_count: int) -> Callable:
-    """The eager PyTorch computation of an op list (evaluated op by op from its ``tensor_op`` IR)."""
+def reference_for(op_list, shape_count: int, dtype: torch.dtype | None = None) -> Callable:
+    """The eager PyTorch computation of an op list (evaluated op by op from its ``tensor_op`` IR), in the dtype of the
+    tensors it is called with: float64 tensors give the float64 reference.
+
+    A cast rounds to its target dtype and the value goes on in the wider of the two dtypes (a kernel too rounds at a
+    cast and goes on in fp32 registers), so ops after a cast meet operands of matching precision and PyTorch's
+    low-precision CPU kernels do not stand in for the float64 math. ``dtype`` is the chain's element type (that of
+    the kernel built from it); by default the one :func:`reference_dtype` infers.
+    """
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        from amk.oplist import build_module
-
-        module = build_module(op_list, [tuple(t.shape) for t in tensors], torch.float32)
-        function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
-        return evaluate_function(function, tensors)[0]
+        function = reference_function(op_list, [tuple(t.shape) for t in tensors], dtype)
+        return evaluate_function(function, tensors, evaluate=evaluate_reference)[0]
 
     return run
 
 
-def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def reference_dtype(op_list, shape_count: int) -> torch.dtype:
+    """An element type in which the op list's IR verifies. Operands share the chain's element type, so an op with
+    operands after a cast needs the chain's type to be the cast's: that of the last cast followed by such an op, or
+    float32 (any type will do) when there is none."""
+    from amk.oplist import bind_operands, normalize_ops
+
+    ops = normalize_ops(op_list)
+    current, chosen = None, torch.float32
+    for (name, params), count in zip(ops, bind_operands(ops, shape_count)):
+        if count and current is not None:
+            chosen = current
+        if name == "cast":
+            current = params["dtype"]
+    return chosen
+
+
+def reference_function(op_list, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype | None = None) -> func.FuncOp:
+    """The ``func.func`` of an op list's ``tensor_op`` IR that :func:`reference_for` evaluates."""
+    from amk.oplist import build_module
+
+    module = build_module(op_list, shapes, dtype or reference_dtype(op_list, len(shapes)))
+    return next(op for op in module.walk() if isinstance(op, func.FuncOp))
+
+
+def _wider(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    try:
+        return torch.promote_types(a, b)
+    except RuntimeError:  # (no promotion rules for the float8 types)
+        return a if a.itemsize >= b.itemsize else b
+
+
+def evaluate_reference(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
+    """:func:`amk.reference.evaluate`, except that a cast rounds to its target and keeps the wider dtype."""
+    if isinstance(op, tensor_op.CastOp):
+        (x,) = args
+        target = to_torch(op.output.type.element_type)
+        return x.to(target).to(_wider(x.dtype, target))
+    return reference.evaluate(op, args)
+
+
+def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor],
+                      evaluate: Callable = reference.evaluate) -> list[torch.Tensor]:
+    """Run a ``tensor_op`` function op by op with ``evaluate(op, operand tensors)`` (by default amk.reference's)."""
     env = dict(zip(function.body.block.args, tensors))
     for op in function.body.block.ops:
         if isinstance(op, func.ReturnOp):
             return [env[v] for v in op.arguments]
-        env.update(zip(op.results, [reference.evaluate(op, [env[v] for v in op.operands])]))
+        env.update(zip(op.results, [evaluate(op, [env[v] for v in op.operands])]))
     raise AssertionError("function without func.return")
 
 

@@ -158,13 +158,12 @@ def binary_operand(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
 @st.composite
 def elementwise_run(draw, shape, dtype, state, max_len):
     """A run of elementwise ops on a value of ``shape``: (ops, operand shapes). ``state`` tracks, across the chain,
-    whether exp was used (once per chain, so that no intermediate overflows fp32) and whether a cast was."""
+    whether exp was used (once per chain, so that no intermediate overflows fp32) and the current element type."""
     ops, operands = [], []
     for _ in range(draw(st.integers(0, max_len))):
-        # After a cast, no op takes an operand: the operands (built in the chain's dtype) would mix element types
-        # (a ShapeError, by design), and amk.verification.reference_for cannot evaluate a binary op after a cast to
-        # any dtype but float32 (test_reference_of_cast_then_binary below).
-        if not state["cast"] and draw(st.booleans()):
+        # After a cast to another dtype, no op takes an operand: the operands (built in the chain's dtype) would mix
+        # element types (a ShapeError, by design). A cast back to the chain's dtype makes them valid again.
+        if state["dtype"] == dtype and draw(st.booleans()):
             name = draw(st.sampled_from(BINARY))
             operands.append((shape[-1],) if name == "add_bias" else binary_operand(draw, shape))
             ops.append(name)
@@ -173,7 +172,8 @@ def elementwise_run(draw, shape, dtype, state, max_len):
         if op == "exp" and state["exp"]:
             op = "tanh"
         state["exp"] = state["exp"] or op == "exp"
-        state["cast"] = state["cast"] or (isinstance(op, tuple) and op[0] == "cast")
+        if isinstance(op, tuple) and op[0] == "cast":
+            state["dtype"] = op[1]["dtype"]
         ops.append(op)
     return ops, operands
 
@@ -214,7 +214,7 @@ def chains(draw, matmul: bool):
     ops: list = []
     weights: dict[int, int] = {}  # index of a norm in ops -> weights wanted
     operand_of: dict[int, list] = {}  # index of an op -> operand shapes
-    state = {"exp": False, "cast": False}
+    state = {"exp": False, "dtype": dtype}
     if matmul:
         k = draw(dim(big))
         shape = (*lead, k)
@@ -245,7 +245,7 @@ def chains(draw, matmul: bool):
             break
         op, new_shape, wanted = draw(row_op(shape))
         if (op if isinstance(op, str) else op[0]) in ("layernorm", "rmsnorm"):
-            if state["cast"]:
+            if state["dtype"] != dtype:
                 wanted = 0  # (weights would mix element types)
             weights[len(ops)] = wanted
             operand_of[len(ops)] = [(shape[-1],)] * 2
@@ -334,17 +334,15 @@ def perturbed_reference(ops, tensors, dtype, seed):
     of ``dtype``: how far rounding anywhere in the chain can move the output (its conditioning in that dtype)."""
     from xdsl.dialects import func
 
-    from amk import reference
-    from amk.oplist import build_module
+    from amk.verification import evaluate_reference, reference_function
 
-    module = build_module(normalize_ops(ops), [tuple(t.shape) for t in tensors], torch.float32)
-    function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    function = reference_function(normalize_ops(ops), [tuple(t.shape) for t in tensors])
     generator = torch.Generator().manual_seed(seed)
     env = dict(zip(function.body.block.args, tensors))
     for op in function.body.block.ops:
         if isinstance(op, func.ReturnOp):
             return env[op.arguments[0]]
-        value = reference.evaluate(op, [env[v] for v in op.operands]).double()
+        value = evaluate_reference(op, [env[v] for v in op.operands]).double()
         noise = (torch.rand(value.shape, generator=generator, dtype=torch.float64) * 2 - 1) * UNIT_ROUNDOFF[dtype]
         env[op.results[0]] = value * (1 + noise)
     raise AssertionError("no func.return")
@@ -402,24 +400,15 @@ def check_chain(ops, shapes, dtype, grid=None, seed=0, specials=None):
     output = kernel(*tensors)
     wide = [t.double() for t in tensors]
     expected = reference_for(kernel.ops, len(shapes))(*wide)
-    if not any(name == "cast" for name, _ in kernel.ops):  # (conftest's cast returns to float64; amk's does not)
-        independent = eager(ops, wide)
-        assert torch.allclose(expected, independent, rtol=1e-9, atol=1e-12, equal_nan=True), \
-            f"amk.reference and the eager table of conftest.py disagree: {reproducer}"
+    independent = eager(ops, wide)
+    assert torch.allclose(expected, independent, rtol=1e-9, atol=1e-12, equal_nan=True), \
+        f"amk.reference and the eager table of conftest.py disagree: {reproducer}"
     out_dtype = output_dtype(ops, dtype)
     assert output.dtype == out_dtype, f"output dtype {output.dtype}, expected {out_dtype}: {reproducer}"
     assert output.shape == expected.shape, f"output shape {tuple(output.shape)} != {tuple(expected.shape)}: {reproducer}"
     expected = expected.double()
     rounded = expected.to(out_dtype).double()  # where the reference itself overflows the output dtype
     out = output.double()
-    if not same_specials(out, rounded) and any(name == "cast" for name, _ in kernel.ops):
-        # After a cast the reference runs the rest of the chain eagerly in the cast's dtype, where PyTorch's CPU
-        # kernels have quirks at ±Inf (F.gelu(+inf) is NaN in float32 and bfloat16, +inf in float64 and float16).
-        # The kernel rounds through the cast's dtype and goes on in fp32: compare with that (conftest's cast).
-        rounding_cast = eager(ops, wide).double().to(out_dtype).double()
-        if same_specials(out, rounding_cast):
-            STATS["cast_reference_quirk"] += 1
-            rounded = rounding_cast
     differ = special_kind(out) != special_kind(rounded)
     if differ.any() and special_values_explained(ops, tensors, wide, dtype, out_dtype, seed, out, rounded, differ):
         STATS["special_values_unstable"] += 1
@@ -496,8 +485,8 @@ REGRESSIONS = [
     # -inf (kernel) out of the norm, then gelu_tanh(-inf) is NaN in PyTorch and amk, and min(NaN, -inf) is NaN where
     # the reference has -inf. See also test_special_values_unstable_case below.
     (UNSTABLE_CASE[0], UNSTABLE_CASE[1], BF16, None, 10536, "mixed"),
-    # Not a bug: after a cast the reference runs eagerly in that dtype, and PyTorch's CPU F.gelu(+inf) is NaN in
-    # float32 (+inf in float64); amk gives +inf. The check falls back to a float64 evaluation that rounds at the cast.
+    # After a cast the reference used to run eagerly in that dtype, where PyTorch's CPU F.gelu(+inf) is NaN in float32
+    # (+inf in float64; amk gives +inf). amk.verification.reference_for now rounds at a cast and goes on in float64.
     ([("cast", {"dtype": FP32}), ("sum", {"dim": 0}), "gelu"], [(64, 2)], FP32, None, 0, "inf"),
     # Not a bug: LayerNorm over one column (exactly 0) before a matmul, with one row, runs eagerly (not fused) and
     # PyTorch's CPU fp16 layer_norm of a single element gives -1.5e-6, not 0 (the reference is exactly 0).
@@ -585,13 +574,38 @@ def test_fuzz_matmul_free_chains(chain, seed, specials):
     ops, shapes, dtype, grid = chain
     check_chain(ops, shapes, dtype, grid, seed, specials)
 
-@pytest.mark.xfail(strict=True, raises=amk.errors.ShapeError, reason=(
-    "BUG (amk/verification.py, not fixed here): reference_for builds its module in float32, so a cast to another "
-    "dtype followed by an op with an operand mixes element types and raises ShapeError; build_fused_kernel(..., "
-    "verify=True) fails on such chains although the kernel itself is fine"))
-def test_reference_of_cast_then_binary():
-    ops, shapes = ["matmul", ("cast", {"dtype": BF16}), "add"], [(4, 8), (8, 6), (4, 6)]
-    kernel = amk.build_fused_kernel(ops, shapes, BF16, autotune=False)
-    tensors = make_inputs(ops, shapes, BF16, 0)
-    expected = reference_for(kernel.ops, len(shapes))(*[t.double() for t in tensors])
-    assert rel_l2(kernel(*tensors).double(), expected.double(), torch.isfinite(expected)) <= TOLERANCES[BF16]
+@pytest.mark.parametrize("ops, shapes, dtype", [
+    (["matmul", ("cast", {"dtype": BF16}), "add"], [(4, 8), (8, 6), (4, 6)], BF16),
+    # fp32 -> fp16 -> fp32: the reference rounds through fp16 (spacing 0.5 at 1e3) and goes on in float64
+    ([("scale", {"factor": 1e3}), ("cast", {"dtype": FP16}), ("cast", {"dtype": FP32}), "mul", "layernorm"],
+     [(5, 40), (5, 40), (40,), (40,)], FP32),
+    ([("cast", {"dtype": FP32}), "gelu", ("cast", {"dtype": BF16}), "sub", "rmsnorm"], [(6, 33), (33,), (33,)], BF16),
+])
+def test_reference_of_cast_then_binary(ops, shapes, dtype):
+    """A cast followed by ops with operands (reference_for used to build its IR in float32, so such a chain raised
+    ShapeError, also in build_fused_kernel(..., verify=True)). The reference rounds at each cast and computes in
+    float64 otherwise (as conftest's eager table does), and the kernel matches it."""
+    tensors = make_inputs(ops, shapes, dtype, 0)
+    wide = [t.double() for t in tensors]
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False, verify=True)
+    assert kernel.verification.passed
+    expected = reference_for(kernel.ops, len(shapes))(*wide)
+    output = kernel(*tensors)
+    assert output.dtype == output_dtype(ops, dtype)
+    assert expected.dtype == torch.float64 and expected.shape == output.shape
+    assert torch.isfinite(expected).all() and expected.abs().max() > 0.1
+    torch.testing.assert_close(expected, eager(ops, wide), rtol=1e-12, atol=1e-12)
+    assert rel_l2(output.double(), expected, torch.isfinite(expected)) <= TOLERANCES[dtype]
+    check_chain(ops, shapes, dtype, seed=0)
+
+
+def test_reference_rounds_at_a_cast():
+    """Exact values: (x @ w) rounded to bf16, plus r, in float64; and a cast to fp16 overflows to inf above 65504."""
+    x, w, r = torch.randn(3, 5, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 4)
+    reference = reference_for(normalize_ops(["matmul", ("cast", {"dtype": BF16}), "add"]), 3)
+    torch.testing.assert_close(reference(x, w, r.double()), (x @ w).to(BF16).double() + r.double(), rtol=0, atol=0)
+    big = torch.tensor([[1.0, 7e4, -7e4, 65504.0]], dtype=torch.float64)
+    rounded = reference_for(normalize_ops([("cast", {"dtype": FP16}), ("scale", {"factor": 2.0})]), 1)(big)
+    assert rounded.dtype == torch.float64 and rounded.tolist() == [[2.0, math.inf, -math.inf, 131008.0]]
+    # in low precision the cast keeps the wider dtype: bf16 inputs cast to fp32 compute in fp32
+    assert reference_for(normalize_ops([("cast", {"dtype": FP32}), "exp"]), 1)(big.to(BF16)).dtype == FP32
