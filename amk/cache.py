@@ -16,7 +16,9 @@ Where: ``TunerConfig.target_cache_dir`` if given, else ``AMK_CACHE_DIR``, else t
 ``<key>`` is the sha256 of the canonical ``tensor_op`` IR, the shapes, the dtype, the device, the triton / torch /
 amk versions (amk's by release and by a hash of its sources) and the tuning settings that affect the choice.
 Writes go to a temporary file in the same directory and are moved into place with ``os.replace``, under a file
-lock. An entry that fails to load (bad checksum, truncated JSON, missing file) is logged on the ``amk.cache``
+lock; temporary files (``.<name>.<random>.tmp``) older than ``STALE_TEMPORARY_S`` (10 minutes: a write takes
+milliseconds, so they are what a writer killed mid-write left) are removed from a folder on a store's first write to
+it and from configs/ and timings/ on ``clear``. An entry that fails to load (bad checksum, truncated JSON, missing file) is logged on the ``amk.cache``
 logger and rebuilt. A cache directory that cannot be written degrades to an in-memory cache with one warning.
 """
 
@@ -32,6 +34,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ log = logging.getLogger("amk.cache")
 FORMAT = 1
 EXPORT_FORMAT = "amk-cache-export"
 LOCK_TIMEOUT_S = 60.0
+STALE_TEMPORARY_S = 600.0  # a temporary file this old belongs to no live writer (see Store.remove_stale_temporaries)
 _KEY = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -339,6 +343,7 @@ class Store:
         self.strict = strict
         self.memory_only = False
         self._memory: dict[str, dict] = {"entries": {}, "configs": {}, "timings": {}, "index": {}}
+        self._swept: set[Path] = set()  # folders already rid of stale temporary files by this store
 
     # -- plumbing ------------------------------------------------------------------------------------------------------
 
@@ -370,9 +375,37 @@ class Store:
             if lock is not None:
                 lock.release()
 
+    def remove_stale_temporaries(self, folder: Path) -> int:
+        """Removes the temporary files of :meth:`_write_file` (``.<name>.<random>.tmp``) older than
+        STALE_TEMPORARY_S from ``folder``: what a writer killed between creating one and ``os.replace`` left behind.
+        A writer holds its temporary file for milliseconds, so a younger one may be a live writer's and stays (a
+        writer stopped for longer loses its write: ``os.replace`` fails and the store degrades to memory, as for any
+        write error). Returns how many were removed; errors (a read-only or missing folder) are ignored."""
+        removed, cutoff = 0, time.time() - STALE_TEMPORARY_S
+        try:
+            with os.scandir(folder) as items:
+                for item in items:
+                    if not (item.name.startswith(".") and item.name.endswith(".tmp")):
+                        continue
+                    try:
+                        if item.is_file(follow_symlinks=False) and item.stat(follow_symlinks=False).st_mtime < cutoff:
+                            os.unlink(item.path)
+                            removed += 1
+                    except OSError:
+                        pass
+        except OSError:
+            return removed
+        if removed:
+            log.info("removed %d stale temporary file(s) from %s", removed, folder)
+        return removed
+
     def _write_file(self, path: Path, data: bytes) -> None:
-        """Atomically: a temporary file in the same directory, then ``os.replace``."""
+        """Atomically: a temporary file in the same directory, then ``os.replace``. The first write to a folder
+        removes the stale temporary files in it."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent not in self._swept:
+            self._swept.add(path.parent)
+            self.remove_stale_temporaries(path.parent)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as stream:
@@ -667,7 +700,8 @@ class Store:
         return matches[0]
 
     def clear(self, everything: bool = False) -> int:
-        """Removes every entry (and the imported sources); with ``everything``, tuned configs and timings too."""
+        """Removes every entry (and the imported sources); with ``everything``, tuned configs and timings too. Stale
+        temporary files (:meth:`remove_stale_temporaries`) go from the folders it keeps."""
         count = len(self._keys("entries"))
         folders = ["entries", "index", "sources"] + (["configs", "timings"] if everything else [])
         for folder in folders:
@@ -677,6 +711,9 @@ class Store:
                 pass
             except OSError as error:
                 raise CacheError(f"cannot remove {self.root / folder}: {error}") from None
+        for folder in ("configs", "timings"):
+            self.remove_stale_temporaries(self.root / folder)
+        self._swept.clear()
         self._memory["entries"].clear()
         self._memory["index"].clear()
         if everything:

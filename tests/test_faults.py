@@ -395,6 +395,8 @@ def test_killed_mid_write_then_rebuilt(tmp_path):
         assert process.returncode == -signal.SIGKILL
         partial = [p for p in roots[point].rglob("*.tmp")]
         assert partial, f"{point}: no half-written temporary file was left (the fault was not injected)"
+        for path in partial:  # as if the kill was long ago: stale, so the next write to its folder removes it
+            os.utime(path, (time.time() - 3600, time.time() - 3600))
     rebuilders = {point: child(root) for point, root in roots.items()}
     for point, process in rebuilders.items():
         result = finished(process)
@@ -408,6 +410,48 @@ def test_killed_mid_write_then_rebuilt(tmp_path):
         compiled, entry = store.load_compiled(result["key"])
         xs = inputs()
         assert rel_error(compiled.program(*xs)[0], reference(xs)) < 1e-5, point
+        # The rebuild wrote to the folder of the killed write and removed the leftover, except after a kill in the
+        # config record's write: the entry was complete, so the rebuild was a hit and wrote nothing; clear removes it.
+        leftovers = [p.relative_to(roots[point]).parts[0] for p in roots[point].rglob("*.tmp")]
+        assert leftovers == (["configs"] if point == "configs" else []), f"{point}: {leftovers}"
+        store.clear()
+        assert not list(roots[point].rglob("*.tmp")), point
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    """Leftovers of writers killed between mkstemp and os.replace go on the next write to their folder (or on clear)
+    once older than STALE_TEMPORARY_S; a younger one may be a live writer's and stays. The entry still loads."""
+    root = tmp_path / "cache"
+    kernel = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False,
+                                    tuner_config=TunerConfig(target_cache_dir=root))
+    key = kernel.cache_key
+    (root / "timings").mkdir()
+    old = time.time() - cache.STALE_TEMPORARY_S - 60
+
+    def leftover(folder: str, name: str, stale: bool = True) -> Path:
+        path = root / folder / f".{name}.k1ll3d.tmp"
+        path.write_bytes(b'{"format": 1, "key": "')  # half of a file
+        if stale:
+            os.utime(path, (old, old))
+        return path
+
+    stale_entry = leftover(f"entries/{key}", "entry.json")
+    stale_kernel = leftover(f"entries/{key}", "kernel_0.py")
+    stale_config = leftover("configs", f"{key}.json")
+    stale_index = leftover("index", "0" * 64)
+    stale_timings = leftover("timings", f"{key}.json")
+    live = leftover("configs", f"{'e' * 64}.json", stale=False)
+    store = cache.Store(root)  # what a new process sees
+    assert store.save(store.load(key))  # a locked write of the entry and of its config record
+    assert not stale_entry.exists() and not stale_kernel.exists() and not stale_config.exists()
+    assert stale_index.exists() and stale_timings.exists()  # (nothing was written to those folders)
+    assert live.exists()
+    compiled, entry = cache.Store(root).load_compiled(key)
+    xs = inputs()
+    assert entry is not None and rel_error(compiled.program(*xs)[0], reference(xs)) < 1e-5
+    assert store.clear() == 1
+    assert not stale_timings.exists() and not stale_index.exists() and live.exists()
+    assert store.load_config(key) is not None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
