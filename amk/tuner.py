@@ -206,13 +206,16 @@ def measure(fn, warmup: int, runs: int) -> float:
 
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
-         build_and_run, known: Mapping[str, Trial] | None = None) -> tuple[KernelConfig, list[Trial]]:
+         build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
+         batch: int = 1) -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
     inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback. ``known``
     maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
-    (and do not count against the search budget).
+    (and do not count against the search budget). ``prepare(configs)``, when given, is called with each group of
+    candidates (``batch`` at a time for the model-guided search) before any of them is timed, so that they can be
+    compiled together.
     """
     from amk.lowering.stage import kernel_problem
 
@@ -239,12 +242,45 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
             fresh.append(config)
     if len(fresh) < len(viable):
         log.info("%d of %d candidates were timed before; timing %d", len(viable) - len(fresh), len(viable), len(fresh))
-    _search(fresh, settings, build_and_run, trials)
+    _search(fresh, settings, build_and_run, trials, prepare or (lambda configs: None), batch)
+    _final_round(trials, settings, build_and_run)
     best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
     if best is None:
         log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
         return heuristic, trials
     return best.config, trials
+
+
+FINALISTS = 3  # the fastest candidates of a search, timed again against each other before one is chosen
+FINAL_ROUNDS = 3
+
+
+def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> None:
+    """Time the finalists (the fastest candidates timed in this search) again, interleaved, and keep the median of
+    the rounds as their time.
+
+    Candidates timed minutes apart see different clocks (a long search heats the GPU); on the H200 one
+    configuration measured 7.05 and 7.83 ms in two searches. Interleaving the finalists makes their comparison fair.
+    """
+    finalists = sorted((t for t in trials if t.status == "ok" and not t.reused), key=lambda t: t.time_ms)[:FINALISTS]
+    if len(finalists) < 2:
+        return
+    launches = []
+    for trial in finalists:
+        try:
+            launches.append((trial, build_and_run(trial.config)[0]))
+        except Exception as error:  # e.g. a reused timing whose kernel no longer compiles: it keeps its old time
+            log.info("finalist %s could not be re-timed: %s", trial.config.user_view(), error)
+    if len(launches) < 2:
+        return
+    samples: dict[int, list[float]] = {id(trial): [] for trial, _ in launches}
+    for _ in range(FINAL_ROUNDS):
+        for trial, launch in launches:
+            samples[id(trial)].append(measure(launch, settings.warmup_runs, settings.measure_runs))
+    for trial, _ in launches:
+        trial.time_ms = statistics.median(samples[id(trial)])
+        trial.detail = f"finalist: median of {FINAL_ROUNDS} interleaved measurements"
+        log.info("finalist %s: %.4f ms", trial.config.user_view(), trial.time_ms)
 
 
 def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial]) -> float | None:
@@ -266,7 +302,8 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
     return elapsed
 
 
-def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial]) -> None:
+def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial], prepare,
+            batch: int) -> None:
     budget = settings.search_budget
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
@@ -280,69 +317,159 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         return elapsed
 
     if settings.strategy == "bayesian" and len(viable) > budget:
-        _bayesian(viable, budget, evaluate)
+        _bayesian(viable, budget, evaluate, prepare, batch)
     else:
-        for config in _select(viable, budget, settings.strategy):
+        chosen = _select(viable, budget, settings.strategy)
+        prepare(chosen)
+        for config in chosen:
             evaluate(config)
     progress.close()
 
 
-def _bayesian(viable: list[KernelConfig], budget: int, evaluate) -> None:
-    """Model-guided search with optuna's TPE sampler over the viable configurations' parameters."""
+def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int) -> None:
+    """Model-guided search with optuna's TPE sampler over the viable configurations' parameters.
+
+    Candidates are asked ``batch`` at a time (TPE's constant liar keeps pending ones apart), prepared together, then
+    timed one by one.
+    """
     try:
         import optuna
     except ImportError:
         log.warning("optuna is not installed; the bayesian strategy falls back to random search")
-        for config in _select(viable, budget, "random"):
+        chosen = _select(viable, budget, "random")
+        prepare(chosen)
+        for config in chosen:
             evaluate(config)
         return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     values = {key: sorted({getattr(c, key) for c in viable}) for key in KernelConfig.__dataclass_fields__}
     by_key = {tuple(c.as_dict().values()): c for c in viable}
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+    study = optuna.create_study(direction="minimize",
+                                sampler=optuna.samplers.TPESampler(seed=0, constant_liar=batch > 1))
     seen: dict[tuple, float] = {}
-    while len(seen) < min(budget, len(viable)):
-        trial = study.ask()
-        key = tuple(trial.suggest_categorical(name, options) for name, options in values.items())
-        if key not in by_key:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            if len(study.trials) > 20 * budget:
-                break
-            continue
-        if key in seen:
-            study.tell(trial, seen[key])
-            continue
-        elapsed = evaluate(by_key[key])
-        seen[key] = elapsed if elapsed is not None else math.inf
-        study.tell(trial, seen[key] if elapsed is not None else 1e9)
+    wanted = min(budget, len(viable))
+    while len(seen) < wanted and len(study.trials) <= 20 * budget:
+        pending: dict[tuple, list] = {}
+        while len(pending) < min(batch, wanted - len(seen)) and len(study.trials) <= 20 * budget:
+            trial = study.ask()
+            key = tuple(trial.suggest_categorical(name, options) for name, options in values.items())
+            if key not in by_key:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            elif key in seen:
+                study.tell(trial, seen[key])
+            else:
+                pending.setdefault(key, []).append(trial)
+        prepare([by_key[key] for key in pending])
+        for key, asked in pending.items():
+            elapsed = evaluate(by_key[key])
+            seen[key] = elapsed if elapsed is not None else math.inf
+            for trial in asked:
+                study.tell(trial, seen[key] if elapsed is not None else 1e9)
+
+
+def compile_workers() -> int:
+    """Processes that compile candidates ahead of timing: ``AMK_COMPILE_WORKERS``, else the CPUs less one, at most 8."""
+    value = os.environ.get("AMK_COMPILE_WORKERS")
+    if value is not None:
+        if not value.isdigit():
+            raise InvalidArgumentError(f"AMK_COMPILE_WORKERS must be a non-negative integer, got {value!r}")
+        return int(value)
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+def _compile_without_launch(source: str, name: str, arguments: list[tuple[tuple[int, ...], str]],
+                            triton_cache: str | None) -> None:
+    """Compile one emitted kernel into Triton's cache in a worker process, without running it.
+
+    The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
+    exactly as in the timing process) with the kernel's ``[grid]`` launch replaced by Triton's ``warmup``.
+    """
+    if triton_cache is not None:
+        os.environ["TRITON_CACHE_DIR"] = triton_cache
+    import torch
+
+    from amk.runtime import load_source
+
+    module = load_source(source, name)
+    jit = getattr(module, f"{name}_kernel")
+
+    class CompileOnly:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: jit.warmup(*args, grid=grid, **kwargs)
+
+    tensors = [torch.empty(shape, dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
+    setattr(module, f"{name}_kernel", CompileOnly())
+    try:
+        module.launch(*tensors)
+    finally:
+        setattr(module, f"{name}_kernel", jit)
+
+
+class ParallelCompiler:
+    """Compiles emitted candidate kernels in a pool of spawned processes that share Triton's on-disk cache, so the
+    timing process only loads binaries. A candidate that fails to compile there is left to fail (and be recorded)
+    when it is timed."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.pool = None
+
+    def compile(self, jobs: list[tuple[str, str, list[tuple[tuple[int, ...], str]]]]) -> None:
+        if self.workers < 1 or len(jobs) < 2:
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        cache = os.environ.get("TRITON_CACHE_DIR")
+        futures = [self.pool.submit(_compile_without_launch, *job, cache) for job in jobs]
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                log.info("ahead-of-time compilation failed (the candidate will fail when timed): %s", error)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
 
 def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,
-                             seed: int = 0):
-    """Random inputs, empty outputs and zeroed workspace shaped like a kernel's arguments under ``config``."""
+                             seed: int = 0, inputs: dict | None = None):
+    """Random inputs, empty outputs and zeroed workspace shaped like a kernel's arguments under ``config``.
+
+    ``inputs``, when given, keeps the random inputs between calls: the candidates of one kernel then share them (a
+    large operand is drawn once, not once per candidate).
+    """
     import torch
 
     from amk.runtime import kernel_arguments
 
     generator = torch.Generator(device="cpu").manual_seed(seed)
     tensors = []
-    for spec in kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data])):
+    for index, spec in enumerate(kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))):
         shape = spec.shape(dict(bindings or {}))
-        if spec.kind == "input":
+        if spec.kind != "input":
+            tensors.append(torch.zeros(shape, device=device, dtype=spec.dtype))
+        elif inputs is not None and (index, shape) in inputs:
+            tensors.append(inputs[index, shape])
+        else:
             values = torch.randn(shape, generator=generator) / math.sqrt(shape[-1] if len(shape) == 2 else 1)
             tensors.append(values.to(device=device, dtype=spec.dtype))
-        else:
-            tensors.append(torch.zeros(shape, device=device, dtype=spec.dtype))
+            if inputs is not None:
+                inputs[index, shape] = tensors[-1]
     return tensors
 
 
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
-    receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`)."""
+    receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`).
+    Candidates are compiled ahead of timing by :func:`compile_workers` processes."""
     import torch
 
     from amk.pipeline import heuristic_config, stage_and_emit
-    from amk.runtime import load_source
+    from amk.runtime import kernel_arguments, load_source
 
     def choose(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel)
@@ -351,11 +478,30 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         outputs_count = len(kernel.outputs)
         first = kernel.num_inputs.value.data
         expected, failure, ready = [], [], []
+        sources: dict[KernelConfig, str] = {}
+        inputs: dict = {}  # drawn once, shared by every candidate
+        compiler = ParallelCompiler(compile_workers())
+
+        def source(config: KernelConfig) -> str:
+            if config not in sources:
+                sources[config] = stage_and_emit(kernel, config).source
+            return sources[config]
+
+        def prepare(configs: list[KernelConfig]) -> None:
+            jobs = []
+            for config in configs:
+                try:
+                    specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
+                    jobs.append((source(config), name, [(spec.shape({}), str(spec.dtype).removeprefix("torch."))
+                                                        for spec in specs]))
+                except Exception as error:  # left to fail, and be recorded, when the candidate is timed
+                    log.info("config %s not compiled ahead: %s", config.user_view(), error)
+            compiler.compile(jobs)
 
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
-                args = kernel_example_arguments(kernel, heuristic, device)
-                load_source(stage_and_emit(kernel, heuristic).source, name).launch(*args)
+                args = kernel_example_arguments(kernel, heuristic, device, inputs=inputs)
+                load_source(source(heuristic), name).launch(*args)
             except Exception as error:
                 failure.append(error)
                 raise
@@ -367,9 +513,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 raise failure[0]
             if not ready:
                 reference()
-            launch = load_source(stage_and_emit(kernel, config).source, name).launch
+            launch = load_source(source(config), name).launch
             # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
-            candidate = kernel_example_arguments(kernel, config, device)
+            candidate = kernel_example_arguments(kernel, config, device, inputs=inputs)
 
             def check() -> str | None:
                 for have, want in zip(candidate[first:first + outputs_count], expected):
@@ -380,7 +526,11 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             return (lambda: launch(*candidate)), check
 
-        config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None)
+        try:
+            config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
+                                  prepare, batch=max(1, compiler.workers))
+        finally:
+            compiler.close()
         if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
             raise failure[0]
         if on_tuned is not None:

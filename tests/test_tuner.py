@@ -1,0 +1,148 @@
+"""The search's batching for ahead-of-time compilation: every timed candidate was handed to ``prepare`` first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import amk
+from amk.errors import InvalidArgumentError
+from amk.lowering.tile import TilePass
+from amk.oplist import build_module
+from amk.passes.fuse import FusePass
+from amk.pipeline import make_context
+from amk.tuner import TunerConfig, compile_workers, config_key, tune
+
+GRID = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64], "BLOCK_K": [16, 32], "num_warps": [2, 4]}  # 36 candidates
+
+
+def tiled_kernel():
+    module = build_module(["matmul", "add_bias", "relu"], [(64, 64), (64, 64), (64,)], torch.float32)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    return next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+
+
+class Recorder:
+    """A fake ``build_and_run`` and ``prepare``: records the order of both; the time is a function of the config."""
+
+    def __init__(self):
+        self.prepared: set[str] = set()
+        self.batches: list[int] = []
+        self.timed_unprepared: list[str] = []
+
+    def prepare(self, configs):
+        self.batches.append(len(configs))
+        self.prepared.update(config_key(c) for c in configs)
+
+    def build_and_run(self, config):
+        if config_key(config) not in self.prepared:
+            self.timed_unprepared.append(config_key(config))
+
+        def launch():
+            Recorder.launched = config
+
+        return launch, (lambda: None)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Candidates 'run' in a time that favours BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4."""
+    def measure(fn, warmup, runs):
+        fn()
+        config = Recorder.launched
+        return (abs(config.BLOCK_M - 32) + abs(config.BLOCK_N - 64) + abs(config.BLOCK_K - 32)
+                + abs(config.num_warps - 4) + 1.0)
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+
+
+@pytest.mark.parametrize("strategy,budget", [("exhaustive", 36), ("random", 10), ("bayesian", 12)])
+def test_every_timed_candidate_was_prepared_first(clock, strategy, budget):
+    kernel = tiled_kernel()
+    recorder = Recorder()
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=budget), GRID, heuristic,
+                        recorder.build_and_run, prepare=recorder.prepare, batch=4)
+    timed = [t for t in trials if t.status == "ok"]
+    assert len(timed) == budget
+    assert recorder.timed_unprepared == []
+    assert sum(recorder.batches) == budget, "a candidate was prepared but never timed"
+    if strategy == "bayesian":
+        assert max(recorder.batches) == 4 and len(recorder.batches) >= 3
+    else:
+        assert recorder.batches == [budget]
+    assert best == min(timed, key=lambda t: t.time_ms).config
+
+
+def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
+    kernel = tiled_kernel()
+    recorder = Recorder()
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, _ = tune(kernel, TunerConfig(strategy="bayesian", search_budget=18), GRID, heuristic,
+                   recorder.build_and_run, prepare=recorder.prepare, batch=6)
+    assert (best.BLOCK_M, best.BLOCK_N, best.BLOCK_K, best.num_warps) == (32, 64, 32, 4)
+
+
+def test_compile_workers_setting(monkeypatch):
+    monkeypatch.setenv("AMK_COMPILE_WORKERS", "3")
+    assert compile_workers() == 3
+    monkeypatch.setenv("AMK_COMPILE_WORKERS", "0")
+    assert compile_workers() == 0
+    monkeypatch.setenv("AMK_COMPILE_WORKERS", "many")
+    with pytest.raises(InvalidArgumentError, match="AMK_COMPILE_WORKERS"):
+        compile_workers()
+    monkeypatch.delenv("AMK_COMPILE_WORKERS")
+    assert 0 <= compile_workers() <= 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiling without launching needs a CUDA device")
+def test_parallel_compilation_fills_tritons_cache(tmp_path, monkeypatch):
+    """A candidate compiled by a worker process loads from Triton's cache in this one (no second compile)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    from amk.pipeline import stage_and_emit
+    from amk.runtime import kernel_arguments
+    from amk.tuner import ParallelCompiler
+
+    kernel = tiled_kernel()
+    configs = [amk.pipeline.heuristic_config(kernel)]
+    configs.append(type(configs[0])(**(configs[0].as_dict() | {"num_warps": 8})))
+    jobs = []
+    for config in configs:
+        specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
+        jobs.append((stage_and_emit(kernel, config).source, kernel.sym_name.data,
+                     [(s.shape({}), str(s.dtype).removeprefix("torch.")) for s in specs]))
+    compiler = ParallelCompiler(2)
+    try:
+        compiler.compile(jobs)
+    finally:
+        compiler.close()
+    assert len([p for p in tmp_path.rglob("*.cubin")]) == 2
+
+
+def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatch):
+    """A candidate that looked fastest once (a noisy first measurement) loses to the one that is fastest when the
+    finalists are timed against each other."""
+    kernel = tiled_kernel()
+    recorder = Recorder()
+    first_time = {16: 1.0, 32: 2.0, 64: 3.0}  # by BLOCK_M, as measured during the search
+    true_time = {16: 2.5, 32: 2.0, 64: 3.0}
+    seen: set = set()
+
+    def measure(fn, warmup, runs):
+        fn()
+        config = Recorder.launched
+        key = config_key(config)
+        value = (true_time if key in seen else first_time)[config.BLOCK_M]
+        seen.add(key)
+        return value
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32], "BLOCK_K": [32]}
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, recorder.build_and_run,
+                        prepare=recorder.prepare)
+    assert best.BLOCK_M == 32
+    finalists = [t for t in trials if t.detail.startswith("finalist")]
+    assert len(finalists) == 3 and {t.time_ms for t in finalists} == {2.5, 2.0, 3.0}
