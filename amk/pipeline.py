@@ -88,7 +88,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass())
+    run(TilePass(cooperative=not interpreting()))
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}

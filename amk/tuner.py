@@ -137,8 +137,13 @@ def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int
             "num_stages": [3, 4, 5], "GROUP_M": [8]}
 
 
-def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits) -> str | None:
+def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
+                 cols: Dim | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
+    if strategy == "strip_sync" and cols is not None and cols.is_static:
+        tiles = -(-cols.value // config.BLOCK_N)
+        if tiles > limits.sm_count:
+            return f"strip_sync: a row strip of {tiles} tiles must be resident at once on {limits.sm_count} SMs"
     if has_dot:
         if min(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) < 16:
             return "tl.dot needs tiles of at least 16 on every axis"
@@ -219,7 +224,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     """
     from amk.lowering.stage import kernel_problem
 
-    rows, _, contraction, element_bytes = kernel_problem(kernel)
+    rows, cols, contraction, element_bytes = kernel_problem(kernel)
     strategy = kernel.strategy.data
     has_dot = contraction is not None
     space = grid if grid is not None else default_space(strategy, rows, has_dot)
@@ -227,7 +232,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     trials: list[Trial] = []
     viable = []
     for config in grid_configs(space, heuristic):
-        reason = prune_reason(config, strategy, has_dot, element_bytes, limits)
+        reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols)
         if reason:
             trials.append(Trial(config, "pruned", detail=reason))
             log.info("pruned %s: %s", config.user_view(), reason)

@@ -208,7 +208,7 @@ class KernelOp(KernelSignature, IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
-    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "split_k")
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "strip_sync", "split_k")
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,
@@ -659,11 +659,40 @@ class LastArrivalOp(IRDLOperation):
                          result_types=[i1])
 
     def verify_(self) -> None:
-        counters = self.counters.type
-        if not isinstance(counters, SymbolicShapedType) or counters.rank != 1:
-            raise VerifyException(f"'{self.name}' counters must be a rank-1 tensor, got {counters}")
-        if len(self.offsets.dims) != 1 or len(self.count.dims) != 1:
-            raise VerifyException(f"'{self.name}' takes one offset and one count")
+        _verify_counter(self)
+
+
+def _verify_counter(op: LastArrivalOp | StripBarrierOp) -> None:
+    counters = op.counters.type
+    if not isinstance(counters, SymbolicShapedType) or counters.rank != 1:
+        raise VerifyException(f"'{op.name}' counters must be a rank-1 tensor, got {counters}")
+    if len(op.offsets.dims) != 1 or len(op.count.dims) != 1:
+        raise VerifyException(f"'{op.name}' takes one offset and one count")
+
+
+@irdl_op_definition
+class StripBarrierOp(IRDLOperation):
+    """Waits until ``count`` programs have arrived at a shared counter (this one included), then lets them all go.
+
+    All stores the programs made before arriving are visible after it (a CTA barrier, a release atomic, an acquire
+    spin at GPU scope). The last program to leave resets the counter to zero, so it is ready for the next launch.
+    The programs must all be resident at once (a persistent launch of at most one program per SM); amk uses it in
+    ``strip_sync`` kernels, where the tiles of one row strip wait for each other's row statistics::
+
+        tiled_loop.strip_barrier %counters <[pid_m]> of <[cdiv(4096, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>
+    """
+
+    name = "tiled_loop.strip_barrier"
+    counters = operand_def()
+    offsets = prop_def(ExprsAttr)
+    count = prop_def(ExprsAttr)
+    assembly_format = "$counters $offsets `of` $count attr-dict `:` type($counters)"
+
+    def __init__(self, counters: SSAValue, offsets: Sequence, count):
+        super().__init__(operands=[counters], properties={"offsets": ExprsAttr(offsets), "count": ExprsAttr([count])})
+
+    def verify_(self) -> None:
+        _verify_counter(self)
 
 
 @irdl_op_definition
@@ -700,7 +729,7 @@ class LaunchOp(IRDLOperation):
                          result_types=[list(result_types)])
 
 
-TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
+TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, StripBarrierOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
                   ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

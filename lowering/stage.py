@@ -111,11 +111,13 @@ class _LowerAccesses(RewritePattern):
     def __init__(self, staging: _Staging, kernel: memory_staged.KernelOp):
         self.staging = staging
         self.kernel_outputs = set(kernel.body.block.args[kernel.num_inputs.value.data:])
+        self.synchronized = any(isinstance(op, tiled_loop.StripBarrierOp) for op in kernel.walk())
 
     def written_by_other_programs(self, op: tiled_loop.LoadOp) -> bool:
-        """A load after a last arrival, of a buffer the kernel writes: it must bypass L1 to see other programs' data."""
+        """A load after a last arrival or a strip barrier, of a buffer the kernel writes: it must bypass L1 to see
+        other programs' data."""
         inside_finisher = any(isinstance(parent, tiled_loop.IfOp) for parent in _ancestors(op))
-        return inside_finisher and op.source in self.kernel_outputs
+        return (inside_finisher or self.synchronized) and op.source in self.kernel_outputs
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
         staging = self.staging

@@ -245,6 +245,8 @@ class KernelLowering:
             self.build_row_strip()
         elif self.strategy == "tile_stats":
             self.build_tile_stats()
+        elif self.strategy == "strip_sync":
+            self.build_strip_sync()
         elif self.strategy == "split_k":
             self.build_split_k()
         else:
@@ -349,13 +351,9 @@ class KernelLowering:
         self.reduce_over_columns(self.plan.main, "n", BLOCK_N, phase_one)
         self.finish_rows()
 
-    def build_tile_stats(self) -> None:
-        """Output tiles in parallel; each writes its rows' partial statistics; the last tile of a row strip to finish
-        merges them and normalizes the strip, while the strip it just wrote is still in L2."""
+    def store_tile_statistics(self, at: ColumnTile) -> list[int]:
+        """Write this tile's partial row statistics (one column per tile of the strip); returns each state's size."""
         main = self.plan.main
-        at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
-        self.matmul_tiles(at)
-        self.phase_one_outputs(at)
         valid = self.valid_cols(at)
         partials = iter(self.workspace.partials)
         sizes = []
@@ -370,14 +368,11 @@ class KernelLowering:
                     component = self.b.add_(component, self.b.full(0.0, [BLOCK_M, 1]))
                 self.b.origin = None
                 self.b.add(tiled_loop.StoreOp(component, next(partials), [self.row_offset, Dim("pid_n")]))
-        tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
-        self.b.origin = None
-        last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row),
-                          "last_in_strip")
-        finisher = tiled_loop.IfOp(last)
-        self.b.add(finisher)
-        outer = self.b.block
-        self.b.block = finisher.body.block
+        return sizes
+
+    def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim) -> None:
+        """Merge the partial statistics of every tile of this row strip into ``self.stats``."""
+        main = self.plan.main
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
 
         def merge(carried):
@@ -401,8 +396,45 @@ class KernelLowering:
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
             self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
+
+    def build_tile_stats(self) -> None:
+        """Output tiles in parallel; each writes its rows' partial statistics; the last tile of a row strip to finish
+        merges them and normalizes the strip, while the strip it just wrote is still in L2."""
+        main = self.plan.main
+        at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
+        self.matmul_tiles(at)
+        self.phase_one_outputs(at)
+        sizes = self.store_tile_statistics(at)
+        tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
+        self.b.origin = None
+        last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row),
+                          "last_in_strip")
+        finisher = tiled_loop.IfOp(last)
+        self.b.add(finisher)
+        outer = self.b.block
+        self.b.block = finisher.body.block
+        self.merge_strip_statistics(sizes, tiles_per_row)
         self.finish_rows()
         self.b.block = outer
+
+    def build_strip_sync(self) -> None:
+        """Output tiles walked by resident programs in row-strip order; each tile writes its rows' partial
+        statistics, waits for the other tiles of its strip, merges their statistics and normalizes the tile it still
+        holds in registers: the pre-normalization values never leave the SM."""
+        main = self.plan.main
+        at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
+        self.matmul_tiles(at)
+        for value in self.plan.outputs:
+            if value not in main.after_reduction:
+                self.store(value, self.compute(value, at), at)
+        sizes = self.store_tile_statistics(at)
+        tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
+        self.b.origin = None
+        self.b.add(tiled_loop.StripBarrierOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row))
+        self.merge_strip_statistics(sizes, tiles_per_row)
+        for value in self.plan.outputs:
+            if value in main.after_reduction:
+                self.store(value, self.compute(value, at), at)
 
 
 @dataclass
@@ -437,18 +469,33 @@ def _product(dims) -> str:
 
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
+MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
 
 
-def _reduction_strategy(plan: GroupPlan) -> str:
+def _reduction_strategy(plan: GroupPlan, cooperative: bool) -> str:
     """Measured on the H200: with a short K the GEMM is cheap and a row strip that owns whole rows wins (softmax of
-    q @ k^T, K=128); with a long K parallel output tiles keep the GEMM efficient (tile_stats)."""
+    q @ k^T, K=128); with a long K parallel output tiles keep the GEMM efficient: ``strip_sync`` when the programs
+    may wait for each other (``cooperative``) and a row strip has few enough tiles to be resident at once, else
+    ``tile_stats``."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
         return "row_strip"
+    if cooperative and _strip_sync_applies(plan):
+        return "strip_sync"
     return "tile_stats"
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def _strip_sync_applies(plan: GroupPlan) -> bool:
+    """Every result after the reduction is a full tile (each tile stores its own), and a row strip has at most
+    ``MAX_STRIP_COLUMNS`` columns, so that its tiles fit on the SMs of any recent GPU at once."""
+    cols = plan.main.space.cols
+    after = [v for v in plan.outputs if v in plan.main.after_reduction]
+    return (plan.matmul is not None and cols.is_static and cols.value <= MAX_STRIP_COLUMNS
+            and all(plan.main.value_class[v] == FULL for v in after))
+
+
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
+                cooperative: bool = False) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -468,10 +515,12 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         names.append(f"out{index}")
     rows, cols = plan.main.space.rows, plan.main.space.cols
     if strategy == "auto":
-        strategy = _reduction_strategy(plan)
+        strategy = _reduction_strategy(plan, cooperative)
     strategy = strategy or plan.strategy
-    if strategy in ("row_strip", "tile_stats") and not plan.main.has_reductions:
+    if strategy in ("row_strip", "tile_stats", "strip_sync") and not plan.main.has_reductions:
         strategy = plan.strategy
+    if strategy == "strip_sync" and not _strip_sync_applies(plan):
+        strategy = "tile_stats"
     if strategy == "tile_stats" and plan.matmul is None:
         strategy = "row_strip"
     if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
@@ -479,11 +528,12 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         strategy = "split_k"
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     workspace_types, workspace_kinds, workspace_names = [], [], []
-    if plan.materialized is not None and plan.materialized not in outputs and not phase_two:
+    if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
+            and strategy != "strip_sync"):
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
-    if strategy == "tile_stats":
+    if strategy in ("tile_stats", "strip_sync"):
         partial_count = 0
         for op in plan.main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
@@ -502,7 +552,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy in ("tile2d", "tile_stats"):
+    if strategy == "strip_sync":  # a persistent launch walks this grid of tiles in row-strip order
+        grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
+    elif strategy in ("tile2d", "tile_stats"):
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         if plan.matmul is not None:
             params.append(GROUP_M)
@@ -530,7 +582,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     workspace = Workspace()
     if workspace_names and workspace_names[0] == "y_scratch":
         workspace.materialized_in = extra.pop(0)
-    if strategy in ("tile_stats", "split_k"):
+    if strategy in ("tile_stats", "strip_sync", "split_k"):
         workspace.counters = extra.pop()
         workspace.partials = extra
     if plan.materialized is not None and workspace.materialized_in is None:
@@ -545,18 +597,22 @@ class TilePass(ModulePass):
     """Lower every ``tensor_op.fused`` region to a ``tiled_loop.kernel`` and launch it (module docstring).
 
     ``reduction_strategy`` picks how a matmul followed by a row reduction is tiled: ``tile_stats`` (output tiles in
-    parallel, partial statistics merged by the last tile of each row strip), ``row_strip``, or ``auto`` (the default:
-    ``row_strip`` when K is at most 256, else ``tile_stats``).
+    parallel, partial statistics merged by the last tile of each row strip), ``strip_sync`` (resident programs walk
+    the tiles in row-strip order and the tiles of a strip wait for each other's statistics), ``row_strip``, or
+    ``auto`` (the default: ``row_strip`` when K is at most 256, else ``strip_sync`` when ``cooperative`` and the strip
+    is narrow enough, else ``tile_stats``). ``cooperative`` says the kernels run where programs of one launch can wait
+    for each other (a GPU; not Triton's interpreter, which runs programs one after the other).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
+    cooperative: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.reduction_strategy not in ("auto", "tile_stats", "row_strip"):
-            raise PassFailedException(
-                f"amk-tile: reduction_strategy must be auto, tile_stats or row_strip, got {self.reduction_strategy!r}")
+        if self.reduction_strategy not in ("auto", "tile_stats", "strip_sync", "row_strip"):
+            raise PassFailedException(f"amk-tile: reduction_strategy must be auto, tile_stats, strip_sync or "
+                                      f"row_strip, got {self.reduction_strategy!r}")
         taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block
@@ -566,7 +622,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.cooperative)
             if first is None:
                 module_block.add_op(kernel)
             else:

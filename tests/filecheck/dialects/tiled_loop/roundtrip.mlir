@@ -246,3 +246,20 @@ tiled_loop.kernel @last_arrival attributes {grid = #tiled_loop.exprs<[cdiv(M, BL
 // CHECK-NEXT:    tiled_loop.store %p, %out <[BLOCK_M*pid_m, 0]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, N], f32>
 // CHECK-NEXT:  }
 // CHECK-NEXT:  }
+
+// -----
+
+// strip_sync pieces: the tiles of a row strip write partial statistics, then wait for each other at a strip barrier.
+tiled_loop.kernel @strip_barrier attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "strip_sync", tile_params = ["BLOCK_M", "BLOCK_N"], num_inputs = 1 : i64, workspace = ["scratch", "counter"]} {
+^bb0(%x: !tensor_op.tensor<[M, N], f32>, %out: !tensor_op.tensor<[M, N], f32>, %partial: !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>, %counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+  %t = tiled_loop.load %x <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tensor_op.tensor<[M, N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+  %s = tiled_loop.reduce "sum" %t : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+  tiled_loop.store %s, %partial <[pid_m * BLOCK_M, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>
+  tiled_loop.strip_barrier %counters <[pid_m]> of <[cdiv(N, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>
+  tiled_loop.store %t, %out <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, N], f32>
+}
+
+// CHECK-LABEL: tiled_loop.kernel @strip_barrier attributes {{.*}}strategy = "strip_sync"
+// CHECK:       tiled_loop.store %s, %partial <[BLOCK_M*pid_m, pid_n]>
+// CHECK-NEXT:  tiled_loop.strip_barrier %counters <[pid_m]> of <[cdiv(N, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>
+// CHECK-NEXT:  tiled_loop.store %t, %out <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
