@@ -69,10 +69,11 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
-                   dumper: IRDumper | None = None) -> CompiledProgram:
+                   dumper: IRDumper | None = None, reduction_strategy: str = "auto") -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
-    ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner).
+    ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
+    ``reduction_strategy`` is ``amk-tile``'s option of that name.
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -88,7 +89,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(cooperative=not interpreting()))
+    run(TilePass(reduction_strategy=reduction_strategy))
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}

@@ -472,16 +472,13 @@ SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
 
 
-def _reduction_strategy(plan: GroupPlan, cooperative: bool) -> str:
+def _reduction_strategy(plan: GroupPlan) -> str:
     """Measured on the H200: with a short K the GEMM is cheap and a row strip that owns whole rows wins (softmax of
-    q @ k^T, K=128); with a long K parallel output tiles keep the GEMM efficient: ``strip_sync`` when the programs
-    may wait for each other (``cooperative``) and a row strip has few enough tiles to be resident at once, else
-    ``tile_stats``."""
+    q @ k^T, K=128); with a long K parallel output tiles keep the GEMM efficient (tile_stats). strip_sync, asked for
+    by name, was slower than tile_stats on both large workloads measured (benchmarks/NOTES.md)."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
         return "row_strip"
-    if cooperative and _strip_sync_applies(plan):
-        return "strip_sync"
     return "tile_stats"
 
 
@@ -494,8 +491,7 @@ def _strip_sync_applies(plan: GroupPlan) -> bool:
             and all(plan.main.value_class[v] == FULL for v in after))
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
-                cooperative: bool = False) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -515,7 +511,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         names.append(f"out{index}")
     rows, cols = plan.main.space.rows, plan.main.space.cols
     if strategy == "auto":
-        strategy = _reduction_strategy(plan, cooperative)
+        strategy = _reduction_strategy(plan)
     strategy = strategy or plan.strategy
     if strategy in ("row_strip", "tile_stats", "strip_sync") and not plan.main.has_reductions:
         strategy = plan.strategy
@@ -598,16 +594,14 @@ class TilePass(ModulePass):
 
     ``reduction_strategy`` picks how a matmul followed by a row reduction is tiled: ``tile_stats`` (output tiles in
     parallel, partial statistics merged by the last tile of each row strip), ``strip_sync`` (resident programs walk
-    the tiles in row-strip order and the tiles of a strip wait for each other's statistics), ``row_strip``, or
-    ``auto`` (the default: ``row_strip`` when K is at most 256, else ``strip_sync`` when ``cooperative`` and the strip
-    is narrow enough, else ``tile_stats``). ``cooperative`` says the kernels run where programs of one launch can wait
-    for each other (a GPU; not Triton's interpreter, which runs programs one after the other).
+    the tiles in row-strip order and the tiles of a strip wait for each other's statistics; GPU only: Triton's
+    interpreter runs one program at a time), ``row_strip``, or ``auto`` (the default: ``row_strip`` when K is at most
+    256, else ``tile_stats``).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
-    cooperative: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.reduction_strategy not in ("auto", "tile_stats", "strip_sync", "row_strip"):
@@ -622,7 +616,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.cooperative)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy)
             if first is None:
                 module_block.add_op(kernel)
             else:

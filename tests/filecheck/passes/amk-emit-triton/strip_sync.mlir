@@ -1,5 +1,5 @@
-// RUN: amk-opt %s -p 'amk-fuse,amk-tile{cooperative=true},amk-stage{block_m=128 block_n=128 block_k=64 num_warps=8},amk-emit-triton' -t triton | filecheck %s
-// RUN: amk-opt %s -p 'amk-fuse,amk-tile{cooperative=true},amk-stage' | filecheck %s --check-prefix=STAGED
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile{reduction_strategy=strip_sync},amk-stage{block_m=128 block_n=128 block_k=64 num_warps=8},amk-emit-triton' -t triton | filecheck %s
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile{reduction_strategy=strip_sync},amk-stage' | filecheck %s --check-prefix=STAGED
 
 // A strip_sync kernel in Triton: a persistent launch (whole row strips of programs, at most one per SM) walks the
 // tiles in row-strip order; the strip barrier is an atomic arrival, an acquire spin and a counted departure whose
