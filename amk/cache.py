@@ -18,8 +18,9 @@ amk versions (amk's by release and by a hash of its sources) and the tuning sett
 Writes go to a temporary file in the same directory and are moved into place with ``os.replace``, under a file
 lock; temporary files (``.<name>.<random>.tmp``) older than ``STALE_TEMPORARY_S`` (10 minutes: a write takes
 milliseconds, so they are what a writer killed mid-write left) are removed from a folder on a store's first write to
-it and from configs/ and timings/ on ``clear``. An entry that fails to load (bad checksum, truncated JSON, missing file) is logged on the ``amk.cache``
-logger and rebuilt. A cache directory that cannot be written degrades to an in-memory cache with one warning.
+it and from configs/ and timings/ on ``clear``. An entry that fails to load (bad checksum, truncated JSON, missing
+file) is logged on the ``amk.cache`` logger and rebuilt. A cache directory that cannot be written degrades to an
+in-memory cache with one warning.
 """
 
 from __future__ import annotations

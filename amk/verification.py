@@ -146,8 +146,10 @@ def evaluate_reference(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
 
 
 def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor],
-                      evaluate: Callable = reference.evaluate) -> list[torch.Tensor]:
-    """Run a ``tensor_op`` function op by op with ``evaluate(op, operand tensors)`` (by default amk.reference's)."""
+                      evaluate: Callable | None = None) -> list[torch.Tensor]:
+    """Run a ``tensor_op`` function op by op with ``evaluate(op, operand tensors)`` (by default
+    :func:`amk.reference.evaluate`)."""
+    evaluate = evaluate or reference.evaluate
     env = dict(zip(function.body.block.args, tensors))
     for op in function.body.block.ops:
         if isinstance(op, func.ReturnOp):
