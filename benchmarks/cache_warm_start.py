@@ -4,7 +4,8 @@ same kernel and gets its first result. Writes a JSON results file.
 Each process imports torch and amk and puts its inputs on the device first (CUDA context creation is a cost of the
 process, not of amk); ``first_result_s`` runs from the ``build_fused_kernel`` call to the synchronized output, and
 the JSON keeps a profile of that span. Both processes share one ``PYTHONPYCACHEPREFIX``: where site-packages is
-read-only and ships without bytecode (the H200 machine's torch environment), every process would otherwise compile
+read-only and ships without bytecode, or ``PYTHONDONTWRITEBYTECODE`` is set (the H200 machine's torch environment),
+every process would otherwise compile
 sympy's and Triton's sources anew (~2 s), which a normal ``pip install`` (it writes ``.pyc`` files) never does.
 
     python benchmarks/cache_warm_start.py --out benchmarks/results/cache-warm-start.json
@@ -61,6 +62,7 @@ print(json.dumps({"cache_hit": kernel.cache_hit, "import_torch_and_amk_s": impor
 
 def run_child(budget: int, cache_dir: str, bytecode_dir: str) -> dict:
     environment = os.environ | {"PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", bytecode_dir)}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run([sys.executable, "-c", CHILD, str(budget), cache_dir], capture_output=True, text=True,
                             check=True, env=environment)
     return json.loads(result.stdout.strip().splitlines()[-1])
