@@ -92,7 +92,11 @@ def test_a_second_process_loads_the_kernel_without_compiling(tmp_path):
     assert second["hit"] and second["key"] == first["key"] and second["error"] < 1e-4
     # No pass, no emission, no tuning: the compiler is not even imported on a hit.
     assert second["compiler_loaded"] == []
-    assert first["seconds"] >= 20 * second["seconds"], (first["seconds"], second["seconds"])
+    # The faster of two warm processes: one process descheduled on a loaded 2-core machine is not a cache miss.
+    third = result_of(run_build(root))
+    assert third["hit"] and third["compiler_loaded"] == []
+    warm = min(second["seconds"], third["seconds"])
+    assert first["seconds"] >= 20 * warm, (first["seconds"], second["seconds"], third["seconds"])
 
 
 def test_an_entry_holds_sources_plan_ir_and_checksums(tmp_path):
