@@ -274,7 +274,7 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> N
     for trial in finalists:
         try:
             launches.append((trial, build_and_run(trial.config)[0]))
-        except Exception as error:  # e.g. a reused timing whose kernel no longer compiles: it keeps its old time
+        except Exception as error:  # it built once in this search; if it no longer does, it keeps its time
             log.info("finalist %s could not be re-timed: %s", trial.config.user_view(), error)
     if len(launches) < 2:
         return
@@ -410,6 +410,15 @@ def _compile_without_launch(source: str, name: str, arguments: list[tuple[tuple[
         setattr(module, f"{name}_kernel", jit)
 
 
+def compile_job(kernel, config: KernelConfig, source: str) -> tuple[str, str, list[tuple[tuple[int, ...], str]]]:
+    """What a :class:`ParallelCompiler` worker needs to compile ``kernel`` under ``config`` (its emitted
+    ``source``): the source, the kernel's name and each argument's static shape and torch dtype name."""
+    from amk.runtime import kernel_arguments
+
+    specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
+    return source, kernel.sym_name.data, [(spec.shape({}), str(spec.dtype).removeprefix("torch.")) for spec in specs]
+
+
 class ParallelCompiler:
     """Compiles emitted candidate kernels in a pool of spawned processes that share Triton's on-disk cache, so the
     timing process only loads binaries. A candidate that fails to compile there is left to fail (and be recorded)
@@ -474,7 +483,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     import torch
 
     from amk.pipeline import heuristic_config, stage_and_emit
-    from amk.runtime import kernel_arguments, load_source
+    from amk.runtime import load_source
 
     def choose(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel)
@@ -496,9 +505,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             jobs = []
             for config in configs:
                 try:
-                    specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
-                    jobs.append((source(config), name, [(spec.shape({}), str(spec.dtype).removeprefix("torch."))
-                                                        for spec in specs]))
+                    jobs.append(compile_job(kernel, config, source(config)))
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
             compiler.compile(jobs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -210,8 +211,7 @@ class TritonEmitter:
             tile = self.fresh("tile")
             self.line("# persistent launch: at most one program per SM, all resident, walking the tiles in row-strip "
                       "order, so the tiles of a strip run side by side", 1)
-            self.line(f"num_pid_m = {self.expr(grid[0])}", 1)
-            self.line(f"num_pid_n = {self.expr(grid[1])}", 1)
+            self.emit_tile_counts(grid)
             self.line(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):", 1)
             self.line(f"{pid_m} = {tile} // num_pid_n", 2)
             self.line(f"{pid_n} = {tile} % num_pid_n", 2)
@@ -220,8 +220,7 @@ class TritonEmitter:
             pid_m, pid_n = pids
             self.line(f"# grouped launch order: {group} row tiles in a row share each column tile of the weight in L2", 1)
             self.line("pid = tl.program_id(0)", 1)
-            self.line(f"num_pid_m = {self.expr(grid[0])}", 1)
-            self.line(f"num_pid_n = {self.expr(grid[1])}", 1)
+            self.emit_tile_counts(grid)
             self.line(f"num_pid_in_group = {group} * num_pid_n", 1)
             self.line(f"first_pid_m = (pid // num_pid_in_group) * {group}", 1)
             self.line(f"group_size_m = min(num_pid_m - first_pid_m, {group})", 1)
@@ -231,6 +230,11 @@ class TritonEmitter:
             for axis, pid in enumerate(pids):
                 self.line(f"{pid} = tl.program_id({axis})", 1)
         self.taken.update(pids)
+
+    def emit_tile_counts(self, grid: Sequence[Dim]) -> None:
+        """``num_pid_m`` and ``num_pid_n``: the row and column tile counts of a 2-D grid walked from a flat id."""
+        self.line(f"num_pid_m = {self.expr(grid[0])}", 1)
+        self.line(f"num_pid_n = {self.expr(grid[1])}", 1)
 
     def emit_op(self, op: Operation, indent: int) -> None:
         handler = getattr(self, f"emit_{op.name.replace('.', '_')}", None)
@@ -370,10 +374,14 @@ class TritonEmitter:
             self.emit_op(inner, indent + 1)
         self.last_origin = None
 
-    def emit_tiled_loop_last_arrival(self, op: tiled_loop.LastArrivalOp, indent: int) -> None:
+    def counter(self, op: tiled_loop.LastArrivalOp | tiled_loop.StripBarrierOp) -> tuple[str, str]:
+        """The pointer to the op's counter and the count it waits for."""
         arg_index = self.args.index(op.counters)
         pointer = f"{self.names[op.counters]}_ptr + ({self.expr(op.offsets.dims[0])}) * {self.stride(arg_index, 0)}"
-        count = self.expr(op.count.dims[0])
+        return pointer, self.expr(op.count.dims[0])
+
+    def emit_tiled_loop_last_arrival(self, op: tiled_loop.LastArrivalOp, indent: int) -> None:
+        pointer, count = self.counter(op)
         arrived = self.fresh("arrived")
         self.line("# make this program's stores visible, then count it in; the last arrival resets the counter", indent)
         self.line("tl.debug_barrier()", indent)
@@ -382,9 +390,7 @@ class TritonEmitter:
         self.line(f"tl.store({pointer}, 0, mask={self.name(op.result)})", indent)
 
     def emit_tiled_loop_strip_barrier(self, op: tiled_loop.StripBarrierOp, indent: int) -> None:
-        arg_index = self.args.index(op.counters)
-        pointer = f"{self.names[op.counters]}_ptr + ({self.expr(op.offsets.dims[0])}) * {self.stride(arg_index, 0)}"
-        count = self.expr(op.count.dims[0])
+        pointer, count = self.counter(op)
         arrived, left = self.fresh("arrived"), self.fresh("left")
         self.line("# make this tile's statistics visible, then wait for every tile of its row strip", indent)
         self.line("tl.debug_barrier()", indent)

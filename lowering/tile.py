@@ -300,7 +300,7 @@ class KernelLowering:
 
     def phase_one_outputs(self, at: ColumnTile) -> None:
         """Store what is known before the row reductions: outputs computed from the tile and the value re-read later."""
-        plan, main = self.plan, self.plan.main
+        plan = self.plan
         y = plan.materialized
         if y is not None:
             # Phase 2 re-reads y at its buffer's precision: the statistics must see the same rounded values.
@@ -309,8 +309,12 @@ class KernelLowering:
             at.env[y] = self.b.cast(self.b.cast(self.compute(y, at), stored_type), f32, "y_rounded")
             if y not in plan.outputs:
                 self.store(y, at.env[y], at, dest=self.workspace.materialized_in)
-        for value in plan.outputs:
-            if value not in main.after_reduction:
+        self.store_outputs(at, after_reduction=False)
+
+    def store_outputs(self, at: ColumnTile, after_reduction: bool) -> None:
+        """Store the outputs computed before (or after) the row reductions from the tile at ``at``."""
+        for value in self.plan.outputs:
+            if (value in self.plan.main.after_reduction) == after_reduction:
                 self.store(value, self.compute(value, at), at)
 
     def finish_rows(self) -> None:
@@ -424,17 +428,13 @@ class KernelLowering:
         main = self.plan.main
         at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
         self.matmul_tiles(at)
-        for value in self.plan.outputs:
-            if value not in main.after_reduction:
-                self.store(value, self.compute(value, at), at)
+        self.store_outputs(at, after_reduction=False)
         sizes = self.store_tile_statistics(at)
         tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
         self.b.origin = None
         self.b.add(tiled_loop.StripBarrierOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row))
         self.merge_strip_statistics(sizes, tiles_per_row)
-        for value in self.plan.outputs:
-            if value in main.after_reduction:
-                self.store(value, self.compute(value, at), at)
+        self.store_outputs(at, after_reduction=True)
 
 
 @dataclass
@@ -548,11 +548,10 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy == "strip_sync":  # a persistent launch walks this grid of tiles in row-strip order
+    if strategy in ("tile2d", "tile_stats", "strip_sync"):
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
-    elif strategy in ("tile2d", "tile_stats"):
-        grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
-        if plan.matmul is not None:
+        # strip_sync's persistent launch walks this grid in row-strip order, not in groups.
+        if plan.matmul is not None and strategy != "strip_sync":
             params.append(GROUP_M)
             group = GROUP_M
     elif strategy == "skinny_m":

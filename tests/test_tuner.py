@@ -99,20 +99,15 @@ def test_compile_workers_setting(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiling without launching needs a CUDA device")
 def test_parallel_compilation_fills_tritons_cache(tmp_path, monkeypatch):
-    """A candidate compiled by a worker process loads from Triton's cache in this one (no second compile)."""
+    """Worker processes compile each job into Triton's on-disk cache (one binary per job), without launching."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     from amk.pipeline import stage_and_emit
-    from amk.runtime import kernel_arguments
-    from amk.tuner import ParallelCompiler
+    from amk.tuner import ParallelCompiler, compile_job
 
     kernel = tiled_kernel()
     configs = [amk.pipeline.heuristic_config(kernel)]
     configs.append(type(configs[0])(**(configs[0].as_dict() | {"num_warps": 8})))
-    jobs = []
-    for config in configs:
-        specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
-        jobs.append((stage_and_emit(kernel, config).source, kernel.sym_name.data,
-                     [(s.shape({}), str(s.dtype).removeprefix("torch.")) for s in specs]))
+    jobs = [compile_job(kernel, config, stage_and_emit(kernel, config).source) for config in configs]
     compiler = ParallelCompiler(2)
     try:
         compiler.compile(jobs)
