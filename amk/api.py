@@ -9,13 +9,13 @@ import torch
 
 from amk import cache
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
-from amk.ir_dump import module_text
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.runtime import CompiledProgram, default_device, interpreting
 from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid, validate_grid
 
-# amk.pipeline (the xDSL passes and the emitter) is imported on a cache miss only: a warm start does not need it.
+# amk.pipeline (the xDSL passes and the emitter) and the IR are imported on a cache miss only: a warm start from
+# the persistent cache needs neither xDSL nor sympy.
 
 log = logging.getLogger("amk")
 
@@ -187,6 +187,8 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         known = store.alias(request)  # a warm start skips building and printing the IR for the key
         hit = store.load_compiled(known) if known is not None else None
         if hit is None:
+            from amk.ir_dump import module_text
+
             module = build_module(op_list, call_shapes, dtype)
             key, meta = cache.cache_key(module_text(module), call_shapes, dtype, settings, op_list)
             hit = store.load_compiled(key) if key != known else None

@@ -10,17 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FloatAttr, ModuleOp, StringAttr, f64
-from xdsl.ir import Block, Region, SSAValue
-from xdsl.utils.exceptions import VerifyException
 
-from amk.dialects import tensor_op
-from amk.dialects.tensor_op import TensorType
-from amk.dtypes import to_ir
 from amk.errors import InvalidArgumentError, ShapeError, UnsupportedOpError
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import FloatAttr, ModuleOp
+
+    from amk.dialects import tensor_op
+
+# The builders import the IR when they run: validating an op list (all a warm start from the cache does here) needs
+# neither xDSL nor sympy.
+
+
+def _op(name: str) -> type[tensor_op.TensorOp]:
+    """The ``tensor_op`` op class ``name``."""
+    from amk.dialects import tensor_op
+
+    return getattr(tensor_op, name)
+
+
+def _f64(value) -> FloatAttr:
+    from xdsl.dialects.builtin import FloatAttr, f64
+
+    return FloatAttr(float(value), f64)
 
 
 @dataclass(frozen=True)
@@ -39,7 +54,7 @@ _NUMBER = (int, float)
 
 
 def _float_props(params: dict, names: dict[str, str]) -> dict:
-    return {prop: FloatAttr(float(params[key]), f64) for key, prop in names.items() if key in params}
+    return {prop: _f64(params[key]) for key, prop in names.items() if key in params}
 
 
 def _axis(params: dict) -> int:
@@ -47,29 +62,29 @@ def _axis(params: dict) -> int:
 
 
 def _matmul(x, operands, params):
-    return tensor_op.MatmulOp(x, operands[0], transpose_rhs=bool(params.get("transpose_b", False)))
+    return _op("MatmulOp")(x, operands[0], transpose_rhs=bool(params.get("transpose_b", False)))
 
 
-def _binary(op_class):
-    return lambda x, operands, params: op_class(x, operands[0])
+def _binary(op_name: str):
+    return lambda x, operands, params: _op(op_name)(x, operands[0])
 
 
-def _unary(op_class, **fixed):
-    def build(x, operands, params):
-        return op_class(x, **fixed)
-
-    return build
+def _unary(op_name: str):
+    return lambda x, operands, params: _op(op_name)(x)
 
 
 def _gelu(x, operands, params):
+    from xdsl.dialects.builtin import StringAttr
+
+    gelu = _op("GeluOp")
     approximate = params.get("approximate", "none")
-    if approximate not in tensor_op.GeluOp.APPROXIMATIONS:
+    if approximate not in gelu.APPROXIMATIONS:
         raise UnsupportedOpError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return tensor_op.GeluOp(x, **({"approximate": StringAttr("tanh")} if approximate == "tanh" else {}))
+    return gelu(x, **({"approximate": StringAttr("tanh")} if approximate == "tanh" else {}))
 
 
 def _leaky(x, operands, params):
-    return tensor_op.LeakyReluOp(x, **_float_props(params, {"negative_slope": "negative_slope"}))
+    return _op("LeakyReluOp")(x, **_float_props(params, {"negative_slope": "negative_slope"}))
 
 
 def _clamp(x, operands, params):
@@ -78,38 +93,39 @@ def _clamp(x, operands, params):
         raise InvalidArgumentError("clamp needs 'min' and/or 'max'")
     if "min" in params and "max" in params and params["min"] > params["max"]:
         raise InvalidArgumentError(f"clamp: min ({params['min']}) must not exceed max ({params['max']})")
-    return tensor_op.ClampOp(x, **props)
+    return _op("ClampOp")(x, **props)
 
 
 def _hardtanh(x, operands, params):
-    return tensor_op.ClampOp(x, min=FloatAttr(float(params.get("min_val", -1.0)), f64),
-                             max=FloatAttr(float(params.get("max_val", 1.0)), f64))
+    return _op("ClampOp")(x, min=_f64(params.get("min_val", -1.0)), max=_f64(params.get("max_val", 1.0)))
 
 
 def _scale(x, operands, params):
     if "factor" not in params:
         raise InvalidArgumentError("scale needs a 'factor' parameter, e.g. ('scale', {'factor': 0.125})")
-    return tensor_op.ScaleOp(x, factor=FloatAttr(float(params["factor"]), f64))
+    return _op("ScaleOp")(x, factor=_f64(params["factor"]))
 
 
 def _cast(x, operands, params):
     if "dtype" not in params:
         raise InvalidArgumentError("cast needs a 'dtype' parameter, e.g. ('cast', {'dtype': torch.float32})")
-    return tensor_op.CastOp(x, to_ir(params["dtype"]))
+    from amk.dtypes import to_ir
+
+    return _op("CastOp")(x, to_ir(params["dtype"]))
 
 
-def _reduction(op_class):
-    return lambda x, operands, params: op_class(x, _axis(params), bool(params.get("keepdim", False)))
+def _reduction(op_name: str):
+    return lambda x, operands, params: _op(op_name)(x, _axis(params), bool(params.get("keepdim", False)))
 
 
 def _layernorm(x, operands, params):
     weight, bias = (list(operands) + [None, None])[:2]
-    return tensor_op.LayerNormOp(x, weight, bias, float(params.get("eps", tensor_op.NormOp.DEFAULT_EPS)))
+    return _op("LayerNormOp")(x, weight, bias, float(params.get("eps", _op("NormOp").DEFAULT_EPS)))
 
 
 def _rmsnorm(x, operands, params):
     weight = operands[0] if operands else None
-    return tensor_op.RMSNormOp(x, weight, float(params.get("eps", tensor_op.NormOp.DEFAULT_EPS)))
+    return _op("RMSNormOp")(x, weight, float(params.get("eps", _op("NormOp").DEFAULT_EPS)))
 
 
 REDUCTION_PARAMS = {"dim": int, "axis": int, "keepdim": bool}
@@ -117,32 +133,32 @@ REDUCTION_PARAMS = {"dim": int, "axis": int, "keepdim": bool}
 OPS: dict[str, OpSpec] = {
     "matmul": OpSpec(1, 0, {"transpose_b": bool}, _matmul, "A @ B; takes B ([K, N], or [N, K] with transpose_b)",
                      ("w",)),
-    "add_bias": OpSpec(1, 0, {}, _binary(tensor_op.AddOp), "+ bias; takes a [N] vector", ("bias",)),
-    "add": OpSpec(1, 0, {}, _binary(tensor_op.AddOp), "+ tensor (residual); takes a broadcastable tensor",
+    "add_bias": OpSpec(1, 0, {}, _binary("AddOp"), "+ bias; takes a [N] vector", ("bias",)),
+    "add": OpSpec(1, 0, {}, _binary("AddOp"), "+ tensor (residual); takes a broadcastable tensor",
                   ("residual",)),
-    "sub": OpSpec(1, 0, {}, _binary(tensor_op.SubOp), "- tensor"),
-    "mul": OpSpec(1, 0, {}, _binary(tensor_op.MulOp), "* tensor"),
-    "div": OpSpec(1, 0, {}, _binary(tensor_op.DivOp), "/ tensor"),
-    "maximum": OpSpec(1, 0, {}, _binary(tensor_op.MaximumOp), "elementwise maximum with a tensor"),
-    "minimum": OpSpec(1, 0, {}, _binary(tensor_op.MinimumOp), "elementwise minimum with a tensor"),
-    "relu": OpSpec(0, 0, {}, _unary(tensor_op.ReluOp), "max(x, 0)"),
+    "sub": OpSpec(1, 0, {}, _binary("SubOp"), "- tensor"),
+    "mul": OpSpec(1, 0, {}, _binary("MulOp"), "* tensor"),
+    "div": OpSpec(1, 0, {}, _binary("DivOp"), "/ tensor"),
+    "maximum": OpSpec(1, 0, {}, _binary("MaximumOp"), "elementwise maximum with a tensor"),
+    "minimum": OpSpec(1, 0, {}, _binary("MinimumOp"), "elementwise minimum with a tensor"),
+    "relu": OpSpec(0, 0, {}, _unary("ReluOp"), "max(x, 0)"),
     "gelu": OpSpec(0, 0, {"approximate": str}, _gelu, "GELU; approximate='none' (erf) or 'tanh'"),
-    "silu": OpSpec(0, 0, {}, _unary(tensor_op.SiluOp), "x * sigmoid(x)"),
-    "sigmoid": OpSpec(0, 0, {}, _unary(tensor_op.SigmoidOp), "sigmoid"),
-    "tanh": OpSpec(0, 0, {}, _unary(tensor_op.TanhOp), "tanh"),
-    "exp": OpSpec(0, 0, {}, _unary(tensor_op.ExpOp), "exp"),
-    "mish": OpSpec(0, 0, {}, _unary(tensor_op.MishOp), "x * tanh(softplus(x))"),
+    "silu": OpSpec(0, 0, {}, _unary("SiluOp"), "x * sigmoid(x)"),
+    "sigmoid": OpSpec(0, 0, {}, _unary("SigmoidOp"), "sigmoid"),
+    "tanh": OpSpec(0, 0, {}, _unary("TanhOp"), "tanh"),
+    "exp": OpSpec(0, 0, {}, _unary("ExpOp"), "exp"),
+    "mish": OpSpec(0, 0, {}, _unary("MishOp"), "x * tanh(softplus(x))"),
     "leaky_relu": OpSpec(0, 0, {"negative_slope": _NUMBER}, _leaky, "leaky ReLU (negative_slope, default 0.01)"),
     "clamp": OpSpec(0, 0, {"min": _NUMBER, "max": _NUMBER}, _clamp, "clamp to [min, max]"),
     "hardtanh": OpSpec(0, 0, {"min_val": _NUMBER, "max_val": _NUMBER}, _hardtanh, "clamp to [-1, 1] by default"),
     "scale": OpSpec(0, 0, {"factor": _NUMBER}, _scale, "* a constant factor"),
     "cast": OpSpec(0, 0, {"dtype": torch.dtype}, _cast, "convert to dtype"),
-    "sum": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceSumOp), "sum over dim (default -1)"),
-    "mean": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceMeanOp), "mean over dim"),
-    "max": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.ReduceMaxOp), "max over dim"),
-    "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction(tensor_op.LogSumExpOp), "logsumexp over dim"),
+    "sum": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceSumOp"), "sum over dim (default -1)"),
+    "mean": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMeanOp"), "mean over dim"),
+    "max": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMaxOp"), "max over dim"),
+    "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("LogSumExpOp"), "logsumexp over dim"),
     "softmax": OpSpec(0, 0, {"dim": int, "axis": int},
-                      lambda x, o, p: tensor_op.SoftmaxOp(x, _axis(p)), "softmax over dim (default -1)"),
+                      lambda x, o, p: _op("SoftmaxOp")(x, _axis(p)), "softmax over dim (default -1)"),
     "layernorm": OpSpec(0, 2, {"eps": _NUMBER}, _layernorm, "LayerNorm over the last dim; takes gamma, beta",
                        ("gamma", "beta")),
     "rmsnorm": OpSpec(0, 1, {"eps": _NUMBER}, _rmsnorm, "RMSNorm over the last dim; takes a weight",
@@ -224,6 +240,14 @@ def _names(spec: OpSpec, count: int) -> list[str]:
 
 def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> ModuleOp:
     """A module with ``func.func @fused_chain`` computing the chain; raises amk errors for bad input."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region, SSAValue
+    from xdsl.utils.exceptions import VerifyException
+
+    from amk.dialects.tensor_op import TensorType
+    from amk.dtypes import to_ir
+
     op_list = normalize_ops(ops)
     shapes = normalize_shapes(input_shapes)
     element = to_ir(dtype)

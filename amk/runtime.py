@@ -15,17 +15,22 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from xdsl.dialects import func
-from xdsl.ir import Operation
 
-from amk import reference
-from amk.dialects import tiled_loop
-from amk.dtypes import to_torch
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
-from amk.symbolic import Dim, to_python
+
+if TYPE_CHECKING:
+    from xdsl.dialects import func
+    from xdsl.ir import Operation
+
+    from amk.dialects import tiled_loop
+    from amk.symbolic import Dim
+
+# The IR, xDSL and sympy are imported where a function needs them: a warm start from the persistent cache runs a
+# launch plan of static shapes and needs none of them.
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -119,6 +124,8 @@ class ShapeFunction:
         if self.static:
             self.value = tuple(d.value for d in dims)
         else:
+            from amk.symbolic import to_python
+
             symbols = sorted({s for d in dims for s in d.free_symbols})
             body = ", ".join(to_python(d, "_cdiv") for d in dims)
             self.function = eval(f"lambda {', '.join(symbols)}: ({body},)",
@@ -137,6 +144,8 @@ class ShapeFunction:
             shape = cls.__new__(cls)
             shape.texts, shape.static, shape.value = list(texts), True, tuple(int(t) for t in texts)
             return shape
+        from amk.symbolic import Dim
+
         return cls([Dim(t) for t in texts])
 
 
@@ -174,6 +183,8 @@ class CompiledKernel:
 
 def kernel_arguments(kernel: tiled_loop.KernelOp, constants: dict[str, int]) -> list[KernelArgument]:
     """How to view or allocate each argument of ``kernel`` once its tile sizes are ``constants``."""
+    from amk.dtypes import to_torch
+
     args = kernel.body.block.args
     views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else [""] * len(args)
     kinds = (["input"] * kernel.num_inputs.value.data + ["output"] * len(kernel.outputs) + kernel.workspace_kinds)
@@ -205,6 +216,10 @@ class Step:
 
 def function_steps(function: func.FuncOp) -> tuple[list[dict], list[Step]]:
     """The arguments (value id and dim texts) and the steps of ``function``."""
+    from xdsl.dialects import func
+
+    from amk.dialects import tiled_loop
+
     ids: dict = {}
 
     def number(value) -> int:
@@ -285,6 +300,8 @@ class Program:
             if step.kind == "launch":
                 results = self.launch(step, args, bindings)
             else:
+                from amk import reference
+
                 results = [reference.evaluate(step.operation(), args)]
             env.update(zip(step.outputs, results))
         raise AssertionError("function without func.return")
@@ -343,6 +360,7 @@ def _op_text(op: Operation) -> str:
     """An op run in PyTorch, alone in a ``func.func`` in generic form (its operands become the arguments)."""
     from io import StringIO
 
+    from xdsl.dialects import func
     from xdsl.dialects.builtin import ModuleOp
     from xdsl.ir import Block, Region
     from xdsl.printer import Printer
@@ -358,6 +376,7 @@ def _op_text(op: Operation) -> str:
 
 
 def _parse_op(text: str):
+    from xdsl.dialects import func
     from xdsl.parser import Parser
 
     from amk.pipeline import make_context
@@ -368,4 +387,6 @@ def _parse_op(text: str):
 
 
 def kernel_ops(module) -> dict[str, Operation]:
+    from amk.dialects import tiled_loop
+
     return {op.sym_name.data: op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)}

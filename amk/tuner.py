@@ -14,12 +14,15 @@ import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import PARAMETER_KEYS, KernelConfig, next_power_of_two
-from amk.symbolic import Dim
+
+if TYPE_CHECKING:
+    from amk.symbolic import Dim
 
 STRATEGIES = ("exhaustive", "random", "bayesian")
 

@@ -65,6 +65,7 @@ def config_text(config: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=int, default=40, help="candidates for the budgeted strategies")
+    parser.add_argument("--strategies", default="bayesian,random", help="budgeted strategies to compare, comma-separated")
     parser.add_argument("--small", action="store_true", help="a small problem (a quick check of the script)")
     parser.add_argument("--out", required=True, help="JSON results file (a .md table is written beside it)")
     args = parser.parse_args()
@@ -79,7 +80,7 @@ def main() -> None:
     rows = [{"strategy": "exhaustive", "timed": full["timed"], "seconds": full["seconds"],
              "chosen_ms": best, "vs_grid_best": 1.0, "config": full["config"]}]
     runs = [full]
-    for strategy in ("bayesian", "random"):
+    for strategy in args.strategies.split(","):
         run = search(shapes, strategy, args.budget)
         runs.append(run)
         chosen = times.get(config_text(run["config"]))

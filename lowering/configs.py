@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from amk.symbolic import Dim
+if TYPE_CHECKING:
+    from amk.symbolic import Dim
 
 # Keys as users spell them in ``parameter_grid`` and the symbols they bind.
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
