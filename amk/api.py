@@ -77,18 +77,14 @@ class FusedKernel(torch.nn.Module):
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
             raise InvalidArgumentError(f"the kernel takes {len(self.shapes)} tensors, got {len(tensors)}")
-        for index, tensor in enumerate(tensors):
-            if not isinstance(tensor, torch.Tensor):
-                raise InvalidArgumentError(f"argument {index} must be a torch.Tensor, got {type(tensor).__name__}")
-            if tensor.dtype != self.dtype:
-                raise DTypeError(f"argument {index} has dtype {tensor.dtype}; the kernel was built for {self.dtype}")
-            if tensor.device.type != self.device.type:
-                raise DeviceError(f"argument {index} is on {tensor.device}; the kernel runs on {self.device.type}"
-                                  + (" (no CUDA here: pass CPU tensors)" if self.device.type == "cpu" else ""))
-            if tensor.numel() == 0:
-                raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
-        rows = len(self.shapes[0]) - 1
+        for index, tensor in enumerate(tensors):  # one cheap test per tensor on the hot path; the reasons below
+            if not (isinstance(tensor, torch.Tensor) and tensor.dtype == self.dtype
+                    and tensor.device.type == self.device.type and tensor.numel()):
+                self._reject(index, tensor)
         call_shapes = tuple(tuple(t.shape) for t in tensors)
+        if call_shapes in self._compiled:  # built for (or re-specialized to) these shapes: checked then
+            return call_shapes
+        rows = len(self.shapes[0]) - 1
         for index, (have, built) in enumerate(zip(call_shapes, self.shapes)):
             if have == built:
                 continue
@@ -97,6 +93,16 @@ class FusedKernel(torch.nn.Module):
                 raise ShapeError(f"argument {index} has shape {have}; the kernel was built for {built} (only the "
                                  f"leading dims {self.shapes[0][:rows]} of the first input may change)")
         return call_shapes
+
+    def _reject(self, index: int, tensor) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise InvalidArgumentError(f"argument {index} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype != self.dtype:
+            raise DTypeError(f"argument {index} has dtype {tensor.dtype}; the kernel was built for {self.dtype}")
+        if tensor.device.type != self.device.type:
+            raise DeviceError(f"argument {index} is on {tensor.device}; the kernel runs on {self.device.type}"
+                              + (" (no CUDA here: pass CPU tensors)" if self.device.type == "cpu" else ""))
+        raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
 
     def forward(self, *tensors: torch.Tensor):
         shapes = self._check(tensors)

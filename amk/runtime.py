@@ -257,6 +257,17 @@ class Program:
         self.result_shapes = {
             value: ShapeFunction.from_texts(dims) for step in steps for value, dims in zip(step.outputs, step.result_dims)
         }
+        # Work done once, not per call: where the argument shapes show symbols, and which kernel arguments already
+        # have the shape the kernel views them with (no reshape or view needed at launch).
+        self.symbol_positions = [(index, axis, dim) for index, dims in enumerate(self.arg_shapes)
+                                 for axis, dim in enumerate(dims) if _SYMBOL.fullmatch(dim)]
+        value_dims = {arg["id"]: arg["dims"] for arg in args}
+        value_dims.update((value, dims) for step in steps for value, dims in zip(step.outputs, step.result_dims))
+        self.as_is = {
+            id(step): [value_dims[value] == spec.shape.texts and spec.view != "transpose"
+                       for value, spec in zip(step.operands + step.outputs,
+                                              self.kernels[step.kernel].inputs + self.kernels[step.kernel].outputs)]
+            for step in steps if step.kind == "launch"}
 
     def plan(self) -> dict:
         """The JSON-serializable launch plan."""
@@ -281,12 +292,7 @@ class Program:
                    steps=steps)
 
     def bind(self, tensors: Sequence[torch.Tensor]) -> dict[str, int]:
-        bindings: dict[str, int] = {}
-        for dims, tensor in zip(self.arg_shapes, tensors):
-            for dim, size in zip(dims, tensor.shape):
-                if _SYMBOL.fullmatch(dim):
-                    bindings[dim] = int(size)
-        return bindings
+        return {dim: int(tensors[index].shape[axis]) for index, axis, dim in self.symbol_positions}
 
     def __call__(self, *tensors: torch.Tensor, bindings: dict[str, int] | None = None) -> list[torch.Tensor]:
         """Run on ``tensors``; ``bindings`` gives symbol values the argument shapes do not show (e.g. ``s0`` when
@@ -308,14 +314,15 @@ class Program:
 
     def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
         kernel = self.kernels[op.kernel]
-        views = [tensor.t() if spec.view == "transpose" else tensor.reshape(spec.shape(bindings))
-                 for tensor, spec in zip(args, kernel.inputs)]
+        as_is = self.as_is[id(op)]
+        views = [tensor if same else tensor.t() if spec.view == "transpose" else tensor.reshape(spec.shape(bindings))
+                 for tensor, spec, same in zip(args, kernel.inputs, as_is)]
         device = args[0].device
         results = []
-        for spec, value in zip(kernel.outputs, op.outputs):
+        for spec, value, same in zip(kernel.outputs, op.outputs, as_is[len(args):]):
             result = torch.empty(self.result_shapes[value](bindings), dtype=spec.dtype, device=device)
             results.append(result)
-            views.append(result.view(spec.shape(bindings)))
+            views.append(result if same else result.view(spec.shape(bindings)))
         for index, spec in enumerate(kernel.workspace):
             views.append(self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device))
         kernel.launch(*views)

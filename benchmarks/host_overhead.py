@@ -1,0 +1,79 @@
+"""Host overhead of an amk call against a bare Triton launch of the same kernel, on the decode workloads D and E.
+
+    python benchmarks/host_overhead.py --out benchmarks/results/DATE-h200-host-overhead.json
+
+Per call, in microseconds of host time (a loop of launches, synchronized once at the end, divided by the count):
+``amk`` is ``kernel(*inputs)`` (argument checks, views, output allocation, the emitted launcher, Triton's launch);
+``bare_triton`` calls the emitted launcher directly on tensors prepared once (Triton's own launch path only). On a
+GPU the difference is what amk adds. Without a GPU the kernels would run in Triton's interpreter, so there the launch
+is replaced by a no-op in both and ``amk`` is amk's own Python path alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import amk
+from amk.benchmarking import environment
+
+WORKLOADS = {
+    "D": (["rmsnorm", "matmul", "add"], [(16, 4096), (4096,), (4096, 4096), (16, 4096)]),
+    "E": (["rmsnorm", "matmul", "add"], [(1, 4096), (4096,), (4096, 4096), (1, 4096)]),
+}
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(100):
+        fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def measure(name: str, calls: int) -> dict:
+    ops, shapes = WORKLOADS[name]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.bfloat16, autotune=False)
+    device = kernel.device
+    inputs = [torch.randn(s, device=device, dtype=torch.bfloat16) for s in shapes]
+    (compiled,) = kernel.compiled.kernels.values()
+    if device.type != "cuda":
+        compiled.launch = lambda *views: None
+    kernel(*inputs)
+    views = [*inputs]  # D and E take their inputs as the kernel views them (2-D, no transpose)
+    views += [torch.empty(s.shape({}), device=device, dtype=s.dtype) for s in compiled.outputs]
+    views += [torch.zeros(s.shape({}), device=device, dtype=s.dtype) for s in compiled.workspace]
+    amk_us = per_call_us(lambda: kernel(*inputs), calls)
+    bare_us = per_call_us(lambda: compiled.launch(*views), calls)
+    return {"workload": name, "ops": ops, "shapes": shapes, "config": kernel.config, "amk_us": amk_us,
+            "bare_triton_us": bare_us, "amk_minus_bare_us": amk_us - bare_us}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--out", help="JSON results file")
+    args = parser.parse_args()
+    rows = [measure(name, args.calls) for name in WORKLOADS]
+    document = {"environment": environment(), "command": " ".join(["python", *sys.argv]),
+                "launch": "Triton" if torch.cuda.is_available() else "no-op (no GPU: amk's own path only)",
+                "rows": rows}
+    for row in rows:
+        print(f"{row['workload']}: amk {row['amk_us']:.1f} us, bare Triton launch {row['bare_triton_us']:.1f} us, "
+              f"amk adds {row['amk_minus_bare_us']:.1f} us per call")
+    if args.out:
+        Path(args.out).write_text(json.dumps(document, indent=2))
+
+
+if __name__ == "__main__":
+    main()
