@@ -62,7 +62,9 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         has_cols = False
     else:
         return None
-    if all(d == Dim(1) for d in lead):
+    if len(dims) == rank and _same(lead, space.lead):
+        has_rows = True  # first: with a single row, a [1, cols] operand is the full tile, not a broadcast row
+    elif all(d == Dim(1) for d in lead):
         has_rows = False
     elif _same(lead, space.lead):
         has_rows = True

@@ -232,6 +232,14 @@ def test_norm_prologue_before_matmul(ops, shapes, dtype):
     run_chain(ops, shapes, dtype)
 
 
+@pytest.mark.parametrize("k", [100, 1024], ids=["skinny_m", "split_k"])
+def test_norm_prologue_of_a_single_row_fuses(k):
+    """Decode with one row: the [1, K] input is the full tile of a one-row space, not a broadcast row, so the
+    RMSNorm prologue fuses into the matmul kernel (it once ran as a separate PyTorch op)."""
+    kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(1, k), (k,), (k, N), (1, N)], FP32, kernels=1)
+    assert [step.kind for step in kernel.compiled.program.steps] == ["launch", "return"]
+
+
 def test_norm_prologue_small_tiles():
     run_chain(["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)], FP32, grid=SMALL_TILES)
     run_chain(["layernorm", "matmul", "add_bias"], [(M, K), (K,), (K,), (K, N), (N,)], FP32, grid=SMALL_TILES)
