@@ -7,9 +7,8 @@ puts the kernels back into the graph (with a backward by recomputation) and leav
 
 from __future__ import annotations
 
-import importlib
-
 import amk.runtime  # noqa: F401  (sets TRITON_INTERPRET without CUDA before TorchDynamo imports triton)
+from amk import _lazy_getattr
 
 # ``amk.compile`` is ``amk.frontend.compile.compile``; the name ``compile`` here is the submodule.
 _EXPORTS = {
@@ -24,9 +23,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'amk.frontend' has no attribute {name!r}")
+__getattr__ = _lazy_getattr("amk.frontend", _EXPORTS)
