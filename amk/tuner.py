@@ -395,22 +395,30 @@ def _compile_without_launch(source: str, name: str, arguments: list[tuple[tuple[
     if triton_cache is not None:
         os.environ["TRITON_CACHE_DIR"] = triton_cache
     import torch
+    from triton.runtime.jit import JITFunction
 
     from amk.runtime import load_source
 
     module = load_source(source, name)
-    jit = getattr(module, f"{name}_kernel")
+    # Every launch of the module (a kernel may have a second one after a relaunch) compiles instead of running.
+    jits = {attr: value for attr, value in vars(module).items()
+            if attr.endswith("_kernel") and isinstance(value, JITFunction)}
 
     class CompileOnly:
+        def __init__(self, jit):
+            self.jit = jit
+
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: jit.warmup(*args, grid=grid, **kwargs)
+            return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
 
     tensors = [torch.empty(shape, dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
-    setattr(module, f"{name}_kernel", CompileOnly())
+    for attr, jit in jits.items():
+        setattr(module, attr, CompileOnly(jit))
     try:
         module.launch(*tensors)
     finally:
-        setattr(module, f"{name}_kernel", jit)
+        for attr, jit in jits.items():
+            setattr(module, attr, jit)
 
 
 def compile_job(kernel, config: KernelConfig, source: str) -> tuple[str, str, list[tuple[tuple[int, ...], str]]]:

@@ -13,6 +13,7 @@ max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the ceilings measured on the H200.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -47,6 +48,11 @@ class Workload:
     cuda_graphs: bool = False
     weight: int | None = 1
     module: Callable | None = None  # builds the tensor_op module when the workload is not an op chain
+
+    def variants(self) -> list[Workload]:
+        """The same family (ops, dtype, build path) at two other shapes: ``A2``, ``A3``, ..."""
+        return [dataclasses.replace(self, name=f"{self.name}{index}", shapes=shapes)
+                for index, shapes in enumerate(EXTRA_SHAPES[self.name], start=2)]
 
 
 def _gemm_flops():
@@ -86,6 +92,19 @@ WORKLOADS = {
                   [(8192, 128), (128, 8192)], [(64, 32), (32, 128)], torch.float16,
                   lambda q, k: torch.softmax((q @ k) * 128 ** -0.5, dim=-1), _gemm_flops(),
                   gemm=lambda q, k: q @ k, weight=None),
+}
+
+# Two more shapes per workload family: other widths, a LayerNorm/RMSNorm over a width that is not a power of two,
+# other batch sizes for the decode kernels.
+EXTRA_SHAPES = {
+    "A": [[(8192, 2048), (2048, 2048), (2048,), (2048,), (2048,)],
+          [(4096, 8192), (8192, 3072), (3072,), (3072,), (3072,)]],
+    "B": [[(16384, 2048), (2048, 8192), (8192,)], [(8192, 4096), (4096, 11008), (11008,)]],
+    "C": [[(8192, 4096), (4096, 4096), (8192, 4096)], [(16384, 2048), (2048, 5120), (16384, 5120)]],
+    "D": [[(4, 4096), (4096,), (4096, 11008), (4, 11008)], [(32, 8192), (8192,), (8192, 8192), (32, 8192)]],
+    "E": [[(1, 8192), (8192,), (8192, 8192), (1, 8192)], [(1, 2048), (2048,), (2048, 5632), (1, 5632)]],
+    "F": [[(1, 4096), (4096, 14336), (4096, 14336), (14336, 4096)], [(32, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]],
+    "G": [[(4096, 64), (64, 4096)], [(16384, 128), (128, 16384)]],
 }
 
 
@@ -173,7 +192,8 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
                                         tuner_config=amk.TunerConfig(search_budget=budget))
     build_s = time.perf_counter() - start
     reference = workload.eager(*[t.double() if device.type == "cpu" else t.float() for t in inputs])
-    result = {"workload": workload.name, "title": workload.title, "shapes": shapes, "dtype": str(workload.dtype),
+    title = workload.title if workload.name in WORKLOADS else f"{workload.title} at {' x '.join(map(str, shapes[:2]))}"
+    result = {"workload": workload.name, "title": title, "shapes": shapes, "dtype": str(workload.dtype),
               "amk_build_s": round(build_s, 2), "amk_kernels": kernel.num_kernels, "amk_config": kernel.config,
               "times_ms": {}, "graph_times_ms": {}, "errors": {}, "tuning_log": getattr(kernel, "tuning_log", {})}
     out = kernel(*inputs)
@@ -246,6 +266,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ", ".join(WORKLOADS))
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated, from " + ", ".join(CONTENDERS))
     parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke test; CPU is fine)")
+    parser.add_argument("--extra-shapes", action="store_true",
+                        help="run each workload family at its two extra shapes (A2, A3, ...) instead")
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph measurements")
     parser.add_argument("--budget", type=int, default=24, help="autotuning candidates per kernel")
     parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
@@ -256,10 +278,13 @@ def main(argv=None) -> None:
     unknown = [n for n in names if n not in WORKLOADS] + [c for c in contenders if c not in CONTENDERS]
     if unknown:
         parser.error(f"unknown workloads or contenders: {', '.join(unknown)}")
+    workloads = [WORKLOADS[name] for name in names]
+    if args.extra_shapes:
+        workloads = [variant for workload in workloads for variant in workload.variants()]
     results = []
-    for name in names:
-        print(f"== workload {name}: {WORKLOADS[name].title}", flush=True)
-        results.append(run_workload(WORKLOADS[name], contenders, args.small, not args.no_graphs, args.budget))
+    for workload in workloads:
+        print(f"== workload {workload.name}: {workload.title}", flush=True)
+        results.append(run_workload(workload, contenders, args.small, not args.no_graphs, args.budget))
         print(json.dumps({k: v for k, v in results[-1].items() if k != "tuning_log"}, default=str), flush=True)
     env = environment()
     stem = args.stem or f"bench-{env['date'][:10]}"

@@ -208,7 +208,8 @@ class KernelOp(KernelSignature, IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
-    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "strip_sync", "split_k")
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "strip_finish",
+                                             "strip_sync", "split_k")
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,
@@ -695,6 +696,52 @@ class StripBarrierOp(IRDLOperation):
         _verify_counter(self)
 
 
+KERNEL_OP_NAMES = ("tiled_loop.kernel", "memory_staged.kernel")  # the staged level keeps this dialect's control ops
+
+
+@irdl_op_definition
+class RelaunchOp(IRDLOperation):
+    """Ends the first launch of a kernel: the ops after it run as a second launch over ``grid``, with its own
+    ``program_ids``, once every program of the first has finished. Values cross it only through the kernel's buffers.
+    amk uses it in ``tile_stats`` kernels: output tiles write their rows' partial statistics, and a second, fully
+    parallel launch merges them and normalizes every tile::
+
+        tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(4096, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
+    """
+
+    name = "tiled_loop.relaunch"
+    grid = prop_def(ExprsAttr)
+    program_ids = prop_def(ArrayAttr[StringAttr])
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "attr-dict"
+
+    def __init__(self, grid: Sequence, program_ids: Sequence[str]):
+        super().__init__(properties={"grid": ExprsAttr(grid),
+                                     "program_ids": ArrayAttr([StringAttr(p) for p in program_ids])})
+
+    def verify_(self) -> None:
+        if len(self.grid.dims) != len(self.program_ids.data):
+            raise VerifyException(f"'{self.name}' needs one program id per grid axis")
+        block = self.parent_block()
+        if block is None or block.parent_op() is None or block.parent_op().name not in KERNEL_OP_NAMES:
+            raise VerifyException(f"'{self.name}' must be directly in a kernel body")
+        before = set()
+        for op in block.ops:
+            if op is self:
+                break
+            before.update(op.results)
+        op = self.next_op
+        while op is not None:
+            for inner in op.walk():
+                used = [v for v in inner.operands if v in before]
+                if used:
+                    raise VerifyException(f"'{self.name}': {inner.name} after it uses a value of the first launch; "
+                                          "pass values through a buffer")
+                if isinstance(inner, RelaunchOp):
+                    raise VerifyException(f"'{self.name}' may appear once per kernel")
+            op = op.next_op
+
+
 @irdl_op_definition
 class IfOp(IRDLOperation):
     """Runs its region when ``cond`` (a scalar i1) holds: ``tiled_loop.if %last { ... }``."""
@@ -729,7 +776,7 @@ class LaunchOp(IRDLOperation):
                          result_types=[list(result_types)])
 
 
-TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, StripBarrierOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
+TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, StripBarrierOp, RelaunchOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
                   ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

@@ -245,6 +245,8 @@ class KernelLowering:
             self.build_row_strip()
         elif self.strategy == "tile_stats":
             self.build_tile_stats()
+        elif self.strategy == "strip_finish":
+            self.build_strip_finish()
         elif self.strategy == "strip_sync":
             self.build_strip_sync()
         elif self.strategy == "split_k":
@@ -317,8 +319,9 @@ class KernelLowering:
             if (value in self.plan.main.after_reduction) == after_reduction:
                 self.store(value, self.compute(value, at), at)
 
-    def finish_rows(self) -> None:
-        """With ``self.stats`` known: store per-row results, then sweep the row again for the full-size results."""
+    def finish_rows(self, col_offset: Dim | None = None) -> None:
+        """With ``self.stats`` known: store per-row results, then the full-size results of every column tile of the
+        strip (a sweep over N), or of the one tile at ``col_offset``."""
         plan, main = self.plan, self.plan.main
         outputs_after = [v for v in plan.outputs if v in main.after_reduction]
         after = ColumnTile(main, self.row_offset, None, BLOCK_N)
@@ -331,19 +334,21 @@ class KernelLowering:
         y, y_dest = plan.materialized, self.workspace.materialized_in
         column_values = dict(after.env)
 
-        def body(carried):
-            at = ColumnTile(main, self.row_offset, Dim("n"), BLOCK_N, env=dict(column_values))
+        def finish(col: Dim) -> None:
+            at = ColumnTile(main, self.row_offset, col, BLOCK_N, env=dict(column_values))
             if y is not None:
                 self.b.origin = None
                 stored = self.b.add(tiled_loop.LoadOp(
-                    y_dest, [self.row_offset, Dim("n")], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
+                    y_dest, [self.row_offset, col], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
                     "y_tile")
                 at.env[y] = self.b.cast(stored, f32, "y_f32")
             for value in phase_two:
                 self.store(value, self.compute(value, at), at)
-            return []
 
-        self.loop("n", main.space.cols, BLOCK_N, [], body,
+        if col_offset is not None:
+            finish(col_offset)
+            return
+        self.loop("n", main.space.cols, BLOCK_N, [], lambda carried: finish(Dim("n")) or [],
                   "second sweep: re-read each tile and finish the ops after the row reduction")
 
     def build_row_strip(self) -> None:
@@ -401,15 +406,30 @@ class KernelLowering:
             self.b.origin = origin_label(op)
             self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
 
-    def build_tile_stats(self) -> None:
-        """Output tiles in parallel; each writes its rows' partial statistics; the last tile of a row strip to finish
-        merges them and normalizes the strip, while the strip it just wrote is still in L2."""
+    def tiles_with_statistics(self) -> tuple[list[int], Dim]:
+        """Phase one of tile_stats and strip_finish: this program's output tile, what is stored before the row
+        reductions, and its rows' partial statistics. Returns the statistics' sizes and the tiles per row strip."""
         main = self.plan.main
         at = ColumnTile(main, self.row_offset, self.col_offset, BLOCK_N)
         self.matmul_tiles(at)
         self.phase_one_outputs(at)
         sizes = self.store_tile_statistics(at)
-        tiles_per_row = Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
+        return sizes, Dim(f"cdiv({main.space.cols}, {BLOCK_N})")
+
+    def build_tile_stats(self) -> None:
+        """Output tiles in parallel, each writing its rows' partial statistics; then a second launch over the same
+        tiles (every program of the first has finished) merges each row's statistics and finishes its tile."""
+        sizes, tiles_per_row = self.tiles_with_statistics()
+        self.b.origin = None
+        self.b.add(tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), tiles_per_row],
+                                         ["pid_m", "pid_n"]))
+        self.merge_strip_statistics(sizes, tiles_per_row)
+        self.finish_rows(self.col_offset)
+
+    def build_strip_finish(self) -> None:
+        """Output tiles in parallel, each writing its rows' partial statistics; the last tile of a row strip to
+        finish merges them and normalizes the whole strip, while the strip just written is still in L2."""
+        sizes, tiles_per_row = self.tiles_with_statistics()
         self.b.origin = None
         last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim("pid_m")], tiles_per_row),
                           "last_in_strip")
@@ -467,18 +487,29 @@ def _product(dims) -> str:
     return "*".join(f"({d})" for d in dims) or "1"
 
 
+ROW_REDUCTION_STRATEGIES = ("tile_stats", "strip_finish", "strip_sync", "row_strip")
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
 
 
+STRIP_FINISH_MIN_ELEMENTS = 2**27
+
+
 def _reduction_strategy(plan: GroupPlan) -> str:
-    """Measured on the H200: with a short K the GEMM is cheap and a row strip that owns whole rows wins (softmax of
-    q @ k^T, K=128); with a long K parallel output tiles keep the GEMM efficient (tile_stats). strip_sync, asked for
-    by name, was slower than tile_stats on both large workloads measured (benchmarks/NOTES.md)."""
+    """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and a row strip that owns whole
+    rows wins (softmax of q @ k^T, K=128). With a long K parallel output tiles keep the GEMM efficient; how the rows
+    are then finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from
+    HBM in a second launch; strip_finish reads each strip back from L2 but one program streams it, and the last
+    strips' finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU +
+    LayerNorm: 1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual +
+    RMSNorm: 7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
         return "row_strip"
+    elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
+    if elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS:
+        return "strip_finish"
     return "tile_stats"
 
 
@@ -513,11 +544,11 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     if strategy == "auto":
         strategy = _reduction_strategy(plan)
     strategy = strategy or plan.strategy
-    if strategy in ("row_strip", "tile_stats", "strip_sync") and not plan.main.has_reductions:
+    if strategy in ROW_REDUCTION_STRATEGIES and not plan.main.has_reductions:
         strategy = plan.strategy
     if strategy == "strip_sync" and not _strip_sync_applies(plan):
         strategy = "tile_stats"
-    if strategy == "tile_stats" and plan.matmul is None:
+    if strategy in ("tile_stats", "strip_finish") and plan.matmul is None:
         strategy = "row_strip"
     if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
             and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION):
@@ -529,7 +560,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
-    if strategy in ("tile_stats", "strip_sync"):
+    if strategy in ("tile_stats", "strip_finish", "strip_sync"):
         partial_count = 0
         for op in plan.main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
@@ -538,6 +569,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
             workspace_types.append(TensorType([rows, f"cdiv({cols}, {BLOCK_N})"], f32))
             workspace_kinds.append("scratch")
             workspace_names.append(f"partial{index}")
+    if strategy in ("strip_finish", "strip_sync"):
         workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M})"], i32))
         workspace_kinds.append("counter")
         workspace_names.append("strip_counters")
@@ -548,7 +580,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy in ("tile2d", "tile_stats", "strip_sync"):
+    if strategy in ("tile2d", "tile_stats", "strip_finish", "strip_sync"):
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         # strip_sync's persistent launch walks this grid in row-strip order, not in groups.
         if plan.matmul is not None and strategy != "strip_sync":
@@ -577,8 +609,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     workspace = Workspace()
     if workspace_names and workspace_names[0] == "y_scratch":
         workspace.materialized_in = extra.pop(0)
-    if strategy in ("tile_stats", "strip_sync", "split_k"):
+    if strategy in ("strip_finish", "strip_sync", "split_k"):
         workspace.counters = extra.pop()
+    if strategy in ("tile_stats", "strip_finish", "strip_sync", "split_k"):
         workspace.partials = extra
     if plan.materialized is not None and workspace.materialized_in is None:
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
@@ -592,10 +625,12 @@ class TilePass(ModulePass):
     """Lower every ``tensor_op.fused`` region to a ``tiled_loop.kernel`` and launch it (module docstring).
 
     ``reduction_strategy`` picks how a matmul followed by a row reduction is tiled: ``tile_stats`` (output tiles in
-    parallel, partial statistics merged by the last tile of each row strip), ``strip_sync`` (resident programs walk
-    the tiles in row-strip order and the tiles of a strip wait for each other's statistics; GPU only: Triton's
-    interpreter runs one program at a time), ``row_strip``, or ``auto`` (the default: ``row_strip`` when K is at most
-    256, else ``tile_stats``).
+    parallel write partial statistics; a second launch merges them and normalizes every tile), ``strip_finish``
+    (the same tiles; the last tile of each row strip merges the statistics and normalizes the strip from L2),
+    ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
+    other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
+    default: ``row_strip`` when K is at most 256, else ``strip_finish`` for outputs of 2^27 elements or more, else
+    ``tile_stats``).
     """
 
     name = "amk-tile"
@@ -603,9 +638,9 @@ class TilePass(ModulePass):
     reduction_strategy: str = "auto"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.reduction_strategy not in ("auto", "tile_stats", "strip_sync", "row_strip"):
-            raise PassFailedException(f"amk-tile: reduction_strategy must be auto, tile_stats, strip_sync or "
-                                      f"row_strip, got {self.reduction_strategy!r}")
+        if self.reduction_strategy not in ("auto", *ROW_REDUCTION_STRATEGIES):
+            raise PassFailedException(f"amk-tile: reduction_strategy must be auto, "
+                                      f"{', '.join(ROW_REDUCTION_STRATEGIES)}, got {self.reduction_strategy!r}")
         taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block

@@ -263,3 +263,22 @@ tiled_loop.kernel @strip_barrier attributes {grid = #tiled_loop.exprs<[cdiv(M, B
 // CHECK:       tiled_loop.store %s, %partial <[BLOCK_M*pid_m, pid_n]>
 // CHECK-NEXT:  tiled_loop.strip_barrier %counters <[pid_m]> of <[cdiv(N, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>
 // CHECK-NEXT:  tiled_loop.store %t, %out <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+
+// -----
+
+// tile_stats pieces: the first launch writes per-tile partial statistics; after the relaunch a second launch (every
+// program of the first has finished) reads them back.
+tiled_loop.kernel @relaunch attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", tile_params = ["BLOCK_M", "BLOCK_N"], num_inputs = 1 : i64, workspace = ["scratch"]} {
+^bb0(%x: !tensor_op.tensor<[M, N], f32>, %out: !tensor_op.tensor<[M, N], f32>, %partial: !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>):
+  %t = tiled_loop.load %x <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tensor_op.tensor<[M, N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+  %s = tiled_loop.reduce "sum" %t : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+  tiled_loop.store %s, %partial <[pid_m * BLOCK_M, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32>
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
+  %p = tiled_loop.load %partial <[pid_m * BLOCK_M, 0]> : !tensor_op.tensor<[M, cdiv(N, BLOCK_N)], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+  tiled_loop.store %p, %out <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tiled_loop.tile<[BLOCK_M, 1], f32> -> !tensor_op.tensor<[M, N], f32>
+}
+
+// CHECK-LABEL: tiled_loop.kernel @relaunch attributes {{.*}}strategy = "tile_stats"
+// CHECK:       tiled_loop.store %s, %partial <[BLOCK_M*pid_m, pid_n]>
+// CHECK-NEXT:  tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
+// CHECK-NEXT:  %p = tiled_loop.load %partial <[BLOCK_M*pid_m, 0]>

@@ -69,6 +69,26 @@ tiled_loop.kernel @last_arrival_offsets attributes {grid = #tiled_loop.exprs<[1]
 
 // -----
 
+tiled_loop.kernel @relaunch_uses_first_launch attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  %t = tiled_loop.load %x <[pid, 0]> : !tensor_op.tensor<[M, 64], f32> -> !tiled_loop.tile<[1, 64], f32>
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"]}
+  tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[1, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.relaunch': tiled_loop.store after it uses a value of the first launch; pass values through a buffer
+
+// -----
+
+tiled_loop.kernel @relaunch_grid attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1, 2]>, program_ids = ["pid"]}
+}
+
+// CHECK: {{^}}'tiled_loop.relaunch' needs one program id per grid axis
+
+// -----
+
 tiled_loop.kernel @arg_views attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "row_strip", tile_params = [], num_inputs = 1 : i64, arg_views = ["none"]} {
 ^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
 }

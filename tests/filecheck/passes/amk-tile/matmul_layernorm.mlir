@@ -1,14 +1,18 @@
 // RUN: amk-opt %s --split-input-file -p amk-fuse,amk-tile | filecheck %s --check-prefix=AUTO
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=row_strip}' | filecheck %s --check-prefix=STRIP
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats}' | filecheck %s --check-prefix=STATS
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=strip_finish}' | filecheck %s --check-prefix=FINISH
 
 // A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
 // - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
 //   stores the pre-norm tile and merges its statistics (count, mean, M2) into running ones; phase 2 re-reads the
 //   stored tiles and normalizes them.
-// - tile_stats: output tiles in parallel; each writes its rows' partial statistics to scratch buffers, and the last
-//   program of a row strip to arrive merges them and normalizes the strip.
-// - auto (the default): row_strip when K is short (a static K <= 256), tile_stats otherwise.
+// - tile_stats: output tiles in parallel; each writes its rows' partial statistics to scratch buffers; after a
+//   tiled_loop.relaunch, a second launch over the same tiles merges each row's statistics and normalizes its tile.
+// - strip_finish: the same output tiles and partial statistics; each counts itself in at its row strip's counter,
+//   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
+// - auto (the default): row_strip when K is short (a static K <= 256); otherwise strip_finish for outputs of 2^27
+//   elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -45,23 +49,37 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STRIP-LABEL: func.func @matmul_layernorm(
 // STRIP-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
 
-// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", {{.*}}workspace = ["scratch", "scratch", "scratch", "counter"]{{.*}}} {
-// STATS-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %strip_counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", {{.*}}workspace = ["scratch", "scratch", "scratch"]{{.*}}} {
+// STATS-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}):
 // STATS:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // STATS:         tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
 // STATS:         tiled_loop.store %{{[0-9]+}}, %partial0 <[BLOCK_M*pid_m, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
-// STATS-NEXT:    %[[LAST:[a-z0-9_]+]] = tiled_loop.last_arrival %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
-// STATS-NEXT:    tiled_loop.if %[[LAST]] {
-// STATS:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
-// STATS:             tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
-// STATS:           tiled_loop.unary "rsqrt"
-// STATS:           tiled_loop.for "n" = <[0, 512, BLOCK_N]>
-// STATS-NEXT:        tiled_loop.load %out0 <[BLOCK_M*pid_m, n]>
-// STATS:             tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// STATS-NEXT:    tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
+// STATS:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// STATS:           tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
+// STATS:         tiled_loop.unary "rsqrt"
+// STATS-NEXT:    tiled_loop.load %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// STATS:         tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// STATS-NEXT:  }
 // STATS-LABEL: func.func @matmul_layernorm(
 // STATS-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
+
+// FINISH-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "strip_finish", {{.*}}workspace = ["scratch", "scratch", "scratch", "counter"]{{.*}}} {
+// FINISH-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %strip_counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+// FINISH:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// FINISH:         tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// FINISH:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// FINISH-NEXT:    %[[LAST:[a-z0-9_]+]] = tiled_loop.last_arrival %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
+// FINISH-NEXT:    tiled_loop.if %[[LAST]] {
+// FINISH:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// FINISH:             tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
+// FINISH:           tiled_loop.unary "rsqrt"
+// FINISH:           tiled_loop.for "n" = <[0, 512, BLOCK_N]>
+// FINISH-NEXT:        tiled_loop.load %out0 <[BLOCK_M*pid_m, n]>
+// FINISH:             tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// FINISH-LABEL: func.func @matmul_layernorm(
 
 // -----
 
@@ -77,8 +95,12 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 
 // STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats"
 // STATS:         tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
-// STATS:         tiled_loop.last_arrival
+// STATS:         tiled_loop.relaunch
 // STATS-LABEL: func.func @matmul_layernorm_long_k(
+
+// FINISH-LABEL: tiled_loop.kernel @fused_0 attributes {{.*}}strategy = "strip_finish"
+// FINISH:         tiled_loop.last_arrival
+// FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
 // The default picks by K: row_strip for K = 256 above, tile_stats for K = 4096.
 // AUTO:        strategy = "row_strip"

@@ -29,4 +29,4 @@ func.func @matmul_rmsnorm(%x : !tensor_op.tensor<[M, 1024], f16>, %w : !tensor_o
 // CHECK-NEXT:  }
 
 // AUTO:          strategy = "tile_stats"
-// AUTO:          tiled_loop.last_arrival
+// AUTO:          tiled_loop.relaunch

@@ -1,0 +1,63 @@
+"""The strategies for a matmul followed by a row reduction (amk-tile's ``reduction_strategy``): each must match
+PyTorch call after call (strip_finish's strip counters must be back at zero after every launch), and ``auto`` must
+pick by contraction length and output size as documented. strip_sync has its own GPU tests (test_strip_sync.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import amk
+from amk.lowering.tile import TilePass
+from amk.oplist import build_module, normalize_ops
+from amk.passes.fuse import FusePass
+from amk.pipeline import compile_module, make_context
+from amk.runtime import default_device
+
+CASES = [  # shapes that are not multiples of the tiles, so the strips have ragged edges
+    (["matmul", "add_bias", "gelu", "layernorm"], [(37, 300), (300, 75), (75,), (75,), (75,)], torch.float16),
+    (["matmul", "add", "rmsnorm"], [(50, 272), (272, 130), (50, 130)], torch.bfloat16),
+    (["matmul", "softmax"], [(33, 260), (260, 100)], torch.float32),
+    (["matmul", "logsumexp"], [(20, 264), (264, 90)], torch.float32),
+]
+
+
+@pytest.mark.parametrize("strategy", ["tile_stats", "strip_finish", "row_strip"])
+@pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(case[0]) for case in CASES])
+def test_each_strategy_matches_pytorch_call_after_call(strategy, ops, shapes, dtype):
+    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
+    assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
+    device = default_device()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to(device, dtype)
+              for i, s in enumerate(shapes)]
+    expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
+    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    for _ in range(2):
+        out = compiled.program(*inputs)[0].double()
+        error = ((out - expected).norm() / expected.norm()).item()
+        assert error < tolerance, (strategy, error)
+
+
+def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
+    """The strategy ``auto`` picks, from the tile pass alone (no kernel is built)."""
+    module = build_module(ops, shapes, dtype)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    (strategy,) = {op.strategy.data for op in module.walk() if op.name == "tiled_loop.kernel"}
+    return strategy
+
+
+def test_auto_picks_by_contraction_and_output_size():
+    layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
+    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "row_strip"
+    assert tiled_strategy(layernorm, [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)]) == "tile_stats"
+    assert tiled_strategy(["matmul", "add", "rmsnorm"], [(32768, 8192), (8192, 8192), (32768, 8192)]) == "strip_finish"
+    assert tiled_strategy(["matmul", "add", "rmsnorm"], [(64, 512), (512, 80), (64, 80)]) == "tile_stats"
+
+
+def test_an_unknown_reduction_strategy_names_the_choices():
+    with pytest.raises(Exception, match="auto, tile_stats, strip_finish, strip_sync, row_strip"):
+        compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32),
+                       reduction_strategy="diagonal")
