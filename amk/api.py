@@ -43,6 +43,7 @@ class FusedKernel(torch.nn.Module):
         self.device = default_device()
         self._compiled = {tuple(shapes): compiled}
         self._builder = builder
+        self._hot: _HotPath | None = None
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -105,12 +106,41 @@ class FusedKernel(torch.nn.Module):
         raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
 
     def forward(self, *tensors: torch.Tensor):
-        shapes = self._check(tensors)
-        if shapes not in self._compiled:
-            log.info("re-specializing for shapes %s", shapes)
-            self._compiled[shapes] = self._builder(list(shapes))
-        outputs = self._compiled[shapes].program(*tensors)
+        hot = self._hot
+        if hot is not None and hot.accepts(tensors, self.dtype):
+            outputs = hot.run(tensors)
+        else:
+            shapes = self._check(tensors)
+            if shapes not in self._compiled:
+                log.info("re-specializing for shapes %s", shapes)
+                self._compiled[shapes] = self._builder(list(shapes))
+            program = self._compiled[shapes].program
+            outputs = program(*tensors)
+            device = tensors[0].device
+            run = program.fast_path(program.bind(tensors), device)
+            # The next call with these shapes, dtype and device skips the checks above and the program walk.
+            self._hot = _HotPath(shapes, device, run) if run is not None else None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+class _HotPath:
+    """The specialization called last, for calls whose tensors have exactly its shapes, dtype and device (already
+    validated once): a few attribute tests per tensor, then the output allocation and the launch."""
+
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], device: torch.device, run):
+        self.sizes = [torch.Size(shape) for shape in shapes]
+        self.device = device
+        self.run = run
+
+    def accepts(self, tensors: Sequence, dtype: torch.dtype) -> bool:
+        if len(tensors) != len(self.sizes):
+            return False
+        device = self.device
+        for tensor, size in zip(tensors, self.sizes):
+            if not (isinstance(tensor, torch.Tensor) and tensor.dtype is dtype and tensor.shape == size
+                    and tensor.device == device):
+                return False
+        return True
 
 
 def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | None, tuning_log: dict,

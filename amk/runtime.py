@@ -312,6 +312,30 @@ class Program:
             env.update(zip(step.outputs, results))
         raise AssertionError("function without func.return")
 
+    def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable | None:
+        """For a program that is one kernel launch on its arguments as they are (no reshape, no transposed view): a
+        function of the argument tensors that allocates the outputs and launches, with the output shapes and dtypes
+        and the workspace buffers found once, here, for ``bindings`` on ``device``. None for other programs, which
+        run through ``__call__``."""
+        launches = [step for step in self.steps if step.kind == "launch"]
+        if len(self.steps) != 2 or len(launches) != 1:
+            return None
+        (step,), returned = launches, self.steps[-1]
+        if step.operands != self.arg_ids or returned.operands != step.outputs or not all(self.as_is[id(step)]):
+            return None
+        kernel = self.kernels[step.kernel]
+        outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
+        workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
+                     for index, spec in enumerate(kernel.workspace)]
+        launch = kernel.launch
+
+        def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+            launch(*tensors, *results, *workspace)
+            return results
+
+        return run
+
     def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
         kernel = self.kernels[op.kernel]
         as_is = self.as_is[id(op)]

@@ -218,6 +218,8 @@ class TritonEmitter:
             "row_strip": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes.",
             "tile_stats": "Each program computes one output tile and writes its rows' partial statistics; a second "
                           "launch merges them and finishes every tile.",
+            "tile_recompute": "Each program computes one output tile and writes only its rows' partial statistics; "
+                              "a second launch merges them and computes every tile again to finish it.",
             "strip_finish": "Each program computes one output tile and writes its rows' partial statistics; the last "
                             "program of a row strip merges them and finishes the strip.",
             "strip_sync": "Resident programs walk the output tiles in row-strip order; each tile writes its rows' "

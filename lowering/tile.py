@@ -243,7 +243,7 @@ class KernelLowering:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
         if self.strategy == "row_strip":
             self.build_row_strip()
-        elif self.strategy == "tile_stats":
+        elif self.strategy in ("tile_stats", "tile_recompute"):
             self.build_tile_stats()
         elif self.strategy == "strip_finish":
             self.build_strip_finish()
@@ -305,13 +305,19 @@ class KernelLowering:
         plan = self.plan
         y = plan.materialized
         if y is not None:
-            # Phase 2 re-reads y at its buffer's precision: the statistics must see the same rounded values.
-            stored_type = self.workspace.materialized_in.type.element_type
-            self.b.origin = None
-            at.env[y] = self.b.cast(self.b.cast(self.compute(y, at), stored_type), f32, "y_rounded")
-            if y not in plan.outputs:
+            at.env[y] = self.rounded(y, at)
+            if y not in plan.outputs and self.strategy != "tile_recompute":
                 self.store(y, at.env[y], at, dest=self.workspace.materialized_in)
         self.store_outputs(at, after_reduction=False)
+
+    def rounded(self, y: SSAValue, at: ColumnTile) -> SSAValue:
+        """``y`` rounded as phase 2 will see it, so that the statistics describe the values it normalizes: at the
+        precision of the buffer it re-reads, or of ``y`` itself when it recomputes it."""
+        recomputed = self.strategy == "tile_recompute"
+        stored_type = (y.type if recomputed else self.workspace.materialized_in.type).element_type
+        value = self.compute(y, at)
+        self.b.origin = None
+        return self.b.cast(self.b.cast(value, stored_type), f32, "y_rounded")
 
     def store_outputs(self, at: ColumnTile, after_reduction: bool) -> None:
         """Store the outputs computed before (or after) the row reductions from the tile at ``at``."""
@@ -336,7 +342,10 @@ class KernelLowering:
 
         def finish(col: Dim) -> None:
             at = ColumnTile(main, self.row_offset, col, BLOCK_N, env=dict(column_values))
-            if y is not None:
+            if y is not None and self.strategy == "tile_recompute":
+                self.matmul_tiles(at)
+                at.env[y] = self.rounded(y, at)
+            elif y is not None:
                 self.b.origin = None
                 stored = self.b.add(tiled_loop.LoadOp(
                     y_dest, [self.row_offset, col], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
@@ -418,7 +427,9 @@ class KernelLowering:
 
     def build_tile_stats(self) -> None:
         """Output tiles in parallel, each writing its rows' partial statistics; then a second launch over the same
-        tiles (every program of the first has finished) merges each row's statistics and finishes its tile."""
+        tiles (every program of the first has finished) merges each row's statistics and finishes its tile, reading
+        the pre-normalization tile back (tile_stats) or, when the K loop is short, running it again
+        (tile_recompute: the first launch then stores nothing but the statistics)."""
         sizes, tiles_per_row = self.tiles_with_statistics()
         self.b.origin = None
         self.b.add(tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), tiles_per_row],
@@ -487,7 +498,7 @@ def _product(dims) -> str:
     return "*".join(f"({d})" for d in dims) or "1"
 
 
-ROW_REDUCTION_STRATEGIES = ("tile_stats", "strip_finish", "strip_sync", "row_strip")
+ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip")
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
@@ -506,7 +517,7 @@ def _reduction_strategy(plan: GroupPlan) -> str:
     RMSNorm: 7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
-        return "row_strip"
+        return "tile_recompute"
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     if elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS:
         return "strip_finish"
@@ -548,7 +559,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         strategy = plan.strategy
     if strategy == "strip_sync" and not _strip_sync_applies(plan):
         strategy = "tile_stats"
-    if strategy in ("tile_stats", "strip_finish") and plan.matmul is None:
+    if strategy == "tile_recompute" and plan.prologue is not None:
+        strategy = "tile_stats"  # the second launch would need the prologue's statistics again
+    if strategy in ("tile_stats", "tile_recompute", "strip_finish") and plan.matmul is None:
         strategy = "row_strip"
     if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
             and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION):
@@ -556,11 +569,11 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     workspace_types, workspace_kinds, workspace_names = [], [], []
     if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
-            and strategy != "strip_sync"):
+            and strategy not in ("strip_sync", "tile_recompute")):
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
-    if strategy in ("tile_stats", "strip_finish", "strip_sync"):
+    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_sync"):
         partial_count = 0
         for op in plan.main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
@@ -580,7 +593,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy in ("tile2d", "tile_stats", "strip_finish", "strip_sync"):
+    if strategy in ("tile2d", "tile_stats", "tile_recompute", "strip_finish", "strip_sync"):
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         # strip_sync's persistent launch walks this grid in row-strip order, not in groups.
         if plan.matmul is not None and strategy != "strip_sync":
@@ -611,9 +624,10 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
         workspace.materialized_in = extra.pop(0)
     if strategy in ("strip_finish", "strip_sync", "split_k"):
         workspace.counters = extra.pop()
-    if strategy in ("tile_stats", "strip_finish", "strip_sync", "split_k"):
+    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "split_k"):
         workspace.partials = extra
-    if plan.materialized is not None and workspace.materialized_in is None:
+    if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
+                                                                                or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
     KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])

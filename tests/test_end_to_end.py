@@ -430,6 +430,29 @@ def test_respecialized_kernel_keeps_ir_of_built_shape():
     assert f"[{M}, {K}]" in ir_before
 
 
+def test_repeated_calls_take_the_hot_path_and_still_reject_bad_tensors():
+    """After a first call, calls with the same shapes, dtype and device skip the detailed checks; anything else
+    must still reach them and raise the amk error, and every call returns a fresh output."""
+    ops = ["matmul", "add_bias", "relu"]
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)
+    tensors = make_inputs(ops, [(M, K), (K, N), (N,)], FP32)
+    first = check_call(kernel, ops, tensors)
+    second = check_call(kernel, ops, tensors)
+    assert kernel._hot is not None
+    assert second.data_ptr() != first.data_ptr()
+    x, w, b = tensors
+    with pytest.raises(amk.errors.DTypeError, match="argument 1 has dtype torch.float16"):
+        kernel(x, w.half(), b)
+    with pytest.raises(amk.errors.ShapeError, match="argument 2 has shape"):
+        kernel(x, w, torch.randn(N + 1))
+    with pytest.raises(amk.errors.InvalidArgumentError, match="takes 3 tensors"):
+        kernel(x, w)
+    with pytest.raises(amk.errors.InvalidArgumentError, match="must be a torch.Tensor"):
+        kernel(x, w, [1.0] * N)
+    check_call(kernel, ops, make_inputs(ops, [(5, K), (K, N), (N,)], FP32))  # re-specialized: the hot path moves
+    check_call(kernel, ops, tensors)
+
+
 def test_non_contiguous_inputs():
     ops = ["matmul", "add_bias", "relu"]
     kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)

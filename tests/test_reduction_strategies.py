@@ -22,7 +22,7 @@ CASES = [  # shapes that are not multiples of the tiles, so the strips have ragg
 ]
 
 
-@pytest.mark.parametrize("strategy", ["tile_stats", "strip_finish", "row_strip"])
+@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish", "row_strip"])
 @pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(case[0]) for case in CASES])
 def test_each_strategy_matches_pytorch_call_after_call(strategy, ops, shapes, dtype):
     compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
@@ -51,13 +51,15 @@ def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
 
 def test_auto_picks_by_contraction_and_output_size():
     layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
-    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "row_strip"
+    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "tile_recompute"
+    # tile_recompute would need the prologue's statistics in its second launch too
+    assert tiled_strategy(["rmsnorm", "matmul", "softmax"], [(512, 128), (128,), (128, 512)]) == "tile_stats"
     assert tiled_strategy(layernorm, [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)]) == "tile_stats"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(32768, 8192), (8192, 8192), (32768, 8192)]) == "strip_finish"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(64, 512), (512, 80), (64, 80)]) == "tile_stats"
 
 
 def test_an_unknown_reduction_strategy_names_the_choices():
-    with pytest.raises(Exception, match="auto, tile_stats, strip_finish, strip_sync, row_strip"):
+    with pytest.raises(Exception, match="auto, tile_stats, tile_recompute, strip_finish, strip_sync, row_strip"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32),
                        reduction_strategy="diagonal")

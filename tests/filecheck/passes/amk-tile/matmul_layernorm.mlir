@@ -11,8 +11,8 @@
 //   tiled_loop.relaunch, a second launch over the same tiles merges each row's statistics and normalizes its tile.
 // - strip_finish: the same output tiles and partial statistics; each counts itself in at its row strip's counter,
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
-// - auto (the default): row_strip when K is short (a static K <= 256); otherwise strip_finish for outputs of 2^27
-//   elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
+// - auto (the default): tile_recompute when K is short (a static K <= 256); otherwise strip_finish for outputs of
+//   2^27 elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -102,9 +102,14 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 // FINISH:         tiled_loop.last_arrival
 // FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
-// The default picks by K: row_strip for K = 256 above, tile_stats for K = 4096.
-// AUTO:        strategy = "row_strip"
+// The default picks by K: tile_recompute for K = 256 above (its second launch runs the short K loop again instead
+// of re-reading the tile; the first stores only the statistics), tile_stats for K = 4096.
+// AUTO:        strategy = "tile_recompute"
 // AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// AUTO-NOT:    tiled_loop.store {{.*}}%out0
+// AUTO:        tiled_loop.relaunch
+// AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// AUTO:        tiled_loop.store {{.*}}%out0
 // AUTO-LABEL:  func.func @matmul_layernorm(
 // AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
