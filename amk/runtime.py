@@ -327,11 +327,10 @@ class Program:
         outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
         workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
                      for index, spec in enumerate(kernel.workspace)]
-        launch = kernel.launch
 
         def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-            launch(*tensors, *results, *workspace)
+            kernel.launch(*tensors, *results, *workspace)
             return results
 
         return run

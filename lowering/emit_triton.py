@@ -385,7 +385,8 @@ class TritonEmitter:
 
     # structure
     def emit_tiled_loop_for(self, op: tiled_loop.ForOp, indent: int) -> None:
-        staged = any(isinstance(o, memory_staged.StageOp) for o in op.body.block.ops)
+        pipelined = (any(isinstance(o, memory_staged.StageOp) for o in op.body.block.ops)
+                     or "pipelined" in op.attributes)
         results = [self.name(r) for r in op.results]
         for result, init in zip(results, op.inits):
             self.line(f"{result} = {self.name(init)}", indent)
@@ -394,7 +395,7 @@ class TritonEmitter:
         if "note" in op.attributes:
             self.line(f"# {op.attributes['note'].data}", indent)
         bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
-        pipelining = f", num_stages={self.kernel.num_stages.value.data}" if staged else ""
+        pipelining = f", num_stages={self.kernel.num_stages.value.data}" if pipelined else ""
         self.taken.add(op.iv.data)
         self.line(f"for {op.iv.data} in tl.range({bounds}{pipelining}):", indent)
         self.last_origin = None

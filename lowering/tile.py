@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, f32, i32
+from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -150,11 +150,14 @@ class KernelLowering:
 
     # -- loops -------------------------------------------------------------------------------------------------------
     def loop(self, iv: str, upper: Dim, step, inits: list[SSAValue], body, note: str,
-             lower: Dim | int = 0) -> list[SSAValue]:
+             lower: Dim | int = 0, pipelined: bool = False) -> list[SSAValue]:
         """A ``tiled_loop.for`` whose body is built by ``body(carried) -> next carried``; ``note`` says what the loop
-        is for (it becomes the comment above the loop in the emitted code)."""
+        is for (it becomes the comment above the loop in the emitted code). ``pipelined`` marks a loop whose loads do
+        not depend on what it carries, so that they may be issued iterations ahead."""
         for_op = tiled_loop.ForOp(iv, lower, upper, step, inits)
         for_op.attributes["note"] = StringAttr(note)
+        if pipelined:
+            for_op.attributes["pipelined"] = UnitAttr()
         self.b.origin = None
         self.b.add(for_op)
         for arg, init in zip(for_op.body.block.args, inits):
@@ -408,8 +411,10 @@ class KernelLowering:
                 merged += rules.ROW_REDUCTIONS[type(op)].combine(self.b, state, loaded)
             return merged
 
+        # Pipelined: each iteration's loads would otherwise wait a full L2 round trip (measured on the H200: workload A
+        # 1.057 -> 0.991 ms, G's 64-tile rows 0.756 -> 0.674 ms; benchmarks/merge_loop.py).
         flat = self.loop("t", tiles_per_row, 1, [v for s in states for v in s], merge,
-                         "merge the partial statistics written by every tile of this row strip")
+                         "merge the partial statistics written by every tile of this row strip", pipelined=True)
         for op, size in zip(main.reductions, sizes):
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
@@ -509,15 +514,16 @@ STRIP_FINISH_MIN_ELEMENTS = 2**27
 
 def _reduction_strategy(plan: GroupPlan) -> str:
     """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and a row strip that owns whole
-    rows wins (softmax of q @ k^T, K=128). With a long K parallel output tiles keep the GEMM efficient; how the rows
-    are then finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from
-    HBM in a second launch; strip_finish reads each strip back from L2 but one program streams it, and the last
-    strips' finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU +
-    LayerNorm: 1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual +
-    RMSNorm: 7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
+    rows wins (softmax of q @ k^T, K=128: row_strip 0.19 ms; tile_recompute, which runs the K loop again instead of
+    re-reading the tile, 0.32 ms). With a long K parallel output tiles keep the GEMM efficient; how the rows are then
+    finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from HBM in a
+    second launch; strip_finish reads each strip back from L2 but one program streams it, and the last strips'
+    finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm:
+    1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm:
+    6.95-7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
-        return "tile_recompute"
+        return "row_strip"
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     if elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS:
         return "strip_finish"
@@ -644,7 +650,8 @@ class TilePass(ModulePass):
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
     other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
     default: ``row_strip`` when K is at most 256, else ``strip_finish`` for outputs of 2^27 elements or more, else
-    ``tile_stats``).
+    ``tile_stats``). ``tile_recompute`` is ``tile_stats`` whose second launch runs the K loop again instead of
+    re-reading the pre-normalization tile (chains without a prologue).
     """
 
     name = "amk-tile"

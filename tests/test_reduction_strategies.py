@@ -51,12 +51,19 @@ def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
 
 def test_auto_picks_by_contraction_and_output_size():
     layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
-    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "tile_recompute"
-    # tile_recompute would need the prologue's statistics in its second launch too
-    assert tiled_strategy(["rmsnorm", "matmul", "softmax"], [(512, 128), (128,), (128, 512)]) == "tile_stats"
+    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "row_strip"
     assert tiled_strategy(layernorm, [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)]) == "tile_stats"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(32768, 8192), (8192, 8192), (32768, 8192)]) == "strip_finish"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(64, 512), (512, 80), (64, 80)]) == "tile_stats"
+
+
+def test_tile_recompute_falls_back_to_tile_stats_with_a_prologue():
+    """Its second launch would need the prologue's statistics again."""
+    module = build_module(["rmsnorm", "matmul", "softmax"], [(512, 1024), (1024,), (1024, 512)], torch.float16)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass(reduction_strategy="tile_recompute").apply(ctx, module)
+    assert {op.strategy.data for op in module.walk() if op.name == "tiled_loop.kernel"} == {"tile_stats"}
 
 
 def test_an_unknown_reduction_strategy_names_the_choices():

@@ -2,6 +2,7 @@
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=row_strip}' | filecheck %s --check-prefix=STRIP
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats}' | filecheck %s --check-prefix=STATS
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=strip_finish}' | filecheck %s --check-prefix=FINISH
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_recompute}' | filecheck %s --check-prefix=RECOMPUTE
 
 // A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
 // - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
@@ -11,8 +12,10 @@
 //   tiled_loop.relaunch, a second launch over the same tiles merges each row's statistics and normalizes its tile.
 // - strip_finish: the same output tiles and partial statistics; each counts itself in at its row strip's counter,
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
-// - auto (the default): tile_recompute when K is short (a static K <= 256); otherwise strip_finish for outputs of
-//   2^27 elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
+// - tile_recompute (asked for by name): as tile_stats, but the first launch stores only the statistics and the
+//   second runs the K loop again instead of re-reading the tile.
+// - auto (the default): row_strip when K is short (a static K <= 256); otherwise strip_finish for outputs of 2^27
+//   elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -81,6 +84,17 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // FINISH:             tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
 // FINISH-LABEL: func.func @matmul_layernorm(
 
+// RECOMPUTE-LABEL: tiled_loop.kernel @fused_0 attributes {{.*}}strategy = "tile_recompute"
+// RECOMPUTE:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// RECOMPUTE-NOT:     tiled_loop.store {{.*}}%out0
+// RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// RECOMPUTE-NEXT:    tiled_loop.relaunch
+// RECOMPUTE:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]> {{.*}}pipelined
+// RECOMPUTE:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// RECOMPUTE-NOT:     tiled_loop.load %out0
+// RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
+// RECOMPUTE-LABEL: func.func @matmul_layernorm(
+
 // -----
 
 func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.tensor<[4096, 512], f16>, %g : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
@@ -102,14 +116,9 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 // FINISH:         tiled_loop.last_arrival
 // FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
-// The default picks by K: tile_recompute for K = 256 above (its second launch runs the short K loop again instead
-// of re-reading the tile; the first stores only the statistics), tile_stats for K = 4096.
-// AUTO:        strategy = "tile_recompute"
+// The default picks by K: row_strip for K = 256 above, tile_stats for K = 4096.
+// AUTO:        strategy = "row_strip"
 // AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
-// AUTO-NOT:    tiled_loop.store {{.*}}%out0
-// AUTO:        tiled_loop.relaunch
-// AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
-// AUTO:        tiled_loop.store {{.*}}%out0
 // AUTO-LABEL:  func.func @matmul_layernorm(
 // AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
