@@ -77,7 +77,7 @@ memory_staged.kernel @row_strip attributes {grid = #tiled_loop.exprs<[M]>, progr
 // -----
 
 // A coherent load (it reads what other programs of the launch wrote) and trailing workspace buffers.
-memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["scratch", "counter"]} {
+memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "strip_finish", workspace = ["scratch", "counter"]} {
 ^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>, %partial: !memory_staged.buffer<global, [M, 4], f32>, %counters: !memory_staged.buffer<global, [M], i32>):
   %last = tiled_loop.last_arrival %counters <[pid_m]> of <[4]> : !memory_staged.buffer<global, [M], i32> -> i1
   tiled_loop.if %last {
@@ -86,7 +86,7 @@ memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, progra
   }
 }
 
-// CHECK-LABEL: memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "tile_stats", workspace = ["scratch", "counter"]} {
+// CHECK-LABEL: memory_staged.kernel @coherent attributes {grid = #tiled_loop.exprs<[M]>, program_ids = ["pid_m"], constants = {}, num_warps = 1 : i64, num_stages = 1 : i64, num_inputs = 1 : i64, strategy = "strip_finish", workspace = ["scratch", "counter"]} {
 // CHECK-NEXT:  ^bb0(%x: !memory_staged.buffer<global, [M, 64], f32>, %out: !memory_staged.buffer<global, [M, 64], f32>, %partial: !memory_staged.buffer<global, [M, 4], f32>, %counters: !memory_staged.buffer<global, [M], i32>):
 // CHECK-NEXT:  %last = tiled_loop.last_arrival %counters <[pid_m]> of <[4]> : !memory_staged.buffer<global, [M], i32> -> i1
 // CHECK-NEXT:  tiled_loop.if %last {
