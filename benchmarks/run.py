@@ -4,8 +4,11 @@ cuBLAS GEMM alone and amk, in one process on the same inputs, correctness checke
     python benchmarks/run.py                       # every workload, every contender (needs a GPU)
     python benchmarks/run.py --workloads A,G --contenders eager,compile,amk
     python benchmarks/run.py --small               # tiny shapes: a smoke test of the suite itself (CPU is fine)
+    python benchmarks/run.py --extra-shapes        # each workload family at two other shapes
+    python benchmarks/run.py --render FILE.json    # rewrite a results file's table and chart from its JSON
 
-Writes ``benchmarks/results/<stem>.json`` and ``.md`` (table) and, with matplotlib, ``.png``. Times are medians in
+Writes ``benchmarks/results/<stem>.json`` and ``.md`` (table: times, amk's speedup against each contender, the
+fraction of the floor amk reaches) and, with matplotlib, ``.png``. Times are medians in
 milliseconds (``triton.testing.do_bench``; ``do_bench_cudagraph`` for the CUDA-graph columns). The floor is
 max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the ceilings measured on the H200.
 """
@@ -225,18 +228,26 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
     return result
 
 
+OTHERS = [c for c in CONTENDERS if c != "amk"]
+
+
 def table(results: list[dict]) -> str:
-    lines = ["| workload | floor | " + " | ".join(CONTENDERS) + " | amk rel. error | amk vs best other |",
-             "|---" * (len(CONTENDERS) + 4) + "|"]
+    """Times, amk's speedup against each contender (above 1x amk is faster) and the fraction of the floor amk
+    reaches."""
+    lines = ["| workload | floor | " + " | ".join(CONTENDERS) + " | amk rel. error | "
+             + " | ".join(f"amk vs {c}" for c in OTHERS) + " | amk / floor |",
+             "|---" * (2 * len(CONTENDERS) + 3) + "|"]
     for r in results:
         for label, times in (("", r["times_ms"]), (" (graphs)", r["graph_times_ms"])):
             if not times:
                 continue
+            amk_ms = times.get("amk") if isinstance(times.get("amk"), float) else None
             cells = [f"{times[c]:.4f}" if isinstance(times.get(c), float) else "—" for c in CONTENDERS]
-            others = [v for c, v in times.items() if c not in ("amk", "cublas") and isinstance(v, float)]
-            speedup = (f"{min(others) / times['amk']:.2f}x" if others and isinstance(times.get("amk"), float) else "—")
+            speedups = [f"{times[c] / amk_ms:.2f}x" if amk_ms and isinstance(times.get(c), float) else "—"
+                        for c in OTHERS]
+            floor = f"{r['floor_ms'] / amk_ms:.0%}" if amk_ms else "—"
             lines.append(f"| {r['workload']}{label}: {r['title']} | {r['floor_ms']:.4f} | " + " | ".join(cells)
-                         + f" | {r['errors']['amk'][0]:.2e} | {speedup} |")
+                         + f" | {r['errors']['amk'][0]:.2e} | " + " | ".join(speedups) + f" | {floor} |")
     return "\n".join(lines)
 
 
@@ -272,7 +283,13 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", type=int, default=24, help="autotuning candidates per kernel")
     parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
     parser.add_argument("--stem", default=None, help="results file name without extension")
+    parser.add_argument("--render", metavar="JSON", help="measure nothing: rewrite the table and chart of a results "
+                        "file from its JSON (after a change to their format)")
     args = parser.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        write_reports(json.loads(path.read_text()), path.parent, path.stem)
+        return
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = [n for n in names if n not in WORKLOADS] + [c for c in contenders if c not in CONTENDERS]
@@ -293,11 +310,17 @@ def main(argv=None) -> None:
     document = {"environment": env, "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
                 "results": results}
     (out / f"{stem}.json").write_text(json.dumps(document, indent=2, default=str))
+    print(write_reports(document, out, stem))
+
+
+def write_reports(document: dict, out: Path, stem: str) -> str:
+    """``<stem>.md`` (the table) and ``<stem>.png`` (the chart) of a results document; returns the Markdown."""
+    env, results = document["environment"], document["results"]
     markdown = (f"# amk benchmarks ({env['gpu']})\n\ntorch {env['torch']}, triton {env['triton']}, amk {env['amk']}, "
                 f"{env['date']}\n\nCommand: `python benchmarks/{document['command']}`\n\nMedian ms.\n\n{table(results)}\n")
     (out / f"{stem}.md").write_text(markdown)
     chart(results, out / f"{stem}.png")
-    print(markdown)
+    return markdown
 
 
 if __name__ == "__main__":

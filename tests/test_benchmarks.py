@@ -1,0 +1,37 @@
+"""The benchmark suite runs end to end on the CPU (tiny shapes, Triton's interpreter) and re-renders committed
+results; the GPU figures themselves live in benchmarks/results/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUN = REPO / "benchmarks" / "run.py"
+
+
+def run_suite(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUN), *args], capture_output=True, text=True, timeout=300, check=True)
+
+
+def test_the_suite_measures_a_small_workload_and_writes_its_three_files(tmp_path):
+    run_suite("--small", "--workloads", "E", "--contenders", "eager,amk", "--out", str(tmp_path), "--stem", "smoke")
+    document = json.loads((tmp_path / "smoke.json").read_text())
+    (result,) = document["results"]
+    assert result["workload"] == "E" and result["amk_kernels"] == 1
+    assert result["errors"]["amk"][0] < 1e-2  # correctness is checked before any timing
+    table = (tmp_path / "smoke.md").read_text()
+    assert "| amk vs eager | amk vs compile |" in table and "| amk / floor |" in table
+
+
+def test_render_rewrites_the_table_of_a_committed_results_file(tmp_path):
+    committed = REPO / "benchmarks" / "results" / "2026-11-30-h200-decode-hot-path.json"
+    copy = tmp_path / committed.name
+    shutil.copy(committed, copy)
+    run_suite("--render", str(copy))
+    table = copy.with_suffix(".md").read_text()
+    assert "| F (graphs): SwiGLU MLP" in table
+    assert "| 0.0859 | 2.33e-03 | 1.16x | 1.12x | — | — | 95% |" in table
