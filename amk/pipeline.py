@@ -69,11 +69,12 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
-                   dumper: IRDumper | None = None, reduction_strategy: str = "auto") -> CompiledProgram:
+                   dumper: IRDumper | None = None, reduction_strategy: str = "auto",
+                   merge_chunk: int = 1) -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
-    ``reduction_strategy`` is ``amk-tile``'s option of that name.
+    ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names.
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -89,7 +90,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(reduction_strategy=reduction_strategy))
+    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk))
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}

@@ -1,9 +1,12 @@
-"""Diagnostic: the second launch of tile_stats / tile_recompute merges each row's partial statistics in a loop over
-the row's tiles (one tile's state per iteration, a chain of dependent global loads). This times the emitted kernels
-against copies whose merge loop asks Triton to pipeline its loads (``num_stages``) or unroll it, on workload A
-(16 tiles per row) and G (64 tiles per row).
+"""Diagnostic: how the second launch of tile_stats / tile_recompute merges each row's partial statistics.
 
     python benchmarks/merge_loop.py --out benchmarks/results/<stem>.json
+
+Each program loops over its row's tiles, merging ``merge_chunk`` tiles' states per iteration (amk-tile's option of
+that name; 1 is the default). This times workload A (tile_stats, 16 tiles per row) and G (tile_recompute, 64 tiles
+per row; row_strip, auto's choice, for reference) at a fixed configuration with chunks of 1, 4 and 16, in one
+process, checking each output against the first. (``2026-11-30-h200-merge-loop.json`` came from an earlier version
+of this script, which compared the loop as emitted then with copies asking Triton to pipeline or unroll it.)
 """
 
 from __future__ import annotations
@@ -14,28 +17,19 @@ import sys
 
 import torch
 
-import amk
 from amk.benchmarking import environment, time_ms
-from amk.runtime import load_source
+from amk.lowering.configs import KernelConfig
+from amk.oplist import build_module
+from amk.pipeline import compile_module
 
 WORKLOADS = {
     "A": (["matmul", "add_bias", "gelu", "layernorm"], [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)],
-          torch.float16, {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [256], "BLOCK_SIZE_K": [64], "num_warps": [8],
-                          "num_stages": [3], "GROUP_SIZE_M": [8]}),
+          torch.float16, KernelConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+          ["tile_stats"]),
     "G": (["matmul", ("scale", {"factor": 128 ** -0.5}), "softmax"], [(8192, 128), (128, 8192)], torch.float16,
-          {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [128], "BLOCK_SIZE_K": [64], "num_warps": [8], "num_stages": [3],
-           "GROUP_SIZE_M": [8]}),
+          KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3), ["tile_recompute", "row_strip"]),
 }
-MERGE = "for t in tl.range(0, "
-VARIANTS = {"as emitted": "", "num_stages=3": ", num_stages=3", "loop_unroll_factor=4": ", loop_unroll_factor=4"}
-
-
-def patched(source: str, extra: str) -> str:
-    head, found, rest = source.partition(MERGE)
-    if not found:
-        raise ValueError("no merge loop in the source")
-    bounds, _, tail = rest.partition("):\n")
-    return head + MERGE + bounds + extra + "):\n" + tail
+CHUNKS = (1, 4, 16)
 
 
 def main() -> None:
@@ -43,24 +37,22 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     rows = []
-    for name, (ops, shapes, dtype, grid) in WORKLOADS.items():
-        kernel = amk.build_fused_kernel(ops, shapes, dtype, parameter_grid=grid,
-                                        tuner_config=amk.TunerConfig(search_budget=1))
+    for name, (ops, shapes, dtype, config, strategies) in WORKLOADS.items():
         torch.manual_seed(0)
         inputs = [torch.randn(s, device="cuda", dtype=dtype) / (s[0] ** 0.5 if i == 1 else 1)
                   for i, s in enumerate(shapes)]
-        expected = kernel(*inputs).float()
-        compiled = next(iter(kernel.compiled.kernels.values()))
-        for label, extra in VARIANTS.items():
-            row = {"workload": name, "variant": label}
-            try:
-                compiled.launch = load_source(patched(compiled.source, extra), f"{compiled.name}_{len(rows)}").launch
-                row["max_abs_diff"] = (kernel(*inputs).float() - expected).abs().max().item()
-                row["ms"] = time_ms(lambda k=kernel, i=inputs: k(*i))
-            except Exception as error:  # a variant this Triton rejects is reported, not fatal
-                row["error"] = f"{type(error).__name__}: {str(error)[:200]}"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        expected = None
+        for strategy in strategies:
+            for chunk in CHUNKS if strategy != "row_strip" else (1,):
+                compiled = compile_module(build_module(ops, shapes, dtype), lambda kernel, c=config: c,
+                                          reduction_strategy=strategy, merge_chunk=chunk)
+                out = compiled.program(*inputs)[0].float()
+                expected = out if expected is None else expected
+                row = {"workload": name, "strategy": strategy, "merge_chunk": chunk,
+                       "max_abs_diff": (out - expected).abs().max().item(),
+                       "ms": time_ms(lambda p=compiled.program, i=inputs: p(*i))}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     with open(args.out, "w") as handle:
         json.dump({"environment": environment(), "command": " ".join(sys.argv), "rows": rows}, handle, indent=1)
 

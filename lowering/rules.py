@@ -209,7 +209,9 @@ class RowReduction:
 
     ``init(b, rows)`` gives the empty state; ``tile_state(b, x, valid)`` the state of one column tile ``x``
     (``valid`` marks real columns, or None); ``combine(b, a, c)`` merges two states (so tiles may be folded in a loop
-    or computed by different programs and merged later); ``finalize(b, state, op)`` turns a state into statistics;
+    or computed by different programs and merged later); ``merge_states(b, states, valid)`` merges many states at
+    once, given as ``[rows, n]`` tiles (one column per state; ``valid`` marks the real ones);
+    ``finalize(b, state, op)`` turns a state into statistics;
     ``apply(b, op, stats, x, operands)`` gives the op's value: a ``[rows, 1]`` tile for reductions, a full tile for
     norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
     """
@@ -217,6 +219,7 @@ class RowReduction:
     init: Callable
     tile_state: Callable
     combine: Callable
+    merge_states: Callable
     finalize: Callable
     apply: Callable
     keeps_shape: bool
@@ -239,6 +242,11 @@ def _add_states(b, a, c):
     return [b.add_(u, v) for u, v in zip(a, c)]
 
 
+def _sum_states(b, states, valid):
+    """States that are sums (counts, sums, sums of squares) merge by summing each component."""
+    return [b.reduce("sum", b.masked(component, valid, 0.0)) for component in states]
+
+
 def _sum_init(b, rows):
     return [b.full(0.0, [rows, 1], "count"), b.full(0.0, [rows, 1], "row_sum")]
 
@@ -256,6 +264,10 @@ def _max_tile(b, x, valid):
 
 def _max_combine(b, a, c):
     return [b.maximum(a[0], c[0])]
+
+
+def _max_states(b, states, valid):
+    return _max_tile(b, states[0], valid)
 
 
 def _lse_init(b, rows):
@@ -292,6 +304,13 @@ def _lse_combine(b, a, c):
     return [new_max, b.add_(_rescale(b, a[1], a[0], new_max), _rescale(b, c[1], c[0], new_max))]
 
 
+def _lse_states(b, states, valid):
+    """Every partial sum rescaled to the largest maximum (NaN maxima propagate, as in :func:`_lse_combine`)."""
+    maxima = b.masked(states[0], valid, -math.inf)
+    new_max = _max_tile(b, maxima, None)[0]
+    return [new_max, b.reduce("sum", b.masked(_rescale(b, states[1], maxima, new_max), valid, 0.0))]
+
+
 def _moments_init(b, rows):
     return [b.full(0.0, [rows, 1], "count"), b.full(0.0, [rows, 1], "row_mean"), b.full(0.0, [rows, 1], "row_m2")]
 
@@ -316,6 +335,16 @@ def _moments_combine(b, a, c):
     mean = b.add_(mean_a, b.div(b.mul(delta, count_c), count))
     correction = b.div(b.mul(b.mul(delta, delta), b.mul(count_a, count_c)), count)
     return [count, mean, b.add_(b.add_(m2_a, m2_c), correction)]
+
+
+def _moments_states(b, states, valid):
+    """Chan's merge of many (count, mean, M2) at once: the count-weighted mean, then each part's M2 plus its count
+    times its mean's squared distance to the merged mean."""
+    counts, means, m2s = (b.masked(component, valid, 0.0) for component in states)
+    count = b.reduce("sum", counts)
+    mean = b.div(b.reduce("sum", b.mul(counts, means)), count)
+    delta = b.sub(means, mean)
+    return [count, mean, b.reduce("sum", b.add_(m2s, b.mul(counts, b.mul(delta, delta))))]
 
 
 def _eps(op) -> float:
@@ -362,22 +391,24 @@ def _stats_value(b, op, stats, x, operands):
 
 
 ROW_REDUCTIONS[tensor_op.ReduceSumOp] = RowReduction(
-    _sum_init, _sum_tile, _add_states, lambda b, s, op: [s[1]], _stats_value, keeps_shape=False)
+    _sum_init, _sum_tile, _add_states, _sum_states, lambda b, s, op: [s[1]], _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.ReduceMeanOp] = RowReduction(
-    _sum_init, _sum_tile, _add_states, lambda b, s, op: [b.div(s[1], s[0])], _stats_value, keeps_shape=False)
-ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
-    lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_tile, _max_combine, lambda b, s, op: s,
-    _stats_value, keeps_shape=False)
-ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
-    _lse_init, _logsumexp_tile, _lse_combine, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))], _stats_value,
+    _sum_init, _sum_tile, _add_states, _sum_states, lambda b, s, op: [b.div(s[1], s[0])], _stats_value,
     keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
+    lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_tile, _max_combine, _max_states,
+    lambda b, s, op: s, _stats_value, keeps_shape=False)
+ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
+    _lse_init, _logsumexp_tile, _lse_combine, _lse_states, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))],
+    _stats_value, keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
-    _lse_init, _lse_tile, _lse_combine, lambda b, s, op: s,
+    _lse_init, _lse_tile, _lse_combine, _lse_states, lambda b, s, op: s,
     lambda b, op, stats, x, operands: b.div(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
-    _moments_init, _moments_tile, _moments_combine, _layernorm_finalize, _layernorm_apply, keeps_shape=True)
+    _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,
+    keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
-    _rms_init, _rms_tile, _add_states, _rms_finalize, _rms_apply, keeps_shape=True)
+    _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True)
 
 
 def reduction_input(op: Operation) -> SSAValue:

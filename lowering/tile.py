@@ -81,9 +81,10 @@ class KernelLowering:
     """Builds the body of one ``tiled_loop.kernel`` from a group plan."""
 
     def __init__(self, plan: GroupPlan, strategy: str, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
-                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace):
+                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1):
         self.plan = plan
         self.strategy = strategy
+        self.merge_chunk = merge_chunk
         self.kernel = kernel
         self.arg_of = arg_of
         self.output_arg = output_arg
@@ -392,28 +393,37 @@ class KernelLowering:
         return sizes
 
     def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim) -> None:
-        """Merge the partial statistics of every tile of this row strip into ``self.stats``."""
+        """Merge the partial statistics of every tile of this row strip into ``self.stats``: ``merge_chunk`` tiles'
+        states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]`` tiles and merged at once (one state per
+        iteration when it is 1)."""
         main = self.plan.main
+        chunk = self.merge_chunk
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
 
         def merge(carried):
             partials = iter(self.workspace.partials)
+            valid = None
+            if chunk > 1:
+                self.b.origin = None
+                valid = self.b.add(tiled_loop.InBoundsOp([0, Dim("t")], [1, tiles_per_row], [1, chunk]),
+                                   "valid_tiles")
             merged = []
             for op, size in zip(main.reductions, sizes):
+                rule = rules.ROW_REDUCTIONS[type(op)]
                 state, carried = carried[:size], carried[size:]
                 loaded = []
                 for _ in range(size):
                     partial = next(partials)
                     self.b.origin = None
                     loaded.append(self.b.add(tiled_loop.LoadOp(
-                        partial, [self.row_offset, Dim("t")], TileType([BLOCK_M, 1], f32)), "partial"))
+                        partial, [self.row_offset, Dim("t")], TileType([BLOCK_M, chunk], f32)), "partial"))
                 self.b.origin = origin_label(op)
-                merged += rules.ROW_REDUCTIONS[type(op)].combine(self.b, state, loaded)
+                merged += rule.combine(self.b, state, rule.merge_states(self.b, loaded, valid) if chunk > 1 else loaded)
             return merged
 
         # Pipelined: each iteration's loads would otherwise wait a full L2 round trip (measured on the H200: workload A
         # 1.057 -> 0.991 ms, G's 64-tile rows 0.756 -> 0.674 ms; benchmarks/merge_loop.py).
-        flat = self.loop("t", tiles_per_row, 1, [v for s in states for v in s], merge,
+        flat = self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
                          "merge the partial statistics written by every tile of this row strip", pipelined=True)
         for op, size in zip(main.reductions, sizes):
             state, flat = flat[:size], flat[size:]
@@ -503,6 +513,7 @@ def _product(dims) -> str:
     return "*".join(f"({d})" for d in dims) or "1"
 
 
+MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
 ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip")
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
@@ -539,7 +550,8 @@ def _strip_sync_applies(plan: GroupPlan) -> bool:
             and all(plan.main.value_class[v] == FULL for v in after))
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
+                merge_chunk: int = 1) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -635,7 +647,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "") -> tupl
     if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
-    KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace).build()
+    KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace, merge_chunk).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
@@ -652,13 +664,21 @@ class TilePass(ModulePass):
     default: ``row_strip`` when K is at most 256, else ``strip_finish`` for outputs of 2^27 elements or more, else
     ``tile_stats``). ``tile_recompute`` is ``tile_stats`` whose second launch runs the K loop again instead of
     re-reading the pre-normalization tile (chains without a prologue).
+
+    ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
+    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile: 1 (the default, measured on the H200) walks
+    them one at a time; a wider chunk needs fewer iterations for long rows (not yet measured on the GPU).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
+    merge_chunk: int = 1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.merge_chunk not in MERGE_CHUNKS:
+            raise PassFailedException(f"amk-tile: merge_chunk must be one of {', '.join(map(str, MERGE_CHUNKS))}, "
+                                      f"got {self.merge_chunk!r}")
         if self.reduction_strategy not in ("auto", *ROW_REDUCTION_STRATEGIES):
             raise PassFailedException(f"amk-tile: reduction_strategy must be auto, "
                                       f"{', '.join(ROW_REDUCTION_STRATEGIES)}, got {self.reduction_strategy!r}")
@@ -671,7 +691,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk)
             if first is None:
                 module_block.add_op(kernel)
             else:

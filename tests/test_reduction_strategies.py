@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import amk
+from amk.lowering.configs import KernelConfig
 from amk.lowering.tile import TilePass
 from amk.oplist import build_module, normalize_ops
 from amk.passes.fuse import FusePass
@@ -19,18 +20,32 @@ CASES = [  # shapes that are not multiples of the tiles, so the strips have ragg
     (["matmul", "add", "rmsnorm"], [(50, 272), (272, 130), (50, 130)], torch.bfloat16),
     (["matmul", "softmax"], [(33, 260), (260, 100)], torch.float32),
     (["matmul", "logsumexp"], [(20, 264), (264, 90)], torch.float32),
+    # every value in [-2, -1] (clamp, then minus 3): a padding state read as 0 would win the max
+    (["matmul", ("clamp", {"min": 1.0, "max": 2.0}), "sub", "max"], [(24, 260), (260, 70), (70,)], torch.float32),
 ]
 
 
-@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish", "row_strip"])
-@pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(case[0]) for case in CASES])
-def test_each_strategy_matches_pytorch_call_after_call(strategy, ops, shapes, dtype):
-    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
+def SMALL_TILES(kernel) -> KernelConfig:
+    """Tiles of 32 columns, so that every row of the cases spans several tiles (3 to 5) whose statistics merge."""
+    return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("strategy,merge_chunk", [("tile_stats", 1), ("tile_stats", 4), ("tile_recompute", 1),
+                                                  ("tile_recompute", 16), ("strip_finish", 1), ("strip_finish", 2),
+                                                  ("row_strip", 1)])
+@pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in CASES])
+def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, ops, shapes, dtype):
+    """Merge chunks wider than one state load several tiles' statistics at once, also past the row's last tile (75
+    columns in tiles of 32 make 3 tiles: a chunk of 4 or 16 is partly padding)."""
+    compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy,
+                              merge_chunk=merge_chunk)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
     device = default_device()
     generator = torch.Generator().manual_seed(0)
     inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to(device, dtype)
               for i, s in enumerate(shapes)]
+    if "sub" in ops:
+        inputs[-1] = torch.full_like(inputs[-1], 3.0)
     expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
     tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
     for _ in range(2):
@@ -64,6 +79,11 @@ def test_tile_recompute_falls_back_to_tile_stats_with_a_prologue():
     FusePass().apply(ctx, module)
     TilePass(reduction_strategy="tile_recompute").apply(ctx, module)
     assert {op.strategy.data for op in module.walk() if op.name == "tiled_loop.kernel"} == {"tile_stats"}
+
+
+def test_a_merge_chunk_that_is_not_a_power_of_two_is_refused():
+    with pytest.raises(Exception, match="merge_chunk must be one of 1, 2, 4, 8, 16, 32, 64, got 3"):
+        compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32), merge_chunk=3)
 
 
 def test_an_unknown_reduction_strategy_names_the_choices():

@@ -3,6 +3,7 @@
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats}' | filecheck %s --check-prefix=STATS
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=strip_finish}' | filecheck %s --check-prefix=FINISH
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_recompute}' | filecheck %s --check-prefix=RECOMPUTE
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats merge_chunk=16}' | filecheck %s --check-prefix=CHUNK
 
 // A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
 // - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
@@ -94,6 +95,20 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // RECOMPUTE-NOT:     tiled_loop.load %out0
 // RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
 // RECOMPUTE-LABEL: func.func @matmul_layernorm(
+
+// merge_chunk=16: the second launch loads 16 tiles' (count, mean, M2) per iteration as [BLOCK_M, 16] tiles, masks the
+// ones past the row's last tile, merges them at once and folds the result into the running state.
+// CHUNK-LABEL: tiled_loop.kernel @fused_0 attributes {{.*}}strategy = "tile_stats"
+// CHUNK:         tiled_loop.relaunch
+// CHUNK-NEXT:    %count = tiled_loop.full 0.0
+// CHUNK:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 16]> {{.*}}pipelined
+// CHUNK:           %valid_tiles = tiled_loop.in_bounds <[0, t]> within <[1, cdiv(512, BLOCK_N)]> : !tiled_loop.tile<[1, 16], i1>
+// CHUNK-NEXT:      tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
+// CHUNK-NEXT:      tiled_loop.load %partial1 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
+// CHUNK-NEXT:      tiled_loop.load %partial2 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
+// CHUNK:           tiled_loop.reduce "sum"
+// CHUNK:           tiled_loop.yield
+// CHUNK-LABEL: func.func @matmul_layernorm(
 
 // -----
 
