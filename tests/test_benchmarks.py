@@ -35,3 +35,11 @@ def test_render_rewrites_the_table_of_a_committed_results_file(tmp_path):
     table = copy.with_suffix(".md").read_text()
     assert "| F (graphs): SwiGLU MLP" in table
     assert "| 0.0859 | 2.33e-03 | 1.16x | 1.12x | — | — | 95% |" in table
+
+
+def test_extra_shapes_run_each_family_at_two_more_shapes(tmp_path):
+    run_suite("--small", "--extra-shapes", "--workloads", "E", "--contenders", "amk", "--no-graphs",
+              "--out", str(tmp_path), "--stem", "extra")
+    results = json.loads((tmp_path / "extra.json").read_text())["results"]
+    assert [r["workload"] for r in results] == ["E2", "E3"]
+    assert all(r["errors"]["amk"][0] < 1e-2 for r in results)
