@@ -133,7 +133,7 @@ def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int
         space = {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
                  "num_stages": [3, 4, 5, 6]}
         return space | ({"SPLIT_K": [2, 4, 8]} if strategy == "split_k" else {})
-    if strategy == "row_strip":
+    if strategy in ("row_strip", "strip_recompute"):
         return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                 "num_stages": [2, 3, 4]}
     return {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],

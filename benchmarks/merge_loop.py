@@ -4,8 +4,9 @@
 
 Each program loops over its row's tiles, merging ``merge_chunk`` tiles' states per iteration (amk-tile's option of
 that name; 1 is the default). This times workload A (tile_stats, 16 tiles per row) and G (tile_recompute, 64 tiles
-per row; row_strip, auto's choice, for reference) at a fixed configuration with chunks of 1, 4 and 16, in one
-process, checking each output against the first. (``2026-11-30-h200-merge-loop.json`` came from an earlier version
+per row; row_strip, auto's choice, and strip_recompute, which runs the short K loop again in its second sweep
+instead of re-reading the logits) at a fixed configuration with chunks of 1, 4 and 16, in one process, checking each
+output against the first. (``2026-11-30-h200-merge-loop.json`` came from an earlier version
 of this script, which compared the loop as emitted then with copies asking Triton to pipeline or unroll it.)
 """
 
@@ -27,7 +28,8 @@ WORKLOADS = {
           torch.float16, KernelConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
           ["tile_stats"]),
     "G": (["matmul", ("scale", {"factor": 128 ** -0.5}), "softmax"], [(8192, 128), (128, 8192)], torch.float16,
-          KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3), ["tile_recompute", "row_strip"]),
+          KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
+          ["tile_recompute", "row_strip", "strip_recompute"]),
 }
 CHUNKS = (1, 4, 16)
 
@@ -43,7 +45,7 @@ def main() -> None:
                   for i, s in enumerate(shapes)]
         expected = None
         for strategy in strategies:
-            for chunk in CHUNKS if strategy != "row_strip" else (1,):
+            for chunk in CHUNKS if strategy not in ("row_strip", "strip_recompute") else (1,):
                 compiled = compile_module(build_module(ops, shapes, dtype), lambda kernel, c=config: c,
                                           reduction_strategy=strategy, merge_chunk=chunk)
                 out = compiled.program(*inputs)[0].float()

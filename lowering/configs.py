@@ -61,7 +61,7 @@ def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None,
     if strategy in ("skinny_m", "split_k"):
         return KernelConfig(BLOCK_M=_bounded(rows, 64, 16), BLOCK_N=_bounded(cols, 64, 16),
                             BLOCK_K=_bounded(contraction, 128, 16), num_warps=4, num_stages=4)
-    if strategy == "row_strip":
+    if strategy in ("row_strip", "strip_recompute"):
         return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),
                             BLOCK_K=block_k, num_warps=8 if has_dot else 4, num_stages=3)
     if has_dot:

@@ -216,6 +216,8 @@ class TritonEmitter:
             "split_k": "Few rows, long K: SPLIT_K programs share each output tile, one K chunk each; the last to "
                        "finish sums their partial tiles and applies the epilogue.",
             "row_strip": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes.",
+            "strip_recompute": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 computes "
+                               "every tile again and normalizes it.",
             "tile_stats": "Each program computes one output tile and writes its rows' partial statistics; a second "
                           "launch merges them and finishes every tile.",
             "tile_recompute": "Each program computes one output tile and writes only its rows' partial statistics; "

@@ -85,6 +85,8 @@ class KernelLowering:
         self.plan = plan
         self.strategy = strategy
         self.merge_chunk = merge_chunk
+        # A short K loop run again where the pre-normalization tile would be re-read, which is then never stored.
+        self.recompute = strategy in RECOMPUTING_STRATEGIES
         self.kernel = kernel
         self.arg_of = arg_of
         self.output_arg = output_arg
@@ -245,7 +247,7 @@ class KernelLowering:
         plan = self.plan
         if plan.prologue is not None and plan.prologue.has_reductions:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
-        if self.strategy == "row_strip":
+        if self.strategy in ("row_strip", "strip_recompute"):
             self.build_row_strip()
         elif self.strategy in ("tile_stats", "tile_recompute"):
             self.build_tile_stats()
@@ -310,15 +312,14 @@ class KernelLowering:
         y = plan.materialized
         if y is not None:
             at.env[y] = self.rounded(y, at)
-            if y not in plan.outputs and self.strategy != "tile_recompute":
+            if y not in plan.outputs and not self.recompute:
                 self.store(y, at.env[y], at, dest=self.workspace.materialized_in)
         self.store_outputs(at, after_reduction=False)
 
     def rounded(self, y: SSAValue, at: ColumnTile) -> SSAValue:
         """``y`` rounded as phase 2 will see it, so that the statistics describe the values it normalizes: at the
         precision of the buffer it re-reads, or of ``y`` itself when it recomputes it."""
-        recomputed = self.strategy == "tile_recompute"
-        stored_type = (y.type if recomputed else self.workspace.materialized_in.type).element_type
+        stored_type = (y.type if self.recompute else self.workspace.materialized_in.type).element_type
         value = self.compute(y, at)
         self.b.origin = None
         return self.b.cast(self.b.cast(value, stored_type), f32, "y_rounded")
@@ -346,7 +347,7 @@ class KernelLowering:
 
         def finish(col: Dim) -> None:
             at = ColumnTile(main, self.row_offset, col, BLOCK_N, env=dict(column_values))
-            if y is not None and self.strategy == "tile_recompute":
+            if y is not None and self.recompute:
                 self.matmul_tiles(at)
                 at.env[y] = self.rounded(y, at)
             elif y is not None:
@@ -514,7 +515,9 @@ def _product(dims) -> str:
 
 
 MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
-ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip")
+ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip",
+                            "strip_recompute")
+RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
@@ -579,7 +582,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         strategy = "tile_stats"
     if strategy == "tile_recompute" and plan.prologue is not None:
         strategy = "tile_stats"  # the second launch would need the prologue's statistics again
-    if strategy in ("tile_stats", "tile_recompute", "strip_finish") and plan.matmul is None:
+    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_recompute") and plan.matmul is None:
         strategy = "row_strip"
     if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
             and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION):
@@ -587,7 +590,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     workspace_types, workspace_kinds, workspace_names = [], [], []
     if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
-            and strategy not in ("strip_sync", "tile_recompute")):
+            and strategy not in ("strip_sync", *RECOMPUTING_STRATEGIES)):
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
@@ -662,8 +665,9 @@ class TilePass(ModulePass):
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
     other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
     default: ``row_strip`` when K is at most 256, else ``strip_finish`` for outputs of 2^27 elements or more, else
-    ``tile_stats``). ``tile_recompute`` is ``tile_stats`` whose second launch runs the K loop again instead of
-    re-reading the pre-normalization tile (chains without a prologue).
+    ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are ``tile_stats`` and ``row_strip`` that run the K
+    loop again where they would re-read the pre-normalization tile, which is then never stored (tile_recompute: chains
+    without a prologue).
 
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
     and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile: 1 (the default, measured on the H200) walks

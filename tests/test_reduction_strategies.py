@@ -32,7 +32,7 @@ def SMALL_TILES(kernel) -> KernelConfig:
 
 @pytest.mark.parametrize("strategy,merge_chunk", [("tile_stats", 1), ("tile_stats", 4), ("tile_recompute", 1),
                                                   ("tile_recompute", 16), ("strip_finish", 1), ("strip_finish", 2),
-                                                  ("row_strip", 1)])
+                                                  ("row_strip", 1), ("strip_recompute", 1)])
 @pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in CASES])
 def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, ops, shapes, dtype):
     """Merge chunks wider than one state load several tiles' statistics at once, also past the row's last tile (75
@@ -81,13 +81,25 @@ def test_tile_recompute_falls_back_to_tile_stats_with_a_prologue():
     assert {op.strategy.data for op in module.walk() if op.name == "tiled_loop.kernel"} == {"tile_stats"}
 
 
+def test_strip_recompute_applies_the_prologue_in_both_sweeps():
+    """Unlike tile_recompute, the same program runs both sweeps, so the prologue's statistics serve both."""
+    ops, shapes, dtype = ["rmsnorm", "matmul", "softmax"], [(20, 100), (100,), (100, 90)], torch.float32
+    compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy="strip_recompute")
+    assert 'strategy = "strip_recompute"' in compiled.ir["tiled_loop"]
+    generator = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(s, generator=generator).to(default_device(), dtype) for s in shapes]
+    expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
+    out = compiled.program(*inputs)[0].double()
+    assert ((out - expected).norm() / expected.norm()).item() < 1e-5
+
+
 def test_a_merge_chunk_that_is_not_a_power_of_two_is_refused():
     with pytest.raises(Exception, match="merge_chunk must be one of 1, 2, 4, 8, 16, 32, 64, got 3"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32), merge_chunk=3)
 
 
 def test_an_unknown_reduction_strategy_names_the_choices():
-    with pytest.raises(Exception, match="auto, tile_stats, tile_recompute, strip_finish, strip_sync, row_strip"):
+    with pytest.raises(Exception, match="auto, tile_stats, tile_recompute, strip_finish, strip_sync, row_strip, strip_recompute"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32),
                        reduction_strategy="diagonal")
 

@@ -4,6 +4,7 @@
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=strip_finish}' | filecheck %s --check-prefix=FINISH
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_recompute}' | filecheck %s --check-prefix=RECOMPUTE
 // RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=tile_stats merge_chunk=16}' | filecheck %s --check-prefix=CHUNK
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=strip_recompute}' | filecheck %s --check-prefix=SRECOMPUTE
 
 // A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
 // - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
@@ -95,6 +96,19 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // RECOMPUTE-NOT:     tiled_loop.load %out0
 // RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
 // RECOMPUTE-LABEL: func.func @matmul_layernorm(
+
+// strip_recompute: row_strip whose first sweep stores nothing but keeps the statistics, and whose second sweep runs
+// the K loop again for each tile instead of re-reading it.
+// SRECOMPUTE-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "strip_recompute"
+// SRECOMPUTE:         tiled_loop.for "n" = <[0, 512, BLOCK_N]>
+// SRECOMPUTE:           tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// SRECOMPUTE-NOT:       tiled_loop.store
+// SRECOMPUTE:         tiled_loop.unary "rsqrt"
+// SRECOMPUTE:         tiled_loop.for "n" = <[0, 512, BLOCK_N]>
+// SRECOMPUTE:           tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// SRECOMPUTE-NOT:       tiled_loop.load %out0
+// SRECOMPUTE:           tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
+// SRECOMPUTE-LABEL: func.func @matmul_layernorm(
 
 // merge_chunk=16: the second launch loads 16 tiles' (count, mean, M2) per iteration as [BLOCK_M, 16] tiles, masks the
 // ones past the row's last tile, merges them at once and folds the result into the running state.
