@@ -313,25 +313,39 @@ class Program:
         raise AssertionError("function without func.return")
 
     def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable | None:
-        """For a program that is one kernel launch on its arguments as they are (no reshape, no transposed view): a
-        function of the argument tensors that allocates the outputs and launches, with the output shapes and dtypes
-        and the workspace buffers found once, here, for ``bindings`` on ``device``. None for other programs, which
-        run through ``__call__``."""
-        launches = [step for step in self.steps if step.kind == "launch"]
-        if len(self.steps) != 2 or len(launches) != 1:
+        """For a program of kernel launches only, each taking its operands as they are (no reshape, no transposed
+        view): a function of the argument tensors that allocates each launch's outputs and launches, with the output
+        shapes and dtypes and the workspace buffers found once, here, for ``bindings`` on ``device``. None for other
+        programs (an op run in PyTorch, a view), which run through ``__call__``."""
+        launches = self.steps[:-1]
+        if any(step.kind != "launch" or not all(self.as_is[id(step)]) for step in launches):
             return None
-        (step,), returned = launches, self.steps[-1]
-        if step.operands != self.arg_ids or returned.operands != step.outputs or not all(self.as_is[id(step)]):
-            return None
-        kernel = self.kernels[step.kernel]
-        outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
-        workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
-                     for index, spec in enumerate(kernel.workspace)]
+        plans = []
+        for step in launches:
+            kernel = self.kernels[step.kernel]
+            outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
+            workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
+                         for index, spec in enumerate(kernel.workspace)]
+            plans.append((kernel, step.operands, step.outputs, outputs, workspace))
+        arg_ids, returned = self.arg_ids, self.steps[-1].operands
+        if len(plans) == 1 and plans[0][1] == arg_ids and plans[0][2] == returned:
+            # One kernel on the arguments as given (most op chains): no value table, ~1 us less per call.
+            ((kernel, _, _, outputs, workspace),) = plans
+
+            def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+                results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+                kernel.launch(*tensors, *results, *workspace)
+                return results
+
+            return run_one
 
         def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-            kernel.launch(*tensors, *results, *workspace)
-            return results
+            values = dict(zip(arg_ids, tensors))
+            for kernel, operands, ids, outputs, workspace in plans:
+                results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+                values.update(zip(ids, results))
+                kernel.launch(*[values[value] for value in operands], *results, *workspace)
+            return [values[value] for value in returned]
 
         return run
 

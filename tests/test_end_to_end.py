@@ -453,6 +453,19 @@ def test_repeated_calls_take_the_hot_path_and_still_reject_bad_tensors():
     check_call(kernel, ops, tensors)
 
 
+def test_a_two_kernel_chain_takes_the_hot_path_too():
+    ops = ["matmul", "softmax", "matmul"]
+    shapes = [(M, K), (K, N), (N, 24)]
+    kernel = amk.build_fused_kernel(ops, shapes, FP32)
+    assert kernel.num_kernels == 2
+    tensors = make_inputs(ops, shapes, FP32)
+    first = check_call(kernel, ops, tensors)
+    assert kernel._hot is not None
+    tensors[0] = tensors[0] * 2  # new values, same shapes: the hot path must compute, not replay
+    second = check_call(kernel, ops, tensors)
+    assert not torch.equal(first, second)
+
+
 def test_non_contiguous_inputs():
     ops = ["matmul", "add_bias", "relu"]
     kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)
