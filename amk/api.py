@@ -44,6 +44,7 @@ class FusedKernel(torch.nn.Module):
         self._compiled = {tuple(shapes): compiled}
         self._builder = builder
         self._hot: _HotPath | None = None
+        self._hot_paths: dict[tuple, _HotPath | None] = {}  # per (shapes, device), made on the first call with them
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -116,10 +117,12 @@ class FusedKernel(torch.nn.Module):
                 self._compiled[shapes] = self._builder(list(shapes))
             program = self._compiled[shapes].program
             outputs = program(*tensors)
-            device = tensors[0].device
-            run = program.fast_path(program.bind(tensors), device)
+            key = (shapes, tensors[0].device)
+            if key not in self._hot_paths:
+                run = program.fast_path(program.bind(tensors), key[1])
+                self._hot_paths[key] = _HotPath(shapes, key[1], run) if run is not None else None
             # The next call with these shapes, dtype and device skips the checks above and the program walk.
-            self._hot = _HotPath(shapes, device, run) if run is not None else None
+            self._hot = self._hot_paths[key]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

@@ -518,6 +518,8 @@ MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the w
 ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip",
                             "strip_recompute")
 RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
+# Output tiles in a 2-D grid, each writing its rows' partial statistics to a workspace.
+TILE_STATISTICS_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync")
 SHORT_CONTRACTION = 256
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
@@ -594,7 +596,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
-    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_sync"):
+    if strategy in TILE_STATISTICS_STRATEGIES:
         partial_count = 0
         for op in plan.main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
@@ -614,7 +616,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         workspace_names += ["partial_acc", "tile_counters"]
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
-    if strategy in ("tile2d", "tile_stats", "tile_recompute", "strip_finish", "strip_sync"):
+    if strategy == "tile2d" or strategy in TILE_STATISTICS_STRATEGIES:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         # strip_sync's persistent launch walks this grid in row-strip order, not in groups.
         if plan.matmul is not None and strategy != "strip_sync":
@@ -643,10 +645,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
     workspace = Workspace()
     if workspace_names and workspace_names[0] == "y_scratch":
         workspace.materialized_in = extra.pop(0)
-    if strategy in ("strip_finish", "strip_sync", "split_k"):
+    if workspace_kinds and workspace_kinds[-1] == "counter":  # a counter buffer always comes last
         workspace.counters = extra.pop()
-    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "split_k"):
-        workspace.partials = extra
+    workspace.partials = extra
     if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
