@@ -7,11 +7,22 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+# Padding lanes of partial tiles (masked out of every store) may divide 0 by 0, overflow or reduce only NaN in the
+# interpreter; chains that compile to several kernels warn that they did.
+INTERPRETER_WARNINGS = pytest.mark.filterwarnings(
+    "ignore:invalid value encountered:RuntimeWarning",
+    "ignore:divide by zero encountered:RuntimeWarning",
+    "ignore:overflow encountered:RuntimeWarning",
+    "ignore:All-NaN slice encountered:RuntimeWarning",
+    "ignore:the op chain:UserWarning",
+)
 
 
 def _layernorm(x, gamma=None, beta=None, eps=1e-5):

@@ -39,7 +39,7 @@ import time
 
 import pytest
 import torch
-from conftest import eager
+from conftest import INTERPRETER_WARNINGS, eager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,14 +53,7 @@ RANDOM = os.environ.get("AMK_FUZZ_RANDOM", "") not in ("", "0")
 # The fast profile keeps shapes small so that 200 cases run in well under a minute on two cores.
 LARGE = os.environ.get("AMK_FUZZ_LARGE", "1" if RANDOM else "") not in ("", "0")
 
-pytestmark = pytest.mark.filterwarnings(
-    # Padding lanes of partial tiles (masked out of every store) may divide 0 by 0 in the interpreter.
-    "ignore:invalid value encountered:RuntimeWarning",
-    "ignore:divide by zero encountered:RuntimeWarning",
-    "ignore:overflow encountered:RuntimeWarning",
-    "ignore:All-NaN slice encountered:RuntimeWarning",
-    "ignore:the op chain:UserWarning",
-)
+pytestmark = INTERPRETER_WARNINGS
 
 STATS: collections.Counter = collections.Counter()
 ILL_CONDITIONED: list[str] = []  # reproducers of the cases that passed only as ill-conditioned, for the summary

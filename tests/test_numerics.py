@@ -19,7 +19,7 @@ import math
 
 import pytest
 import torch
-from conftest import eager
+from conftest import INTERPRETER_WARNINGS, eager
 from xdsl.parser import Parser
 
 import amk
@@ -32,13 +32,7 @@ ALL_DTYPES = [FP32, FP16, BF16]
 NAN, INF = math.nan, math.inf
 SMALL_N = {"BLOCK_SIZE_N": [16]}  # several column tiles per row: running statistics merge across tiles
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:invalid value encountered:RuntimeWarning",
-    "ignore:divide by zero encountered:RuntimeWarning",
-    "ignore:overflow encountered:RuntimeWarning",
-    "ignore:All-NaN slice encountered:RuntimeWarning",
-    "ignore:the op chain:UserWarning",
-)
+pytestmark = INTERPRETER_WARNINGS
 
 
 def dtype_id(dtype):

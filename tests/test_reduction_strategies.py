@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import INTERPRETER_WARNINGS
 
 import amk
 from amk.lowering.configs import KernelConfig
@@ -14,6 +15,8 @@ from amk.oplist import build_module, normalize_ops
 from amk.passes.fuse import FusePass
 from amk.pipeline import compile_module, make_context
 from amk.runtime import default_device
+
+pytestmark = INTERPRETER_WARNINGS
 
 CASES = [  # shapes that are not multiples of the tiles, so the strips have ragged edges
     (["matmul", "add_bias", "gelu", "layernorm"], [(37, 300), (300, 75), (75,), (75,), (75,)], torch.float16),
