@@ -225,10 +225,14 @@ def _source_file(name: str) -> str:
 
 
 def _config_fields(data) -> dict:
-    """Checks the shape of a recorded config (names to positive ints); :func:`kernel_config` checks the names."""
+    """Checks the shape of a recorded config (names to positive ints, switches to 0 or 1); :func:`kernel_config` checks
+    the names."""
+    from amk.lowering.configs import SWITCHES
+
     if (not isinstance(data, dict) or not data or any(not isinstance(k, str) for k in data)
-            or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in data.values())):
-        raise ValueError(f"a kernel config must map parameter names to positive ints, got {data!r}")
+            or any(not isinstance(v, int) or isinstance(v, bool) or v < (0 if k in SWITCHES else 1)
+                   for k, v in data.items())):
+        raise ValueError(f"a kernel config must map parameter names to positive ints (switches to 0 or 1), got {data!r}")
     return dict(data)
 
 

@@ -13,13 +13,13 @@ import os
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
 from amk.errors import InvalidArgumentError
-from amk.lowering.configs import PARAMETER_KEYS, KernelConfig, next_power_of_two
+from amk.lowering.configs import PARAMETER_KEYS, SWITCHES, KernelConfig, next_power_of_two
 
 if TYPE_CHECKING:
     from amk.symbolic import Dim
@@ -32,7 +32,8 @@ class TunerConfig:
     """How to search for the fastest configuration of each kernel.
 
     ``search_budget``: most candidates to time; ``warmup_runs`` / ``measure_runs``: launches per candidate before and
-    while timing; ``enable_warp_specialization``: allow Hopper warp-specialized pipelines; ``target_cache_dir``: where
+    while timing; ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
+    (``WARP_SPECIALIZE=1``); ``target_cache_dir``: where
     tuned kernels are kept (default: ``AMK_CACHE_DIR`` or the user cache directory); ``strategy``: one of
     ``exhaustive``, ``random`` or ``bayesian``.
     """
@@ -71,8 +72,11 @@ def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None
                 f"parameter_grid key {key!r} is not a tunable parameter; accepted: {', '.join(PARAMETER_KEYS)}")
         if isinstance(values, int) and not isinstance(values, bool):
             values = [values]
-        if (not isinstance(values, Sequence) or not values
-                or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values)):
+        if key in SWITCHES:
+            if not isinstance(values, Sequence) or not values or any(v not in (0, 1) for v in values):
+                raise InvalidArgumentError(f"parameter_grid[{key!r}] must be a non-empty list of 0 and/or 1, got {values!r}")
+        elif (not isinstance(values, Sequence) or not values
+              or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values)):
             raise InvalidArgumentError(f"parameter_grid[{key!r}] must be a non-empty list of positive ints, got {values!r}")
         if key.startswith(("BLOCK", "GROUP")) or key == "num_warps":
             bad = [v for v in values if key != "GROUP_SIZE_M" and v & (v - 1)]
@@ -111,6 +115,7 @@ class DeviceLimits:
     name: str
     shared_memory: int
     sm_count: int
+    tma: bool = False  # tensor descriptors (Hopper, compute capability 9.0, and newer)
 
     @staticmethod
     def current() -> DeviceLimits:
@@ -119,12 +124,19 @@ class DeviceLimits:
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             shared = getattr(props, "shared_memory_per_block_optin", 0) or 101376
-            return DeviceLimits(props.name, shared, props.multi_processor_count)
+            return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9)
         return DeviceLimits("cpu", 1 << 30, 1)
 
 
-def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int]]:
-    """The candidates searched when no ``parameter_grid`` is given, by strategy."""
+# Strategies whose first launch is a grid of output tiles in grouped order: they can run persistent and stage their
+# operands through tensor descriptors.
+TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish")
+
+
+def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits | None = None,
+                  warp_specialization: bool = False) -> dict[str, list[int]]:
+    """The candidates searched when no ``parameter_grid`` is given, by strategy (and, for tile-grid GEMMs, by what
+    the device offers: persistent and TMA variants on Hopper, warp-specialized ones when asked for)."""
     if not has_dot:
         return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
                 "num_stages": [1]}
@@ -136,13 +148,22 @@ def default_space(strategy: str, rows: Dim, has_dot: bool) -> dict[str, list[int
     if strategy in ("row_strip", "strip_recompute"):
         return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                 "num_stages": [2, 3, 4]}
-    return {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
-            "num_stages": [3, 4, 5], "GROUP_M": [8]}
+    space = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
+             "num_stages": [3, 4, 5], "GROUP_M": [8]}
+    if limits is not None and limits.tma and strategy in TILE_GRID_STRATEGIES:
+        space |= {"PERSISTENT": [0, 1], "TMA": [0, 1]} | ({"WARP_SPECIALIZE": [0, 1]} if warp_specialization else {})
+    return space
 
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
                  cols: Dim | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
+    if (config.PERSISTENT or config.TMA) and strategy not in TILE_GRID_STRATEGIES:
+        return f"PERSISTENT and TMA apply to the tile-grid strategies ({', '.join(TILE_GRID_STRATEGIES)}), not {strategy}"
+    if config.TMA and not limits.tma:
+        return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
+    if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
+        return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
     if strategy == "strip_sync" and cols is not None and cols.is_static:
         tiles = -(-cols.value // config.BLOCK_N)
         if tiles > limits.sm_count:
@@ -237,36 +258,44 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
     inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback. ``known``
     maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
-    (and do not count against the search budget). ``prepare(configs)``, when given, is called with each group of
-    candidates (``batch`` at a time for the model-guided search) before any of them is timed, so that they can be
-    compiled together.
+    (and do not count against the search budget). Switches with several values in the space (``PERSISTENT``,
+    ``TMA``, ``WARP_SPECIALIZE``) are not searched: the search runs with their first value, then every setting of
+    them is timed on the fastest configurations found (:func:`_refine`). ``prepare(configs)``, when given, is called
+    with each group of candidates (``batch`` at a time for the model-guided search) before any of them is timed, so
+    that they can be compiled together.
     """
     from amk.lowering.stage import kernel_problem
 
     rows, cols, contraction, element_bytes = kernel_problem(kernel)
     strategy = kernel.strategy.data
     has_dot = contraction is not None
-    space = grid if grid is not None else default_space(strategy, rows, has_dot)
     limits = DeviceLimits.current()
+    space = grid if grid is not None else default_space(strategy, rows, has_dot, limits,
+                                                        settings.enable_warp_specialization)
     trials: list[Trial] = []
-    viable = []
-    for config in grid_configs(space, heuristic):
-        reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols)
-        if reason:
-            trials.append(Trial(config, "pruned", detail=reason))
-            log.info("pruned %s: %s", config.user_view(), reason)
-        else:
-            viable.append(config)
-    fresh = []
-    for config in viable:
-        previous = known.get(config_key(config)) if known else None
-        if previous is not None and previous.status in ("ok", "failed", "wrong"):
-            trials.append(Trial(config, previous.status, previous.time_ms, previous.detail, reused=True))
-        else:
-            fresh.append(config)
-    if len(fresh) < len(viable):
-        log.info("%d of %d candidates were timed before; timing %d", len(viable) - len(fresh), len(viable), len(fresh))
-    _search(fresh, settings, build_and_run, trials, prepare or (lambda configs: None), batch)
+    prepare = prepare or (lambda configs: None)
+
+    def unseen(configs: list[KernelConfig]) -> list[KernelConfig]:
+        """The configurations worth timing: pruned ones and those timed before are recorded as such instead."""
+        fresh = []
+        for config in configs:
+            reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols)
+            previous = known.get(config_key(config)) if known else None
+            if reason:
+                trials.append(Trial(config, "pruned", detail=reason))
+                log.info("pruned %s: %s", config.user_view(), reason)
+            elif previous is not None and previous.status in ("ok", "failed", "wrong"):
+                trials.append(Trial(config, previous.status, previous.time_ms, previous.detail, reused=True))
+            else:
+                fresh.append(config)
+        return fresh
+
+    # Switches (persistent, TMA, ...) refine the best tile shapes instead of multiplying the space searched.
+    switches = {key: values for key, values in space.items() if key in SWITCHES and len(values) > 1}
+    fresh = unseen(grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic))
+    _search(fresh, settings, build_and_run, trials, prepare, batch)
+    if switches:
+        _refine(trials, switches, unseen, settings, build_and_run, prepare)
     _final_round(trials, settings, build_and_run)
     best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
     if best is None:
@@ -277,6 +306,21 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 
 FINALISTS = 3  # the fastest candidates of a search, timed again against each other before one is chosen
 FINAL_ROUNDS = 3
+
+
+def _refine(trials: list[Trial], switches: dict[str, list[int]], unseen, settings: TunerConfig, build_and_run,
+            prepare) -> None:
+    """Time every setting of ``switches`` on the fastest configurations found so far (the ``FINALISTS``)."""
+    finalists = sorted((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms)[:FINALISTS]
+    timed = {config_key(t.config) for t in trials}
+    variants = list(dict.fromkeys(
+        replace(trial.config, **dict(zip(switches, values)))
+        for trial in finalists for values in itertools.product(*switches.values())))
+    candidates = unseen([config for config in variants if config_key(config) not in timed])
+    log.info("refining %d finalists with %s: %d variants", len(finalists), ", ".join(switches), len(candidates))
+    prepare(candidates)
+    for config in candidates:
+        _time_one(config, settings, build_and_run, trials)
 
 
 def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> None:

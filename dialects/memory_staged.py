@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolNameConstraint,
     TypeAttribute,
+    UnitAttr,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
@@ -112,7 +113,15 @@ def _buffer(value: SSAValue, space: str, context: str) -> BufferType:
 @irdl_op_definition
 class KernelOp(KernelSignature, IRDLOperation):
     """A kernel with its launch parameters: the grid (symbolic in shape symbols only), ``constants`` (the bound tile
-    sizes), ``num_warps`` and ``num_stages``. Block arguments are global buffers: inputs, then outputs."""
+    sizes), ``num_warps`` and ``num_stages``. Block arguments are global buffers: inputs, then outputs.
+
+    ``persistent`` (a grid of output tiles in grouped order only): launch one program per SM, each walking the tiles
+    of the grid, so that the next tile's loads are pipelined under this tile's epilogue; ``warp_specialize``: ask
+    Triton to specialize warps on that tile loop (producer and consumer warps)::
+
+        memory_staged.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)]>,
+            group_size = "GROUP_M", persistent, ...} { ... }
+    """
 
     name = "memory_staged.kernel"
     sym_name = prop_def(SymbolNameConstraint())
@@ -126,6 +135,8 @@ class KernelOp(KernelSignature, IRDLOperation):
     group_size = opt_prop_def(StringAttr)
     workspace = opt_prop_def(ArrayAttr[StringAttr])
     strategy = prop_def(StringAttr)
+    persistent = opt_prop_def(UnitAttr)
+    warp_specialize = opt_prop_def(UnitAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)
@@ -182,6 +193,10 @@ class KernelOp(KernelSignature, IRDLOperation):
             )
         for index, arg in enumerate(self.body.block.args):
             _buffer(arg, "global", f"'{self.name}' argument {index}")
+        if self.persistent is not None and self.group_size is None:
+            raise VerifyException(f"'{self.name}' persistent needs a grid of tiles in grouped order (group_size)")
+        if self.warp_specialize is not None and self.persistent is None:
+            raise VerifyException(f"'{self.name}' warp_specialize applies to the tile loop of a persistent kernel")
 
 
 
@@ -248,11 +263,16 @@ class StageOp(GlobalAccessOp):
 
         %a = memory_staged.stage %x <[64*pid_m, k]> {depth = 3 : i64, mask = [false, false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [512, 256], f16> -> !memory_staged.buffer<shared, [64, 32], f16>
+
+    With ``descriptor`` the copy goes through a tensor descriptor (TMA: the copy engine fetches the whole tile and
+    fills what lies out of bounds with zeros) whenever the buffer's layout allows it at launch (rows contiguous,
+    16-byte aligned); the masked pointer load stays as the fallback.
     """
 
     name = "memory_staged.stage"
     source = operand_def(BufferType)
     depth = prop_def(IntegerAttr)
+    descriptor = opt_prop_def(UnitAttr)
     result = result_def(BufferType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
@@ -272,6 +292,8 @@ class StageOp(GlobalAccessOp):
         self.verify_access(source, slot)
         if self.depth.value.data < 1:
             raise VerifyException(f"'{self.name}' depth must be >= 1, got {self.depth.value.data}")
+        if self.descriptor is not None and source.rank != 2:
+            raise VerifyException(f"'{self.name}' descriptor copies need a 2-D buffer, got rank {source.rank}")
 
 
 @irdl_op_definition

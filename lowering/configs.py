@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 # Keys as users spell them in ``parameter_grid`` and the symbols they bind.
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
                   "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "num_warps": "num_warps",
-                  "num_stages": "num_stages"}
+                  "num_stages": "num_stages", "PERSISTENT": "PERSISTENT", "TMA": "TMA",
+                  "WARP_SPECIALIZE": "WARP_SPECIALIZE"}
+# The switches among them: 0 or 1.
+SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,13 @@ class KernelConfig:
     SPLIT_K: int = 4
     num_warps: int = 4
     num_stages: int = 3
+    # Tile-grid GEMM kernels only: one program per SM walking the output tiles (so Triton can pipeline the next
+    # tile's loads under this tile's epilogue) ...
+    PERSISTENT: int = 0
+    # ... operands staged through tensor descriptors (TMA, Hopper and newer) where their layout allows ...
+    TMA: int = 0
+    # ... and, on a persistent TMA kernel, Triton's warp specialization of the tile loop.
+    WARP_SPECIALIZE: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -4,7 +4,10 @@ The emitter reads only the ``memory_staged`` level (with the ``tiled_loop`` comp
 of the original op chain: every fused op reached it as primitive tile ops tagged with their ``origin``, which become
 the comments of the generated code. Tile values are named after their SSA names (``x_tile``, ``acc``, ``rstd``).
 Global buffers are addressed by pointer arithmetic with explicit strides (no block pointers, so the code runs on
-Triton 3.6 and 3.9); masks and 64-bit offsets are emitted exactly where ``amk-stage`` asked for them.
+Triton 3.6 and 3.9); masks and 64-bit offsets are emitted exactly where ``amk-stage`` asked for them. A staged copy
+marked ``descriptor`` also gets a tensor-descriptor (TMA) load, chosen at compile time through the ``USE_TMA``
+constexpr, which the launcher sets when every such operand's layout can be read by TMA (else the pointer load runs).
+A ``persistent`` kernel launches one program per SM, each walking the output tiles in grouped order.
 
 The pass stores the source on the kernel as ``triton_source``; ``amk-opt -t triton`` prints it instead of the IR.
 With ``interpret=true`` the code targets Triton's CPU interpreter, which mishandles bf16 arithmetic: dot operands are
@@ -64,18 +67,36 @@ def _round_to_bf16(x):
     return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True)).to(tl.bfloat16)'''
 
 
-_RESIDENT_PROGRAMS = '''_SM_COUNTS = {}
+_SM_COUNT = '''_SM_COUNTS = {}
 
 
-def _resident_programs(tiles_per_strip):
-    """Whole row strips of programs, at most one per SM, so that every program of the launch is resident at once."""
+def _sm_count():
     device = torch.cuda.current_device()
     if device not in _SM_COUNTS:
         _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    sms = _SM_COUNTS[device]
+    return _SM_COUNTS[device]'''
+
+# The interpreter runs one program at a time: a few persistent programs exercise the tile loop.
+_SM_COUNT_INTERPRETED = '''def _sm_count():
+    return 3'''
+
+_RESIDENT_PROGRAMS = '''def _resident_programs(tiles_per_strip):
+    """Whole row strips of programs, at most one per SM, so that every program of the launch is resident at once."""
+    sms = _sm_count()
     if tiles_per_strip > sms:
         raise RuntimeError(f"a row strip has {tiles_per_strip} tiles but the GPU has {sms} SMs: use a larger BLOCK_N")
     return sms // tiles_per_strip * tiles_per_strip'''
+
+
+_TMA_HELPERS = '''def _tma_readable(tensor):
+    """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart."""
+    return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
+            and tensor.stride(0) * tensor.element_size() % 16 == 0)
+
+
+def _tma_workspace(size, alignment, stream):
+    """Global memory for the tensor descriptors a kernel builds on the device."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)'''
 
 
 @dataclass
@@ -103,6 +124,9 @@ class TritonEmitter:
         self.lines: list[str] = []
         self.last_origin: str | None = None
         self.kernel_name = f"{kernel.sym_name.data}_kernel"
+        # Loop variables keep their IR names: no tile value may take one (Triton rejects a name whose type changes
+        # inside a loop or a branch).
+        self.taken.update(op.iv.data for op in kernel.walk() if isinstance(op, tiled_loop.ForOp))
         self.args = list(kernel.body.block.args)
         for arg in self.args:
             self.names[arg] = self.fresh(f"{arg.name_hint or 'arg'}")
@@ -191,22 +215,56 @@ class TritonEmitter:
         params += [self.stride(i, axis) for i, a in enumerate(self.args) for axis in range(a.type.rank)]
         params += [p for p, _, _ in self.dims.values()]
         params += [f"{c}: tl.constexpr" for c in self.constants]
+        params += ["USE_TMA: tl.constexpr"] if self.descriptor_stages() else []
         header = ["@triton.jit", f"def {launch.name}("]
         header += [f"    {p}," for p in params]
         header += ["):"]
         self.lines = []
         self.last_origin = None
         self.line(f'"""{launch.description}"""', 1)
+        self.emit_descriptors(launch)
         self.emit_program_ids(launch)
-        body_indent = 2 if self.persistent else 1
+        body_indent = 2 if self.persistent(launch) else 1
         for op in launch.ops:
             self.emit_op(op, body_indent)
         return header + self.lines
 
-    @property
-    def persistent(self) -> bool:
-        """strip_sync kernels run as many programs as can be resident, each walking the tiles in row-strip order."""
-        return self.kernel.strategy.data == "strip_sync"
+    def persistent(self, launch: _Launch) -> bool:
+        """strip_sync kernels, and ``persistent`` grids of tiles in grouped order, run as many programs as the GPU
+        has SMs (strip_sync: as can be resident), each walking the tiles."""
+        if self.kernel.strategy.data == "strip_sync":
+            return True
+        return self.kernel.persistent is not None and launch.group_size is not None
+
+    def descriptor_stages(self, ops: Sequence[Operation] | None = None) -> list[memory_staged.StageOp]:
+        """The staged copies that go through tensor descriptors (in ``ops``, or in the whole kernel)."""
+        roots = ops if ops is not None else [self.kernel]
+        return [op for root in roots for op in root.walk()
+                if isinstance(op, memory_staged.StageOp) and op.descriptor is not None]
+
+    def descriptor_name(self, op: memory_staged.StageOp) -> str:
+        """One descriptor per (buffer, tile shape): ``x_desc``."""
+        return self.descriptors[(op.source, op.result.type.dims)]
+
+    def emit_descriptors(self, launch: _Launch) -> None:
+        self.descriptors: dict = {}
+        stages = self.descriptor_stages(launch.ops)
+        if not stages:
+            return
+        self.line("# tensor descriptors: the copy engine (TMA) fetches the staged operand tiles, zero-filling what lies "
+                  "out of bounds; USE_TMA is False when the launcher found a layout TMA cannot read", 1)
+        self.line("if USE_TMA:", 1)
+        for op in stages:
+            key = (op.source, op.result.type.dims)
+            if key in self.descriptors:
+                continue
+            buffer: BufferType = op.source.type
+            name = self.descriptors[key] = self.fresh(f"{self.names[op.source]}_desc")
+            arg_index = self.args.index(op.source)
+            shape = ", ".join(self.expr(d) for d in buffer.dims)
+            block = ", ".join(self.expr(d) for d in op.result.type.dims)
+            self.line(f"{name} = tl.make_tensor_descriptor({self.names[op.source]}_ptr, shape=[{shape}], "
+                      f"strides=[{self.stride(arg_index, 0)}, 1], block_shape=[{block}])", 2)
 
     def describe(self) -> str:
         strategy = self.kernel.strategy.data
@@ -233,7 +291,22 @@ class TritonEmitter:
     def emit_program_ids(self, launch: _Launch) -> None:
         kernel = self.kernel
         pids, grid = launch.program_ids, launch.grid
-        if self.persistent:
+        if self.persistent(launch) and launch.group_size is not None:
+            tile = self.fresh("tile")
+            self.line(f"# persistent launch: one program per SM walks the output tiles in grouped order "
+                      f"({launch.group_size} row tiles share each column tile of the weight in L2); Triton pipelines "
+                      "the next tile's loads under this tile's epilogue", 1)
+            self.emit_tile_counts(grid)
+            self.line(f"num_pid_in_group = {launch.group_size} * num_pid_n", 1)
+            # Flattening the tile loop with its K loop is what lets Triton pipeline across tiles; its pass fails on a
+            # tile body with a branch (strip_finish's finisher), which then stays a plain loop.
+            flat = not any(isinstance(op, tiled_loop.IfOp) for root in launch.ops for op in root.walk())
+            options = (", flatten=True" if flat else "") + (
+                ", warp_specialize=True" if kernel.warp_specialize is not None else "")
+            self.line(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)"
+                      f"{options}):", 1)
+            self.emit_grouped_ids(tile, launch, 2)
+        elif self.persistent(launch):
             if self.interpret:
                 raise ValueError(f"kernel {kernel.sym_name.data}: strip_sync programs wait for each other, which "
                                  "Triton's interpreter (one program at a time) cannot run; tile with tile_stats")
@@ -246,20 +319,25 @@ class TritonEmitter:
             self.line(f"{pid_m} = {tile} // num_pid_n", 2)
             self.line(f"{pid_n} = {tile} % num_pid_n", 2)
         elif launch.group_size is not None:
-            group = launch.group_size
-            pid_m, pid_n = pids
-            self.line(f"# grouped launch order: {group} row tiles in a row share each column tile of the weight in L2", 1)
+            self.line(f"# grouped launch order: {launch.group_size} row tiles in a row share each column tile of the "
+                      "weight in L2", 1)
             self.line("pid = tl.program_id(0)", 1)
             self.emit_tile_counts(grid)
-            self.line(f"num_pid_in_group = {group} * num_pid_n", 1)
-            self.line(f"first_pid_m = (pid // num_pid_in_group) * {group}", 1)
-            self.line(f"group_size_m = min(num_pid_m - first_pid_m, {group})", 1)
-            self.line(f"{pid_m} = first_pid_m + ((pid % num_pid_in_group) % group_size_m)", 1)
-            self.line(f"{pid_n} = (pid % num_pid_in_group) // group_size_m", 1)
+            self.line(f"num_pid_in_group = {launch.group_size} * num_pid_n", 1)
+            self.emit_grouped_ids("pid", launch, 1)
         else:
             for axis, pid in enumerate(pids):
                 self.line(f"{pid} = tl.program_id({axis})", 1)
         self.taken.update(pids)
+
+    def emit_grouped_ids(self, flat: str, launch: _Launch, indent: int) -> None:
+        """(pid_m, pid_n) of the flat tile index ``flat`` in grouped order."""
+        group = launch.group_size
+        pid_m, pid_n = launch.program_ids
+        self.line(f"first_pid_m = ({flat} // num_pid_in_group) * {group}", indent)
+        self.line(f"group_size_m = min(num_pid_m - first_pid_m, {group})", indent)
+        self.line(f"{pid_m} = first_pid_m + (({flat} % num_pid_in_group) % group_size_m)", indent)
+        self.line(f"{pid_n} = ({flat} % num_pid_in_group) // group_size_m", indent)
 
     def emit_tile_counts(self, grid: Sequence[Dim]) -> None:
         """``num_pid_m`` and ``num_pid_n``: the row and column tile counts of a 2-D grid walked from a flat id."""
@@ -369,7 +447,14 @@ class TritonEmitter:
         self.emit_load(op, op.source, op.result.type.dims, indent)
 
     def emit_memory_staged_stage(self, op: memory_staged.StageOp, indent: int) -> None:
-        self.emit_load(op, op.source, op.result.type.dims, indent)
+        if op.descriptor is None:
+            self.emit_load(op, op.source, op.result.type.dims, indent)
+            return
+        offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
+        self.line("if USE_TMA:", indent)
+        self.assign(op.result, f"{self.descriptor_name(op)}.load([{offsets}])", indent + 1)
+        self.line("else:", indent)
+        self.emit_load(op, op.source, op.result.type.dims, indent + 1)
 
     def emit_memory_staged_store(self, op: memory_staged.StoreOp, indent: int) -> None:
         pointers, mask = self.pointers(op, op.dest, op.value.type.dims, indent)
@@ -398,7 +483,6 @@ class TritonEmitter:
             self.line(f"# {op.attributes['note'].data}", indent)
         bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
         pipelining = f", num_stages={self.kernel.num_stages.value.data}" if pipelined else ""
-        self.taken.add(op.iv.data)
         self.line(f"for {op.iv.data} in tl.range({bounds}{pipelining}):", indent)
         self.last_origin = None
         for inner in op.body.block.ops:
@@ -459,9 +543,19 @@ class TritonEmitter:
         args += [p for p, _, _ in self.dims.values()]
         args += [f"{c}={v}" for c, v in self.constants.items()]
         args += [f"num_warps={self.kernel.num_warps.value.data}", f"num_stages={self.kernel.num_stages.value.data}"]
+        staged = list(dict.fromkeys(names[self.args.index(op.source)] for op in self.descriptor_stages()))
+        if staged:
+            readable = " and ".join(f"_tma_readable({name})" for name in staged)
+            lines.append(f"    use_tma = {readable}")
+            if not self.interpret:
+                lines.append("    if use_tma:")
+                lines.append("        triton.set_allocator(_tma_workspace)")
+            args.append("USE_TMA=use_tma")
         for launch in launches:
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in launch.grid]
-            if self.persistent:
+            if self.persistent(launch) and launch.group_size is not None:
+                lines.append(f"    grid = (min({' * '.join(axes)}, _sm_count()),)")
+            elif self.persistent(launch):
                 lines.append(f"    grid = (min({' * '.join(axes)}, _resident_programs({axes[1]})),)")
             else:
                 # A grouped grid is launched flat; the kernel recovers (pid_m, pid_n) from the group order.
@@ -489,8 +583,12 @@ class TritonEmitter:
                   "", ""]
         if self.needs_bf16_rounding:
             header += _BF16_RTNE.splitlines() + ["", ""]
-        if self.persistent:
+        if any(self.persistent(launch) for launch in launches):
+            header += (_SM_COUNT_INTERPRETED if self.interpret else _SM_COUNT).splitlines() + ["", ""]
+        if self.kernel.strategy.data == "strip_sync":
             header += _RESIDENT_PROGRAMS.splitlines() + ["", ""]
+        if self.descriptor_stages():
+            header += _TMA_HELPERS.splitlines() + ["", ""]
         return "\n".join(header + functions + self.emit_launcher(launches)) + "\n"
 
 

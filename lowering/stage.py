@@ -6,6 +6,8 @@ Tile sizes are bound from the pass options (or the heuristic of :mod:`amk.loweri
 - a load read only by a ``tiled_loop.dot`` inside a loop becomes ``memory_staged.stage`` into ``shared`` memory,
   ``num_stages`` deep; other loads go to registers (``memory_staged.load``);
 - the zero tile a K loop starts from becomes a register ``memory_staged.accumulator``;
+- with ``tma=1`` (a grid of output tiles) the staged copies go through tensor descriptors, with ``persistent=1`` the
+  kernel walks its tiles with one program per SM;
 - each global access masks only the axes whose extent sympy cannot prove to be a multiple of the tile size, and
   ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then folds away);
 - offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more.
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import BoolAttr, ModuleOp, i1
+from xdsl.dialects.builtin import BoolAttr, ModuleOp, UnitAttr, i1
 from xdsl.ir import BlockArgument, Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -77,9 +79,10 @@ def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int]) -> Kernel
 
 
 class _Staging:
-    def __init__(self, constants: dict[str, int], num_stages: int, loops: list[tiled_loop.ForOp]):
+    def __init__(self, constants: dict[str, int], num_stages: int, loops: list[tiled_loop.ForOp], tma: bool):
         self.bindings = constants
         self.num_stages = num_stages
+        self.tma = tma
         # A loop variable is its lower bound plus a multiple of its step: write it so for sympy.
         self.iterations = {loop.iv.data: Dim(f"({loop.lower}) + ({loop.step}) * {loop.iv.data}_iteration")
                            for loop in loops}
@@ -131,6 +134,8 @@ class _LowerAccesses(RewritePattern):
                 tile = op.result.type
                 new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
                                             BufferType("shared", tile.dims, tile.element_type))
+                if staging.tma and buffer.rank == 2:
+                    new.descriptor = UnitAttr()
             else:
                 new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type)
                 if self.written_by_other_programs(op):
@@ -195,6 +200,12 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
         constants=constants, num_warps=config.num_warps, num_stages=config.num_stages,
         num_inputs=kernel.num_inputs.value.data, strategy=kernel.strategy.data, arg_types=arg_types,
         arg_views=kernel.arg_views, group_size=kernel.group_size, workspace=kernel.workspace)
+    # Persistence needs a grid of tiles walked in grouped order; other strategies ignore the switches.
+    tile_grid = kernel.group_size is not None
+    if config.PERSISTENT and tile_grid:
+        staged.persistent = UnitAttr()
+        if config.WARP_SPECIALIZE and config.TMA:
+            staged.warp_specialize = UnitAttr()
     new_block = staged.body.block
     for old, new in zip(kernel.body.block.args, new_block.args):
         new.name_hint = old.name_hint
@@ -203,7 +214,7 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
         op.detach()
         new_block.add_op(op)
     loops = [op for op in staged.walk() if isinstance(op, tiled_loop.ForOp)]
-    staging = _Staging(constants, config.num_stages, loops)
+    staging = _Staging(constants, config.num_stages, loops, tma=bool(config.TMA) and tile_grid)
     PatternRewriteWalker(GreedyRewritePatternApplier([_LowerAccesses(staging, staged), _LowerDots(), _FoldTrueSelect()]),
                          apply_recursively=True).rewrite_region(staged.body)
     return staged
@@ -214,7 +225,9 @@ class StagePass(ModulePass):
     """Bind tile sizes and lower ``tiled_loop.kernel`` ops to ``memory_staged.kernel`` (see the module docstring).
 
     Options left at 0 take the heuristic default for the kernel's strategy and problem size; ``kernel`` limits the
-    pass to the kernel of that name (the runtime stages each kernel with its own tuned configuration).
+    pass to the kernel of that name (the runtime stages each kernel with its own tuned configuration). The switches
+    ``persistent``, ``tma`` and ``warp_specialize`` (0 or 1) apply to grids of output tiles in grouped order: the
+    kernel gets ``persistent`` (and ``warp_specialize``), its staged operands ``descriptor``.
     """
 
     name = "amk-stage"
@@ -227,11 +240,15 @@ class StagePass(ModulePass):
     split_k: int = 0
     num_warps: int = 0
     num_stages: int = 0
+    persistent: int = 0
+    tma: int = 0
+    warp_specialize: int = 0
 
     # KernelConfig field -> pass option
     OPTIONS: ClassVar[dict[str, str]] = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k",
                                          "GROUP_M": "group_m", "SPLIT_K": "split_k", "num_warps": "num_warps",
-                                         "num_stages": "num_stages"}
+                                         "num_stages": "num_stages", "PERSISTENT": "persistent", "TMA": "tma",
+                                         "WARP_SPECIALIZE": "warp_specialize"}
 
     @classmethod
     def for_config(cls, config: KernelConfig, kernel: str = "") -> StagePass:

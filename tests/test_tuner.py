@@ -16,8 +16,8 @@ from amk.tuner import TunerConfig, compile_workers, config_key, tune
 GRID = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64], "BLOCK_K": [16, 32], "num_warps": [2, 4]}  # 36 candidates
 
 
-def tiled_kernel():
-    module = build_module(["matmul", "add_bias", "relu"], [(64, 64), (64, 64), (64,)], torch.float32)
+def tiled_kernel(rows: int = 64):
+    module = build_module(["matmul", "add_bias", "relu"], [(rows, 64), (64, 64), (64,)], torch.float32)
     ctx = make_context()
     FusePass().apply(ctx, module)
     TilePass().apply(ctx, module)
@@ -141,3 +141,38 @@ def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatc
     assert best.BLOCK_M == 32
     finalists = [t for t in trials if t.detail.startswith("finalist")]
     assert len(finalists) == 3 and {t.time_ms for t in finalists} == {2.5, 2.0, 3.0}
+
+
+def test_switches_refine_the_finalists_instead_of_multiplying_the_search(monkeypatch):
+    """PERSISTENT and TMA are not searched: the search holds them at their first value, then every setting of them
+    is timed on the three fastest configurations, where the fastest variant wins."""
+    hopper = amk.tuner.DeviceLimits("H200", 1 << 20, 132, tma=True)
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: hopper))
+
+    def measure(fn, warmup, runs):
+        fn()
+        config = Recorder.launched
+        return (abs(config.BLOCK_M - 32) + 2 * abs(config.BLOCK_N - 64) + 1.0 - 0.5 * config.PERSISTENT
+                - 0.25 * config.TMA)
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    kernel = tiled_kernel(rows=1024)
+    assert kernel.strategy.data == "tile2d"
+    recorder = Recorder()
+    grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32, 64], "BLOCK_K": [32], "PERSISTENT": [0, 1], "TMA": [0, 1]}
+    best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), grid, amk.pipeline.heuristic_config(kernel),
+                        recorder.build_and_run, prepare=recorder.prepare)
+    timed = [t.config for t in trials if t.status == "ok"]
+    base = [c for c in timed if not (c.PERSISTENT or c.TMA)]
+    assert len(base) == 6 and recorder.timed_unprepared == []
+    variants = [c for c in timed if c.PERSISTENT or c.TMA]
+    assert len(variants) == 3 * 3 and {(c.BLOCK_M, c.BLOCK_N) for c in variants} == {(32, 64), (16, 64), (64, 64)}
+    assert (best.BLOCK_M, best.BLOCK_N, best.PERSISTENT, best.TMA) == (32, 64, 1, 1)
+
+
+def test_switch_values_are_checked():
+    from amk.tuner import validate_grid
+
+    assert validate_grid({"PERSISTENT": [0, 1], "TMA": 1}) == {"PERSISTENT": [0, 1], "TMA": [1]}
+    with pytest.raises(InvalidArgumentError, match="0 and/or 1"):
+        validate_grid({"TMA": [2]})

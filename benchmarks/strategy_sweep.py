@@ -1,0 +1,79 @@
+"""Diagnostic: each row-reduction strategy of one workload, tuned on its own, then timed as a whole program.
+
+    python benchmarks/strategy_sweep.py --workload G --strategies row_strip,strip_recompute,tile_recompute:16 \
+        --grid BLOCK_SIZE_M=16,32,64 BLOCK_SIZE_N=128,256 --budget 24 --out benchmarks/results/<stem>.json
+
+``strategy:N`` also sets ``merge_chunk=N`` (amk-tile's options). Each strategy gets the same search budget over the
+same ``--grid`` (keys as in ``parameter_grid``; a key not given keeps the tuner's default space for that strategy), in
+one process on the same inputs as eager, whose output and time are the reference; every timed trial is kept. This is how ``auto``'s choices
+(tile pass) are checked against the alternatives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+from run import WORKLOADS
+
+import amk
+from amk.benchmarking import environment, time_ms
+from amk.lowering.configs import PARAMETER_KEYS
+from amk.oplist import build_module
+from amk.pipeline import compile_module
+from amk.symbolic import Dim
+from amk.tuner import autotune_chooser, default_space, validate_grid
+
+KEY_OF_FIELD = {field: key for key, field in PARAMETER_KEYS.items()}
+
+
+def parse_grid(items: list[str]) -> dict[str, list[int]]:
+    return {key: [int(v) for v in values.split(",")] for key, values in (item.split("=") for item in items)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--strategies", required=True)
+    parser.add_argument("--grid", nargs="*", default=[])
+    parser.add_argument("--budget", type=int, default=24)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    workload = WORKLOADS[args.workload]
+    torch.manual_seed(0)
+    inputs = [torch.randn(s, device="cuda", dtype=workload.dtype) / (s[0] ** 0.5 if i == workload.weight else 1)
+              for i, s in enumerate(workload.shapes)]
+    expected = workload.eager(*[t.double() for t in inputs])
+    rows = [{"strategy": "eager", "ms": time_ms(lambda: workload.eager(*inputs))}]
+    print(json.dumps(rows[0]), flush=True)
+    overrides = parse_grid(args.grid)
+    for item in args.strategies.split(","):
+        strategy, _, chunk = item.partition(":")
+        base = default_space(strategy, Dim(workload.shapes[0][0]), has_dot=True)
+        grid = {KEY_OF_FIELD[field]: values for field, values in base.items()} | overrides
+        tuned, timed = {}, {}
+
+        def on_tuned(kernel, config, trials, tuned=tuned, timed=timed):
+            tuned[kernel.sym_name.data] = config.user_view()
+            timed[kernel.sym_name.data] = sorted((t.as_dict() for t in trials if t.status == "ok"),
+                                                 key=lambda t: t["time_ms"])
+
+        chooser = autotune_chooser(amk.TunerConfig(search_budget=args.budget), validate_grid(grid), on_tuned)
+        compiled = compile_module(workload.module(workload.shapes, workload.dtype) if workload.module
+                                  else build_module(workload.ops, workload.shapes, workload.dtype),
+                                  chooser, reduction_strategy=strategy, merge_chunk=int(chunk or 1))
+        out = compiled.program(*inputs)[0].double()
+        row = {"strategy": strategy, "merge_chunk": int(chunk or 1), "configs": tuned,
+               "rel_err": ((out - expected).norm() / expected.norm()).item(),
+               "max_abs_err": (out - expected).abs().max().item(),
+               "ms": time_ms(lambda p=compiled.program: p(*inputs))}
+        print(json.dumps(row), flush=True)
+        rows.append(row | {"trials": timed})
+    with open(args.out, "w") as handle:
+        json.dump({"environment": environment(), "command": " ".join(sys.argv), "rows": rows}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
