@@ -1,0 +1,127 @@
+"""Persistent grids and tensor-descriptor (TMA) staging of tile-grid GEMM kernels (``PERSISTENT``, ``TMA``,
+``WARP_SPECIALIZE``): every combination matches PyTorch call after call, also on ragged shapes (TMA zero-fills what
+lies out of bounds); layouts TMA cannot read fall back to the pointer loads; the switches are checked where they are
+given and pruned where they cannot apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import INTERPRETER_WARNINGS
+from test_reduction_strategies import CASES
+from xdsl.utils.exceptions import VerifyException
+
+import amk
+from amk.lowering.configs import KernelConfig
+from amk.oplist import build_module, normalize_ops
+from amk.pipeline import compile_module, make_context
+from amk.runtime import default_device
+from amk.tuner import DeviceLimits, default_space, prune_reason
+
+pytestmark = INTERPRETER_WARNINGS
+
+GEMM_CHAINS = [  # tile2d: no row reduction
+    (["matmul", "add_bias", "relu"], [(70, 96), (96, 80), (80,)], torch.float16),
+    (["matmul", "add", "silu"], [(200, 64), (64, 48), (200, 48)], torch.bfloat16),
+]
+SWITCHES = [(1, 1), (1, 0), (0, 1)]  # (PERSISTENT, TMA)
+
+
+def config_with(persistent: int, tma: int):
+    def choose(kernel) -> KernelConfig:
+        return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2,
+                            PERSISTENT=persistent, TMA=tma)
+
+    return choose
+
+
+def check(compiled, ops, shapes, dtype, transform=lambda i, t: t):
+    generator = torch.Generator().manual_seed(0)
+    inputs = [transform(i, (torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to(
+        default_device(), dtype)) for i, s in enumerate(shapes)]
+    if "sub" in ops:
+        inputs[-1] = torch.full_like(inputs[-1], 3.0)
+    expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
+    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    for _ in range(2):
+        out = compiled.program(*inputs)[0].double()
+        assert ((out - expected).norm() / expected.norm()).item() < tolerance
+
+
+@pytest.mark.parametrize("persistent,tma", SWITCHES)
+@pytest.mark.parametrize("ops,shapes,dtype,strategy", [case + ("auto",) for case in GEMM_CHAINS]
+                         + [case + (strategy,) for case in CASES[:3]
+                            for strategy in ("tile_stats", "tile_recompute", "strip_finish")],
+                         ids=lambda value: value if isinstance(value, str) else None)
+def test_every_switch_matches_pytorch_call_after_call(persistent, tma, ops, shapes, dtype, strategy):
+    compiled = compile_module(build_module(ops, shapes, dtype), config_with(persistent, tma),
+                              reduction_strategy=strategy)
+    source = compiled.ir["triton"]
+    assert ("tl.make_tensor_descriptor" in source) == bool(tma)
+    assert ("_sm_count()" in source) == bool(persistent)
+    if persistent and strategy != "strip_finish":
+        assert "flatten=True" in source  # the tile loop and its K loop are pipelined as one
+    check(compiled, ops, shapes, dtype)
+
+
+def test_layouts_tma_cannot_read_take_the_pointer_loads():
+    """A transposed weight (columns contiguous) and a view starting 2 bytes into its storage are read through
+    pointers; the kernel is still right."""
+    ops, shapes, dtype = GEMM_CHAINS[0]
+    compiled = compile_module(build_module(ops, shapes, dtype), config_with(1, 1))
+    (kernel,) = compiled.kernels.values()
+    readable = kernel.launch.__globals__["_tma_readable"]
+    weight = torch.randn(shapes[1], dtype=dtype)
+    transposed = weight.t().contiguous().t()
+    shifted = torch.randn(shapes[1][0] * shapes[1][1] + 1, dtype=dtype)[1:].view(shapes[1])
+    assert readable(weight) and not readable(transposed) and not readable(shifted)
+    check(compiled, ops, shapes, dtype, lambda i, t: t.t().contiguous().t() if i == 1 else t)
+
+
+def staged_kernel(ops, shapes, config: KernelConfig):
+    compiled = compile_module(build_module(ops, shapes, torch.float16), lambda kernel: config)
+    return compiled.ir["memory_staged"]
+
+
+def test_the_switches_reach_the_ir_only_where_they_apply():
+    switches = KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, PERSISTENT=1, TMA=1, WARP_SPECIALIZE=1)
+    tiled = staged_kernel(*GEMM_CHAINS[0][:2], switches)
+    assert "persistent" in tiled and "warp_specialize" in tiled and "descriptor" in tiled
+    row_strip = staged_kernel(["matmul", "softmax"], [(64, 128), (128, 96)], switches)
+    assert 'strategy = "row_strip"' in row_strip
+    assert "persistent" not in row_strip and "descriptor" not in row_strip
+
+
+def test_the_verifier_rejects_persistence_without_a_grouped_grid():
+    from amk.dialects import memory_staged
+
+    def kernel(**switches):
+        op = memory_staged.KernelOp("k", grid=["4"], program_ids=["pid"], constants={}, num_warps=4, num_stages=1,
+                                    num_inputs=0, strategy="tile2d", arg_types=[])
+        for name in switches:
+            setattr(op, name, switches[name])
+        return op
+
+    from xdsl.dialects.builtin import UnitAttr
+
+    with pytest.raises(VerifyException, match="grouped order"):
+        kernel(persistent=UnitAttr()).verify()
+    with pytest.raises(VerifyException, match="persistent kernel"):
+        kernel(warp_specialize=UnitAttr()).verify()
+    make_context()  # the dialects load: nothing else is needed for the checks above
+
+
+def test_the_tuner_offers_the_switches_on_tma_devices_and_prunes_them_elsewhere():
+    from amk.symbolic import Dim
+
+    hopper, older = DeviceLimits("H200", 232448, 132, tma=True), DeviceLimits("A100", 166912, 108)
+    assert {"PERSISTENT", "TMA"} <= set(default_space("tile2d", Dim(4096), True, hopper))
+    assert "WARP_SPECIALIZE" in default_space("tile_stats", Dim(4096), True, hopper, warp_specialization=True)
+    assert "TMA" not in default_space("tile2d", Dim(4096), True, older)
+    assert "TMA" not in default_space("row_strip", Dim(4096), True, hopper)
+    tiles = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)
+    assert "compute capability" in prune_reason(KernelConfig(**{**tiles.as_dict(), "TMA": 1}), "tile2d", True, 2, older)
+    assert "tile-grid" in prune_reason(KernelConfig(**{**tiles.as_dict(), "PERSISTENT": 1}), "row_strip", True, 2, hopper)
+    assert "persistent TMA" in prune_reason(KernelConfig(**{**tiles.as_dict(), "WARP_SPECIALIZE": 1}), "tile2d", True,
+                                            2, hopper)
+    assert prune_reason(KernelConfig(**{**tiles.as_dict(), "PERSISTENT": 1, "TMA": 1}), "tile2d", True, 2, hopper) is None
