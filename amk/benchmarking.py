@@ -44,3 +44,13 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def save_rows(path, rows: list[dict]) -> None:
+    """Write a diagnostic's measurements as a results file: the environment, the command line and the rows."""
+    import json
+    import sys
+
+    with open(path, "w") as handle:
+        json.dump({"environment": environment(), "command": " ".join(["python", *sys.argv]), "rows": rows}, handle,
+                  indent=1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +19,7 @@ import triton
 import triton.language as tl
 
 import amk
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import save_rows, time_ms
 from amk.runtime import load_source
 
 M, N, K = 16384, 4096, 4096
@@ -130,9 +129,7 @@ def main() -> None:
                 rows += cut_variants(kernel, config, (x, w, bias, gamma, beta), ref)
             rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
-    result = {"environment": environment(), "command": " ".join(sys.argv), "rows": rows}
-    with open(args.out, "w") as handle:
-        json.dump(result, handle, indent=1)
+    save_rows(args.out, rows)
     for row in rows:
         print(f"{row['what']:<22} {str(row.get('config', '')):<26} {row.get('ms', row.get('error'))}")
 

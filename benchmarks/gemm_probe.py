@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import save_rows, time_ms
 
 
 @triton.jit
@@ -108,8 +107,7 @@ def main() -> None:
             row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
         rows.append(row)
         print(json.dumps(row), flush=True)
-    with open(args.out, "w") as handle:
-        json.dump({"environment": environment(), "command": " ".join(sys.argv), "rows": rows}, handle, indent=1)
+    save_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import torch
 
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import save_rows, time_ms
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module
 from amk.pipeline import compile_module
@@ -55,8 +54,7 @@ def main() -> None:
                        "ms": time_ms(lambda p=compiled.program, i=inputs: p(*i))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    with open(args.out, "w") as handle:
-        json.dump({"environment": environment(), "command": " ".join(sys.argv), "rows": rows}, handle, indent=1)
+    save_rows(args.out, rows)
 
 
 if __name__ == "__main__":

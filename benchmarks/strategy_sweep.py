@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import torch
 from run import WORKLOADS
 
 import amk
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import save_rows, time_ms
 from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module
 from amk.pipeline import compile_module
@@ -71,8 +70,7 @@ def main() -> None:
                "ms": time_ms(lambda p=compiled.program: p(*inputs))}
         print(json.dumps(row), flush=True)
         rows.append(row | {"trials": timed})
-    with open(args.out, "w") as handle:
-        json.dump({"environment": environment(), "command": " ".join(sys.argv), "rows": rows}, handle, indent=1)
+    save_rows(args.out, rows)
 
 
 if __name__ == "__main__":

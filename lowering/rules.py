@@ -23,6 +23,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tiled_loop import TileType
+from amk.symbolic import Dim
 
 
 class TileBuilder:
@@ -97,6 +98,11 @@ class TileBuilder:
         series = self.add_(self.mul(self.add_(self.mul(self.add_(self.mul(x2, -17.0 / 315.0), 2.0 / 15.0), x2),
                                               -1.0 / 3.0), x2), 1.0)
         return self.select(self.binary("lt", self.unary("abs", x), 0.125), self.mul(x, series), large)
+
+    def widen_rows(self, x: SSAValue, rows) -> SSAValue:
+        """``x`` broadcast to ``rows`` rows when it has one (a statistic that is the same for every row, such as a
+        column count), so that it can be stored as a per-row tile."""
+        return self.add_(x, self.full(0.0, [rows, 1])) if x.type.dims[0] == Dim(1) else x
 
     def masked(self, x: SSAValue, valid: SSAValue | None, fill: float) -> SSAValue:
         """``x`` where ``valid`` (an i1 tile), else ``fill``; no-op without a mask."""
@@ -214,6 +220,9 @@ class RowReduction:
     ``finalize(b, state, op)`` turns a state into statistics;
     ``apply(b, op, stats, x, operands)`` gives the op's value: a ``[rows, 1]`` tile for reductions, a full tile for
     norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
+    ``unscaled(b, op, x, operands)``, for a norm whose value is a per-row scale (its first statistic) times a tile
+    that needs no statistics (RMSNorm: ``rstd * (x * weight)``), gives that tile: a matmul reading the norm can then
+    scale its accumulator's rows instead of waiting for the statistics.
     """
 
     init: Callable
@@ -223,6 +232,7 @@ class RowReduction:
     finalize: Callable
     apply: Callable
     keeps_shape: bool
+    unscaled: Callable | None = None
 
     def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:
         return self.combine(b, state, self.tile_state(b, x, valid))
@@ -381,9 +391,12 @@ def _rms_finalize(b, state, op):
     return [b.unary("rsqrt", b.add_(b.div(sumsq, count), _eps(op)), "rstd")]
 
 
+def _rms_unscaled(b, op: tensor_op.RMSNormOp, x, operands):
+    return b.mul(x, operands[0]) if op.weight is not None else x
+
+
 def _rms_apply(b, op: tensor_op.RMSNormOp, stats, x, operands):
-    y = b.mul(x, stats[0])
-    return b.mul(y, operands[0]) if op.weight is not None else y
+    return b.mul(_rms_unscaled(b, op, x, operands), stats[0])
 
 
 def _stats_value(b, op, stats, x, operands):
@@ -408,7 +421,7 @@ ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,
     keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
-    _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True)
+    _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True, unscaled=_rms_unscaled)
 
 
 def reduction_input(op: Operation) -> SSAValue:

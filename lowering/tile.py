@@ -15,7 +15,8 @@ The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strat
   loops again, re-reads it and applies the normalization and what follows.
 
 A normalization feeding the matmul's A operand (the prologue) gets its statistics from a loop over K before the
-main loop, and is applied to each A tile inside the K loop. Every op is computed through its lowering rule
+main loop, and is applied to each A tile inside the K loop; in decode kernels a norm whose value is a per-row scale
+times a statistics-free tile (RMSNorm) instead gathers its statistics inside the K loop and scales the accumulator. Every op is computed through its lowering rule
 (:mod:`amk.lowering.rules`), so this pass names no op.
 
 Input (after amk-fuse)::
@@ -84,6 +85,9 @@ class KernelLowering:
                  output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1):
         self.plan = plan
         self.strategy = strategy
+        # A norm prologue whose per-row scale is applied to the accumulator, its statistics gathered in the K loop.
+        self.row_scaled = row_scaled_prologue(plan, strategy)
+        self.prologue_state: list[SSAValue] = []
         self.merge_chunk = merge_chunk
         # A short K loop run again where the pre-normalization tile would be re-read, which is then never stored.
         self.recompute = strategy in RECOMPUTING_STRATEGIES
@@ -210,12 +214,28 @@ class KernelLowering:
         col_offset = at.col_offset
         self.b.origin = "matmul"
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
+        norm = self.row_scaled
+        rule = rules.ROW_REDUCTIONS[type(norm)] if norm is not None else None
+        self.b.origin = origin_label(norm) if norm is not None else None
+        states = rule.init(self.b, BLOCK_M) if norm is not None else []
 
         def body(carried):
             self.b.origin = None
+            carried, state = carried[:len(accumulators)], carried[len(accumulators):]
             if prologue is None:
                 at = ColumnTile(self.plan.main, self.row_offset, Dim("k"), BLOCK_K)
                 a = self.load(matmul.lhs, FULL, at, upcast=False)
+            elif norm is not None:
+                # The norm's row statistics accumulate next to the product; its scale waits for the accumulator.
+                at = ColumnTile(prologue, self.row_offset, Dim("k"), BLOCK_K)
+                x = self.compute(rules.reduction_input(norm), at)
+                valid = self.valid_cols(at)
+                extras = [self.compute(v, at) for v in rules.reduction_extras(norm)]
+                self.b.origin = origin_label(norm)
+                state = rule.update(self.b, state, x, valid)
+                unscaled = rule.unscaled(self.b, norm, x, extras)
+                self.b.origin = None
+                a = self.b.cast(self.b.masked(unscaled, valid, 0.0), matmul.lhs.type.element_type, "a_tile")
             else:
                 at = ColumnTile(prologue, self.row_offset, Dim("k"), BLOCK_K)
                 normalized = self.compute(matmul.lhs, at)
@@ -232,20 +252,29 @@ class KernelLowering:
                                     f"{rhs.name_hint}_tile")
                 self.b.origin = "matmul"
                 updated.append(self.b.add(tiled_loop.DotOp(a, b_tile, acc), "acc"))
-            return updated
+            return updated + state
 
         lower, upper = k_range if k_range is not None else (Dim(0), self.plan.contraction)
-        results = self.loop("k", upper, BLOCK_K, accumulators, body,
+        results = self.loop("k", upper, BLOCK_K, accumulators + states, body,
                             "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
                             "memory", lower=lower)
+        results, self.prologue_state = results[:len(accumulators)], results[len(accumulators):]
         for each, result in zip(self.plan.matmuls, results):
             at.env[each.output] = result
         return results
 
+    def scale_rows(self, at: ColumnTile, accumulators: list[SSAValue], state: list[SSAValue]) -> None:
+        """Finish a row-scaled prologue: its statistics from ``state``, each accumulator's rows times the scale."""
+        norm = self.row_scaled
+        self.b.origin = origin_label(norm)
+        scale = rules.ROW_REDUCTIONS[type(norm)].finalize(self.b, state, norm)[0]
+        for each, acc in zip(self.plan.matmuls, accumulators):
+            at.env[each.output] = self.b.mul(acc, scale)
+
     # -- strategies --------------------------------------------------------------------------------------------------
     def build(self) -> None:
         plan = self.plan
-        if plan.prologue is not None and plan.prologue.has_reductions:
+        if plan.prologue is not None and plan.prologue.has_reductions and self.row_scaled is None:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
         if self.strategy in ("row_strip", "strip_recompute"):
             self.build_row_strip()
@@ -263,7 +292,9 @@ class KernelLowering:
     def build_tiles(self) -> None:
         at = ColumnTile(self.plan.main, self.row_offset, self.col_offset, BLOCK_N)
         if self.plan.matmul is not None:
-            self.matmul_tiles(at)
+            accumulators = self.matmul_tiles(at)
+            if self.row_scaled is not None:
+                self.scale_rows(at, accumulators, self.prologue_state)
         for value in self.plan.outputs:
             self.store(value, self.compute(value, at), at)
 
@@ -278,10 +309,14 @@ class KernelLowering:
         at = ColumnTile(plan.main, self.row_offset, self.col_offset, BLOCK_N)
         (acc,) = self.matmul_tiles(at, (lower, upper))
         rows_padded = Dim(f"cdiv({plan.rows}, {BLOCK_M}) * {BLOCK_M}")
-        partials = self.workspace.partials[0]
+        partials, *partial_states = self.workspace.partials
         self.b.origin = None
         self.b.add(tiled_loop.StoreOp(acc, partials, [Dim(f"pid_k * ({rows_padded}) + {self.row_offset}"),
                                                       self.col_offset]))
+        # This chunk's prologue statistics, one column per column tile (programs of other tiles write the same rows).
+        for component, dest in zip(self.prologue_state, partial_states):
+            self.b.add(tiled_loop.StoreOp(self.b.widen_rows(component, BLOCK_M), dest,
+                                          [Dim(f"pid_k * ({rows_padded}) + {self.row_offset}"), Dim("pid_n")]))
         column_tiles = Dim(f"cdiv({plan.main.space.cols}, {BLOCK_N})")
         last = self.b.add(tiled_loop.LastArrivalOp(self.workspace.counters, [Dim(f"pid_m * ({column_tiles}) + pid_n")],
                                                    Dim("SPLIT_K")), "last_split")
@@ -290,18 +325,31 @@ class KernelLowering:
         outer = self.b.block
         self.b.block = finisher.body.block
         zero = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum")
+        norm = self.row_scaled
+        rule = rules.ROW_REDUCTIONS[type(norm)] if norm is not None else None
+        self.b.origin = origin_label(norm) if norm is not None else None
+        states = rule.init(self.b, BLOCK_M) if norm is not None else []
 
         def add_split(carried):
             self.b.origin = None
-            partial = self.b.add(tiled_loop.LoadOp(
-                partials, [Dim(f"split * ({rows_padded}) + {self.row_offset}"), self.col_offset],
-                TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+            split_row = Dim(f"split * ({rows_padded}) + {self.row_offset}")
+            partial = self.b.add(tiled_loop.LoadOp(partials, [split_row, self.col_offset],
+                                                   TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+            loaded = [self.b.add(tiled_loop.LoadOp(source, [split_row, Dim("pid_n")], TileType([BLOCK_M, 1], f32)),
+                                 "partial_state") for source in partial_states]
             self.b.origin = "matmul"
-            return [self.b.add_(carried[0], partial, "acc_sum")]
+            summed = [self.b.add_(carried[0], partial, "acc_sum")]
+            if norm is not None:
+                self.b.origin = origin_label(norm)
+                summed += rule.combine(self.b, carried[1:], loaded)
+            return summed
 
-        total = self.loop("split", Dim("SPLIT_K"), 1, [zero], add_split, "sum the partial tiles of the K splits")[0]
+        total, *state = self.loop("split", Dim("SPLIT_K"), 1, [zero, *states], add_split,
+                                  "sum the partial tiles of the K splits")
         at = ColumnTile(plan.main, self.row_offset, self.col_offset, BLOCK_N)
         at.env[plan.matmul.output] = total
+        if norm is not None:
+            self.scale_rows(at, [total], state)
         for value in plan.outputs:
             self.store(value, self.compute(value, at), at)
         self.b.block = outer
@@ -387,8 +435,7 @@ class KernelLowering:
             state = rule.tile_state(self.b, x, valid)
             sizes.append(len(state))
             for component in state:
-                if component.type.dims[0] == Dim(1):
-                    component = self.b.add_(component, self.b.full(0.0, [BLOCK_M, 1]))
+                component = self.b.widen_rows(component, BLOCK_M)
                 self.b.origin = None
                 self.b.add(tiled_loop.StoreOp(component, next(partials), [self.row_offset, Dim("pid_n")]))
         return sizes
@@ -555,6 +602,19 @@ def _strip_sync_applies(plan: GroupPlan) -> bool:
             and all(plan.main.value_class[v] == FULL for v in after))
 
 
+def row_scaled_prologue(plan: GroupPlan, strategy: str) -> Operation | None:
+    """The norm of a decode kernel's prologue whose per-row scale is better applied to the accumulator: each
+    program then gathers the norm's statistics over its own chunk of K inside the K loop (split_k programs merge
+    theirs in the finisher) instead of a pass over all of K before it. Applies when the matmuls read the norm
+    directly and it is the prologue's only reduction (RMSNorm: ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``)."""
+    prologue = plan.prologue
+    if strategy not in ("split_k", "skinny_m") or prologue is None or len(prologue.reductions) != 1:
+        return None
+    (norm,) = prologue.reductions
+    reads_norm = all(matmul.lhs == norm.results[0] for matmul in plan.matmuls)
+    return norm if reads_norm and rules.ROW_REDUCTIONS[type(norm)].unscaled is not None else None
+
+
 def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
                 merge_chunk: int = 1) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
@@ -610,10 +670,19 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         workspace_kinds.append("counter")
         workspace_names.append("strip_counters")
     if strategy == "split_k":
-        workspace_types.append(TensorType([f"SPLIT_K * cdiv({rows}, {BLOCK_M}) * {BLOCK_M}", cols], f32))
+        split_rows = f"SPLIT_K * cdiv({rows}, {BLOCK_M}) * {BLOCK_M}"
+        workspace_types.append(TensorType([split_rows, cols], f32))
+        workspace_kinds.append("scratch")
+        workspace_names.append("partial_acc")
+        norm = row_scaled_prologue(plan, strategy)
+        if norm is not None:
+            for index, _ in enumerate(rules.ROW_REDUCTIONS[type(norm)].init(TileBuilder(Block()), BLOCK_M)):
+                workspace_types.append(TensorType([split_rows, f"cdiv({cols}, {BLOCK_N})"], f32))
+                workspace_kinds.append("scratch")
+                workspace_names.append(f"partial_state{index}")
         workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M}) * cdiv({cols}, {BLOCK_N})"], i32))
-        workspace_kinds += ["scratch", "counter"]
-        workspace_names += ["partial_acc", "tile_counters"]
+        workspace_kinds.append("counter")
+        workspace_names.append("tile_counters")
     params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
     group = None
     if strategy == "tile2d" or strategy in TILE_STATISTICS_STRATEGIES:

@@ -240,6 +240,18 @@ def test_norm_prologue_of_a_single_row_fuses(k):
     assert [step.kind for step in kernel.compiled.program.steps] == ["launch", "return"]
 
 
+@pytest.mark.parametrize("dtype", [FP16, BF16], ids=dtype_id)
+@pytest.mark.parametrize("rows,k", [(16, 2048), (3, 1100), (5, 200)], ids=["split_k", "split_k-ragged", "skinny_m"])
+def test_rmsnorm_prologue_scales_the_accumulator(rows, k, dtype):
+    """Decode kernels gather RMSNorm's statistics inside the K loop (each split over its own chunk of K, merged by
+    the finisher) and scale the accumulator's rows, ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``: there is no
+    loop over K before the main loop. LayerNorm, whose mean does not factor out, keeps that loop."""
+    kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(rows, k), (k,), (k, N), (rows, N)], dtype)
+    assert kernel.ir["tiled_loop"].count('tiled_loop.for "k"') == 1
+    layernorm, _ = run_chain(["layernorm", "matmul", "add_bias"], [(rows, k), (k,), (k,), (k, N), (N,)], dtype)
+    assert layernorm.ir["tiled_loop"].count('tiled_loop.for "k"') == 2
+
+
 def test_norm_prologue_small_tiles():
     run_chain(["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)], FP32, grid=SMALL_TILES)
     run_chain(["layernorm", "matmul", "add_bias"], [(M, K), (K,), (K,), (K, N), (N,)], FP32, grid=SMALL_TILES)

@@ -8,14 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import INTERPRETER_WARNINGS
-from test_reduction_strategies import CASES
+from test_reduction_strategies import CASES, assert_matches_pytorch_call_after_call
 from xdsl.utils.exceptions import VerifyException
 
-import amk
 from amk.lowering.configs import KernelConfig
-from amk.oplist import build_module, normalize_ops
-from amk.pipeline import compile_module, make_context
-from amk.runtime import default_device
+from amk.oplist import build_module
+from amk.pipeline import compile_module
 from amk.tuner import DeviceLimits, default_space, prune_reason
 
 pytestmark = INTERPRETER_WARNINGS
@@ -35,19 +33,6 @@ def config_with(persistent: int, tma: int):
     return choose
 
 
-def check(compiled, ops, shapes, dtype, transform=lambda i, t: t):
-    generator = torch.Generator().manual_seed(0)
-    inputs = [transform(i, (torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to(
-        default_device(), dtype)) for i, s in enumerate(shapes)]
-    if "sub" in ops:
-        inputs[-1] = torch.full_like(inputs[-1], 3.0)
-    expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
-    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
-    for _ in range(2):
-        out = compiled.program(*inputs)[0].double()
-        assert ((out - expected).norm() / expected.norm()).item() < tolerance
-
-
 @pytest.mark.parametrize("persistent,tma", SWITCHES)
 @pytest.mark.parametrize("ops,shapes,dtype,strategy", [case + ("auto",) for case in GEMM_CHAINS]
                          + [case + (strategy,) for case in CASES[:3]
@@ -61,7 +46,7 @@ def test_every_switch_matches_pytorch_call_after_call(persistent, tma, ops, shap
     assert ("_sm_count()" in source) == bool(persistent)
     if persistent and strategy != "strip_finish":
         assert "flatten=True" in source  # the tile loop and its K loop are pipelined as one
-    check(compiled, ops, shapes, dtype)
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
 
 
 def test_layouts_tma_cannot_read_take_the_pointer_loads():
@@ -75,7 +60,8 @@ def test_layouts_tma_cannot_read_take_the_pointer_loads():
     transposed = weight.t().contiguous().t()
     shifted = torch.randn(shapes[1][0] * shapes[1][1] + 1, dtype=dtype)[1:].view(shapes[1])
     assert readable(weight) and not readable(transposed) and not readable(shifted)
-    check(compiled, ops, shapes, dtype, lambda i, t: t.t().contiguous().t() if i == 1 else t)
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype,
+                                           transform=lambda i, t: t.t().contiguous().t() if i == 1 else t)
 
 
 def staged_kernel(ops, shapes, config: KernelConfig):
@@ -108,7 +94,6 @@ def test_the_verifier_rejects_persistence_without_a_grouped_grid():
         kernel(persistent=UnitAttr()).verify()
     with pytest.raises(VerifyException, match="persistent kernel"):
         kernel(warp_specialize=UnitAttr()).verify()
-    make_context()  # the dialects load: nothing else is needed for the checks above
 
 
 def test_the_tuner_offers_the_switches_on_tma_devices_and_prunes_them_elsewhere():

@@ -43,10 +43,16 @@ def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, op
     compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy,
                               merge_chunk=merge_chunk)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
-    device = default_device()
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+
+
+def assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype, weight: int = 1,
+                                           transform=lambda index, tensor: tensor) -> None:
+    """Two calls of ``compiled`` on fresh random inputs (the ``weight``-th scaled by 1/sqrt(K); each passed through
+    ``transform``), each compared with the fp64 reference of ``ops``."""
     generator = torch.Generator().manual_seed(0)
-    inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to(device, dtype)
-              for i, s in enumerate(shapes)]
+    inputs = [transform(i, (torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == weight else 1)).to(
+        default_device(), dtype)) for i, s in enumerate(shapes)]
     if "sub" in ops:
         inputs[-1] = torch.full_like(inputs[-1], 3.0)
     expected = amk.verification.reference_for(normalize_ops(ops), len(shapes))(*[t.double() for t in inputs])
@@ -54,7 +60,7 @@ def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, op
     for _ in range(2):
         out = compiled.program(*inputs)[0].double()
         error = ((out - expected).norm() / expected.norm()).item()
-        assert error < tolerance, (strategy, error)
+        assert error < tolerance, error
 
 
 def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
