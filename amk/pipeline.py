@@ -70,7 +70,7 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None, reduction_strategy: str = "auto",
-                   merge_chunk: int = 1) -> CompiledProgram:
+                   merge_chunk: int = 0) -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);

@@ -349,10 +349,13 @@ def _moments_combine(b, a, c):
 
 def _moments_states(b, states, valid):
     """Chan's merge of many (count, mean, M2) at once: the count-weighted mean, then each part's M2 plus its count
-    times its mean's squared distance to the merged mean."""
+    times its mean's squared distance to the merged mean. The weighted mean is taken around the largest part mean,
+    so parts with equal means merge to exactly that mean (a row of equal values keeps a LayerNorm of exactly 0)."""
+    reference = b.reduce("max", b.masked(states[1], valid, -math.inf))
     counts, means, m2s = (b.masked(component, valid, 0.0) for component in states)
     count = b.reduce("sum", counts)
-    mean = b.div(b.reduce("sum", b.mul(counts, means)), count)
+    shift = b.div(b.reduce("sum", b.mul(counts, b.sub(means, reference))), count)
+    mean = b.add_(reference, shift)
     delta = b.sub(means, mean)
     return [count, mean, b.reduce("sum", b.add_(m2s, b.mul(counts, b.mul(delta, delta))))]
 
@@ -414,9 +417,11 @@ ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
 ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
     _lse_init, _logsumexp_tile, _lse_combine, _lse_states, lambda b, s, op: [b.add_(s[0], b.unary("log", s[1]))],
     _stats_value, keeps_shape=False)
+# Softmax's statistics are the row maximum and the reciprocal of the row's sum: one division per row, then a
+# multiplication per element (a per-element division would double the special-function work of the exponentials).
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
-    _lse_init, _lse_tile, _lse_combine, _lse_states, lambda b, s, op: s,
-    lambda b, op, stats, x, operands: b.div(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
+    _lse_init, _lse_tile, _lse_combine, _lse_states, lambda b, s, op: [s[0], b.div(1.0, s[1], "inv_sumexp")],
+    lambda b, op, stats, x, operands: b.mul(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,
     keeps_shape=True)

@@ -562,6 +562,13 @@ def _product(dims) -> str:
 
 
 MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
+
+
+def default_merge_chunk(strategy: str) -> int:
+    """Measured on the H200 (2026-11-30-h200-merge-chunks): tile_stats' 16-tile rows merge fastest one pipelined
+    tile at a time (0.986 ms against 1.012 with 16); tile_recompute's statistics are the whole of its first launch,
+    and its 64-tile rows merge fastest all at once (0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
+    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" else 1
 ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip",
                             "strip_recompute")
 RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
@@ -586,7 +593,10 @@ def _reduction_strategy(plan: GroupPlan) -> str:
     6.95-7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
     k = plan.contraction
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
-        return "row_strip"
+        # Re-running the short K loop beats re-reading the tile once a whole row's statistics merge in one load
+        # (merge_chunk 64): G 0.170 against row_strip's 0.189 ms (2026-11-30-h200-sweep-G). With a prologue the
+        # second launch would need its statistics again.
+        return "tile_recompute" if plan.prologue is None else "row_strip"
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     if elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS:
         return "strip_finish"
@@ -616,7 +626,7 @@ def row_scaled_prologue(plan: GroupPlan, strategy: str) -> Operation | None:
 
 
 def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
-                merge_chunk: int = 1) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+                merge_chunk: int = 0) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -720,7 +730,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
     if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
-    KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace, merge_chunk).build()
+    KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace,
+                   merge_chunk or default_merge_chunk(strategy)).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
@@ -734,25 +745,25 @@ class TilePass(ModulePass):
     (the same tiles; the last tile of each row strip merges the statistics and normalizes the strip from L2),
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
     other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
-    default: ``row_strip`` when K is at most 256, else ``strip_finish`` for outputs of 2^27 elements or more, else
-    ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are ``tile_stats`` and ``row_strip`` that run the K
-    loop again where they would re-read the pre-normalization tile, which is then never stored (tile_recompute: chains
-    without a prologue).
+    default: when K is at most 256 ``tile_recompute``, or ``row_strip`` with a prologue; else ``strip_finish`` for
+    outputs of 2^27 elements or more, else ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are
+    ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read the pre-normalization tile,
+    which is then never stored (tile_recompute: chains without a prologue).
 
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
-    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile: 1 (the default, measured on the H200) walks
-    them one at a time; a wider chunk needs fewer iterations for long rows (not yet measured on the GPU).
+    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the strategy's
+    measured best (:func:`default_merge_chunk`: 64 for tile_recompute, else 1, one tile at a time).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
-    merge_chunk: int = 1
+    merge_chunk: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.merge_chunk not in MERGE_CHUNKS:
-            raise PassFailedException(f"amk-tile: merge_chunk must be one of {', '.join(map(str, MERGE_CHUNKS))}, "
-                                      f"got {self.merge_chunk!r}")
+        if self.merge_chunk not in (0, *MERGE_CHUNKS):
+            raise PassFailedException(f"amk-tile: merge_chunk must be 0 (by strategy) or one of "
+                                      f"{', '.join(map(str, MERGE_CHUNKS))}, got {self.merge_chunk!r}")
         if self.reduction_strategy not in ("auto", *ROW_REDUCTION_STRATEGIES):
             raise PassFailedException(f"amk-tile: reduction_strategy must be auto, "
                                       f"{', '.join(ROW_REDUCTION_STRATEGIES)}, got {self.reduction_strategy!r}")

@@ -73,7 +73,7 @@ def test_the_switches_reach_the_ir_only_where_they_apply():
     switches = KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, PERSISTENT=1, TMA=1, WARP_SPECIALIZE=1)
     tiled = staged_kernel(*GEMM_CHAINS[0][:2], switches)
     assert "persistent" in tiled and "warp_specialize" in tiled and "descriptor" in tiled
-    row_strip = staged_kernel(["matmul", "softmax"], [(64, 128), (128, 96)], switches)
+    row_strip = staged_kernel(["rmsnorm", "matmul", "softmax"], [(64, 128), (128,), (128, 96)], switches)
     assert 'strategy = "row_strip"' in row_strip
     assert "persistent" not in row_strip and "descriptor" not in row_strip
 

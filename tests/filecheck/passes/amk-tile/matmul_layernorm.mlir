@@ -14,10 +14,10 @@
 //   tiled_loop.relaunch, a second launch over the same tiles merges each row's statistics and normalizes its tile.
 // - strip_finish: the same output tiles and partial statistics; each counts itself in at its row strip's counter,
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
-// - tile_recompute (asked for by name): as tile_stats, but the first launch stores only the statistics and the
+// - tile_recompute: as tile_stats, but the first launch stores only the statistics and the
 //   second runs the K loop again instead of re-reading the tile.
-// - auto (the default): row_strip when K is short (a static K <= 256); otherwise strip_finish for outputs of 2^27
-//   elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
+// - auto (the default): tile_recompute when K is short (a static K <= 256; row_strip with a prologue); otherwise
+//   strip_finish for outputs of 2^27 elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -91,7 +91,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // RECOMPUTE-NOT:     tiled_loop.store {{.*}}%out0
 // RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
 // RECOMPUTE-NEXT:    tiled_loop.relaunch
-// RECOMPUTE:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]> {{.*}}pipelined
+// RECOMPUTE:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]> {{.*}}pipelined
 // RECOMPUTE:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // RECOMPUTE-NOT:     tiled_loop.load %out0
 // RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
@@ -145,9 +145,12 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 // FINISH:         tiled_loop.last_arrival
 // FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
-// The default picks by K: row_strip for K = 256 above, tile_stats for K = 4096.
-// AUTO:        strategy = "row_strip"
+// The default picks by K: tile_recompute for K = 256 above (its second launch merges a row's statistics 64 tiles
+// at a time), tile_stats for K = 4096.
+// AUTO:        strategy = "tile_recompute"
 // AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// AUTO:        tiled_loop.relaunch
+// AUTO:        tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // AUTO-LABEL:  func.func @matmul_layernorm(
 // AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>

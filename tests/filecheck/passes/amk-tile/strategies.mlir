@@ -80,7 +80,7 @@ func.func @split_k(%x : !tensor_op.tensor<[8, 4096], f16>, %w : !tensor_op.tenso
 
 // row_strip: softmax over the last axis. A 1-D grid of row strips; phase 1 ("n" loop) folds each column tile into
 // running max / sum-of-exp statistics (columns past 1000 are selected to -inf), phase 2 (a second "n" loop) re-reads
-// the input and normalizes.
+// the input and normalizes (times the reciprocal of the row's sum, computed once per row).
 func.func @row_strip(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tensor<[M, 1000], f32> {
   %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[M, 1000], f32>
   func.return %0 : !tensor_op.tensor<[M, 1000], f32>
@@ -98,11 +98,13 @@ func.func @row_strip(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tenso
 // CHECK:           tiled_loop.reduce "sum"
 // CHECK:           tiled_loop.yield
 // CHECK-NEXT:    }
+// CHECK-NEXT:    %[[ONE:[0-9]+]] = tiled_loop.full 1.0 {origin = "softmax"}
+// CHECK-NEXT:    %inv_sumexp = tiled_loop.binary "div" %[[ONE]], %[[SUM]] {origin = "softmax"}
 // CHECK-NEXT:    tiled_loop.for "n" = <[0, 1000, BLOCK_N]> iter_args() {{.*}}: () -> () {
 // CHECK-NEXT:      %[[T2:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, n]>
 // CHECK-NEXT:      %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T2]], %[[MAX]] {origin = "softmax"}
 // CHECK-NEXT:      %[[E:[0-9]+]] = tiled_loop.unary "exp" %[[D]] {origin = "softmax"}
-// CHECK-NEXT:      %[[Y:[0-9]+]] = tiled_loop.binary "div" %[[E]], %[[SUM]] {origin = "softmax"}
+// CHECK-NEXT:      %[[Y:[0-9]+]] = tiled_loop.binary "mul" %[[E]], %inv_sumexp {origin = "softmax"}
 // CHECK-NEXT:      tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, n]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, 1000], f32>
 // CHECK-NEXT:      tiled_loop.yield
 // CHECK-NEXT:    }
