@@ -583,24 +583,24 @@ STRIP_FINISH_MIN_ELEMENTS = 2**27
 
 
 def _reduction_strategy(plan: GroupPlan) -> str:
-    """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and a row strip that owns whole
-    rows wins (softmax of q @ k^T, K=128: row_strip 0.19 ms; tile_recompute, which runs the K loop again instead of
-    re-reading the tile, 0.32 ms). With a long K parallel output tiles keep the GEMM efficient; how the rows are then
+    """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and running it again in a second
+    launch (tile_recompute) or owning whole rows (row_strip) beats storing and re-reading the tile; which of the two
+    depends on the output's size (below). With a long K parallel output tiles keep the GEMM efficient; how the rows are then
     finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from HBM in a
     second launch; strip_finish reads each strip back from L2 but one program streams it, and the last strips'
     finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm:
     1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm:
     6.95-7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
     k = plan.contraction
+    elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
+    large = elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS
     if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
         # Re-running the short K loop beats re-reading the tile once a whole row's statistics merge in one load
-        # (merge_chunk 64): G 0.170 against row_strip's 0.189 ms (2026-11-30-h200-sweep-G). With a prologue the
-        # second launch would need its statistics again.
-        return "tile_recompute" if plan.prologue is None else "row_strip"
-    elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
-    if elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS:
-        return "strip_finish"
-    return "tile_stats"
+        # (merge_chunk 64) on outputs of 2^24 and 2^26 elements (softmax of q @ k^T: 0.053 against 0.084 ms, 0.170
+        # against 0.189), not on one of 2^28 (0.95 against 0.65; 2026-11-30-h200-auto-recompute-G23). With a
+        # prologue the second launch would need its statistics again.
+        return "tile_recompute" if plan.prologue is None and not large else "row_strip"
+    return "strip_finish" if large else "tile_stats"
 
 
 def _strip_sync_applies(plan: GroupPlan) -> bool:
@@ -745,8 +745,8 @@ class TilePass(ModulePass):
     (the same tiles; the last tile of each row strip merges the statistics and normalizes the strip from L2),
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
     other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
-    default: when K is at most 256 ``tile_recompute``, or ``row_strip`` with a prologue; else ``strip_finish`` for
-    outputs of 2^27 elements or more, else ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are
+    default: when K is at most 256 ``tile_recompute``, or ``row_strip`` with a prologue or for outputs of 2^27
+    elements or more; else ``strip_finish`` for outputs of 2^27 elements or more, else ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are
     ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read the pre-normalization tile,
     which is then never stored (tile_recompute: chains without a prologue).
 

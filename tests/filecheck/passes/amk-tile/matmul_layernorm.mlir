@@ -16,8 +16,9 @@
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
 // - tile_recompute: as tile_stats, but the first launch stores only the statistics and the
 //   second runs the K loop again instead of re-reading the tile.
-// - auto (the default): tile_recompute when K is short (a static K <= 256; row_strip with a prologue); otherwise
-//   strip_finish for outputs of 2^27 elements or more, tile_stats for the rest (here M is symbolic: tile_stats).
+// - auto (the default): tile_recompute when K is short (a static K <= 256; row_strip with a prologue or an output
+//   of 2^27 elements or more); otherwise strip_finish for outputs of 2^27 elements or more, tile_stats for the rest
+//   (here M is symbolic: tile_stats).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
