@@ -132,6 +132,8 @@ class TritonEmitter:
             self.names[arg] = self.fresh(f"{arg.name_hint or 'arg'}")
         self.dims = self._dim_params()
         self.needs_bf16_rounding = False
+        # (buffer, tile shape) -> name of the tensor descriptor of the launch being emitted
+        self.descriptors: dict[tuple[SSAValue, tuple[Dim, ...]], str] = {}
 
     # -- names and expressions ---------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -247,7 +249,7 @@ class TritonEmitter:
         return self.descriptors[(op.source, op.result.type.dims)]
 
     def emit_descriptors(self, launch: _Launch) -> None:
-        self.descriptors: dict = {}
+        self.descriptors = {}
         stages = self.descriptor_stages(launch.ops)
         if not stages:
             return
