@@ -3,9 +3,9 @@
     python benchmarks/merge_loop.py --out benchmarks/results/<stem>.json
 
 Each program loops over its row's tiles, merging ``merge_chunk`` tiles' states per iteration (amk-tile's option of
-that name; 1 is the default). This times workload A (tile_stats, 16 tiles per row) and G (tile_recompute, 64 tiles
-per row; row_strip, auto's choice, and strip_recompute, which runs the short K loop again in its second sweep
-instead of re-reading the logits) at a fixed configuration with chunks of 1, 4 and 16, in one process, checking each
+that name; by default 1 for tile_stats, 64 for tile_recompute, chosen from this script's measurements). This times
+workload A (tile_stats, 16 tiles per row) and G (tile_recompute, 64 tiles per row; row_strip, and strip_recompute,
+which runs the short K loop again in its second sweep instead of re-reading the logits) at a fixed configuration with chunks of 1, 4 and 16, in one process, checking each
 output against the first. (``2026-11-30-h200-merge-loop.json`` came from an earlier version
 of this script, which compared the loop as emitted then with copies asking Triton to pipeline or unroll it.)
 """

@@ -3,10 +3,11 @@
     python benchmarks/strategy_sweep.py --workload G --strategies row_strip,strip_recompute,tile_recompute:16 \
         --grid BLOCK_SIZE_M=16,32,64 BLOCK_SIZE_N=128,256 --budget 24 --out benchmarks/results/<stem>.json
 
-``strategy:N`` also sets ``merge_chunk=N`` (amk-tile's options). Each strategy gets the same search budget over the
-same ``--grid`` (keys as in ``parameter_grid``; a key not given keeps the tuner's default space for that strategy), in
-one process on the same inputs as eager, whose output and time are the reference; every timed trial is kept. This is how ``auto``'s choices
-(tile pass) are checked against the alternatives.
+``strategy:N`` also sets ``merge_chunk=N`` (amk-tile's options; without it, the strategy's default). Each strategy
+gets the same search budget over the same ``--grid`` (keys as in ``parameter_grid``; a key not given keeps the
+tuner's default space for that strategy), in one process on the same inputs as eager, whose output and time are the
+reference; every timed trial is kept. This is how ``auto``'s choices (tile pass) are checked against the
+alternatives. GPU only.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ def main() -> None:
         chooser = autotune_chooser(amk.TunerConfig(search_budget=args.budget), validate_grid(grid), on_tuned)
         compiled = compile_module(workload.module(workload.shapes, workload.dtype) if workload.module
                                   else build_module(workload.ops, workload.shapes, workload.dtype),
-                                  chooser, reduction_strategy=strategy, merge_chunk=int(chunk or 1))
+                                  chooser, reduction_strategy=strategy, merge_chunk=int(chunk or 0))
         out = compiled.program(*inputs)[0].double()
-        row = {"strategy": strategy, "merge_chunk": int(chunk or 1), "configs": tuned,
+        row = {"strategy": strategy, "merge_chunk": int(chunk) if chunk else "default", "configs": tuned,
                "rel_err": ((out - expected).norm() / expected.norm()).item(),
                "max_abs_err": (out - expected).abs().max().item(),
                "ms": time_ms(lambda p=compiled.program: p(*inputs))}
