@@ -16,8 +16,8 @@ The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strat
 
 A normalization feeding the matmul's A operand (the prologue) gets its statistics from a loop over K before the
 main loop, and is applied to each A tile inside the K loop; in decode kernels a norm whose value is a per-row scale
-times a statistics-free tile (RMSNorm) instead gathers its statistics inside the K loop and scales the accumulator. Every op is computed through its lowering rule
-(:mod:`amk.lowering.rules`), so this pass names no op.
+times a statistics-free tile (RMSNorm) instead gathers its statistics inside the K loop and scales the accumulator.
+Every op is computed through its lowering rule (:mod:`amk.lowering.rules`), so this pass names no op.
 
 Input (after amk-fuse)::
 
@@ -563,12 +563,6 @@ def _product(dims) -> str:
 
 MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
 
-
-def default_merge_chunk(strategy: str) -> int:
-    """Measured on the H200 (2026-11-30-h200-merge-chunks): tile_stats' 16-tile rows merge fastest one pipelined
-    tile at a time (0.986 ms against 1.012 with 16); tile_recompute's statistics are the whole of its first launch,
-    and its 64-tile rows merge fastest all at once (0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
-    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" else 1
 ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip",
                             "strip_recompute")
 RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
@@ -582,12 +576,19 @@ MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the 
 STRIP_FINISH_MIN_ELEMENTS = 2**27
 
 
+def default_merge_chunk(strategy: str) -> int:
+    """Measured on the H200 (2026-11-30-h200-merge-chunks): tile_stats' 16-tile rows merge fastest one pipelined
+    tile at a time (0.986 ms against 1.012 with 16); tile_recompute's statistics are the whole of its first launch,
+    and its 64-tile rows merge fastest all at once (0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
+    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" else 1
+
+
 def _reduction_strategy(plan: GroupPlan) -> str:
     """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and running it again in a second
     launch (tile_recompute) or owning whole rows (row_strip) beats storing and re-reading the tile; which of the two
-    depends on the output's size (below). With a long K parallel output tiles keep the GEMM efficient; how the rows are then
-    finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from HBM in a
-    second launch; strip_finish reads each strip back from L2 but one program streams it, and the last strips'
+    depends on the output's size (below). With a long K parallel output tiles keep the GEMM efficient; how the rows
+    are then finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from HBM
+    in a second launch; strip_finish reads each strip back from L2 but one program streams it, and the last strips'
     finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm:
     1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm:
     6.95-7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
