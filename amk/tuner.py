@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from amk.errors import InvalidArgumentError
-from amk.lowering.configs import PARAMETER_KEYS, SWITCHES, KernelConfig, next_power_of_two
+from amk.lowering.configs import PARAMETER_KEYS, SWITCHES, TILE_GRID_STRATEGIES, KernelConfig, next_power_of_two
 
 if TYPE_CHECKING:
     from amk.symbolic import Dim
@@ -72,12 +72,12 @@ def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None
                 f"parameter_grid key {key!r} is not a tunable parameter; accepted: {', '.join(PARAMETER_KEYS)}")
         if isinstance(values, int) and not isinstance(values, bool):
             values = [values]
-        if key in SWITCHES:
-            if not isinstance(values, Sequence) or not values or any(v not in (0, 1) for v in values):
-                raise InvalidArgumentError(f"parameter_grid[{key!r}] must be a non-empty list of 0 and/or 1, got {values!r}")
-        elif (not isinstance(values, Sequence) or not values
-              or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values)):
-            raise InvalidArgumentError(f"parameter_grid[{key!r}] must be a non-empty list of positive ints, got {values!r}")
+        low, high, accepted = (0, 1, "0 and/or 1") if key in SWITCHES else (1, None, "positive ints")
+        if (not isinstance(values, Sequence) or not values
+                or any(not isinstance(v, int) or isinstance(v, bool) or v < low or (high is not None and v > high)
+                       for v in values)):
+            raise InvalidArgumentError(
+                f"parameter_grid[{key!r}] must be a non-empty list of {accepted}, got {values!r}")
         if key.startswith(("BLOCK", "GROUP")) or key == "num_warps":
             bad = [v for v in values if key != "GROUP_SIZE_M" and v & (v - 1)]
             if bad:
@@ -128,11 +128,6 @@ class DeviceLimits:
         return DeviceLimits("cpu", 1 << 30, 1)
 
 
-# Strategies whose first launch is a grid of output tiles in grouped order: they can run persistent and stage their
-# operands through tensor descriptors.
-TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish")
-
-
 def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits | None = None,
                   warp_specialization: bool = False) -> dict[str, list[int]]:
     """The candidates searched when no ``parameter_grid`` is given, by strategy (and, for tile-grid GEMMs, by what
@@ -159,7 +154,8 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
                  cols: Dim | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
     if (config.PERSISTENT or config.TMA) and strategy not in TILE_GRID_STRATEGIES:
-        return f"PERSISTENT and TMA apply to the tile-grid strategies ({', '.join(TILE_GRID_STRATEGIES)}), not {strategy}"
+        return (f"PERSISTENT and TMA apply to the tile-grid strategies ({', '.join(TILE_GRID_STRATEGIES)}), "
+                f"not {strategy}")
     if config.TMA and not limits.tma:
         return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):

@@ -19,6 +19,8 @@ PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_S
                   "WARP_SPECIALIZE": "WARP_SPECIALIZE"}
 # The switches among them: 0 or 1.
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE")
+# Strategies whose (first) launch is a grid of output tiles walked in grouped order: the ones the switches apply to.
+TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish")
 
 
 @dataclass(frozen=True)

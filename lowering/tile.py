@@ -51,6 +51,7 @@ from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
 from amk.lowering import rules
+from amk.lowering.configs import TILE_GRID_STRATEGIES
 from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, plan_group
 from amk.lowering.rules import TileBuilder
 from amk.symbolic import Dim
@@ -215,9 +216,7 @@ class KernelLowering:
         self.b.origin = "matmul"
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
         norm = self.row_scaled
-        rule = rules.ROW_REDUCTIONS[type(norm)] if norm is not None else None
-        self.b.origin = origin_label(norm) if norm is not None else None
-        states = rule.init(self.b, BLOCK_M) if norm is not None else []
+        rule, states = self.row_scale_init()
 
         def body(carried):
             self.b.origin = None
@@ -262,6 +261,15 @@ class KernelLowering:
         for each, result in zip(self.plan.matmuls, results):
             at.env[each.output] = result
         return results
+
+    def row_scale_init(self) -> tuple[rules.RowReduction | None, list[SSAValue]]:
+        """The row-scaled prologue's reduction rule and empty statistics (None and [] without one)."""
+        norm = self.row_scaled
+        if norm is None:
+            return None, []
+        rule = rules.ROW_REDUCTIONS[type(norm)]
+        self.b.origin = origin_label(norm)
+        return rule, rule.init(self.b, BLOCK_M)
 
     def scale_rows(self, at: ColumnTile, accumulators: list[SSAValue], state: list[SSAValue]) -> None:
         """Finish a row-scaled prologue: its statistics from ``state``, each accumulator's rows times the scale."""
@@ -326,9 +334,7 @@ class KernelLowering:
         self.b.block = finisher.body.block
         zero = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum")
         norm = self.row_scaled
-        rule = rules.ROW_REDUCTIONS[type(norm)] if norm is not None else None
-        self.b.origin = origin_label(norm) if norm is not None else None
-        states = rule.init(self.b, BLOCK_M) if norm is not None else []
+        rule, states = self.row_scale_init()
 
         def add_split(carried):
             self.b.origin = None
@@ -699,7 +705,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
     if strategy == "tile2d" or strategy in TILE_STATISTICS_STRATEGIES:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]
         # strip_sync's persistent launch walks this grid in row-strip order, not in groups.
-        if plan.matmul is not None and strategy != "strip_sync":
+        if plan.matmul is not None and strategy in TILE_GRID_STRATEGIES:
             params.append(GROUP_M)
             group = GROUP_M
     elif strategy == "skinny_m":
