@@ -44,7 +44,7 @@ from xdsl.utils.exceptions import PassFailedException
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
 from amk.dialects.tiled_loop import TileType
-from amk.lowering.configs import KernelConfig, default_config
+from amk.lowering.configs import SWITCHES, KernelConfig, default_config
 from amk.symbolic import Dim, provably_divisible
 
 INDEX_LIMIT = 2**31
@@ -259,6 +259,10 @@ class StagePass(ModulePass):
         return {field: getattr(self, option) for field, option in self.OPTIONS.items()}
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for field in SWITCHES:
+            value = getattr(self, self.OPTIONS[field])
+            if value not in (0, 1):
+                raise PassFailedException(f"amk-stage: {self.OPTIONS[field]} must be 0 or 1, got {value!r}")
         for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
             if self.kernel and kernel.sym_name.data != self.kernel:
                 continue

@@ -110,3 +110,14 @@ def test_the_tuner_offers_the_switches_on_tma_devices_and_prunes_them_elsewhere(
     assert "persistent TMA" in prune_reason(KernelConfig(**{**tiles.as_dict(), "WARP_SPECIALIZE": 1}), "tile2d", True,
                                             2, hopper)
     assert prune_reason(KernelConfig(**{**tiles.as_dict(), "PERSISTENT": 1, "TMA": 1}), "tile2d", True, 2, hopper) is None
+
+
+def test_amk_stage_rejects_a_switch_that_is_not_0_or_1():
+    from xdsl.utils.exceptions import PassFailedException
+
+    from amk.lowering.stage import StagePass
+    from amk.pipeline import make_context
+
+    module = build_module(*GEMM_CHAINS[0][:2], torch.float16)
+    with pytest.raises(PassFailedException, match="amk-stage: tma must be 0 or 1, got 2"):
+        StagePass(tma=2).apply(make_context(), module)
