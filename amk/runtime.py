@@ -21,6 +21,7 @@ import torch
 
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
+from amk.replay import LaunchReplay
 
 if TYPE_CHECKING:
     from xdsl.dialects import func
@@ -316,7 +317,8 @@ class Program:
         """For a program of kernel launches only, each taking its operands as they are (no reshape, no transposed
         view): a function of the argument tensors that allocates each launch's outputs and launches, with the output
         shapes and dtypes and the workspace buffers found once, here, for ``bindings`` on ``device``. None for other
-        programs (an op run in PyTorch, a view), which run through ``__call__``."""
+        programs (an op run in PyTorch, a view), which run through ``__call__``. On a GPU each launch is a
+        :class:`~amk.replay.LaunchReplay`: from the second call on, Triton's compiled kernels are launched directly."""
         launches = self.steps[:-1]
         if any(step.kind != "launch" or not all(self.as_is[id(step)]) for step in launches):
             return None
@@ -326,25 +328,26 @@ class Program:
             outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
             workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
                          for index, spec in enumerate(kernel.workspace)]
-            plans.append((kernel, step.operands, step.outputs, outputs, workspace))
+            launch = kernel.launch if device.type != "cuda" else LaunchReplay(kernel.launch, len(step.operands))
+            plans.append((launch, step.operands, step.outputs, outputs, workspace))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
         if len(plans) == 1 and plans[0][1] == arg_ids and plans[0][2] == returned:
             # One kernel on the arguments as given (most op chains): no value table, ~1 us less per call.
-            ((kernel, _, _, outputs, workspace),) = plans
+            ((launch, _, _, outputs, workspace),) = plans
 
             def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-                kernel.launch(*tensors, *results, *workspace)
+                launch(*tensors, *results, *workspace)
                 return results
 
             return run_one
 
         def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             values = dict(zip(arg_ids, tensors))
-            for kernel, operands, ids, outputs, workspace in plans:
+            for launch, operands, ids, outputs, workspace in plans:
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
                 values.update(zip(ids, results))
-                kernel.launch(*[values[value] for value in operands], *results, *workspace)
+                launch(*[values[value] for value in operands], *results, *workspace)
             return [values[value] for value in returned]
 
         return run

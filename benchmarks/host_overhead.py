@@ -3,9 +3,9 @@
     python benchmarks/host_overhead.py --out benchmarks/results/DATE-h200-host-overhead.json
 
 Per call, in microseconds of host time (a loop of launches, synchronized once at the end, divided by the count):
-``amk`` is ``kernel(*inputs)`` (argument checks, views, output allocation, the emitted launcher, Triton's launch);
-``bare_triton`` calls the emitted launcher directly on tensors prepared once (Triton's own launch path only). On a
-GPU the difference is what amk adds. Without a GPU the kernels would run in Triton's interpreter, so there the launch
+``amk`` is ``kernel(*inputs)`` (the hot path's checks, output allocation, then on a GPU the compiled kernel launched
+directly by ``amk.replay``); ``bare_triton`` calls the emitted launcher directly on tensors prepared once (``kernel[grid](...)``,
+Triton's own launch path only). On a GPU the difference is what amk adds (negative: amk's call is the cheaper). Without a GPU the kernels would run in Triton's interpreter, so there the launch
 is replaced by a no-op in both and ``amk`` is amk's own Python path alone.
 """
 

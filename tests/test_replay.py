@@ -1,0 +1,144 @@
+"""Launch replay: after one launch through Triton, a hot-path call launches the recorded compiled kernel directly.
+
+Without a GPU, Triton's interpreter has no compiled kernel to replay, so the logic (which arguments are refilled,
+which layouts fall back to the emitted launcher) is checked against a stand-in for a compiled kernel that computes in
+PyTorch; on a GPU, the real thing is checked end to end, under a CUDA graph too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import eager, make_inputs, rel_l2
+from triton.runtime.jit import JITFunction
+
+import amk
+from amk.replay import LaunchReplay
+
+LAUNCHER = '''
+def launch(x, out):
+    grid = (x.shape[0],)
+    scale_kernel[grid](x, out, x.stride(0), x.stride(1), SCALE=3, num_warps=1)
+'''
+
+
+def scale(x, out, stride_0, stride_1, SCALE):
+    out.copy_(torch.as_strided(x, x.shape, (stride_0, stride_1)) * SCALE)
+
+
+class CompiledStandIn:
+    """What Triton's compiled kernel offers the replay: metadata and ``[grid](*arguments)``; counts its launches."""
+
+    name = "scale_kernel"
+    metadata = SimpleNamespace(global_scratch_size=0)
+
+    def __init__(self):
+        self.direct_launches = []
+
+    def __getitem__(self, grid):
+        def runner(*arguments):
+            self.direct_launches.append(grid)
+            scale(*arguments)
+
+        return runner
+
+
+class JITStandIn(JITFunction):
+    """``scale`` as a jit kernel whose launches run in PyTorch."""
+
+    def __init__(self):  # noqa: D107 - Triton's constructor would parse the function for a GPU compile
+        self.signature = inspect.signature(scale)
+        self.compiled = CompiledStandIn()
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.launches += 1
+            scale(*args, SCALE=kwargs["SCALE"])
+            return self.compiled
+
+        return run
+
+
+def make_replay():
+    namespace = {"scale_kernel": JITStandIn()}
+    exec(LAUNCHER, namespace)
+    return LaunchReplay(namespace["launch"], checked=1), namespace["scale_kernel"]
+
+
+def test_the_first_call_records_and_later_calls_launch_directly_with_their_own_tensors():
+    replay, jit = make_replay()
+    for _ in range(4):
+        x, out = torch.randn(4, 6), torch.empty(4, 6)
+        replay(x, out)
+        torch.testing.assert_close(out, x * 3)
+    assert jit.launches == 1
+    assert jit.compiled.direct_launches == [(4, 1, 1)] * 3
+    assert isinstance(replay.launch.__globals__["scale_kernel"], JITStandIn)  # the recorder was taken away again
+
+
+def test_a_layout_other_than_the_recorded_one_goes_through_the_launcher():
+    replay, jit = make_replay()
+    replay(torch.randn(4, 6), torch.empty(4, 6))
+    transposed = torch.randn(6, 4).t()  # same shape, other strides: another specialization
+    misaligned = torch.randn(25)[1:].view(4, 6)  # 4-byte offset: Triton specializes on 16-byte alignment
+    for x in (transposed, misaligned):
+        out = torch.empty(4, 6)
+        replay(x, out)
+        torch.testing.assert_close(out, x * 3)
+    assert jit.launches == 3 and jit.compiled.direct_launches == []
+    replay(torch.randn(4, 6), torch.empty(4, 6))
+    assert jit.compiled.direct_launches == [(4, 1, 1)]
+
+
+def test_without_a_compiled_kernel_the_launcher_keeps_running():
+    replay, jit = make_replay()
+    jit.compiled = None  # what Triton's interpreter returns
+    for _ in range(3):
+        x, out = torch.randn(4, 6), torch.empty(4, 6)
+        replay(x, out)
+        torch.testing.assert_close(out, x * 3)
+    assert replay.replay is None and jit.launches == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
+def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
+    """D-like chain (RMSNorm prologue, split-K GEMM, residual): after the recording call Triton's launch path is not
+    run again, every call computes its own inputs, a transposed input falls back, and a CUDA graph captures it."""
+    ops = ["rmsnorm", "matmul", "add"]
+    shapes = [(16, 512), (512,), (512, 256), (16, 256)]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.bfloat16)
+    jit_runs = []
+    run = JITFunction.run
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: jit_runs.append(self) or run(self, *a, **k))
+
+    def check(inputs):
+        output = kernel(*inputs)
+        assert rel_l2(output, eager(ops, [t.double() for t in inputs])) < 1e-2
+        return output
+
+    for seed in range(4):
+        check([t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=seed)])
+    launched_through_triton = len(jit_runs)
+    assert launched_through_triton >= 1
+    check([t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=9)])
+    assert len(jit_runs) == launched_through_triton
+
+    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=5)]
+    inputs[2] = inputs[2].t().contiguous().t()  # the weight column-major: the launcher's path
+    check(inputs)
+    assert len(jit_runs) > launched_through_triton
+
+    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=6)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(*inputs)
+    fresh = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=7)]
+    for tensor, new in zip(inputs, fresh):
+        tensor.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < 1e-2
