@@ -210,6 +210,18 @@ def _cast(b: TileBuilder, op: tensor_op.CastOp, x):
 
 
 @dataclass(frozen=True)
+class ColumnSums:
+    """For a state whose components are row sums of per-element terms (RMSNorm: the column count and the sum of
+    squares): ``init(b, rows, cols)`` gives zero term tiles (``[1, cols]`` for a term equal in every row) and
+    ``terms(b, x, valid)`` one column tile's terms, shaped alike. A K loop then adds the terms element-wise and sums
+    each row once after the loop, instead of reducing across threads in every iteration (measured on the H200: the
+    per-iteration reductions made D's RMSNorm prologue cost 3 µs over the GEMM's 8.5)."""
+
+    init: Callable
+    terms: Callable
+
+
+@dataclass(frozen=True)
 class RowReduction:
     """Running statistics over the columns of a row.
 
@@ -222,7 +234,8 @@ class RowReduction:
     norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
     ``unscaled(b, op, x, operands)``, for a norm whose value is a per-row scale (its first statistic) times a tile
     that needs no statistics (RMSNorm: ``rstd * (x * weight)``), gives that tile: a matmul reading the norm can then
-    scale its accumulator's rows instead of waiting for the statistics.
+    scale its accumulator's rows instead of waiting for the statistics. ``column_sums`` (:class:`ColumnSums`), for
+    states made of row sums, lets a loop defer the row reductions to its end.
     """
 
     init: Callable
@@ -233,6 +246,7 @@ class RowReduction:
     apply: Callable
     keeps_shape: bool
     unscaled: Callable | None = None
+    column_sums: ColumnSums | None = None
 
     def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:
         return self.combine(b, state, self.tile_state(b, x, valid))
@@ -389,6 +403,16 @@ def _rms_tile(b, x, valid):
     return [_count(b, valid, x), b.reduce("sum", b.mul(x, x))]
 
 
+def _rms_terms_init(b, rows, cols):
+    return [b.full(0.0, [1, cols], "count_terms"), b.full(0.0, [rows, cols], "sumsq_terms")]
+
+
+def _rms_terms(b, x, valid):
+    x = b.masked(x, valid, 0.0)
+    ones = b.full(1.0, [1, x.type.dims[1]]) if valid is None else b.select(valid, 1.0, 0.0)
+    return [ones, b.mul(x, x)]
+
+
 def _rms_finalize(b, state, op):
     count, sumsq = state
     return [b.unary("rsqrt", b.add_(b.div(sumsq, count), _eps(op)), "rstd")]
@@ -426,7 +450,8 @@ ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,
     keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
-    _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True, unscaled=_rms_unscaled)
+    _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True, unscaled=_rms_unscaled,
+    column_sums=ColumnSums(_rms_terms_init, _rms_terms))
 
 
 def reduction_input(op: Operation) -> SSAValue:

@@ -217,6 +217,12 @@ class KernelLowering:
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
         norm = self.row_scaled
         rule, states = self.row_scale_init()
+        sums = rule.column_sums if rule is not None else None
+        if sums is not None:
+            self.b.origin = origin_label(norm)
+            carried_state = sums.init(self.b, BLOCK_M, BLOCK_K)
+        else:
+            carried_state = states
 
         def body(carried):
             self.b.origin = None
@@ -231,7 +237,10 @@ class KernelLowering:
                 valid = self.valid_cols(at)
                 extras = [self.compute(v, at) for v in rules.reduction_extras(norm)]
                 self.b.origin = origin_label(norm)
-                state = rule.update(self.b, state, x, valid)
+                if sums is not None:
+                    state = [self.b.add_(total, term) for total, term in zip(state, sums.terms(self.b, x, valid))]
+                else:
+                    state = rule.update(self.b, state, x, valid)
                 unscaled = rule.unscaled(self.b, norm, x, extras)
                 self.b.origin = None
                 a = self.b.cast(self.b.masked(unscaled, valid, 0.0), matmul.lhs.type.element_type, "a_tile")
@@ -254,10 +263,13 @@ class KernelLowering:
             return updated + state
 
         lower, upper = k_range if k_range is not None else (Dim(0), self.plan.contraction)
-        results = self.loop("k", upper, BLOCK_K, accumulators + states, body,
+        results = self.loop("k", upper, BLOCK_K, accumulators + carried_state, body,
                             "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
                             "memory", lower=lower)
         results, self.prologue_state = results[:len(accumulators)], results[len(accumulators):]
+        if sums is not None:
+            self.b.origin = origin_label(norm)
+            self.prologue_state = rule.combine(self.b, states, [self.b.reduce("sum", t) for t in self.prologue_state])
         for each, result in zip(self.plan.matmuls, results):
             at.env[each.output] = result
         return results
