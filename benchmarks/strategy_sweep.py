@@ -1,6 +1,6 @@
 """Diagnostic: each row-reduction strategy of one workload, tuned on its own, then timed as a whole program.
 
-    python benchmarks/strategy_sweep.py --workload G --strategies row_strip,strip_recompute,tile_recompute:16 \
+    python benchmarks/strategy_sweep.py --workload G [--variant 3] --strategies row_strip,strip_recompute,tile_recompute:16 \
         --grid BLOCK_SIZE_M=16,32,64 BLOCK_SIZE_N=128,256 --budget 24 --out benchmarks/results/<stem>.json
 
 ``strategy:N`` also sets ``merge_chunk=N`` (amk-tile's options; without it, the strategy's default). Each strategy
@@ -39,14 +39,19 @@ def main() -> None:
     parser.add_argument("--strategies", required=True)
     parser.add_argument("--grid", nargs="*", default=[])
     parser.add_argument("--budget", type=int, default=24)
+    parser.add_argument("--variant", type=int, default=1,
+                        help="1: the workload's own shapes; 2, 3: its extra shapes (as run.py --extra-shapes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
+    if args.variant > 1:
+        workload = workload.variants()[args.variant - 2]
     torch.manual_seed(0)
     inputs = [torch.randn(s, device="cuda", dtype=workload.dtype) / (s[0] ** 0.5 if i == workload.weight else 1)
               for i, s in enumerate(workload.shapes)]
     expected = workload.eager(*[t.double() for t in inputs])
-    rows = [{"strategy": "eager", "ms": time_ms(lambda: workload.eager(*inputs))}]
+    rows = [{"strategy": "eager", "workload": workload.name, "shapes": workload.shapes,
+             "ms": time_ms(lambda: workload.eager(*inputs))}]
     print(json.dumps(rows[0]), flush=True)
     overrides = parse_grid(args.grid)
     for item in args.strategies.split(","):
