@@ -4,8 +4,10 @@
 
 All timed as the D/E targets are (``do_bench_cudagraph``, median), in one process on the same weight W[4096, 4096]
 bf16: a column sum of W in fp32 (PyTorch's reduction: a pure read of W, the practical floor of one kernel that
-streams it), the cuBLAS GEMM alone for M = 16 and M = 1, amk's GEMM + residual (no RMSNorm) and amk's D and E at
-the configuration the tuner chose in ``2026-11-30-h200-decode-48`` (outputs checked against eager first).
+streams it), the cuBLAS GEMM alone for M = 16 and M = 1, then amk's GEMM + residual with a growing prologue — none,
+``x * g`` (elementwise: the A operand computed in registers), RMSNorm without a weight (row statistics), the full
+RMSNorm with its weight (D and E) — at the configuration the tuner chose in ``2026-11-30-h200-decode-48`` (outputs
+checked against eager first), so that each piece of the prologue's cost shows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ def main() -> None:
         rows.append({"name": f"cuBLAS x[{m},4096] @ W alone", "ms": time_ms(lambda x=x: x @ w, cuda_graph=True)})
         rows.append(amk_row(f"amk x[{m},4096] @ W + residual", ["matmul", "add"],
                             [(m, hidden), (hidden, hidden), (m, hidden)], [x, w, residual], x @ w + residual))
+        rows.append(amk_row(f"amk (x[{m},4096]*g) @ W + residual", ["mul", "matmul", "add"],
+                            [(m, hidden), (hidden,), (hidden, hidden), (m, hidden)], [x, gamma, w, residual],
+                            (x * gamma) @ w + residual))
+        unweighted = torch.nn.functional.rms_norm(x.float(), (hidden,), eps=1e-5).to(torch.bfloat16)
+        rows.append(amk_row(f"amk RMSNorm(x[{m},4096]) @ W + residual", ["rmsnorm", "matmul", "add"],
+                            [(m, hidden), (hidden, hidden), (m, hidden)], [x, w, residual], unweighted @ w + residual))
         normed = torch.nn.functional.rms_norm(x.float(), (hidden,), eps=1e-5) * gamma.float()
         reference = (normed.to(torch.bfloat16) @ w) + residual
         rows.append(amk_row(f"amk RMSNorm(x[{m},4096])*g @ W + residual", ["rmsnorm", "matmul", "add"],
