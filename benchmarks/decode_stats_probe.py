@@ -8,7 +8,8 @@ add one multiply-add per element of a [16, 128] tile. Hypothesis: ``x`` then has
 memory in every iteration. The probe times amk's D kernel (RMSNorm, split-K, the tuner's configuration in
 ``2026-11-30-h200-decode-48``) as emitted and with its K loop edited: ``no_stats`` (the sum of squares dropped: a
 timing bound, wrong output), ``dot_tf32x3`` / ``dot_tf32`` (the row sums of ``x * x`` taken by a second ``tl.dot``
-against a tile of ones, so that both uses of ``x`` want the dot operand layout). Under CUDA graphs, each output
+against a tile of ones, so that both uses of ``x`` want the dot operand layout), ``gram_diagonal`` (the diagonal of
+``x @ x^T`` on the bf16 tile: exact, and both operands are the tile the main dot reads). Under CUDA graphs, each output
 compared with the unedited kernel's. A probe of the emitted code, not something amk emits.
 """
 
@@ -35,8 +36,15 @@ def by_dot(precision: str) -> list[tuple[str, str]]:
             (REDUCE, "rmsnorm_6 = tl.max(sumsq_terms_1, axis=1, keep_dims=True)")]
 
 
+# x @ x^T on the bf16 tile: its diagonal is the rows' sums of squares, exact (a product of two bf16 values fits in
+# fp32), and both operands come from the tile the main dot reads.
+GRAM = [(TERMS, "sumsq_terms = tl.full((BLOCK_M, BLOCK_M), 0.0, tl.float32)"),
+        (UPDATE, "rmsnorm_3 = tl.dot(x_tile, tl.trans(x_tile), sumsq_terms_1)"),
+        (REDUCE, "rmsnorm_6 = tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], "
+                 "sumsq_terms_1, 0.0), axis=1, keep_dims=True)")]
+
 VARIANTS = {"as_emitted": [], "no_stats": [(UPDATE, "rmsnorm_3 = sumsq_terms_1")],
-            "dot_tf32x3": by_dot("tf32x3"), "dot_tf32": by_dot("tf32")}
+            "dot_tf32x3": by_dot("tf32x3"), "dot_tf32": by_dot("tf32"), "gram_diagonal": GRAM}
 
 
 def main() -> None:
