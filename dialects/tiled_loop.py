@@ -589,6 +589,52 @@ class CastOp(IRDLOperation):
 
 
 @irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """A tile with its axes swapped, e.g. the right operand of ``x @ x^T``:
+    ``%xt = tiled_loop.transpose %x : !tiled_loop.tile<[BLOCK_M, BLOCK_K], bf16> -> !tiled_loop.tile<[BLOCK_K, BLOCK_M], bf16>``."""
+
+    name = "tiled_loop.transpose"
+    input = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue):
+        rows, cols = input.type.dims
+        super().__init__(operands=[input], result_types=[TileType([cols, rows], input.type.element_type)])
+
+    def verify_(self) -> None:
+        rows, cols = self.input.type.dims
+        _check_result_shape(self, (cols, rows))
+        if self.result.type.element_type != self.input.type.element_type:
+            raise VerifyException(f"'{self.name}' keeps the element type")
+
+
+@irdl_op_definition
+class DiagonalOp(IRDLOperation):
+    """The diagonal of a square tile as a column, ``[N, N] -> [N, 1]`` (the rows' sums of squares are the diagonal
+    of ``x @ x^T``)::
+
+        %sumsq = tiled_loop.diagonal %gram : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+    """
+
+    name = "tiled_loop.diagonal"
+    input = operand_def(TileType)
+    result = result_def(TileType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue):
+        super().__init__(operands=[input], result_types=[TileType([input.type.dims[0], 1], input.type.element_type)])
+
+    def verify_(self) -> None:
+        rows, cols = self.input.type.dims
+        if rows != cols:
+            raise VerifyException(f"'{self.name}' needs a square tile, got [{rows}, {cols}]")
+        _check_result_shape(self, (rows, Dim(1)))
+
+
+@irdl_op_definition
 class ReduceOp(_TileComputeOp):
     """Reduces a tile along its columns, keeping the axis: ``[R, C] -> [R, 1]``::
 
@@ -777,6 +823,6 @@ class LaunchOp(IRDLOperation):
 
 
 TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, StripBarrierOp, RelaunchOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
-                  ReduceOp, InBoundsOp]
+                  TransposeOp, DiagonalOp, ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

@@ -390,6 +390,15 @@ class TritonEmitter:
     def emit_tiled_loop_cast(self, op: tiled_loop.CastOp, indent: int) -> None:
         self.assign(op.result, self.convert(op.input, op.result.type.element_type), indent)
 
+    def emit_tiled_loop_transpose(self, op: tiled_loop.TransposeOp, indent: int) -> None:
+        self.assign(op.result, f"tl.trans({self.name(op.input)})", indent)
+
+    def emit_tiled_loop_diagonal(self, op: tiled_loop.DiagonalOp, indent: int) -> None:
+        size = self.expr(op.input.type.dims[0])
+        on_diagonal = f"tl.arange(0, {size})[:, None] == tl.arange(0, {size})[None, :]"
+        self.assign(op.result, f"tl.sum(tl.where({on_diagonal}, {self.name(op.input)}, 0.0), axis=1, keep_dims=True)",
+                    indent)
+
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp, indent: int) -> None:
         self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)", indent)
 

@@ -210,15 +210,19 @@ def _cast(b: TileBuilder, op: tensor_op.CastOp, x):
 
 
 @dataclass(frozen=True)
-class ColumnSums:
-    """For a state whose components are row sums of per-element terms (RMSNorm: the column count and the sum of
-    squares): ``init(b, rows, cols)`` gives zero term tiles (``[1, cols]`` for a term equal in every row) and
-    ``terms(b, x, valid)`` one column tile's terms, shaped alike. A K loop then adds the terms element-wise and sums
-    each row once after the loop, instead of reducing across threads in every iteration (measured on the H200: the
-    per-iteration reductions made D's RMSNorm prologue cost 3 µs over the GEMM's 8.5)."""
+class ColumnSum:
+    """A state component (``name``) that is the row sum of per-element terms (RMSNorm: the column count, the sum of
+    squares). ``term(b, x, valid)`` gives one column tile's terms: ``[1, cols]`` when ``per_row`` is False (the same in every
+    row, as a count), else ``[rows, cols]``. A K loop adds the terms element-wise and sums each row once after the
+    loop, instead of reducing across threads in every iteration. ``squares``: the terms are ``x * x``, so over a
+    16-bit tile the loop may take the sums as the diagonal of ``x @ x^T`` instead, on the tensor cores (each product
+    of two 16-bit values is exact in fp32). Measured on the H200 (``benchmarks/decode_stats_probe.py``): D's
+    statistics cost 1.9 µs of an 11.4 µs kernel element-wise and nothing as a Gram diagonal."""
 
-    init: Callable
-    terms: Callable
+    name: str
+    term: Callable
+    per_row: bool = True
+    squares: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,8 +238,8 @@ class RowReduction:
     norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
     ``unscaled(b, op, x, operands)``, for a norm whose value is a per-row scale (its first statistic) times a tile
     that needs no statistics (RMSNorm: ``rstd * (x * weight)``), gives that tile: a matmul reading the norm can then
-    scale its accumulator's rows instead of waiting for the statistics. ``column_sums`` (:class:`ColumnSums`), for
-    states made of row sums, lets a loop defer the row reductions to its end.
+    scale its accumulator's rows instead of waiting for the statistics. ``column_sums``, for
+    states made of row sums (one :class:`ColumnSum` per component), lets a loop defer the row reductions to its end.
     """
 
     init: Callable
@@ -246,7 +250,7 @@ class RowReduction:
     apply: Callable
     keeps_shape: bool
     unscaled: Callable | None = None
-    column_sums: ColumnSums | None = None
+    column_sums: tuple[ColumnSum, ...] | None = None
 
     def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:
         return self.combine(b, state, self.tile_state(b, x, valid))
@@ -403,14 +407,13 @@ def _rms_tile(b, x, valid):
     return [_count(b, valid, x), b.reduce("sum", b.mul(x, x))]
 
 
-def _rms_terms_init(b, rows, cols):
-    return [b.full(0.0, [1, cols], "count_terms"), b.full(0.0, [rows, cols], "sumsq_terms")]
+def _column_count(b, x, valid):
+    return b.full(1.0, [1, x.type.dims[1]]) if valid is None else b.select(valid, 1.0, 0.0)
 
 
-def _rms_terms(b, x, valid):
+def _squares(b, x, valid):
     x = b.masked(x, valid, 0.0)
-    ones = b.full(1.0, [1, x.type.dims[1]]) if valid is None else b.select(valid, 1.0, 0.0)
-    return [ones, b.mul(x, x)]
+    return b.mul(x, x)
 
 
 def _rms_finalize(b, state, op):
@@ -451,7 +454,7 @@ ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
     _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True, unscaled=_rms_unscaled,
-    column_sums=ColumnSums(_rms_terms_init, _rms_terms))
+    column_sums=(ColumnSum("count", _column_count, per_row=False), ColumnSum("sumsq", _squares, squares=True)))
 
 
 def reduction_input(op: Operation) -> SSAValue:

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr, f32, i32
+from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr, bf16, f16, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -218,9 +218,12 @@ class KernelLowering:
         norm = self.row_scaled
         rule, states = self.row_scale_init()
         sums = rule.column_sums if rule is not None else None
+        gram = sums is not None and self.gram_applies(norm)
         if sums is not None:
             self.b.origin = origin_label(norm)
-            carried_state = sums.init(self.b, BLOCK_M, BLOCK_K)
+            carried_state = [self.b.full(0.0, [BLOCK_M, BLOCK_M] if gram and each.squares
+                                         else [BLOCK_M if each.per_row else 1, BLOCK_K],
+                                         "gram" if gram and each.squares else f"{each.name}_terms") for each in sums]
         else:
             carried_state = states
 
@@ -238,7 +241,8 @@ class KernelLowering:
                 extras = [self.compute(v, at) for v in rules.reduction_extras(norm)]
                 self.b.origin = origin_label(norm)
                 if sums is not None:
-                    state = [self.b.add_(total, term) for total, term in zip(state, sums.terms(self.b, x, valid))]
+                    state = [self.gram_update(x, total) if gram and each.squares
+                             else self.b.add_(total, each.term(self.b, x, valid)) for each, total in zip(sums, state)]
                 else:
                     state = rule.update(self.b, state, x, valid)
                 unscaled = rule.unscaled(self.b, norm, x, extras)
@@ -269,10 +273,25 @@ class KernelLowering:
         results, self.prologue_state = results[:len(accumulators)], results[len(accumulators):]
         if sums is not None:
             self.b.origin = origin_label(norm)
-            self.prologue_state = rule.combine(self.b, states, [self.b.reduce("sum", t) for t in self.prologue_state])
+            totals = [self.b.add(tiled_loop.DiagonalOp(total)) if gram and each.squares else self.b.reduce("sum", total)
+                      for each, total in zip(sums, self.prologue_state)]
+            self.prologue_state = rule.combine(self.b, states, totals)
         for each, result in zip(self.plan.matmuls, results):
             at.env[each.output] = result
         return results
+
+    def gram_applies(self, norm: Operation) -> bool:
+        """Whether a row-scaled norm's sums of squares may come from ``x @ x^T``: its input is a 16-bit kernel
+        operand, loaded as it is (the products are then exact in fp32; an fp32 input would go through tf32)."""
+        source = rules.reduction_input(norm)
+        return source in self.arg_of and source.type.element_type in (f16, bf16)
+
+    def gram_update(self, x: SSAValue, gram: SSAValue) -> SSAValue:
+        """``gram + x @ x^T`` on the 16-bit tile that ``x`` (its fp32 upcast) was loaded as."""
+        loaded = x.owner.input
+        self.b.origin = origin_label(self.row_scaled)
+        transposed = self.b.add(tiled_loop.TransposeOp(loaded), f"{loaded.name_hint}_t")
+        return self.b.add(tiled_loop.DotOp(loaded, transposed, gram), "gram")
 
     def row_scale_init(self) -> tuple[rules.RowReduction | None, list[SSAValue]]:
         """The row-scaled prologue's reduction rule and empty statistics (None and [] without one)."""

@@ -745,6 +745,10 @@ tiled_loop.kernel @k attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdi
   %v = tiled_loop.in_bounds <[0, pid_n * BLOCK_N]> within <[M, 64]> : !tiled_loop.tile<[1, BLOCK_N], i1>
   %s = tiled_loop.select %v, %y, %m : (!tiled_loop.tile<[1, BLOCK_N], i1>, !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>, !tiled_loop.tile<[1, 1], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
   %r = tiled_loop.reduce "sum" %s : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+  %st = tiled_loop.transpose %s : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_N, BLOCK_M], f32>
+  %zero_gram = tiled_loop.full 0.0 : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32>
+  %gram = tiled_loop.dot %s, %st, %zero_gram : (!tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>, !tiled_loop.tile<[BLOCK_N, BLOCK_M], f32>, !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32>) -> !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32>
+  %sumsq = tiled_loop.diagonal %gram : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
   %c = tiled_loop.cast %s : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f16>
   tiled_loop.store %c, %out <[pid_m * BLOCK_M, pid_n * BLOCK_N]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f16> -> !tensor_op.tensor<[M, 64], f16>
 }
@@ -845,3 +849,24 @@ def test_random_dims_reparse_to_equal_values_and_settle(dims):
     again = Parser(CTX, str(parsed)).parse_type()
     assert again == parsed
     assert str(again) == str(parsed)
+
+
+def test_transpose_swaps_the_axes_and_keeps_the_element_type():
+    block = Block(arg_types=[TileType(["BLOCK_M", "BLOCK_K"], bf16)])
+    transposed = tl.TransposeOp(block.args[0])
+    assert transposed.result.type == TileType(["BLOCK_K", "BLOCK_M"], bf16)
+    wrong = tl.TransposeOp.create(operands=[block.args[0]], result_types=[TileType(["BLOCK_M", "BLOCK_K"], bf16)])
+    block.add_ops([transposed, wrong])
+    with pytest.raises(VerifyException, match=r"result tile is \[BLOCK_M, BLOCK_K\], expected \[BLOCK_K, BLOCK_M\]"):
+        wrong.verify()
+
+
+def test_diagonal_needs_a_square_tile():
+    block = Block(arg_types=[TileType(["BLOCK_M", "BLOCK_M"], f32), TileType(["BLOCK_M", "BLOCK_N"], f32)])
+    diagonal = tl.DiagonalOp(block.args[0])
+    assert diagonal.result.type == TileType(["BLOCK_M", 1], f32)
+    not_square = tl.DiagonalOp.create(operands=[block.args[1]], result_types=[TileType(["BLOCK_M", 1], f32)])
+    block.add_ops([diagonal, not_square])
+    diagonal.verify()
+    with pytest.raises(VerifyException, match=r"'tiled_loop.diagonal' needs a square tile, got \[BLOCK_M, BLOCK_N\]"):
+        not_square.verify()

@@ -238,6 +238,8 @@ def test_norm_prologue_of_a_single_row_fuses(k):
     RMSNorm prologue fuses into the matmul kernel (it once ran as a separate PyTorch op)."""
     kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(1, k), (k,), (k, N), (1, N)], FP32, kernels=1)
     assert [step.kind for step in kernel.compiled.program.steps] == ["launch", "return"]
+    # fp32 rows keep element-wise sums of squares: x @ x^T would round them to tf32 on the tensor cores.
+    assert "tiled_loop.diagonal" not in kernel.ir["tiled_loop"]
 
 
 @pytest.mark.parametrize("dtype", [FP16, BF16], ids=dtype_id)
@@ -245,9 +247,11 @@ def test_norm_prologue_of_a_single_row_fuses(k):
 def test_rmsnorm_prologue_scales_the_accumulator(rows, k, dtype):
     """Decode kernels gather RMSNorm's statistics inside the K loop (each split over its own chunk of K, merged by
     the finisher) and scale the accumulator's rows, ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``: there is no
-    loop over K before the main loop. LayerNorm, whose mean does not factor out, keeps that loop."""
+    loop over K before the main loop; the sums of squares of the 16-bit rows are the diagonal of ``x @ x^T`` (exact
+    products; ragged K and padded rows load as zeros). LayerNorm, whose mean does not factor out, keeps that loop."""
     kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(rows, k), (k,), (k, N), (rows, N)], dtype)
     assert kernel.ir["tiled_loop"].count('tiled_loop.for "k"') == 1
+    assert kernel.ir["tiled_loop"].count("tiled_loop.diagonal") == 1
     layernorm, _ = run_chain(["layernorm", "matmul", "add_bias"], [(rows, k), (k,), (k,), (k, N), (N,)], dtype)
     assert layernorm.ir["tiled_loop"].count('tiled_loop.for "k"') == 2
 

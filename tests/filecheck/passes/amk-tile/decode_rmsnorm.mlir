@@ -16,17 +16,20 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 // CHECK-SAME:    workspace = ["scratch", "scratch", "scratch", "counter"]
 // CHECK:         %count = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // CHECK-NEXT:    %row_sumsq = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, 1], f32>
-// The K loop adds x*x element-wise; each row is summed once after the loop, not across threads every iteration.
+// The sums of squares are the diagonal of x @ x^T, accumulated on the tensor cores from the bf16 tile (each product
+// exact in fp32) and read once after the loop; the column count is added element-wise and summed once as well.
 // CHECK-NEXT:    %count_terms = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[1, BLOCK_K], f32>
-// CHECK-NEXT:    %sumsq_terms = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_K], f32>
-// CHECK-NEXT:    %acc_1, %count_terms_1, %sumsq_terms_1 = tiled_loop.for "k" = <[BLOCK_K*pid_k*{{.*}}]> iter_args(%acc, %count_terms, %sumsq_terms)
+// CHECK-NEXT:    %gram = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32>
+// CHECK-NEXT:    %acc_1, %count_terms_1, %gram_1 = tiled_loop.for "k" = <[BLOCK_K*pid_k*{{.*}}]> iter_args(%acc, %count_terms, %gram)
+// CHECK:           %x_tile = tiled_loop.load %x
 // CHECK-NOT:       tiled_loop.reduce
-// CHECK:           %{{.*}} = tiled_loop.binary "add" %sumsq_terms_2, %{{.*}} {origin = "rmsnorm"} : (!tiled_loop.tile<[BLOCK_M, BLOCK_K], f32>
-// CHECK:           %[[XG:.*]] = tiled_loop.binary "mul" %x_f32, %g_f32 {origin = "rmsnorm"}
+// CHECK:           %x_tile_t = tiled_loop.transpose %x_tile {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_K], bf16> -> !tiled_loop.tile<[BLOCK_K, BLOCK_M], bf16>
+// CHECK-NEXT:      %gram_3 = tiled_loop.dot %x_tile, %x_tile_t, %gram_2 {origin = "rmsnorm"}
+// CHECK-NEXT:      %[[XG:.*]] = tiled_loop.binary "mul" %x_f32, %g_f32 {origin = "rmsnorm"}
 // CHECK:           %a_tile = tiled_loop.cast %{{.*}} -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], bf16>
 // CHECK:           tiled_loop.dot %a_tile, %w_tile, %acc_2 {origin = "matmul"}
 // CHECK:         %[[COUNTS:.*]] = tiled_loop.reduce "sum" %count_terms_1 {origin = "rmsnorm"}
-// CHECK-NEXT:    %[[SQUARES:.*]] = tiled_loop.reduce "sum" %sumsq_terms_1 {origin = "rmsnorm"}
+// CHECK-NEXT:    %[[SQUARES:.*]] = tiled_loop.diagonal %gram_1 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
 // CHECK-NEXT:    %[[COUNT:.*]] = tiled_loop.binary "add" %count, %[[COUNTS]]
 // CHECK-NEXT:    %[[SUMSQ:.*]] = tiled_loop.binary "add" %row_sumsq, %[[SQUARES]]
 // CHECK:         tiled_loop.store %acc_1, %partial_acc

@@ -1,0 +1,25 @@
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=16 block_n=128 block_k=128 split_k=4 num_warps=2 num_stages=5},amk-emit-triton' -t triton | filecheck %s
+
+// A decode step, RMSNorm(x) * g @ W + residual with 16 rows: split-K programs, each gathering the RMSNorm statistics
+// of its chunk of K. The rows' sums of squares are the diagonal of x @ x^T, a second small dot on the bf16 tile the
+// K loop loads anyway (tl.trans, no reduction across threads inside the loop).
+
+func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tensor<[4096], bf16>, %w : !tensor_op.tensor<[4096, 4096], bf16>, %r : !tensor_op.tensor<[16, 4096], bf16>) -> !tensor_op.tensor<[16, 4096], bf16> {
+  %0 = tensor_op.rmsnorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[16, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[16, 4096], bf16>
+  %1 = tensor_op.matmul %0, %w : (!tensor_op.tensor<[16, 4096], bf16>, !tensor_op.tensor<[4096, 4096], bf16>) -> !tensor_op.tensor<[16, 4096], bf16>
+  %2 = tensor_op.add %1, %r : (!tensor_op.tensor<[16, 4096], bf16>, !tensor_op.tensor<[16, 4096], bf16>) -> !tensor_op.tensor<[16, 4096], bf16>
+  func.return %2 : !tensor_op.tensor<[16, 4096], bf16>
+}
+
+// CHECK:       gram = tl.zeros((BLOCK_M, BLOCK_M), dtype=tl.float32)
+// CHECK:       for k in tl.range({{.*}}, num_stages=5):
+// CHECK:           x_tile = tl.load(x_ptr + x_rows[:, None] * stride_x_0 + x_cols[None, :] * stride_x_1)
+// CHECK-NOT:       tl.sum
+// CHECK:           x_tile_t = tl.trans(x_tile)
+// CHECK-NEXT:      gram_2 = tl.dot(x_tile, x_tile_t, gram_1)
+// CHECK:           acc_2 = tl.dot(a_tile, w_tile, acc_1)
+// CHECK:       [[SUMSQ:rmsnorm_[0-9]+]] = tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], gram_1, 0.0), axis=1, keep_dims=True)
+// CHECK:       arrived = tl.atomic_add(tile_counters_ptr
+// CHECK:       if last_split:
+// CHECK:           rstd = tl.rsqrt(
+// CHECK:       grid = (triton.cdiv(4096, 128), triton.cdiv(16, 16), 4,)
