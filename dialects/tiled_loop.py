@@ -570,15 +570,20 @@ class SelectOp(IRDLOperation):
         )
 
 
-@irdl_op_definition
-class CastOp(IRDLOperation):
-    """Element type conversion of a tile: ``%y = tiled_loop.cast %x : !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f32>``."""
+class _TileToTileOp(IRDLOperation):
+    """Base for the ops that turn one tile into another (cast, transpose, diagonal): one operand, one result."""
 
-    name = "tiled_loop.cast"
     input = operand_def(TileType)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+
+@irdl_op_definition
+class CastOp(_TileToTileOp):
+    """Element type conversion of a tile: ``%y = tiled_loop.cast %x : !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f32>``."""
+
+    name = "tiled_loop.cast"
 
     def __init__(self, input: SSAValue, element_type: Attribute):
         super().__init__(operands=[input], result_types=[TileType(input.type.dims, element_type)])
@@ -589,15 +594,11 @@ class CastOp(IRDLOperation):
 
 
 @irdl_op_definition
-class TransposeOp(IRDLOperation):
+class TransposeOp(_TileToTileOp):
     """A tile with its axes swapped, e.g. the right operand of ``x @ x^T``:
     ``%xt = tiled_loop.transpose %x : !tiled_loop.tile<[BLOCK_M, BLOCK_K], bf16> -> !tiled_loop.tile<[BLOCK_K, BLOCK_M], bf16>``."""
 
     name = "tiled_loop.transpose"
-    input = operand_def(TileType)
-    result = result_def(TileType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue):
         rows, cols = input.type.dims
@@ -611,7 +612,7 @@ class TransposeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class DiagonalOp(IRDLOperation):
+class DiagonalOp(_TileToTileOp):
     """The diagonal of a square tile as a column, ``[N, N] -> [N, 1]`` (the rows' sums of squares are the diagonal
     of ``x @ x^T``)::
 
@@ -619,10 +620,6 @@ class DiagonalOp(IRDLOperation):
     """
 
     name = "tiled_loop.diagonal"
-    input = operand_def(TileType)
-    result = result_def(TileType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue):
         super().__init__(operands=[input], result_types=[TileType([input.type.dims[0], 1], input.type.element_type)])
