@@ -613,31 +613,38 @@ MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the 
 STRIP_FINISH_MIN_ELEMENTS = 2**27
 
 
-def default_merge_chunk(strategy: str) -> int:
-    """Measured on the H200 (2026-11-30-h200-merge-chunks): tile_stats' 16-tile rows merge fastest one pipelined
-    tile at a time (0.986 ms against 1.012 with 16); tile_recompute's statistics are the whole of its first launch,
-    and its 64-tile rows merge fastest all at once (0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
-    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" else 1
+def short_contraction(plan: GroupPlan) -> bool:
+    """A static K of at most ``SHORT_CONTRACTION``: the GEMM is cheap next to the row reductions around it."""
+    k = plan.contraction
+    return k is not None and k.is_static and k.value <= SHORT_CONTRACTION
+
+
+def default_merge_chunk(strategy: str, plan: GroupPlan) -> int:
+    """How many tiles' partial statistics a program merges per loop iteration when not asked. Measured on the H200:
+    with a long K the merge is a small part of the second launch, and A's 16-tile rows merge fastest one pipelined
+    tile at a time (0.986 ms against 1.012 with 16, 2026-11-30-h200-merge-chunks); with a short K (or recomputing the
+    tile, whose first launch is nothing but the statistics) the merge is most of the work, and G's 64-tile rows merge
+    fastest all at once (tile_recompute 0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
+    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" or short_contraction(plan) else 1
 
 
 def _reduction_strategy(plan: GroupPlan) -> str:
-    """Measured on the H200 (benchmarks/NOTES.md): with a short K the GEMM is cheap and running it again in a second
-    launch (tile_recompute) or owning whole rows (row_strip) beats storing and re-reading the tile; which of the two
-    depends on the output's size (below). With a long K parallel output tiles keep the GEMM efficient; how the rows
-    are then finished depends on the output's size. tile_stats re-reads the whole pre-normalization output from HBM
-    in a second launch; strip_finish reads each strip back from L2 but one program streams it, and the last strips'
-    finishers form a tail. The second launch won on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm:
-    1.04-1.08 against 1.11-1.18 ms), the finisher on a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm:
-    6.95-7.00 against 7.24 ms). strip_sync, asked for by name, was slower than both."""
-    k = plan.contraction
+    """Measured on the H200 (benchmarks/NOTES.md). With a short K (the GEMM is cheap), below 2^27 outputs parallel
+    output tiles that store the pre-normalization tile and merge a whole row's statistics in one load (tile_stats,
+    merge_chunk 64) won: softmax of q @ k^T at 2^24 / 2^26 outputs 0.040 / 0.161 ms against 0.048 / 0.193 for running
+    the K loop again in the second launch (tile_recompute) and 0.052 / 0.189 for owning whole rows (row_strip,
+    2026-11-30-h200-sweep-G*-tile-stats, -sweep-G2); at 2^28 row_strip won (0.641 against 0.690 and 0.739). With a
+    long K parallel output tiles keep the GEMM efficient; how the rows are then finished depends on the output's
+    size. tile_stats re-reads the whole pre-normalization output from HBM in a second launch; strip_finish reads each
+    strip back from L2 but one program streams it, and the last strips' finishers form a tail. The second launch won
+    on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm: 1.04-1.08 against 1.11-1.18 ms), the finisher on
+    a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm: 6.95-7.00 against 7.24 ms). strip_sync, asked for by
+    name, was slower than both."""
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     large = elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS
-    if k is not None and k.is_static and k.value <= SHORT_CONTRACTION:
-        # Re-running the short K loop beats re-reading the tile once a whole row's statistics merge in one load
-        # (merge_chunk 64) on outputs of 2^24 and 2^26 elements (softmax of q @ k^T: 0.053 against 0.084 ms, 0.170
-        # against 0.189), not on one of 2^28 (0.95 against 0.65; 2026-11-30-h200-auto-recompute-G23). With a
-        # prologue the second launch would need its statistics again.
-        return "tile_recompute" if plan.prologue is None and not large else "row_strip"
+    if short_contraction(plan):
+        # With a prologue (not measured with a short K) each row strip keeps it in one program.
+        return "tile_stats" if plan.prologue is None and not large else "row_strip"
     return "strip_finish" if large else "tile_stats"
 
 
@@ -769,7 +776,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
     KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace,
-                   merge_chunk or default_merge_chunk(strategy)).build()
+                   merge_chunk or default_merge_chunk(strategy, plan)).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
@@ -783,14 +790,14 @@ class TilePass(ModulePass):
     (the same tiles; the last tile of each row strip merges the statistics and normalizes the strip from L2),
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
     other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
-    default: when K is at most 256 ``tile_recompute``, or ``row_strip`` with a prologue or for outputs of 2^27
-    elements or more; else ``strip_finish`` for outputs of 2^27 elements or more, else ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are
-    ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read the pre-normalization tile,
-    which is then never stored (tile_recompute: chains without a prologue).
+    default: ``row_strip`` for outputs of 2^27 elements or more when K is at most 256, or with such a K and a
+    prologue; else ``strip_finish`` for outputs of 2^27 elements or more; else ``tile_stats``). ``tile_recompute``
+    and ``strip_recompute`` are ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read
+    the pre-normalization tile, which is then never stored (tile_recompute: chains without a prologue).
 
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
-    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the strategy's
-    measured best (:func:`default_merge_chunk`: 64 for tile_recompute, else 1, one tile at a time).
+    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best
+    (:func:`default_merge_chunk`: 64 with a K of at most 256 or for tile_recompute, else 1, one tile at a time).
     """
 
     name = "amk-tile"

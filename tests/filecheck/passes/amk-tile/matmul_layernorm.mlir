@@ -16,9 +16,10 @@
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
 // - tile_recompute: as tile_stats, but the first launch stores only the statistics and the
 //   second runs the K loop again instead of re-reading the tile.
-// - auto (the default): tile_recompute when K is short (a static K <= 256; row_strip with a prologue or an output
-//   of 2^27 elements or more); otherwise strip_finish for outputs of 2^27 elements or more, tile_stats for the rest
-//   (here M is symbolic: tile_stats).
+// - auto (the default): row_strip for outputs of 2^27 elements or more when K is short (a static K <= 256), or with
+//   such a K and a prologue; otherwise strip_finish for outputs of 2^27 elements or more, tile_stats for the rest
+//   (here M is symbolic: tile_stats). With a short K the merge is most of tile_stats' second launch, so it merges
+//   64 tiles' statistics per iteration by default (one at a time with a long K).
 
 func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>, %g : !tensor_op.tensor<[512], f16>, %b : !tensor_op.tensor<[512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -63,7 +64,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
-// STATS:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// STATS:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // STATS:           tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
 // STATS:         tiled_loop.unary "rsqrt"
 // STATS-NEXT:    tiled_loop.load %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
@@ -79,7 +80,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // FINISH:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
 // FINISH-NEXT:    %[[LAST:[a-z0-9_]+]] = tiled_loop.last_arrival %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
 // FINISH-NEXT:    tiled_loop.if %[[LAST]] {
-// FINISH:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// FINISH:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // FINISH:             tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
 // FINISH:           tiled_loop.unary "rsqrt"
 // FINISH:           tiled_loop.for "n" = <[0, 512, BLOCK_N]>
@@ -146,13 +147,15 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 // FINISH:         tiled_loop.last_arrival
 // FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
-// The default picks by K: tile_recompute for K = 256 above (its second launch merges a row's statistics 64 tiles
-// at a time), tile_stats for K = 4096.
-// AUTO:        strategy = "tile_recompute"
+// The default is tile_stats for both (M is symbolic); its second launch merges a row's statistics 64 tiles at a
+// time with K = 256, one at a time with K = 4096.
+// AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // AUTO:        tiled_loop.relaunch
 // AUTO:        tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // AUTO-LABEL:  func.func @matmul_layernorm(
 // AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>
+// AUTO:        tiled_loop.relaunch
+// AUTO:        tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
 // AUTO-LABEL:  func.func @matmul_layernorm_long_k(
