@@ -744,10 +744,12 @@ KERNEL_OP_NAMES = ("tiled_loop.kernel", "memory_staged.kernel")  # the staged le
 
 @irdl_op_definition
 class RelaunchOp(IRDLOperation):
-    """Ends the first launch of a kernel: the ops after it run as a second launch over ``grid``, with its own
-    ``program_ids``, once every program of the first has finished. Values cross it only through the kernel's buffers.
-    amk uses it in ``tile_stats`` kernels: output tiles write their rows' partial statistics, and a second, fully
-    parallel launch merges them and normalizes every tile::
+    """Ends a launch of a kernel: the ops after it (up to the next relaunch) run as another launch over ``grid``, with
+    its own ``program_ids``, once every program of the launch before has finished. Values cross it only through the
+    kernel's buffers. ``label`` names the launch (its Triton function is ``<kernel>_<label>_kernel``; default
+    ``finish``) and a ``note`` attribute says what its programs do. amk uses it in ``tile_stats`` kernels: output
+    tiles write their rows' partial statistics, and a second, fully parallel launch merges them and normalizes every
+    tile (with ``merge_launch``, a launch in between merges each row's statistics once)::
 
         tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(4096, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
     """
@@ -755,16 +757,27 @@ class RelaunchOp(IRDLOperation):
     name = "tiled_loop.relaunch"
     grid = prop_def(ExprsAttr)
     program_ids = prop_def(ArrayAttr[StringAttr])
+    label = opt_prop_def(StringAttr)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "attr-dict"
 
-    def __init__(self, grid: Sequence, program_ids: Sequence[str]):
-        super().__init__(properties={"grid": ExprsAttr(grid),
-                                     "program_ids": ArrayAttr([StringAttr(p) for p in program_ids])})
+    DEFAULT_LABEL: ClassVar[str] = "finish"
+
+    def __init__(self, grid: Sequence, program_ids: Sequence[str], label: str | None = None):
+        properties = {"grid": ExprsAttr(grid), "program_ids": ArrayAttr([StringAttr(p) for p in program_ids])}
+        if label is not None:
+            properties["label"] = StringAttr(label)
+        super().__init__(properties=properties)
+
+    @property
+    def launch_label(self) -> str:
+        return self.label.data if self.label is not None else self.DEFAULT_LABEL
 
     def verify_(self) -> None:
         if len(self.grid.dims) != len(self.program_ids.data):
             raise VerifyException(f"'{self.name}' needs one program id per grid axis")
+        if not self.launch_label.isidentifier():
+            raise VerifyException(f"'{self.name}' label must be an identifier, got {self.launch_label!r}")
         block = self.parent_block()
         if block is None or block.parent_op() is None or block.parent_op().name not in KERNEL_OP_NAMES:
             raise VerifyException(f"'{self.name}' must be directly in a kernel body")
@@ -774,14 +787,11 @@ class RelaunchOp(IRDLOperation):
                 break
             before.update(op.results)
         op = self.next_op
-        while op is not None:
+        while op is not None and not isinstance(op, RelaunchOp):
             for inner in op.walk():
-                used = [v for v in inner.operands if v in before]
-                if used:
-                    raise VerifyException(f"'{self.name}': {inner.name} after it uses a value of the first launch; "
+                if any(v in before for v in inner.operands):
+                    raise VerifyException(f"'{self.name}': {inner.name} after it uses a value of an earlier launch; "
                                           "pass values through a buffer")
-                if isinstance(inner, RelaunchOp):
-                    raise VerifyException(f"'{self.name}' may appear once per kernel")
             op = op.next_op
 
 

@@ -99,6 +99,10 @@ def _tma_workspace(size, alignment, stream):
     return torch.empty(size, device="cuda", dtype=torch.int8)'''
 
 
+_FINISH_LAUNCH = ("Second launch, after every program of the first has finished: each program merges its rows' "
+                  "partial statistics and finishes one output tile.")
+
+
 @dataclass
 class _Launch:
     """One ``@triton.jit`` function of a kernel and how it is launched."""
@@ -197,20 +201,21 @@ class TritonEmitter:
         return f"stride_{self.names[self.args[arg_index]]}_{axis}"
 
     def launches(self) -> list[_Launch]:
-        """The kernel's launches: its body up to a ``tiled_loop.relaunch``, then the rest over the relaunch's grid."""
+        """The kernel's launches: its body up to the first ``tiled_loop.relaunch``, then each relaunch's ops over its
+        grid."""
         kernel = self.kernel
         ops = list(kernel.body.block.ops)
-        relaunch = next((i for i, op in enumerate(ops) if isinstance(op, tiled_loop.RelaunchOp)), None)
-        first = _Launch(self.kernel_name, kernel.grid.dims, [p.data for p in kernel.program_ids.data],
-                        kernel.group_size.data if kernel.group_size is not None else None, self.describe(),
-                        ops[:relaunch])
-        if relaunch is None:
-            return [first]
-        op = ops[relaunch]
-        second = _Launch(f"{kernel.sym_name.data}_finish_kernel", op.grid.dims, [p.data for p in op.program_ids.data],
-                         None, "Second launch, after every program of the first has finished: each program merges "
-                         "its rows' partial statistics and finishes one output tile.", ops[relaunch + 1:])
-        return [first, second]
+        cuts = [i for i, op in enumerate(ops) if isinstance(op, tiled_loop.RelaunchOp)]
+        launches = [_Launch(self.kernel_name, kernel.grid.dims, [p.data for p in kernel.program_ids.data],
+                            kernel.group_size.data if kernel.group_size is not None else None, self.describe(),
+                            ops[:cuts[0] if cuts else len(ops)])]
+        for cut, end in zip(cuts, [*cuts[1:], len(ops)]):
+            op = ops[cut]
+            note = op.attributes.get("note")
+            launches.append(_Launch(f"{kernel.sym_name.data}_{op.launch_label}_kernel", op.grid.dims,
+                                    [p.data for p in op.program_ids.data], None,
+                                    note.data if note is not None else _FINISH_LAUNCH, ops[cut + 1:end]))
+        return launches
 
     def emit_kernel(self, launch: _Launch) -> list[str]:
         params = [f"{self.names[a]}_ptr" for a in self.args]

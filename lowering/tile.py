@@ -83,13 +83,15 @@ class KernelLowering:
     """Builds the body of one ``tiled_loop.kernel`` from a group plan."""
 
     def __init__(self, plan: GroupPlan, strategy: str, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
-                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1):
+                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1,
+                 merge_launch: bool = False):
         self.plan = plan
         self.strategy = strategy
         # A norm prologue whose per-row scale is applied to the accumulator, its statistics gathered in the K loop.
         self.row_scaled = row_scaled_prologue(plan, strategy)
         self.prologue_state: list[SSAValue] = []
         self.merge_chunk = merge_chunk
+        self.merge_launch = merge_launch
         # A short K loop run again where the pre-normalization tile would be re-read, which is then never stored.
         self.recompute = strategy in RECOMPUTING_STRATEGIES
         self.kernel = kernel
@@ -478,9 +480,13 @@ class KernelLowering:
         return sizes
 
     def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim) -> None:
-        """Merge the partial statistics of every tile of this row strip into ``self.stats``: ``merge_chunk`` tiles'
-        states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]`` tiles and merged at once (one state per
-        iteration when it is 1)."""
+        """Merge the partial statistics of every tile of this row strip into ``self.stats``."""
+        self.finalize_statistics(self.merged_strip_states(sizes, tiles_per_row), sizes)
+
+    def merged_strip_states(self, sizes: list[int], tiles_per_row: Dim) -> list[SSAValue]:
+        """The states of this row strip's reductions (flat, ``sizes`` components each), merged from every tile's
+        partial statistics: ``merge_chunk`` tiles' states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]``
+        tiles and merged at once (one state per iteration when it is 1)."""
         main = self.plan.main
         chunk = self.merge_chunk
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
@@ -508,9 +514,12 @@ class KernelLowering:
 
         # Pipelined: each iteration's loads would otherwise wait a full L2 round trip (measured on the H200: workload A
         # 1.057 -> 0.991 ms, G's 64-tile rows 0.756 -> 0.674 ms; benchmarks/merge_loop.py).
-        flat = self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
+        return self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
                          "merge the partial statistics written by every tile of this row strip", pipelined=True)
-        for op, size in zip(main.reductions, sizes):
+
+    def finalize_statistics(self, flat: list[SSAValue], sizes: list[int]) -> None:
+        """``self.stats`` of every row reduction from its merged state (``flat``, ``sizes`` components each)."""
+        for op, size in zip(self.plan.main.reductions, sizes):
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
             self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
@@ -531,10 +540,31 @@ class KernelLowering:
         the pre-normalization tile back (tile_stats) or, when the K loop is short, running it again
         (tile_recompute: the first launch then stores nothing but the statistics)."""
         sizes, tiles_per_row = self.tiles_with_statistics()
+        row_strips = Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})")
+        partials = self.workspace.partials
         self.b.origin = None
-        self.b.add(tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), tiles_per_row],
-                                         ["pid_m", "pid_n"]))
-        self.merge_strip_statistics(sizes, tiles_per_row)
+        if self.merge_launch:
+            # A launch in between merges each row strip's statistics once and leaves them in column 0 of the partial
+            # buffers (the program reads its rows' columns before it writes; no other program touches them).
+            merge = tiled_loop.RelaunchOp([row_strips], ["pid_m"], label="merge")
+            merge.attributes["note"] = StringAttr(
+                "Second launch: each program merges the partial statistics of its rows once, for the last launch.")
+            self.b.add(merge)
+            merged = self.merged_strip_states(sizes, tiles_per_row)
+            for component, partial in zip(merged, partials):
+                self.b.origin = None
+                self.b.add(tiled_loop.StoreOp(self.b.widen_rows(component, BLOCK_M), partial, [self.row_offset, 0]))
+        finish = tiled_loop.RelaunchOp([row_strips, tiles_per_row], ["pid_m", "pid_n"])
+        if self.merge_launch:
+            finish.attributes["note"] = StringAttr("Third launch: each program loads its rows' merged statistics and "
+                                                   "finishes one output tile.")
+        self.b.add(finish)
+        if self.merge_launch:
+            loaded = [self.b.add(tiled_loop.LoadOp(partial, [self.row_offset, 0], TileType([BLOCK_M, 1], f32)),
+                                 component.name_hint) for component, partial in zip(merged, partials)]
+            self.finalize_statistics(loaded, sizes)
+        else:
+            self.merge_strip_statistics(sizes, tiles_per_row)
         self.finish_rows(self.col_offset)
 
     def build_strip_finish(self) -> None:
@@ -670,8 +700,8 @@ def row_scaled_prologue(plan: GroupPlan, strategy: str) -> Operation | None:
     return norm if reads_norm and rules.ROW_REDUCTIONS[type(norm)].unscaled is not None else None
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
-                merge_chunk: int = 0) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "", merge_chunk: int = 0,
+                merge_launch: bool = False) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -776,7 +806,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
     KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace,
-                   merge_chunk or default_merge_chunk(strategy, plan)).build()
+                   merge_chunk or default_merge_chunk(strategy, plan), merge_launch).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
@@ -798,14 +828,20 @@ class TilePass(ModulePass):
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
     and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best
     (:func:`default_merge_chunk`: 64 with a K of at most 256 or for tile_recompute, else 1, one tile at a time).
+    ``merge_launch=1`` gives tile_stats and tile_recompute a launch between their two that merges each row strip's
+    statistics once, so that the last launch loads them instead of every one of its programs merging its rows'
+    (not yet timed on a GPU; off by default).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
     merge_chunk: int = 0
+    merge_launch: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.merge_launch not in (0, 1):
+            raise PassFailedException(f"amk-tile: merge_launch must be 0 or 1, got {self.merge_launch!r}")
         if self.merge_chunk not in (0, *MERGE_CHUNKS):
             raise PassFailedException(f"amk-tile: merge_chunk must be 0 (by strategy) or one of "
                                       f"{', '.join(map(str, MERGE_CHUNKS))}, got {self.merge_chunk!r}")
@@ -821,7 +857,8 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk,
+                                         bool(self.merge_launch))
             if first is None:
                 module_block.add_op(kernel)
             else:

@@ -33,17 +33,26 @@ def SMALL_TILES(kernel) -> KernelConfig:
     return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
 
 
-@pytest.mark.parametrize("strategy,merge_chunk", [("tile_stats", 1), ("tile_stats", 4), ("tile_recompute", 1),
-                                                  ("tile_recompute", 16), ("strip_finish", 1), ("strip_finish", 2),
-                                                  ("row_strip", 1), ("strip_recompute", 1)])
+@pytest.mark.parametrize("strategy,merge_chunk,merge_launch", [
+    ("tile_stats", 1, 0), ("tile_stats", 4, 0), ("tile_stats", 1, 1), ("tile_stats", 4, 1), ("tile_recompute", 1, 0),
+    ("tile_recompute", 16, 0), ("tile_recompute", 16, 1), ("strip_finish", 1, 0), ("strip_finish", 2, 0),
+    ("row_strip", 1, 0), ("strip_recompute", 1, 0)])
 @pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in CASES])
-def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, ops, shapes, dtype):
+def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, merge_launch, ops, shapes, dtype):
     """Merge chunks wider than one state load several tiles' statistics at once, also past the row's last tile (75
-    columns in tiles of 32 make 3 tiles: a chunk of 4 or 16 is partly padding)."""
+    columns in tiles of 32 make 3 tiles: a chunk of 4 or 16 is partly padding). With ``merge_launch`` a launch in
+    between merges each row's statistics once into column 0 of the partial buffers, which the last launch loads."""
     compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy,
-                              merge_chunk=merge_chunk)
+                              merge_chunk=merge_chunk, merge_launch=merge_launch)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
+    assert compiled.ir["tiled_loop"].count("tiled_loop.relaunch") == (1 + merge_launch if strategy in (
+        "tile_stats", "tile_recompute") else 0)
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+
+
+def test_merge_launch_is_0_or_1():
+    with pytest.raises(Exception, match="amk-tile: merge_launch must be 0 or 1, got 2"):
+        compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32), merge_launch=2)
 
 
 def assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype, weight: int = 1,

@@ -76,7 +76,29 @@ tiled_loop.kernel @relaunch_uses_first_launch attributes {grid = #tiled_loop.exp
   tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[1, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
 }
 
-// CHECK: {{^}}'tiled_loop.relaunch': tiled_loop.store after it uses a value of the first launch; pass values through a buffer
+// CHECK: {{^}}'tiled_loop.relaunch': tiled_loop.store after it uses a value of an earlier launch; pass values through a buffer
+
+// -----
+
+// Three launches: the last may not use a value of the first either.
+tiled_loop.kernel @relaunch_twice_uses_first_launch attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  %t = tiled_loop.load %x <[pid, 0]> : !tensor_op.tensor<[M, 64], f32> -> !tiled_loop.tile<[1, 64], f32>
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], label = "merge"}
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"]}
+  tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[1, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.relaunch': tiled_loop.store after it uses a value of an earlier launch; pass values through a buffer
+
+// -----
+
+tiled_loop.kernel @relaunch_label attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], label = "merge step"}
+}
+
+// CHECK: {{^}}'tiled_loop.relaunch' label must be an identifier, got 'merge step'
 
 // -----
 
