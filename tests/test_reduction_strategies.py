@@ -125,11 +125,13 @@ def test_an_unknown_reduction_strategy_names_the_choices():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish"])
-def test_each_strategy_replays_under_a_cuda_graph(strategy):
-    """Two launches (tile_stats), or counters the kernel resets itself (strip_finish): both must replay correctly."""
+@pytest.mark.parametrize("strategy,merge_launch", [("tile_stats", 0), ("tile_stats", 1), ("tile_recompute", 0),
+                                                   ("strip_finish", 0)])
+def test_each_strategy_replays_under_a_cuda_graph(strategy, merge_launch):
+    """Two or three launches (tile_stats), or counters the kernel resets itself (strip_finish): all must replay
+    correctly."""
     ops, shapes, dtype = CASES[0]
-    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
+    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy, merge_launch=merge_launch)
     generator = torch.Generator().manual_seed(1)
     inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to("cuda", dtype)
               for i, s in enumerate(shapes)]
