@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import types
 from collections.abc import Callable, Sequence
 
 import torch
@@ -25,23 +26,21 @@ _ALIGNMENT = 16
 
 
 class _Recorder:
-    """Stands in for one ``@triton.jit`` kernel of an emitted module while its launcher runs once: it launches through
-    Triton and records the compiled kernel, the grid and the bound arguments (constexprs included, in signature
-    order, as Triton's compiled-kernel launcher takes them)."""
+    """Stands in for one ``@triton.jit`` kernel while an emitted launcher runs once: it launches through Triton and
+    records the compiled kernel, the grid and the bound arguments (constexprs included, in signature order, as
+    Triton's compiled-kernel launcher takes them)."""
 
-    def __init__(self, jit, launches: list, thread: int):
+    def __init__(self, jit, launches: list):
         self.jit = jit
         self.launches = launches
-        self.thread = thread
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             compiled = self.jit[grid](*args, **kwargs)
-            if threading.get_ident() == self.thread:
-                parameters = self.jit.signature.parameters
-                bound = self.jit.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
-                bound.apply_defaults()
-                self.launches.append((compiled, tuple(grid), list(bound.arguments.values())))
+            parameters = self.jit.signature.parameters
+            bound = self.jit.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
+            bound.apply_defaults()
+            self.launches.append((compiled, tuple(grid), list(bound.arguments.values())))
             return compiled
 
         return launch
@@ -49,73 +48,75 @@ class _Recorder:
 
 def record(launch: Callable, views: Sequence[torch.Tensor]) -> list[tuple]:
     """Run the emitted ``launch`` on ``views`` through Triton; return ``(compiled kernel, grid, arguments)`` for every
-    kernel it launched."""
+    kernel it launched. The launcher runs as a copy whose globals name recorders instead of its module's jit kernels,
+    so that the module, which other calls may be running, is left as it is."""
     from triton.runtime.jit import JITFunction
 
-    module_globals = launch.__globals__
-    kernels = {name: value for name, value in module_globals.items() if isinstance(value, JITFunction)}
     launches: list[tuple] = []
-    module_globals.update({name: _Recorder(jit, launches, threading.get_ident()) for name, jit in kernels.items()})
-    try:
-        launch(*views)
-    finally:
-        module_globals.update(kernels)
+    recorders = {name: _Recorder(value, launches) for name, value in launch.__globals__.items()
+                 if isinstance(value, JITFunction)}
+    recording = types.FunctionType(launch.__code__, {**launch.__globals__, **recorders}, launch.__name__,
+                                   launch.__defaults__, launch.__closure__)
+    recording(*views)
     return launches
 
 
 class LaunchReplay:
     """An emitted launcher that, after its first call, launches the compiled kernels it recorded directly.
 
-    ``checked`` is how many leading views come from the caller (they may have any strides and alignment); the views
-    after them (fresh outputs, workspace) are allocated by amk with the same layout on every call.
+    The caller (amk's hot path) guarantees that every call has the shapes and dtypes of the first; strides and
+    alignment are checked here. ``checked`` is how many leading views come from the caller (they may have any strides
+    and alignment); the views after them (fresh outputs, workspace) are allocated by amk with the same layout on
+    every call.
     """
 
     def __init__(self, launch: Callable, checked: int):
         self.launch = launch
         self.checked = checked
-        self.replay: Callable[[Sequence[torch.Tensor]], None] | None = None
-        self.recorded = False
+        self.recorded: tuple[list, Callable] | None = None  # (layouts, replay), published together
+        self.lock = threading.Lock()
+        self.tried = False
 
     def __call__(self, *views: torch.Tensor) -> None:
-        if self.replay is not None and self._same_layout(views):
-            self.replay(views)
-        elif self.recorded:
-            self.launch(*views)
-        else:
-            self.recorded = True
-            self.replay = self._record(views)
+        recorded = self.recorded
+        if recorded is not None and self._same_layout(views, recorded[0]):
+            recorded[1](views)
+            return
+        with self.lock:
+            if self.tried:
+                self.launch(*views)
+                return
+            self.tried = True
+            self.recorded = self._record(views)
 
-    def _same_layout(self, views: Sequence[torch.Tensor]) -> bool:
-        for view, (strides, aligned) in zip(views, self.layouts):
+    @staticmethod
+    def _same_layout(views: Sequence[torch.Tensor], layouts: list) -> bool:
+        for view, (strides, aligned) in zip(views, layouts):
             if view.stride() != strides or (aligned and view.data_ptr() % _ALIGNMENT):
                 return False
         return True
 
-    def _record(self, views: Sequence[torch.Tensor]) -> Callable | None:
+    def _record(self, views: Sequence[torch.Tensor]) -> tuple[list, Callable] | None:
         launches = record(self.launch, views)
         if not launches or any(compiled is None for compiled, _, _ in launches):
             return None  # Triton's interpreter returns no compiled kernel
         if any(getattr(compiled.metadata, "global_scratch_size", 0) for compiled, _, _ in launches):
             # Device-side tensor descriptors need the allocator the emitted launcher installs on every call.
             return None
-        self.layouts = [(view.stride(), view.data_ptr() % _ALIGNMENT == 0) for view in views[:self.checked]]
-        positions = {id(view): index for index, view in enumerate(views)}
+        count = len(views)
+        if any(len(arguments) < count or any(a is not v for a, v in zip(arguments, views))
+               for _, _, arguments in launches):
+            # The emitted launchers pass their tensors first and in order; a launch that does not is left to Triton.
+            return None
         runs = []
         for compiled, grid, arguments in launches:
-            runner = compiled[grid + (1,) * (3 - len(grid))]
-            slots = [(position, positions[id(argument)]) for position, argument in enumerate(arguments)
-                     if isinstance(argument, torch.Tensor) and id(argument) in positions]
-            template = list(arguments)
-            for position, _ in slots:
-                template[position] = None  # filled on every call; the first call's tensors are not kept alive
-            runs.append((runner, template, slots))
+            # The first ``count`` arguments are refilled on every call (and the first call's tensors not kept alive).
+            runs.append((compiled[grid + (1,) * (3 - len(grid))], arguments[count:]))
         log.debug("launching %s directly from now on", ", ".join(c.name for c, _, _ in launches))
 
         def replay(views: Sequence[torch.Tensor]) -> None:
-            for runner, template, slots in runs:
-                arguments = template.copy()
-                for position, index in slots:
-                    arguments[position] = views[index]
-                runner(*arguments)
+            for runner, rest in runs:
+                runner(*views, *rest)
 
-        return replay
+        layouts = [(view.stride(), view.data_ptr() % _ALIGNMENT == 0) for view in views[:self.checked]]
+        return layouts, replay

@@ -1,16 +1,16 @@
-"""Diagnostic: where D's RMSNorm statistics cost their ~3 µs, by editing the emitted kernel's K loop.
+"""Diagnostic: what D's RMSNorm statistics cost in the K loop, by editing the emitted kernel.
 
-    python benchmarks/decode_stats_probe.py --out benchmarks/results/<stem>.json
+    python benchmarks/decode_stats_probe.py [--rows 1] --out benchmarks/results/<stem>.json
 
-``decode_floor.py`` showed that ``x * g`` in the K loop costs 0.5 µs but the row statistics 2.8 µs, although they
-add one multiply-add per element of a [16, 128] tile. Hypothesis: ``x`` then has two users in different layouts
-(the dot's operand layout and the blocked layout of the element-wise sum), so Triton converts it through shared
-memory in every iteration. The probe times amk's D kernel (RMSNorm, split-K, the tuner's configuration in
-``2026-11-30-h200-decode-48``) as emitted and with its K loop edited: ``no_stats`` (the sum of squares dropped: a
-timing bound, wrong output), ``dot_tf32x3`` / ``dot_tf32`` (the row sums of ``x * x`` taken by a second ``tl.dot``
-against a tile of ones, so that both uses of ``x`` want the dot operand layout), ``gram_diagonal`` (the diagonal of
-``x @ x^T`` on the bf16 tile: exact, and both operands are the tile the main dot reads). Under CUDA graphs, each output
-compared with the unedited kernel's. A probe of the emitted code, not something amk emits.
+``decode_floor.py`` showed x * g in the K loop costing 0.5 µs and the row statistics 2.8 µs when they were added up
+element-wise (one multiply-add per element of a [16, 128] tile). This probe found why and what to do instead; amk
+now emits its ``gram_diagonal`` form. It times amk's D kernel (RMSNorm, split-K, the tuner's configuration in
+``2026-11-30-h200-decode-48``) as emitted and with its K loop edited back: ``elementwise`` (x * x added into a
+[BLOCK_M, BLOCK_K] tile, its rows summed after the loop: what amk emitted before), ``dot_tf32`` (the row sums of x * x
+by a dot against a tile of ones, in tf32), ``no_stats`` (no sum of squares: a timing bound, wrong output). Under CUDA
+graphs, each output compared with the as-emitted kernel's. (The committed ``-decode-stats-probe`` files were taken by
+the first version of this probe, which started from the element-wise form.) A probe of the emitted code, not
+something amk emits.
 """
 
 from __future__ import annotations
@@ -24,27 +24,22 @@ from amk.benchmarking import save_rows, time_ms
 from amk.runtime import load_source
 
 GRID = {"BLOCK_SIZE_N": [128], "BLOCK_SIZE_K": [128], "SPLIT_K": [4], "num_warps": [2], "num_stages": [5]}
-TERMS = "sumsq_terms = tl.full((BLOCK_M, BLOCK_K), 0.0, tl.float32)"
-UPDATE = "rmsnorm_3 = sumsq_terms_1 + rmsnorm_1"
-REDUCE = "rmsnorm_6 = tl.sum(sumsq_terms_1, axis=1, keep_dims=True)"
+GRAM_INIT = "gram = tl.zeros((BLOCK_M, BLOCK_M), dtype=tl.float32)"
+GRAM_UPDATE = "gram_2 = tl.dot(x_tile, x_tile_t, gram_1)"
+DIAGONAL = ("tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], gram_1, 0.0), axis=1, "
+            "keep_dims=True)")
 
-
-def by_dot(precision: str) -> list[tuple[str, str]]:
-    ones = "tl.full((BLOCK_K, 16), 1.0, tl.float32)"
-    return [(TERMS, "sumsq_terms = tl.full((BLOCK_M, 16), 0.0, tl.float32)"),
-            (UPDATE, f'rmsnorm_3 = tl.dot(rmsnorm_1, {ones}, sumsq_terms_1, input_precision="{precision}")'),
-            (REDUCE, "rmsnorm_6 = tl.max(sumsq_terms_1, axis=1, keep_dims=True)")]
-
-
-# x @ x^T on the bf16 tile: its diagonal is the rows' sums of squares, exact (a product of two bf16 values fits in
-# fp32), and both operands come from the tile the main dot reads.
-GRAM = [(TERMS, "sumsq_terms = tl.full((BLOCK_M, BLOCK_M), 0.0, tl.float32)"),
-        (UPDATE, "rmsnorm_3 = tl.dot(x_tile, tl.trans(x_tile), sumsq_terms_1)"),
-        (REDUCE, "rmsnorm_6 = tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], "
-                 "sumsq_terms_1, 0.0), axis=1, keep_dims=True)")]
-
-VARIANTS = {"as_emitted": [], "no_stats": [(UPDATE, "rmsnorm_3 = sumsq_terms_1")],
-            "dot_tf32x3": by_dot("tf32x3"), "dot_tf32": by_dot("tf32"), "gram_diagonal": GRAM}
+VARIANTS = {
+    "gram_diagonal": [],
+    "elementwise": [(GRAM_INIT, "gram = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)"),
+                    (GRAM_UPDATE, "gram_2 = gram_1 + x_f32 * x_f32"),
+                    (DIAGONAL, "tl.sum(gram_1, axis=1, keep_dims=True)")],
+    "dot_tf32": [(GRAM_INIT, "gram = tl.zeros((BLOCK_M, 16), dtype=tl.float32)"),
+                 (GRAM_UPDATE, 'gram_2 = tl.dot(x_f32 * x_f32, tl.full((BLOCK_K, 16), 1.0, tl.float32), gram_1, '
+                               'input_precision="tf32")'),
+                 (DIAGONAL, "tl.max(gram_1, axis=1, keep_dims=True)")],
+    "no_stats": [(GRAM_UPDATE, "gram_2 = gram_1")],
+}
 
 
 def main() -> None:
@@ -75,7 +70,7 @@ def main() -> None:
         error = ((out.double() - expected.double()).norm() / expected.double().norm()).item()
         row = {"variant": name, "ms": time_ms(lambda m=module, v=views: m.launch(*v), cuda_graph=True),
                "rel_error_vs_as_emitted": error, "config": kernel.config}
-        print(f"{name:12s} {row['ms']:.4f} ms  rel. error vs as emitted {error:.1e}", flush=True)
+        print(f"{name:14s} {row['ms']:.4f} ms  rel. error vs as emitted {error:.1e}", flush=True)
         rows.append(row)
     if args.out:
         save_rows(args.out, rows)

@@ -629,6 +629,8 @@ class DiagonalOp(_TileToTileOp):
         if rows != cols:
             raise VerifyException(f"'{self.name}' needs a square tile, got [{rows}, {cols}]")
         _check_result_shape(self, (rows, Dim(1)))
+        if self.result.type.element_type != self.input.type.element_type:
+            raise VerifyException(f"'{self.name}' keeps the element type")
 
 
 @irdl_op_definition
@@ -786,6 +788,9 @@ class RelaunchOp(IRDLOperation):
             if op is self:
                 break
             before.update(op.results)
+            if isinstance(op, RelaunchOp) and op.launch_label == self.launch_label:
+                raise VerifyException(f"'{self.name}': two launches of one kernel are labelled "
+                                      f"{self.launch_label!r}; each becomes a function of that name")
         op = self.next_op
         while op is not None and not isinstance(op, RelaunchOp):
             for inner in op.walk():

@@ -99,8 +99,7 @@ def _tma_workspace(size, alignment, stream):
     return torch.empty(size, device="cuda", dtype=torch.int8)'''
 
 
-_FINISH_LAUNCH = ("Second launch, after every program of the first has finished: each program merges its rows' "
-                  "partial statistics and finishes one output tile.")
+_RELAUNCH = "Launched after every program of the launch before it has finished."
 
 
 @dataclass
@@ -214,7 +213,7 @@ class TritonEmitter:
             note = op.attributes.get("note")
             launches.append(_Launch(f"{kernel.sym_name.data}_{op.launch_label}_kernel", op.grid.dims,
                                     [p.data for p in op.program_ids.data], None,
-                                    note.data if note is not None else _FINISH_LAUNCH, ops[cut + 1:end]))
+                                    note.data if note is not None else _RELAUNCH, ops[cut + 1:end]))
         return launches
 
     def emit_kernel(self, launch: _Launch) -> list[str]:

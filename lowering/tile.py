@@ -219,15 +219,13 @@ class KernelLowering:
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
         norm = self.row_scaled
         rule, states = self.row_scale_init()
-        sums = rule.column_sums if rule is not None else None
-        gram = sums is not None and self.gram_applies(norm)
-        if sums is not None:
-            self.b.origin = origin_label(norm)
-            carried_state = [self.b.full(0.0, [BLOCK_M, BLOCK_M] if gram and each.squares
-                                         else [BLOCK_M if each.per_row else 1, BLOCK_K],
-                                         "gram" if gram and each.squares else f"{each.name}_terms") for each in sums]
-        else:
-            carried_state = states
+        # A row-scaled norm's statistics are row sums: the loop adds their terms and sums each row after it.
+        sums = rule.column_sums if rule is not None else ()
+        gram = norm is not None and self.gram_applies(norm)
+        self.b.origin = origin_label(norm) if norm is not None else None
+        carried_state = [self.b.full(0.0, [BLOCK_M, BLOCK_M] if gram and each.squares
+                                     else [BLOCK_M if each.per_row else 1, BLOCK_K],
+                                     "gram" if gram and each.squares else f"{each.name}_terms") for each in sums]
 
         def body(carried):
             self.b.origin = None
@@ -242,11 +240,8 @@ class KernelLowering:
                 valid = self.valid_cols(at)
                 extras = [self.compute(v, at) for v in rules.reduction_extras(norm)]
                 self.b.origin = origin_label(norm)
-                if sums is not None:
-                    state = [self.gram_update(x, total) if gram and each.squares
-                             else self.b.add_(total, each.term(self.b, x, valid)) for each, total in zip(sums, state)]
-                else:
-                    state = rule.update(self.b, state, x, valid)
+                state = [self.gram_update(x, total) if gram and each.squares
+                         else self.b.add_(total, each.term(self.b, x, valid)) for each, total in zip(sums, state)]
                 unscaled = rule.unscaled(self.b, norm, x, extras)
                 self.b.origin = None
                 a = self.b.cast(self.b.masked(unscaled, valid, 0.0), matmul.lhs.type.element_type, "a_tile")
@@ -273,7 +268,7 @@ class KernelLowering:
                             "K loop: accumulate the matmul tile in fp32 registers, operands pipelined through shared "
                             "memory", lower=lower)
         results, self.prologue_state = results[:len(accumulators)], results[len(accumulators):]
-        if sums is not None:
+        if norm is not None:
             self.b.origin = origin_label(norm)
             totals = [self.b.add(tiled_loop.DiagonalOp(total)) if gram and each.squares else self.b.reduce("sum", total)
                       for each, total in zip(sums, self.prologue_state)]
@@ -284,9 +279,13 @@ class KernelLowering:
 
     def gram_applies(self, norm: Operation) -> bool:
         """Whether a row-scaled norm's sums of squares may come from ``x @ x^T``: its input is a 16-bit kernel
-        operand, loaded as it is (the products are then exact in fp32; an fp32 input would go through tf32)."""
+        operand, loaded as it is (each product is then exact in fp32 on the tensor cores; an fp32 dot would leave
+        them or round to tf32), and the rows are few (timed with 1 to 32 rows; the ``[BLOCK_M, BLOCK_M]``
+        accumulator and its MMAs grow with the square of the rows)."""
         source = rules.reduction_input(norm)
-        return source in self.arg_of and source.type.element_type in (f16, bf16)
+        rows = self.plan.rows
+        return (source in self.arg_of and source.type.element_type in (f16, bf16) and rows.is_static
+                and rows.value <= GRAM_MAX_ROWS)
 
     def gram_update(self, x: SSAValue, gram: SSAValue) -> SSAValue:
         """``gram + x @ x^T`` on the 16-bit tile that ``x`` (its fp32 upcast) was loaded as."""
@@ -555,9 +554,10 @@ class KernelLowering:
                 self.b.origin = None
                 self.b.add(tiled_loop.StoreOp(self.b.widen_rows(component, BLOCK_M), partial, [self.row_offset, 0]))
         finish = tiled_loop.RelaunchOp([row_strips, tiles_per_row], ["pid_m", "pid_n"])
-        if self.merge_launch:
-            finish.attributes["note"] = StringAttr("Third launch: each program loads its rows' merged statistics and "
-                                                   "finishes one output tile.")
+        finish.attributes["note"] = StringAttr(
+            "Third launch: each program loads its rows' merged statistics and finishes one output tile."
+            if self.merge_launch else "Second launch, after every program of the first has finished: each program "
+            "merges its rows' partial statistics and finishes one output tile.")
         self.b.add(finish)
         if self.merge_launch:
             loaded = [self.b.add(tiled_loop.LoadOp(partial, [self.row_offset, 0], TileType([BLOCK_M, 1], f32)),
@@ -636,6 +636,7 @@ RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
 # Output tiles in a 2-D grid, each writing its rows' partial statistics to a workspace.
 TILE_STATISTICS_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync")
 SHORT_CONTRACTION = 256
+GRAM_MAX_ROWS = 32  # decode shapes timed with the Gram-diagonal statistics: 1, 4, 16 and 32 rows
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
 
@@ -650,11 +651,12 @@ def short_contraction(plan: GroupPlan) -> bool:
 
 
 def default_merge_chunk(strategy: str, plan: GroupPlan) -> int:
-    """How many tiles' partial statistics a program merges per loop iteration when not asked. Measured on the H200:
-    with a long K the merge is a small part of the second launch, and A's 16-tile rows merge fastest one pipelined
-    tile at a time (0.986 ms against 1.012 with 16, 2026-11-30-h200-merge-chunks); with a short K (or recomputing the
-    tile, whose first launch is nothing but the statistics) the merge is most of the work, and G's 64-tile rows merge
-    fastest all at once (tile_recompute 0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
+    """How many tiles' partial statistics a program merges per loop iteration when not asked. Measured on the H200
+    with tile_stats and tile_recompute (strip_finish and strip_sync follow the same rule, untimed): with a long K the
+    merge is a small part of the second launch, and A's 16-tile rows merge fastest one pipelined tile at a time (0.986
+    ms against 1.012 with 16, 2026-11-30-h200-merge-chunks); with a short K (or recomputing the tile, whose first
+    launch is nothing but the statistics) the merge is most of the work, and G's 64-tile rows merge fastest all at
+    once (tile_recompute 0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
     return MERGE_CHUNKS[-1] if strategy == "tile_recompute" or short_contraction(plan) else 1
 
 
@@ -697,7 +699,8 @@ def row_scaled_prologue(plan: GroupPlan, strategy: str) -> Operation | None:
         return None
     (norm,) = prologue.reductions
     reads_norm = all(matmul.lhs == norm.results[0] for matmul in plan.matmuls)
-    return norm if reads_norm and rules.ROW_REDUCTIONS[type(norm)].unscaled is not None else None
+    rule = rules.ROW_REDUCTIONS[type(norm)]
+    return norm if reads_norm and rule.unscaled is not None and rule.column_sums is not None else None
 
 
 def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "", merge_chunk: int = 0,

@@ -238,7 +238,7 @@ def test_norm_prologue_of_a_single_row_fuses(k):
     RMSNorm prologue fuses into the matmul kernel (it once ran as a separate PyTorch op)."""
     kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(1, k), (k,), (k, N), (1, N)], FP32, kernels=1)
     assert [step.kind for step in kernel.compiled.program.steps] == ["launch", "return"]
-    # fp32 rows keep element-wise sums of squares: x @ x^T would round them to tf32 on the tensor cores.
+    # fp32 rows keep element-wise sums of squares: x @ x^T in fp32 would leave the tensor cores (or round to tf32).
     assert "tiled_loop.diagonal" not in kernel.ir["tiled_loop"]
 
 

@@ -19,14 +19,14 @@ import amk
 from amk.replay import LaunchReplay
 
 LAUNCHER = '''
-def launch(x, out):
+def launch(x, y, out):
     grid = (x.shape[0],)
-    scale_kernel[grid](x, out, x.stride(0), x.stride(1), SCALE=3, num_warps=1)
+    scale_kernel[grid](x, y, out, x.stride(0), x.stride(1), SCALE=3, num_warps=1)
 '''
 
 
-def scale(x, out, stride_0, stride_1, SCALE):
-    out.copy_(torch.as_strided(x, x.shape, (stride_0, stride_1)) * SCALE)
+def scale(x, y, out, stride_0, stride_1, SCALE):
+    out.copy_((torch.as_strided(x, x.shape, (stride_0, stride_1)) + y) * SCALE)
 
 
 class CompiledStandIn:
@@ -47,7 +47,7 @@ class CompiledStandIn:
 
 
 class JITStandIn(JITFunction):
-    """``scale`` as a jit kernel whose launches run in PyTorch."""
+    """``scale`` as a jit kernel whose launches run in PyTorch: (x + y) * 3."""
 
     def __init__(self):  # noqa: D107 - Triton's constructor would parse the function for a GPU compile
         self.signature = inspect.signature(scale)
@@ -66,31 +66,46 @@ class JITStandIn(JITFunction):
 def make_replay():
     namespace = {"scale_kernel": JITStandIn()}
     exec(LAUNCHER, namespace)
-    return LaunchReplay(namespace["launch"], checked=1), namespace["scale_kernel"]
+    return LaunchReplay(namespace["launch"], checked=2), namespace["scale_kernel"]
+
+
+def operands():
+    return torch.randn(4, 6), torch.randn(4, 6), torch.empty(4, 6)
 
 
 def test_the_first_call_records_and_later_calls_launch_directly_with_their_own_tensors():
     replay, jit = make_replay()
     for _ in range(4):
-        x, out = torch.randn(4, 6), torch.empty(4, 6)
-        replay(x, out)
-        torch.testing.assert_close(out, x * 3)
+        x, y, out = operands()
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
     assert jit.launches == 1
     assert jit.compiled.direct_launches == [(4, 1, 1)] * 3
-    assert isinstance(replay.launch.__globals__["scale_kernel"], JITStandIn)  # the recorder was taken away again
+    assert isinstance(replay.launch.__globals__["scale_kernel"], JITStandIn)  # recording left the module as it was
+
+
+def test_a_tensor_passed_twice_when_recording_does_not_tie_the_later_calls_operands():
+    replay, jit = make_replay()
+    x, _, out = operands()
+    replay(x, x, out)
+    torch.testing.assert_close(out, x * 6)
+    x, y, out = operands()
+    replay(x, y, out)
+    torch.testing.assert_close(out, (x + y) * 3)
+    assert jit.compiled.direct_launches == [(4, 1, 1)]
 
 
 def test_a_layout_other_than_the_recorded_one_goes_through_the_launcher():
     replay, jit = make_replay()
-    replay(torch.randn(4, 6), torch.empty(4, 6))
+    replay(*operands())
     transposed = torch.randn(6, 4).t()  # same shape, other strides: another specialization
     misaligned = torch.randn(25)[1:].view(4, 6)  # 4-byte offset: Triton specializes on 16-byte alignment
     for x in (transposed, misaligned):
-        out = torch.empty(4, 6)
-        replay(x, out)
-        torch.testing.assert_close(out, x * 3)
+        _, y, out = operands()
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
     assert jit.launches == 3 and jit.compiled.direct_launches == []
-    replay(torch.randn(4, 6), torch.empty(4, 6))
+    replay(*operands())
     assert jit.compiled.direct_launches == [(4, 1, 1)]
 
 
@@ -98,10 +113,10 @@ def test_without_a_compiled_kernel_the_launcher_keeps_running():
     replay, jit = make_replay()
     jit.compiled = None  # what Triton's interpreter returns
     for _ in range(3):
-        x, out = torch.randn(4, 6), torch.empty(4, 6)
-        replay(x, out)
-        torch.testing.assert_close(out, x * 3)
-    assert replay.replay is None and jit.launches == 3
+        x, y, out = operands()
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
+    assert replay.recorded is None and jit.launches == 3
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
@@ -142,3 +157,16 @@ def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < 1e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
+def test_a_kernel_of_two_launches_replays_both():
+    """tile_stats: output tiles, then a launch merging the statistics; after the recording call both launches are
+    replayed, each call on its own inputs."""
+    ops = ["matmul", "add_bias", "gelu", "layernorm"]
+    shapes = [(256, 512), (512, 384), (384,), (384,), (384,)]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16)
+    assert 'strategy = "tile_stats"' in kernel.ir["tiled_loop"]
+    for seed in range(4):
+        inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=seed)]
+        assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3

@@ -102,6 +102,16 @@ tiled_loop.kernel @relaunch_label attributes {grid = #tiled_loop.exprs<[1]>, pro
 
 // -----
 
+tiled_loop.kernel @relaunch_labels attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"]}
+  tiled_loop.relaunch {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"]}
+}
+
+// CHECK: {{^}}'tiled_loop.relaunch': two launches of one kernel are labelled 'finish'; each becomes a function of that name
+
+// -----
+
 tiled_loop.kernel @relaunch_grid attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile_stats", tile_params = [], num_inputs = 1 : i64} {
 ^bb0(%x: !tensor_op.tensor<[M, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
   tiled_loop.relaunch {grid = #tiled_loop.exprs<[1, 2]>, program_ids = ["pid"]}

@@ -66,7 +66,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STATS:         tiled_loop.store %{{[0-9]+}}, %partial0 <[BLOCK_M*pid_m, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
-// STATS-NEXT:    tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
+// STATS-NEXT:    tiled_loop.relaunch {note = "Second launch, {{.*}}", grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
 // STATS:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // STATS:           tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
 // STATS:         tiled_loop.unary "rsqrt"
