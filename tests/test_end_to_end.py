@@ -256,6 +256,22 @@ def test_rmsnorm_prologue_scales_the_accumulator(rows, k, dtype):
     assert layernorm.ir["tiled_loop"].count('tiled_loop.for "k"') == 2
 
 
+@pytest.mark.parametrize("rows,gram", [(32, True), (40, False)])
+def test_gram_statistics_are_limited_to_the_row_counts_timed(rows, gram):
+    """The Gram accumulator is [BLOCK_M, BLOCK_M]: up to 32 rows (timed on the H200) the sums of squares come from
+    x @ x^T, above it element-wise."""
+    from amk.lowering.tile import TilePass
+    from amk.oplist import build_module
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import make_context, module_text
+
+    module = build_module(["rmsnorm", "matmul", "add"], [(rows, 2048), (2048,), (2048, N), (rows, N)], BF16)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    assert ("tiled_loop.diagonal" in module_text(module)) == gram
+
+
 def test_norm_prologue_small_tiles():
     run_chain(["rmsnorm", "matmul", "add"], [(M, K), (K,), (K, N), (M, N)], FP32, grid=SMALL_TILES)
     run_chain(["layernorm", "matmul", "add_bias"], [(M, K), (K,), (K,), (K, N), (N,)], FP32, grid=SMALL_TILES)
