@@ -5,9 +5,9 @@
 on every call: 30-45 µs of host time per launch on the H200's host, more than a whole decode step runs on the GPU.
 Once a call's shapes are fixed (amk's hot path), everything but the tensors' addresses is known. :class:`LaunchReplay`
 runs the emitted launcher once through Triton, records what it launched (the compiled kernel, its grid and its
-argument list) and afterwards launches that compiled kernel directly with the new tensors put in, as long as the
-tensors it is given keep the strides and the alignment the recorded launch was specialized for (else, and when
-nothing can be recorded, the emitted launcher runs as before).
+argument list) and afterwards launches that compiled kernel directly with the new tensors put in. What else Triton
+specializes on, the strides and the 16-byte alignment of the tensors, keys the recordings: each such layout is
+recorded once (when nothing can be recorded, the emitted launcher runs as before).
 """
 
 from __future__ import annotations
@@ -62,41 +62,38 @@ def record(launch: Callable, views: Sequence[torch.Tensor]) -> list[tuple]:
 
 
 class LaunchReplay:
-    """An emitted launcher that, after its first call, launches the compiled kernels it recorded directly.
+    """An emitted launcher that launches the compiled kernels it recorded directly, one recording per layout.
 
-    The caller (amk's hot path) guarantees that every call has the shapes and dtypes of the first; strides and
-    alignment are checked here. ``checked`` is how many leading views come from the caller (they may have any strides
-    and alignment); the views after them (fresh outputs, workspace) are allocated by amk with the same layout on
-    every call.
+    The caller (amk's hot path) guarantees that every call has the shapes and dtypes of the first; what Triton
+    specializes on beyond them, the strides and 16-byte alignment of the caller's tensors, keys the recordings: the
+    first call with a layout runs the emitted launcher through Triton and records it, later calls with that layout
+    replay it. ``checked`` is how many leading views come from the caller; the views after them (fresh outputs,
+    workspace) are allocated by amk with the same layout on every call. Beyond ``MAX_LAYOUTS`` layouts, calls go
+    through Triton.
     """
+
+    MAX_LAYOUTS = 4
 
     def __init__(self, launch: Callable, checked: int):
         self.launch = launch
         self.checked = checked
-        self.recorded: tuple[list, Callable] | None = None  # (layouts, replay), published together
+        self.replays: dict[tuple, Callable | None] = {}  # None: recorded, but not replayable
         self.lock = threading.Lock()
-        self.tried = False
 
     def __call__(self, *views: torch.Tensor) -> None:
-        recorded = self.recorded
-        if recorded is not None and self._same_layout(views, recorded[0]):
-            recorded[1](views)
+        layout = tuple((view.stride(), view.data_ptr() % _ALIGNMENT == 0) for view in views[:self.checked])
+        replay = self.replays.get(layout)
+        if replay is not None:
+            replay(views)
             return
         with self.lock:
-            if self.tried:
+            if layout in self.replays or len(self.replays) >= self.MAX_LAYOUTS:
                 self.launch(*views)
                 return
-            self.tried = True
-            self.recorded = self._record(views)
+            self.replays[layout] = self._record(views)
 
-    @staticmethod
-    def _same_layout(views: Sequence[torch.Tensor], layouts: list) -> bool:
-        for view, (strides, aligned) in zip(views, layouts):
-            if view.stride() != strides or (aligned and view.data_ptr() % _ALIGNMENT):
-                return False
-        return True
-
-    def _record(self, views: Sequence[torch.Tensor]) -> tuple[list, Callable] | None:
+    def _record(self, views: Sequence[torch.Tensor]) -> Callable | None:
+        """Launch ``views`` through Triton, recording; the replay of what was launched, or None."""
         launches = record(self.launch, views)
         if not launches or any(compiled is None for compiled, _, _ in launches):
             return None  # Triton's interpreter returns no compiled kernel
@@ -118,5 +115,4 @@ class LaunchReplay:
             for runner, rest in runs:
                 runner(*views, *rest)
 
-        layouts = [(view.stride(), view.data_ptr() % _ALIGNMENT == 0) for view in views[:self.checked]]
-        return layouts, replay
+        return replay

@@ -95,18 +95,31 @@ def test_a_tensor_passed_twice_when_recording_does_not_tie_the_later_calls_opera
     assert jit.compiled.direct_launches == [(4, 1, 1)]
 
 
-def test_a_layout_other_than_the_recorded_one_goes_through_the_launcher():
+def test_each_layout_is_recorded_once_and_replayed():
+    """Triton specializes on strides and 16-byte alignment: a call with another layout is recorded as a launch of
+    its own, replayed afterwards too."""
     replay, jit = make_replay()
-    replay(*operands())
     transposed = torch.randn(6, 4).t()  # same shape, other strides: another specialization
-    misaligned = torch.randn(25)[1:].view(4, 6)  # 4-byte offset: Triton specializes on 16-byte alignment
-    for x in (transposed, misaligned):
+    misaligned = torch.randn(25)[1:].view(4, 6)  # 4-byte offset
+    for x in (torch.randn(4, 6), transposed, misaligned) * 2:
         _, y, out = operands()
         replay(x, y, out)
         torch.testing.assert_close(out, (x + y) * 3)
-    assert jit.launches == 3 and jit.compiled.direct_launches == []
-    replay(*operands())
-    assert jit.compiled.direct_launches == [(4, 1, 1)]
+    assert jit.launches == 3 and jit.compiled.direct_launches == [(4, 1, 1)] * 3
+    assert len(replay.replays) == 3
+
+
+def test_beyond_max_layouts_calls_go_through_triton():
+    replay, jit = make_replay()
+    for stride in range(1, LaunchReplay.MAX_LAYOUTS + 3):
+        x = torch.randn(4, 6 * stride)[:, ::stride]  # column stride 1, 2, 3, ...: a new layout each time
+        _, y, out = operands()
+        replay(x, y, out)
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
+    layouts = LaunchReplay.MAX_LAYOUTS
+    assert len(replay.replays) == layouts
+    assert jit.launches == layouts + 2 * 2 and len(jit.compiled.direct_launches) == layouts
 
 
 def test_without_a_compiled_kernel_the_launcher_keeps_running():
@@ -116,13 +129,14 @@ def test_without_a_compiled_kernel_the_launcher_keeps_running():
         x, y, out = operands()
         replay(x, y, out)
         torch.testing.assert_close(out, (x + y) * 3)
-    assert replay.recorded is None and jit.launches == 3
+    assert list(replay.replays.values()) == [None] and jit.launches == 3
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
 def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     """D-like chain (RMSNorm prologue, split-K GEMM, residual): after the recording call Triton's launch path is not
-    run again, every call computes its own inputs, a transposed input falls back, and a CUDA graph captures it."""
+    run again, every call computes its own inputs, a column-major weight is recorded once as a layout of its own and
+    then replayed too, and a CUDA graph captures the replay."""
     ops = ["rmsnorm", "matmul", "add"]
     shapes = [(16, 512), (512,), (512, 256), (16, 256)]
     kernel = amk.build_fused_kernel(ops, shapes, torch.bfloat16)
@@ -142,10 +156,14 @@ def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     check([t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=9)])
     assert len(jit_runs) == launched_through_triton
 
-    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=5)]
-    inputs[2] = inputs[2].t().contiguous().t()  # the weight column-major: the launcher's path
-    check(inputs)
-    assert len(jit_runs) > launched_through_triton
+    for seed in (5, 8):
+        inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=seed)]
+        inputs[2] = inputs[2].t().contiguous().t()  # the weight column-major: another specialization
+        check(inputs)
+        assert len(jit_runs) > launched_through_triton
+        if seed == 5:
+            recorded_both = len(jit_runs)
+    assert len(jit_runs) == recorded_both
 
     inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=6)]
     graph = torch.cuda.CUDAGraph()
