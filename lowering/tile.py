@@ -218,7 +218,7 @@ class KernelLowering:
         self.b.origin = "matmul"
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
         norm = self.row_scaled
-        rule, states = self.row_scale_init()
+        rule = rules.ROW_REDUCTIONS[type(norm)] if norm is not None else None
         # A row-scaled norm's statistics are row sums: the loop adds their terms and sums each row after it.
         sums = rule.column_sums if rule is not None else ()
         gram = norm is not None and self.gram_applies(norm)
@@ -270,9 +270,8 @@ class KernelLowering:
         results, self.prologue_state = results[:len(accumulators)], results[len(accumulators):]
         if norm is not None:
             self.b.origin = origin_label(norm)
-            totals = [self.b.add(tiled_loop.DiagonalOp(total)) if gram and each.squares else self.b.reduce("sum", total)
-                      for each, total in zip(sums, self.prologue_state)]
-            self.prologue_state = rule.combine(self.b, states, totals)
+            self.prologue_state = [self.b.add(tiled_loop.DiagonalOp(total)) if gram and each.squares
+                                   else self.b.reduce("sum", total) for each, total in zip(sums, self.prologue_state)]
         for each, result in zip(self.plan.matmuls, results):
             at.env[each.output] = result
         return results
@@ -763,8 +762,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "", merge_c
         workspace_kinds.append("scratch")
         workspace_names.append("partial_acc")
         norm = row_scaled_prologue(plan, strategy)
-        if norm is not None:
-            for index, _ in enumerate(rules.ROW_REDUCTIONS[type(norm)].init(TileBuilder(Block()), BLOCK_M)):
+        if norm is not None:  # one buffer per statistic the K loop sums (the prologue state)
+            for index in range(len(rules.ROW_REDUCTIONS[type(norm)].column_sums)):
                 workspace_types.append(TensorType([split_rows, f"cdiv({cols}, {BLOCK_N})"], f32))
                 workspace_kinds.append("scratch")
                 workspace_names.append(f"partial_state{index}")

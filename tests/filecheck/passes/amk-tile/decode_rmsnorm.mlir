@@ -14,11 +14,9 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 
 // CHECK:       tiled_loop.kernel @fused_0 attributes {{{.*}}strategy = "split_k"
 // CHECK-SAME:    workspace = ["scratch", "scratch", "scratch", "counter"]
-// CHECK:         %count = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, 1], f32>
-// CHECK-NEXT:    %row_sumsq = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // The sums of squares are the diagonal of x @ x^T, accumulated on the tensor cores from the bf16 tile (each product
 // exact in fp32) and read once after the loop; the column count is added element-wise and summed once as well.
-// CHECK-NEXT:    %count_terms = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[1, BLOCK_K], f32>
+// CHECK:         %count_terms = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[1, BLOCK_K], f32>
 // CHECK-NEXT:    %gram = tiled_loop.full 0.0 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32>
 // CHECK-NEXT:    %acc_1, %count_terms_1, %gram_1 = tiled_loop.for "k" = <[BLOCK_K*pid_k*{{.*}}]> iter_args(%acc, %count_terms, %gram)
 // CHECK:           %x_tile = tiled_loop.load %x
@@ -30,12 +28,12 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 // CHECK:           tiled_loop.dot %a_tile, %w_tile, %acc_2 {origin = "matmul"}
 // CHECK:         %[[COUNTS:.*]] = tiled_loop.reduce "sum" %count_terms_1 {origin = "rmsnorm"}
 // CHECK-NEXT:    %[[SQUARES:.*]] = tiled_loop.diagonal %gram_1 {origin = "rmsnorm"} : !tiled_loop.tile<[BLOCK_M, BLOCK_M], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
-// CHECK-NEXT:    %[[COUNT:.*]] = tiled_loop.binary "add" %count, %[[COUNTS]]
-// CHECK-NEXT:    %[[SUMSQ:.*]] = tiled_loop.binary "add" %row_sumsq, %[[SQUARES]]
-// CHECK:         tiled_loop.store %acc_1, %partial_acc
+// CHECK-NEXT:    tiled_loop.store %acc_1, %partial_acc
+// The count, the same for every row, is widened to a column before it is stored.
+// CHECK:         %[[COUNT:.*]] = tiled_loop.binary "add" %[[COUNTS]], %{{.*}} : (!tiled_loop.tile<[1, 1], f32>, !tiled_loop.tile<[BLOCK_M, 1], f32>)
 // CHECK-NEXT:    tiled_loop.store %[[COUNT]], %partial_state0 <[BLOCK_M*pid_k*cdiv(16, BLOCK_M) + BLOCK_M*pid_m, pid_n]>
-// CHECK-NEXT:    tiled_loop.store %[[SUMSQ]], %partial_state1
+// CHECK-NEXT:    tiled_loop.store %[[SQUARES]], %partial_state1
 // CHECK:         tiled_loop.if %last_split {
-// CHECK:           tiled_loop.for "split" = <[0, SPLIT_K, 1]> iter_args(%acc_sum, %count_1, %row_sumsq_1)
+// CHECK:           tiled_loop.for "split" = <[0, SPLIT_K, 1]> iter_args(%acc_sum, %count, %row_sumsq)
 // CHECK:           %rstd = tiled_loop.unary "rsqrt"
 // CHECK-NEXT:      %{{.*}} = tiled_loop.binary "mul" %acc_sum_1, %rstd {origin = "rmsnorm"}
