@@ -70,11 +70,11 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None, reduction_strategy: str = "auto",
-                   merge_chunk: int = 0, merge_launch: int = 0) -> CompiledProgram:
+                   merge_chunk: int = 0) -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
-    ``reduction_strategy``, ``merge_chunk`` and ``merge_launch`` are ``amk-tile``'s options of those names.
+    ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names.
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -90,7 +90,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk, merge_launch=merge_launch))
+    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk))
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}

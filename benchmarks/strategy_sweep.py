@@ -3,8 +3,7 @@
     python benchmarks/strategy_sweep.py --workload G [--variant 3] --strategies row_strip,strip_recompute,tile_recompute:16 \
         --grid BLOCK_SIZE_M=16,32,64 BLOCK_SIZE_N=128,256 --budget 24 --out benchmarks/results/<stem>.json
 
-``strategy:N`` also sets ``merge_chunk=N`` (amk-tile's options; without it, or with N empty, the default), and
-``strategy:N:merge`` (or ``strategy::merge``) also ``merge_launch=1``, e.g. ``tile_stats:64:merge``. Each strategy
+``strategy:N`` also sets amk-tile's ``merge_chunk=N`` (without it, the default). Each strategy
 gets the same search budget over the same ``--grid`` (keys as in ``parameter_grid``; a key not given keeps the
 tuner's default space for that strategy), in one process on the same inputs as eager, whose output and time are the
 reference; every timed trial is kept. This is how ``auto``'s choices (tile pass) are checked against the
@@ -56,9 +55,7 @@ def main() -> None:
     print(json.dumps(rows[0]), flush=True)
     overrides = parse_grid(args.grid)
     for item in args.strategies.split(","):
-        strategy, chunk, flag = (item.split(":") + ["", ""])[:3]
-        if flag not in ("", "merge"):
-            parser.error(f"{item}: the third field may only be 'merge' (merge_launch=1)")
+        strategy, chunk = (item.split(":") + [""])[:2]
         base = default_space(strategy, Dim(workload.shapes[0][0]), has_dot=True)
         grid = {KEY_OF_FIELD[field]: values for field, values in base.items()} | overrides
         tuned, timed = {}, {}
@@ -71,11 +68,9 @@ def main() -> None:
         chooser = autotune_chooser(amk.TunerConfig(search_budget=args.budget), validate_grid(grid), on_tuned)
         compiled = compile_module(workload.module(workload.shapes, workload.dtype) if workload.module
                                   else build_module(workload.ops, workload.shapes, workload.dtype),
-                                  chooser, reduction_strategy=strategy, merge_chunk=int(chunk or 0),
-                                  merge_launch=int(flag == "merge"))
+                                  chooser, reduction_strategy=strategy, merge_chunk=int(chunk or 0))
         out = compiled.program(*inputs)[0].double()
-        row = {"strategy": strategy, "merge_chunk": int(chunk) if chunk else "default",
-               "merge_launch": flag == "merge", "configs": tuned,
+        row = {"strategy": strategy, "merge_chunk": int(chunk) if chunk else "default", "configs": tuned,
                "rel_err": ((out - expected).norm() / expected.norm()).item(),
                "max_abs_err": (out - expected).abs().max().item(),
                "ms": time_ms(lambda p=compiled.program: p(*inputs))}

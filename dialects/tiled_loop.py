@@ -751,7 +751,7 @@ class RelaunchOp(IRDLOperation):
     kernel's buffers. ``label`` names the launch (its Triton function is ``<kernel>_<label>_kernel``; default
     ``finish``) and a ``note`` attribute says what its programs do. amk uses it in ``tile_stats`` kernels: output
     tiles write their rows' partial statistics, and a second, fully parallel launch merges them and normalizes every
-    tile (with ``merge_launch``, a launch in between merges each row's statistics once)::
+    tile::
 
         tiled_loop.relaunch {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(4096, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
     """

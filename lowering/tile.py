@@ -83,15 +83,13 @@ class KernelLowering:
     """Builds the body of one ``tiled_loop.kernel`` from a group plan."""
 
     def __init__(self, plan: GroupPlan, strategy: str, kernel: tiled_loop.KernelOp, arg_of: dict[SSAValue, SSAValue],
-                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1,
-                 merge_launch: bool = False):
+                 output_arg: dict[SSAValue, SSAValue], workspace: Workspace, merge_chunk: int = 1):
         self.plan = plan
         self.strategy = strategy
         # A norm prologue whose per-row scale is applied to the accumulator, its statistics gathered in the K loop.
         self.row_scaled = row_scaled_prologue(plan, strategy)
         self.prologue_state: list[SSAValue] = []
         self.merge_chunk = merge_chunk
-        self.merge_launch = merge_launch
         # A short K loop run again where the pre-normalization tile would be re-read, which is then never stored.
         self.recompute = strategy in RECOMPUTING_STRATEGIES
         self.kernel = kernel
@@ -538,32 +536,14 @@ class KernelLowering:
         the pre-normalization tile back (tile_stats) or, when the K loop is short, running it again
         (tile_recompute: the first launch then stores nothing but the statistics)."""
         sizes, tiles_per_row = self.tiles_with_statistics()
-        row_strips = Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})")
-        partials = self.workspace.partials
-        self.b.origin = None
-        if self.merge_launch:
-            # A launch in between merges each row strip's statistics once and leaves them in column 0 of the partial
-            # buffers (the program reads its rows' columns before it writes; no other program touches them).
-            merge = tiled_loop.RelaunchOp([row_strips], ["pid_m"], label="merge")
-            merge.attributes["note"] = StringAttr(
-                "Second launch: each program merges the partial statistics of its rows once, for the last launch.")
-            self.b.add(merge)
-            merged = self.merged_strip_states(sizes, tiles_per_row)
-            for component, partial in zip(merged, partials):
-                self.b.origin = None
-                self.b.add(tiled_loop.StoreOp(self.b.widen_rows(component, BLOCK_M), partial, [self.row_offset, 0]))
-        finish = tiled_loop.RelaunchOp([row_strips, tiles_per_row], ["pid_m", "pid_n"])
+        finish = tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), tiles_per_row],
+                                       ["pid_m", "pid_n"])
         finish.attributes["note"] = StringAttr(
-            "Third launch: each program loads its rows' merged statistics and finishes one output tile."
-            if self.merge_launch else "Second launch, after every program of the first has finished: each program "
-            "merges its rows' partial statistics and finishes one output tile.")
+            "Second launch, after every program of the first has finished: each program merges its rows' partial "
+            "statistics and finishes one output tile.")
+        self.b.origin = None
         self.b.add(finish)
-        if self.merge_launch:
-            loaded = [self.b.add(tiled_loop.LoadOp(partial, [self.row_offset, 0], TileType([BLOCK_M, 1], f32)),
-                                 component.name_hint) for component, partial in zip(merged, partials)]
-            self.finalize_statistics(loaded, sizes)
-        else:
-            self.merge_strip_statistics(sizes, tiles_per_row)
+        self.merge_strip_statistics(sizes, tiles_per_row)
         self.finish_rows(self.col_offset)
 
     def build_strip_finish(self) -> None:
@@ -649,14 +629,13 @@ def short_contraction(plan: GroupPlan) -> bool:
     return k is not None and k.is_static and k.value <= SHORT_CONTRACTION
 
 
-def default_merge_chunk(strategy: str, plan: GroupPlan) -> int:
-    """How many tiles' partial statistics a program merges per loop iteration when not asked. Measured on the H200
-    with tile_stats and tile_recompute (strip_finish and strip_sync follow the same rule, untimed): with a long K the
-    merge is a small part of the second launch, and A's 16-tile rows merge fastest one pipelined tile at a time (0.986
-    ms against 1.012 with 16, 2026-11-30-h200-merge-chunks); with a short K (or recomputing the tile, whose first
-    launch is nothing but the statistics) the merge is most of the work, and G's 64-tile rows merge fastest all at
-    once (tile_recompute 0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64)."""
-    return MERGE_CHUNKS[-1] if strategy == "tile_recompute" or short_contraction(plan) else 1
+# How many tiles' partial statistics a program merges per loop iteration when not asked: every tile of a row at once
+# (up to 64; past the row's last tile the chunk is masked). The merge loop is latency-bound, each iteration waiting on
+# the last, so its trip count is what costs. Profiled on the H200 (workload A, tile_stats' second launch,
+# 2026-11-30-h200-kernel-times-chunks-A): 128 x 256 tiles (16 per row) 0.130 ms one tile at a time against 0.091 with
+# 16; 128 x 128 tiles (32 per row) 0.389 against 0.073 with 32 and 0.084 with 64. With a short K the merge is most of
+# the work (G's 64-tile rows: tile_recompute 0.676 / 0.293 / 0.203 ms with 1 / 4 / 16, 0.170 tuned with 64).
+DEFAULT_MERGE_CHUNK = MERGE_CHUNKS[-1]
 
 
 def _reduction_strategy(plan: GroupPlan) -> str:
@@ -702,8 +681,8 @@ def row_scaled_prologue(plan: GroupPlan, strategy: str) -> Operation | None:
     return norm if reads_norm and rule.unscaled is not None and rule.column_sums is not None else None
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "", merge_chunk: int = 0,
-                merge_launch: bool = False) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
+                merge_chunk: int = 0) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -808,7 +787,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "", merge_c
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
     KernelLowering(plan, strategy, kernel, arg_of, output_arg, workspace,
-                   merge_chunk or default_merge_chunk(strategy, plan), merge_launch).build()
+                   merge_chunk or DEFAULT_MERGE_CHUNK).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
@@ -828,24 +807,18 @@ class TilePass(ModulePass):
     the pre-normalization tile, which is then never stored (tile_recompute: chains without a prologue).
 
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
-    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best
-    (:func:`default_merge_chunk`: 64 with a K of at most 256 or for tile_recompute, else 1, one tile at a time).
-    ``merge_launch=1`` gives tile_stats and tile_recompute a launch between their two that merges each row strip's
-    statistics once, so that the last launch loads them instead of every one of its programs merging its rows'
-    (not yet timed on a GPU; off by default).
+    and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best,
+    ``DEFAULT_MERGE_CHUNK`` (64: a whole row's tiles at once, up to 64).
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = "auto"
     merge_chunk: int = 0
-    merge_launch: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.merge_launch not in (0, 1):
-            raise PassFailedException(f"amk-tile: merge_launch must be 0 or 1, got {self.merge_launch!r}")
         if self.merge_chunk not in (0, *MERGE_CHUNKS):
-            raise PassFailedException(f"amk-tile: merge_chunk must be 0 (by strategy) or one of "
+            raise PassFailedException(f"amk-tile: merge_chunk must be 0 (the default, {DEFAULT_MERGE_CHUNK}) or one of "
                                       f"{', '.join(map(str, MERGE_CHUNKS))}, got {self.merge_chunk!r}")
         if self.reduction_strategy not in ("auto", *ROW_REDUCTION_STRATEGIES):
             raise PassFailedException(f"amk-tile: reduction_strategy must be auto, "
@@ -859,8 +832,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk,
-                                         bool(self.merge_launch))
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk)
             if first is None:
                 module_block.add_op(kernel)
             else:

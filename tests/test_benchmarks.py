@@ -43,3 +43,22 @@ def test_extra_shapes_run_each_family_at_two_more_shapes(tmp_path):
     results = json.loads((tmp_path / "extra.json").read_text())["results"]
     assert [r["workload"] for r in results] == ["E2", "E3"]
     assert all(r["errors"]["amk"][0] < 1e-2 for r in results)
+
+
+def test_every_diagnostic_script_documents_its_command_line():
+    """Each script of benchmarks/ imports (the GPU-only diagnostics too) and prints its usage."""
+    for script in sorted((REPO / "benchmarks").glob("*.py")):
+        result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and "usage:" in result.stdout, (script.name, result.stderr[-500:])
+
+
+def test_kernel_times_reads_a_fixed_configuration_and_its_merge_chunk():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from kernel_times import parse_config
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    config, merge_chunk = parse_config("128x256x64:w8s4:m16")
+    assert (config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_warps, config.num_stages) == (128, 256, 64, 8, 4)
+    assert merge_chunk == 16
+    assert parse_config("64x128x32:w4s3")[1] == 0  # the pass's default

@@ -33,26 +33,18 @@ def SMALL_TILES(kernel) -> KernelConfig:
     return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
 
 
-@pytest.mark.parametrize("strategy,merge_chunk,merge_launch", [
-    ("tile_stats", 1, 0), ("tile_stats", 4, 0), ("tile_stats", 1, 1), ("tile_stats", 4, 1), ("tile_recompute", 1, 0),
-    ("tile_recompute", 16, 0), ("tile_recompute", 16, 1), ("strip_finish", 1, 0), ("strip_finish", 2, 0),
-    ("row_strip", 1, 0), ("strip_recompute", 1, 0)])
+@pytest.mark.parametrize("strategy,merge_chunk", [
+    ("tile_stats", 1), ("tile_stats", 4), ("tile_recompute", 1), ("tile_recompute", 16), ("strip_finish", 1),
+    ("strip_finish", 2), ("row_strip", 1), ("strip_recompute", 1)])
 @pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in CASES])
-def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, merge_launch, ops, shapes, dtype):
+def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, ops, shapes, dtype):
     """Merge chunks wider than one state load several tiles' statistics at once, also past the row's last tile (75
-    columns in tiles of 32 make 3 tiles: a chunk of 4 or 16 is partly padding). With ``merge_launch`` a launch in
-    between merges each row's statistics once into column 0 of the partial buffers, which the last launch loads."""
+    columns in tiles of 32 make 3 tiles: a chunk of 4 or 16 is partly padding)."""
     compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy,
-                              merge_chunk=merge_chunk, merge_launch=merge_launch)
+                              merge_chunk=merge_chunk)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
-    assert compiled.ir["tiled_loop"].count("tiled_loop.relaunch") == (1 + merge_launch if strategy in (
-        "tile_stats", "tile_recompute") else 0)
+    assert compiled.ir["tiled_loop"].count("tiled_loop.relaunch") == (strategy in ("tile_stats", "tile_recompute"))
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
-
-
-def test_merge_launch_is_0_or_1():
-    with pytest.raises(Exception, match="amk-tile: merge_launch must be 0 or 1, got 2"):
-        compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32), merge_launch=2)
 
 
 def assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype, weight: int = 1,
@@ -114,7 +106,7 @@ def test_strip_recompute_applies_the_prologue_in_both_sweeps():
 
 
 def test_a_merge_chunk_that_is_not_a_power_of_two_is_refused():
-    with pytest.raises(Exception, match=r"merge_chunk must be 0 \(by strategy\) or one of 1, 2, 4, 8, 16, 32, 64, got 3"):
+    with pytest.raises(Exception, match=r"merge_chunk must be 0 \(the default, 64\) or one of 1, 2, 4, 8, 16, 32, 64, got 3"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32), merge_chunk=3)
 
 
@@ -125,13 +117,12 @@ def test_an_unknown_reduction_strategy_names_the_choices():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("strategy,merge_launch", [("tile_stats", 0), ("tile_stats", 1), ("tile_recompute", 0),
-                                                   ("strip_finish", 0)])
-def test_each_strategy_replays_under_a_cuda_graph(strategy, merge_launch):
+@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish"])
+def test_each_strategy_replays_under_a_cuda_graph(strategy):
     """Two or three launches (tile_stats), or counters the kernel resets itself (strip_finish): all must replay
     correctly."""
     ops, shapes, dtype = CASES[0]
-    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy, merge_launch=merge_launch)
+    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
     generator = torch.Generator().manual_seed(1)
     inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to("cuda", dtype)
               for i, s in enumerate(shapes)]

@@ -23,7 +23,7 @@ func.func @matmul_rmsnorm(%x : !tensor_op.tensor<[M, 1024], f16>, %w : !tensor_o
 // CHECK-NEXT:      pid_m = tl.program_id(0)
 // CHECK-NEXT:      pid_n = tl.program_id(1)
 // CHECK:           # merge the partial statistics written by every tile of this row strip
-// CHECK-NEXT:      for t in tl.range(0, tl.cdiv(512, BLOCK_N), 1, num_stages=3):
+// CHECK-NEXT:      for t in tl.range(0, tl.cdiv(512, BLOCK_N), 64, num_stages=3):
 // CHECK:           rstd = tl.rsqrt(
 // CHECK:           y_tile = tl.load(out0_ptr
 // CHECK:           # rmsnorm

@@ -22,7 +22,7 @@ func.func @matmul_rmsnorm(%x : !tensor_op.tensor<[M, 1024], f16>, %w : !tensor_o
 // CHECK:         tiled_loop.store %{{[0-9]+}}, %partial0 <[BLOCK_M*pid_m, pid_n]>
 // CHECK-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
 // CHECK-NEXT:    tiled_loop.strip_barrier %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>
-// CHECK:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 1]>
+// CHECK:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // CHECK:         %rstd = tiled_loop.unary "rsqrt"
 // CHECK-NEXT:    %[[NORM:[0-9]+]] = tiled_loop.binary "mul" %[[Y]], %rstd {origin = "rmsnorm"}
 // CHECK-NEXT:    tiled_loop.store %[[NORM]], %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
