@@ -202,6 +202,10 @@ class KernelLowering:
 
         flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body,
                          f"row statistics over the {iv.upper()} tiles" + (" (first sweep)" if phase_one_work else ""))
+        self.finalize_statistics(reductions, flat, sizes)
+
+    def finalize_statistics(self, reductions: list[Operation], flat: list[SSAValue], sizes: list[int]) -> None:
+        """``self.stats`` of each row reduction from its final state (``flat``, ``sizes`` components each)."""
         for op, size in zip(reductions, sizes):
             state, flat = flat[:size], flat[size:]
             self.b.origin = origin_label(op)
@@ -476,13 +480,9 @@ class KernelLowering:
         return sizes
 
     def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim) -> None:
-        """Merge the partial statistics of every tile of this row strip into ``self.stats``."""
-        self.finalize_statistics(self.merged_strip_states(sizes, tiles_per_row), sizes)
-
-    def merged_strip_states(self, sizes: list[int], tiles_per_row: Dim) -> list[SSAValue]:
-        """The states of this row strip's reductions (flat, ``sizes`` components each), merged from every tile's
-        partial statistics: ``merge_chunk`` tiles' states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]``
-        tiles and merged at once (one state per iteration when it is 1)."""
+        """Merge the partial statistics of every tile of this row strip into ``self.stats``: ``merge_chunk`` tiles'
+        states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]`` tiles and merged at once (one state per
+        iteration when it is 1)."""
         main = self.plan.main
         chunk = self.merge_chunk
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
@@ -510,15 +510,9 @@ class KernelLowering:
 
         # Pipelined: each iteration's loads would otherwise wait a full L2 round trip (measured on the H200: workload A
         # 1.057 -> 0.991 ms, G's 64-tile rows 0.756 -> 0.674 ms; benchmarks/merge_loop.py).
-        return self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
+        flat = self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
                          "merge the partial statistics written by every tile of this row strip", pipelined=True)
-
-    def finalize_statistics(self, flat: list[SSAValue], sizes: list[int]) -> None:
-        """``self.stats`` of every row reduction from its merged state (``flat``, ``sizes`` components each)."""
-        for op, size in zip(self.plan.main.reductions, sizes):
-            state, flat = flat[:size], flat[size:]
-            self.b.origin = origin_label(op)
-            self.stats[op] = rules.ROW_REDUCTIONS[type(op)].finalize(self.b, state, op)
+        self.finalize_statistics(main.reductions, flat, sizes)
 
     def tiles_with_statistics(self) -> tuple[list[int], Dim]:
         """Phase one of tile_stats and strip_finish: this program's output tile, what is stored before the row
