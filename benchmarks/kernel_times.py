@@ -96,12 +96,21 @@ def main() -> None:
                         help="fixed amk configurations to profile as well, e.g. 128x256x64:w8s4")
     parser.add_argument("--out", help="JSON results file")
     args = parser.parse_args()
+    for text in args.configs:
+        try:
+            parse_config(text)
+        except ValueError:
+            parser.error(f"--configs {text!r}: expected BLOCK_MxBLOCK_NxBLOCK_K:wWARPSsSTAGES[:mMERGE_CHUNK], "
+                         "e.g. 128x256x64:w8s4:m16")
+    names = args.workloads.split(",")
+    for name in names:
+        if name not in WORKLOADS or WORKLOADS[name].gemm is None:
+            parser.error(f"workload {name!r}: choose from those with a single GEMM to compare with, "
+                         f"{', '.join(n for n, w in WORKLOADS.items() if w.gemm is not None)}")
     if not torch.cuda.is_available():
         parser.error("this diagnostic profiles GPU kernels: it needs a GPU")
     rows = []
-    for name in args.workloads.split(","):
-        if WORKLOADS[name].gemm is None:
-            parser.error(f"workload {name} has no single GEMM to compare with; choose from A, B, C, G")
+    for name in names:
         rows.append(measure(name, args.budget, args.calls, args.configs))
         print(json.dumps(rows[-1], indent=1), flush=True)
     if args.out:

@@ -195,13 +195,16 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=12, help="amk's autotuning candidates")
     parser.add_argument("--out", help="JSON results file")
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    if any(variant not in ("1", "2", "3") for variant in variants):
+        parser.error(f"--variants {args.variants!r}: a comma-separated list of 1, 2 and 3")
     if not torch.cuda.is_available():
         parser.error("this diagnostic times GPU kernels: it needs a GPU")
     configs = [(bm, bn, lag, store_exp, warps, per_sm)
                for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 8))
                for lag in (1, 2) for store_exp in (0, 1) for per_sm in (1, 2)]
     rows = []
-    for variant in args.variants.split(","):
+    for variant in variants:
         shapes = WORKLOADS["G"].shapes if variant == "1" else EXTRA_SHAPES["G"][int(variant) - 2]
         rows += measure([tuple(s) for s in shapes], configs, args.budget)
     if args.out:

@@ -62,3 +62,13 @@ def test_kernel_times_reads_a_fixed_configuration_and_its_merge_chunk():
     assert (config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_warps, config.num_stages) == (128, 256, 64, 8, 4)
     assert merge_chunk == 16
     assert parse_config("64x128x32:w4s3")[1] == 0  # the pass's default
+
+
+def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
+    cases = [("kernel_times.py", ["--workloads", "D"], "choose from those with a single GEMM to compare with, A, B, C, G"),
+             ("kernel_times.py", ["--configs", "128x256"], "expected BLOCK_MxBLOCK_NxBLOCK_K:wWARPSsSTAGES"),
+             ("trailing_probe.py", ["--variants", "4"], "a comma-separated list of 1, 2 and 3")]
+    for script, args, message in cases:
+        result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, (script, args, result.stderr[-300:])
