@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from amk.errors import InvalidArgumentError
-from amk.lowering.configs import PARAMETER_KEYS, SWITCHES, TILE_GRID_STRATEGIES, KernelConfig, next_power_of_two
+from amk.lowering.configs import (
+    PARAMETER_KEYS,
+    SHORT_CONTRACTION,
+    SWITCHES,
+    TILE_GRID_STRATEGIES,
+    KernelConfig,
+    next_power_of_two,
+)
 
 if TYPE_CHECKING:
     from amk.symbolic import Dim
@@ -129,9 +136,10 @@ class DeviceLimits:
 
 
 def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits | None = None,
-                  warp_specialization: bool = False) -> dict[str, list[int]]:
+                  warp_specialization: bool = False, contraction: Dim | None = None) -> dict[str, list[int]]:
     """The candidates searched when no ``parameter_grid`` is given, by strategy (and, for tile-grid GEMMs, by what
-    the device offers: persistent and TMA variants on Hopper, warp-specialized ones when asked for)."""
+    the device offers: persistent and TMA variants on Hopper, warp-specialized ones when asked for; for
+    chunk_recompute, whether the ``contraction`` is short enough to be one tile)."""
     if not has_dot:
         return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
                 "num_stages": [1]}
@@ -140,6 +148,12 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
         space = {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
                  "num_stages": [3, 4, 5, 6]}
         return space | ({"SPLIT_K": [2, 4, 8]} if strategy == "split_k" else {})
+    if strategy == "chunk_recompute":
+        space = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "SPLIT_N": [2, 4, 8, 16], "num_warps": [4, 8],
+                 "num_stages": [2, 3]}
+        # A short static K is one tile (amk-tile): BLOCK_K is then unused.
+        whole_k = contraction is not None and contraction.is_static and contraction.value <= SHORT_CONTRACTION
+        return space if whole_k else space | {"BLOCK_K": [32, 64, 128]}
     if strategy in ("row_strip", "strip_recompute"):
         return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                 "num_stages": [2, 3, 4]}
@@ -151,7 +165,7 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
 
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
-                 cols: Dim | None = None) -> str | None:
+                 cols: Dim | None = None, contraction: Dim | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
     if (config.PERSISTENT or config.TMA) and strategy not in TILE_GRID_STRATEGIES:
         return (f"PERSISTENT and TMA apply to the tile-grid strategies ({', '.join(TILE_GRID_STRATEGIES)}), "
@@ -167,6 +181,10 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     if has_dot:
         if min(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) < 16:
             return "tl.dot needs tiles of at least 16 on every axis"
+        if contraction is not None and contraction.is_static and config.BLOCK_K > max(16, next_power_of_two(
+                contraction.value)):
+            return (f"BLOCK_K {config.BLOCK_K} is wider than K = {contraction.value} rounded up to a power of two: the "
+                    "dot would multiply padding")
         staged = config.num_stages * (config.BLOCK_M * config.BLOCK_K + config.BLOCK_K * config.BLOCK_N) * element_bytes
         if staged > limits.shared_memory:
             return f"shared memory: {config.num_stages} stages x tiles = {staged} bytes > {limits.shared_memory}"
@@ -204,10 +222,14 @@ def config_key(config: KernelConfig) -> str:
     return ",".join(f"{name}={value}" for name, value in config.as_dict().items())
 
 
-def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0) -> list[KernelConfig]:
+def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0,
+            keep_first: bool = False) -> list[KernelConfig]:
+    """``budget`` of the candidates (all of them when exhaustive), at random; ``keep_first`` keeps the first."""
     if len(candidates) <= budget or strategy == "exhaustive":
         return candidates if strategy == "exhaustive" else candidates[:budget]
     rng = random.Random(seed)
+    if keep_first:
+        return candidates[:1] + rng.sample(candidates[1:], budget - 1)
     return rng.sample(candidates, budget)
 
 
@@ -252,7 +274,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
-    inputs and a check of its output. Failures are recorded and skipped; the heuristic is the fallback. ``known``
+    inputs and a check of its output. The heuristic, when the space holds it, is timed first; failures are recorded
+    and skipped; the heuristic is the fallback. ``known``
     maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
     (and do not count against the search budget). Switches with several values in the space (``PERSISTENT``,
     ``TMA``, ``WARP_SPECIALIZE``) are not searched: the search runs with their first value, then every setting of
@@ -267,7 +290,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     has_dot = contraction is not None
     limits = DeviceLimits.current()
     space = grid if grid is not None else default_space(strategy, rows, has_dot, limits,
-                                                        settings.enable_warp_specialization)
+                                                        settings.enable_warp_specialization, contraction)
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
 
@@ -275,7 +298,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         """The configurations worth timing: pruned ones and those timed before are recorded as such instead."""
         fresh = []
         for config in configs:
-            reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols)
+            reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction)
             previous = known.get(config_key(config)) if known else None
             if reason:
                 trials.append(Trial(config, "pruned", detail=reason))
@@ -289,7 +312,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     # Switches (persistent, TMA, ...) refine the best tile shapes instead of multiplying the space searched.
     switches = {key: values for key, values in space.items() if key in SWITCHES and len(values) > 1}
     fresh = unseen(grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic))
-    _search(fresh, settings, build_and_run, trials, prepare, batch)
+    _search(fresh, settings, build_and_run, trials, prepare, batch, first=heuristic)
     if switches:
         _refine(trials, switches, unseen, settings, build_and_run, prepare)
     _final_round(trials, settings, build_and_run)
@@ -367,8 +390,12 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
 
 
 def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial], prepare,
-            batch: int) -> None:
+            batch: int, first: KernelConfig | None = None) -> None:
+    """Time up to the search budget of ``viable``, starting with ``first`` (the strategy's default configuration,
+    the measured best of its kind) when it is among them."""
     budget = settings.search_budget
+    if first in viable:
+        viable = [first] + [config for config in viable if config != first]
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
 
@@ -381,26 +408,26 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         return elapsed
 
     if settings.strategy == "bayesian" and len(viable) > budget:
-        _bayesian(viable, budget, evaluate, prepare, batch)
+        _bayesian(viable, budget, evaluate, prepare, batch, first in viable)
     else:
-        chosen = _select(viable, budget, settings.strategy)
+        chosen = _select(viable, budget, settings.strategy, keep_first=first in viable)
         prepare(chosen)
         for config in chosen:
             evaluate(config)
     progress.close()
 
 
-def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int) -> None:
+def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int, keep_first: bool = False) -> None:
     """Model-guided search with optuna's TPE sampler over the viable configurations' parameters.
 
     Candidates are asked ``batch`` at a time (TPE's constant liar keeps pending ones apart), prepared together, then
-    timed one by one.
+    timed one by one; ``keep_first`` enqueues the first viable configuration as the study's first trial.
     """
     try:
         import optuna
     except ImportError:
         log.warning("optuna is not installed; the bayesian strategy falls back to random search")
-        chosen = _select(viable, budget, "random")
+        chosen = _select(viable, budget, "random", keep_first=keep_first)
         prepare(chosen)
         for config in chosen:
             evaluate(config)
@@ -410,6 +437,8 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     by_key = {tuple(c.as_dict().values()): c for c in viable}
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.TPESampler(seed=0, constant_liar=batch > 1))
+    if keep_first:
+        study.enqueue_trial({key: getattr(viable[0], key) for key in values})
     seen: dict[tuple, float] = {}
     wanted = min(budget, len(viable))
     while len(seen) < wanted and len(study.trials) <= 20 * budget:

@@ -228,6 +228,71 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
     return result
 
 
+def baseline_rows(workload: Workload, shapes, budget: int) -> tuple[list[torch.Tensor], torch.Tensor, list[dict]]:
+    """For diagnostics that time a hand-written kernel beside the contenders, on the GPU: the inputs, the float64
+    reference, and one row per contender (eager, torch.compile, amk tuned with ``budget``, the cuBLAS GEMM alone),
+    each checked against the reference before it is timed."""
+    inputs = make_inputs(workload, shapes, "cuda")
+    reference = workload.eager(*[t.double() for t in inputs])
+    compiled = torch.compile(workload.eager)
+    built = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
+                                   tuner_config=amk.TunerConfig(search_budget=budget))
+    contenders = {"eager": lambda: workload.eager(*inputs), "compile": lambda: compiled(*inputs),
+                  "amk": lambda: built(*inputs), "cublas_gemm": lambda: workload.gemm(*inputs)}
+    rows = []
+    for label, function in contenders.items():
+        out = function().double()
+        error = None if label == "cublas_gemm" else ((out - reference).norm() / reference.norm()).item()
+        rows.append({"shapes": shapes, "contender": label, "rel_err": error, "ms": time_ms(function),
+                     "config": built.config if label == "amk" else None})
+        print(json.dumps(rows[-1]), flush=True)
+    return inputs, reference, rows
+
+
+def probe_parser(description: str) -> argparse.ArgumentParser:
+    """The command line every G diagnostic shares: ``--variants``, ``--budget`` and ``--out``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="1", help="1: G's own shapes; 2, 3: its extra shapes")
+    parser.add_argument("--budget", type=int, default=12, help="amk's autotuning candidates")
+    parser.add_argument("--out", help="JSON results file")
+    return parser
+
+
+def probe_shapes(parser: argparse.ArgumentParser, variants: str) -> list[list[tuple[int, ...]]]:
+    """The shapes a G diagnostic measures: ``variants`` lists 1 (G's own), 2 and 3 (its extra shapes). Exits through
+    ``parser`` on a bad list, or without a GPU."""
+    chosen = variants.split(",")
+    if any(variant not in ("1", "2", "3") for variant in chosen):
+        parser.error(f"--variants {variants!r}: a comma-separated list of 1, 2 and 3")
+    if not torch.cuda.is_available():
+        parser.error("this diagnostic times GPU kernels: it needs a GPU")
+    return [[tuple(s) for s in (WORKLOADS["G"].shapes if variant == "1" else EXTRA_SHAPES["G"][int(variant) - 2])]
+            for variant in chosen]
+
+
+def probe_row(shapes, contender: str, config: dict, measure: Callable[[], dict]) -> dict:
+    """One configuration's row of a diagnostic: what ``measure()`` returns, or the error of a configuration that does
+    not compile (shared memory, say: reported, not fatal); printed as it is made."""
+    row = {"shapes": shapes, "contender": contender, "config": config}
+    try:
+        row |= measure()
+    except Exception as failure:
+        row["error"] = repr(failure)[:300]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def print_best(rows: list[dict]) -> None:
+    """Each contender's best time per shape, from a diagnostic's rows."""
+    best = {}
+    for row in rows:
+        if row.get("ms") is not None:
+            key = (str(row["shapes"]), row["contender"])
+            best[key] = min(best.get(key, math.inf), row["ms"])
+    for (shapes, contender), ms in sorted(best.items()):
+        print(f"{shapes} {contender}: {ms:.4f} ms")
+
+
 OTHERS = [c for c in CONTENDERS if c != "amk"]
 
 

@@ -56,7 +56,8 @@ def main() -> None:
     overrides = parse_grid(args.grid)
     for item in args.strategies.split(","):
         strategy, chunk = (item.split(":") + [""])[:2]
-        base = default_space(strategy, Dim(workload.shapes[0][0]), has_dot=True)
+        base = default_space(strategy, Dim(workload.shapes[0][0]), has_dot=True,
+                             contraction=Dim(workload.shapes[0][1]))
         grid = {KEY_OF_FIELD[field]: values for field, values in base.items()} | overrides
         tuned, timed = {}, {}
 

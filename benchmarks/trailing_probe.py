@@ -18,16 +18,11 @@ reference first; torch.compile, eager and amk's own kernel run in the same proce
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-
 import torch
 import triton
 import triton.language as tl
-from run import EXTRA_SHAPES, WORKLOADS, make_inputs
+from run import WORKLOADS, baseline_rows, print_best, probe_parser, probe_row, probe_shapes
 
-import amk
 from amk.benchmarking import save_rows, time_ms
 
 LOG2E = 1.4426950408889634
@@ -153,69 +148,38 @@ class Trailing:
 
 
 def measure(shapes, configs, budget: int) -> list[dict]:
-    workload = WORKLOADS["G"]
-    q, k = make_inputs(workload, shapes, "cuda")
-    reference = workload.eager(q.double(), k.double())
-    compiled = torch.compile(workload.eager)
-    built = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
-                                   tuner_config=amk.TunerConfig(search_budget=budget))
-    contenders = {"eager": lambda: workload.eager(q, k), "compile": lambda: compiled(q, k),
-                  "amk": lambda: built(q, k), "cublas_gemm": lambda: q @ k}
-    rows = []
-    for label, function in contenders.items():
-        out = function().double()
-        error = None if label == "cublas_gemm" else ((out - reference).norm() / reference.norm()).item()
-        rows.append({"shapes": shapes, "contender": label, "rel_err": error, "ms": time_ms(function),
-                     "config": built.config if label == "amk" else None})
-        print(json.dumps(rows[-1]), flush=True)
+    (q, k), reference, rows = baseline_rows(WORKLOADS["G"], shapes, budget)
     floor = q.shape[0] * k.shape[1] * q.element_size() / 4.3e9
     for block_m, block_n, lag, store_exp, num_warps, per_sm in configs:
         config = dict(BLOCK_M=block_m, BLOCK_N=block_n, LAG=lag, STORE_EXP=store_exp, num_warps=num_warps,
                       per_sm=per_sm)
-        try:
+
+        def run(block_m=block_m, block_n=block_n, lag=lag, store_exp=store_exp, num_warps=num_warps,
+                per_sm=per_sm) -> dict:
             kernel = Trailing(q, k, block_m, block_n, lag, store_exp, num_warps, per_sm)
             out = kernel().double()
             error = ((out - reference).norm() / reference.norm()).item()
             replayed = kernel().double()  # flags and counters must have reset themselves
             again = ((replayed - reference).norm() / reference.norm()).item()
-            row = {"shapes": shapes, "contender": "trailing", "config": config, "programs": kernel.grid[0],
-                   "rel_err": error, "rel_err_second_call": again,
-                   "max_abs_err": (out - reference).abs().max().item(),
-                   "ms": time_ms(kernel) if max(error, again) < 1e-2 else None, "floor_ms": floor}
-        except Exception as failure:  # a configuration that does not compile (shared memory) is reported, not fatal
-            row = {"shapes": shapes, "contender": "trailing", "config": config, "error": repr(failure)[:300]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+            return {"programs": kernel.grid[0], "rel_err": error, "rel_err_second_call": again,
+                    "max_abs_err": (out - reference).abs().max().item(),
+                    "ms": time_ms(kernel) if max(error, again) < 1e-2 else None, "floor_ms": floor}
+
+        rows.append(probe_row(shapes, "trailing", config, run))
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default="1", help="1: G's own shapes; 2, 3: its extra shapes")
-    parser.add_argument("--budget", type=int, default=12, help="amk's autotuning candidates")
-    parser.add_argument("--out", help="JSON results file")
+    parser = probe_parser(__doc__)
     args = parser.parse_args()
-    variants = args.variants.split(",")
-    if any(variant not in ("1", "2", "3") for variant in variants):
-        parser.error(f"--variants {args.variants!r}: a comma-separated list of 1, 2 and 3")
-    if not torch.cuda.is_available():
-        parser.error("this diagnostic times GPU kernels: it needs a GPU")
+    shape_sets = probe_shapes(parser, args.variants)
     configs = [(bm, bn, lag, store_exp, warps, per_sm)
                for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 8))
                for lag in (1, 2) for store_exp in (0, 1) for per_sm in (1, 2)]
-    rows = []
-    for variant in variants:
-        shapes = WORKLOADS["G"].shapes if variant == "1" else EXTRA_SHAPES["G"][int(variant) - 2]
-        rows += measure([tuple(s) for s in shapes], configs, args.budget)
+    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
     if args.out:
         save_rows(args.out, rows)
-    best = {}
-    for row in rows:
-        if row.get("ms") is not None:
-            key = (str(row["shapes"]), row["contender"])
-            best[key] = min(best.get(key, math.inf), row["ms"])
-    for (shapes, contender), ms in sorted(best.items()):
-        print(f"{shapes} {contender}: {ms:.4f} ms")
+    print_best(rows)
 
 
 if __name__ == "__main__":

@@ -209,7 +209,8 @@ class KernelOp(KernelSignature, IRDLOperation):
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
     STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "tile_recompute",
-                                             "strip_finish", "strip_sync", "split_k", "strip_recompute")
+                                             "strip_finish", "strip_sync", "split_k", "strip_recompute",
+                                             "chunk_recompute")
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,

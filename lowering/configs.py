@@ -14,13 +14,16 @@ if TYPE_CHECKING:
 
 # Keys as users spell them in ``parameter_grid`` and the symbols they bind.
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
-                  "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "num_warps": "num_warps",
+                  "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "SPLIT_N": "SPLIT_N", "num_warps": "num_warps",
                   "num_stages": "num_stages", "PERSISTENT": "PERSISTENT", "TMA": "TMA",
                   "WARP_SPECIALIZE": "WARP_SPECIALIZE"}
 # The switches among them: 0 or 1.
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE")
 # Strategies whose (first) launch is a grid of output tiles walked in grouped order: the ones the switches apply to.
 TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish")
+
+# A static K at most this long makes a cheap GEMM next to the row reductions around it (amk-tile's choices).
+SHORT_CONTRACTION = 256
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class KernelConfig:
     BLOCK_K: int = 32
     GROUP_M: int = 8
     SPLIT_K: int = 4
+    # chunk_recompute: programs sharing each row strip's columns.
+    SPLIT_N: int = 8
     num_warps: int = 4
     num_stages: int = 3
     # Tile-grid GEMM kernels only: one program per SM walking the output tiles (so Triton can pipeline the next
@@ -71,8 +76,16 @@ def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None,
     minimum = 16 if has_dot else 1
     block_k = _bounded(contraction, 64 if element_bytes <= 2 else 32, 16) if has_dot else 32
     if strategy in ("skinny_m", "split_k"):
+        # split_k: the H200's best for an RMSNorm prologue into x[16 or 1, 4096] @ W[4096, 4096] in every tuned run
+        # since the Gram-diagonal statistics (2026-11-30-h200-gram-DE, -final-DE): 2 warps, SPLIT_K 4.
         return KernelConfig(BLOCK_M=_bounded(rows, 64, 16), BLOCK_N=_bounded(cols, 64, 16),
-                            BLOCK_K=_bounded(contraction, 128, 16), num_warps=4, num_stages=4)
+                            BLOCK_K=_bounded(contraction, 128, 16), num_warps=2 if strategy == "split_k" else 4,
+                            num_stages=4)
+    if strategy == "chunk_recompute":
+        # The H200's best for softmax(q[8192, 128] @ k[128, 8192]) by hand (benchmarks/chunk_recompute_probe.py): the
+        # whole K in one tile, so that the loop over a chunk's column tiles is the one Triton pipelines.
+        return KernelConfig(BLOCK_M=_bounded(rows, 128, 16), BLOCK_N=_bounded(cols, 64, 16),
+                            BLOCK_K=_bounded(contraction, 128, 16), SPLIT_N=8, num_warps=4, num_stages=3)
     if strategy in ("row_strip", "strip_recompute"):
         return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),
                             BLOCK_K=block_k, num_warps=8 if has_dot else 4, num_stages=3)

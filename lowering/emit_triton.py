@@ -286,6 +286,9 @@ class TritonEmitter:
                           "launch merges them and finishes every tile.",
             "tile_recompute": "Each program computes one output tile and writes only its rows' partial statistics; "
                               "a second launch merges them and computes every tile again to finish it.",
+            "chunk_recompute": "SPLIT_N programs share each row strip, one chunk of column tiles each; each folds "
+                               "its chunk's row statistics and writes them, and a second launch merges them and "
+                               "computes the chunk's tiles again to finish them.",
             "strip_finish": "Each program computes one output tile and writes its rows' partial statistics; the last "
                             "program of a row strip merges them and finishes the strip.",
             "strip_sync": "Resident programs walk the output tiles in row-strip order; each tile writes its rows' "

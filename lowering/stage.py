@@ -238,6 +238,7 @@ class StagePass(ModulePass):
     block_k: int = 0
     group_m: int = 0
     split_k: int = 0
+    split_n: int = 0
     num_warps: int = 0
     num_stages: int = 0
     persistent: int = 0
@@ -246,9 +247,9 @@ class StagePass(ModulePass):
 
     # KernelConfig field -> pass option
     OPTIONS: ClassVar[dict[str, str]] = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k",
-                                         "GROUP_M": "group_m", "SPLIT_K": "split_k", "num_warps": "num_warps",
-                                         "num_stages": "num_stages", "PERSISTENT": "persistent", "TMA": "tma",
-                                         "WARP_SPECIALIZE": "warp_specialize"}
+                                         "GROUP_M": "group_m", "SPLIT_K": "split_k", "SPLIT_N": "split_n",
+                                         "num_warps": "num_warps", "num_stages": "num_stages",
+                                         "PERSISTENT": "persistent", "TMA": "tma", "WARP_SPECIALIZE": "warp_specialize"}
 
     @classmethod
     def for_config(cls, config: KernelConfig, kernel: str = "") -> StagePass:

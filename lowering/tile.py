@@ -13,6 +13,8 @@ The fused op is replaced by a ``tiled_loop.launch`` of the new kernel. The strat
 - ``row_strip``: a program owns ``BLOCK_M`` full rows. Phase 1 loops over the column tiles, computes the epilogue up
   to the row reductions, folds each tile into running fp32 statistics and writes the pre-reduction value; phase 2
   loops again, re-reads it and applies the normalization and what follows.
+- the other strategies for a matmul followed by a row reduction (``tile_stats``, ``chunk_recompute``,
+  ``strip_finish``, ...) are described on :class:`TilePass`.
 
 A normalization feeding the matmul's A operand (the prologue) gets its statistics from a loop over K before the
 main loop, and is applied to each A tile inside the K loop; in decode kernels a norm whose value is a per-row scale
@@ -51,7 +53,7 @@ from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
 from amk.lowering import rules
-from amk.lowering.configs import TILE_GRID_STRATEGIES
+from amk.lowering.configs import SHORT_CONTRACTION, TILE_GRID_STRATEGIES, next_power_of_two
 from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, plan_group
 from amk.lowering.rules import TileBuilder
 from amk.symbolic import Dim
@@ -92,6 +94,10 @@ class KernelLowering:
         self.merge_chunk = merge_chunk
         # A short K loop run again where the pre-normalization tile would be re-read, which is then never stored.
         self.recompute = strategy in RECOMPUTING_STRATEGIES
+        # chunk_recompute with a short static K: each launch loads its rows' A tile over all of K once, and every
+        # column tile's product is one dot, so the loop over the column tiles is the one whose loads are pipelined.
+        self.whole_k = strategy == "chunk_recompute" and short_contraction(plan)
+        self.whole_a: SSAValue | None = None
         self.kernel = kernel
         self.arg_of = arg_of
         self.output_arg = output_arg
@@ -182,6 +188,13 @@ class KernelLowering:
 
     def reduce_over_columns(self, section: Section, iv: str, block_cols: str, phase_one_work=None) -> None:
         """Loop over the column tiles folding every reduction of ``section``; sets ``self.stats``."""
+        flat, sizes = self.fold_columns(section, iv, block_cols, phase_one_work)
+        self.finalize_statistics(section.reductions, flat, sizes)
+
+    def fold_columns(self, section: Section, iv: str, block_cols: str, phase_one_work=None,
+                     columns: tuple[Dim, Dim] | None = None) -> tuple[list[SSAValue], list[int]]:
+        """Loop over the column tiles in ``columns`` (default: the whole row) folding every reduction of ``section``
+        into running states; returns their components and each state's size."""
         reductions = section.reductions
         self.b.origin = None
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in reductions]
@@ -200,9 +213,11 @@ class KernelLowering:
                 next_states += rules.ROW_REDUCTIONS[type(op)].update(self.b, state, x, valid)
             return next_states
 
-        flat = self.loop(iv, section.space.cols, block_cols, [v for s in states for v in s], body,
-                         f"row statistics over the {iv.upper()} tiles" + (" (first sweep)" if phase_one_work else ""))
-        self.finalize_statistics(reductions, flat, sizes)
+        lower, upper = columns if columns is not None else (Dim(0), section.space.cols)
+        flat = self.loop(iv, upper, block_cols, [v for s in states for v in s], body,
+                         f"row statistics over the {iv.upper()} tiles" + (" (first sweep)" if phase_one_work else ""),
+                         lower=lower, pipelined=self.whole_a is not None)
+        return flat, sizes
 
     def finalize_statistics(self, reductions: list[Operation], flat: list[SSAValue], sizes: list[int]) -> None:
         """``self.stats`` of each row reduction from its final state (``flat``, ``sizes`` components each)."""
@@ -217,6 +232,8 @@ class KernelLowering:
         matmul = self.plan.matmul
         prologue = self.plan.prologue
         col_offset = at.col_offset
+        if self.whole_a is not None:
+            return self.whole_k_products(at)
         self.b.origin = "matmul"
         accumulators = [self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc") for _ in self.plan.matmuls]
         norm = self.row_scaled
@@ -278,6 +295,28 @@ class KernelLowering:
             at.env[each.output] = result
         return results
 
+    def load_whole_a(self) -> None:
+        """This launch's A tile: the program's rows over all of K (padded to a power of two), loaded once."""
+        k_tile = str(next_power_of_two(self.plan.contraction.value))
+        at = ColumnTile(self.plan.main, self.row_offset, Dim(0), k_tile)
+        self.whole_a = self.load(self.plan.matmul.lhs, FULL, at, upcast=False)
+
+    def whole_k_products(self, at: ColumnTile) -> list[SSAValue]:
+        """The output tile at ``at`` as one dot per matmul of the preloaded A tile and a B tile over all of K."""
+        k_tile = self.whole_a.type.dims[1]
+        results = []
+        for each in self.plan.matmuls:
+            rhs = self.arg_of[each.rhs]
+            self.b.origin = None
+            b_tile = self.b.add(tiled_loop.LoadOp(rhs, [Dim(0), at.col_offset],
+                                                  TileType([k_tile, BLOCK_N], rhs.type.element_type)),
+                                f"{rhs.name_hint}_tile")
+            self.b.origin = "matmul"
+            zero = self.b.full(0.0, [BLOCK_M, BLOCK_N], "acc")
+            results.append(self.b.add(tiled_loop.DotOp(self.whole_a, b_tile, zero), "acc"))
+            at.env[each.output] = results[-1]
+        return results
+
     def gram_applies(self, norm: Operation) -> bool:
         """Whether a row-scaled norm's sums of squares may come from ``x @ x^T``: its input is a 16-bit kernel
         operand, loaded as it is (each product is then exact in fp32 on the tensor cores; an fp32 dot would leave
@@ -321,6 +360,8 @@ class KernelLowering:
             self.build_row_strip()
         elif self.strategy in ("tile_stats", "tile_recompute"):
             self.build_tile_stats()
+        elif self.strategy == "chunk_recompute":
+            self.build_chunk_recompute()
         elif self.strategy == "strip_finish":
             self.build_strip_finish()
         elif self.strategy == "strip_sync":
@@ -404,11 +445,14 @@ class KernelLowering:
         self.store_outputs(at, after_reduction=False)
 
     def rounded(self, y: SSAValue, at: ColumnTile) -> SSAValue:
-        """``y`` rounded as phase 2 will see it, so that the statistics describe the values it normalizes: at the
-        precision of the buffer it re-reads, or of ``y`` itself when it recomputes it."""
-        stored_type = (y.type if self.recompute else self.workspace.materialized_in.type).element_type
+        """``y`` as phase 2 will see it, so that the statistics describe the values it normalizes: rounded to the
+        precision of the buffer it re-reads; as computed (fp32) when phase 2 computes it again the same way. (Two
+        conversions per element saved in each sweep.)"""
         value = self.compute(y, at)
+        if self.recompute:
+            return value
         self.b.origin = None
+        stored_type = self.workspace.materialized_in.type.element_type
         return self.b.cast(self.b.cast(value, stored_type), f32, "y_rounded")
 
     def store_outputs(self, at: ColumnTile, after_reduction: bool) -> None:
@@ -417,9 +461,9 @@ class KernelLowering:
             if (value in self.plan.main.after_reduction) == after_reduction:
                 self.store(value, self.compute(value, at), at)
 
-    def finish_rows(self, col_offset: Dim | None = None) -> None:
+    def finish_rows(self, col_offset: Dim | None = None, columns: tuple[Dim, Dim] | None = None) -> None:
         """With ``self.stats`` known: store per-row results, then the full-size results of every column tile of the
-        strip (a sweep over N), or of the one tile at ``col_offset``."""
+        strip (a sweep over N, or over ``columns``), or of the one tile at ``col_offset``."""
         plan, main = self.plan, self.plan.main
         outputs_after = [v for v in plan.outputs if v in main.after_reduction]
         after = ColumnTile(main, self.row_offset, None, BLOCK_N)
@@ -449,40 +493,68 @@ class KernelLowering:
         if col_offset is not None:
             finish(col_offset)
             return
-        self.loop("n", main.space.cols, BLOCK_N, [], lambda carried: finish(Dim("n")) or [],
-                  "second sweep: re-read each tile and finish the ops after the row reduction")
+        lower, upper = columns if columns is not None else (Dim(0), main.space.cols)
+        self.loop("n", upper, BLOCK_N, [], lambda carried: finish(Dim("n")) or [],
+                  "second sweep: " + ("compute" if self.recompute else "re-read")
+                  + " each tile and finish the ops after the row reduction", lower=lower,
+                  pipelined=self.whole_a is not None)
+
+    def strip_phase_one(self, at: ColumnTile) -> None:
+        """The first sweep's work on one column tile of a row strip, besides folding its statistics."""
+        if self.plan.matmul is not None:
+            self.matmul_tiles(at)
+        self.phase_one_outputs(at)
 
     def build_row_strip(self) -> None:
-        def phase_one(at: ColumnTile) -> None:
-            if self.plan.matmul is not None:
-                self.matmul_tiles(at)
-            self.phase_one_outputs(at)
-
-        self.reduce_over_columns(self.plan.main, "n", BLOCK_N, phase_one)
+        self.reduce_over_columns(self.plan.main, "n", BLOCK_N, self.strip_phase_one)
         self.finish_rows()
+
+    def build_chunk_recompute(self) -> None:
+        """SPLIT_N programs share each row strip, one chunk of its column tiles each: the first launch folds the
+        chunk's statistics in a loop over its tiles (the operand loads pipelined along it) and writes them as one
+        partial state per row; a second launch merges the row's few states and sweeps the same chunk again, running
+        the short K loop where it would re-read the pre-normalization tile."""
+        main = self.plan.main
+        cols = main.space.cols
+        chunk = Dim(chunk_columns(cols))
+        columns = (Dim(f"pid_n * ({chunk})"), Dim(f"Min({cols}, (pid_n + 1) * ({chunk}))"))
+        if self.whole_k:
+            self.load_whole_a()
+        flat, sizes = self.fold_columns(main, "n", BLOCK_N, self.strip_phase_one, columns)
+        self.store_partial_states(flat)
+        chunks = Dim(f"cdiv({cols}, {chunk})")
+        self.relaunch(chunks, "each program merges its rows' partial statistics and finishes its chunk of columns")
+        if self.whole_k:
+            self.load_whole_a()  # the second launch's own
+        self.merge_strip_statistics(sizes, chunks, writer="chunk")
+        self.finish_rows(columns=columns)
+
+    def store_partial_states(self, components: list[SSAValue]) -> None:
+        """Write this program's partial row statistics, one column per program of the row strip (``pid_n``)."""
+        for component, partial in zip(components, self.workspace.partials, strict=True):
+            component = self.b.widen_rows(component, BLOCK_M)
+            self.b.origin = None
+            self.b.add(tiled_loop.StoreOp(component, partial, [self.row_offset, Dim("pid_n")]))
 
     def store_tile_statistics(self, at: ColumnTile) -> list[int]:
         """Write this tile's partial row statistics (one column per tile of the strip); returns each state's size."""
         main = self.plan.main
         valid = self.valid_cols(at)
-        partials = iter(self.workspace.partials)
-        sizes = []
+        components, sizes = [], []
         for op in main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
             x = self.compute(rules.reduction_input(op), at)
             self.b.origin = origin_label(op)
             state = rule.tile_state(self.b, x, valid)
             sizes.append(len(state))
-            for component in state:
-                component = self.b.widen_rows(component, BLOCK_M)
-                self.b.origin = None
-                self.b.add(tiled_loop.StoreOp(component, next(partials), [self.row_offset, Dim("pid_n")]))
+            components += state
+        self.store_partial_states(components)
         return sizes
 
-    def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim) -> None:
-        """Merge the partial statistics of every tile of this row strip into ``self.stats``: ``merge_chunk`` tiles'
-        states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]`` tiles and merged at once (one state per
-        iteration when it is 1)."""
+    def merge_strip_statistics(self, sizes: list[int], tiles_per_row: Dim, writer: str = "tile") -> None:
+        """Merge the partial statistics of every ``writer`` (tile, or chunk of tiles) of this row strip into
+        ``self.stats``: ``merge_chunk`` states per loop iteration, loaded as ``[BLOCK_M, merge_chunk]`` tiles and
+        merged at once (one state per iteration when it is 1)."""
         main = self.plan.main
         chunk = self.merge_chunk
         states = [rules.ROW_REDUCTIONS[type(op)].init(self.b, BLOCK_M) for op in main.reductions]
@@ -511,7 +583,7 @@ class KernelLowering:
         # Pipelined: each iteration's loads would otherwise wait a full L2 round trip (measured on the H200: workload A
         # 1.057 -> 0.991 ms, G's 64-tile rows 0.756 -> 0.674 ms; benchmarks/merge_loop.py).
         flat = self.loop("t", tiles_per_row, chunk, [v for s in states for v in s], merge,
-                         "merge the partial statistics written by every tile of this row strip", pipelined=True)
+                         f"merge the partial statistics written by every {writer} of this row strip", pipelined=True)
         self.finalize_statistics(main.reductions, flat, sizes)
 
     def tiles_with_statistics(self) -> tuple[list[int], Dim]:
@@ -530,15 +602,18 @@ class KernelLowering:
         the pre-normalization tile back (tile_stats) or, when the K loop is short, running it again
         (tile_recompute: the first launch then stores nothing but the statistics)."""
         sizes, tiles_per_row = self.tiles_with_statistics()
-        finish = tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), tiles_per_row],
-                                       ["pid_m", "pid_n"])
-        finish.attributes["note"] = StringAttr(
-            "Second launch, after every program of the first has finished: each program merges its rows' partial "
-            "statistics and finishes one output tile.")
-        self.b.origin = None
-        self.b.add(finish)
+        self.relaunch(tiles_per_row, "each program merges its rows' partial statistics and finishes one output tile")
         self.merge_strip_statistics(sizes, tiles_per_row)
         self.finish_rows(self.col_offset)
+
+    def relaunch(self, programs_per_row: Dim, work: str) -> None:
+        """End the first launch: what follows runs as a second launch over the same ``[row strips,
+        programs_per_row]`` grid once every program of the first has finished; ``work`` says what each program does."""
+        finish = tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), programs_per_row],
+                                       ["pid_m", "pid_n"])
+        finish.attributes["note"] = StringAttr(f"Second launch, after every program of the first has finished: {work}.")
+        self.b.origin = None
+        self.b.add(finish)
 
     def build_strip_finish(self) -> None:
         """Output tiles in parallel, each writing its rows' partial statistics; the last tile of a row strip to
@@ -603,18 +678,22 @@ def _product(dims) -> str:
 
 MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
 
-ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync", "row_strip",
-                            "strip_recompute")
-RECOMPUTING_STRATEGIES = ("tile_recompute", "strip_recompute")
+ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "chunk_recompute", "strip_finish", "strip_sync",
+                            "row_strip", "strip_recompute")
+RECOMPUTING_STRATEGIES = ("tile_recompute", "chunk_recompute", "strip_recompute")
 # Output tiles in a 2-D grid, each writing its rows' partial statistics to a workspace.
 TILE_STATISTICS_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync")
-SHORT_CONTRACTION = 256
 GRAM_MAX_ROWS = 32  # decode shapes timed with the Gram-diagonal statistics: 1, 4, 16 and 32 rows
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
 
 
 STRIP_FINISH_MIN_ELEMENTS = 2**27
+
+
+def chunk_columns(cols: Dim) -> str:
+    """chunk_recompute: the columns of one program's chunk, whole column tiles (the last chunk may be shorter)."""
+    return f"cdiv(cdiv({cols}, {BLOCK_N}), SPLIT_N) * {BLOCK_N}"
 
 
 def short_contraction(plan: GroupPlan) -> bool:
@@ -633,11 +712,11 @@ DEFAULT_MERGE_CHUNK = MERGE_CHUNKS[-1]
 
 
 def _reduction_strategy(plan: GroupPlan) -> str:
-    """Measured on the H200 (benchmarks/NOTES.md). With a short K (the GEMM is cheap), below 2^27 outputs parallel
-    output tiles that store the pre-normalization tile and merge a whole row's statistics in one load (tile_stats,
-    merge_chunk 64) won: softmax of q @ k^T at 2^24 / 2^26 outputs 0.040 / 0.161 ms against 0.048 / 0.193 for running
-    the K loop again in the second launch (tile_recompute) and 0.052 / 0.189 for owning whole rows (row_strip,
-    2026-11-30-h200-sweep-G*-tile-stats, -sweep-G2); at 2^28 row_strip won (0.641 against 0.690 and 0.739). With a
+    """Measured on the H200 (benchmarks/NOTES.md). With a short K (the GEMM is cheap) and no prologue, programs that
+    each own a chunk of a row strip's columns and run the K loop again instead of storing the pre-normalization
+    values (chunk_recompute, its A tile loaded once) won at every size: softmax of q @ k^T at 2^24 / 2^26 / 2^28
+    outputs 0.033 / 0.110 / 0.423 ms (2026-11-30-h200-unrounded-G, -unrounded-extra-shapes-G) against 0.040 / 0.161
+    / 0.690 for storing them (tile_stats) and 0.052 / 0.189 / 0.641 for owning whole rows (row_strip). With a
     long K parallel output tiles keep the GEMM efficient; how the rows are then finished depends on the output's
     size. tile_stats re-reads the whole pre-normalization output from HBM in a second launch; strip_finish reads each
     strip back from L2 but one program streams it, and the last strips' finishers form a tail. The second launch won
@@ -648,7 +727,7 @@ def _reduction_strategy(plan: GroupPlan) -> str:
     large = elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS
     if short_contraction(plan):
         # With a prologue (not measured with a short K) each row strip keeps it in one program.
-        return "tile_stats" if plan.prologue is None and not large else "row_strip"
+        return "chunk_recompute" if plan.prologue is None else "row_strip"
     return "strip_finish" if large else "tile_stats"
 
 
@@ -702,9 +781,10 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         strategy = plan.strategy
     if strategy == "strip_sync" and not _strip_sync_applies(plan):
         strategy = "tile_stats"
-    if strategy == "tile_recompute" and plan.prologue is not None:
+    if strategy in ("tile_recompute", "chunk_recompute") and plan.prologue is not None:
         strategy = "tile_stats"  # the second launch would need the prologue's statistics again
-    if strategy in ("tile_stats", "tile_recompute", "strip_finish", "strip_recompute") and plan.matmul is None:
+    if (strategy in ("tile_stats", "tile_recompute", "chunk_recompute", "strip_finish", "strip_recompute")
+            and plan.matmul is None):
         strategy = "row_strip"
     if (strategy == "skinny_m" and len(plan.matmuls) == 1 and plan.contraction.is_static
             and plan.contraction.value >= SPLIT_K_MIN_CONTRACTION):
@@ -716,13 +796,15 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         workspace_types.append(TensorType([rows, cols], plan.materialized.type.element_type))
         workspace_kinds.append("scratch")
         workspace_names.append("y_scratch")
-    if strategy in TILE_STATISTICS_STRATEGIES:
+    if strategy in (*TILE_STATISTICS_STRATEGIES, "chunk_recompute"):
         partial_count = 0
         for op in plan.main.reductions:
             rule = rules.ROW_REDUCTIONS[type(op)]
             partial_count += len(rule.init(TileBuilder(Block()), BLOCK_M))
+        # one partial state per row and program of its strip: a tile, or a chunk of tiles
+        programs_per_row = f"cdiv({cols}, {chunk_columns(cols) if strategy == 'chunk_recompute' else BLOCK_N})"
         for index in range(partial_count):
-            workspace_types.append(TensorType([rows, f"cdiv({cols}, {BLOCK_N})"], f32))
+            workspace_types.append(TensorType([rows, programs_per_row], f32))
             workspace_kinds.append("scratch")
             workspace_names.append(f"partial{index}")
     if strategy in ("strip_finish", "strip_sync"):
@@ -757,6 +839,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
     elif strategy == "split_k":
         grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})", "SPLIT_K"], ["pid_n", "pid_m", "pid_k"]
         params.append("SPLIT_K")
+    elif strategy == "chunk_recompute":
+        grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {chunk_columns(cols)})"], ["pid_m", "pid_n"]
+        params.append("SPLIT_N")
     else:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
     all_types = arg_types + out_types + workspace_types
@@ -794,11 +879,14 @@ class TilePass(ModulePass):
     parallel write partial statistics; a second launch merges them and normalizes every tile), ``strip_finish``
     (the same tiles; the last tile of each row strip merges the statistics and normalizes the strip from L2),
     ``strip_sync`` (resident programs walk the tiles in row-strip order and the tiles of a strip wait for each
-    other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``, or ``auto`` (the
-    default: ``row_strip`` for outputs of 2^27 elements or more when K is at most 256, or with such a K and a
-    prologue; else ``strip_finish`` for outputs of 2^27 elements or more; else ``tile_stats``). ``tile_recompute``
-    and ``strip_recompute`` are ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read
-    the pre-normalization tile, which is then never stored (tile_recompute: chains without a prologue).
+    other's statistics; GPU only: Triton's interpreter runs one program at a time), ``row_strip``,
+    ``chunk_recompute`` (``SPLIT_N`` programs share each row strip, one chunk of its column tiles each: the first
+    launch folds the chunk's statistics, a second merges the row's states and computes the chunk again; a static K
+    of at most 256 is loaded whole, once per launch; chains without a prologue), or ``auto`` (the default:
+    ``chunk_recompute`` when K is at most 256, ``row_strip`` with such a K and a prologue; else ``strip_finish`` for
+    outputs of 2^27 elements or more; else ``tile_stats``). ``tile_recompute`` and ``strip_recompute`` are
+    ``tile_stats`` and ``row_strip`` that run the K loop again where they would re-read the pre-normalization tile,
+    which is then never stored (tile_recompute: chains without a prologue).
 
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
     and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best,

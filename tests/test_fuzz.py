@@ -511,16 +511,19 @@ def tampering(monkeypatch, tamper):
     monkeypatch.setattr(amk, "build_fused_kernel", lambda *args, **kwargs: Tampered(build(*args, **kwargs), tamper))
 
 
-def test_special_values_unstable_case():
-    """The case that motivated special_values_explained: the kernel's NaN at [9, 2] differs from the reference's -inf,
-    and passes only because noise gives NaN there too (without the allowance it fails)."""
+def test_special_values_unstable_case(monkeypatch):
+    """The case that motivated special_values_explained: the kernel of the time (tile_stats, which rounds the
+    matmul's output to bf16 before the LayerNorm's statistics) gave NaN at [9, 2] where the reference gives -inf, and
+    passed only because noise gives NaN there too (without the allowance it fails). The kernel amk builds for it now
+    (chunk_recompute, which keeps that output in fp32) agrees with the reference everywhere; the allowance is checked
+    on the old kernel's output, reproduced."""
     ops, shapes = UNSTABLE_CASE
     kernel = amk.build_fused_kernel(ops, shapes, BF16, autotune=False)
     tensors = make_inputs(ops, shapes, BF16, 10536, "mixed")
     out = kernel(*tensors)
     expected = reference_for(kernel.ops, len(shapes))(*[t.double() for t in tensors]).to(BF16)
-    differ = special_kind(out) != special_kind(expected)
-    assert differ.nonzero().tolist() == [[9, 2]] and out[9, 2].isnan() and expected[9, 2] == -math.inf
+    assert not (special_kind(out) != special_kind(expected)).any() and expected[9, 2] == -math.inf
+    tampering(monkeypatch, _set((9, 2), math.nan))
     before = STATS["special_values_unstable"]
     check_chain(ops, shapes, BF16, seed=10536, specials="mixed")
     assert STATS["special_values_unstable"] == before + 1

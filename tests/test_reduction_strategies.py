@@ -4,6 +4,8 @@ pick by contraction length and output size as documented. strip_sync has its own
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import INTERPRETER_WARNINGS
@@ -29,13 +31,14 @@ CASES = [  # shapes that are not multiples of the tiles, so the strips have ragg
 
 
 def SMALL_TILES(kernel) -> KernelConfig:
-    """Tiles of 32 columns, so that every row of the cases spans several tiles (3 to 5) whose statistics merge."""
-    return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
+    """Tiles of 32 columns, so that every row of the cases spans several tiles (3 to 5) whose statistics merge;
+    chunk_recompute splits them between two programs (chunks of 2 and 1, or 3 and 2 tiles)."""
+    return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_N=2, num_warps=4, num_stages=2)
 
 
 @pytest.mark.parametrize("strategy,merge_chunk", [
     ("tile_stats", 1), ("tile_stats", 4), ("tile_recompute", 1), ("tile_recompute", 16), ("strip_finish", 1),
-    ("strip_finish", 2), ("row_strip", 1), ("strip_recompute", 1)])
+    ("strip_finish", 2), ("row_strip", 1), ("strip_recompute", 1), ("chunk_recompute", 1), ("chunk_recompute", 2)])
 @pytest.mark.parametrize("ops,shapes,dtype", CASES, ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in CASES])
 def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, ops, shapes, dtype):
     """Merge chunks wider than one state load several tiles' statistics at once, also past the row's last tile (75
@@ -43,7 +46,8 @@ def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, op
     compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy,
                               merge_chunk=merge_chunk)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
-    assert compiled.ir["tiled_loop"].count("tiled_loop.relaunch") == (strategy in ("tile_stats", "tile_recompute"))
+    assert compiled.ir["tiled_loop"].count("tiled_loop.relaunch") == (strategy in ("tile_stats", "tile_recompute",
+                                                                                    "chunk_recompute"))
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
 
 
@@ -76,12 +80,28 @@ def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
 
 def test_auto_picks_by_contraction_and_output_size():
     layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
-    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "tile_stats"
-    assert tiled_strategy(["matmul", "softmax"], [(16384, 128), (128, 16384)]) == "row_strip"
+    assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "chunk_recompute"
+    assert tiled_strategy(["matmul", "softmax"], [(16384, 128), (128, 16384)]) == "chunk_recompute"
     assert tiled_strategy(["rmsnorm", "matmul", "softmax"], [(512, 128), (128,), (128, 512)]) == "row_strip"
     assert tiled_strategy(layernorm, [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)]) == "tile_stats"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(32768, 8192), (8192, 8192), (32768, 8192)]) == "strip_finish"
     assert tiled_strategy(["matmul", "add", "rmsnorm"], [(64, 512), (512, 80), (64, 80)]) == "tile_stats"
+
+
+@pytest.mark.parametrize("ops,shapes,dtype", [
+    (["matmul", ("scale", {"factor": 0.125}), "softmax"], [(40, 100), (100, 150)], torch.float16),
+    (["matmul", "add_bias", "gelu", "layernorm"], [(37, 48), (48, 75), (75,), (75,), (75,)], torch.float32),
+], ids=["softmax-K100", "layernorm-K48"])
+def test_chunk_recompute_loads_a_short_k_whole_once_per_launch(ops, shapes, dtype):
+    """A static K of at most 256 is one tile (padded to a power of two and masked): each launch loads its rows' A
+    tile once, before the loop over its chunk's column tiles, which is then the loop whose loads are pipelined."""
+    compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy="chunk_recompute")
+    source = compiled.ir["triton"]
+    k_tile = 128 if shapes[0][1] == 100 else 64
+    assert len(re.findall(rf"x_cols(_\d+)? = 0 \+ tl.arange\(0, {k_tile}\)", source)) == 2  # one A tile a launch
+    assert "for k in" not in source  # ... and no K loop
+    assert source.count("BLOCK_N, num_stages=2):") == 2  # both sweeps over the chunk are pipelined
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
 
 
 def test_tile_recompute_falls_back_to_tile_stats_with_a_prologue():
@@ -111,13 +131,14 @@ def test_a_merge_chunk_that_is_not_a_power_of_two_is_refused():
 
 
 def test_an_unknown_reduction_strategy_names_the_choices():
-    with pytest.raises(Exception, match="auto, tile_stats, tile_recompute, strip_finish, strip_sync, row_strip, strip_recompute"):
+    with pytest.raises(Exception, match="auto, tile_stats, tile_recompute, chunk_recompute, strip_finish, strip_sync, row_strip, "
+                                        "strip_recompute"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32),
                        reduction_strategy="diagonal")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish"])
+@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "chunk_recompute", "strip_finish"])
 def test_each_strategy_replays_under_a_cuda_graph(strategy):
     """Two or three launches (tile_stats), or counters the kernel resets itself (strip_finish): all must replay
     correctly."""

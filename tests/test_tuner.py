@@ -76,6 +76,36 @@ def test_every_timed_candidate_was_prepared_first(clock, strategy, budget):
     assert best == min(timed, key=lambda t: t.time_ms).config
 
 
+@pytest.mark.parametrize("strategy", ["random", "bayesian"])
+def test_the_heuristic_is_timed_first_when_the_space_holds_it(clock, strategy):
+    """The strategy's default configuration (the measured best of its kind) is never left to chance; the rest of
+    the budget is searched as before."""
+    kernel = tiled_kernel()
+    heuristic = amk.tuner.KernelConfig(BLOCK_M=64, BLOCK_N=16, BLOCK_K=16, num_warps=2)
+    recorder = Recorder()
+    _, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=6), GRID, heuristic,
+                     recorder.build_and_run, prepare=recorder.prepare)
+    timed = [t.config for t in trials if t.status == "ok"]
+    assert timed[0] == heuristic and len(timed) == 6 and timed.count(heuristic) == 1
+    outside = amk.tuner.KernelConfig(BLOCK_M=128, BLOCK_N=16, BLOCK_K=16, num_warps=2)  # not a point of GRID
+    _, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=6), GRID, outside,
+                     recorder.build_and_run, prepare=recorder.prepare)
+    assert outside not in [t.config for t in trials]
+
+
+def test_a_block_k_wider_than_the_contraction_is_pruned():
+    """K = 64: BLOCK_K 128 would multiply padding; with a K of 48, BLOCK_K 64 covers it in one step and stays."""
+    from amk.symbolic import Dim
+    from amk.tuner import DeviceLimits, prune_reason
+
+    limits = DeviceLimits("H200", 1 << 20, 132)
+    wide = amk.tuner.KernelConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128)
+    assert "wider than K = 64" in prune_reason(wide, "tile2d", True, 2, limits, contraction=Dim(64))
+    assert prune_reason(wide, "tile2d", True, 2, limits, contraction=Dim(128)) is None
+    assert prune_reason(amk.tuner.KernelConfig(BLOCK_K=64), "tile2d", True, 2, limits, contraction=Dim(48)) is None
+    assert prune_reason(wide, "tile2d", True, 2, limits, contraction=Dim("K")) is None  # symbolic: not known
+
+
 def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
     kernel = tiled_kernel()
     recorder = Recorder()

@@ -16,7 +16,7 @@
 //   and the last to arrive merges the statistics and normalizes the whole strip (re-read from L2).
 // - tile_recompute: as tile_stats, but the first launch stores only the statistics and the
 //   second runs the K loop again instead of re-reading the tile.
-// - auto (the default): row_strip for outputs of 2^27 elements or more when K is short (a static K <= 256), or with
+// - auto (the default): chunk_recompute when K is short (a static K <= 256; see chunk_recompute.mlir), row_strip with
 //   such a K and a prologue; otherwise strip_finish for outputs of 2^27 elements or more, tile_stats for the rest
 //   (here M is symbolic: tile_stats). Its second launch merges 64 tiles' statistics per iteration by default (a whole
 //   row's at once: the merge loop is latency-bound, so its trip count is what costs).
@@ -147,12 +147,13 @@ func.func @matmul_layernorm_long_k(%x : !tensor_op.tensor<[M, 4096], f16>, %w : 
 // FINISH:         tiled_loop.last_arrival
 // FINISH-LABEL: func.func @matmul_layernorm_long_k(
 
-// The default is tile_stats for both (M is symbolic); its second launch merges a row's statistics 64 tiles at a
-// time with either K.
-// AUTO:        strategy = "tile_stats"
-// AUTO:        tiled_loop.for "k" = <[0, 256, BLOCK_K]>
+// The default is chunk_recompute for the short K (its whole A tile loaded once per launch, no K loop) and tile_stats
+// for the long one (M is symbolic); both second launches merge a row's statistics up to 64 states at a time.
+// AUTO:        strategy = "chunk_recompute"
+// AUTO:        tiled_loop.load %x <[BLOCK_M*pid_m, 0]> : !tensor_op.tensor<[M, 256], f16> -> !tiled_loop.tile<[BLOCK_M, 256], f16>
+// AUTO-NOT:    tiled_loop.for "k"
 // AUTO:        tiled_loop.relaunch
-// AUTO:        tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
+// AUTO:        tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N*cdiv(cdiv(512, BLOCK_N), SPLIT_N)), 64]>
 // AUTO-LABEL:  func.func @matmul_layernorm(
 // AUTO:        strategy = "tile_stats"
 // AUTO:        tiled_loop.for "k" = <[0, 4096, BLOCK_K]>

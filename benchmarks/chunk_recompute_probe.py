@@ -1,0 +1,182 @@
+"""Diagnostic: softmax(q @ k * scale) (workload G) with programs that each own a row block and a chunk of columns and
+loop over the chunk's tiles, recomputing the short-K GEMM in the second launch instead of re-reading it.
+
+    python benchmarks/chunk_recompute_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
+
+What this measures before the compiler builds it. amk's tile_recompute gives every program one tile: its q and k
+tiles are loaded, multiplied and reduced with nothing to overlap them but other programs, and the second launch merges
+the statistics of all the row's tiles before its one MMA. strip_recompute gives a program whole rows: the loads
+pipeline along N, but 8192 rows make too few programs. Here a program owns BLOCK_M rows and CHUNK_TILES tiles of
+columns: the first launch loads its q tile once, walks the chunk's k tiles (Triton pipelines their loads across the
+loop), keeps an online max and sum, and stores one partial state per row and chunk; the second launch merges the
+row's few chunk states, walks the same tiles again and stores the probabilities. The logits never cross HBM; the
+output is written once. Every configuration is checked against a float64 reference first; eager, torch.compile and
+amk's own kernel run in the same process on the same inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from run import WORKLOADS, baseline_rows, print_best, probe_parser, probe_row, probe_shapes
+
+from amk.benchmarking import save_rows, time_ms
+
+LOG2E = 1.4426950408889634
+SCALE = dict(WORKLOADS["G"].ops[1][1])["factor"]  # the workload's scale, the same for its extra shapes
+
+
+@triton.jit
+def column_tile_product(q_tile, k_ptr, N, cols, ks):
+    """q_tile @ k[:, cols] in fp32 (columns past N are zero)."""
+    k_tile = tl.load(k_ptr + ks[:, None] * N + cols[None, :], mask=cols[None, :] < N, other=0.0)
+    return tl.dot(q_tile, k_tile)
+
+
+@triton.jit
+def first_product(q_tile, k_ptr, N, first_cols, ks, DOT_AHEAD: tl.constexpr):
+    """With DOT_AHEAD, the chunk's first product, issued before the loop; else nothing to carry."""
+    if DOT_AHEAD:
+        return column_tile_product(q_tile, k_ptr, N, first_cols, ks)
+    return 0.0
+
+
+@triton.jit
+def tile_logits(q_tile, k_ptr, N, cols, ks, ahead, scale_log2e, BLOCK_N: tl.constexpr, DOT_AHEAD: tl.constexpr):
+    """This column tile's logits in base 2 and what the loop carries: with DOT_AHEAD, the next tile's product, issued
+    before this tile's softmax arithmetic (past the chunk it is wasted, or zero past N)."""
+    if DOT_AHEAD:
+        product = ahead
+        ahead = column_tile_product(q_tile, k_ptr, N, cols + BLOCK_N, ks)
+    else:
+        product = column_tile_product(q_tile, k_ptr, N, cols, ks)
+    return product * scale_log2e, ahead
+
+
+@triton.jit
+def chunk_statistics(q_ptr, k_ptr, chunk_max_ptr, chunk_sum_ptr, M, N, scale_log2e, K: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_TILES: tl.constexpr,
+                     NUM_STAGES: tl.constexpr, DOT_AHEAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    chunk = tl.program_id(1)
+    chunks = tl.num_programs(1)
+    ks = tl.arange(0, K)
+    q_tile = tl.load(q_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+    running_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    running_sum = tl.zeros((BLOCK_M,), tl.float32)
+    first_cols = chunk * CHUNK_TILES * BLOCK_N + tl.arange(0, BLOCK_N)
+    ahead = first_product(q_tile, k_ptr, N, first_cols, ks, DOT_AHEAD)
+    for tile in tl.range(0, CHUNK_TILES, num_stages=NUM_STAGES):
+        cols = first_cols + tile * BLOCK_N
+        logits, ahead = tile_logits(q_tile, k_ptr, N, cols, ks, ahead, scale_log2e, BLOCK_N, DOT_AHEAD)
+        logits = tl.where(cols[None, :] < N, logits, float("-inf"))
+        # online softmax statistics, base 2
+        new_max = tl.maximum(running_max, tl.max(logits, 1))
+        running_sum = running_sum * tl.exp2(running_max - new_max) + tl.sum(tl.exp2(logits - new_max[:, None]), 1)
+        running_max = new_max
+    tl.store(chunk_max_ptr + rows * chunks + chunk, running_max, mask=rows < M)
+    tl.store(chunk_sum_ptr + rows * chunks + chunk, running_sum, mask=rows < M)
+
+
+@triton.jit
+def chunk_probabilities(q_ptr, k_ptr, out_ptr, chunk_max_ptr, chunk_sum_ptr, M, N, scale_log2e, K: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_TILES: tl.constexpr,
+                        CHUNKS_POW2: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_AHEAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    chunk = tl.program_id(1)
+    chunks = tl.num_programs(1)
+    # merge the row's chunk states at once
+    all_chunks = tl.arange(0, CHUNKS_POW2)
+    states = rows[:, None] * chunks + all_chunks[None, :]
+    valid = (rows[:, None] < M) & (all_chunks[None, :] < chunks)
+    maxima = tl.load(chunk_max_ptr + states, mask=valid, other=float("-inf"))
+    sums = tl.load(chunk_sum_ptr + states, mask=valid, other=0.0)
+    row_max = tl.max(maxima, 1)
+    inverse_sum = 1.0 / tl.sum(sums * tl.exp2(maxima - row_max[:, None]), 1)
+    ks = tl.arange(0, K)
+    q_tile = tl.load(q_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+    first_cols = chunk * CHUNK_TILES * BLOCK_N + tl.arange(0, BLOCK_N)
+    ahead = first_product(q_tile, k_ptr, N, first_cols, ks, DOT_AHEAD)
+    for tile in tl.range(0, CHUNK_TILES, num_stages=NUM_STAGES):
+        cols = first_cols + tile * BLOCK_N
+        logits, ahead = tile_logits(q_tile, k_ptr, N, cols, ks, ahead, scale_log2e, BLOCK_N, DOT_AHEAD)
+        probabilities = tl.exp2(logits - row_max[:, None]) * inverse_sum[:, None]
+        tl.store(out_ptr + rows[:, None] * N + cols[None, :], probabilities.to(out_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+class ChunkRecompute:
+    """One configuration of the two probe launches with their statistics buffers."""
+
+    def __init__(self, q, k, block_m, block_n, chunk_tiles, num_warps, num_stages, dot_ahead=0):
+        rows, cols = q.shape[0], k.shape[1]
+        chunks = triton.cdiv(triton.cdiv(cols, block_n), chunk_tiles)
+        self.out = torch.empty(rows, cols, device=q.device, dtype=q.dtype)
+        chunk_max = torch.empty(rows, chunks, device=q.device, dtype=torch.float32)
+        chunk_sum = torch.empty_like(chunk_max)
+        self.grid = (triton.cdiv(rows, block_m), chunks)
+        common = dict(K=q.shape[1], BLOCK_M=block_m, BLOCK_N=block_n, CHUNK_TILES=chunk_tiles,
+                      NUM_STAGES=num_stages, DOT_AHEAD=dot_ahead, num_warps=num_warps)
+        scale_log2e = SCALE * LOG2E
+        self.statistics_args = (q, k, chunk_max, chunk_sum, rows, cols, scale_log2e)
+        self.statistics_meta = common
+        self.probabilities_args = (q, k, self.out, chunk_max, chunk_sum, rows, cols, scale_log2e)
+        self.probabilities_meta = dict(common, CHUNKS_POW2=triton.next_power_of_2(chunks))
+
+    def statistics(self):
+        chunk_statistics[self.grid](*self.statistics_args, **self.statistics_meta)
+
+    def __call__(self):
+        self.statistics()
+        chunk_probabilities[self.grid](*self.probabilities_args, **self.probabilities_meta)
+        return self.out
+
+
+def measure(shapes, configs, budget: int) -> list[dict]:
+    (q, k), reference, rows = baseline_rows(WORKLOADS["G"], shapes, budget)
+    floor = q.shape[0] * k.shape[1] * q.element_size() / 4.3e9
+    for block_m, block_n, chunk_tiles, num_warps, num_stages, dot_ahead in configs:
+        config = dict(BLOCK_M=block_m, BLOCK_N=block_n, CHUNK_TILES=chunk_tiles, num_warps=num_warps,
+                      num_stages=num_stages, DOT_AHEAD=dot_ahead)
+        if triton.cdiv(k.shape[1], block_n) < chunk_tiles:
+            continue
+
+        def run(block_m=block_m, block_n=block_n, chunk_tiles=chunk_tiles, num_warps=num_warps,
+                num_stages=num_stages, dot_ahead=dot_ahead) -> dict:
+            kernel = ChunkRecompute(q, k, block_m, block_n, chunk_tiles, num_warps, num_stages, dot_ahead)
+            out = kernel().double()
+            error = ((out - reference).norm() / reference.norm()).item()
+            good = error < 1e-2
+            return {"grid": list(kernel.grid), "rel_err": error, "max_abs_err": (out - reference).abs().max().item(),
+                    "ms": time_ms(kernel) if good else None,
+                    "statistics_ms": time_ms(kernel.statistics) if good else None, "floor_ms": floor}
+
+        rows.append(probe_row(shapes, "chunk_recompute", config, run))
+    return rows
+
+
+def main() -> None:
+    parser = probe_parser(__doc__)
+    parser.add_argument("--dot-ahead", action="store_true",
+                        help="only the best configurations, each with and without the next tile's product issued "
+                             "before this tile's softmax arithmetic")
+    args = parser.parse_args()
+    shape_sets = probe_shapes(parser, args.variants)
+    if args.dot_ahead:
+        configs = [(bm, bn, chunk, warps, stages, ahead)
+                   for bm, bn, chunk, warps, stages in ((128, 64, 16, 4, 3), (128, 64, 8, 4, 2), (64, 128, 16, 4, 3),
+                                                        (128, 128, 8, 8, 3))
+                   for ahead in (0, 1)]
+    else:
+        configs = [(bm, bn, chunk, warps, stages, 0)
+                   for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (128, 64, 4), (64, 256, 8), (128, 256, 8))
+                   for chunk in (2, 4, 8, 16) for stages in (2, 3)]
+    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
+    if args.out:
+        save_rows(args.out, rows)
+    print_best(rows)
+
+
+if __name__ == "__main__":
+    main()
