@@ -85,7 +85,7 @@ def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None
                        for v in values)):
             raise InvalidArgumentError(
                 f"parameter_grid[{key!r}] must be a non-empty list of {accepted}, got {values!r}")
-        if key.startswith(("BLOCK", "GROUP")) or key == "num_warps":
+        if key.startswith(("BLOCK", "GROUP", "SPLIT")) or key == "num_warps":
             bad = [v for v in values if key != "GROUP_SIZE_M" and v & (v - 1)]
             if bad:
                 raise InvalidArgumentError(f"parameter_grid[{key!r}] values must be powers of two, got {bad}")

@@ -261,6 +261,8 @@ def test_tuner_config_accepted():
     ({"BLOCK_SIZE_M": [48]}, ["BLOCK_SIZE_M", "powers of two", "48"]),
     ({"BLOCK_SIZE_N": [32, 96]}, ["BLOCK_SIZE_N", "powers of two", "96"]),
     ({"num_warps": [3]}, ["num_warps", "powers of two", "3"]),
+    ({"SPLIT_N": [2, 3]}, ["SPLIT_N", "powers of two", "3"]),
+    ({"SPLIT_K": [6]}, ["SPLIT_K", "powers of two", "6"]),
     ({"BLOCK_SIZE_M": []}, ["BLOCK_SIZE_M", "non-empty list of positive ints"]),
     ({"BLOCK_SIZE_M": [0]}, ["BLOCK_SIZE_M", "positive ints"]),
     ({"BLOCK_SIZE_K": [-16]}, ["BLOCK_SIZE_K", "positive ints"]),
@@ -270,7 +272,8 @@ def test_tuner_config_accepted():
     ({}, ["parameter_grid must be a non-empty dict"]),
     ([32, 64], ["parameter_grid must be a non-empty dict"]),
     ("BLOCK_SIZE_M=32", ["parameter_grid must be a non-empty dict"]),
-], ids=["unknown-key", "lowercase-key", "not-pow2", "one-not-pow2", "warps-not-pow2", "empty-list", "zero",
+], ids=["unknown-key", "lowercase-key", "not-pow2", "one-not-pow2", "warps-not-pow2", "split-n-not-pow2",
+        "split-k-not-pow2", "empty-list", "zero",
         "negative", "float", "bool", "str-values", "empty-dict", "list", "str"])
 def test_bad_parameter_grid(grid, substrings):
     expect(InvalidArgumentError, build(parameter_grid=grid), *substrings)
