@@ -446,8 +446,8 @@ class KernelLowering:
 
     def rounded(self, y: SSAValue, at: ColumnTile) -> SSAValue:
         """``y`` as phase 2 will see it, so that the statistics describe the values it normalizes: rounded to the
-        precision of the buffer it re-reads; as computed (fp32) when phase 2 computes it again the same way. (Two
-        conversions per element saved in each sweep.)"""
+        precision of the buffer it re-reads; left in fp32 when phase 2 computes it again, which gives the same values
+        (rounding them would only add two conversions per element to each sweep)."""
         value = self.compute(y, at)
         if self.recompute:
             return value
