@@ -21,10 +21,10 @@ from tqdm.auto import tqdm
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
     PARAMETER_KEYS,
-    SHORT_CONTRACTION,
     SWITCHES,
     TILE_GRID_STRATEGIES,
     KernelConfig,
+    is_short_contraction,
     next_power_of_two,
 )
 
@@ -152,8 +152,7 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
         space = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "SPLIT_N": [2, 4, 8, 16], "num_warps": [4, 8],
                  "num_stages": [2, 3]}
         # A short static K is one tile (amk-tile): BLOCK_K is then unused.
-        whole_k = contraction is not None and contraction.is_static and contraction.value <= SHORT_CONTRACTION
-        return space if whole_k else space | {"BLOCK_K": [32, 64, 128]}
+        return space if is_short_contraction(contraction) else space | {"BLOCK_K": [32, 64, 128]}
     if strategy in ("row_strip", "strip_recompute"):
         return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                 "num_stages": [2, 3, 4]}
@@ -394,7 +393,8 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
     """Time up to the search budget of ``viable``, starting with ``first`` (the strategy's default configuration,
     the measured best of its kind) when it is among them."""
     budget = settings.search_budget
-    if first in viable:
+    keep_first = first in viable
+    if keep_first:
         viable = [first] + [config for config in viable if config != first]
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
@@ -408,9 +408,9 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         return elapsed
 
     if settings.strategy == "bayesian" and len(viable) > budget:
-        _bayesian(viable, budget, evaluate, prepare, batch, first in viable)
+        _bayesian(viable, budget, evaluate, prepare, batch, keep_first)
     else:
-        chosen = _select(viable, budget, settings.strategy, keep_first=first in viable)
+        chosen = _select(viable, budget, settings.strategy, keep_first=keep_first)
         prepare(chosen)
         for config in chosen:
             evaluate(config)

@@ -26,6 +26,12 @@ TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish"
 SHORT_CONTRACTION = 256
 
 
+def is_short_contraction(contraction: Dim | None) -> bool:
+    """A static K of at most ``SHORT_CONTRACTION``: amk-tile's short-K strategies, and chunk_recompute's single K tile
+    (which the tuner's space must agree with)."""
+    return contraction is not None and contraction.is_static and contraction.value <= SHORT_CONTRACTION
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     BLOCK_M: int = 64

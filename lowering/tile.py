@@ -53,7 +53,7 @@ from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
 from amk.lowering import rules
-from amk.lowering.configs import SHORT_CONTRACTION, TILE_GRID_STRATEGIES, next_power_of_two
+from amk.lowering.configs import TILE_GRID_STRATEGIES, is_short_contraction, next_power_of_two
 from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, plan_group
 from amk.lowering.rules import TileBuilder
 from amk.symbolic import Dim
@@ -96,7 +96,7 @@ class KernelLowering:
         self.recompute = strategy in RECOMPUTING_STRATEGIES
         # chunk_recompute with a short static K: each launch loads its rows' A tile over all of K once, and every
         # column tile's product is one dot, so the loop over the column tiles is the one whose loads are pipelined.
-        self.whole_k = strategy == "chunk_recompute" and short_contraction(plan)
+        self.whole_k = strategy == "chunk_recompute" and is_short_contraction(plan.contraction)
         self.whole_a: SSAValue | None = None
         self.kernel = kernel
         self.arg_of = arg_of
@@ -522,7 +522,7 @@ class KernelLowering:
             self.load_whole_a()
         flat, sizes = self.fold_columns(main, "n", BLOCK_N, self.strip_phase_one, columns)
         self.store_partial_states(flat)
-        chunks = Dim(f"cdiv({cols}, {chunk})")
+        chunks = Dim(chunks_per_row(cols))
         self.relaunch(chunks, "each program merges its rows' partial statistics and finishes its chunk of columns")
         if self.whole_k:
             self.load_whole_a()  # the second launch's own
@@ -696,10 +696,9 @@ def chunk_columns(cols: Dim) -> str:
     return f"cdiv(cdiv({cols}, {BLOCK_N}), SPLIT_N) * {BLOCK_N}"
 
 
-def short_contraction(plan: GroupPlan) -> bool:
-    """A static K of at most ``SHORT_CONTRACTION``: the GEMM is cheap next to the row reductions around it."""
-    k = plan.contraction
-    return k is not None and k.is_static and k.value <= SHORT_CONTRACTION
+def chunks_per_row(cols: Dim) -> str:
+    """chunk_recompute: the programs sharing a row strip (at most SPLIT_N: none is left without columns)."""
+    return f"cdiv({cols}, {chunk_columns(cols)})"
 
 
 # How many tiles' partial statistics a program merges per loop iteration when not asked: every tile of a row at once
@@ -725,7 +724,7 @@ def _reduction_strategy(plan: GroupPlan) -> str:
     name, was slower than both."""
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     large = elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS
-    if short_contraction(plan):
+    if is_short_contraction(plan.contraction):
         # With a prologue (not measured with a short K) each row strip keeps it in one program.
         return "chunk_recompute" if plan.prologue is None else "row_strip"
     return "strip_finish" if large else "tile_stats"
@@ -802,7 +801,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
             rule = rules.ROW_REDUCTIONS[type(op)]
             partial_count += len(rule.init(TileBuilder(Block()), BLOCK_M))
         # one partial state per row and program of its strip: a tile, or a chunk of tiles
-        programs_per_row = f"cdiv({cols}, {chunk_columns(cols) if strategy == 'chunk_recompute' else BLOCK_N})"
+        programs_per_row = chunks_per_row(cols) if strategy == "chunk_recompute" else f"cdiv({cols}, {BLOCK_N})"
         for index in range(partial_count):
             workspace_types.append(TensorType([rows, programs_per_row], f32))
             workspace_kinds.append("scratch")
@@ -840,7 +839,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         grid, pids = [f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})", "SPLIT_K"], ["pid_n", "pid_m", "pid_k"]
         params.append("SPLIT_K")
     elif strategy == "chunk_recompute":
-        grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {chunk_columns(cols)})"], ["pid_m", "pid_n"]
+        grid, pids = [f"cdiv({rows}, {BLOCK_M})", chunks_per_row(cols)], ["pid_m", "pid_n"]
         params.append("SPLIT_N")
     else:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})"], ["pid_m"]
