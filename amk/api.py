@@ -26,7 +26,8 @@ class FusedKernel(torch.nn.Module):
     """A compiled op chain. Call it with the operands in the order of ``input_shapes``.
 
     ``.source`` is the Triton code, ``.ir`` the IR text at every level (``tensor_op``, ``fused``, ``tiled_loop``,
-    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use. ``.cache_hit`` tells whether the kernel
+    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use, ``.torch_ops`` the ops left to PyTorch
+    and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``). ``.cache_hit`` tells whether the kernel
     came from the persistent cache (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
     """
 
@@ -71,6 +72,12 @@ class FusedKernel(torch.nn.Module):
     @property
     def num_kernels(self) -> int:
         return len(self.compiled.kernels)
+
+    @property
+    def torch_ops(self) -> list[str]:
+        """The ops this program runs in PyTorch instead of in its kernels, in order: ``tensor_op.matmul`` when the
+        tuner found the vendor library's GEMM with the rest fused faster (``TunerConfig.vendor_gemm``)."""
+        return [step.operation().name for step in self.compiled.program.steps if step.kind == "op"]
 
     def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
         """The same op chain built for another dtype."""
@@ -193,6 +200,45 @@ def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | N
     return choose
 
 
+def _row_reduction_follows_matmul(module) -> bool:
+    """Whether a row reduction reads one of the module's matmuls, directly or through elementwise ops: the fused kernel
+    then runs the reduction's epilogue after its MMAs, and the vendor GEMM with the rest fused may be faster."""
+    from amk.lowering import rules
+
+    frontier = [result for op in module.walk() if rules.is_matmul(op) for result in op.results]
+    seen = set()
+    while frontier:
+        for use in frontier.pop().uses:
+            kind = rules.kind_of(use.operation)
+            if kind == "reduction":
+                return True
+            if kind == "elementwise" and use.operation not in seen:
+                seen.add(use.operation)
+                frontier.extend(use.operation.results)
+    return False
+
+
+def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: CompiledProgram, shapes, dtype: torch.dtype,
+                             tuner_config: TunerConfig, times: dict[str, float]) -> bool:
+    """Time both programs on the same random inputs (their outputs checked against each other first, their times
+    put in ``times``); True when the one with the vendor GEMM is faster."""
+    from amk.tuner import fastest_program
+    from amk.verification import TOLERANCES, random_inputs
+
+    inputs = random_inputs(shapes, dtype, "cuda", scales=[shape[-1] ** -0.5 for shape in shapes])
+    expected, got = (program.program(*inputs)[0].float() for program in (fused, vendor))
+    difference = (torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected).clamp_min(1e-30)).item()
+    if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
+        log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping the "
+                    "fused program", difference)
+        return False
+    faster, measured = fastest_program({"fused": lambda: fused.program(*inputs),
+                                        "vendor_gemm": lambda: vendor.program(*inputs)}, tuner_config)
+    times.update(measured)
+    log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
+    return faster == "vendor_gemm"
+
+
 def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype = torch.float16, backend: str = "triton",
                        autotune: bool = True, tuner_config: TunerConfig | None = None,
                        parameter_grid: Mapping[str, Sequence[int]] | None = None, verify: bool = False) -> FusedKernel:
@@ -217,6 +263,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     shapes = normalize_shapes(input_shapes)
 
     tuning_log: dict[str, list[dict]] = {}
+    program_times: dict[str, float] = {}  # the whole programs timed against each other in this build, if any
     store = cache.store_for(tuner_config.target_cache_dir if tuner_config is not None else None)
     settings = cache.build_settings(grid, autotune, tuner_config)
 
@@ -240,9 +287,25 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         from amk.pipeline import compile_module
 
         log_here: dict[str, list[dict]] = {}
-        chooser = _choose_config(grid, autotune, tuner_config, log_here, store, call_shapes, store.load_config(key))
+        recorded = store.load_config(key)
+        chooser = _choose_config(grid, autotune, tuner_config, log_here, store, call_shapes, recorded)
+        # Configs recorded for this build say which program they belong to; without them, the program with the
+        # vendor GEMM is timed against the fused one where it may win.
+        program = recorded.get("program", "fused") if recorded else "fused"
+        try_vendor = (not recorded and settings.get("tuner", {}).get("vendor_gemm", False)
+                      and _row_reduction_follows_matmul(module))
         with store.triton_cache(key):  # candidates timed while tuning compile into the entry's folder too
-            compiled = compile_module(module, chooser)
+            compiled = compile_module(module, chooser, vendor_gemm=program == "vendor_gemm")
+            if try_vendor:
+                log_vendor: dict[str, list[dict]] = {}
+                vendor = compile_module(build_module(op_list, call_shapes, dtype),
+                                        _choose_config(grid, autotune, tuner_config, log_vendor, store, call_shapes),
+                                        vendor_gemm=True)
+                if _faster_with_vendor_gemm(compiled, vendor, call_shapes, dtype, tuner_config or TunerConfig(),
+                                            program_times):
+                    compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
+        if program == "vendor_gemm":
+            meta = {**meta, "program": program}
         tuning_log.update(log_here)
         for compiled_kernel in compiled.kernels.values():
             store.attach_triton_cache(key, compiled_kernel)
@@ -257,6 +320,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     compiled, key, meta, entry = build_cached(shapes, save=not verify)
     kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
     kernel.tuning_log = tuning_log
+    kernel.program_times = program_times
     kernel.cache_hit, kernel.cache_key = entry is not None, key
     if kernel.num_kernels != 1:
         log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)

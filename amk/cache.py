@@ -168,7 +168,8 @@ def build_settings(grid: dict | None, autotune: bool, tuner_config) -> dict:
         tc = tuner_config or TunerConfig()
         settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
                              "measure_runs": tc.measure_runs, "strategy": tc.strategy,
-                             "enable_warp_specialization": tc.enable_warp_specialization}
+                             "enable_warp_specialization": tc.enable_warp_specialization,
+                             "vendor_gemm": tc.vendor_gemm}
     return settings
 
 

@@ -36,10 +36,11 @@ def make_context() -> Context:
     return ctx
 
 
-def fusion_passes(pipeline: str | None) -> list[ModulePass]:
-    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default, or a user's pipeline string."""
+def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
+    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default (``vendor_gemm``: its option), or a user's
+    pipeline string."""
     if not pipeline:
-        return [FusePass()]
+        return [FusePass(vendor_gemm=vendor_gemm)]
     passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
     return list(passes)
 
@@ -70,11 +71,12 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None, reduction_strategy: str = "auto",
-                   merge_chunk: int = 0) -> CompiledProgram:
+                   merge_chunk: int = 0, vendor_gemm: bool = False) -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
-    ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names.
+    ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names, ``vendor_gemm``
+    ``amk-fuse``'s (for the default pipeline).
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -87,7 +89,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
         if dumper is not None:
             dumper(pass_, module, None)
 
-    for pass_ in fusion_passes(pipeline):
+    for pass_ in fusion_passes(pipeline, vendor_gemm):
         run(pass_)
     ir["fused"] = module_text(module)
     run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk))

@@ -12,7 +12,7 @@ import math
 import os
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,9 @@ class TunerConfig:
 
     ``search_budget``: most candidates to time; ``warmup_runs`` / ``measure_runs``: launches per candidate before and
     while timing; ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
-    (``WARP_SPECIALIZE=1``); ``target_cache_dir``: where
+    (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, also build the chain with the
+    matmul left to the vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``),
+    time both programs and keep the faster; ``target_cache_dir``: where
     tuned kernels are kept (default: ``AMK_CACHE_DIR`` or the user cache directory); ``strategy``: one of
     ``exhaustive``, ``random`` or ``bayesian``.
     """
@@ -49,6 +51,7 @@ class TunerConfig:
     warmup_runs: int = 10
     measure_runs: int = 30
     enable_warp_specialization: bool = False
+    vendor_gemm: bool = True
     target_cache_dir: str | os.PathLike | None = None
     strategy: str = "bayesian"
 
@@ -57,8 +60,9 @@ class TunerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "warmup_runs" else 1):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.enable_warp_specialization, bool):
-            raise InvalidArgumentError("TunerConfig.enable_warp_specialization must be True or False")
+        for name in ("enable_warp_specialization", "vendor_gemm"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
         if self.target_cache_dir is not None and not isinstance(self.target_cache_dir, str | os.PathLike):
             raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be a path, got {self.target_cache_dir!r}")
         if self.strategy not in STRATEGIES:
@@ -140,6 +144,8 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
     """The candidates searched when no ``parameter_grid`` is given, by strategy (and, for tile-grid GEMMs, by what
     the device offers: persistent and TMA variants on Hopper, warp-specialized ones when asked for; for
     chunk_recompute, whether the ``contraction`` is short enough to be one tile)."""
+    if strategy == "row_resident":  # the column tile is the whole row
+        return {"BLOCK_M": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
     if not has_dot:
         return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
                 "num_stages": [1]}
@@ -190,8 +196,11 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         per_thread = config.BLOCK_M * config.BLOCK_N // (32 * config.num_warps)
         if per_thread > MAX_ACCUMULATOR_REGISTERS:
             return f"registers: the accumulator needs {per_thread} fp32 values per thread (> {MAX_ACCUMULATOR_REGISTERS})"
-    elif config.BLOCK_M * config.BLOCK_N // (32 * config.num_warps) > MAX_ACCUMULATOR_REGISTERS:
-        return "registers: the tile needs more than 256 values per thread"
+    else:
+        resident = strategy == "row_resident" and cols is not None and cols.is_static
+        width = next_power_of_two(cols.value) if resident else config.BLOCK_N
+        if config.BLOCK_M * width // (32 * config.num_warps) > MAX_ACCUMULATOR_REGISTERS:
+            return "registers: the tile needs more than 256 values per thread"
     return None
 
 
@@ -210,7 +219,7 @@ class Trial:
     @staticmethod
     def from_dict(data: Mapping) -> Trial:
         """The inverse of :meth:`as_dict` (raises KeyError, TypeError or ValueError on malformed data)."""
-        config = KernelConfig(**{PARAMETER_KEYS[key]: int(value) for key, value in data["config"].items()})
+        config = KernelConfig.from_user_view(data["config"])
         time_ms = data.get("time_ms")
         return Trial(config, str(data["status"]), None if time_ms is None else float(time_ms),
                      str(data.get("detail", "")))
@@ -265,6 +274,13 @@ def measure(fn, warmup: int, runs: int) -> float:
         except RuntimeError as error:  # a launch that cannot be captured keeps its event timing
             log.info("CUDA-graph timing failed, keeping the event timing: %s", error)
     return median
+
+
+def fastest_program(programs: Mapping[str, Callable[[], object]], settings: TunerConfig) -> tuple[str, dict[str, float]]:
+    """Time whole programs (each a call on prepared inputs) as candidates are timed; the fastest's name and every
+    median in milliseconds."""
+    times = {name: measure(run, settings.warmup_runs, settings.measure_runs) for name, run in programs.items()}
+    return min(times, key=times.__getitem__), times
 
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,

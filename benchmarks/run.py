@@ -198,6 +198,7 @@ def run_workload(workload: Workload, contenders: list[str], small: bool, graphs:
     title = workload.title if workload.name in WORKLOADS else f"{workload.title} at {' x '.join(map(str, shapes[:2]))}"
     result = {"workload": workload.name, "title": title, "shapes": shapes, "dtype": str(workload.dtype),
               "amk_build_s": round(build_s, 2), "amk_kernels": kernel.num_kernels, "amk_config": kernel.config,
+              "amk_torch_ops": getattr(kernel, "torch_ops", []), "amk_program_times": getattr(kernel, "program_times", {}),
               "times_ms": {}, "graph_times_ms": {}, "errors": {}, "tuning_log": getattr(kernel, "tuning_log", {})}
     out = kernel(*inputs)
     result["errors"]["amk"] = relative_error(out, reference)

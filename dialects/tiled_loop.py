@@ -210,7 +210,7 @@ class KernelOp(KernelSignature, IRDLOperation):
 
     STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "tile_recompute",
                                              "strip_finish", "strip_sync", "split_k", "strip_recompute",
-                                             "chunk_recompute")
+                                             "chunk_recompute", "row_resident")
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,

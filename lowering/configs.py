@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,11 @@ class KernelConfig:
         values = self.as_dict()
         return {key: values[field] for key, field in PARAMETER_KEYS.items()}
 
+    @staticmethod
+    def from_user_view(values: Mapping[str, int]) -> KernelConfig:
+        """The inverse of :meth:`user_view` (raises KeyError on an unknown key, ValueError on a non-integer)."""
+        return KernelConfig(**{PARAMETER_KEYS[key]: int(value) for key, value in values.items()})
+
 
 def next_power_of_two(value: int) -> int:
     return 1 << max(0, (value - 1).bit_length())
@@ -92,6 +98,12 @@ def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None,
         # whole K in one tile, so that the loop over a chunk's column tiles is the one Triton pipelines.
         return KernelConfig(BLOCK_M=_bounded(rows, 128, 16), BLOCK_N=_bounded(cols, 64, 16),
                             BLOCK_K=_bounded(contraction, 128, 16), SPLIT_N=8, num_warps=4, num_stages=3)
+    if strategy == "row_resident":
+        # Whole rows in registers: about 4096 values per program, 32 per thread.
+        width = next_power_of_two(cols.value)
+        block_m = max(1, min(16, 4096 // width))
+        return KernelConfig(BLOCK_M=_bounded(rows, block_m, 1), num_warps=max(1, min(16, block_m * width // 1024)),
+                            num_stages=1)
     if strategy in ("row_strip", "strip_recompute"):
         return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),
                             BLOCK_K=block_k, num_warps=8 if has_dot else 4, num_stages=3)

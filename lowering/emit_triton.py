@@ -280,6 +280,8 @@ class TritonEmitter:
             "split_k": "Few rows, long K: SPLIT_K programs share each output tile, one K chunk each; the last to "
                        "finish sums their partial tiles and applies the epilogue.",
             "row_strip": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes.",
+            "row_resident": "Each program loads BLOCK_M whole rows once, reduces them and finishes them from "
+                            "registers.",
             "strip_recompute": "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 computes "
                                "every tile again and normalizes it.",
             "tile_stats": "Each program computes one output tile and writes its rows' partial statistics; a second "
@@ -310,10 +312,11 @@ class TritonEmitter:
             self.emit_tile_counts(grid)
             self.line(f"num_pid_in_group = {launch.group_size} * num_pid_n", 1)
             # Flattening the tile loop with its K loop is what lets Triton pipeline across tiles; its pass fails on a
-            # tile body with a branch (strip_finish's finisher), which then stays a plain loop.
-            flat = not any(isinstance(op, tiled_loop.IfOp) for root in launch.ops for op in root.walk())
-            options = (", flatten=True" if flat else "") + (
-                ", warp_specialize=True" if kernel.warp_specialize is not None else "")
+            # tile body with a branch (strip_finish's finisher), which then stays a plain loop. Triton's Hopper warp
+            # specialization takes only an unflattened loop (a flattened one compiles without specialized warps).
+            branchy = any(isinstance(op, tiled_loop.IfOp) for root in launch.ops for op in root.walk())
+            options = (", warp_specialize=True" if kernel.warp_specialize is not None
+                       else "" if branchy else ", flatten=True")
             self.line(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)"
                       f"{options}):", 1)
             self.emit_grouped_ids(tile, launch, 2)
@@ -407,6 +410,9 @@ class TritonEmitter:
                     indent)
 
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp, indent: int) -> None:
+        if op.input.type.dims[1] == Dim(1):  # a row of one column reduces to itself (which may be a literal)
+            self.inline[op.result] = self.name(op.input)
+            return
         self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)", indent)
 
     def emit_tiled_loop_in_bounds(self, op: tiled_loop.InBoundsOp, indent: int) -> None:

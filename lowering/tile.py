@@ -356,7 +356,9 @@ class KernelLowering:
         plan = self.plan
         if plan.prologue is not None and plan.prologue.has_reductions and self.row_scaled is None:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
-        if self.strategy in ("row_strip", "strip_recompute"):
+        if self.strategy == "row_resident":
+            self.build_row_resident()
+        elif self.strategy in ("row_strip", "strip_recompute"):
             self.build_row_strip()
         elif self.strategy in ("tile_stats", "tile_recompute"):
             self.build_tile_stats()
@@ -508,6 +510,21 @@ class KernelLowering:
     def build_row_strip(self) -> None:
         self.reduce_over_columns(self.plan.main, "n", BLOCK_N, self.strip_phase_one)
         self.finish_rows()
+
+    def build_row_resident(self) -> None:
+        """Rows short enough to stay in registers (a standalone chain over a static N): each program loads its
+        BLOCK_M rows once, as one tile padded to a power of two, takes their statistics from that tile and finishes
+        the ops after the reductions on the same values; one pass over memory, every op computed once."""
+        main = self.plan.main
+        at = ColumnTile(main, self.row_offset, Dim(0), str(next_power_of_two(main.space.cols.value)))
+        self.store_outputs(at, after_reduction=False)
+        for op in main.reductions:
+            rule = rules.ROW_REDUCTIONS[type(op)]
+            x = self.compute(rules.reduction_input(op), at)
+            valid = self.valid_cols(at)
+            self.b.origin = origin_label(op)
+            self.stats[op] = rule.finalize(self.b, rule.tile_state(self.b, x, valid), op)
+        self.store_outputs(at, after_reduction=True)
 
     def build_chunk_recompute(self) -> None:
         """SPLIT_N programs share each row strip, one chunk of its column tiles each: the first launch folds the
@@ -679,13 +696,15 @@ def _product(dims) -> str:
 MERGE_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # powers of two: a merge chunk is the width of a loaded tile
 
 ROW_REDUCTION_STRATEGIES = ("tile_stats", "tile_recompute", "chunk_recompute", "strip_finish", "strip_sync",
-                            "row_strip", "strip_recompute")
+                            "row_strip", "strip_recompute", "row_resident")
 RECOMPUTING_STRATEGIES = ("tile_recompute", "chunk_recompute", "strip_recompute")
 # Output tiles in a 2-D grid, each writing its rows' partial statistics to a workspace.
 TILE_STATISTICS_STRATEGIES = ("tile_stats", "tile_recompute", "strip_finish", "strip_sync")
 GRAM_MAX_ROWS = 32  # decode shapes timed with the Gram-diagonal statistics: 1, 4, 16 and 32 rows
 SPLIT_K_MIN_CONTRACTION = 1024
 MAX_STRIP_COLUMNS = 8192  # strip_sync: 64 tiles of 128 columns, fewer than the SMs of an A100, H100 or H200
+# row_resident: the widest row held in registers, 32 fp32 values per thread of a 16-warp program.
+MAX_RESIDENT_COLUMNS = 16384
 
 
 STRIP_FINISH_MIN_ELEMENTS = 2**27
@@ -722,12 +741,20 @@ def _reduction_strategy(plan: GroupPlan) -> str:
     on a 2^26-element output (x[16384, 4096] @ W + GELU + LayerNorm: 1.04-1.08 against 1.11-1.18 ms), the finisher on
     a 2^28-element one (x[32768, 8192] @ W + residual + RMSNorm: 6.95-7.00 against 7.24 ms). strip_sync, asked for by
     name, was slower than both."""
+    if plan.matmul is None:
+        return "row_resident" if _row_resident_applies(plan) else "row_strip"
     elements = Dim(f"({plan.main.space.rows}) * ({plan.main.space.cols})")
     large = elements.is_static and elements.value >= STRIP_FINISH_MIN_ELEMENTS
     if is_short_contraction(plan.contraction):
         # With a prologue (not measured with a short K) each row strip keeps it in one program.
         return "chunk_recompute" if plan.prologue is None else "row_strip"
     return "strip_finish" if large else "tile_stats"
+
+
+def _row_resident_applies(plan: GroupPlan) -> bool:
+    """No matmul (nothing but the rows to load) and a static row of at most ``MAX_RESIDENT_COLUMNS``."""
+    cols = plan.main.space.cols
+    return plan.matmul is None and cols.is_static and cols.value <= MAX_RESIDENT_COLUMNS
 
 
 def _strip_sync_applies(plan: GroupPlan) -> bool:
@@ -780,6 +807,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         strategy = plan.strategy
     if strategy == "strip_sync" and not _strip_sync_applies(plan):
         strategy = "tile_stats"
+    if strategy == "row_resident" and not _row_resident_applies(plan):
+        strategy = "row_strip"
     if strategy in ("tile_recompute", "chunk_recompute") and plan.prologue is not None:
         strategy = "tile_stats"  # the second launch would need the prologue's statistics again
     if (strategy in ("tile_stats", "tile_recompute", "chunk_recompute", "strip_finish", "strip_recompute")
@@ -824,7 +853,9 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = "",
         workspace_types.append(TensorType([f"cdiv({rows}, {BLOCK_M}) * cdiv({cols}, {BLOCK_N})"], i32))
         workspace_kinds.append("counter")
         workspace_names.append("tile_counters")
-    params = [BLOCK_M, BLOCK_N] + ([BLOCK_K] if plan.matmul is not None else [])
+    # row_resident's column tile is the whole row: no BLOCK_N to choose
+    params = [BLOCK_M] + ([BLOCK_N] if strategy != "row_resident" else []) + ([BLOCK_K] if plan.matmul is not None
+                                                                                  else [])
     group = None
     if strategy == "tile2d" or strategy in TILE_STATISTICS_STRATEGIES:
         grid, pids = [f"cdiv({rows}, {BLOCK_M})", f"cdiv({cols}, {BLOCK_N})"], ["pid_m", "pid_n"]

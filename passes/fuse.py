@@ -23,6 +23,18 @@ Output::
       tensor_op.yield %6 : !tensor_op.tensor<[64, 32], f16>
     }
     func.return %0 : !tensor_op.tensor<[64, 32], f16>
+
+With ``vendor_gemm`` (``amk-fuse{vendor_gemm=true}``) matmuls join no group: they run in the vendor library (cuBLAS,
+through PyTorch) and the ops after them fuse into kernels of their own, e.g. a bias, GELU and LayerNorm into one
+pass over the product::
+
+    %0 = tensor_op.matmul %x, %w : (...) -> !tensor_op.tensor<[64, 32], f16>
+    %1 = tensor_op.fused %0, %b, %g, %beta : (...) -> !tensor_op.tensor<[64, 32], f16> {
+      ... tensor_op.add, tensor_op.gelu, tensor_op.layernorm ...
+    }
+
+The autotuner times that program against the fused one where a row reduction follows a matmul (``amk.TunerConfig``'s
+``vendor_gemm``).
 """
 
 from __future__ import annotations
@@ -108,10 +120,11 @@ class _Grouping:
                     break
 
 
-def fuse_block(block: Block) -> list[tensor_op.FusedOp]:
-    """Form the groups of one block and replace each by a ``tensor_op.fused`` op."""
+def fuse_block(block: Block, vendor_gemm: bool = False) -> list[tensor_op.FusedOp]:
+    """Form the groups of one block and replace each by a ``tensor_op.fused`` op (with ``vendor_gemm``, leaving the
+    matmuls out of every group)."""
     ops = list(block.ops)
-    candidates = [op for op in ops if rules.kind_of(op) is not None]
+    candidates = [op for op in ops if rules.kind_of(op) is not None and not (vendor_gemm and rules.is_matmul(op))]
     grouping = _Grouping({op: i for i, op in enumerate(ops)}, set())
     seeds = [op for op in candidates if rules.is_matmul(op)] + [op for op in candidates if not rules.is_matmul(op)]
     groups = []
@@ -182,13 +195,17 @@ def _sort_topologically(block: Block) -> None:
             block.add_op(op)
 
 
+@dataclass(frozen=True)
 class FusePass(ModulePass):
-    """Group fusable ``tensor_op`` chains into ``tensor_op.fused`` regions (see the module docstring)."""
+    """Group fusable ``tensor_op`` chains into ``tensor_op.fused`` regions (see the module docstring); with
+    ``vendor_gemm``, matmuls stay outside them, for the vendor library to run."""
 
     name = "amk-fuse"
+
+    vendor_gemm: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         blocks = {o.parent_block() for o in op.walk() if rules.kind_of(o) is not None
                   and not isinstance(o.parent_op(), tensor_op.FusedOp)}
         for block in blocks:
-            fuse_block(block)
+            fuse_block(block, self.vendor_gemm)

@@ -297,6 +297,7 @@ def test_parameter_grid_accepted_and_used():
     ({"measure_runs": 2.5}, ["measure_runs", "2.5"]),
     ({"enable_warp_specialization": "yes"}, ["enable_warp_specialization", "True or False"]),
     ({"enable_warp_specialization": 1}, ["enable_warp_specialization", "True or False"]),
+    ({"vendor_gemm": "no"}, ["vendor_gemm", "True or False"]),
     ({"target_cache_dir": 5}, ["target_cache_dir", "path", "5"]),
     ({"strategy": "grid"}, ["strategy", "exhaustive", "random", "bayesian", "'grid'"]),
     ({"strategy": None}, ["strategy", "bayesian"]),
@@ -307,8 +308,8 @@ def test_tuner_config_invalid_values(kwargs, substrings):
 
 def test_tuner_config_valid_values():
     config = amk.TunerConfig(search_budget=1, warmup_runs=0, measure_runs=1, enable_warp_specialization=True,
-                             target_cache_dir="/tmp/amk-test", strategy="exhaustive")
-    assert config.strategy == "exhaustive"
+                             vendor_gemm=False, target_cache_dir="/tmp/amk-test", strategy="exhaustive")
+    assert config.strategy == "exhaustive" and not config.vendor_gemm
 
 
 def test_tuner_config_unknown_field_is_a_type_error():

@@ -70,7 +70,8 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
     cases = [("kernel_times.py", ["--workloads", "D"], "choose from those with a single GEMM to compare with, A, B, C, G"),
              ("kernel_times.py", ["--configs", "128x256"], "expected BLOCK_MxBLOCK_NxBLOCK_K:wWARPSsSTAGES"),
              ("trailing_probe.py", ["--variants", "4"], "a comma-separated list of 1, 2 and 3"),
-             ("chunk_recompute_probe.py", ["--variants", "1,0"], "a comma-separated list of 1, 2 and 3")]
+             ("chunk_recompute_probe.py", ["--variants", "1,0"], "a comma-separated list of 1, 2 and 3"),
+             ("ncu_profile.py", ["--workloads", "A,F"], "no tuned amk configuration of workload(s) F")]
     for script, args, message in cases:
         result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True,
                                 text=True, timeout=120)
@@ -79,7 +80,7 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
 
 def test_the_chunk_recompute_probe_computes_the_softmax():
     """The hand-written two-launch kernel of benchmarks/chunk_recompute_probe.py, with and without the next tile's
-    product issued ahead, at chunk shapes that leave a short last chunk, against float64 (on the CPU interpreter)."""
+    product issued ahead, with pointer and tensor-descriptor loads, at chunk shapes that leave a short last chunk, against float64 (on the CPU interpreter)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from chunk_recompute_probe import SCALE, ChunkRecompute
@@ -89,7 +90,7 @@ def test_the_chunk_recompute_probe_computes_the_softmax():
     q, k = torch.randn(48, 32, generator=generator), torch.randn(32, 200, generator=generator)
     expected = torch.softmax((q.double() @ k.double()) * SCALE, -1)
     for block_m, block_n, chunk_tiles in ((16, 32, 2), (32, 64, 3)):
-        for dot_ahead in (0, 1):
-            out = ChunkRecompute(q, k, block_m, block_n, chunk_tiles, 4, 2, dot_ahead)().double()
-            assert ((out - expected).norm() / expected.norm()).item() < 1e-5, (block_m, block_n, chunk_tiles, dot_ahead)
+        for dot_ahead, loads in ((0, "pointers"), (1, "pointers"), (0, "tma"), (1, "tma_ws")):
+            out = ChunkRecompute(q, k, block_m, block_n, chunk_tiles, 4, 2, dot_ahead, loads)().double()
+            assert ((out - expected).norm() / expected.norm()).item() < 1e-5, (block_m, block_n, chunk_tiles, loads)
 

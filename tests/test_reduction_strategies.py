@@ -1,6 +1,8 @@
 """The strategies for a matmul followed by a row reduction (amk-tile's ``reduction_strategy``): each must match
 PyTorch call after call (strip_finish's strip counters must be back at zero after every launch), and ``auto`` must
-pick by contraction length and output size as documented. strip_sync has its own GPU tests (test_strip_sync.py)."""
+pick by contraction length and output size as documented. strip_sync has its own GPU tests (test_strip_sync.py).
+Also the strategies of a row reduction without a matmul (row_resident, row_strip), and the program that leaves the
+matmul to the vendor library and fuses the rest (amk-fuse's ``vendor_gemm``)."""
 
 from __future__ import annotations
 
@@ -78,6 +80,45 @@ def tiled_strategy(ops, shapes, dtype=torch.float16) -> str:
     return strategy
 
 
+STANDALONE = [  # rows of a static length that is not a power of two: the resident tile is padded and masked
+    (["add_bias", "gelu", "layernorm"], [(37, 300), (300,), (300,), (300,)], torch.float16),
+    (["add", "rmsnorm"], [(50, 130), (50, 130)], torch.bfloat16),
+    ([("scale", {"factor": 0.125}), "softmax"], [(33, 100)], torch.float32),
+    (["logsumexp"], [(20, 90)], torch.float32),
+]
+
+
+@pytest.mark.parametrize("strategy", ["row_resident", "row_strip"])
+@pytest.mark.parametrize("ops,shapes,dtype", STANDALONE,
+                         ids=["-".join(op if isinstance(op, str) else op[0] for op in case[0]) for case in STANDALONE])
+def test_rows_without_a_matmul_match_pytorch_resident_or_in_strips(strategy, ops, shapes, dtype):
+    """row_resident loads each row once and has no loop; row_strip sweeps the row's tiles twice."""
+    compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy=strategy)
+    assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
+    assert ("tiled_loop.for" in compiled.ir["tiled_loop"]) == (strategy == "row_strip")
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype, weight=-1)
+
+
+def test_auto_keeps_static_rows_of_at_most_16384_columns_resident():
+    assert tiled_strategy(["add_bias", "gelu", "layernorm"], [(64, 4096), (4096,), (4096,), (4096,)]) == "row_resident"
+    assert tiled_strategy(["softmax"], [(8, 16384)]) == "row_resident"
+    assert tiled_strategy(["softmax"], [(8, 16385)]) == "row_strip"
+    # asked for with a matmul (whose columns come from the K loop, not a load), row_resident means row_strip
+    ops, shapes, dtype = CASES[0]
+    compiled = compile_module(build_module(ops, shapes, dtype), SMALL_TILES, reduction_strategy="row_resident")
+    assert 'strategy = "row_strip"' in compiled.ir["tiled_loop"]
+
+
+@pytest.mark.parametrize("ops,shapes,dtype", CASES[:3], ids=["layernorm", "rmsnorm", "softmax"])
+def test_vendor_gemm_leaves_the_matmul_to_pytorch_and_fuses_the_rest(ops, shapes, dtype):
+    compiled = compile_module(build_module(ops, shapes, dtype), vendor_gemm=True)
+    steps = compiled.program.steps
+    assert [step.kind for step in steps] == ["op", "launch", "return"]
+    assert steps[0].operation().name == "tensor_op.matmul"
+    assert 'strategy = "row_resident"' in compiled.ir["tiled_loop"]
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+
+
 def test_auto_picks_by_contraction_and_output_size():
     layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
     assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "chunk_recompute"
@@ -135,6 +176,20 @@ def test_an_unknown_reduction_strategy_names_the_choices():
                                         "strip_recompute"):
         compile_module(build_module(["matmul", "softmax"], [(8, 64), (64, 16)], torch.float32),
                        reduction_strategy="diagonal")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuner times programs on a GPU")
+def test_the_tuner_keeps_the_faster_of_the_fused_and_the_vendor_gemm_programs(tmp_path):
+    """Either program may win at this size; whichever is kept computes the chain, comes back from the cache as it
+    was built, and is never the vendor one when ``vendor_gemm`` is off."""
+    ops, shapes, dtype = CASES[0]
+    for vendor_gemm in (True, False):
+        settings = amk.TunerConfig(search_budget=2, vendor_gemm=vendor_gemm, target_cache_dir=tmp_path / str(vendor_gemm))
+        built = amk.build_fused_kernel(ops, shapes, dtype, tuner_config=settings)
+        assert built.torch_ops in ([], ["tensor_op.matmul"]) if vendor_gemm else built.torch_ops == []
+        assert_matches_pytorch_call_after_call(built.compiled, ops, shapes, dtype)
+        again = amk.build_fused_kernel(ops, shapes, dtype, tuner_config=settings)
+        assert again.cache_hit and again.torch_ops == built.torch_ops
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

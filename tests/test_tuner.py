@@ -106,6 +106,20 @@ def test_a_block_k_wider_than_the_contraction_is_pruned():
     assert prune_reason(wide, "tile2d", True, 2, limits, contraction=Dim("K")) is None  # symbolic: not known
 
 
+def test_row_resident_searches_rows_and_warps_with_the_whole_row_as_its_tile():
+    """No BLOCK_N: the column tile is the row (4096 columns here), which is what the register bound counts."""
+    from amk.symbolic import Dim
+    from amk.tuner import DeviceLimits, default_space, prune_reason
+
+    space = default_space("row_resident", Dim(64), has_dot=False)
+    assert "BLOCK_N" not in space and set(space) == {"BLOCK_M", "num_warps", "num_stages"}
+    limits = DeviceLimits("H200", 1 << 20, 132)
+    fits = amk.tuner.KernelConfig(BLOCK_M=2, num_warps=4)  # 2 x 4096 / 128 threads = 64 values each
+    spills = amk.tuner.KernelConfig(BLOCK_M=16, num_warps=4)  # 512 values each
+    assert prune_reason(fits, "row_resident", False, 2, limits, cols=Dim(4096)) is None
+    assert "registers" in prune_reason(spills, "row_resident", False, 2, limits, cols=Dim(4096))
+
+
 def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
     kernel = tiled_kernel()
     recorder = Recorder()

@@ -1,9 +1,11 @@
 // RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=128 block_n=128 block_k=64 persistent=1 tma=1},amk-emit-triton' -t triton | filecheck %s
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=128 block_n=128 block_k=64 persistent=1 tma=1 warp_specialize=1},amk-emit-triton' -t triton | filecheck %s --check-prefix=WS
 
 // A persistent tile2d kernel whose operands are staged through tensor descriptors: the descriptors are built once
 // per program, under the USE_TMA constexpr; one program per SM walks the tiles in grouped order in a loop that
 // Triton flattens with the K loop; each staged copy is a descriptor load, with the masked pointer load as the
-// fallback the launcher picks for layouts TMA cannot read.
+// fallback the launcher picks for layouts TMA cannot read. With warp_specialize the tile loop is not flattened:
+// Triton's Hopper warp specialization takes only an unflattened loop.
 
 func.func @matmul_relu(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 256], f16>, !tensor_op.tensor<[256, 512], f16>) -> !tensor_op.tensor<[M, 512], f16>
@@ -37,3 +39,5 @@ func.func @matmul_relu(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.te
 // CHECK-NEXT:          triton.set_allocator(_tma_workspace)
 // CHECK-NEXT:      grid = (min(triton.cdiv(M, 128) * triton.cdiv(512, 128), _sm_count()),)
 // CHECK:               USE_TMA=use_tma,
+
+// WS:          for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), warp_specialize=True):

@@ -1,5 +1,5 @@
-// RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=16 block_n=128 num_warps=4},amk-emit-triton' -t triton | filecheck %s
-// RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=16 block_n=128 num_warps=4},amk-emit-triton' | filecheck %s --check-prefix=IR
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile{reduction_strategy=row_strip},amk-stage{block_m=16 block_n=128 num_warps=4},amk-emit-triton' -t triton | filecheck %s
+// RUN: amk-opt %s -p 'amk-fuse,amk-tile{reduction_strategy=row_strip},amk-stage{block_m=16 block_n=128 num_warps=4},amk-emit-triton' | filecheck %s --check-prefix=IR
 
 // A row_strip softmax over rows of 1000 (not a multiple of BLOCK_N = 128): one program per BLOCK_M rows, a first
 // sweep keeping running max / sum-of-exp statistics with padded columns at -inf, a second sweep normalizing.

@@ -1,4 +1,4 @@
-// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile,amk-stage{block_m=64 block_n=64 block_k=32 num_warps=4 num_stages=3}' | filecheck %s
+// RUN: amk-opt %s --split-input-file -p 'amk-fuse,amk-tile{reduction_strategy=row_strip},amk-stage{block_m=64 block_n=64 block_k=32 num_warps=4 num_stages=3}' | filecheck %s
 
 // amk-stage binds the tile sizes and places each access in memory: an axis is masked only where sympy cannot prove
 // the extent a multiple of the tile size; a load read only by a dot inside the K loop is staged into shared memory

@@ -2,7 +2,8 @@
 
 // amk-tile replaces each tensor_op.fused region by a tiled_loop.launch of a new tiled_loop.kernel with symbolic tile
 // sizes. The strategy comes from the group's plan: tile2d (a grid of output tiles), skinny_m (few rows: column tiles
-// first) or row_strip (row reductions over the last axis: a program owns BLOCK_M full rows).
+// first), row_strip (row reductions over the last axis: a program owns BLOCK_M full rows) or, for rows of a static
+// length without a matmul, row_resident (the same rows held in registers).
 
 // tile2d: a 2-D grouped grid of BLOCK_M x BLOCK_N output tiles; a K loop accumulates the matmul into an fp32 tile,
 // and the bias add and relu run on the accumulator before the single store.
@@ -78,20 +79,21 @@ func.func @split_k(%x : !tensor_op.tensor<[8, 4096], f16>, %w : !tensor_op.tenso
 
 // -----
 
-// row_strip: softmax over the last axis. A 1-D grid of row strips; phase 1 ("n" loop) folds each column tile into
-// running max / sum-of-exp statistics (columns past 1000 are selected to -inf), phase 2 (a second "n" loop) re-reads
-// the input and normalizes (times the reciprocal of the row's sum, computed once per row).
-func.func @row_strip(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tensor<[M, 1000], f32> {
-  %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[M, 1000], f32>
-  func.return %0 : !tensor_op.tensor<[M, 1000], f32>
+// row_strip: softmax over the last axis, rows of a length known at run time only. A 1-D grid of row strips; phase 1
+// ("n" loop) folds each column tile into running max / sum-of-exp statistics (columns past N are selected to -inf),
+// phase 2 (a second "n" loop) re-reads the input and normalizes (times the reciprocal of the row's sum, computed once
+// per row).
+func.func @row_strip(%x : !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32> {
+  %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[M, N], f32>
+  func.return %0 : !tensor_op.tensor<[M, N], f32>
 }
 
 // CHECK-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "row_strip", tile_params = ["BLOCK_M", "BLOCK_N"], num_inputs = 1 : i64
 // CHECK:         %[[MAX0:[a-z0-9_]+]] = tiled_loop.full -inf : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // CHECK-NEXT:    %[[SUM0:[a-z0-9_]+]] = tiled_loop.full 0.0 : !tiled_loop.tile<[BLOCK_M, 1], f32>
-// CHECK-NEXT:    %[[MAX:[a-z0-9_]+]], %[[SUM:[a-z0-9_]+]] = tiled_loop.for "n" = <[0, 1000, BLOCK_N]> iter_args(%[[MAX0]], %[[SUM0]])
-// CHECK:           %[[T:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, n]> : !tensor_op.tensor<[M, 1000], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
-// CHECK-NEXT:      %[[VALID:[a-z0-9_]+]] = tiled_loop.in_bounds <[0, n]> within <[1, 1000]> : !tiled_loop.tile<[1, BLOCK_N], i1>
+// CHECK-NEXT:    %[[MAX:[a-z0-9_]+]], %[[SUM:[a-z0-9_]+]] = tiled_loop.for "n" = <[0, N, BLOCK_N]> iter_args(%[[MAX0]], %[[SUM0]])
+// CHECK:           %[[T:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, n]> : !tensor_op.tensor<[M, N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+// CHECK-NEXT:      %[[VALID:[a-z0-9_]+]] = tiled_loop.in_bounds <[0, n]> within <[1, N]> : !tiled_loop.tile<[1, BLOCK_N], i1>
 // CHECK-NEXT:      %[[NINF:[0-9]+]] = tiled_loop.full -inf {origin = "softmax"}
 // CHECK-NEXT:      %[[SEL:[0-9]+]] = tiled_loop.select %[[VALID]], %[[T]], %[[NINF]] {origin = "softmax"}
 // CHECK-NEXT:      tiled_loop.reduce "max" %[[SEL]] {origin = "softmax"} : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
@@ -100,16 +102,43 @@ func.func @row_strip(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tenso
 // CHECK-NEXT:    }
 // CHECK-NEXT:    %[[ONE:[0-9]+]] = tiled_loop.full 1.0 {origin = "softmax"}
 // CHECK-NEXT:    %inv_sumexp = tiled_loop.binary "div" %[[ONE]], %[[SUM]] {origin = "softmax"}
-// CHECK-NEXT:    tiled_loop.for "n" = <[0, 1000, BLOCK_N]> iter_args() {{.*}}: () -> () {
+// CHECK-NEXT:    tiled_loop.for "n" = <[0, N, BLOCK_N]> iter_args() {{.*}}: () -> () {
 // CHECK-NEXT:      %[[T2:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, n]>
 // CHECK-NEXT:      %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T2]], %[[MAX]] {origin = "softmax"}
 // CHECK-NEXT:      %[[E:[0-9]+]] = tiled_loop.unary "exp" %[[D]] {origin = "softmax"}
 // CHECK-NEXT:      %[[Y:[0-9]+]] = tiled_loop.binary "mul" %[[E]], %inv_sumexp {origin = "softmax"}
-// CHECK-NEXT:      tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, n]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, 1000], f32>
+// CHECK-NEXT:      tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, n]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, N], f32>
 // CHECK-NEXT:      tiled_loop.yield
 // CHECK-NEXT:    }
 // CHECK-LABEL: func.func @row_strip(
-// CHECK-NEXT:    tiled_loop.launch @fused_0(%x) : (!tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tensor<[M, 1000], f32>
+// CHECK-NEXT:    tiled_loop.launch @fused_0(%x) : (!tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[M, N], f32>
+
+// -----
+
+// row_resident: the same softmax over rows of a static length (at most 16384): each program loads its BLOCK_M rows
+// once, as one tile padded to 1024 columns (those past 1000 selected to -inf), reduces it and normalizes the values
+// it holds. No loop, one read and one write of every element; BLOCK_N is not a parameter.
+func.func @row_resident(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.tensor<[M, 1000], f32> {
+  %0 = tensor_op.softmax %x {axis = -1 : i64} : !tensor_op.tensor<[M, 1000], f32>
+  func.return %0 : !tensor_op.tensor<[M, 1000], f32>
+}
+
+// CHECK-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "row_resident", tile_params = ["BLOCK_M"], num_inputs = 1 : i64
+// CHECK-NOT:     tiled_loop.for
+// CHECK:         %[[T:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, 0]> : !tensor_op.tensor<[M, 1000], f32> -> !tiled_loop.tile<[BLOCK_M, 1024], f32>
+// CHECK-NEXT:    %[[VALID:[a-z0-9_]+]] = tiled_loop.in_bounds <[0, 0]> within <[1, 1000]> : !tiled_loop.tile<[1, 1024], i1>
+// CHECK-NEXT:    %[[NINF:[0-9]+]] = tiled_loop.full -inf {origin = "softmax"}
+// CHECK-NEXT:    %[[SEL:[0-9]+]] = tiled_loop.select %[[VALID]], %[[T]], %[[NINF]] {origin = "softmax"}
+// CHECK-NEXT:    %[[MAX:[0-9]+]] = tiled_loop.reduce "max" %[[SEL]] {origin = "softmax"} : !tiled_loop.tile<[BLOCK_M, 1024], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
+// CHECK:         %[[SUM:[0-9]+]] = tiled_loop.reduce "sum"
+// CHECK-NEXT:    %[[ONE:[0-9]+]] = tiled_loop.full 1.0 {origin = "softmax"}
+// CHECK-NEXT:    %inv_sumexp = tiled_loop.binary "div" %[[ONE]], %[[SUM]] {origin = "softmax"}
+// CHECK-NEXT:    %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T]], %[[MAX]] {origin = "softmax"}
+// CHECK-NEXT:    %[[E:[0-9]+]] = tiled_loop.unary "exp" %[[D]] {origin = "softmax"}
+// CHECK-NEXT:    %[[Y:[0-9]+]] = tiled_loop.binary "mul" %[[E]], %inv_sumexp {origin = "softmax"}
+// CHECK-NEXT:    tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, 0]> : !tiled_loop.tile<[BLOCK_M, 1024], f32> -> !tensor_op.tensor<[M, 1000], f32>
+// CHECK-NOT:     tiled_loop.for
+// CHECK-LABEL: func.func @row_resident(
 
 // -----
 
