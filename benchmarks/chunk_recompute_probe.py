@@ -74,19 +74,28 @@ def tile_logits(q_tile, k_source, N, start, ks, ahead, scale_log2e, BLOCK_N: tl.
 
 
 @triton.jit
+def chunk_operands(q_ptr, k_ptr, rows, chunk, M, N, K: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_TILES: tl.constexpr,
+                   DOT_AHEAD: tl.constexpr, LOADS: tl.constexpr):
+    """What both launches start a chunk with: the rows' q tile over all of K, the k source, the chunk's first column
+    and, with DOT_AHEAD, its first product."""
+    ks = tl.arange(0, K)
+    q_tile = tl.load(q_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+    first_col = chunk * CHUNK_TILES * BLOCK_N
+    k_source = k_columns(k_ptr, N, K, BLOCK_N, LOADS)
+    return q_tile, ks, k_source, first_col, first_product(q_tile, k_source, N, first_col, ks, BLOCK_N, DOT_AHEAD, LOADS)
+
+
+@triton.jit
 def chunk_statistics(q_ptr, k_ptr, chunk_max_ptr, chunk_sum_ptr, M, N, scale_log2e, K: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_TILES: tl.constexpr,
                      NUM_STAGES: tl.constexpr, DOT_AHEAD: tl.constexpr, LOADS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     chunk = tl.program_id(1)
     chunks = tl.num_programs(1)
-    ks = tl.arange(0, K)
-    q_tile = tl.load(q_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+    q_tile, ks, k_source, first_col, ahead = chunk_operands(q_ptr, k_ptr, rows, chunk, M, N, K, BLOCK_N, CHUNK_TILES,
+                                                            DOT_AHEAD, LOADS)
     running_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     running_sum = tl.zeros((BLOCK_M,), tl.float32)
-    first_col = chunk * CHUNK_TILES * BLOCK_N
-    k_source = k_columns(k_ptr, N, K, BLOCK_N, LOADS)
-    ahead = first_product(q_tile, k_source, N, first_col, ks, BLOCK_N, DOT_AHEAD, LOADS)
     for tile in tl.range(0, CHUNK_TILES, num_stages=NUM_STAGES, warp_specialize=LOADS == "tma_ws"):
         start = first_col + tile * BLOCK_N
         cols = start + tl.arange(0, BLOCK_N)
@@ -116,11 +125,8 @@ def chunk_probabilities(q_ptr, k_ptr, out_ptr, chunk_max_ptr, chunk_sum_ptr, M, 
     sums = tl.load(chunk_sum_ptr + states, mask=valid, other=0.0)
     row_max = tl.max(maxima, 1)
     inverse_sum = 1.0 / tl.sum(sums * tl.exp2(maxima - row_max[:, None]), 1)
-    ks = tl.arange(0, K)
-    q_tile = tl.load(q_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
-    first_col = chunk * CHUNK_TILES * BLOCK_N
-    k_source = k_columns(k_ptr, N, K, BLOCK_N, LOADS)
-    ahead = first_product(q_tile, k_source, N, first_col, ks, BLOCK_N, DOT_AHEAD, LOADS)
+    q_tile, ks, k_source, first_col, ahead = chunk_operands(q_ptr, k_ptr, rows, chunk, M, N, K, BLOCK_N, CHUNK_TILES,
+                                                            DOT_AHEAD, LOADS)
     for tile in tl.range(0, CHUNK_TILES, num_stages=NUM_STAGES, warp_specialize=LOADS == "tma_ws"):
         start = first_col + tile * BLOCK_N
         cols = start + tl.arange(0, BLOCK_N)
