@@ -42,7 +42,8 @@ class TunerConfig:
     while timing; ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, also build the chain with the
     matmul left to the vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``),
-    time both programs and keep the faster; ``target_cache_dir``: where
+    time both programs and keep the faster (``amk.build_fused_kernel``; ``amk.compile`` keeps its kernels fused);
+    ``target_cache_dir``: where
     tuned kernels are kept (default: ``AMK_CACHE_DIR`` or the user cache directory); ``strategy``: one of
     ``exhaustive``, ``random`` or ``bayesian``.
     """
