@@ -163,6 +163,32 @@ def test_an_op_run_in_pytorch_round_trips_through_the_plan(tmp_path):
     torch.testing.assert_close(first(x), x.sum(0))
 
 
+def test_a_program_with_the_vendor_gemm_comes_back_from_its_entry_and_from_its_configs(tmp_path):
+    """The tuner keeps that program only on a GPU; its entry (with ``program`` in the metadata) must bring it back as
+    it was built, and so must its recorded configs once the compiled entry is gone."""
+    from amk.ir_dump import module_text
+    from amk.oplist import build_module, normalize_ops
+    from amk.pipeline import compile_module
+
+    ops, shapes = normalize_ops(["matmul", "add_bias", "gelu", "layernorm"]), [(16, 32), (32, 24), (24,), (24,), (24,)]
+    settings = TunerConfig(target_cache_dir=tmp_path)
+    module = build_module(ops, shapes, torch.float32)
+    key, meta = cache.cache_key(module_text(module), shapes, torch.float32, cache.build_settings(None, True, settings),
+                                ops)
+    vendor = compile_module(module, vendor_gemm=True)
+    cache.Store(tmp_path).save(cache.entry_from_compiled(key, {**meta, "program": "vendor_gemm"}, vendor, {}))
+    generator = torch.Generator().manual_seed(0)
+    xs = [torch.randn(shape, generator=generator) for shape in shapes]
+    expected = torch.nn.functional.layer_norm(torch.nn.functional.gelu(xs[0] @ xs[1] + xs[2]), (24,), xs[3], xs[4])
+    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings)
+    assert hit.cache_hit and hit.torch_ops == ["tensor_op.matmul"]
+    torch.testing.assert_close(hit(*xs), expected, rtol=1e-4, atol=1e-4)
+    cache.Store(tmp_path).clear()  # entries go, recorded configs stay
+    rebuilt = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings)
+    assert not rebuilt.cache_hit and rebuilt.torch_ops == ["tensor_op.matmul"]
+    torch.testing.assert_close(rebuilt(*xs), expected, rtol=1e-4, atol=1e-4)
+
+
 def _damage(path, how):
     data = path.read_bytes()
     if how == "truncate":
