@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -314,16 +315,23 @@ class Program:
         raise AssertionError("function without func.return")
 
     def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable | None:
-        """For a program of kernel launches only, each taking its operands as they are (no reshape, no transposed
-        view): a function of the argument tensors that allocates each launch's outputs and launches, with the output
-        shapes and dtypes and the workspace buffers found once, here, for ``bindings`` on ``device``. None for other
-        programs (an op run in PyTorch, a view), which run through ``__call__``. On a GPU each launch is a
+        """For a program of kernel launches that take their operands as they are (no reshape, no transposed view),
+        and of ops run in PyTorch: a function of the argument tensors that allocates each launch's outputs and
+        launches, with the output shapes and dtypes and the workspace buffers found once, here, for ``bindings`` on
+        ``device`` (an op run in PyTorch, such as a matmul left to the vendor library, is called as it is). None for
+        programs that need views, which run through ``__call__``. On a GPU each launch is a
         :class:`~amk.replay.LaunchReplay`: from the second call on, Triton's compiled kernels are launched directly."""
         launches = self.steps[:-1]
-        if any(step.kind != "launch" or not all(self.as_is[id(step)]) for step in launches):
+        if any(step.kind == "launch" and not all(self.as_is[id(step)]) for step in launches):
             return None
         plans = []
         for step in launches:
+            if step.kind == "op":
+                from amk import reference  # with the op's IR, only for programs that have such ops
+
+                op = step.operation()
+                plans.append((partial(reference.REFERENCE[type(op)], op), step.operands, step.outputs, None, None))
+                continue
             kernel = self.kernels[step.kernel]
             outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
             workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
@@ -331,7 +339,7 @@ class Program:
             launch = kernel.launch if device.type != "cuda" else LaunchReplay(kernel.launch, len(step.operands))
             plans.append((launch, step.operands, step.outputs, outputs, workspace))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
-        if len(plans) == 1 and plans[0][1] == arg_ids and plans[0][2] == returned:
+        if len(plans) == 1 and plans[0][3] is not None and plans[0][1] == arg_ids and plans[0][2] == returned:
             # One kernel on the arguments as given (most op chains): no value table, ~1 us less per call.
             ((launch, _, _, outputs, workspace),) = plans
 
@@ -345,6 +353,9 @@ class Program:
         def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             values = dict(zip(arg_ids, tensors))
             for launch, operands, ids, outputs, workspace in plans:
+                if outputs is None:  # an op run in PyTorch: it allocates its own result
+                    values[ids[0]] = launch(*[values[value] for value in operands])
+                    continue
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
                 values.update(zip(ids, results))
                 launch(*[values[value] for value in operands], *results, *workspace)
