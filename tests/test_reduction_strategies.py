@@ -193,12 +193,14 @@ def test_the_tuner_keeps_the_faster_of_the_fused_and_the_vendor_gemm_programs(tm
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "chunk_recompute", "strip_finish"])
+@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "chunk_recompute", "strip_finish", "vendor_gemm"])
 def test_each_strategy_replays_under_a_cuda_graph(strategy):
-    """Two or three launches (tile_stats), or counters the kernel resets itself (strip_finish): all must replay
-    correctly."""
+    """Two or three launches (tile_stats), or counters the kernel resets itself (strip_finish), or cuBLAS's GEMM
+    and a row_resident kernel (vendor_gemm): all must replay correctly."""
     ops, shapes, dtype = CASES[0]
-    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy=strategy)
+    vendor_gemm = strategy == "vendor_gemm"
+    compiled = compile_module(build_module(ops, shapes, dtype), reduction_strategy="auto" if vendor_gemm else strategy,
+                              vendor_gemm=vendor_gemm)
     generator = torch.Generator().manual_seed(1)
     inputs = [(torch.randn(s, generator=generator) / (s[0] ** 0.5 if i == 1 else 1)).to("cuda", dtype)
               for i, s in enumerate(shapes)]
