@@ -27,8 +27,9 @@ class FusedKernel(torch.nn.Module):
 
     ``.source`` is the Triton code, ``.ir`` the IR text at every level (``tensor_op``, ``fused``, ``tiled_loop``,
     ``memory_staged``, ``triton``), ``.config`` the tile parameters in use, ``.torch_ops`` the ops left to PyTorch
-    and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``). ``.cache_hit`` tells whether the kernel
-    came from the persistent cache (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
+    and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``;
+    all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
+    (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
     """
 
     cache_hit: bool = False
@@ -218,25 +219,34 @@ def _row_reduction_follows_matmul(module) -> bool:
     return False
 
 
-def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: CompiledProgram, shapes, dtype: torch.dtype,
-                             tuner_config: TunerConfig, times: dict[str, float]) -> bool:
-    """Time both programs on the same random inputs (their outputs checked against each other first, their times
-    put in ``times``); True when the one with the vendor GEMM is faster."""
+def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, op_list, shapes, dtype: torch.dtype,
+                             tuner_config: TunerConfig, times: dict[str, float]) -> CompiledProgram | None:
+    """The program with the vendor GEMM (``build_vendor()``) when it computes what the fused one does on the same
+    random inputs (every output compared) and is faster (both times put in ``times``); else None. A program that
+    cannot be built or run is reported and left out: it is an alternative, the fused program stands."""
     from amk.tuner import fastest_program
-    from amk.verification import TOLERANCES, random_inputs
+    from amk.verification import TOLERANCES, input_scales, random_inputs
 
-    inputs = random_inputs(shapes, dtype, "cuda", scales=[shape[-1] ** -0.5 for shape in shapes])
-    expected, got = (program.program(*inputs)[0].float() for program in (fused, vendor))
-    difference = (torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected).clamp_min(1e-30)).item()
-    if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
-        log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping the "
-                    "fused program", difference)
-        return False
+    try:
+        vendor = build_vendor()
+        inputs = random_inputs(shapes, dtype, "cuda", scales=input_scales(op_list, shapes))
+        expected, got = fused.program(*inputs), vendor.program(*inputs)
+    except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
+        log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",
+                    type(error).__name__, error)
+        return None
+    for want, have in zip(expected, got, strict=True):
+        want, have = want.float(), have.float()
+        difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
+        if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
+            log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
+                        "the fused program", difference)
+            return None
     faster, measured = fastest_program({"fused": lambda: fused.program(*inputs),
                                         "vendor_gemm": lambda: vendor.program(*inputs)}, tuner_config)
     times.update(measured)
     log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
-    return faster == "vendor_gemm"
+    return vendor if faster == "vendor_gemm" else None
 
 
 def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype = torch.float16, backend: str = "triton",
@@ -267,8 +277,9 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     store = cache.store_for(tuner_config.target_cache_dir if tuner_config is not None else None)
     settings = cache.build_settings(grid, autotune, tuner_config)
 
-    def build_cached(call_shapes: list[tuple[int, ...]], save: bool = True):
-        """``(compiled, key, meta, entry)``; ``entry`` is the cache entry on a hit, None when compiled here."""
+    def build_cached(call_shapes: list[tuple[int, ...]], save: bool = True, times: dict[str, float] | None = None):
+        """``(compiled, key, meta, entry)``; ``entry`` is the cache entry on a hit, None when compiled here; ``times``
+        receives the whole programs' times when two are compared."""
         request = cache.request_key(op_list, call_shapes, dtype, settings)
         known = store.alias(request)  # a warm start skips building and printing the IR for the key
         hit = store.load_compiled(known) if known is not None else None
@@ -292,17 +303,19 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         # Configs recorded for this build say which program they belong to; without them, the program with the
         # vendor GEMM is timed against the fused one where it may win.
         program = recorded.get("program", "fused") if recorded else "fused"
-        try_vendor = (not recorded and settings.get("tuner", {}).get("vendor_gemm", False)
+        # (fp8 has no plain vendor GEMM in PyTorch)
+        try_vendor = (not recorded and settings.get("tuner", {}).get("vendor_gemm", False) and dtype.itemsize > 1
                       and _row_reduction_follows_matmul(module))
         with store.triton_cache(key):  # candidates timed while tuning compile into the entry's folder too
             compiled = compile_module(module, chooser, vendor_gemm=program == "vendor_gemm")
             if try_vendor:
                 log_vendor: dict[str, list[dict]] = {}
-                vendor = compile_module(build_module(op_list, call_shapes, dtype),
-                                        _choose_config(grid, autotune, tuner_config, log_vendor, store, call_shapes),
-                                        vendor_gemm=True)
-                if _faster_with_vendor_gemm(compiled, vendor, call_shapes, dtype, tuner_config or TunerConfig(),
-                                            program_times):
+                vendor = _faster_with_vendor_gemm(
+                    compiled, lambda: compile_module(
+                        build_module(op_list, call_shapes, dtype),
+                        _choose_config(grid, autotune, tuner_config, log_vendor, store, call_shapes), vendor_gemm=True),
+                    op_list, call_shapes, dtype, tuner_config or TunerConfig(), times if times is not None else {})
+                if vendor is not None:
                     compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
         if program == "vendor_gemm":
             meta = {**meta, "program": program}
@@ -317,7 +330,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
         return build_cached(call_shapes)[0]
 
-    compiled, key, meta, entry = build_cached(shapes, save=not verify)
+    compiled, key, meta, entry = build_cached(shapes, save=not verify, times=program_times)
     kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
     kernel.tuning_log = tuning_log
     kernel.program_times = program_times

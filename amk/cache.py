@@ -541,7 +541,8 @@ class Store:
         ir = json.loads(files["ir.json"])
         if not isinstance(ir, dict) or not isinstance(doc["plan"], dict):
             raise CorruptEntry("ir.json or the launch plan is malformed")
-        meta = {k: doc[k] for k in ("ops", "shapes", "dtype", "device", "versions", "settings", "created") if k in doc}
+        meta = {k: doc[k] for k in ("ops", "shapes", "dtype", "device", "versions", "settings", "created", "program")
+                if k in doc}
         return Entry(key, meta, configs, sources, doc["plan"], ir, doc.get("tuning_log") or {}, doc.get("verification"))
 
     def _corrupt(self, key: str, reason: str) -> None:

@@ -307,6 +307,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     limits = DeviceLimits.current()
     space = grid if grid is not None else default_space(strategy, rows, has_dot, limits,
                                                         settings.enable_warp_specialization, contraction)
+    # A tile-size symbol the kernel does not have (row_resident's BLOCK_N, a standalone kernel's BLOCK_K in a user's
+    # grid) would only make copies of the same kernel to time.
+    used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *SWITCHES}
+    space = {key: values for key, values in space.items() if key in used}
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
 

@@ -158,12 +158,13 @@ def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor],
     raise AssertionError("function without func.return")
 
 
-def input_scales(kernel) -> list[float]:
-    """Matmul weights are scaled by 1/sqrt(K) so that outputs stay O(1) in every dtype."""
-    names = [name for name, _ in kernel.ops]
-    scales = [1.0] * len(kernel.shapes)
-    if "matmul" in names and len(kernel.shapes) > 1:
-        scales[1] = 1.0 / math.sqrt(kernel.shapes[1][0])
+def input_scales(ops, shapes) -> list[float]:
+    """Matmul weights are scaled by 1/sqrt(K) so that outputs stay O(1) in every dtype (``ops`` as normalized:
+    ``(name, params)`` pairs)."""
+    names = [name for name, _ in ops]
+    scales = [1.0] * len(shapes)
+    if "matmul" in names and len(shapes) > 1:
+        scales[1] = 1.0 / math.sqrt(shapes[1][0])
     return scales
 
 
@@ -194,7 +195,7 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
                 continue
             variant = kernel if dtype == kernel.dtype else kernel.with_dtype(dtype)
             tensors = list(inputs) if inputs is not None else random_inputs(
-                kernel.shapes, dtype, variant.device, input_scales(kernel))
+                kernel.shapes, dtype, variant.device, input_scales(kernel.ops, kernel.shapes))
             output = variant(*tensors)
             expected = reference_fn(*[t.double() for t in tensors])
             report.results.append(compare(output, expected, dtype))

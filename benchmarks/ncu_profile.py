@@ -3,8 +3,9 @@ missed target, read off the GPU rather than inferred from timings.
 
     python benchmarks/ncu_profile.py --workloads A,C,G --out benchmarks/results/<stem>
 
-For each workload, amk's program is built at the configuration the suite's tuner chose (the ``amk_config`` of the
-workload in the results files given by ``--results``), checked against float64, warmed up, and then one call of it
+For each workload, amk's program is built as the suite's tuner chose it (the ``amk_config`` of the workload in the
+results files given by ``--results``, with the GEMM left to cuBLAS where ``amk_torch_ops`` says so), checked against
+float64, warmed up, and then one call of it
 and one of the cuBLAS GEMM alone run between ``cudaProfilerStart`` and ``cudaProfilerStop``. ``ncu`` (clocks left
 alone: ``--clock-control none``) profiles each kernel of that region with the sections that say what bounds it:
 speed of light, compute workload (pipe utilization), scheduler and warp-state statistics (stall reasons),
@@ -54,26 +55,28 @@ STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 
 
 def tuned_configs(paths: list[str]) -> dict[str, dict]:
-    """Each workload's ``amk_config`` in the given suite results files (a later file wins)."""
+    """Each workload's ``amk_config`` in the given suite results files (a later file wins), with ``vendor_gemm`` set
+    where the tuner kept the program that leaves the GEMM to cuBLAS."""
     configs = {}
     for path in paths:
         for result in json.loads(Path(path).read_text())["results"]:
             if result.get("amk_config"):
-                configs[result["workload"]] = result["amk_config"]
+                configs[result["workload"]] = {"config": result["amk_config"],
+                                               "vendor_gemm": "tensor_op.matmul" in result.get("amk_torch_ops", [])}
     return configs
 
 
-def profiled_region(name: str, config: dict) -> None:
-    """Build workload ``name`` at ``config``, check it, then run one amk call and one cuBLAS GEMM in the profiler's
+def profiled_region(name: str, tuned: dict) -> None:
+    """Build workload ``name`` as ``tuned``, check it, then run one amk call and one cuBLAS GEMM in the profiler's
     region (the child process that ncu watches)."""
     workload = WORKLOADS[name]
     inputs = make_inputs(workload, workload.shapes, "cuda")
     reference = workload.eager(*[t.double() for t in inputs])
-    kernel_config = KernelConfig.from_user_view(config)
+    kernel_config = KernelConfig.from_user_view(tuned["config"])
     program = compile_module(build_module(workload.ops, workload.shapes, workload.dtype),
-                             lambda kernel: kernel_config).program
+                             lambda kernel: kernel_config, vendor_gemm=tuned["vendor_gemm"]).program
     error = relative_error(program(*inputs)[0], reference)
-    print(json.dumps({"workload": name, "config": config, "rel_err": error}), flush=True)
+    print(json.dumps({"workload": name, **tuned, "rel_err": error}), flush=True)
     if error[0] > 1e-2:
         raise SystemExit(f"workload {name}: amk's output is wrong (relative error {error[0]:.2e}); not profiled")
     for _ in range(3):
@@ -153,7 +156,7 @@ def main() -> None:
                     writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
                     writer.writeheader()
                     writer.writerows(rows)
-        document["kernels"][name] = {"config": configs[name], "profiled": [summarize(row) for row in rows]}
+        document["kernels"][name] = {**configs[name], "profiled": [summarize(row) for row in rows]}
         print(json.dumps(document["kernels"][name], indent=1), flush=True)
     out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
 

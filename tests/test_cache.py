@@ -185,6 +185,8 @@ def test_a_program_with_the_vendor_gemm_comes_back_from_its_entry_and_from_its_c
     for _ in range(2):  # the second call takes the hot path, which calls the matmul as the program does
         torch.testing.assert_close(hit(*xs), expected, rtol=1e-4, atol=1e-4)
     assert hit._hot is not None
+    verified = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings, verify=True)
+    assert verified.cache_hit and verified.verification.passed  # saved again, with its report and its program
     cache.Store(tmp_path).clear()  # entries go, recorded configs stay
     rebuilt = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings)
     assert not rebuilt.cache_hit and rebuilt.torch_ops == ["tensor_op.matmul"]

@@ -119,6 +119,17 @@ def test_vendor_gemm_leaves_the_matmul_to_pytorch_and_fuses_the_rest(ops, shapes
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
 
 
+def test_the_vendor_gemm_is_tried_where_a_row_reduction_reads_a_matmul():
+    from amk.api import _row_reduction_follows_matmul
+
+    def follows(ops, shapes):
+        return _row_reduction_follows_matmul(build_module(normalize_ops(ops), shapes, torch.float16))
+
+    assert follows(*CASES[0][:2]) and follows(["matmul", ("scale", {"factor": 0.5}), "softmax"], [(8, 16), (16, 32)])
+    assert not follows(["matmul", "add_bias", "relu"], [(8, 16), (16, 32), (32,)])
+    assert not follows(["rmsnorm", "matmul", "add"], [(8, 16), (16,), (16, 32), (8, 32)])  # the norm comes first
+
+
 def test_auto_picks_by_contraction_and_output_size():
     layernorm = ["matmul", "add_bias", "gelu", "layernorm"]
     assert tiled_strategy(["matmul", "softmax"], [(8192, 128), (128, 8192)]) == "chunk_recompute"
