@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from run import WORKLOADS, baseline_rows, print_best, probe_parser, probe_row, probe_shapes
+from run import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe
 
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 
 LOG2E = 1.4426950408889634
 SCALE = dict(WORKLOADS["G"].ops[1][1])["factor"]  # the workload's scale, the same for its extra shapes
@@ -214,10 +214,7 @@ def main() -> None:
         configs = [(bm, bn, chunk, warps, stages, 0, "pointers")
                    for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (128, 64, 4), (64, 256, 8), (128, 256, 8))
                    for chunk in (2, 4, 8, 16) for stages in (2, 3)]
-    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
-    if args.out:
-        save_rows(args.out, rows)
-    print_best(rows)
+    run_probe(args, shape_sets, measure, configs)
 
 
 if __name__ == "__main__":

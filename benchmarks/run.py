@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import amk
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import environment, save_rows, time_ms
 from amk.runtime import default_device
 
 PEAK_FLOPS = 790e12
@@ -283,8 +283,12 @@ def probe_row(shapes, contender: str, config: dict, measure: Callable[[], dict])
     return row
 
 
-def print_best(rows: list[dict]) -> None:
-    """Each contender's best time per shape, from a diagnostic's rows."""
+def run_probe(args: argparse.Namespace, shape_sets, measure: Callable, configs: list) -> None:
+    """A G diagnostic's whole run: ``measure(shapes, configs, budget)`` for each shape set, the rows saved to
+    ``--out`` when given, then each contender's best time per shape."""
+    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
+    if args.out:
+        save_rows(args.out, rows)
     best = {}
     for row in rows:
         if row.get("ms") is not None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from run import WORKLOADS, baseline_rows, print_best, probe_parser, probe_row, probe_shapes
+from run import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe
 
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 
 LOG2E = 1.4426950408889634
 
@@ -176,10 +176,7 @@ def main() -> None:
     configs = [(bm, bn, lag, store_exp, warps, per_sm)
                for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (64, 256, 8))
                for lag in (1, 2) for store_exp in (0, 1) for per_sm in (1, 2)]
-    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
-    if args.out:
-        save_rows(args.out, rows)
-    print_best(rows)
+    run_probe(args, shape_sets, measure, configs)
 
 
 if __name__ == "__main__":
