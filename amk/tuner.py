@@ -43,9 +43,10 @@ class TunerConfig:
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, also build the chain with the
     matmul left to the vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``),
     time both programs and keep the faster (``amk.build_fused_kernel``; ``amk.compile`` keeps its kernels fused);
-    ``target_cache_dir``: where
-    tuned kernels are kept (default: ``AMK_CACHE_DIR`` or the user cache directory); ``strategy``: one of
-    ``exhaustive``, ``random`` or ``bayesian``.
+    ``target_cache_dir``: the
+    directory under which amk writes everything it keeps (tuned kernels, timings, locks and the emitted sources that
+    Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a non-empty path that is a directory or
+    does not exist yet (it is created); ``strategy``: one of ``exhaustive``, ``random`` or ``bayesian``.
     """
 
     search_budget: int = 32
@@ -64,11 +65,26 @@ class TunerConfig:
         for name in ("enable_warp_specialization", "vendor_gemm"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
-        if self.target_cache_dir is not None and not isinstance(self.target_cache_dir, str | os.PathLike):
-            raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be a path, got {self.target_cache_dir!r}")
+        _check_cache_directory(self.target_cache_dir)
         if self.strategy not in STRATEGIES:
             raise InvalidArgumentError(
                 f"TunerConfig.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+
+
+def _check_cache_directory(value) -> None:
+    """A ``target_cache_dir`` must name a directory (existing or to be created): an empty path would put the cache
+    in the current directory, and a file cannot hold one."""
+    if value is None:
+        return
+    accepted = "a non-empty path (str or os.PathLike) of a directory, existing or not, or None for the default"
+    if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
+        raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be {accepted}; got {value!r}")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be {accepted}; got {value!r}")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidArgumentError(f"TunerConfig.target_cache_dir {path!r} exists and is not a directory; it must "
+                                   f"be {accepted}")
 
 
 def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None:
@@ -491,79 +507,13 @@ def compile_workers() -> int:
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
-def _compile_without_launch(source: str, name: str, arguments: list[tuple[tuple[int, ...], str]],
-                            triton_cache: str | None) -> None:
-    """Compile one emitted kernel into Triton's cache in a worker process, without running it.
-
-    The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
-    exactly as in the timing process) with the kernel's ``[grid]`` launch replaced by Triton's ``warmup``.
-    """
-    if triton_cache is not None:
-        os.environ["TRITON_CACHE_DIR"] = triton_cache
-    import torch
-    from triton.runtime.jit import JITFunction
-
-    from amk.runtime import load_source
-
-    module = load_source(source, name)
-    # Every launch of the module (a kernel may have a second one after a relaunch) compiles instead of running.
-    jits = {attr: value for attr, value in vars(module).items()
-            if attr.endswith("_kernel") and isinstance(value, JITFunction)}
-
-    class CompileOnly:
-        def __init__(self, jit):
-            self.jit = jit
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
-
-    tensors = [torch.empty(shape, dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
-    for attr, jit in jits.items():
-        setattr(module, attr, CompileOnly(jit))
-    try:
-        module.launch(*tensors)
-    finally:
-        for attr, jit in jits.items():
-            setattr(module, attr, jit)
-
-
 def compile_job(kernel, config: KernelConfig, source: str) -> tuple[str, str, list[tuple[tuple[int, ...], str]]]:
-    """What a :class:`ParallelCompiler` worker needs to compile ``kernel`` under ``config`` (its emitted
+    """What a compile worker (:mod:`amk.compile_worker`) needs to compile ``kernel`` under ``config`` (its emitted
     ``source``): the source, the kernel's name and each argument's static shape and torch dtype name."""
     from amk.runtime import kernel_arguments
 
     specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
     return source, kernel.sym_name.data, [(spec.shape({}), str(spec.dtype).removeprefix("torch.")) for spec in specs]
-
-
-class ParallelCompiler:
-    """Compiles emitted candidate kernels in a pool of spawned processes that share Triton's on-disk cache, so the
-    timing process only loads binaries. A candidate that fails to compile there is left to fail (and be recorded)
-    when it is timed."""
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.pool = None
-
-    def compile(self, jobs: list[tuple[str, str, list[tuple[tuple[int, ...], str]]]]) -> None:
-        if self.workers < 1 or len(jobs) < 2:
-            return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        cache = os.environ.get("TRITON_CACHE_DIR")
-        futures = [self.pool.submit(_compile_without_launch, *job, cache) for job in jobs]
-        for future in futures:
-            error = future.exception()
-            if error is not None:
-                log.info("ahead-of-time compilation failed (the candidate will fail when timed): %s", error)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-            self.pool = None
 
 
 def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,
@@ -596,9 +546,10 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
     receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`).
-    Candidates are compiled ahead of timing by :func:`compile_workers` processes."""
+    Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`)."""
     import torch
 
+    from amk.compile_worker import shared_pool
     from amk.pipeline import heuristic_config, stage_and_emit
     from amk.runtime import load_source
 
@@ -611,7 +562,8 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         expected, failure, ready = [], [], []
         sources: dict[KernelConfig, str] = {}
         inputs: dict = {}  # drawn once, shared by every candidate
-        compiler = ParallelCompiler(compile_workers())
+        compiler = shared_pool(compile_workers())
+        compiler.start()  # the workers import torch and triton while the heuristic configuration is emitted
 
         def source(config: KernelConfig) -> str:
             if config not in sources:
@@ -625,7 +577,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                     jobs.append(compile_job(kernel, config, source(config)))
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
-            compiler.compile(jobs)
+            for job, error in zip(jobs, compiler.compile(jobs) if len(jobs) > 1 else []):
+                if error is not None:
+                    log.info("ahead-of-time compilation of %s failed (the candidate will fail when timed): %s",
+                             job[1], error)
 
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
@@ -655,11 +610,8 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             return (lambda: launch(*candidate)), check
 
-        try:
-            config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                                  prepare, batch=max(1, compiler.workers))
-        finally:
-            compiler.close()
+        config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
+                              prepare, batch=max(1, compiler.count))
         if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
             raise failure[0]
         if on_tuned is not None:

@@ -1,0 +1,212 @@
+"""Compile workers: ``python -m amk.compile_worker`` processes that compile candidate kernels into Triton's on-disk
+cache while the tuning process times others, so that timing a candidate only loads its binary.
+
+The workers are plain subprocesses, not a ``multiprocessing`` pool: a "spawn" or "forkserver" worker re-imports the
+parent's ``__main__``, which re-runs a user script that has no ``if __name__ == "__main__":`` guard and fails outright
+for a script read from standard input or given with ``python -c``. A ``python -m`` process has this module as its
+main module, whatever started the parent (a script, a notebook, an embedded interpreter); Inductor's compile workers
+are started the same way. Requests and replies are JSON lines on the worker's standard input and output.
+
+A worker that cannot start or dies leaves the candidates to be compiled in the tuning process when they are timed,
+with one warning per process; it never fails a build.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("amk")
+
+# One compile job: the emitted source, the kernel's name, and each launch argument's (shape, torch dtype name).
+Job = tuple[str, str, list[tuple[tuple[int, ...], str]]]
+
+
+def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str]]) -> None:
+    """Compile one emitted kernel into Triton's cache, without running it.
+
+    The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
+    exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``.
+    """
+    import torch
+    from triton.runtime.jit import JITFunction
+
+    from amk.runtime import load_source
+
+    module = load_source(source, name)
+    # Every launch of the module (a kernel may have a second one after a relaunch) compiles instead of running.
+    jits = {attr: value for attr, value in vars(module).items()
+            if attr.endswith("_kernel") and isinstance(value, JITFunction)}
+
+    class CompileOnly:
+        def __init__(self, jit):
+            self.jit = jit
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
+
+    tensors = [torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
+    for attr, jit in jits.items():
+        setattr(module, attr, CompileOnly(jit))
+    try:
+        module.launch(*tensors)
+    finally:
+        for attr, jit in jits.items():
+            setattr(module, attr, jit)
+
+
+def serve(requests, replies) -> None:
+    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "triton_cache": dir}``),
+    one JSON reply per line (``{"error": null}`` or the error's text)."""
+    for line in requests:
+        request = json.loads(line)
+        if request.get("triton_cache"):
+            os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]
+        try:
+            compile_without_launch(*request["job"])
+            error = None
+        except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
+            error = f"{type(failure).__name__}: {failure}"
+        replies.write(json.dumps({"error": error}) + "\n")
+        replies.flush()
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class _Worker:
+    """One ``python -m amk.compile_worker`` process."""
+
+    def __init__(self):
+        self.stderr = tempfile.TemporaryFile()
+        # The worker finds amk (and whatever the parent could import) where the parent found it.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
+                                        start_new_session=True)
+
+    def request(self, job: Job) -> str | None:
+        """Compile ``job``; the error's text if it did not compile."""
+        try:
+            self.process.stdin.write(json.dumps({"job": job, "triton_cache": os.environ.get("TRITON_CACHE_DIR")})
+                                     + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerDied(self.last_words() or str(error)) from error
+        if not line:
+            raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
+        return json.loads(line)["error"]
+
+    def last_words(self) -> str:
+        self.stderr.seek(0)
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+        self.stderr.close()
+
+
+class CompileWorkers:
+    """A pool of compile workers, started on first use and shared by every kernel tuned in this process.
+
+    :meth:`compile` hands each job to the next idle worker and returns when all are done: the error text of each
+    job (None where it compiled). Once a worker has failed, the pool compiles nothing more (each candidate then
+    compiles in the tuning process when it is timed) and says so once.
+    """
+
+    def __init__(self, count: int):
+        self.count = count
+        self.workers: list[_Worker] = []
+        self.broken: str | None = None
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the workers (they import torch and triton while the caller goes on)."""
+        with self.lock:
+            if self.workers or self.broken is not None or self.count < 1:
+                return
+            try:
+                self.workers = [_Worker() for _ in range(self.count)]
+            except OSError as error:
+                self._give_up(f"could not start {sys.executable!r} -m amk.compile_worker: {error}")
+                return
+            atexit.register(self.close)
+
+    def compile(self, jobs: Sequence[Job]) -> list[str | None]:
+        self.start()
+        if not self.workers:
+            return [None] * len(jobs)
+        idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        for worker in self.workers:
+            idle.put(worker)
+
+        def run(job: Job) -> str | None:
+            if self.broken is not None:
+                return None
+            worker = idle.get()
+            try:
+                return worker.request(job)
+            except WorkerDied as error:
+                self._give_up(f"a compile worker stopped ({error})")
+                return None
+            finally:
+                idle.put(worker)
+
+        with ThreadPoolExecutor(len(self.workers)) as threads:
+            return list(threads.map(run, jobs))
+
+    def _give_up(self, reason: str) -> None:
+        if self.broken is None:
+            self.broken = reason
+            warnings.warn(f"amk: {reason}; candidates are compiled in this process from now on (slower tuning). "
+                          "Set AMK_COMPILE_WORKERS=0 to compile in this process from the start.", RuntimeWarning,
+                          stacklevel=3)
+
+    def close(self) -> None:
+        with self.lock:
+            for worker in self.workers:
+                worker.close()
+            self.workers = []
+
+
+_POOLS: dict[int, CompileWorkers] = {}
+
+
+def shared_pool(count: int) -> CompileWorkers:
+    """The process's pool of ``count`` workers: started once, kept for every kernel tuned later (a worker's start,
+    importing torch and triton, costs seconds)."""
+    if count not in _POOLS:
+        for pool in _POOLS.values():
+            pool.close()
+        _POOLS.clear()
+        _POOLS[count] = CompileWorkers(count)
+    return _POOLS[count]
+
+
+def main() -> None:
+    # Replies go to the real standard output; anything a compiler prints goes to standard error instead.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Compile workers are ``python -m amk.compile_worker`` processes: starting them never runs the user's main module,
+whatever started Python, and a worker that fails leaves compilation to the tuning process with one warning."""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+from amk.compile_worker import CompileWorkers
+
+# A user script without a main guard: a top-level side effect (one line per run), then workers that compile two
+# jobs. The jobs' sources define no launcher, so each worker's reply is an error that names it: proof that the
+# workers ran them.
+SCRIPT = textwrap.dedent("""
+    import os
+    with open(os.environ["COUNTER"], "a") as counter:
+        counter.write("ran\\n")
+    from amk.compile_worker import CompileWorkers
+    pool = CompileWorkers(2)
+    print(pool.compile([("x = 1\\n", "first", []), ("y = 2\\n", "second", [])]))
+    pool.close()
+""")
+
+
+@pytest.mark.parametrize("started_as", ["script", "stdin", "command"])
+def test_workers_never_run_the_users_main_module(tmp_path, started_as):
+    counter = tmp_path / "counter"
+    script = tmp_path / "user_script.py"
+    script.write_text(SCRIPT)
+    command = {"script": [sys.executable, str(script)], "stdin": [sys.executable, "-"],
+               "command": [sys.executable, "-c", SCRIPT]}[started_as]
+    env = {"COUNTER": str(counter), "AMK_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(command, input=SCRIPT if started_as == "stdin" else None, capture_output=True, text=True,
+                            env=env, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert counter.read_text() == "ran\n"  # the user's code ran once: in the user's process, not in the workers
+    errors = eval(result.stdout.strip().splitlines()[-1])
+    assert len(errors) == 2 and all("launch" in error for error in errors), errors
+    assert "bootstrapping" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_worker_that_dies_leaves_compilation_to_this_process_with_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(2)
+    dying = ("import os\nos._exit(3)\n", "dies", [])
+    try:
+        with pytest.warns(RuntimeWarning, match="compile worker stopped") as caught:
+            assert pool.compile([dying, dying, dying]) == [None, None, None]
+        assert len(caught) == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert pool.compile([dying, dying]) == [None, None]  # said once; nothing more is sent to the workers
+    finally:
+        pool.close()
+
+
+def test_workers_that_cannot_start_leave_compilation_to_this_process(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    pool = CompileWorkers(2)
+    with pytest.warns(RuntimeWarning, match="could not start"):
+        assert pool.compile([("x = 1\n", "first", []), ("y = 1\n", "second", [])]) == [None, None]
+    pool.close()
+
+
+def test_no_workers_compile_nothing():
+    pool = CompileWorkers(0)
+    assert pool.compile([("x = 1\n", "first", [])]) == [None]
+    assert pool.workers == []
