@@ -23,6 +23,7 @@ import torch
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
 from amk.replay import LaunchReplay
+from amk.workspace import Workspace, serialized
 
 if TYPE_CHECKING:
     from xdsl.dialects import func
@@ -249,7 +250,7 @@ class Program:
                  args: list[dict] | None = None, steps: list[Step] | None = None):
         self.function = function
         self.kernels = kernels
-        self.workspaces: dict[tuple, torch.Tensor] = {}
+        self.workspaces: dict[tuple, Workspace] = {}
         if function is not None:
             args, steps = function_steps(function)
         self.args = args
@@ -334,9 +335,9 @@ class Program:
                 continue
             kernel = self.kernels[step.kernel]
             outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
-            workspace = [self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device)
-                         for index, spec in enumerate(kernel.workspace)]
-            launch = kernel.launch if device.type != "cuda" else LaunchReplay(kernel.launch, len(step.operands))
+            workspace = self.workspace(kernel, bindings, device)
+            launch = serialized(kernel.launch) if device.type != "cuda" else LaunchReplay(kernel.launch,
+                                                                                         len(step.operands))
             plans.append((launch, step.operands, step.outputs, outputs, workspace))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
         if len(plans) == 1 and plans[0][3] is not None and plans[0][1] == arg_ids and plans[0][2] == returned:
@@ -345,7 +346,7 @@ class Program:
 
             def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-                launch(*tensors, *results, *workspace)
+                launch(*tensors, *results, *workspace())
                 return results
 
             return run_one
@@ -358,7 +359,7 @@ class Program:
                     continue
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
                 values.update(zip(ids, results))
-                launch(*[values[value] for value in operands], *results, *workspace)
+                launch(*[values[value] for value in operands], *results, *workspace())
             return [values[value] for value in returned]
 
         return run
@@ -374,19 +375,23 @@ class Program:
             result = torch.empty(self.result_shapes[value](bindings), dtype=spec.dtype, device=device)
             results.append(result)
             views.append(result if same else result.view(spec.shape(bindings)))
-        for index, spec in enumerate(kernel.workspace):
-            views.append(self.workspace_buffer(kernel.name, index, spec, spec.shape(bindings), device))
-        kernel.launch(*views)
+        views.extend(self.workspace(kernel, bindings, device)())
+        if device.type == "cuda":
+            kernel.launch(*views)
+        else:
+            serialized(kernel.launch)(*views)
         return results
 
-    def workspace_buffer(self, kernel: str, index: int, spec: KernelArgument, shape, device) -> torch.Tensor:
-        """Workspace is allocated once per shape and reused: counters are zeroed once (kernels leave them zero)."""
-        key = (kernel, index, tuple(shape), device)
-        buffer = self.workspaces.get(key)
-        if buffer is None:
-            allocate = torch.zeros if spec.kind == "counter" else torch.empty
-            buffer = self.workspaces[key] = allocate(shape, dtype=spec.dtype, device=device)
-        return buffer
+    def workspace(self, kernel: CompiledKernel, bindings: dict[str, int], device: torch.device) -> Workspace:
+        """The workspace of ``kernel`` at the shapes ``bindings`` give, on ``device``: buffers per thread and stream,
+        never shared by calls in flight (see :mod:`amk.workspace`)."""
+        shapes = tuple(spec.shape(bindings) for spec in kernel.workspace)
+        key = (kernel.name, shapes, device)
+        workspace = self.workspaces.get(key)
+        if workspace is None:
+            specs = [(shape, spec.dtype, spec.kind == "counter") for shape, spec in zip(shapes, kernel.workspace)]
+            workspace = self.workspaces.setdefault(key, Workspace(specs, device))
+        return workspace
 
 
 @dataclass

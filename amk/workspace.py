@@ -1,0 +1,65 @@
+"""Kernel workspace (partial row statistics, split-K partial sums, completion counters) that is never shared by two
+calls in flight.
+
+A kernel's workspace is scratch memory for one call. Allocating it on every call would cost a counter's zeroing
+launch each time, so a :class:`Workspace` keeps one set of buffers per thread and per CUDA stream and hands that set
+to every call the thread makes on that stream: two threads, or one thread on two streams, never see each other's
+buffers, and calls of one thread on one stream run one after the other on the GPU. Counters are zeroed once when the
+set is allocated; the kernels leave them zero. A call made while a CUDA graph is being captured takes fresh buffers,
+from the graph's private memory pool, so that each graph owns its workspace and replays of different graphs cannot
+race.
+
+Triton's interpreter (the CPU path) is not thread-safe: :data:`INTERPRETER_LOCK` serializes the launches that run in it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+
+# Kernels run in Triton's interpreter one at a time: it swaps triton.language's functions while a kernel runs.
+INTERPRETER_LOCK = threading.RLock()
+
+
+def serialized(launch: Callable) -> Callable:
+    """``launch`` run under :data:`INTERPRETER_LOCK` (for kernels that run in Triton's interpreter)."""
+
+    def run_alone(*args, **kwargs):
+        with INTERPRETER_LOCK:
+            return launch(*args, **kwargs)
+
+    return run_alone
+
+
+class Workspace:
+    """The workspace buffers of one kernel launch at fixed shapes: ``specs`` holds each buffer's shape, dtype and
+    whether it is a counter (allocated zeroed). Calling it returns the buffers for the caller's thread and stream."""
+
+    def __init__(self, specs: Sequence[tuple[tuple[int, ...], torch.dtype, bool]], device: torch.device):
+        self.specs = list(specs)
+        self.device = device
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.per_thread = threading.local()
+
+    def allocate(self) -> list[torch.Tensor]:
+        return [(torch.zeros if counter else torch.empty)(shape, dtype=dtype, device=self.device)
+                for shape, dtype, counter in self.specs]
+
+    def __call__(self) -> list[torch.Tensor]:
+        if not self.specs:
+            return self.specs
+        if self.cuda:
+            if torch._C._cuda_isCurrentStreamCapturing():
+                return self.allocate()
+            stream = torch._C._cuda_getCurrentRawStream(self.index)
+        else:
+            stream = 0
+        sets = self.per_thread.__dict__
+        buffers = sets.get(stream)
+        if buffers is None:
+            buffers = sets[stream] = self.allocate()
+        return buffers

@@ -1,0 +1,165 @@
+"""Kernels and compiled modules are safe to call from several threads (and, on a GPU, on several CUDA streams and
+under CUDA-graph replay): workspace buffers are never shared by calls in flight, and launches that run in Triton's
+interpreter are serialized."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from conftest import INTERPRETER_WARNINGS
+
+import amk
+from amk.oplist import normalize_ops
+from amk.runtime import default_device
+from amk.verification import reference_for
+from amk.workspace import Workspace
+
+pytestmark = INTERPRETER_WARNINGS
+
+DEVICE = default_device()
+
+# Chains whose kernels have workspace at these shapes: row statistics (chunk_recompute) and split-K partial sums
+# with a completion counter.
+CHAINS = {
+    "layernorm": (["matmul", "add_bias", "layernorm"], [(4, 32), (32, 64), (64,), (64,), (64,)]),
+    "rmsnorm": (["matmul", "rmsnorm"], [(4, 32), (32, 64), (64,)]),
+    "softmax": (["matmul", "softmax"], [(4, 32), (32, 64)]),
+    "split_k": (["matmul", "add"], [(1, 1024), (1024, 16), (1, 16)]),
+}
+
+
+def build(name: str):
+    ops, shapes = CHAINS[name]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False)
+    assert any(k.workspace for k in kernel.compiled.kernels.values()), f"{name} has no workspace to share"
+    return kernel
+
+
+def cases(name: str, count: int, seed: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+    """``count`` different input sets for chain ``name``, each with its float64 reference output."""
+    ops, shapes = CHAINS[name]
+    reference = reference_for(normalize_ops(ops), len(shapes))
+    generator = torch.Generator().manual_seed(seed)
+    result = []
+    for _ in range(count):
+        inputs = [torch.randn(shape, generator=generator, dtype=torch.float64) for shape in shapes]
+        inputs[1] /= shapes[1][0] ** 0.5
+        result.append(([t.to(DEVICE, torch.float32) for t in inputs], reference(*inputs)))
+    return result
+
+
+def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((out.double().cpu() - expected).norm() / expected.norm()).item()
+
+
+def call_from_threads(threads: int, calls: int, work) -> list[str]:
+    """Run ``work(thread, call)`` ``calls`` times in each of ``threads`` threads started together; the failures."""
+    failures: list[str] = []
+    start = threading.Barrier(threads)
+
+    def worker(thread: int) -> None:
+        start.wait()
+        for call in range(calls):
+            try:
+                failure = work(thread, call)
+            except Exception as error:  # an error in a thread must fail the test, not vanish with the thread
+                failure = f"{type(error).__name__}: {error}"
+            if failure:
+                failures.append(f"thread {thread}, call {call}: {failure}")
+
+    pool = [threading.Thread(target=worker, args=(index,)) for index in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return failures
+
+
+def test_kernels_with_workspace_give_every_thread_correct_results():
+    """8 threads x 50 calls, each thread on its own inputs, spread over four kernels with workspace."""
+    names = list(CHAINS)
+    kernels = {name: build(name) for name in names}
+    inputs = {name: cases(name, 8, seed) for seed, name in enumerate(names)}  # one input set per thread
+
+    def work(thread: int, call: int) -> str | None:
+        name = names[(thread + call) % len(names)]
+        args, expected = inputs[name][thread]
+        error = relative_error(kernels[name](*args), expected)
+        return None if error < 1e-4 else f"{name}: relative error {error:.2e}"
+
+    assert call_from_threads(8, 50, work) == []
+
+
+def test_a_compiled_module_gives_every_thread_correct_results():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64)).to(DEVICE)
+    compiled = amk.compile(model)
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(4, 32, generator=generator).to(DEVICE) for _ in range(4)]
+    with torch.no_grad():
+        expected = [model(x).double().cpu() for x in inputs]
+        compiled(inputs[0])  # compiled once, before the threads
+
+        def work(thread: int, call: int) -> str | None:
+            with torch.no_grad():
+                error = relative_error(compiled(inputs[thread]), expected[thread])
+            return None if error < 1e-4 else f"relative error {error:.2e}"
+
+        assert call_from_threads(4, 10, work) == []
+
+
+def test_each_thread_has_its_own_workspace_buffers():
+    specs = [((4, 2), torch.float32, False), ((3,), torch.int32, True)]
+    workspace = Workspace(specs, torch.device("cpu"))
+    mine = workspace()
+    assert workspace() is mine and [b.shape for b in mine] == [(4, 2), (3,)]
+    assert torch.equal(mine[1], torch.zeros(3, dtype=torch.int32))  # counters start at zero
+    theirs = []
+    thread = threading.Thread(target=lambda: theirs.extend(workspace()))
+    thread.start()
+    thread.join()
+    assert len(theirs) == 2 and all(a.data_ptr() != b.data_ptr() for a, b in zip(mine, theirs))
+    assert Workspace([], torch.device("cpu"))() == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams need a GPU")
+def test_kernels_with_workspace_are_correct_on_four_streams_at_once():
+    names = list(CHAINS)
+    kernels = {name: build(name) for name in names}
+    inputs = {name: cases(name, 4, seed) for seed, name in enumerate(names)}
+    streams = [torch.cuda.Stream() for _ in range(4)]
+
+    def work(thread: int, call: int) -> str | None:
+        name = names[(thread + call) % len(names)]
+        args, expected = inputs[name][thread]
+        with torch.cuda.stream(streams[thread]):
+            out = [kernels[name](*args) for _ in range(20)][-1]  # queued back to back on this stream
+            streams[thread].synchronize()
+        error = relative_error(out, expected)
+        return None if error < 1e-4 else f"{name}: relative error {error:.2e}"
+
+    assert call_from_threads(4, 25, work) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_graphs_of_one_kernel_replay_correctly_on_two_streams_at_once(name):
+    """Each captured graph owns its workspace: two graphs of one kernel replayed concurrently stay correct."""
+    kernel = build(name)
+    (first, first_expected), (second, second_expected) = cases(name, 2, 7)
+    kernel(*first)  # compiled and recorded outside the capture
+    graphs, outputs = [], []
+    for args in (first, second):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs.append(kernel(*args))
+        graphs.append(graph)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for _ in range(20):
+        for graph, stream in zip(graphs, streams):
+            with torch.cuda.stream(stream):
+                graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(outputs[0], first_expected) < 1e-4
+    assert relative_error(outputs[1], second_expected) < 1e-4
