@@ -82,9 +82,12 @@ def _check_cache_directory(value) -> None:
     path = os.fspath(value)
     if not isinstance(path, str) or not path.strip() or "\0" in path:
         raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be {accepted}; got {value!r}")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise InvalidArgumentError(f"TunerConfig.target_cache_dir {path!r} exists and is not a directory; it must "
-                                   f"be {accepted}")
+    existing = os.path.abspath(path)  # the path itself or, when it does not exist yet, its nearest existing parent
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "exists and is not a directory" if existing == os.path.abspath(path) else f"is under the file {existing!r}"
+        raise InvalidArgumentError(f"TunerConfig.target_cache_dir {path!r} {where}; it must be {accepted}")
 
 
 def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None:
@@ -321,12 +324,24 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     strategy = kernel.strategy.data
     has_dot = contraction is not None
     limits = DeviceLimits.current()
-    space = grid if grid is not None else default_space(strategy, rows, has_dot, limits,
-                                                        settings.enable_warp_specialization, contraction)
     # A tile-size symbol the kernel does not have (row_resident's BLOCK_N, a standalone kernel's BLOCK_K in a user's
     # grid) would only make copies of the same kernel to time.
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *SWITCHES}
-    space = {key: values for key, values in space.items() if key in used}
+
+    def pruned(config: KernelConfig) -> str | None:
+        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction)
+
+    space = {key: values for key, values in (grid or {}).items() if key in used}
+    if grid is not None and all(pruned(config) for config in grid_configs(space, heuristic)):
+        # A program's kernels differ (a GEMM and a row_resident pass over 8192 columns): a grid written for one may
+        # fit no configuration of another, which is then tuned over its own space rather than left at the heuristic.
+        log.warning("parameter_grid fits no configuration of kernel %s (%s strategy: %s); tuning it over its own "
+                    "default space instead", kernel.sym_name.data, strategy, pruned(grid_configs(space, heuristic)[0]))
+        grid = None
+    if grid is None:
+        space = {key: values for key, values in default_space(strategy, rows, has_dot, limits,
+                                                              settings.enable_warp_specialization,
+                                                              contraction).items() if key in used}
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
 
@@ -334,7 +349,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         """The configurations worth timing: pruned ones and those timed before are recorded as such instead."""
         fresh = []
         for config in configs:
-            reason = prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction)
+            reason = pruned(config)
             previous = known.get(config_key(config)) if known else None
             if reason:
                 trials.append(Trial(config, "pruned", detail=reason))
