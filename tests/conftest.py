@@ -11,8 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from amk.runtime import default_device
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+# Where kernels run: CUDA on a GPU machine, else the CPU (Triton's interpreter). Tests make their tensors here (inputs
+# are drawn on the CPU from seeded generators, then moved, so the values are the same on both).
+DEVICE = default_device()
+GPU = DEVICE.type == "cuda"
+# Tests whose point is Triton's interpreter on the CPU say so with this mark.
+CPU_ONLY = pytest.mark.skipif(GPU, reason="checks the CPU interpreter; kernels run on CUDA here")
 
 # Padding lanes of partial tiles (masked out of every store) may divide 0 by 0, overflow or reduce only NaN in the
 # interpreter (numpy warns from Triton's interpreter module: pyproject.toml filters those; numpy's own reductions warn
@@ -88,8 +97,9 @@ def eager(ops, tensors):
     return x
 
 
-def make_inputs(ops, shapes, dtype, seed=0, weight_scale=1.0):
-    """Seeded standard-normal inputs; matmul weights scaled by 1/sqrt(K), divisors kept away from zero."""
+def make_inputs(ops, shapes, dtype, seed=0, weight_scale=1.0, device=DEVICE):
+    """Seeded standard-normal inputs on ``device`` (where kernels run); matmul weights scaled by 1/sqrt(K), divisors
+    kept away from zero."""
     op_list, counts = _normalized(ops, len(shapes))
     generator = torch.Generator().manual_seed(seed)
     tensors = [torch.randn(shape, generator=generator) for shape in shapes]
@@ -102,7 +112,7 @@ def make_inputs(ops, shapes, dtype, seed=0, weight_scale=1.0):
             if name == "div":
                 tensors[index] = torch.sign(tensors[index]) * (tensors[index].abs() + 0.5)
         position += count
-    return [t.to(dtype) for t in tensors]
+    return [t.to(device, dtype) for t in tensors]
 
 
 def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import amk
 from amk import errors
@@ -205,8 +206,8 @@ def test_input_shapes_not_a_list(shapes):
 
 
 def test_torch_size_shapes_are_accepted():
-    kernel = amk.build_fused_kernel(["relu"], [torch.Size([4, 8])], FP32)
-    assert kernel(torch.randn(4, 8)).shape == (4, 8)
+    kernel = amk.build_fused_kernel(["relu"], [torch.Size([4, 8])], FP32, autotune=False)
+    assert kernel(torch.randn(4, 8, device=DEVICE)).shape == (4, 8)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -252,7 +253,7 @@ def test_tuner_config_wrong_type(config):
 
 def test_tuner_config_accepted():
     kernel = amk.build_fused_kernel(["relu"], [(4, 8)], FP32, tuner_config=amk.TunerConfig(search_budget=2))
-    assert kernel(torch.randn(4, 8)).shape == (4, 8)
+    assert kernel(torch.randn(4, 8, device=DEVICE)).shape == (4, 8)
 
 
 @pytest.mark.parametrize("grid, substrings", [
@@ -281,7 +282,8 @@ def test_bad_parameter_grid(grid, substrings):
 
 def test_parameter_grid_accepted_and_used():
     grid = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32, 64], "BLOCK_SIZE_K": 16}
-    kernel = amk.build_fused_kernel(["matmul", "relu"], [(16, 32), (32, 32)], FP32, parameter_grid=grid)
+    kernel = amk.build_fused_kernel(["matmul", "relu"], [(16, 32), (32, 32)], FP32, parameter_grid=grid,
+                                    autotune=False)
     assert kernel.config["BLOCK_SIZE_M"] == 16 and kernel.config["BLOCK_SIZE_K"] == 16
     assert kernel.config["BLOCK_SIZE_N"] in (32, 64)
 
@@ -324,12 +326,12 @@ def test_tuner_config_unknown_field_is_a_type_error():
 
 @pytest.fixture(scope="module")
 def kernel():
-    return amk.build_fused_kernel(OPS, SHAPES, FP32)
+    return amk.build_fused_kernel(OPS, SHAPES, FP32, autotune=False)
 
 
 @pytest.fixture()
 def tensors():
-    return [torch.randn(s) for s in SHAPES]
+    return [torch.randn(s, device=DEVICE) for s in SHAPES]
 
 
 @pytest.mark.parametrize("count", [0, 1, 2, 4])
@@ -340,7 +342,7 @@ def test_call_wrong_number_of_tensors(kernel, tensors, count):
 
 @pytest.mark.parametrize("make, type_name", [
     (lambda t: t.tolist(), "list"),
-    (lambda t: t.numpy(), "ndarray"),
+    (lambda t: t.cpu().numpy(), "ndarray"),
     (lambda t: None, "NoneType"),
     (lambda t: 1.5, "float"),
 ], ids=["list", "numpy", "none", "float"])
@@ -366,27 +368,27 @@ def test_call_wrong_device(kernel, tensors, index):
                                           (2, (1, 48))],
                          ids=["x-K", "x-rank", "x-rank1", "w-N", "bias-N", "bias-rank"])
 def test_call_wrong_non_batch_shape(kernel, tensors, index, shape):
-    tensors[index] = torch.randn(shape)
+    tensors[index] = torch.randn(shape, device=DEVICE)
     message = expect(ShapeError, lambda: kernel(*tensors), f"argument {index}", str(shape), str(SHAPES[index]))
     assert "leading dims" in message
 
 
 def test_call_weight_contraction_change(kernel, tensors):
     """A weight whose K differs from x's K cannot be bound, whatever the check that catches it."""
-    tensors[1] = torch.randn(40, 48)
+    tensors[1] = torch.randn(40, 48, device=DEVICE)
     expect(ShapeError, lambda: kernel(*tensors), "40")
 
 
 def test_call_batch_dims_that_disagree():
     ops, shapes = ["matmul", "add"], [(32, 64), (64, 48), (32, 48)]
-    fused = amk.build_fused_kernel(ops, shapes, FP32)
-    expect(ShapeError, lambda: fused(torch.randn(20, 64), torch.randn(64, 48), torch.randn(32, 48)),
+    fused = amk.build_fused_kernel(ops, shapes, FP32, autotune=False)
+    expect(ShapeError, lambda: fused(*(torch.randn(s, device=DEVICE) for s in [(20, 64), (64, 48), (32, 48)])),
            "add", "20", "32")
 
 
 @pytest.mark.parametrize("shape", [(0, 64), (0, 0)])
 def test_call_empty_tensor(kernel, tensors, shape):
-    tensors[0] = torch.randn(shape)
+    tensors[0] = torch.randn(shape, device=DEVICE)
     expect(ShapeError, lambda: kernel(*tensors), "argument 0", "empty")
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import torch
+from conftest import DEVICE
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = REPO / "benchmarks" / "run.py"
@@ -80,14 +81,14 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
 
 def test_the_chunk_recompute_probe_computes_the_softmax():
     """The hand-written two-launch kernel of benchmarks/chunk_recompute_probe.py, with and without the next tile's
-    product issued ahead, with pointer and tensor-descriptor loads, at chunk shapes that leave a short last chunk, against float64 (on the CPU interpreter)."""
+    product issued ahead, with pointer and tensor-descriptor loads, at chunk shapes that leave a short last chunk, against float64 (where kernels run: the GPU, or the CPU interpreter)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from chunk_recompute_probe import SCALE, ChunkRecompute
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     generator = torch.Generator().manual_seed(0)
-    q, k = torch.randn(48, 32, generator=generator), torch.randn(32, 200, generator=generator)
+    q, k = torch.randn(48, 32, generator=generator).to(DEVICE), torch.randn(32, 200, generator=generator).to(DEVICE)
     expected = torch.softmax((q.double() @ k.double()) * SCALE, -1)
     for block_m, block_n, chunk_tiles in ((16, 32, 2), (32, 64, 3)):
         for dot_ahead, loads in ((0, "pointers"), (1, "pointers"), (0, "tma"), (1, "tma_ws")):

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import amk
 import amk.tuner
@@ -26,7 +27,7 @@ SHAPES = [(16, 32), (32, 16), (16,)]
 
 def inputs(seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=generator) for shape in SHAPES]
+    return [torch.randn(shape, generator=generator).to(DEVICE) for shape in SHAPES]
 
 
 def expected(xs):
@@ -34,6 +35,8 @@ def expected(xs):
 
 
 def build(root, **options):
+    """A build into the cache at ``root``; not timed on a GPU unless asked (what is cached is the point here)."""
+    options.setdefault("autotune", False)
     return amk.build_fused_kernel(OPS, SHAPES, torch.float32, tuner_config=TunerConfig(target_cache_dir=root),
                                   **options)
 
@@ -50,6 +53,7 @@ BUILD_SCRIPT = textwrap.dedent("""
     import gc, json, os, sys, time
     import torch
     from amk.api import build_fused_kernel
+    from amk.runtime import default_device
     import triton  # noqa: F401
     barrier = os.environ.get("BARRIER")
     if barrier:  # start building together with the other processes
@@ -59,10 +63,10 @@ BUILD_SCRIPT = textwrap.dedent("""
             time.sleep(0.01)
     gc.disable()
     start = time.perf_counter()
-    kernel = build_fused_kernel(%r, %r, torch.float32)
+    kernel = build_fused_kernel(%r, %r, torch.float32, autotune=False)
     seconds = time.perf_counter() - start
     gc.enable()
-    xs = [torch.randn(s) for s in %r]
+    xs = [torch.randn(s, device=default_device()) for s in %r]
     error = (kernel(*xs) - torch.relu(xs[0] @ xs[1] + xs[2])).abs().max().item()
     print(json.dumps({"hit": kernel.cache_hit, "key": kernel.cache_key, "seconds": seconds, "error": error,
                       "compiler_loaded": [m for m in ("amk.pipeline", "amk.passes.fuse", "amk.lowering.emit_triton",
@@ -109,7 +113,7 @@ def test_an_entry_holds_sources_plan_ir_and_checksums(tmp_path):
     assert json.loads((directory / "ir.json").read_text()) == kernel.ir
     assert doc["kernels"]["fused_0"]["config"] == kernel.compiled.kernels["fused_0"].config.as_dict()
     assert [s["kind"] for s in doc["plan"]["steps"]] == ["launch", "return"]
-    assert doc["device"] == {"name": "cpu-interpreter"} and doc["dtype"] == "float32"
+    assert doc["device"] == cache.device_descriptor() and doc["dtype"] == "float32"
     assert set(doc["versions"]) == {"amk", "amk_source", "torch", "triton"}
 
     hit = build(tmp_path)
@@ -120,22 +124,22 @@ def test_an_entry_holds_sources_plan_ir_and_checksums(tmp_path):
 
 def test_a_hit_keeps_the_order_of_kernels_and_ir_levels(tmp_path):
     ops, shapes = ["matmul", "relu", "matmul", "gelu"], [(16, 32), (32, 16), (16, 16)]
-    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
-    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
+    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
     assert hit.cache_hit
     assert list(hit.ir) == list(first.ir) == ["tensor_op", "fused", "tiled_loop", "memory_staged", "triton"]
     assert list(hit.compiled.kernels) == list(first.compiled.kernels) and hit.source == first.source
     assert hit.config == first.config
-    xs = [torch.randn(s) for s in shapes]
+    xs = [torch.randn(s, device=DEVICE) for s in shapes]
     torch.testing.assert_close(hit(*xs), first(*xs))
 
 
 def test_respecialized_shapes_are_cached_too(tmp_path):
     kernel = build(tmp_path)
-    x, w, b = torch.randn(8, 32), torch.randn(32, 16), torch.randn(16)
+    x, w, b = (torch.randn(s, device=DEVICE) for s in [(8, 32), (32, 16), (16,)])
     torch.testing.assert_close(kernel(x, w, b), torch.relu(x @ w + b))  # new leading dim: compiled and cached
     other = amk.build_fused_kernel(OPS, [(8, 32), (32, 16), (16,)], torch.float32,
-                                   tuner_config=TunerConfig(target_cache_dir=tmp_path))
+                                   tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
     assert other.cache_hit
     torch.testing.assert_close(other(x, w, b), torch.relu(x @ w + b))
 
@@ -143,22 +147,22 @@ def test_respecialized_shapes_are_cached_too(tmp_path):
 def test_the_key_changes_with_what_changes_the_kernel(tmp_path):
     base = build(tmp_path)
     assert build(tmp_path, parameter_grid={"BLOCK_SIZE_N": [16]}).cache_key != base.cache_key
-    other_dtype = amk.build_fused_kernel(OPS, SHAPES, torch.float16, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    other_dtype = amk.build_fused_kernel(OPS, SHAPES, torch.float16, tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
     assert other_dtype.cache_key != base.cache_key and not other_dtype.cache_hit
     # hardtanh and clamp to [-1, 1] build the same IR: they share the entry.
     config = TunerConfig(target_cache_dir=tmp_path)
-    hardtanh = amk.build_fused_kernel(["matmul", "add_bias", "hardtanh"], SHAPES, torch.float32, tuner_config=config)
+    hardtanh = amk.build_fused_kernel(["matmul", "add_bias", "hardtanh"], SHAPES, torch.float32, tuner_config=config, autotune=False)
     clamp = amk.build_fused_kernel(["matmul", "add_bias", ("clamp", {"min": -1.0, "max": 1.0})], SHAPES,
-                                   torch.float32, tuner_config=config)
+                                   torch.float32, tuner_config=config, autotune=False)
     assert not hardtanh.cache_hit and clamp.cache_hit and clamp.cache_key == hardtanh.cache_key
 
 
 def test_an_op_run_in_pytorch_round_trips_through_the_plan(tmp_path):
     ops, shapes = [("sum", {"dim": 0})], [(4, 8)]
-    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
-    second = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    first = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
+    second = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=TunerConfig(target_cache_dir=tmp_path), autotune=False)
     assert second.cache_hit
-    x = torch.randn(4, 8)
+    x = torch.randn(4, 8, device=DEVICE)
     torch.testing.assert_close(second(x), x.sum(0))
     torch.testing.assert_close(first(x), x.sum(0))
 
@@ -173,22 +177,22 @@ def test_a_program_with_the_vendor_gemm_comes_back_from_its_entry_and_from_its_c
     ops, shapes = normalize_ops(["matmul", "add_bias", "gelu", "layernorm"]), [(16, 32), (32, 24), (24,), (24,), (24,)]
     settings = TunerConfig(target_cache_dir=tmp_path)
     module = build_module(ops, shapes, torch.float32)
-    key, meta = cache.cache_key(module_text(module), shapes, torch.float32, cache.build_settings(None, True, settings),
+    key, meta = cache.cache_key(module_text(module), shapes, torch.float32, cache.build_settings(None, False, settings),
                                 ops)
     vendor = compile_module(module, vendor_gemm=True)
     cache.Store(tmp_path).save(cache.entry_from_compiled(key, {**meta, "program": "vendor_gemm"}, vendor, {}))
     generator = torch.Generator().manual_seed(0)
-    xs = [torch.randn(shape, generator=generator) for shape in shapes]
+    xs = [torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes]
     expected = torch.nn.functional.layer_norm(torch.nn.functional.gelu(xs[0] @ xs[1] + xs[2]), (24,), xs[3], xs[4])
-    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings)
+    hit = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings, autotune=False)
     assert hit.cache_hit and hit.torch_ops == ["tensor_op.matmul"]
     for _ in range(2):  # the second call takes the hot path, which calls the matmul as the program does
         torch.testing.assert_close(hit(*xs), expected, rtol=1e-4, atol=1e-4)
     assert hit._hot is not None
-    verified = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings, verify=True)
+    verified = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings, verify=True, autotune=False)
     assert verified.cache_hit and verified.verification.passed  # saved again, with its report and its program
     cache.Store(tmp_path).clear()  # entries go, recorded configs stay
-    rebuilt = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings)
+    rebuilt = amk.build_fused_kernel(ops, shapes, torch.float32, tuner_config=settings, autotune=False)
     assert not rebuilt.cache_hit and rebuilt.torch_ops == ["tensor_op.matmul"]
     torch.testing.assert_close(rebuilt(*xs), expected, rtol=1e-4, atol=1e-4)
 

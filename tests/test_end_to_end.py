@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import eager, make_inputs, rel_l2
+from conftest import DEVICE, eager, make_inputs, rel_l2
 
 import amk
 from amk.verification import TOLERANCES, reference_for
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings(
 
 def run_chain(ops, shapes, dtype, *, grid=None, out_dtype=None, kernels=1, seed=0, weight_scale=1.0):
     """Build, run on seeded inputs, compare with the float64 eager reference; returns (kernel, error)."""
-    kernel = amk.build_fused_kernel(ops, shapes, dtype, parameter_grid=grid)
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, parameter_grid=grid, autotune=False)
     inputs = make_inputs(ops, shapes, dtype, seed=seed, weight_scale=weight_scale)
     output = kernel(*inputs)
     expected = eager(ops, [t.double() for t in inputs])
@@ -301,7 +301,7 @@ def test_seed_chains(ops, shapes, dtype):
 
 @pytest.mark.parametrize("ops, shapes", SEED_CHAINS, ids=SEED_IDS)
 def test_seed_chains_verify_api(ops, shapes):
-    kernel = amk.build_fused_kernel(ops, shapes, FP16, verify=True)
+    kernel = amk.build_fused_kernel(ops, shapes, FP16, verify=True, autotune=False)
     assert kernel.verification.passed
     report = amk.verify(kernel, reference_for(kernel.ops, len(shapes)), dtypes=ALL_DTYPES)
     assert report.passed
@@ -388,7 +388,7 @@ def test_size_one_dims(ops, shapes, dtype):
 def test_layernorm_after_matmul_size_one_row(dtype):
     """LayerNorm over a single column is exactly beta (here 0): x - mean(x) == 0."""
     ops, shapes = ["matmul", "layernorm"], [(M, K), (K, 1)]
-    kernel = amk.build_fused_kernel(ops, shapes, dtype)
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False)
     output = kernel(*make_inputs(ops, shapes, dtype))
     assert output.abs().max().item() <= 1e-2, output.flatten()[:8]
 
@@ -397,7 +397,7 @@ def test_bf16_softmax_after_matmul_is_as_accurate_as_eager():
     """Regression: the statistics once came from the fp32 tile while the second sweep re-read the bf16 one."""
     ops, shapes = ["matmul", "softmax"], [(M, K), (K, N)]
     inputs = make_inputs(ops, shapes, BF16, weight_scale=2.0)  # logits with std 2
-    kernel = amk.build_fused_kernel(ops, shapes, BF16)
+    kernel = amk.build_fused_kernel(ops, shapes, BF16, autotune=False)
     output = kernel(*inputs)
     expected = eager(ops, [t.double() for t in inputs])
     eager_bf16 = torch.softmax(inputs[0] @ inputs[1], dim=-1)
@@ -421,7 +421,7 @@ def check_call(kernel, ops, tensors, dtype=FP32):
 
 def test_respecialize_3d_batch():
     ops = ["matmul", "add_bias", "gelu"]
-    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32)
+    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32, autotune=False)
     first_source = kernel.source
     for batch in [(3, 7), (1, 1), (2, 5)]:
         tensors = make_inputs(ops, [(*batch, K), (K, N), (N,)], FP32, seed=sum(batch))
@@ -445,7 +445,7 @@ def test_respecialize_rows(ops, extra):
             return [(m, K), (K, N), (m, N), (N,)]
         return [(m, K), (K, N), *extra]
 
-    kernel = amk.build_fused_kernel(ops, shapes_for(M), FP16)
+    kernel = amk.build_fused_kernel(ops, shapes_for(M), FP16, autotune=False)
     for m in [1, 20, 130, M]:
         tensors = make_inputs(ops, shapes_for(m), FP16, seed=m)
         output = check_call(kernel, ops, tensors, FP16)
@@ -455,7 +455,7 @@ def test_respecialize_rows(ops, extra):
 
 def test_respecialized_kernel_keeps_ir_of_built_shape():
     ops = ["matmul", "relu"]
-    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32)
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32, autotune=False)
     ir_before = kernel.ir["tensor_op"]
     check_call(kernel, ops, make_inputs(ops, [(64, K), (K, N)], FP32))
     assert kernel.ir["tensor_op"] == ir_before
@@ -466,7 +466,7 @@ def test_repeated_calls_take_the_hot_path_and_still_reject_bad_tensors():
     """After a first call, calls with the same shapes, dtype and device skip the detailed checks; anything else
     must still reach them and raise the amk error, and every call returns a fresh output."""
     ops = ["matmul", "add_bias", "relu"]
-    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32, autotune=False)
     tensors = make_inputs(ops, [(M, K), (K, N), (N,)], FP32)
     first = check_call(kernel, ops, tensors)
     second = check_call(kernel, ops, tensors)
@@ -476,7 +476,7 @@ def test_repeated_calls_take_the_hot_path_and_still_reject_bad_tensors():
     with pytest.raises(amk.errors.DTypeError, match="argument 1 has dtype torch.float16"):
         kernel(x, w.half(), b)
     with pytest.raises(amk.errors.ShapeError, match="argument 2 has shape"):
-        kernel(x, w, torch.randn(N + 1))
+        kernel(x, w, torch.randn(N + 1, device=DEVICE))
     with pytest.raises(amk.errors.InvalidArgumentError, match="takes 3 tensors"):
         kernel(x, w)
     with pytest.raises(amk.errors.InvalidArgumentError, match="must be a torch.Tensor"):
@@ -488,7 +488,7 @@ def test_repeated_calls_take_the_hot_path_and_still_reject_bad_tensors():
 def test_a_two_kernel_chain_takes_the_hot_path_too():
     ops = ["matmul", "softmax", "matmul"]
     shapes = [(M, K), (K, N), (N, 24)]
-    kernel = amk.build_fused_kernel(ops, shapes, FP32)
+    kernel = amk.build_fused_kernel(ops, shapes, FP32, autotune=False)
     assert kernel.num_kernels == 2
     tensors = make_inputs(ops, shapes, FP32)
     first = check_call(kernel, ops, tensors)
@@ -500,12 +500,12 @@ def test_a_two_kernel_chain_takes_the_hot_path_too():
 
 def test_non_contiguous_inputs():
     ops = ["matmul", "add_bias", "relu"]
-    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32)
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N), (N,)], FP32, autotune=False)
     generator = torch.Generator().manual_seed(1)
-    x_strided = torch.randn(M, 2 * K, generator=generator)[:, ::2]       # column stride 2
-    x_sliced = torch.randn(M, 3 * K, generator=generator)[:, 50:50 + K]  # row stride 300, offset
-    w_transposed = (torch.randn(N, K, generator=generator) / K ** 0.5).t()  # a transposed view of a weight
-    bias_strided = torch.randn(2 * N, generator=generator)[::2]
+    x_strided = torch.randn(M, 2 * K, generator=generator).to(DEVICE)[:, ::2]       # column stride 2
+    x_sliced = torch.randn(M, 3 * K, generator=generator).to(DEVICE)[:, 50:50 + K]  # row stride 300, offset
+    w_transposed = (torch.randn(N, K, generator=generator).to(DEVICE) / K ** 0.5).t()  # a transposed view of a weight
+    bias_strided = torch.randn(2 * N, generator=generator).to(DEVICE)[::2]
     for x in (x_strided, x_sliced):
         for w in (w_transposed, w_transposed.contiguous()):
             assert not x.is_contiguous()
@@ -519,7 +519,7 @@ def test_non_contiguous_inputs():
     (["layernorm"], [(M, N), (N,), (N,)]),
 ], ids=["residual-rmsnorm", "rms-prologue", "softmax", "layernorm"])
 def test_non_contiguous_row_kernels(ops, shapes):
-    kernel = amk.build_fused_kernel(ops, shapes, FP32)
+    kernel = amk.build_fused_kernel(ops, shapes, FP32, autotune=False)
     tensors = make_inputs(ops, shapes, FP32, seed=3)
     strided = []
     for t in tensors:
@@ -533,8 +533,8 @@ def test_non_contiguous_row_kernels(ops, shapes):
 
 def test_non_contiguous_3d_input():
     ops = ["matmul", "add_bias", "silu"]
-    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32)
-    x = torch.randn(5, 2, K).transpose(0, 1)
+    kernel = amk.build_fused_kernel(ops, [(2, 5, K), (K, N), (N,)], FP32, autotune=False)
+    x = torch.randn(5, 2, K, device=DEVICE).transpose(0, 1)
     assert not x.is_contiguous()
     w, b = make_inputs(ops, [(2, 5, K), (K, N), (N,)], FP32)[1:]
     check_call(kernel, ops, [x, w, b])
@@ -542,7 +542,7 @@ def test_non_contiguous_3d_input():
 
 def test_outputs_are_fresh_tensors():
     ops = ["matmul", "relu"]
-    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32)
+    kernel = amk.build_fused_kernel(ops, [(M, K), (K, N)], FP32, autotune=False)
     tensors = make_inputs(ops, [(M, K), (K, N)], FP32)
     first = kernel(*tensors).clone()
     second = kernel(*tensors)

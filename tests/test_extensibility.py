@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, rel_l2
+from conftest import DEVICE, REPO, rel_l2
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, f32
 from xdsl.ir import Block, Region
@@ -82,7 +82,7 @@ def build_module(shapes, make_ops):
 
 def inputs(shapes, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    tensors = [torch.randn(s, generator=generator) for s in shapes]
+    tensors = [torch.randn(s, generator=generator).to(DEVICE) for s in shapes]
     if len(shapes) > 1 and len(shapes[1]) == 2:
         tensors[1] = tensors[1] / math.sqrt(shapes[1][0])
     return tensors

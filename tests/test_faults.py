@@ -6,7 +6,7 @@ memory) and nothing corrupt on disk.
   are recorded (``failed`` / ``wrong``) and skipped; the search goes on and its choice, built and run in Triton's
   interpreter, is correct; recorded failures are not retried; when every candidate fails the heuristic configuration
   is used. Timing itself needs a GPU, so ``amk.tuner.measure`` is replaced by a fake clock; everything else (staging,
-  emission, loading, launching) is the real thing, on CPU tensors.
+  emission, loading, launching) is the real thing, on the device kernels run on.
 - the persistent cache (:mod:`amk.cache`): a process SIGKILLed in the middle of writing an entry (its index, a kernel
   source, entry.json or the config record); a full disk (ENOSPC) and a read-only directory (EROFS).
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import amk
 import amk.tuner
@@ -50,7 +51,7 @@ def reference(xs):
 def inputs(dtype=torch.float32, seed=0):
     generator = torch.Generator().manual_seed(seed)
     x, w, b = (torch.randn(s, generator=generator) for s in SHAPES)
-    return [x.to(dtype), (w / SHAPES[1][0] ** 0.5).to(dtype), b.to(dtype)]
+    return [x.to(DEVICE, dtype), (w / SHAPES[1][0] ** 0.5).to(DEVICE, dtype), b.to(DEVICE, dtype)]
 
 
 def rel_error(out, ref):
@@ -96,7 +97,7 @@ FAULTS = {
 
 
 class Harness:
-    """A ``build_and_run`` as autotune_chooser makes it, on CPU tensors, with faults injected per candidate (the
+    """A ``build_and_run`` as autotune_chooser makes it, on the device kernels run on, with faults injected per candidate (the
     ``fake_clock`` fixture stands in for CUDA-event timing)."""
 
     def __init__(self, kernel, faults):
@@ -109,7 +110,7 @@ class Harness:
         self.first = kernel.num_inputs.value.data
         self.outputs = len(kernel.outputs)
         self.heuristic = heuristic_config(kernel)
-        args = kernel_example_arguments(kernel, self.heuristic, "cpu")
+        args = kernel_example_arguments(kernel, self.heuristic, DEVICE)
         self.launch_source(self.heuristic)(*args)
         self.expected = [o.float().clone() for o in args[self.first:self.first + self.outputs]]
         self.built: list[KernelConfig] = []
@@ -131,7 +132,7 @@ class Harness:
         if fault == "ptxas":
             raise PTXASError("injected: ptxas fatal: Unresolved extern function")
         launch = self.launch_source(config)
-        candidate = kernel_example_arguments(self.kernel, config, "cpu")
+        candidate = kernel_example_arguments(self.kernel, config, DEVICE)
         outputs = candidate[self.first:self.first + self.outputs]
 
         def run():
@@ -184,7 +185,7 @@ def test_failing_candidates_are_recorded_and_skipped(fake_clock):
     assert all(t.time_ms is None for t in trials if t.status != "ok")
     assert (config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) == (16, 32, 32)
     # The chosen configuration builds and runs correctly.
-    args = kernel_example_arguments(kernel, config, "cpu")
+    args = kernel_example_arguments(kernel, config, DEVICE)
     harness.launch_source(config)(*args)
     out = args[harness.first]
     assert torch.isfinite(out).all()
@@ -222,7 +223,7 @@ def test_every_candidate_failing_falls_back_to_the_heuristic(fake_clock, caplog)
 
 
 def test_autotune_chooser_skips_faulty_candidates(fake_clock, monkeypatch):
-    """The tuner's own candidate runner and output check (amk.tuner.autotune_chooser), on CPU tensors, with the
+    """The tuner's own candidate runner and output check (amk.tuner.autotune_chooser), on the kernels' device, with the
     faults raised where Triton raises them: at a candidate's first launch (when it compiles), or a launch that
     writes NaN."""
     import amk.pipeline
@@ -232,7 +233,7 @@ def test_autotune_chooser_skips_faulty_candidates(fake_clock, monkeypatch):
     real_arguments, real_stage, real_load = amk.tuner.kernel_example_arguments, amk.pipeline.stage_and_emit, \
         amk.runtime.load_source
     monkeypatch.setattr(amk.tuner, "kernel_example_arguments",
-                        lambda kernel, config, device, *rest, **options: real_arguments(kernel, config, "cpu", *rest,
+                        lambda kernel, config, device, *rest, **options: real_arguments(kernel, config, DEVICE, *rest,
                                                                                         **options))
     config_of: dict[str, KernelConfig] = {}
 
@@ -336,7 +337,7 @@ CHILD = textwrap.dedent("""
     shapes = [tuple(s) for s in shapes]
     kernel = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False)
     generator = torch.Generator().manual_seed(0)
-    x, w, b = (torch.randn(s, generator=generator) for s in shapes)
+    x, w, b = (torch.randn(s, generator=generator).to(kernel.device) for s in shapes)
     w = w / shapes[1][0] ** 0.5
     ref = torch.nn.functional.gelu(x.double() @ w.double() + b.double())
     error = ((kernel(x, w, b).double() - ref).norm() / ref.norm()).item()

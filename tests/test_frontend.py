@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import BIN, REPO
+from conftest import BIN, DEVICE, REPO
 
 import amk
 import amk.frontend.compile as frontend
@@ -39,16 +39,16 @@ blocks = _load_blocks()
 
 
 def GPT2MLP():  # noqa: N802 - a module factory named like the class it builds
-    return blocks.GPT2MLP(HIDDEN, INTERMEDIATE)
+    return blocks.GPT2MLP(HIDDEN, INTERMEDIATE).to(DEVICE)
 
 
 def make(kind: str, seed: int = 0) -> nn.Module:
-    return blocks.make(kind, HIDDEN, INTERMEDIATE, seed)
+    return blocks.make(kind, HIDDEN, INTERMEDIATE, seed).to(DEVICE)
 
 
 def inputs(batch: int, seq: int = 5, seed: int = 1, **kwargs) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed + batch)
-    return torch.randn(batch, seq, HIDDEN, generator=generator, **kwargs)
+    return torch.randn(batch, seq, HIDDEN, generator=generator, **kwargs).to(DEVICE)
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ MODELS = ["gpt2", "llama", "llama_nn_rmsnorm"]
 @pytest.mark.parametrize("kind", MODELS)
 def test_amk_compile_matches_eager(kind):
     model = make(kind)
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     before = kernel_calls()
     x = inputs(3)
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
@@ -85,7 +85,7 @@ def test_amk_compile_matches_eager(kind):
 @pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
 def test_torch_compile_backend(kind, dynamic):
     model = make(kind)
-    compiled = torch.compile(model, backend="amk", dynamic=dynamic)
+    compiled = torch.compile(model, backend="amk", dynamic=dynamic, options={"autotune": False})
     before = kernel_calls()
     for batch in (2, 3):
         x = inputs(batch)
@@ -104,15 +104,15 @@ def test_backend_is_registered():
 
 def test_function_and_example_inputs():
     torch.manual_seed(0)
-    weight, bias = torch.randn(32, HIDDEN) / 8, torch.randn(32)
+    weight, bias = torch.randn(32, HIDDEN, device=DEVICE) / 8, torch.randn(32, device=DEVICE)
 
     def block(x, residual):
         y = torch.relu(x @ weight.t() + bias) * 0.5
         return torch.softmax(y, dim=-1) + residual
 
-    x, residual = inputs(4), torch.randn(4, 5, 32)
+    x, residual = inputs(4), torch.randn(4, 5, 32, device=DEVICE)
     graphs = frontend.STATS.graphs
-    compiled = amk.compile(block, (x, residual))
+    compiled = amk.compile(block, (x, residual), autotune=False)
     assert frontend.STATS.graphs == graphs + 1, "example_inputs should compile right away"
     assert compiled.__name__ == "block"
     torch.testing.assert_close(compiled(x, residual), block(x, residual), atol=ATOL, rtol=RTOL)
@@ -121,7 +121,7 @@ def test_function_and_example_inputs():
 
 def test_float16_block():
     model = make("gpt2").half()
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     x = inputs(3, dtype=torch.float16)
     out = compiled(x)
     assert out.dtype == torch.float16
@@ -180,7 +180,7 @@ def test_explain_reports_unsupported_ops():
             return x + self.b(y)
 
     torch.manual_seed(0)
-    model = Block()
+    model = Block().to(DEVICE)
     report = amk.explain(model, (inputs(2),), print_report=False)
     assert [n.name for n in report.pytorch] == ["cumsum"]
     assert "has no tensor_op equivalent" in report.pytorch[0].reason
@@ -188,7 +188,7 @@ def test_explain_reports_unsupported_ops():
     assert first.epilogue == ["add(linear)", "relu(y)"]
     assert second.prologue == ["scale(y_1)"] and second.epilogue == ["add(linear_1)", "add(add)"]
     x = inputs(3)
-    torch.testing.assert_close(amk.compile(model)(x), model(x), atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
 
 
 def test_unrecognised_rms_norm_runs_partly_in_pytorch():
@@ -202,7 +202,7 @@ def test_unrecognised_rms_norm_runs_partly_in_pytorch():
     reasons = {n.name: n.reason for n in report.pytorch}
     assert "rsqrt" in reasons and "no tensor_op equivalent" in reasons["rsqrt"]
     x = inputs(3)
-    for have, want in zip(amk.compile(norm)(x), norm(x)):
+    for have, want in zip(amk.compile(norm, autotune=False)(x), norm(x)):
         torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
 
 
@@ -214,7 +214,7 @@ def test_unrecognised_rms_norm_runs_partly_in_pytorch():
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_batch_sizes_compile_once(kind):
     model = make(kind)
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     stats = frontend.STATS.as_dict()
     for batch in (1, 3, 8, 17):
         x = inputs(batch, seq=3 if batch % 2 else 4)
@@ -228,7 +228,7 @@ def test_batch_sizes_compile_once(kind):
 
 
 def test_symbolic_dims_in_ir(tmp_path):
-    amk.compile(make("gpt2"), (inputs(2),), dump_ir=tmp_path)
+    amk.compile(make("gpt2"), (inputs(2),), dump_ir=tmp_path, autotune=False)
     text = next(tmp_path.rglob("00-input.mlir")).read_text()
     assert "tensor_op.layernorm" in text
     signature = next(line for line in text.splitlines() if "func.func" in line)
@@ -258,14 +258,14 @@ def _check_dumps(directory):
 def test_dump_ir_directory(tmp_path):
     model = make("llama")
     x = inputs(2)
-    torch.testing.assert_close(amk.compile(model, dump_ir=tmp_path)(x), model(x), atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(amk.compile(model, dump_ir=tmp_path, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
     _check_dumps(tmp_path)
 
 
 def test_dump_ir_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_DUMP_IR", str(tmp_path))
     model = make("gpt2")
-    torch.compile(model, backend="amk")(inputs(2))
+    torch.compile(model, backend="amk", options={"autotune": False})(inputs(2))
     _check_dumps(tmp_path)
 
 
@@ -278,14 +278,14 @@ def _gradients(model, x):
     model.zero_grad()
     x = x.detach().clone().requires_grad_(True)
     out = model(x)
-    (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+    (out * torch.linspace(-1, 1, out.shape[-1], device=out.device)).sum().backward()
     return out.detach(), x.grad, {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_gradients_match_eager(kind):
     model = make(kind)
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     x = inputs(3)
     recomputes = frontend.STATS.backward_recomputes
     calls = kernel_calls()
@@ -300,7 +300,7 @@ def test_gradients_match_eager(kind):
 
 def test_no_grad_skips_autograd():
     model = make("gpt2")
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     recomputes = frontend.STATS.backward_recomputes
     with torch.no_grad():
         out = compiled(inputs(2))
@@ -314,7 +314,7 @@ def test_no_grad_skips_autograd():
 
 def test_wrong_kernel_is_caught_by_verification(monkeypatch):
     model = make("gpt2")
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     original = amk.runtime.Program.__call__
     monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t, **kw: [o * 2 for o in original(self, *t, **kw)])
     failures = frontend.STATS.verification_failures
@@ -330,8 +330,8 @@ def test_graph_without_supported_ops():
     def integer_ops(x):
         return (x * 3 + 1).sum(-1)
 
-    x = torch.arange(12).reshape(3, 4)
-    assert torch.equal(amk.compile(integer_ops)(x), integer_ops(x))
+    x = torch.arange(12, device=DEVICE).reshape(3, 4)
+    assert torch.equal(amk.compile(integer_ops, autotune=False)(x), integer_ops(x))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -398,12 +398,12 @@ def test_subgraph_that_fails_to_compile_is_retried_without_reductions(monkeypatc
     fused = [op for kernel in report.kernels for op in kernel.ops]
     assert {"relu(relu)", "scale(mul)", "add(add)"} <= set(fused), fused
     x = inputs(3)
-    torch.testing.assert_close(amk.compile(block)(x), block(x), atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(amk.compile(block, autotune=False)(x), block(x), atol=ATOL, rtol=RTOL)
 
 
 def test_subgraphs_do_not_span_grad_mode_changes_or_mutations():
     torch.manual_seed(0)
-    weight = torch.randn(HIDDEN, HIDDEN, requires_grad=True)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE, requires_grad=True)
 
     def block(x):
         y = torch.relu(x @ weight.t())
@@ -419,7 +419,7 @@ def test_subgraphs_do_not_span_grad_mode_changes_or_mutations():
     assert {"sigmoid", "scale"} in groups, groups  # the no_grad region is a subgraph of its own
     assert all(not ({"tanh", "add"} & group and {"z", "y"} & group) for group in groups), groups  # split at mul_
     assert "fused subgraphs end here" in {n.name: n.reason for n in report.pytorch}["mul_"]
-    compiled = amk.compile(block)
+    compiled = amk.compile(block, autotune=False)
     out = compiled(x)
     expected = block(x)
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
@@ -433,7 +433,7 @@ def test_subgraphs_do_not_span_grad_mode_changes_or_mutations():
 def test_views_stay_in_pytorch_and_composite_dims_bind():
     """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
     torch.manual_seed(0)
-    weight, bias = torch.randn(32, HIDDEN) / 8, torch.randn(32)
+    weight, bias = torch.randn(32, HIDDEN, device=DEVICE) / 8, torch.randn(32, device=DEVICE)
 
     def block(x):
         batch, seq, hidden = x.shape
@@ -443,7 +443,7 @@ def test_views_stay_in_pytorch_and_composite_dims_bind():
 
     report = amk.explain(block, (inputs(2),), print_report=False)
     assert {n.target for n in report.pytorch} == {"Tensor.view"}
-    compiled = amk.compile(block)
+    compiled = amk.compile(block, autotune=False)
     graphs = frontend.STATS.graphs
     for batch in (2, 5):
         x = inputs(batch)
@@ -458,10 +458,10 @@ def test_identical_layers_share_one_compiled_program():
             return torch.flip(x, [-1])  # no tensor_op equivalent: the two blocks are separate subgraphs
 
     torch.manual_seed(0)
-    model = nn.Sequential(GPT2MLP(), Flip(), GPT2MLP())
+    model = nn.Sequential(GPT2MLP(), Flip(), GPT2MLP()).to(DEVICE)
     frontend.clear_cache()
     stats = frontend.STATS.as_dict()
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, autotune=False)
     x = inputs(3)
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
     after = frontend.STATS.as_dict()
@@ -476,7 +476,7 @@ def test_runtime_scalars_are_guarded():
     def block(x, alpha):
         return torch.relu(x * alpha + 1.0)
 
-    compiled = amk.compile(block, dynamic=True)
+    compiled = amk.compile(block, dynamic=True, autotune=False)
     x = inputs(3)
     graphs, fallbacks = frontend.STATS.graphs, frontend.STATS.fallbacks
     for alpha, fallback in [(2.0, 0), (3.0, 1), (2.0, 0)]:

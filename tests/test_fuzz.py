@@ -39,7 +39,7 @@ import time
 
 import pytest
 import torch
-from conftest import INTERPRETER_WARNINGS, eager
+from conftest import DEVICE, INTERPRETER_WARNINGS, eager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -297,7 +297,7 @@ def make_inputs(ops, shapes, dtype, seed, specials=None):
             for _ in range(int(torch.randint(1, 4, (1,), generator=generator))):
                 where = int(torch.randint(0, flat.numel(), (1,), generator=generator))
                 flat[where] = values[int(torch.randint(0, len(values), (1,), generator=generator))]
-    return [t.to(dtype) for t in tensors]
+    return [t.to(DEVICE, dtype) for t in tensors]
 
 
 def output_dtype(ops, dtype):
@@ -336,7 +336,7 @@ def perturbed_reference(ops, tensors, dtype, seed):
         if isinstance(op, func.ReturnOp):
             return env[op.arguments[0]]
         value = evaluate_reference(op, [env[v] for v in op.operands]).double()
-        noise = (torch.rand(value.shape, generator=generator, dtype=torch.float64) * 2 - 1) * UNIT_ROUNDOFF[dtype]
+        noise = (torch.rand(value.shape, generator=generator, dtype=torch.float64).to(value.device) * 2 - 1) * UNIT_ROUNDOFF[dtype]
         env[op.results[0]] = value * (1 + noise)
     raise AssertionError("no func.return")
 

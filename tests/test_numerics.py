@@ -19,7 +19,7 @@ import math
 
 import pytest
 import torch
-from conftest import INTERPRETER_WARNINGS, eager
+from conftest import DEVICE, INTERPRETER_WARNINGS, eager
 from xdsl.parser import Parser
 
 import amk
@@ -84,7 +84,7 @@ def special_x(shape, seed=0):
 
 def check_special(ops, shapes, dtype, inputs, grid=None):
     kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False, parameter_grid=grid)
-    tensors = [t.to(dtype) for t in inputs]
+    tensors = [t.to(DEVICE, dtype) for t in inputs]
     result = kernel(*tensors)
     out = result.double()
     wide = [t.double() for t in tensors]
@@ -200,7 +200,7 @@ def test_triton_max_alone_would_drop_nan(op):
         assert "!= " in kernel.source, "the max reduction no longer checks for NaN"
     else:
         assert "propagate_nan=tl.PropagateNan.ALL" in kernel.source
-    x = torch.ones(4, 8)
+    x = torch.ones(4, 8, device=DEVICE)
     x[1, 2] = NAN
     out = kernel(*([x] * len(shapes)))
     assert torch.isnan(out[1, 2] if op != "max" else out[1])
@@ -235,9 +235,9 @@ NORM_CASES = [
 @pytest.mark.parametrize("kind", ["constant", "large_mean", "large_spread"])
 @pytest.mark.parametrize("op, extra", NORM_CASES, ids=[f"{op}{len(e)}" for op, e in NORM_CASES])
 def test_hard_rows_fp16(op, extra, kind, grid):
-    x = hard_rows(kind).to(FP16)
+    x = hard_rows(kind).to(DEVICE, FP16)
     generator = torch.Generator().manual_seed(1)
-    weights = [torch.randn(s, generator=generator).to(FP16) for s in extra]
+    weights = [torch.randn(s, generator=generator).to(DEVICE, FP16) for s in extra]
     kernel = amk.build_fused_kernel([op], [(ROWS, COLS), *extra], FP16, autotune=False, parameter_grid=grid)
     out = kernel(x, *weights)
     ref = reference_for(kernel.ops, 1 + len(extra))(x.double(), *[w.double() for w in weights])
@@ -256,18 +256,18 @@ def test_layernorm_of_constant_rows_is_exactly_beta(dtype, grid):
     """x - mean(x) is exactly 0 on a row of equal values, whatever the value: the mean of 127 copies of 10000.7 used to
     come out ~5e-4 off in fp32 (the rounding of the sum), and LayerNorm multiplies that by 1/sqrt(eps): 0.3 instead of
     0. The corrected two-pass moments (lowering/rules.py) give the value back exactly."""
-    values = torch.tensor([10000.7, -12345.678, -2.4718, 0.1, 1 / 3, 7.0])
+    values = torch.tensor([10000.7, -12345.678, -2.4718, 0.1, 1 / 3, 7.0], device=DEVICE)
     x = values.repeat_interleave(127).view(6, 127).to(dtype)
-    beta = torch.randn(127, generator=torch.Generator().manual_seed(0)).to(dtype)
-    gamma = torch.ones(127, dtype=dtype)
+    beta = torch.randn(127, generator=torch.Generator().manual_seed(0)).to(DEVICE, dtype)
+    gamma = torch.ones(127, dtype=dtype, device=DEVICE)
     kernel = amk.build_fused_kernel(["layernorm"], [(6, 127), (127,), (127,)], dtype, autotune=False,
                                     parameter_grid=grid)
     assert torch.equal(kernel(x, gamma, beta), beta.expand(6, 127))
     bare = amk.build_fused_kernel(["layernorm"], [(6, 127)], dtype, autotune=False, parameter_grid=grid)
     assert bare(x).abs().max().item() == 0.0
     # and after a matmul whose rows come out equal (W's columns all alike)
-    w = torch.full((8, 127), 0.37).to(dtype)
-    a = (torch.randn(6, 8, generator=torch.Generator().manual_seed(1)) * 100).to(dtype)
+    w = torch.full((8, 127), 0.37).to(DEVICE, dtype)
+    a = (torch.randn(6, 8, generator=torch.Generator().manual_seed(1)) * 100).to(DEVICE, dtype)
     fused = amk.build_fused_kernel(["matmul", "layernorm"], [(6, 8), (8, 127)], dtype, autotune=False,
                                    parameter_grid=grid)
     assert fused(a, w).abs().max().item() == 0.0
@@ -277,9 +277,9 @@ def test_layernorm_of_constant_rows_is_exactly_beta(dtype, grid):
 def test_hard_rows_after_matmul_fp16(op):
     """A residual of magnitude 1e4 added to a matmul output, then the norm (the statistics see large-mean rows)."""
     generator = torch.Generator().manual_seed(2)
-    x = torch.randn(ROWS, 64, generator=generator).to(FP16)
-    w = (torch.randn(64, COLS, generator=generator) / 8).to(FP16)
-    residual = hard_rows("large_mean").to(FP16)
+    x = torch.randn(ROWS, 64, generator=generator).to(DEVICE, FP16)
+    w = (torch.randn(64, COLS, generator=generator) / 8).to(DEVICE, FP16)
+    residual = hard_rows("large_mean").to(DEVICE, FP16)
     for grid in (None, SMALL_N):
         kernel = amk.build_fused_kernel(["matmul", "add", op], [(ROWS, 64), (64, COLS), (ROWS, COLS)], FP16,
                                         autotune=False, parameter_grid=grid)
@@ -302,7 +302,7 @@ def test_small_values_keep_relative_precision_fp32(op):
     came out 0). Each op must be within 1e-5 relative of float64 PyTorch on every element, 1e-30 to 30 in magnitude.
     (GELU's tail below x ~ -5, where 1 + erf(x/sqrt(2)) cancels, is 0 in amk as in PyTorch's own float32.)"""
     magnitudes = torch.logspace(-30, math.log10(30), 181, dtype=torch.float64)
-    x = torch.cat([magnitudes, -magnitudes, torch.zeros(1)]).view(1, -1).float()
+    x = torch.cat([magnitudes, -magnitudes, torch.zeros(1)]).view(1, -1).to(DEVICE, FP32)
     ops = [op]
     kernel = amk.build_fused_kernel(ops, [tuple(x.shape)], FP32, autotune=False)
     out = kernel(x).double()
@@ -326,6 +326,7 @@ def test_bf16_stores_round_to_nearest_even():
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(64, 96, generator=generator) * 10.0 ** torch.randint(-20, 20, (64, 96), generator=generator)
     x[0, :8] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-7 - 2**-12), 3.3895e38, NAN, INF, -INF, -0.0])
+    x = x.to(DEVICE)
     kernel = amk.build_fused_kernel([("cast", {"dtype": BF16})], [tuple(x.shape)], FP32, autotune=False)
     out = kernel(x)
     want = x.to(BF16)
@@ -333,8 +334,8 @@ def test_bf16_stores_round_to_nearest_even():
     same = (out.view(torch.int16) == want.view(torch.int16)) | (out.isnan() & want.isnan())
     assert same.all(), f"{int((~same).sum())} of {x.numel()} values rounded differently, e.g. {x[~same][:4].tolist()}"
     # A matmul's fp32 accumulator stored as bf16: as close to the exact product as eager bf16 (round to nearest).
-    a = torch.randn(33, 70, generator=generator).to(BF16)
-    b = (torch.randn(70, 20, generator=generator) / 8).to(BF16)
+    a = torch.randn(33, 70, generator=generator).to(DEVICE, BF16)
+    b = (torch.randn(70, 20, generator=generator) / 8).to(DEVICE, BF16)
     product = amk.build_fused_kernel(["matmul"], [(33, 70), (70, 20)], BF16, autotune=False)(a, b)
     exact = a.double() @ b.double()
     assert rel_l2(product, exact) <= 1.25 * rel_l2((a.float() @ b.float()).to(BF16), exact)
@@ -424,9 +425,9 @@ def test_symbolic_rows_run_with_64_bit_offsets(op):
     assert ".to(tl.int64)" in compiled.ir["triton"]
     for rows in (1, 37, 130):
         generator = torch.Generator().manual_seed(rows)
-        x = torch.randn(rows, 64, generator=generator).to(FP16)
-        w = (torch.randn(64, 40, generator=generator) / 8).to(FP16)
-        b = torch.randn(40, generator=generator).to(FP16)
+        x = torch.randn(rows, 64, generator=generator).to(DEVICE, FP16)
+        w = (torch.randn(64, 40, generator=generator) / 8).to(DEVICE, FP16)
+        b = torch.randn(40, generator=generator).to(DEVICE, FP16)
         out = compiled.program(x, w, b)[0]
         expected = eager(ops, [x.double(), w.double(), b.double()])
         assert out.shape == (rows, 40)

@@ -139,7 +139,7 @@ def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     then replayed too, and a CUDA graph captures the replay."""
     ops = ["rmsnorm", "matmul", "add"]
     shapes = [(16, 512), (512,), (512, 256), (16, 256)]
-    kernel = amk.build_fused_kernel(ops, shapes, torch.bfloat16)
+    kernel = amk.build_fused_kernel(ops, shapes, torch.bfloat16, autotune=False)
     jit_runs = []
     run = JITFunction.run
     monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: jit_runs.append(self) or run(self, *a, **k))
@@ -183,7 +183,7 @@ def test_a_kernel_of_two_launches_replays_both():
     replayed, each call on its own inputs."""
     ops = ["matmul", "add_bias", "gelu", "layernorm"]
     shapes = [(256, 512), (512, 384), (384,), (384,), (384,)]
-    kernel = amk.build_fused_kernel(ops, shapes, torch.float16)
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, autotune=False)
     assert 'strategy = "tile_stats"' in kernel.ir["tiled_loop"]
     for seed in range(4):
         inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=seed)]
