@@ -49,6 +49,54 @@ def register_pass(pass_class: type[ModulePass]) -> type[ModulePass]:
 AMK_UNIVERSE = Universe(all_dialects=AMK_DIALECTS, all_passes=AMK_PASSES, all_targets=AMK_TARGETS)
 
 
+# The IR levels in lowering order, each with the op that marks it and the pass that lowers to it.
+LEVELS = [
+    ("tensor_op", None, None),
+    ("fused tensor_op", "tensor_op.fused", "amk-fuse"),
+    ("tiled_loop", "tiled_loop.kernel", "amk-tile"),
+    ("memory_staged", "memory_staged.kernel", "amk-stage"),
+]
+LOWERING = [maker for _, _, maker in LEVELS[1:]]
+# The level each lowering pass reads (an index into LEVELS).
+PASS_INPUT_LEVEL = {"amk-tile": 1, "amk-stage": 2, "amk-emit-triton": 3}
+
+
+def ir_level(module) -> int:
+    """The level of ``module`` (an index into LEVELS): that of the deepest level's op it holds."""
+    names = {op.name for op in module.walk()}
+    return max((index for index, (_, marker, _) in enumerate(LEVELS) if marker in names), default=0)
+
+
+def check_pass_input(pass_name: str, module, passes_run: list[str]) -> None:
+    """Raise :class:`amk.errors.InvalidArgumentError` when a lowering pass gets IR with nothing of the level it reads
+    (it would silently do nothing). Not when the pass making that level ran earlier in the pipeline: then there was
+    just nothing to lower, and ``-t triton`` says so."""
+    if pass_name not in PASS_INPUT_LEVEL:
+        return
+    wanted = PASS_INPUT_LEVEL[pass_name]
+    _, marker, maker = LEVELS[wanted]
+    if maker in passes_run or any(op.name == marker for op in module.walk()):
+        return
+    from amk.errors import InvalidArgumentError
+
+    level = ir_level(module)
+    hint = (f"run -p {','.join(LOWERING[level:wanted] + [pass_name])}" if level < wanted
+            else "it is already lowered past what this pass reads")
+    raise InvalidArgumentError(f"{pass_name} lowers {marker} ops (made by {maker}), and its input has none: the input "
+                               f"is {LEVELS[level][0]} IR; {hint}")
+
+
+def explain_no_kernel(module, passes_run: list[str]) -> str:
+    """Why ``-t triton`` found no ``memory_staged.kernel`` in ``module`` after ``passes_run``."""
+    level = ir_level(module)
+    if "amk-fuse" in passes_run and level == 0:
+        return ("no kernel to emit: amk-fuse fused nothing (it formed no tensor_op.fused region), so -t triton has "
+                "no kernel to print; -t mlir shows the IR")
+    pipeline = f"-p {','.join(passes_run)}" if passes_run else "no passes"
+    return (f"-t triton prints memory_staged.kernel ops, and the IR after {pipeline} is {LEVELS[level][0]} IR: "
+            f"add {','.join(LOWERING[level:])} to the pipeline")
+
+
 class AmkOptMain(xDSLOptMain):
     """The opt driver: xDSL's flags plus ``--print-ir-after-all`` and ``--dump-ir-dir``."""
 
@@ -86,13 +134,41 @@ class AmkOptMain(xDSLOptMain):
             dumper = IRDumper(directory=self.args.dump_ir_dir,
                               stream=sys.stdout if self.args.print_ir_after_all else None)
             self.pipeline = PassPipeline(self.pipeline.passes, dumper)
+        self.pipeline = PassPipeline(self.pipeline.passes, self._checking(self.pipeline.callback))
+
+    def _checking(self, callback):
+        """``callback``, after checking that the next pass gets IR of the level it lowers; records the passes run on
+        the current module (``--split-input-file`` runs the pipeline once per part) for ``-t triton``'s message."""
+        self.passes_run: list[str] = []
+
+        def check_then_call(previous_pass, module, next_pass):
+            if previous_pass is None:
+                self.passes_run = []
+            else:
+                self.passes_run.append(previous_pass.name)
+            if callback is not None:
+                callback(previous_pass, module, next_pass)
+            if next_pass is not None:
+                check_pass_input(next_pass.name, module, self.passes_run)
+
+        return check_then_call
+
+    def output_resulting_program(self, prog):
+        if self.args.target == "triton" and not any(op.name == "memory_staged.kernel" for op in prog.walk()):
+            from amk.errors import FusionError
+
+            raise FusionError(explain_no_kernel(prog, self.passes_run))
+        return super().output_resulting_program(prog)
 
 
 def main() -> None:
     """Run amk-opt; bad input ends with the diagnostic and exit status 1, not a traceback."""
+    from amk.errors import AmkError
+
     try:
         AmkOptMain().run()
-    except (ParseError, VerifyException, DiagnosticException, PassFailedException, ValueError, OSError) as error:
+    except (AmkError, ParseError, VerifyException, DiagnosticException, PassFailedException, ValueError,
+            OSError) as error:
         print(f"amk-opt: error: {error}", file=sys.stderr)
         sys.exit(1)
 
