@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -101,8 +102,8 @@ def cmd_show(args) -> int:
         print("verification:")
         for result in verification.get("results", []):
             print(f"  {result.get('dtype')}: rel_l2={result.get('relative_l2_error')} "
-                  f"(tolerance {result.get('tolerance')})" + (f" skipped: {result['skipped']}"
-                                                              if result.get("skipped") else ""))
+                  f"(must be <= {result.get('tolerance')})" + (f" skipped: {result['skipped']}"
+                                                               if result.get("skipped") else ""))
     return 0
 
 
@@ -181,7 +182,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # so that a closed pipe is noticed here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`amk cache show KEY | head`): not an error of ours. As Python's documentation says
+        # (library/signal.html, "Note on SIGPIPE"), point stdout at devnull so the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except CacheError as error:
         print(f"amk: error: {error}", file=sys.stderr)
         return 1
