@@ -11,7 +11,7 @@ from amk import cache
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
-from amk.runtime import CompiledProgram, default_device, interpreting
+from amk.runtime import CompiledProgram, default_device, interpreting, sources_under
 from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid, validate_grid
 
 # amk.pipeline (the xDSL passes and the emitter) and the IR are imported on a cache miss only: a warm start from
@@ -306,7 +306,9 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         # (fp8 has no plain vendor GEMM in PyTorch)
         try_vendor = (not recorded and settings.get("tuner", {}).get("vendor_gemm", False) and dtype.itemsize > 1
                       and _row_reduction_follows_matmul(module))
-        with store.triton_cache(key):  # candidates timed while tuning compile into the entry's folder too
+        # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's
+        # candidates included) is written under the store's directory.
+        with store.triton_cache(key), sources_under(store.root):
             compiled = compile_module(module, chooser, vendor_gemm=program == "vendor_gemm")
             if try_vendor:
                 log_vendor: dict[str, list[dict]] = {}

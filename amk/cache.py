@@ -11,7 +11,8 @@ Where: ``TunerConfig.target_cache_dir`` if given, else ``AMK_CACHE_DIR``, else t
     configs/<key>.json             the chosen configs and tuning log alone (what ``amk cache export`` moves)
     timings/<timing key>.json      every timed trial of one kernel on one device and shape bucket
     locks/<name>.lock              file locks serializing writers (and readers) of one key
-    sources/                       emitted sources imported by the runtime (Triton reads kernels from files)
+    sources/                       emitted sources imported by the runtime (Triton reads kernels from files);
+                                   every file amk writes goes under the root, these included
 
 ``<key>`` is the sha256 of the canonical ``tensor_op`` IR, the shapes, the dtype, the device, the triton / torch /
 amk versions (amk's by release and by a hash of its sources) and the tuning settings that affect the choice.
@@ -58,11 +59,15 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def resolve_root(override: str | os.PathLike | None = None) -> Path:
-    """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory."""
+    """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory.
+
+    An ``AMK_CACHE_DIR`` that is empty or only blanks counts as unset (``AMK_CACHE_DIR= amk ...`` means "the
+    default"), never as the current directory. ``override`` is checked by ``TunerConfig`` (a non-empty path)."""
     if override is not None:
         return Path(override)
-    if os.environ.get("AMK_CACHE_DIR"):
-        return Path(os.environ["AMK_CACHE_DIR"])
+    environment = os.environ.get("AMK_CACHE_DIR", "")
+    if environment.strip():
+        return Path(environment)
     return Path(platformdirs.user_cache_dir("amk"))
 
 
@@ -295,7 +300,7 @@ def compiled_from_entry(entry: Entry, store: Store | None = None):
 
     kernels = {}
     for name, source in entry.sources.items():
-        loaded = load_source(source, name)
+        loaded = load_source(source, name, store.root if store is not None else None)
         kernel = kernel_from_plan(name, entry.plan, kernel_config(entry.configs[name]), source, loaded.__file__,
                                   loaded.launch)
         if store is not None:
@@ -332,11 +337,10 @@ def _warn_degraded(root: Path, error: BaseException) -> None:
 
 def store_for(override: str | os.PathLike | None = None) -> Store:
     """The process-wide store of a cache directory (it remembers whether that directory could be written)."""
-    root = resolve_root(override)
-    name = os.path.abspath(root)
+    name = os.path.abspath(resolve_root(override))  # absolute: a later chdir does not move the cache
     with _STORES_LOCK:
         if name not in _STORES:
-            _STORES[name] = Store(root)
+            _STORES[name] = Store(name)
         return _STORES[name]
 
 

@@ -13,9 +13,12 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -71,13 +74,33 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")
 
 
-def source_directory() -> Path:
-    """Where emitted sources are written (Triton needs a real file to read a kernel's source): ``<cache>/sources``,
-    or a private temporary directory when the cache directory cannot be written."""
+# The cache directory whose sources/ folder receives the sources emitted while a build runs (``sources_under``). A
+# context variable, not a process global: builds for different cache directories may run in other threads at once,
+# and the passes and the tuner that emit sources between them need not carry the directory.
+_SOURCE_CACHE_DIRECTORY: ContextVar[str | os.PathLike | None] = ContextVar("amk_source_cache_directory", default=None)
+
+
+@contextmanager
+def sources_under(cache_directory: str | os.PathLike | None):
+    """Sources loaded by :func:`load_source` without a directory go to ``<cache_directory>/sources`` while this is
+    active (in this thread or task); None keeps the default (``AMK_CACHE_DIR`` or the user cache directory)."""
+    token = _SOURCE_CACHE_DIRECTORY.set(cache_directory)
+    try:
+        yield
+    finally:
+        _SOURCE_CACHE_DIRECTORY.reset(token)
+
+
+def source_directory(cache_directory: str | os.PathLike | None = None) -> Path:
+    """Where emitted sources are written (Triton needs a real file to read a kernel's source): ``sources/`` in
+    ``cache_directory``, else in the one :func:`sources_under` set, else in the default cache directory; or a
+    private temporary directory when that cannot be written."""
     from amk.cache import cache_root
 
+    if cache_directory is None:
+        cache_directory = _SOURCE_CACHE_DIRECTORY.get()
     try:
-        directory = cache_root() / "sources"
+        directory = Path(os.path.abspath(cache_root(cache_directory))) / "sources"  # a later chdir keeps it
         directory.mkdir(parents=True, exist_ok=True)
         return directory
     except OSError:
@@ -93,17 +116,24 @@ def _fallback_source_directory() -> Path:
     return _FALLBACK_SOURCES[0]
 
 
-def load_source(source: str, name: str):
-    """Import emitted source as a module; the file name is the hash of the source, so a module is written once."""
+_LOADED_SOURCES: dict[tuple[Path, str], ModuleType] = {}  # (sources folder, module name) -> the imported module
+
+
+def load_source(source: str, name: str, cache_directory: str | os.PathLike | None = None):
+    """Import emitted source as a module from a file in :func:`source_directory` (``cache_directory``'s). The file
+    name is the hash of the source, so a module is written and imported once per sources folder."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"amk_generated_{name}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    path = source_directory() / f"{module_name}.py"
+    directory = source_directory(cache_directory)
+    loaded = _LOADED_SOURCES.get((directory, module_name))
+    if loaded is not None:
+        return loaded
+    path = directory / f"{module_name}.py"
     try:
         if not path.exists() or path.read_text() != source:
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(source)
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{module_name}.", suffix=".tmp")
+            with os.fdopen(handle, "w") as stream:
+                stream.write(source)
             os.replace(temporary, path)
     except OSError:  # an unwritable cache directory: a private temporary directory serves as well
         path = _fallback_source_directory() / f"{module_name}.py"
@@ -114,7 +144,8 @@ def load_source(source: str, name: str):
         spec.loader.exec_module(module)
     except Exception as error:  # a syntax or definition error in generated code is a compiler bug
         raise CompilationError(f"emitted kernel {name} failed to load: {error}") from error
-    sys.modules[module_name] = module
+    _LOADED_SOURCES[directory, module_name] = module
+    sys.modules.setdefault(module_name, module)  # the same source under another cache directory shares the name
     return module
 
 

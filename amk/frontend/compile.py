@@ -51,6 +51,7 @@ from amk.frontend.importer import (
     meta_value,
 )
 from amk.ir_dump import IRDumper, module_text
+from amk.runtime import sources_under
 
 log = logging.getLogger("amk.frontend")
 
@@ -126,6 +127,11 @@ class Settings:
     @property
     def dump_directory(self) -> str | None:
         return self.dump_ir if self.dump_ir is not None else (os.environ.get("AMK_DUMP_IR") or None)
+
+    @property
+    def cache_directory(self):
+        """``tuner_config.target_cache_dir``: where the emitted sources go (None: the default cache directory)."""
+        return getattr(self.tuner_config, "target_cache_dir", None)
 
 
 def _check_pipeline(pipeline) -> None:
@@ -601,7 +607,9 @@ def _structural_key(module: ModuleOp, settings: Settings) -> tuple:
                 for arg in block.args:
                     arg.name_hint = None
     tuning = _tuning(settings)
-    return (module_text(clone), settings.fusion_pipeline, tuning, repr(settings.tuner_config) if tuning else None)
+    # The cache directory is part of the key: a program shared across two would keep its sources in the first one.
+    return (module_text(clone), settings.fusion_pipeline, tuning, repr(settings.tuner_config) if tuning else None,
+            settings.cache_directory)
 
 
 @dataclass
@@ -713,8 +721,9 @@ class _GraphCompiler:
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
         try:
             STATS.pipeline_runs += 1
-            compiled = compile_module(imported.module, _config_chooser(self.settings),
-                                      pipeline=self.settings.fusion_pipeline, dumper=dumper)
+            with sources_under(self.settings.cache_directory):  # every emitted source under the given cache directory
+                compiled = compile_module(imported.module, _config_chooser(self.settings),
+                                          pipeline=self.settings.fusion_pipeline, dumper=dumper)
         except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
             log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
                      type(error).__name__, error)
@@ -887,6 +896,7 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     the model once on them. ``dump_ir=DIR`` (or ``AMK_DUMP_IR=DIR``) writes each fused subgraph's IR after import and
     after every pass, and its Triton source. ``verify=True`` checks each subgraph's kernels against PyTorch on their
     first call. ``pipeline`` replaces the tensor-level passes (default ``"amk-duplicate-norm-prologues,amk-fuse"``).
+    ``tuner_config.target_cache_dir``, when given, is where the emitted Triton sources are written (``sources/``).
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
