@@ -30,6 +30,11 @@ class FusedKernel(torch.nn.Module):
     and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``;
     all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
     (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
+
+    Autograd: when grad mode is on and an input requires grad, the output carries a grad history; its backward
+    recomputes the op chain in PyTorch (in float32 for 16-bit and 8-bit kernels, otherwise in the kernel's dtype) from
+    the saved inputs and differentiates it, as ``amk.compile`` does. The forward still runs the fused kernel. Calls
+    with no input requiring grad, or under ``torch.no_grad()`` / ``torch.inference_mode()``, record nothing.
     """
 
     cache_hit: bool = False
@@ -47,6 +52,7 @@ class FusedKernel(torch.nn.Module):
         self._builder = builder
         self._hot: _HotPath | None = None
         self._hot_paths: dict[tuple, _HotPath | None] = {}  # per (shapes, device), made on the first call with them
+        self._references: dict[tuple, object] = {}  # per shapes: the tensor_op function a backward differentiates
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -116,22 +122,82 @@ class FusedKernel(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor):
         hot = self._hot
-        if hot is not None and hot.accepts(tensors, self.dtype):
+        if hot is not None and hot.accepts(tensors, self.dtype):  # (it refuses inputs that need a grad history)
             outputs = hot.run(tensors)
+        elif torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+            self._check(tensors)  # bad arguments fail here, not inside autograd
+            outputs = _RecomputedBackward.apply(self, *tensors)
         else:
-            shapes = self._check(tensors)
-            if shapes not in self._compiled:
-                log.info("re-specializing for shapes %s", shapes)
-                self._compiled[shapes] = self._builder(list(shapes))
-            program = self._compiled[shapes].program
-            outputs = program(*tensors)
-            key = (shapes, tensors[0].device)
-            if key not in self._hot_paths:
-                run = program.fast_path(program.bind(tensors), key[1])
-                self._hot_paths[key] = _HotPath(shapes, key[1], run) if run is not None else None
-            # The next call with these shapes, dtype and device skips the checks above and the program walk.
-            self._hot = self._hot_paths[key]
+            outputs = self._walk(tensors)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The kernels' outputs, without autograd: the hot path when it applies, else the program walk."""
+        hot = self._hot
+        if hot is not None and hot.accepts(tensors, self.dtype):
+            return hot.run(tensors)
+        return self._walk(tensors)
+
+    def _walk(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The checked call: validates the arguments, re-specializes for new leading dims, walks the program and
+        makes the hot path for these shapes."""
+        shapes = self._check(tensors)
+        if shapes not in self._compiled:
+            log.info("re-specializing for shapes %s", shapes)
+            self._compiled[shapes] = self._builder(list(shapes))
+        program = self._compiled[shapes].program
+        outputs = program(*tensors)
+        key = (shapes, tensors[0].device)
+        if key not in self._hot_paths:
+            run = program.fast_path(program.bind(tensors), key[1])
+            self._hot_paths[key] = _HotPath(shapes, key[1], run) if run is not None else None
+        # The next call with these shapes, dtype and device skips the checks above and the program walk.
+        self._hot = self._hot_paths[key]
+        return outputs
+
+    def _reference(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``."""
+        from amk.verification import evaluate_function, evaluate_reference, reference_function
+
+        shapes = tuple(tuple(t.shape) for t in tensors)
+        function = self._references.get(shapes)
+        if function is None:  # built once per shapes: building the IR takes milliseconds
+            function = self._references[shapes] = reference_function(self.ops, list(shapes))
+        return evaluate_function(function, tensors, evaluate=evaluate_reference)
+
+
+class _RecomputedBackward(torch.autograd.Function):
+    """Forward: the fused kernels. Backward: the op chain recomputed in PyTorch from the saved inputs and
+    differentiated (in float32 at least, so that a 16-bit kernel's gradients are not rounded at every op)."""
+
+    @staticmethod
+    def forward(ctx, kernel: FusedKernel, *tensors: torch.Tensor):
+        ctx.kernel = kernel
+        ctx.save_for_backward(*tensors)
+        outputs = kernel._run(tensors)  # grad mode is off in here: the hot path applies
+        inputs = {id(t) for t in tensors}
+        return tuple(o.clone() if id(o) in inputs else o for o in outputs)  # autograd needs outputs it owns
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):
+        kernel: FusedKernel = ctx.kernel
+        saved = ctx.saved_tensors
+        wanted = [index for index, needs in enumerate(ctx.needs_input_grad[1:]) if needs]
+        with torch.enable_grad():
+            leaves = []
+            for index, tensor in enumerate(saved):
+                leaf = tensor.detach().to(tensor.dtype if tensor.dtype.itemsize >= 4 else torch.float32)
+                leaves.append(leaf.requires_grad_() if index in wanted else leaf)
+            outputs = kernel._reference(leaves)
+        pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+        result: list[torch.Tensor | None] = [None] * len(saved)
+        if pairs and wanted:
+            computed = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
+                                           [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+            for index, grad in zip(wanted, computed):
+                result[index] = None if grad is None else grad.to(saved[index].dtype)
+        return (None, *result)
 
 
 class _HotPath:
@@ -148,8 +214,10 @@ class _HotPath:
             return False
         device = self.device
         for tensor, size in zip(tensors, self.sizes):
+            # requires_grad is tested first and is_grad_enabled only when it is set: a call without grads pays
+            # one attribute read per tensor for autograd.
             if not (isinstance(tensor, torch.Tensor) and tensor.dtype is dtype and tensor.shape == size
-                    and tensor.device == device):
+                    and tensor.device == device and not (tensor.requires_grad and torch.is_grad_enabled())):
                 return False
         return True
 

@@ -1,0 +1,168 @@
+"""Autograd through ``build_fused_kernel`` kernels (issue 22): the forward runs the fused kernel, the backward
+recomputes the op chain in PyTorch (float32 for 16-bit kernels) and differentiates it. Gradients are compared with
+those of an eager float32 PyTorch computation on the same (rounded) inputs. Calls that need no grad stay on the hot
+path and record nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import amk
+import amk.api
+from amk.errors import DTypeError, ShapeError
+from amk.runtime import default_device
+
+DEVICE = default_device()
+
+# op list, input shapes, the same computation written in eager PyTorch
+CHAINS = {
+    "linear_layernorm": (["matmul", "add_bias", "layernorm"], [(2, 8, 32), (32, 16), (16,), (16,), (16,)],
+                         lambda x, w, b, g, beta: F.layer_norm(x @ w + b, (16,), g, beta)),
+    "linear_gelu": (["matmul", "add_bias", "gelu"], [(2, 8, 32), (32, 16), (16,)],
+                    lambda x, w, b: F.gelu(x @ w + b)),
+    "softmax": (["scale", "softmax"], [(2, 8, 32)], lambda x: torch.softmax(x * 0.5, dim=-1)),
+    "rmsnorm_residual": (["add", "rmsnorm"], [(2, 8, 32), (2, 8, 32), (32,)],
+                         lambda x, r, w: F.rms_norm(x + r, (32,), w)),
+}
+PARAMS = {"softmax": [("scale", {"factor": 0.5}), "softmax"]}
+
+
+def ops_of(name):
+    return PARAMS.get(name, CHAINS[name][0])
+
+
+def build(name, dtype=torch.float16):
+    _, shapes, _ = CHAINS[name]
+    return amk.build_fused_kernel(ops_of(name), shapes, dtype, autotune=False)
+
+
+def inputs(shapes, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(shape, generator=generator) for shape in shapes]
+    if len(shapes) > 1 and len(shapes[1]) == 2:  # a matmul weight: outputs stay O(1)
+        tensors[1] = tensors[1] / shapes[1][0] ** 0.5
+    return [t.to(DEVICE, dtype) for t in tensors]
+
+
+def relative(have: torch.Tensor, want: torch.Tensor) -> float:
+    return ((have.float() - want.float()).norm() / want.float().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_gradients_match_pytorch(name, dtype):
+    _, shapes, eager = CHAINS[name]
+    kernel = build(name, dtype)
+    leaves = [t.requires_grad_() for t in inputs(shapes, dtype)]
+    output = kernel(*leaves)
+    assert output.requires_grad and output.grad_fn is not None and output.dtype == dtype
+    upstream = torch.randn(output.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
+    output.backward(upstream)
+
+    reference = [t.detach().float().requires_grad_() for t in leaves]
+    expected = eager(*reference)
+    expected.backward(upstream.float())
+    tolerance = 1e-2 if dtype == torch.float16 else 1e-4
+    assert relative(output, expected) < tolerance
+    for index, (leaf, want) in enumerate(zip(leaves, reference)):
+        assert leaf.grad is not None and leaf.grad.dtype == dtype and leaf.grad.shape == leaf.shape, index
+        assert relative(leaf.grad, want.grad) < tolerance, (index, relative(leaf.grad, want.grad))
+
+
+def test_only_the_inputs_that_require_grad_get_one():
+    _, shapes, eager = CHAINS["linear_gelu"]
+    kernel = build("linear_gelu")
+    x, w, b = inputs(shapes, torch.float16)
+    w.requires_grad_()
+    kernel(x, w, b).float().sum().backward()
+    assert x.grad is None and b.grad is None
+    reference_w = w.detach().float().requires_grad_()
+    eager(x.float(), reference_w, b.float()).sum().backward()
+    assert relative(w.grad, reference_w.grad) < 1e-2
+
+
+def test_the_kernel_is_one_step_of_a_larger_graph():
+    """Grads flow through the kernel from later ops and into earlier ones (a non-leaf input)."""
+    _, shapes, eager = CHAINS["linear_layernorm"]
+    kernel = build("linear_layernorm")
+    raw = inputs(shapes, torch.float16)
+    source = raw[0].float().requires_grad_()
+    loss = (kernel(source.half() * 2, *raw[1:]).float() ** 2).mean()
+    loss.backward()
+    reference = raw[0].float().requires_grad_()
+    (eager((reference.half() * 2).float(), *[t.float() for t in raw[1:]]) ** 2).mean().backward()
+    assert relative(source.grad, reference.grad) < 1e-2
+
+
+def test_forward_values_do_not_depend_on_grad_mode():
+    kernel = build("linear_layernorm")
+    plain = inputs(CHAINS["linear_layernorm"][1], torch.float16)
+    with_grad = [t.clone().requires_grad_() for t in plain]
+    assert torch.equal(kernel(*with_grad).detach(), kernel(*plain))
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_no_history_when_grad_mode_is_off(mode):
+    kernel = build("linear_gelu")
+    leaves = [t.requires_grad_() for t in inputs(CHAINS["linear_gelu"][1], torch.float16)]
+    with mode():
+        output = kernel(*leaves)
+    assert not output.requires_grad and output.grad_fn is None
+
+
+def test_calls_without_grad_take_the_hot_path_and_never_autograd(monkeypatch):
+    shapes = [(16, 32), (32, 16), (16,), (16,), (16,)]  # 2-D rows: a program without views, which has a hot path
+    kernel = amk.build_fused_kernel(CHAINS["linear_layernorm"][0], shapes, torch.float16, autotune=False)
+    plain = inputs(shapes, torch.float16)
+    kernel(*plain)  # makes the hot path
+    assert kernel._hot is not None
+
+    def no_autograd(*args):
+        raise AssertionError("autograd was used for a call that needs no grad")
+
+    monkeypatch.setattr(amk.api._RecomputedBackward, "apply", no_autograd)
+    calls = []
+    run = kernel._hot.run
+    monkeypatch.setattr(kernel._hot, "run", lambda tensors: calls.append(1) or run(tensors))
+    output = kernel(*plain)
+    assert not output.requires_grad and calls == [1]
+    weights = [plain[0]] + [t.clone().requires_grad_() for t in plain[1:]]  # parameters, under no_grad
+    with torch.no_grad():
+        kernel(*weights)
+    assert calls == [1, 1]
+    monkeypatch.undo()
+    output = kernel(*weights)  # grad mode on and inputs that require grad: off the hot path, into autograd
+    assert output.grad_fn is not None and kernel._hot is not None
+
+
+def test_a_grad_call_then_a_plain_call_reuse_the_kernel():
+    kernel = build("linear_layernorm")
+    plain = inputs(CHAINS["linear_layernorm"][1], torch.float16)
+    leaves = [t.clone().requires_grad_() for t in plain]
+    kernel(*leaves).float().sum().backward()
+    first = kernel(*plain)
+    kernel(*leaves).float().sum().backward()  # grads accumulate as in PyTorch
+    assert torch.equal(kernel(*plain), first)
+    assert all(leaf.grad is not None for leaf in leaves)
+
+
+def test_leading_dims_may_change_with_grad():
+    _, shapes, eager = CHAINS["softmax"]
+    kernel = build("softmax")
+    (x,) = inputs([(3, 8, 32)], torch.float16)
+    x.requires_grad_()
+    kernel(x).float().pow(2).sum().backward()
+    reference = x.detach().float().requires_grad_()
+    eager(reference).pow(2).sum().backward()
+    assert x.grad.shape == (3, 8, 32) and relative(x.grad, reference.grad) < 1e-2
+
+
+def test_bad_arguments_that_require_grad_fail_with_amk_errors():
+    kernel = build("linear_gelu")
+    x, w, b = inputs(CHAINS["linear_gelu"][1], torch.float16)
+    with pytest.raises(DTypeError, match="argument 0 has dtype torch.float32"):
+        kernel(x.float().requires_grad_(), w, b)
+    with pytest.raises(ShapeError, match="argument 1 has shape"):
+        kernel(x, torch.zeros(32, 8, dtype=torch.float16, device=DEVICE, requires_grad=True), b)
