@@ -1,6 +1,7 @@
 """Compile workers are ``python -m amk.compile_worker`` processes: starting them never runs the user's main module,
 whatever started Python, and a worker that fails leaves compilation to the tuning process with one warning."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ def test_workers_never_run_the_users_main_module(tmp_path, started_as):
     script.write_text(SCRIPT)
     command = {"script": [sys.executable, str(script)], "stdin": [sys.executable, "-"],
                "command": [sys.executable, "-c", SCRIPT]}[started_as]
-    env = {"COUNTER": str(counter), "AMK_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    env = dict(os.environ, COUNTER=str(counter), AMK_CACHE_DIR=str(tmp_path / "cache"))
     result = subprocess.run(command, input=SCRIPT if started_as == "stdin" else None, capture_output=True, text=True,
                             env=env, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -47,5 +47,5 @@ def test_a_usage_example_runs_to_completion(example, started_as, cache_directori
     print(f"{example.name} as {started_as}: rc {result.returncode} in {seconds:.1f} s\n{result.stdout}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "bootstrapping phase" not in result.stderr and "BrokenProcessPool" not in result.stderr
-    first_line = result.stdout.splitlines()[0]
+    first_line = next(line for line in result.stdout.splitlines() if any(c.isalnum() for c in line))
     assert result.stdout.count(first_line) == 1, "the script's output repeats: something re-ran it"
