@@ -1,7 +1,6 @@
-// Known bug (open): amk-fuse groups ops whose results nobody uses into a result-less `tensor_op.fused ... -> ()`
-// (with an empty `tensor_op.yield :`). amk-tile then lowers it to a kernel with no outputs that computes nothing
-// observable, and amk-stage crashes on it (IndexError in kernel_problem, see ../amk-stage/no_outputs.mlir).
-// Expected: dead ops are erased (or at least left out of fused groups).
+// Regression test (fixed in 1d96d3f): amk-fuse leaves ops whose results nobody uses out of fused groups. It once
+// grouped them into a result-less `tensor_op.fused ... -> ()` (with an empty `tensor_op.yield :`), which amk-tile
+// lowered to a kernel without outputs, on which amk-stage crashed (see ../amk-stage/no_outputs.mlir).
 // RUN: amk-opt %s -p amk-fuse | filecheck %s
 
 func.func @dead_reduction(%x : !tensor_op.tensor<[M, 32], f16>) -> !tensor_op.tensor<[M, 32], f16> {
