@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
@@ -167,6 +168,12 @@ def main() -> None:
 
     try:
         AmkOptMain().run()
+        sys.stdout.flush()  # so that a closed pipe is noticed here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (`amk-opt ... | head`): as Python's documentation says (library/signal.html, "Note on
+        # SIGPIPE"), point stdout at devnull so that the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except (AmkError, ParseError, VerifyException, DiagnosticException, PassFailedException, ValueError,
             OSError) as error:
         print(f"amk-opt: error: {error}", file=sys.stderr)
