@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from amk import cache
+from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
@@ -29,7 +31,9 @@ class FusedKernel(torch.nn.Module):
     ``memory_staged``, ``triton``), ``.config`` the tile parameters in use, ``.torch_ops`` the ops left to PyTorch
     and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``;
     all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
-    (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there.
+    (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there. ``.build_phases`` says where the build's
+    seconds went: ``emit`` (passes and Triton source), ``compile`` (Triton), ``time`` (timing candidates and
+    programs), ``verify`` (checking outputs), ``total`` (the whole call, cache look-ups and loading included).
 
     Autograd: when grad mode is on and an input requires grad, the output carries a grad history; its backward
     recomputes the op chain in PyTorch (in float32 for 16-bit and 8-bit kernels, otherwise in the kernel's dtype) from
@@ -304,8 +308,9 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, op_list, shap
                     type(error).__name__, error)
         return None
     for want, have in zip(expected, got, strict=True):
-        want, have = want.float(), have.float()
-        difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
+        with phase("verify"):
+            want, have = want.float(), have.float()
+            difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
         if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
             log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
                         "the fused program", difference)
@@ -400,22 +405,34 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
         return build_cached(call_shapes)[0]
 
-    compiled, key, meta, entry = build_cached(shapes, save=not verify, times=program_times)
-    kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
-    kernel.tuning_log = tuning_log
-    kernel.program_times = program_times
-    kernel.cache_hit, kernel.cache_key = entry is not None, key
-    if kernel.num_kernels != 1:
-        log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
-    if verify:
-        from amk.verification import reference_for
-        from amk.verification import verify as run_verification
-
-        stored = entry.verification if entry is not None else None
-        report = cache.report_from_dict(stored) if stored else None
-        if report is None or not report.passed:
-            report = run_verification(kernel, reference_for(op_list, len(shapes)), dtypes=[dtype])
-            # Kept with the entry once it passed (a failing kernel raises above and is not cached).
-            store.save(cache.entry_from_compiled(key, meta, compiled, tuning_log, cache.report_to_dict(report)))
-        kernel.verification = report
+    started = time.perf_counter()
+    with recording() as clock:
+        compiled, key, meta, entry = build_cached(shapes, save=not verify, times=program_times)
+        kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
+        kernel.tuning_log = tuning_log
+        kernel.program_times = program_times
+        kernel.cache_hit, kernel.cache_key = entry is not None, key
+        if kernel.num_kernels != 1:
+            log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
+        if verify:
+            with phase("verify"):
+                _verify(kernel, entry, store, key, meta, compiled, tuning_log)
+    kernel.build_phases = {**clock.seconds, "total": time.perf_counter() - started}
+    if not kernel.cache_hit:
+        log.info("built %s in %.1f s (%s)", [n for n, _ in op_list], kernel.build_phases["total"], clock.summary())
     return kernel
+
+
+def _verify(kernel: FusedKernel, entry, store: cache.Store, key: str, meta: dict, compiled: CompiledProgram,
+            tuning_log: dict) -> None:
+    """Check ``kernel`` against PyTorch (unless its cache entry holds a passing report) and keep the report."""
+    from amk.verification import reference_for
+    from amk.verification import verify as run_verification
+
+    stored = entry.verification if entry is not None else None
+    report = cache.report_from_dict(stored) if stored else None
+    if report is None or not report.passed:
+        report = run_verification(kernel, reference_for(kernel.ops, len(kernel.shapes)), dtypes=[kernel.dtype])
+        # Kept with the entry once it passed (a failing kernel raises above and is not cached).
+        store.save(cache.entry_from_compiled(key, meta, compiled, tuning_log, cache.report_to_dict(report)))
+    kernel.verification = report

@@ -14,6 +14,7 @@ from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 
+from amk.build_phases import phase
 from amk.dialects import memory_staged, tiled_loop
 from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
@@ -59,11 +60,12 @@ class StagedKernel:
 
 def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedKernel:
     """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` on a copy of one tile-level kernel."""
-    ctx = make_context()
-    module = ModuleOp([kernel.clone()])
-    StagePass.for_config(config).apply(ctx, module)
-    module.verify()
-    EmitTritonPass(interpret=interpreting()).apply(ctx, module)
+    with phase("emit"):
+        ctx = make_context()
+        module = ModuleOp([kernel.clone()])
+        StagePass.for_config(config).apply(ctx, module)
+        module.verify()
+        EmitTritonPass(interpret=interpreting()).apply(ctx, module)
     staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
     source = staged.attributes.pop("triton_source").data
     return StagedKernel(module, source)
@@ -84,8 +86,9 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
         dumper(None, module, None)
 
     def run(pass_: ModulePass) -> None:
-        pass_.apply(ctx, module)
-        module.verify()
+        with phase("emit"):
+            pass_.apply(ctx, module)
+            module.verify()
         if dumper is not None:
             dumper(pass_, module, None)
 
@@ -103,7 +106,8 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
         staged = stage_and_emit(kernel, config)
         staged_kernels.append(staged)
         arguments = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
-        loaded = load_source(staged.source, name)
+        with phase("emit"):
+            loaded = load_source(staged.source, name)
         kernels[name] = CompiledKernel(name, config, staged.source, loaded.__file__, loaded.launch, arguments)
     staged_module = ModuleOp([op.clone() for s in staged_kernels for op in s.module.body.block.ops] + [function.clone()])
     ir["memory_staged"] = module_text(staged_module)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
+from amk import build_phases
+from amk.build_phases import phase
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
     PARAMETER_KEYS,
@@ -271,6 +273,11 @@ def measure(fn, warmup: int, runs: int) -> float:
     graph, as it runs in a decode step: with a flush and a host launch before each event pair, the launch latency
     and the cold L2 dominate a ~10 us measurement and rank configurations by what they do not control.
     """
+    with phase("time"):
+        return _measure(fn, warmup, runs)
+
+
+def _measure(fn, warmup: int, runs: int) -> float:
     import torch
 
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
@@ -424,8 +431,10 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> N
 def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial]) -> float | None:
     try:
         launch, check = build_and_run(config)
-        launch()
-        problem = check()
+        with phase("compile"):  # unless a compile worker did it, the first launch compiles
+            launch()
+        with phase("verify"):
+            problem = check()
         if problem:
             trials.append(Trial(config, "wrong", detail=problem))
             log.info("config %s gives wrong results: %s", config.user_view(), problem)
@@ -455,7 +464,9 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         elapsed = _time_one(config, settings, build_and_run, trials)
         if elapsed is not None and elapsed < best[0]:
             best[0] = elapsed
-        progress.set_postfix(best_ms=f"{best[0]:.4f}" if best[0] < math.inf else "-")
+        clock = build_phases.current()
+        progress.set_postfix(best_ms=f"{best[0]:.4f}" if best[0] < math.inf else "-",
+                             **({"phases": clock.summary()} if clock is not None else {}))
         progress.update(1)
         return elapsed
 
@@ -592,7 +603,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                     jobs.append(compile_job(kernel, config, source(config)))
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
-            for job, error in zip(jobs, compiler.compile(jobs) if len(jobs) > 1 else []):
+            with phase("compile"):
+                errors = compiler.compile(jobs) if len(jobs) > 1 else []
+            for job, error in zip(jobs, errors):
                 if error is not None:
                     log.info("ahead-of-time compilation of %s failed (the candidate will fail when timed): %s",
                              job[1], error)
@@ -600,7 +613,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
                 args = kernel_example_arguments(kernel, heuristic, device, inputs=inputs)
-                load_source(source(heuristic), name).launch(*args)
+                launch = load_source(source(heuristic), name).launch
+                with phase("compile"):
+                    launch(*args)
             except Exception as error:
                 failure.append(error)
                 raise

@@ -1,0 +1,77 @@
+"""Where a build's time goes: seconds spent emitting (passes and Triton source), compiling (Triton, in the compile
+workers or at a candidate's first launch), timing candidates and verifying, for the tuner's progress bar and
+``FusedKernel.build_phases``.
+
+A build opens a :func:`recording`; the code doing each kind of work wraps it in :func:`phase`. Phases nest (a
+candidate's first launch compiles inside the timing loop): the inner phase's time is not counted in the outer one's,
+so the phases add up to at most the build's wall time. Outside a recording, :func:`phase` only runs its body.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+PHASES = ("emit", "compile", "time", "verify")
+
+
+class PhaseClock:
+    """Seconds per phase of one build, each counted exclusively of the phases nested in it."""
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.open: list[str] = []
+        self.since = 0.0
+
+    def enter(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.open:
+            self.seconds[self.open[-1]] += now - self.since
+        self.open.append(name)
+        self.since = now
+
+    def leave(self) -> None:
+        now = time.perf_counter()
+        self.seconds[self.open.pop()] += now - self.since
+        self.since = now
+
+    def summary(self) -> str:
+        return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in self.seconds.items() if seconds >= 0.05)
+
+
+_CLOCK: ContextVar[PhaseClock | None] = ContextVar("amk_build_phases", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[PhaseClock]:
+    """Time the phases of the build run inside (a nested recording adds to the enclosing one)."""
+    clock = _CLOCK.get()
+    if clock is not None:
+        yield clock
+        return
+    clock = PhaseClock()
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    clock = _CLOCK.get()
+    if clock is None:
+        yield
+        return
+    clock.enter(name)
+    try:
+        yield
+    finally:
+        clock.leave()
+
+
+def current() -> PhaseClock | None:
+    """The recording in progress, if any (for the progress bar)."""
+    return _CLOCK.get()
