@@ -11,8 +11,11 @@ Conventions for code blocks in those files:
   driver ``python examples/tutorial_fusion_pass.py opt``). A block whose first line is ``// expect-error: MESSAGE``
   must instead fail verification with MESSAGE (``amk-opt --verify-diagnostics``); one whose first line starts with
   ``// no-parse`` is not checked.
-- ``--8<-- "path[:section]"`` lines (pymdownx.snippets) are expanded from the named file, as the site build does, so
-  the tutorial's code is the code of examples/tutorial_fusion_pass.py.
+- ``--8<-- "path[:section]"`` lines (pymdownx.snippets) are expanded from the named file, as the site build does.
+- a block right after a line ``<!-- inline copy of path[:section] ... -->`` holds that file's text (or the named
+  ``--8<-- [start:section]`` ... ``[end:section]`` part of it) inline, readable in the repository view, where a
+  snippet include is not; the test checks the copy against the file, so the two cannot drift apart. The tutorial's
+  code is the code of examples/tutorial_fusion_pass.py this way.
 
 The site itself is built with ``mkdocs build --strict`` (broken links and pages missing from the nav fail).
 """
@@ -20,6 +23,7 @@ The site itself is built with ``mkdocs build --strict`` (broken links and pages 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import re
 import subprocess
@@ -36,6 +40,7 @@ TUTORIAL_DRIVER = [sys.executable, str(REPO / "examples" / "tutorial_fusion_pass
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+-]*)(?P<info>[^`]*)$")
 SNIPPET = re.compile(r'^[ \t]*-{1,}8<-{1,}[ \t]+"(?P<target>[^"]+)"[ \t]*$')
+INLINE_COPY = re.compile(r"^[ \t]*<!--[ \t]*inline copy of[ \t]+(?P<target>\S+)")
 SECTION_MARKER = re.compile(r"-{1,}8<-{1,}[ \t]+\[[ \t]*(start|end)[ \t]*:[ \t]*([a-z][-_0-9a-z]*)[ \t]*\]")
 
 
@@ -46,6 +51,7 @@ class CodeBlock:
     lang: str
     info: str
     text: str
+    copy_of: str | None = None  # ``path[:section]`` when the block is an inline copy of (part of) that file
 
     @property
     def where(self) -> str:
@@ -90,8 +96,10 @@ def code_blocks(path: Path) -> list[CodeBlock]:
         while index < len(lines) and not (lines[index].strip().startswith(fence) and lines[index].strip() == fence[0] * len(lines[index].strip())):
             body.append(lines[index][len(indent):] if lines[index].startswith(indent) else lines[index].lstrip())
             index += 1
+        opening = index - len(body) - 1
+        copy = INLINE_COPY.match(lines[opening - 1]) if opening > 0 else None
         blocks.append(CodeBlock(path, index - len(body), match.group("lang"), match.group("info").strip(),
-                                expand_snippets("\n".join(body))))
+                                expand_snippets("\n".join(body)), copy.group("target") if copy else None))
         index += 1
     return blocks
 
@@ -243,12 +251,32 @@ def test_mlir_blocks_parse():
     assert not failures, "\n\n".join(failures)
 
 
+def _inline_copies() -> list[CodeBlock]:
+    return [block for path in DOC_FILES for block in code_blocks(path) if block.copy_of]
+
+
+def _without_end_blank_lines(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+@pytest.mark.parametrize("block", _inline_copies(), ids=lambda block: f"{block.where}:{block.copy_of}")
+def test_inline_copy_matches_its_file(block):
+    """A code block marked ``<!-- inline copy of path[:section] -->`` is exactly that text of the file (blank lines at
+    either end aside): edit the file and the page together."""
+    expected = _without_end_blank_lines(snippet(block.copy_of))
+    actual = _without_end_blank_lines(block.text)
+    if actual != expected:
+        diff = "\n".join(difflib.unified_diff(expected.splitlines(), actual.splitlines(), block.copy_of, block.where,
+                                              lineterm=""))
+        raise AssertionError(f"the block at {block.where} differs from {block.copy_of}:\n{diff}")
+
+
 def test_tutorial_text_is_the_example_file():
     """Following the tutorial's code blocks in order reproduces examples/tutorial_fusion_pass.py exactly."""
     page = REPO / "docs" / "tutorial-fusion-pass.md"
-    targets = [m.group("target") for line in page.read_text().splitlines()
-               if (m := SNIPPET.match(line)) and m.group("target").startswith("examples/tutorial_fusion_pass.py:")]
-    assert targets, "the tutorial includes no section of examples/tutorial_fusion_pass.py"
+    targets = [block.copy_of for block in code_blocks(page)
+               if block.copy_of and block.copy_of.startswith("examples/tutorial_fusion_pass.py:")]
+    assert targets, "the tutorial holds no inline copy of a section of examples/tutorial_fusion_pass.py"
 
     def squeeze(text: str) -> str:  # blank lines between sections do not count
         return re.sub(r"\n{2,}", "\n", text.strip())
