@@ -26,14 +26,18 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from amk.runtime import sources_cache_directory
+
 log = logging.getLogger("amk")
 
 # One compile job: the emitted source, the kernel's name, and each launch argument's (shape, torch dtype name).
 Job = tuple[str, str, list[tuple[tuple[int, ...], str]]]
 
 
-def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str]]) -> None:
-    """Compile one emitted kernel into Triton's cache, without running it.
+def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str]],
+                           cache_directory: str | None = None) -> None:
+    """Compile one emitted kernel into Triton's cache, without running it (its source is written under
+    ``cache_directory``, the build's, as in the tuning process).
 
     The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
     exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``.
@@ -43,7 +47,7 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
     from amk.runtime import load_source
 
-    module = load_source(source, name)
+    module = load_source(source, name, cache_directory)
     # Every launch of the module (a kernel may have a second one after a relaunch) compiles instead of running.
     jits = {attr: value for attr, value in vars(module).items()
             if attr.endswith("_kernel") and isinstance(value, JITFunction)}
@@ -66,14 +70,14 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
 
 def serve(requests, replies) -> None:
-    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "triton_cache": dir}``),
-    one JSON reply per line (``{"error": null}`` or the error's text)."""
+    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "triton_cache": dir,
+    "cache_directory": dir}``), one JSON reply per line (``{"error": null}`` or the error's text)."""
     for line in requests:
         request = json.loads(line)
         if request.get("triton_cache"):
             os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]
         try:
-            compile_without_launch(*request["job"])
+            compile_without_launch(*request["job"], request.get("cache_directory"))
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
@@ -96,11 +100,11 @@ class _Worker:
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
 
-    def request(self, job: Job) -> str | None:
-        """Compile ``job``; the error's text if it did not compile."""
+    def request(self, job: Job, cache_directory: str | None) -> str | None:
+        """Compile ``job`` (its source written under ``cache_directory``); the error's text if it did not compile."""
+        request = {"job": job, "triton_cache": os.environ.get("TRITON_CACHE_DIR"), "cache_directory": cache_directory}
         try:
-            self.process.stdin.write(json.dumps({"job": job, "triton_cache": os.environ.get("TRITON_CACHE_DIR")})
-                                     + "\n")
+            self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
             line = self.process.stdout.readline()
         except (BrokenPipeError, OSError) as error:
@@ -153,6 +157,7 @@ class CompileWorkers:
         self.start()
         if not self.workers:
             return [None] * len(jobs)
+        cache_directory = sources_cache_directory()  # read here: the threads below do not see this context
         idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         for worker in self.workers:
             idle.put(worker)
@@ -162,7 +167,7 @@ class CompileWorkers:
                 return None
             worker = idle.get()
             try:
-                return worker.request(job)
+                return worker.request(job, cache_directory)
             except WorkerDied as error:
                 self._give_up(f"a compile worker stopped ({error})")
                 return None

@@ -91,6 +91,12 @@ def sources_under(cache_directory: str | os.PathLike | None):
         _SOURCE_CACHE_DIRECTORY.reset(token)
 
 
+def sources_cache_directory() -> str | None:
+    """The cache directory :func:`sources_under` set in this thread or task (None: the default one)."""
+    directory = _SOURCE_CACHE_DIRECTORY.get()
+    return None if directory is None else os.fspath(directory)
+
+
 def source_directory(cache_directory: str | os.PathLike | None = None) -> Path:
     """Where emitted sources are written (Triton needs a real file to read a kernel's source): ``sources/`` in
     ``cache_directory``, else in the one :func:`sources_under` set, else in the default cache directory; or a
@@ -129,6 +135,7 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     if loaded is not None:
         return loaded
     path = directory / f"{module_name}.py"
+    temporary = None
     try:
         if not path.exists() or path.read_text() != source:
             handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{module_name}.", suffix=".tmp")
@@ -136,6 +143,8 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
                 stream.write(source)
             os.replace(temporary, path)
     except OSError:  # an unwritable cache directory: a private temporary directory serves as well
+        if temporary is not None and os.path.exists(temporary):  # a full disk: leave no partial file behind
+            os.unlink(temporary)
         path = _fallback_source_directory() / f"{module_name}.py"
         path.write_text(source)
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -40,8 +40,10 @@ STRATEGIES = ("exhaustive", "random", "bayesian")
 class TunerConfig:
     """How to search for the fastest configuration of each kernel.
 
-    ``search_budget``: most candidates to time; ``warmup_runs`` / ``measure_runs``: launches per candidate before and
-    while timing; ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
+    ``search_budget``: most candidates to time in the search (the strategy's heuristic and the configurations that won
+    before on this device class come first; the fastest three are then timed in their persistent / TMA variants and
+    against each other); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
+    while timing (a candidate 30% slower than the best after five launches is not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, also build the chain with the
     matmul left to the vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``),
     time both programs and keep the faster (``amk.build_fused_kernel``; ``amk.compile`` keeps its kernels fused);
@@ -51,7 +53,7 @@ class TunerConfig:
     does not exist yet (it is created); ``strategy``: one of ``exhaustive``, ``random`` or ``bayesian``.
     """
 
-    search_budget: int = 32
+    search_budget: int = 16
     warmup_runs: int = 10
     measure_runs: int = 30
     enable_warp_specialization: bool = False
@@ -253,38 +255,75 @@ def config_key(config: KernelConfig) -> str:
 
 
 def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0,
-            keep_first: bool = False) -> list[KernelConfig]:
-    """``budget`` of the candidates (all of them when exhaustive), at random; ``keep_first`` keeps the first."""
+            keep_first: int = 0) -> list[KernelConfig]:
+    """``budget`` of the candidates (all of them when exhaustive), at random; the first ``keep_first`` are kept."""
     if len(candidates) <= budget or strategy == "exhaustive":
         return candidates if strategy == "exhaustive" else candidates[:budget]
-    rng = random.Random(seed)
-    if keep_first:
-        return candidates[:1] + rng.sample(candidates[1:], budget - 1)
-    return rng.sample(candidates, budget)
+    kept = candidates[:min(keep_first, budget)]
+    return kept + random.Random(seed).sample(candidates[len(kept):], budget - len(kept))
 
 
 GRAPH_TIMING_BELOW_MS = 0.05
+EARLY_STOP_FACTOR = 1.3
+
+# Configurations that won on Hopper (the H200) in the committed benchmark runs, timed right after the strategy's
+# heuristic so that a small search budget still sees them; each applies over the heuristic's other parameters and
+# only where the search space holds it. Tile-grid GEMMs with an epilogue (A, B, C and G's fused programs:
+# benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G) and the row_resident pass after a
+# vendor GEMM (-vendor-gemm-AC, -vendor-gemm-G).
+HOPPER_PRIORS: dict[str, list[dict[str, int]]] = {
+    "gemm": [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
+             dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+             dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5)],
+    "chunk_recompute": [dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, SPLIT_N=4, num_warps=8, num_stages=3)],
+    "row_resident": [dict(BLOCK_M=1, num_warps=4), dict(BLOCK_M=1, num_warps=8), dict(BLOCK_M=2, num_warps=16)],
+}
 
 
-def measure(fn, warmup: int, runs: int) -> float:
+def priors(strategy: str, has_dot: bool, limits: DeviceLimits) -> list[dict[str, int]]:
+    """The configurations to time first after the heuristic for a kernel of ``strategy`` on this device."""
+    if not limits.tma:  # no prior measured elsewhere than on Hopper
+        return []
+    if strategy in HOPPER_PRIORS:
+        return HOPPER_PRIORS[strategy]
+    return HOPPER_PRIORS["gemm"] if has_dot and strategy not in ("skinny_m", "split_k") else []
+
+
+# Warm-up launches stop once they have run this long (a 7 ms GEMM needs no ten warm-up launches).
+WARMUP_MS = 25.0
+# A candidate whose first EARLY_STOP_RUNS timed launches have a median above the bound it was given stops there.
+EARLY_STOP_RUNS = 5
+
+
+def measure(fn, warmup: int, runs: int, give_up_above: float | None = None) -> float:
     """Median milliseconds of ``fn`` over ``runs`` launches timed with CUDA events, flushing L2 before each.
+
+    Up to ``warmup`` launches run first, fewer when they take over ``WARMUP_MS`` together. With ``give_up_above``
+    (ms), a candidate clearly slower than that after ``EARLY_STOP_RUNS`` launches is not timed further: its median
+    so far is returned (the search only needs to know that it lost).
 
     A kernel faster than ``GRAPH_TIMING_BELOW_MS`` (decode shapes) is timed again as replays of a captured CUDA
     graph, as it runs in a decode step: with a flush and a host launch before each event pair, the launch latency
     and the cold L2 dominate a ~10 us measurement and rank configurations by what they do not control.
     """
     with phase("time"):
-        return _measure(fn, warmup, runs)
+        return _measure(fn, warmup, runs, give_up_above)
 
 
-def _measure(fn, warmup: int, runs: int) -> float:
+def _measure(fn, warmup: int, runs: int, give_up_above: float | None) -> float:
+    import time
+
     import torch
 
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    started = time.perf_counter()
     for _ in range(warmup):
         fn()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - started) * 1e3 > WARMUP_MS:
+            break
     times = []
-    for _ in range(runs):
+    for run in range(runs):
         flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -292,6 +331,10 @@ def _measure(fn, warmup: int, runs: int) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
+        if give_up_above is not None and run + 1 == EARLY_STOP_RUNS and statistics.median(times) > give_up_above:
+            log.info("stopped timing after %d launches: %.4f ms against the best %.4f", run + 1,
+                     statistics.median(times), give_up_above / EARLY_STOP_FACTOR)
+            return statistics.median(times)
     median = statistics.median(times)
     if median < GRAPH_TIMING_BELOW_MS:
         import triton.testing
@@ -370,7 +413,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     # Switches (persistent, TMA, ...) refine the best tile shapes instead of multiplying the space searched.
     switches = {key: values for key, values in space.items() if key in SWITCHES and len(values) > 1}
     fresh = unseen(grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic))
-    _search(fresh, settings, build_and_run, trials, prepare, batch, first=heuristic)
+    _search(fresh, settings, build_and_run, trials, prepare, batch,
+            [heuristic, *(replace(heuristic, **prior) for prior in priors(strategy, has_dot, limits))])
     if switches:
         _refine(trials, switches, unseen, settings, build_and_run, prepare)
     _final_round(trials, settings, build_and_run)
@@ -428,7 +472,8 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> N
         log.info("finalist %s: %.4f ms", trial.config.user_view(), trial.time_ms)
 
 
-def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial]) -> float | None:
+def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial],
+              give_up_above: float | None = None) -> float | None:
     try:
         launch, check = build_and_run(config)
         with phase("compile"):  # unless a compile worker did it, the first launch compiles
@@ -439,7 +484,7 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
             trials.append(Trial(config, "wrong", detail=problem))
             log.info("config %s gives wrong results: %s", config.user_view(), problem)
             return None
-        elapsed = measure(launch, settings.warmup_runs, settings.measure_runs)
+        elapsed = measure(launch, settings.warmup_runs, settings.measure_runs, give_up_above)
     except Exception as error:  # compile failures and out-of-resources are expected for some configurations
         trials.append(Trial(config, "failed", detail=f"{type(error).__name__}: {str(error)[:300]}"))
         log.info("config %s failed: %s", config.user_view(), error)
@@ -450,18 +495,19 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
 
 
 def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial], prepare,
-            batch: int, first: KernelConfig | None = None) -> None:
-    """Time up to the search budget of ``viable``, starting with ``first`` (the strategy's default configuration,
-    the measured best of its kind) when it is among them."""
+            batch: int, firsts: Sequence[KernelConfig] = ()) -> None:
+    """Time up to the search budget of ``viable``, starting with ``firsts`` (the strategy's default configuration and
+    the configurations that won before on this device class) where they are among them. A candidate clearly slower
+    than the best so far (``EARLY_STOP_FACTOR``) is not timed to the end."""
     budget = settings.search_budget
-    keep_first = first in viable
-    if keep_first:
-        viable = [first] + [config for config in viable if config != first]
+    leading = [config for config in dict.fromkeys(firsts) if config in viable]
+    viable = leading + [config for config in viable if config not in leading]
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
 
     def evaluate(config: KernelConfig) -> float | None:
-        elapsed = _time_one(config, settings, build_and_run, trials)
+        elapsed = _time_one(config, settings, build_and_run, trials,
+                            best[0] * EARLY_STOP_FACTOR if best[0] < math.inf else None)
         if elapsed is not None and elapsed < best[0]:
             best[0] = elapsed
         clock = build_phases.current()
@@ -471,20 +517,20 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         return elapsed
 
     if settings.strategy == "bayesian" and len(viable) > budget:
-        _bayesian(viable, budget, evaluate, prepare, batch, keep_first)
+        _bayesian(viable, budget, evaluate, prepare, batch, len(leading))
     else:
-        chosen = _select(viable, budget, settings.strategy, keep_first=keep_first)
+        chosen = _select(viable, budget, settings.strategy, keep_first=len(leading))
         prepare(chosen)
         for config in chosen:
             evaluate(config)
     progress.close()
 
 
-def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int, keep_first: bool = False) -> None:
+def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int, keep_first: int = 0) -> None:
     """Model-guided search with optuna's TPE sampler over the viable configurations' parameters.
 
     Candidates are asked ``batch`` at a time (TPE's constant liar keeps pending ones apart), prepared together, then
-    timed one by one; ``keep_first`` enqueues the first viable configuration as the study's first trial.
+    timed one by one; the first ``keep_first`` viable configurations are enqueued as the study's first trials.
     """
     try:
         import optuna
@@ -500,8 +546,8 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     by_key = {tuple(c.as_dict().values()): c for c in viable}
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.TPESampler(seed=0, constant_liar=batch > 1))
-    if keep_first:
-        study.enqueue_trial({key: getattr(viable[0], key) for key in values})
+    for config in viable[:min(keep_first, budget)]:
+        study.enqueue_trial({key: getattr(config, key) for key in values})
     seen: dict[tuple, float] = {}
     wanted = min(budget, len(viable))
     while len(seen) < wanted and len(study.trials) <= 20 * budget:

@@ -46,15 +46,16 @@ def assert_correct(kernel):
     torch.testing.assert_close(kernel(*xs), expected(xs), rtol=1e-5, atol=1e-5)
 
 
-# A build in a fresh process. Library imports happen before the clock starts (amk first: it sets TRITON_INTERPRET
-# before triton loads); the collector is off around the timed call in both processes, so that a collection landing
-# in one of them does not decide the comparison.
+# A build in a fresh process. Library imports (and the CUDA context, on a GPU) happen before the clock starts (amk
+# first: it sets TRITON_INTERPRET before triton loads); the collector is off around the timed call in both processes,
+# so that a collection landing in one of them does not decide the comparison.
 BUILD_SCRIPT = textwrap.dedent("""
     import gc, json, os, sys, time
     import torch
     from amk.api import build_fused_kernel
     from amk.runtime import default_device
     import triton  # noqa: F401
+    torch.empty(0, device=default_device())  # on a GPU, the CUDA context is made before the clock starts too
     barrier = os.environ.get("BARRIER")
     if barrier:  # start building together with the other processes
         open(os.path.join(barrier, str(os.getpid())), "w").close()
@@ -266,16 +267,22 @@ def _cache_warnings(caught):
 
 
 def test_a_cache_path_that_is_a_file_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
+    """AMK_CACHE_DIR naming a file (a TunerConfig.target_cache_dir naming one is refused up front)."""
     monkeypatch.setattr(cache, "_WARNED", False)
     root = tmp_path / "a-file"
     root.write_text("not a directory")
     other = tmp_path / "another-file"
     other.write_text("not a directory")
+
+    def build_under(path):
+        monkeypatch.setenv("AMK_CACHE_DIR", str(path))
+        return amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first = build(root)
-        second = build(root)
-        third = build(other)
+        first = build_under(root)
+        second = build_under(root)
+        third = build_under(other)
     assert len(_cache_warnings(caught)) == 1
     assert not first.cache_hit and second.cache_hit and not third.cache_hit
     for kernel in (first, second, third):
@@ -350,7 +357,7 @@ def fake_timer(monkeypatch):
         calls.append(config)
         return (lambda: config), (lambda: None)
 
-    monkeypatch.setattr(amk.tuner, "measure", lambda launch, warmup, runs: launch().BLOCK_M / 100 + launch().BLOCK_N / 1e4)
+    monkeypatch.setattr(amk.tuner, "measure", lambda launch, warmup, runs, give_up_above=None: launch().BLOCK_M / 100 + launch().BLOCK_N / 1e4)
     return calls, build_and_run
 
 

@@ -69,3 +69,18 @@ def test_no_workers_compile_nothing():
     pool = CompileWorkers(0)
     assert pool.compile([("x = 1\n", "first", [])]) == [None]
     assert pool.workers == []
+
+
+def test_workers_write_sources_under_the_builds_cache_directory(tmp_path, monkeypatch):
+    from amk.runtime import sources_under
+
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path / "default"))
+    pool = CompileWorkers(1)
+    try:
+        with sources_under(tmp_path / "build"):
+            (error,) = pool.compile([("x = 1\n", "placed", [])])
+    finally:
+        pool.close()
+    assert "launch" in error  # the worker loaded the source (which defines no launcher)
+    assert [p.name.startswith("amk_generated_placed_") for p in (tmp_path / "build" / "sources").iterdir()] == [True]
+    assert not (tmp_path / "default").exists()

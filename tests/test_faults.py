@@ -152,7 +152,7 @@ class Harness:
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    def measure(fn, warmup, runs):
+    def measure(fn, warmup, runs, give_up_above=None):
         fn()
         return measure.times.pop(0) if measure.times else 1.0
 

@@ -34,7 +34,7 @@ def row_resident_kernel(columns: int = 8192):
 def timed(monkeypatch):
     """Every candidate 'runs' in a time that favours few rows per program."""
     launched = []
-    monkeypatch.setattr(amk.tuner, "measure", lambda fn, warmup, runs: (fn(), launched[-1].BLOCK_M + 1.0)[1])
+    monkeypatch.setattr(amk.tuner, "measure", lambda fn, warmup, runs, give_up_above=None: (fn(), launched[-1].BLOCK_M + 1.0)[1])
     hopper = amk.tuner.DeviceLimits("H200", 227 * 1024, 132, tma=True)
     monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: hopper))
 

@@ -49,7 +49,7 @@ class Recorder:
 @pytest.fixture
 def clock(monkeypatch):
     """Candidates 'run' in a time that favours BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4."""
-    def measure(fn, warmup, runs):
+    def measure(fn, warmup, runs, give_up_above=None):
         fn()
         config = Recorder.launched
         return (abs(config.BLOCK_M - 32) + abs(config.BLOCK_N - 64) + abs(config.BLOCK_K - 32)
@@ -169,7 +169,7 @@ def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatc
     true_time = {16: 2.5, 32: 2.0, 64: 3.0}
     seen: set = set()
 
-    def measure(fn, warmup, runs):
+    def measure(fn, warmup, runs, give_up_above=None):
         fn()
         config = Recorder.launched
         key = config_key(config)
@@ -193,7 +193,7 @@ def test_switches_refine_the_finalists_instead_of_multiplying_the_search(monkeyp
     hopper = amk.tuner.DeviceLimits("H200", 1 << 20, 132, tma=True)
     monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: hopper))
 
-    def measure(fn, warmup, runs):
+    def measure(fn, warmup, runs, give_up_above=None):
         fn()
         config = Recorder.launched
         return (abs(config.BLOCK_M - 32) + 2 * abs(config.BLOCK_N - 64) + 1.0 - 0.5 * config.PERSISTENT

@@ -1,0 +1,70 @@
+"""The search times the strategy's heuristic first, then the configurations that won before on the device class
+(where the space holds them), and stops timing candidates that are clearly slower than the best so far."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import amk
+from amk.lowering.tile import TilePass
+from amk.oplist import build_module
+from amk.passes.fuse import FusePass
+from amk.pipeline import heuristic_config, make_context
+from amk.tuner import EARLY_STOP_FACTOR, HOPPER_PRIORS, DeviceLimits, TunerConfig, tune
+
+
+def gemm_kernel():
+    module = build_module(["matmul", "add_bias", "relu"], [(4096, 4096), (4096, 4096), (4096,)], torch.float16)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert kernel.strategy.data == "tile2d"
+    return kernel
+
+
+@pytest.fixture
+def timings(monkeypatch):
+    """Fake timing on a fake device: returns the list of (config, give_up_above) in the order candidates ran."""
+    runs: list = []
+    launched: list = []
+
+    def measure(fn, warmup, runs_count, give_up_above=None):
+        fn()
+        runs.append((launched[-1], give_up_above))
+        return 1.0 + launched[-1].BLOCK_M / 64 + launched[-1].num_stages / 10
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: None)
+    return runs, (lambda config: ((lambda: launched.append(config)), (lambda: None)))
+
+
+@pytest.mark.parametrize("search", ["bayesian", "random"])
+def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypatch, timings, search):
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    runs, build_and_run = timings
+    kernel = gemm_kernel()
+    heuristic = heuristic_config(kernel)
+    tune(kernel, TunerConfig(strategy=search, search_budget=8), None, heuristic, build_and_run)
+    order = [config for config, _ in runs]
+    expected = [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in HOPPER_PRIORS["gemm"]]
+    assert order[:len(expected)] == expected
+
+
+def test_no_priors_where_none_were_measured(monkeypatch, timings):
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("A100", 164 * 1024, 108)))
+    assert amk.tuner.priors("tile2d", True, DeviceLimits.current()) == []
+
+
+def test_candidates_are_timed_against_the_best_so_far(monkeypatch, timings):
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    runs, build_and_run = timings
+    kernel = gemm_kernel()
+    tune(kernel, TunerConfig(strategy="exhaustive", search_budget=4), amk.tuner.validate_grid(
+        {"BLOCK_SIZE_M": [64, 128], "num_stages": [3, 4]}), heuristic_config(kernel), build_and_run)
+    assert runs[0][1] is None  # the first candidate has nothing to beat
+    bounds = [bound for _, bound in runs[1:]]
+    first_time = 1.0 + runs[0][0].BLOCK_M / 64 + runs[0][0].num_stages / 10
+    assert bounds[0] == pytest.approx(first_time * EARLY_STOP_FACTOR)
+    assert all(later <= earlier for earlier, later in zip(bounds, bounds[1:]))  # the best only improves
