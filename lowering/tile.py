@@ -296,8 +296,9 @@ class KernelLowering:
         return results
 
     def load_whole_a(self) -> None:
-        """This launch's A tile: the program's rows over all of K (padded to a power of two), loaded once."""
-        k_tile = str(next_power_of_two(self.plan.contraction.value))
+        """This launch's A tile: the program's rows over all of K (padded to a power of two, at least 16: a GPU's
+        ``tl.dot`` refuses K < 16), loaded once."""
+        k_tile = str(max(16, next_power_of_two(self.plan.contraction.value)))
         at = ColumnTile(self.plan.main, self.row_offset, Dim(0), k_tile)
         self.whole_a = self.load(self.plan.matmul.lhs, FULL, at, upcast=False)
 

@@ -258,7 +258,9 @@ def test_concurrent_builders_all_succeed_and_leave_one_valid_entry(tmp_path):
     assert len(keys) == 1
     entries = list((root / "entries").iterdir())
     assert [e.name for e in entries] == list(keys)
-    assert sorted(p.name for p in entries[0].iterdir()) == ["entry.json", "ir.json", "kernel_fused_0.py"]
+    # (on a GPU the entry also holds Triton's binaries of its kernels, in triton/)
+    assert sorted(p.name for p in entries[0].iterdir() if p.name != "triton") == ["entry.json", "ir.json",
+                                                                                  "kernel_fused_0.py"]
     assert cache.Store(root).load(keys.pop()) is not None
 
 

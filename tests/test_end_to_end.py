@@ -558,3 +558,15 @@ def test_split_k_from_the_configuration_is_the_one_launched(split_k):
     kernel, _ = run_chain(ops, shapes, FP32, grid={"SPLIT_K": [split_k]})
     assert kernel.config["SPLIT_K"] == split_k
     assert f"SPLIT_K={split_k}," in kernel.source
+
+
+@pytest.mark.parametrize("ops, shapes", [
+    (["matmul", "layernorm"], [(6, 8), (8, 127)]),
+    (["matmul", "softmax"], [(33, 8), (8, 100)]),
+    (["matmul", "add", "rmsnorm"], [(9, 5), (5, 48), (9, 48)]),
+], ids=["layernorm-K8", "softmax-K8", "rmsnorm-K5"])
+def test_a_contraction_shorter_than_16_loaded_whole(ops, shapes):
+    """Regression (GPU): a row reduction after a matmul whose whole K (8) is one tile emitted ``tl.dot`` on a K of 8,
+    which Triton compiles for a GPU only from 16 ("K >= 16"); the tile is padded to 16 (masked) now."""
+    kernel, _ = run_chain(ops, shapes, FP32)
+    assert "tl.arange(0, 8)" not in kernel.source and "tl.arange(0, 4)" not in kernel.source

@@ -550,6 +550,7 @@ def test_read_only_directory_still_serves_existing_entries(tmp_path, monkeypatch
     root = tmp_path / "shipped"
     kernel = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False,
                                     tuner_config=TunerConfig(target_cache_dir=root))
+    kernel(*inputs())  # on a GPU, Triton compiles at the first launch, into the entry's folder: filled earlier too
     before = sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file())
     monkeypatch.setattr(cache, "_STORES", {})  # a new process
     real_open = os.open

@@ -185,7 +185,7 @@ def test_masked_attention_rows(dtype, grid):
     ops = ["matmul", ("scale", {"factor": 0.5}), "add", "softmax"]
     kernel, out = check_special(ops, [(rows, head), (head, cols), (rows, cols)], dtype, [q, k, mask], grid=grid)
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1:]).all()
-    assert torch.allclose(out[1:].sum(-1), torch.ones(rows - 1, dtype=torch.float64), atol=5e-3)
+    assert torch.allclose(out[1:].sum(-1), torch.ones(rows - 1, dtype=torch.float64, device=out.device), atol=5e-3)
     check_special(["add", "softmax"], [(rows, cols), (rows, cols)], dtype, [q @ k, mask], grid=grid)
     check_special(["add", "logsumexp"], [(rows, cols), (rows, cols)], dtype, [q @ k, mask], grid=grid)
 
