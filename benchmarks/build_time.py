@@ -28,7 +28,7 @@ import amk
 from amk.benchmarking import environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import WORKLOADS, make_inputs, relative_error  # noqa: E402
+from workloads import WORKLOADS, make_inputs, relative_error  # noqa: E402
 
 EXAMPLE3_TUNER = dict(search_budget=40, warmup_runs=15, measure_runs=40, enable_warp_specialization=True)
 EXAMPLE3_GRID = {"BLOCK_SIZE_M": [32, 64, 128], "BLOCK_SIZE_N": [64, 128, 256], "BLOCK_SIZE_K": [32, 64],

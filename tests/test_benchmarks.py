@@ -1,9 +1,14 @@
 """The benchmark suite runs end to end on the CPU (tiny shapes, Triton's interpreter) and re-renders committed
-results; the GPU figures themselves live in benchmarks/results/."""
+results; the GPU figures themselves live in benchmarks/results/. The folder's layout is checked: the suite and the
+shared ``workloads`` module at the top, the probes under benchmarks/probes/ importing only ``workloads``, and every
+results file cited somewhere in the repository."""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +18,10 @@ import torch
 from conftest import DEVICE
 
 REPO = Path(__file__).resolve().parent.parent
-RUN = REPO / "benchmarks" / "run.py"
+BENCHMARKS = REPO / "benchmarks"
+PROBES = BENCHMARKS / "probes"
+RUN = BENCHMARKS / "run.py"
+SCRIPTS = sorted([*BENCHMARKS.glob("*.py"), *PROBES.glob("*.py")])
 
 
 def run_suite(*args: str) -> subprocess.CompletedProcess:
@@ -48,19 +56,79 @@ def test_extra_shapes_run_each_family_at_two_more_shapes(tmp_path):
     assert all(r["errors"]["amk"][0] < 1e-2 for r in results)
 
 
-def test_every_diagnostic_script_documents_its_command_line():
-    """Each script of benchmarks/ imports (the GPU-only diagnostics too) and prints its usage."""
-    for script in sorted((REPO / "benchmarks").glob("*.py")):
+def test_every_script_documents_its_command_line():
+    """Each script of benchmarks/ and benchmarks/probes/ imports (the GPU-only diagnostics too) and prints its usage."""
+    scripts = [script for script in SCRIPTS if script.name != "workloads.py"]
+    assert {"run.py", "build_time.py", "kernel_times.py"} <= {script.name for script in scripts}
+    for script in scripts:
         result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and "usage:" in result.stdout, (script.name, result.stderr[-500:])
 
 
+def test_scripts_import_the_shared_workloads_module_and_no_other_script():
+    """What scripts share lives in benchmarks/workloads.py: no script imports run.py or a probe."""
+    local = {script.stem for script in SCRIPTS} - {"workloads"}
+    for script in SCRIPTS:
+        for node in ast.walk(ast.parse(script.read_text())):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            assert not local & {module.split(".")[0] for module in modules if module}, (script.name, modules)
+
+
+def citing_text() -> str:
+    """Every tracked text file of the repository outside benchmarks/results/, joined."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    texts = []
+    for name in tracked.split("\0"):
+        path = REPO / name
+        if name and not name.startswith("benchmarks/results/") and path.is_file():
+            try:
+                texts.append(path.read_text())
+            except (OSError, UnicodeDecodeError):
+                continue
+    return "\n".join(texts)
+
+
+def is_cited(name: str, text: str, citations: set[str]) -> bool:
+    """``name`` (``2026-11-30-h200-sweep-G.json``) is cited by its file name or stem, or, in backticks, by its stem
+    without the date and machine (``-sweep-G``, the notes' shorthand) or a pattern of either (``-sweep-G*``)."""
+    stem = name.split(".")[0]
+    short = re.sub(r"^\d{4}-\d{2}-\d{2}-[a-z0-9]+-", "", stem)
+    if name in text or re.search(rf"{re.escape(stem)}(?![\w-])", text):
+        return True
+    for citation in citations:
+        pattern = citation.split(".")[0]
+        if fnmatch.fnmatchcase(stem, pattern) or (pattern.startswith("-") and fnmatch.fnmatchcase(short, pattern[1:])):
+            return True
+    return False
+
+
+def test_every_results_file_is_cited_in_the_repository():
+    """benchmarks/results/ keeps only what the README, the docs, the notes, code or tests cite; the rest lives in git
+    history (``git log --diff-filter=D -- benchmarks/results/`` lists what left)."""
+    text = citing_text()
+    citations = set(re.findall(r"`([^`\s]+)`", text))
+    uncited = [path.name for path in sorted((BENCHMARKS / "results").iterdir())
+               if not is_cited(path.name, text, citations)]
+    assert not uncited, f"results files that nothing outside benchmarks/results/ cites: {uncited}"
+
+
+def test_the_citation_rule_reads_the_notes_shorthand():
+    citations = {"-sweep-G*-chunk", "-decode-floor*", "-host-overhead-2.json"}
+    assert is_cited("2026-11-30-h200-sweep-G2-chunk.json", "", citations)
+    assert is_cited("2026-11-30-h200-decode-floor-3.json", "", citations)
+    assert is_cited("2026-11-30-h200-host-overhead-2.json", "", citations)
+    assert not is_cited("2026-11-30-h200-host-overhead-3.json", "see 2026-11-30-h200-host-overhead-30", citations)
+    assert not is_cited("2026-11-30-h200-sweep-G-chunk-2.json", "", citations)
+    assert is_cited("2026-11-30-h200-ncu-ACG.json", "(`2026-11-30-h200-ncu-ACG`)", set())
+
+
 def test_kernel_times_reads_a_fixed_configuration_and_its_merge_chunk():
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path.insert(0, str(PROBES))
     try:
         from kernel_times import parse_config
     finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+        sys.path.remove(str(PROBES))
     config, merge_chunk = parse_config("128x256x64:w8s4:m16")
     assert (config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_warps, config.num_stages) == (128, 256, 64, 8, 4)
     assert merge_chunk == 16
@@ -74,19 +142,19 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
              ("chunk_recompute_probe.py", ["--variants", "1,0"], "a comma-separated list of 1, 2 and 3"),
              ("ncu_profile.py", ["--workloads", "A,F"], "no tuned amk configuration of workload(s) F")]
     for script, args, message in cases:
-        result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True,
+        result = subprocess.run([sys.executable, str(PROBES / script), *args], capture_output=True,
                                 text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr, (script, args, result.stderr[-300:])
 
 
 def test_the_chunk_recompute_probe_computes_the_softmax():
-    """The hand-written two-launch kernel of benchmarks/chunk_recompute_probe.py, with and without the next tile's
+    """The hand-written two-launch kernel of benchmarks/probes/chunk_recompute_probe.py, with and without the next tile's
     product issued ahead, with pointer and tensor-descriptor loads, at chunk shapes that leave a short last chunk, against float64 (where kernels run: the GPU, or the CPU interpreter)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path.insert(0, str(PROBES))
     try:
         from chunk_recompute_probe import SCALE, ChunkRecompute
     finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+        sys.path.remove(str(PROBES))
     generator = torch.Generator().manual_seed(0)
     q, k = torch.randn(48, 32, generator=generator).to(DEVICE), torch.randn(32, 200, generator=generator).to(DEVICE)
     expected = torch.softmax((q.double() @ k.double()) * SCALE, -1)

@@ -1,7 +1,7 @@
 """Diagnostic: softmax(q @ k * scale) (workload G) as one persistent kernel that normalizes each tile a few tile
 steps after computing it, while its row strip is still in L2.
 
-    python benchmarks/trailing_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
+    python benchmarks/probes/trailing_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
 
 What this measures before the compiler builds it. amk's tile_stats runs G in two launches: the first stores the
 pre-normalization logits and each tile's row statistics, the second merges the statistics and re-reads the logits
@@ -18,12 +18,17 @@ reference first; torch.compile, eager and amk's own kernel run in the same proce
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import triton
 import triton.language as tl
-from run import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe
 
 from amk.benchmarking import time_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

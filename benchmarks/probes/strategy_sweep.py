@@ -1,6 +1,6 @@
 """Diagnostic: each row-reduction strategy of one workload, tuned on its own, then timed as a whole program.
 
-    python benchmarks/strategy_sweep.py --workload G [--variant 3] --strategies row_strip,strip_recompute,tile_recompute:16 \
+    python benchmarks/probes/strategy_sweep.py --workload G [--variant 3] --strategies row_strip,strip_recompute,tile_recompute:16 \
         --grid BLOCK_SIZE_M=16,32,64 BLOCK_SIZE_N=128,256 --budget 24 --out benchmarks/results/<stem>.json
 
 ``strategy:N`` also sets amk-tile's ``merge_chunk=N`` (without it, the default). Each strategy
@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
-from run import WORKLOADS
 
 import amk
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module
 from amk.pipeline import compile_module
 from amk.symbolic import Dim
 from amk.tuner import autotune_chooser, default_space, validate_grid
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import WORKLOADS, save_rows  # noqa: E402
 
 KEY_OF_FIELD = {field: key for key, field in PARAMETER_KEYS.items()}
 

@@ -1,7 +1,7 @@
 """Diagnostic: hardware counters (Nsight Compute) of amk's kernels beside the cuBLAS GEMM alone — what bounds a
 missed target, read off the GPU rather than inferred from timings.
 
-    python benchmarks/ncu_profile.py --workloads A,C,G --out benchmarks/results/<stem>
+    python benchmarks/probes/ncu_profile.py --workloads A,C,G --out benchmarks/results/<stem>
 
 For each workload, amk's program is built as the suite's tuner chose it (the ``amk_config`` of the workload in the
 results files given by ``--results``, with the GEMM left to cuBLAS where ``amk_torch_ops`` says so), checked against
@@ -26,16 +26,18 @@ import tempfile
 from pathlib import Path
 
 import torch
-from run import WORKLOADS, make_inputs, relative_error
 
 from amk.benchmarking import environment
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module
 from amk.pipeline import compile_module
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import WORKLOADS, make_inputs, relative_error  # noqa: E402
+
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "WarpStateStats", "Occupancy",
             "LaunchStats", "MemoryWorkloadAnalysis")
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 DEFAULT_RESULTS = (str(RESULTS / "2026-11-30-h200-merge-all-AC.json"), str(RESULTS / "2026-11-30-h200-unrounded-G.json"))
 # Columns of ncu's raw page kept in the summary as they are.
 SUMMARY_METRICS = {

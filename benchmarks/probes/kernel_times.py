@@ -1,7 +1,7 @@
 """Diagnostic: where each contender's time goes, kernel by kernel (torch.profiler's CUDA activity).
 
-    python benchmarks/kernel_times.py --workloads A,C,G --budget 12 --out benchmarks/results/<stem>.json
-    python benchmarks/kernel_times.py --workloads A --configs 128x256x64:w8s4 128x128x64:w8s4 --out ...
+    python benchmarks/probes/kernel_times.py --workloads A,C,G --budget 12 --out benchmarks/results/<stem>.json
+    python benchmarks/probes/kernel_times.py --workloads A --configs 128x256x64:w8s4 128x128x64:w8s4 --out ...
 
 For each workload, in one process on the same inputs: amk (its kernels' launches, e.g. tile_stats' statistics launch
 and its finishing launch), torch.compile (default and ``max-autotune-no-cudagraphs``: its GEMM and the kernels
@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import torch
-from run import PEAK_BYTES, PEAK_FLOPS, WORKLOADS, make_inputs, relative_error, tensor_bytes
 
 import amk
-from amk.benchmarking import save_rows
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module
 from amk.pipeline import compile_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import PEAK_BYTES, PEAK_FLOPS, WORKLOADS, make_inputs, relative_error, save_rows, tensor_bytes  # noqa: E402
 
 
 def kernel_times(function, calls: int) -> dict[str, float]:

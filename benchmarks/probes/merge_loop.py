@@ -1,6 +1,6 @@
 """Diagnostic: how the second launch of tile_stats / tile_recompute merges each row's partial statistics.
 
-    python benchmarks/merge_loop.py --out benchmarks/results/<stem>.json
+    python benchmarks/probes/merge_loop.py --out benchmarks/results/<stem>.json
 
 Each program loops over its row's tiles, merging ``merge_chunk`` tiles' states per iteration (amk-tile's option of
 that name; by default 1 for tile_stats, 64 for tile_recompute, chosen from this script's measurements). This times
@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module
 from amk.pipeline import compile_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import save_rows  # noqa: E402
 
 WORKLOADS = {
     "A": (["matmul", "add_bias", "gelu", "layernorm"], [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)],

@@ -1,6 +1,6 @@
 """Diagnostic: how fast anything that reads D's 32 MB weight once runs under CUDA graphs, next to amk's D and E.
 
-    python benchmarks/decode_floor.py --out benchmarks/results/<stem>.json
+    python benchmarks/probes/decode_floor.py --out benchmarks/results/<stem>.json
 
 All timed as the D/E targets are (``do_bench_cudagraph``, median), in one process on the same weight W[4096, 4096]
 bf16: a column sum of W in fp32 (PyTorch's reduction: a pure read of W, the practical floor of one kernel that
@@ -13,11 +13,16 @@ checked against eager first), so that each piece of the prologue's cost shows.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 import amk
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import save_rows  # noqa: E402
 
 DECODE_GRID = {"BLOCK_SIZE_N": [128], "BLOCK_SIZE_K": [128], "SPLIT_K": [4], "num_warps": [2], "num_stages": [5]}
 

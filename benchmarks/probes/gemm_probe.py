@@ -2,8 +2,8 @@
 ReLU, fp16), before the emitter is taught it; with ``--epilogue gelu`` and A's shape, whether a form hides an
 epilogue's arithmetic behind the next tile's MMAs.
 
-    python benchmarks/gemm_probe.py --out benchmarks/results/<stem>.json
-    python benchmarks/gemm_probe.py --shape 16384,4096,4096 --epilogue gelu --out ...
+    python benchmarks/probes/gemm_probe.py --out benchmarks/results/<stem>.json
+    python benchmarks/probes/gemm_probe.py --shape 16384,4096,4096 --epilogue gelu --out ...
 
 Times, in one process on the same inputs, the cuBLAS GEMM alone, eager, and one Triton kernel written in three
 forms at several configurations: ``pointers`` (what amk emitted first: pointer arithmetic, a grouped tile order, one
@@ -21,12 +21,17 @@ import argparse
 import itertools
 import json
 import re
+import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import save_rows  # noqa: E402
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Diagnostic: A and C fused into one kernel against the same chain cut before its row reduction.
 
-    python benchmarks/split_epilogue_probe.py --workloads A,C --budget 24 --out benchmarks/results/<stem>.json
+    python benchmarks/probes/split_epilogue_probe.py --workloads A,C --budget 24 --out benchmarks/results/<stem>.json
 
 What bounds A is its epilogue (erf GELU and the LayerNorm statistics on CUDA cores while the tensor cores idle,
 ``2026-11-30-h200-epilogue-breakdown``), and persistent TMA kernels, which bring B's GEMM + ReLU to the cuBLAS
@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
-from run import WORKLOADS, make_inputs
 
 import amk
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import WORKLOADS, make_inputs, save_rows  # noqa: E402
 
 # Where each chain is cut: the ops (and how many of the workload's operands) before the row reduction.
 CUTS = {"A": (["matmul", "add_bias", "gelu"], 3, ["layernorm"]), "C": (["matmul", "add"], 3, ["rmsnorm"])}

@@ -1,6 +1,6 @@
 """Where workload A's time goes: the fused GEMM + bias + GELU + LayerNorm kernel taken apart on the GPU.
 
-    python benchmarks/epilogue_breakdown.py --out benchmarks/results/<stem>.json
+    python benchmarks/probes/epilogue_breakdown.py --out benchmarks/results/<stem>.json
 
 In one process on the same inputs it times the cuBLAS GEMM, amk's kernels for growing prefixes of the chain
 (``matmul, add_bias`` / ``+ gelu`` / ``+ layernorm``) at several fixed tile configurations, and the LayerNorm kernel
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -19,8 +21,11 @@ import triton
 import triton.language as tl
 
 import amk
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 from amk.runtime import load_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import save_rows  # noqa: E402
 
 M, N, K = 16384, 4096, 4096
 CHAINS = {

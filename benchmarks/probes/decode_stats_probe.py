@@ -1,6 +1,6 @@
 """Diagnostic: what D's RMSNorm statistics cost in the K loop, by editing the emitted kernel.
 
-    python benchmarks/decode_stats_probe.py [--rows 1] --out benchmarks/results/<stem>.json
+    python benchmarks/probes/decode_stats_probe.py [--rows 1] --out benchmarks/results/<stem>.json
 
 ``decode_floor.py`` showed x * g in the K loop costing 0.5 µs and the row statistics 2.8 µs when they were added up
 element-wise (one multiply-add per element of a [16, 128] tile). This probe found why and what to do instead; amk
@@ -16,12 +16,17 @@ something amk emits.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 import amk
-from amk.benchmarking import save_rows, time_ms
+from amk.benchmarking import time_ms
 from amk.runtime import load_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import save_rows  # noqa: E402
 
 GRID = {"BLOCK_SIZE_N": [128], "BLOCK_SIZE_K": [128], "SPLIT_K": [4], "num_warps": [2], "num_stages": [5]}
 GRAM_INIT = "gram = tl.zeros((BLOCK_M, BLOCK_M), dtype=tl.float32)"

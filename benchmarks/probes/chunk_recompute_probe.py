@@ -1,8 +1,8 @@
 """Diagnostic: softmax(q @ k * scale) (workload G) with programs that each own a row block and a chunk of columns and
 loop over the chunk's tiles, recomputing the short-K GEMM in the second launch instead of re-reading it.
 
-    python benchmarks/chunk_recompute_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
-                                               [--dot-ahead | --loads]
+    python benchmarks/probes/chunk_recompute_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
+                                                      [--dot-ahead | --loads]
 
 What this measures before the compiler builds it. amk's tile_recompute gives every program one tile: its q and k
 tiles are loaded, multiplied and reduced with nothing to overlap them but other programs, and the second launch merges
@@ -17,12 +17,17 @@ amk's own kernel run in the same process on the same inputs.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import triton
 import triton.language as tl
-from run import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe
 
 from amk.benchmarking import time_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import WORKLOADS, baseline_rows, probe_parser, probe_row, probe_shapes, run_probe  # noqa: E402
 
 LOG2E = 1.4426950408889634
 SCALE = dict(WORKLOADS["G"].ops[1][1])["factor"]  # the workload's scale, the same for its extra shapes

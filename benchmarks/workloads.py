@@ -1,0 +1,228 @@
+"""What the benchmark suite and its probes share: the workloads A-G (ops, shapes, dtype, eager reference, FLOPs),
+their extra shapes, their inputs, the H200's ceilings for the roofline floor, error and traffic measures, and the
+command line, rows and results files of the probes under ``benchmarks/probes/``.
+
+``run.py`` and every script of ``benchmarks/`` import this module and nothing else of ``benchmarks/``; a probe puts
+``benchmarks/`` on ``sys.path`` first (``sys.path.insert(0, str(Path(__file__).resolve().parents[1]))``). Timing is
+the library's one timer, :func:`amk.benchmarking.time_ms`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import amk
+from amk.benchmarking import environment, time_ms
+
+# The H200's measured ceilings: the floor of a workload is max(FLOPs / PEAK_FLOPS, bytes / PEAK_BYTES).
+PEAK_FLOPS = 790e12
+PEAK_BYTES = 4.3e12
+
+
+@dataclass
+class Workload:
+    name: str
+    title: str
+    ops: list
+    shapes: list[tuple[int, ...]]
+    small_shapes: list[tuple[int, ...]]
+    dtype: torch.dtype
+    eager: Callable
+    flops: Callable[[list[tuple[int, ...]]], float]
+    gemm: Callable | None = None
+    cuda_graphs: bool = False
+    weight: int | None = 1
+    module: Callable | None = None  # builds the tensor_op module when the workload is not an op chain
+
+    def variants(self) -> list[Workload]:
+        """The same family (ops, dtype, build path) at two other shapes: ``A2``, ``A3``, ..."""
+        return [dataclasses.replace(self, name=f"{self.name}{index}", shapes=shapes)
+                for index, shapes in enumerate(EXTRA_SHAPES[self.name], start=2)]
+
+
+def _gemm_flops():
+    def flops(shapes):
+        return 2.0 * math.prod(shapes[0][:-1]) * shapes[1][0] * shapes[1][1]
+
+    return flops
+
+
+WORKLOADS = {
+    "A": Workload("A", "x@W + bias -> GELU -> LayerNorm, fp16", ["matmul", "add_bias", "gelu", "layernorm"],
+                  [(16384, 4096), (4096, 4096), (4096,), (4096,), (4096,)],
+                  [(64, 128), (128, 128), (128,), (128,), (128,)], torch.float16,
+                  lambda x, w, b, g, be: F.layer_norm(F.gelu(x @ w + b), (w.shape[1],), g, be), _gemm_flops(),
+                  gemm=lambda x, w, *rest: x @ w),
+    "B": Workload("B", "x@W + bias -> ReLU, fp16", ["matmul", "add_bias", "relu"],
+                  [(65536, 4096), (4096, 4096), (4096,)], [(64, 128), (128, 128), (128,)], torch.float16,
+                  lambda x, w, b: torch.relu(x @ w + b), _gemm_flops(), gemm=lambda x, w, *rest: x @ w),
+    "C": Workload("C", "x@W + residual -> RMSNorm, bf16", ["matmul", "add", "rmsnorm"],
+                  [(32768, 8192), (8192, 8192), (32768, 8192)], [(64, 128), (128, 128), (64, 128)], torch.bfloat16,
+                  lambda x, w, r: F.rms_norm(x @ w + r, (w.shape[1],)), _gemm_flops(), gemm=lambda x, w, *rest: x @ w),
+    "D": Workload("D", "RMSNorm(x)*g @ W + residual, M=16, bf16", ["rmsnorm", "matmul", "add"],
+                  [(16, 4096), (4096,), (4096, 4096), (16, 4096)], [(16, 128), (128,), (128, 128), (16, 128)],
+                  torch.bfloat16, lambda x, g, w, r: F.rms_norm(x, (x.shape[1],), g) @ w + r,
+                  lambda s: 2.0 * s[0][0] * s[2][0] * s[2][1], cuda_graphs=True, weight=2),
+    "E": Workload("E", "RMSNorm(x)*g @ W + residual, M=1, bf16", ["rmsnorm", "matmul", "add"],
+                  [(1, 4096), (4096,), (4096, 4096), (1, 4096)], [(1, 128), (128,), (128, 128), (1, 128)],
+                  torch.bfloat16, lambda x, g, w, r: F.rms_norm(x, (x.shape[1],), g) @ w + r,
+                  lambda s: 2.0 * s[0][0] * s[2][0] * s[2][1], cuda_graphs=True, weight=2),
+    "F": Workload("F", "SwiGLU MLP (silu(x@Wg)*(x@Wu))@Wd + x, M=16, bf16", [],
+                  [(16, 4096), (4096, 14336), (4096, 14336), (14336, 4096)],
+                  [(16, 128), (128, 256), (128, 256), (256, 128)], torch.bfloat16,
+                  lambda x, wg, wu, wd: (F.silu(x @ wg) * (x @ wu)) @ wd + x,
+                  lambda s: 2.0 * s[0][0] * (2 * s[1][0] * s[1][1] + s[3][0] * s[3][1]), cuda_graphs=True,
+                  weight=None, module=lambda shapes, dtype: swiglu_module(shapes, dtype)),
+    "G": Workload("G", "softmax(q@k * 128^-0.5), fp16", ["matmul", ("scale", {"factor": 128 ** -0.5}), "softmax"],
+                  [(8192, 128), (128, 8192)], [(64, 32), (32, 128)], torch.float16,
+                  lambda q, k: torch.softmax((q @ k) * 128 ** -0.5, dim=-1), _gemm_flops(),
+                  gemm=lambda q, k: q @ k, weight=None),
+}
+
+# Two more shapes per workload family: other widths, a LayerNorm/RMSNorm over a width that is not a power of two,
+# other batch sizes for the decode kernels.
+EXTRA_SHAPES = {
+    "A": [[(8192, 2048), (2048, 2048), (2048,), (2048,), (2048,)],
+          [(4096, 8192), (8192, 3072), (3072,), (3072,), (3072,)]],
+    "B": [[(16384, 2048), (2048, 8192), (8192,)], [(8192, 4096), (4096, 11008), (11008,)]],
+    "C": [[(8192, 4096), (4096, 4096), (8192, 4096)], [(16384, 2048), (2048, 5120), (16384, 5120)]],
+    "D": [[(4, 4096), (4096,), (4096, 11008), (4, 11008)], [(32, 8192), (8192,), (8192, 8192), (32, 8192)]],
+    "E": [[(1, 8192), (8192,), (8192, 8192), (1, 8192)], [(1, 2048), (2048,), (2048, 5632), (1, 5632)]],
+    "F": [[(1, 4096), (4096, 14336), (4096, 14336), (14336, 4096)], [(32, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]],
+    "G": [[(4096, 64), (64, 4096)], [(16384, 128), (128, 16384)]],
+}
+
+
+def swiglu_module(shapes, dtype):
+    """The SwiGLU MLP as tensor_op IR (two matmuls of x, SiLU, product, down projection, residual)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region
+
+    from amk.dialects import tensor_op
+    from amk.dialects.tensor_op import TensorType
+    from amk.dtypes import to_ir
+
+    element = to_ir(dtype)
+    block = Block(arg_types=[TensorType(s, element) for s in shapes])
+    x, w_gate, w_up, w_down = block.args
+    for arg, name in zip(block.args, ["x", "w_gate", "w_up", "w_down"]):
+        arg.name_hint = name
+    gate = tensor_op.MatmulOp(x, w_gate)
+    activated = tensor_op.SiluOp(gate.output)
+    up = tensor_op.MatmulOp(x, w_up)
+    hidden = tensor_op.MulOp(activated.output, up.output)
+    down = tensor_op.MatmulOp(hidden.output, w_down)
+    out = tensor_op.AddOp(down.output, x)
+    for op in (gate, activated, up, hidden, down, out, func.ReturnOp(out.output)):
+        block.add_op(op)
+    function = func.FuncOp("swiglu", ([a.type for a in block.args], [out.output.type]), Region(block))
+    return ModuleOp([function])
+
+
+def tensor_bytes(shapes, dtype, output_shape) -> int:
+    size = torch.empty((), dtype=dtype).element_size()
+    return size * (sum(math.prod(s) for s in shapes) + math.prod(output_shape))
+
+
+def make_inputs(workload: Workload, shapes, device) -> list[torch.Tensor]:
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    tensors = []
+    for index, shape in enumerate(shapes):
+        values = torch.randn(shape, generator=generator)
+        if index == workload.weight:
+            values = values / math.sqrt(shape[0])  # keeps x @ W of order 1
+        if len(shape) == 1:
+            values = 1 + 0.1 * values  # biases and norm weights as trained models have them
+        tensors.append(values.to(device=device, dtype=workload.dtype))
+    return tensors
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
+
+
+def baseline_rows(workload: Workload, shapes, budget: int) -> tuple[list[torch.Tensor], torch.Tensor, list[dict]]:
+    """For diagnostics that time a hand-written kernel beside the contenders, on the GPU: the inputs, the float64
+    reference, and one row per contender (eager, torch.compile, amk tuned with ``budget``, the cuBLAS GEMM alone),
+    each checked against the reference before it is timed."""
+    inputs = make_inputs(workload, shapes, "cuda")
+    reference = workload.eager(*[t.double() for t in inputs])
+    compiled = torch.compile(workload.eager)
+    built = amk.build_fused_kernel(workload.ops, shapes, workload.dtype,
+                                   tuner_config=amk.TunerConfig(search_budget=budget))
+    contenders = {"eager": lambda: workload.eager(*inputs), "compile": lambda: compiled(*inputs),
+                  "amk": lambda: built(*inputs), "cublas_gemm": lambda: workload.gemm(*inputs)}
+    rows = []
+    for label, function in contenders.items():
+        out = function().double()
+        error = None if label == "cublas_gemm" else ((out - reference).norm() / reference.norm()).item()
+        rows.append({"shapes": shapes, "contender": label, "rel_err": error, "ms": time_ms(function),
+                     "config": built.config if label == "amk" else None})
+        print(json.dumps(rows[-1]), flush=True)
+    return inputs, reference, rows
+
+
+def probe_parser(description: str) -> argparse.ArgumentParser:
+    """The command line every G diagnostic shares: ``--variants``, ``--budget`` and ``--out``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="1", help="1: G's own shapes; 2, 3: its extra shapes")
+    parser.add_argument("--budget", type=int, default=12, help="amk's autotuning candidates")
+    parser.add_argument("--out", help="JSON results file")
+    return parser
+
+
+def probe_shapes(parser: argparse.ArgumentParser, variants: str) -> list[list[tuple[int, ...]]]:
+    """The shapes a G diagnostic measures: ``variants`` lists 1 (G's own), 2 and 3 (its extra shapes). Exits through
+    ``parser`` on a bad list, or without a GPU."""
+    chosen = variants.split(",")
+    if any(variant not in ("1", "2", "3") for variant in chosen):
+        parser.error(f"--variants {variants!r}: a comma-separated list of 1, 2 and 3")
+    if not torch.cuda.is_available():
+        parser.error("this diagnostic times GPU kernels: it needs a GPU")
+    return [[tuple(s) for s in (WORKLOADS["G"].shapes if variant == "1" else EXTRA_SHAPES["G"][int(variant) - 2])]
+            for variant in chosen]
+
+
+def probe_row(shapes, contender: str, config: dict, measure: Callable[[], dict]) -> dict:
+    """One configuration's row of a diagnostic: what ``measure()`` returns, or the error of a configuration that does
+    not compile (shared memory, say: reported, not fatal); printed as it is made."""
+    row = {"shapes": shapes, "contender": contender, "config": config}
+    try:
+        row |= measure()
+    except Exception as failure:
+        row["error"] = repr(failure)[:300]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def run_probe(args: argparse.Namespace, shape_sets, measure: Callable, configs: list) -> None:
+    """A G diagnostic's whole run: ``measure(shapes, configs, budget)`` for each shape set, the rows saved to
+    ``--out`` when given, then each contender's best time per shape."""
+    rows = [row for shapes in shape_sets for row in measure(shapes, configs, args.budget)]
+    if args.out:
+        save_rows(args.out, rows)
+    best = {}
+    for row in rows:
+        if row.get("ms") is not None:
+            key = (str(row["shapes"]), row["contender"])
+            best[key] = min(best.get(key, math.inf), row["ms"])
+    for (shapes, contender), ms in sorted(best.items()):
+        print(f"{shapes} {contender}: {ms:.4f} ms")
+
+
+def save_rows(path, rows: list[dict]) -> None:
+    """Write a diagnostic's measurements as a results file: the environment, the command line and the rows."""
+    with open(path, "w") as handle:
+        json.dump({"environment": environment(), "command": " ".join(["python", *sys.argv]), "rows": rows}, handle,
+                  indent=1)
