@@ -11,15 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amk.runtime import default_device
+from amk.environment import default_device, initialize
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+initialize()  # as amk's entry points do, before any test imports triton (without CUDA: its interpreter)
 
 # Where kernels run: CUDA on a GPU machine, else the CPU (Triton's interpreter). Tests make their tensors here (inputs
 # are drawn on the CPU from seeded generators, then moved, so the values are the same on both).
 DEVICE = default_device()
 GPU = DEVICE.type == "cuda"
+# The suite's last run on an H200: benchmarks/results/2026-12-01-h200-gpu-tests.log.
 # Tests whose point is Triton's interpreter on the CPU say so with this mark.
 CPU_ONLY = pytest.mark.skipif(GPU, reason="checks the CPU interpreter; kernels run on CUDA here")
 

@@ -161,5 +161,6 @@ def test_the_chunk_recompute_probe_computes_the_softmax():
     for block_m, block_n, chunk_tiles in ((16, 32, 2), (32, 64, 3)):
         for dot_ahead, loads in ((0, "pointers"), (1, "pointers"), (0, "tma"), (1, "tma_ws")):
             out = ChunkRecompute(q, k, block_m, block_n, chunk_tiles, 4, 2, dot_ahead, loads)().double()
-            assert ((out - expected).norm() / expected.norm()).item() < 1e-5, (block_m, block_n, chunk_tiles, loads)
+            limit = 1e-5 if DEVICE.type == "cpu" else 2e-3  # the probe's fp32 tl.dot takes TF32 on a GPU
+            assert ((out - expected).norm() / expected.norm()).item() < limit, (block_m, block_n, chunk_tiles, loads)
 
