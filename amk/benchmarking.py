@@ -1,4 +1,9 @@
-"""Timing helpers shared by the examples and the benchmark suite."""
+"""amk's one timer, :func:`time_ms`, for the autotuner, the examples and the benchmark suite; and
+:func:`environment`, the GPU, versions and date that results files record.
+
+A leaf module: it imports torch, and Triton only to replay CUDA graphs, nothing of amk (``environment`` reads
+``amk.__version__`` when called), so the tuner can import it from below.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +13,88 @@ from collections.abc import Callable
 
 import torch
 
+# Zeroed before each timed launch so that no launch finds its inputs in L2 (the H200's is 50 MB), as
+# ``triton.testing.do_bench`` does.
+L2_FLUSH_BYTES = 256 * 1024 * 1024
 
-def time_ms(fn: Callable[[], object], *, cuda_graph: bool = False, warmup: int = 25, rep: int = 100) -> float:
-    """Median time of ``fn`` in milliseconds: Triton's ``do_bench`` on a GPU (CUDA graphs optional), wall clock on
-    the CPU (interpreter timings say nothing about GPU speed; they are reported for completeness)."""
-    if torch.cuda.is_available():
-        import triton.testing
 
-        if cuda_graph:
-            return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
-        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    fn()
-    samples = []
-    for _ in range(3):
-        start = time.perf_counter()
+def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float = 100.0, warmup: int | None = None,
+            warmup_ms: float = 25.0, cuda_graph: bool = False, give_up_above: float | None = None,
+            early_stop_runs: int = 5, graph_below: float | None = None) -> float:
+    """Median time of ``fn`` in milliseconds.
+
+    On a GPU each launch is timed by a pair of CUDA events after L2 is flushed; the launches are queued behind their
+    flushes (no synchronization between them), so the host's launch latency hides behind the flush and the events
+    time the device, as ``triton.testing.do_bench`` does. ``runs`` launches are timed, or by default as many as fill
+    ``rep_ms`` (estimated from five launches). Warm-up first: up to ``warmup`` launches (by default as many as fill
+    ``warmup_ms``), stopping once ``warmup_ms`` has passed.
+
+    - ``give_up_above`` (ms): when the median of the first ``early_stop_runs`` launches is above it, that median is
+      returned (a tuner's candidate that clearly lost is not timed further).
+    - ``graph_below`` (ms): a median below it is measured again as replays of a captured CUDA graph (a decode-sized
+      kernel, where launch latency and the cold L2 would otherwise rank configurations by what they do not control);
+      a launch that cannot be captured keeps its event timing.
+    - ``cuda_graph=True``: replays of a captured CUDA graph only (``triton.testing.do_bench_cudagraph``), how a
+      decode step runs its kernels.
+
+    Without a GPU: the wall clock of three calls after one (interpreter timings say nothing about GPU speed; they
+    are reported for completeness).
+    """
+    if not torch.cuda.is_available():
         fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
+    if cuda_graph:
+        return _graph_ms(fn, rep_ms)
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    if runs is None or warmup is None:
+        estimate = _timed(fn, flush, 5)
+        per_launch = max(statistics.fmean(estimate), 1e-6)
+        runs = runs if runs is not None else max(1, int(rep_ms / per_launch))
+        warmup = warmup if warmup is not None else max(1, int(warmup_ms / per_launch))
+    started = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - started) * 1e3 > warmup_ms:
+            break
+    times: list[float] = []
+    if give_up_above is not None and runs > early_stop_runs:
+        times = _timed(fn, flush, early_stop_runs)
+        if statistics.median(times) > give_up_above:
+            return statistics.median(times)
+    times += _timed(fn, flush, runs - len(times))
+    median = statistics.median(times)
+    if graph_below is not None and median < graph_below:
+        try:
+            return _graph_ms(fn, 20.0)
+        except RuntimeError:  # a launch that cannot be captured keeps its event timing
+            pass
+    return median
+
+
+def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[float]:
+    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events; their times in ms."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
+    for start, end in events:
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
 
 
 def environment() -> dict[str, str]:
@@ -44,13 +114,3 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def save_rows(path, rows: list[dict]) -> None:
-    """Write a diagnostic's measurements as a results file: the environment, the command line and the rows."""
-    import json
-    import sys
-
-    with open(path, "w") as handle:
-        json.dump({"environment": environment(), "command": " ".join(["python", *sys.argv]), "rows": rows}, handle,
-                  indent=1)

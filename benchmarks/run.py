@@ -8,9 +8,9 @@ cuBLAS GEMM alone and amk, in one process on the same inputs, correctness checke
     python benchmarks/run.py --render FILE.json    # rewrite a results file's table and chart from its JSON
 
 Writes ``benchmarks/results/<stem>.json`` and ``.md`` (table: times, amk's speedup against each contender, the
-fraction of the floor amk reaches) and, with matplotlib, ``.png``. Times are medians in
-milliseconds (``triton.testing.do_bench``; ``do_bench_cudagraph`` for the CUDA-graph columns). The floor is
-max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s), the ceilings measured on the H200.
+fraction of the floor amk reaches) and, with matplotlib, ``.png``. Times are medians in milliseconds
+(``amk.benchmarking.time_ms``; CUDA-graph replays for the graph columns). The floor is max(FLOPs / 790 TFLOP/s,
+bytes / 4.3 TB/s), the ceilings measured on the H200.
 """
 
 from __future__ import annotations

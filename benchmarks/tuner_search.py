@@ -4,7 +4,7 @@ In one process: the exhaustive search times every viable configuration of the gr
 (bayesian, the default) and random strategies search the same grid with ``search_budget`` candidates each, every
 search with its own fresh cache so nothing is reused. The chosen configuration of each budgeted search is looked up
 in the exhaustive log and compared with the grid's best; then the chosen configurations are built again and timed
-against each other in interleaved rounds (``do_bench`` medians on the same inputs), which takes the GPU's drift in
+against each other in interleaved rounds (``amk.benchmarking.time_ms`` medians on the same inputs), which takes the GPU's drift in
 clock over a long search out of the comparison.
 
     python benchmarks/tuner_search.py --out benchmarks/results/DATE-h200-tuner-search.json
@@ -33,7 +33,7 @@ OPS = ["matmul", "add", "rmsnorm"]
 def search(shapes, strategy: str, budget: int) -> dict:
     with tempfile.TemporaryDirectory() as cache_dir:
         settings = amk.TunerConfig(search_budget=budget, warmup_runs=15, measure_runs=40,
-                                   enable_warp_specialization=True, target_cache_dir=cache_dir, strategy=strategy)
+                                   enable_warp_specialization=True, target_cache_dir=cache_dir, search=strategy)
         start = time.perf_counter()
         kernel = amk.build_fused_kernel(OPS, shapes, torch.bfloat16, tuner_config=settings, parameter_grid=GRID)
         seconds = time.perf_counter() - start
