@@ -43,9 +43,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import platformdirs
 from filelock import FileLock, Timeout
 
+from amk.environment import initialize, interpreting
+
+# The cache directory's rules live with the environment; the CLI and the tests name them here.
+from amk.environment import resolve_root as resolve_root
 from amk.errors import CacheError
 
 log = logging.getLogger("amk.cache")
@@ -56,26 +59,6 @@ LOCK_TIMEOUT_S = 60.0
 STALE_TEMPORARY_S = 600.0  # a temporary file this old belongs to no live writer (see Store.remove_stale_temporaries)
 _KEY = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def resolve_root(override: str | os.PathLike | None = None) -> Path:
-    """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory.
-
-    An ``AMK_CACHE_DIR`` that is empty or only blanks counts as unset (``AMK_CACHE_DIR= amk ...`` means "the
-    default"), never as the current directory. ``override`` is checked by ``TunerConfig`` (a non-empty path)."""
-    if override is not None:
-        return Path(override)
-    environment = os.environ.get("AMK_CACHE_DIR", "")
-    if environment.strip():
-        return Path(environment)
-    return Path(platformdirs.user_cache_dir("amk"))
-
-
-def cache_root(override: str | os.PathLike | None = None) -> Path:
-    """The cache directory: ``override`` (a TunerConfig's target_cache_dir), ``AMK_CACHE_DIR``, or the default."""
-    root = resolve_root(override)
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -117,8 +100,6 @@ def device_descriptor() -> dict:
     """The device kernels are built for: GPU name and compute capability, or the CPU interpreter."""
     import torch
 
-    from amk.runtime import interpreting
-
     if torch.cuda.is_available() and not interpreting():
         return _cuda_device(torch.cuda.current_device())
     return {"name": "cpu-interpreter"}
@@ -152,8 +133,8 @@ def versions() -> dict:
     import torch
 
     import amk
-    import amk.runtime  # noqa: F401 - sets TRITON_INTERPRET before triton is imported
 
+    initialize()  # triton is imported below: the interpreter must be chosen first
     triton = importlib.import_module("triton")
     return {"amk": amk.__version__, "amk_source": source_fingerprint(), "torch": torch.__version__,
             "triton": triton.__version__}
@@ -172,7 +153,7 @@ def build_settings(grid: dict | None, autotune: bool, tuner_config) -> dict:
 
         tc = tuner_config or TunerConfig()
         settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
-                             "measure_runs": tc.measure_runs, "strategy": tc.strategy,
+                             "measure_runs": tc.measure_runs, "strategy": tc.search,
                              "enable_warp_specialization": tc.enable_warp_specialization,
                              "vendor_gemm": tc.vendor_gemm}
     return settings

@@ -9,32 +9,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import builtin, func
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 
 from amk.build_phases import phase
+from amk.context import make_context
 from amk.dialects import memory_staged, tiled_loop
 from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass
-from amk.opt import AMK_DIALECTS, AMK_PASSES
+from amk.opt import AMK_PASSES
 from amk.passes.fuse import FusePass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
-
-
-def make_context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(builtin.Builtin)
-    ctx.load_dialect(func.Func)
-    for name, factory in AMK_DIALECTS.items():
-        ctx.register_dialect(name, factory)
-    return ctx
 
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:

@@ -1,7 +1,7 @@
 """Running compiled programs: loading emitted Triton sources, viewing tensors as kernel arguments, launching.
 
-Without CUDA the kernels run in Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1`` is set here, before any
-kernel is defined).
+Without CUDA the kernels run in Triton's interpreter on CPU tensors: :func:`load_source` prepares the process for
+that (:func:`amk.environment.initialize`) before any kernel is defined.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from amk.environment import cache_root, initialize
+
+# Where kernels run, as the examples and tests have always imported it from here.
+from amk.environment import default_device as default_device
+from amk.environment import interpreting as interpreting
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
 from amk.replay import LaunchReplay
@@ -37,42 +42,6 @@ if TYPE_CHECKING:
 
 # The IR, xDSL and sympy are imported where a function needs them: a warm start from the persistent cache runs a
 # launch plan of static shapes and needs none of them.
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def _repair_interpreter() -> None:
-    """Without CUDA, kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` before triton is imported:
-    the ``@jit`` helpers of ``triton.language`` (``tl.cdiv``, ``tl.sigmoid``...) are then interpreted functions. When
-    something imported triton first (TorchDynamo does, for ``torch.compile(backend="amk")``), they are compiled
-    ``JITFunction``s that the interpreter refuses to call; wrap them as the interpreter would have."""
-    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") or "triton" not in sys.modules:
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    wrapped: dict[int, InterpretedFunction] = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("triton.language") or module is None:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                if id(value) not in wrapped:
-                    wrapped[id(value)] = InterpretedFunction(value.fn)
-                setattr(module, attribute, wrapped[id(value)])
-
-
-_repair_interpreter()
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")
-
 
 # The cache directory whose sources/ folder receives the sources emitted while a build runs (``sources_under``). A
 # context variable, not a process global: builds for different cache directories may run in other threads at once,
@@ -101,8 +70,6 @@ def source_directory(cache_directory: str | os.PathLike | None = None) -> Path:
     """Where emitted sources are written (Triton needs a real file to read a kernel's source): ``sources/`` in
     ``cache_directory``, else in the one :func:`sources_under` set, else in the default cache directory; or a
     private temporary directory when that cannot be written."""
-    from amk.cache import cache_root
-
     if cache_directory is None:
         cache_directory = _SOURCE_CACHE_DIRECTORY.get()
     try:
@@ -128,6 +95,7 @@ _LOADED_SOURCES: dict[tuple[Path, str], ModuleType] = {}  # (sources folder, mod
 def load_source(source: str, name: str, cache_directory: str | os.PathLike | None = None):
     """Import emitted source as a module from a file in :func:`source_directory` (``cache_directory``'s). The file
     name is the hash of the source, so a module is written and imported once per sources folder."""
+    initialize()  # before the module's @triton.jit runs: the interpreter must be chosen by then
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"amk_generated_{name}_{digest}"
     directory = source_directory(cache_directory)
@@ -482,7 +450,7 @@ def _parse_op(text: str):
     from xdsl.dialects import func
     from xdsl.parser import Parser
 
-    from amk.pipeline import make_context
+    from amk.context import make_context
 
     module = Parser(make_context(), text).parse_module()
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 from xdsl.dialects import func
@@ -45,6 +46,19 @@ class DTypeResult:
         status, relation = ("ok", "<=") if self.passed else ("FAILED", ">")
         return (f"{name:>14}  max_abs={self.max_abs_error:.3e}  mean_abs={self.mean_abs_error:.3e}  "
                 f"rel_l2={self.relative_l2_error:.3e} {relation} {self.tolerance:.0e}  {status}")
+
+
+@runtime_checkable
+class BuiltChain(Protocol):
+    """What :func:`verify` needs of a kernel built from an op chain (an :class:`amk.FusedKernel`): its op list and
+    shapes (for inputs and their scales), its dtype, its device, and the same chain built for another dtype."""
+
+    ops: list
+    shapes: list
+    dtype: torch.dtype
+    device: torch.device
+
+    def with_dtype(self, dtype: torch.dtype) -> BuiltChain: ...
 
 
 @dataclass
@@ -178,12 +192,10 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
     ``inputs`` are given) or any callable (then ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
     carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``).
     """
-    from amk.api import FusedKernel
-
     if not callable(reference_fn):
         raise InvalidArgumentError("reference_fn must be callable")
     report = VerificationReport()
-    if not isinstance(kernel, FusedKernel):
+    if not isinstance(kernel, BuiltChain):
         if inputs is None:
             raise InvalidArgumentError("verify needs inputs= when the kernel is not an amk.FusedKernel")
         dtype = inputs[0].dtype

@@ -7,7 +7,6 @@ puts the kernels back into the graph (with a backward by recomputation) and leav
 
 from __future__ import annotations
 
-import amk.runtime  # noqa: F401  (sets TRITON_INTERPRET without CUDA before TorchDynamo imports triton)
 from amk import _lazy_getattr
 
 # ``amk.compile`` is ``amk.frontend.compile.compile``; the name ``compile`` here is the submodule.

@@ -38,8 +38,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
-import amk.runtime  # noqa: F401  (sets TRITON_INTERPRET without CUDA before TorchDynamo imports triton)
 from amk.dialects import tensor_op
+from amk.environment import initialize, interpreting
 from amk.errors import InvalidArgumentError
 from amk.frontend.importer import (
     Analysis,
@@ -178,8 +178,6 @@ def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, p
 
 def _tuning(settings: Settings) -> bool:
     """Whether kernels are autotuned (asked for, and a GPU to time them on)."""
-    from amk.runtime import interpreting
-
     return settings.autotune and torch.cuda.is_available() and not interpreting()
 
 
@@ -410,7 +408,7 @@ def _quiet_padding_lanes():
     encountered in divide`` on ordinary inputs; silence numpy's floating-point reports there. On a GPU: nothing."""
     import numpy
 
-    return numpy.errstate(all="ignore") if amk.runtime.interpreting() else contextlib.nullcontext()
+    return numpy.errstate(all="ignore") if interpreting() else contextlib.nullcontext()
 
 
 class FusedSubgraph(torch.nn.Module):
@@ -816,6 +814,7 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
 
 
 def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
+    initialize()
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
     if settings.report is not None:
         settings.report(report)
@@ -824,17 +823,16 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     return compiled.forward
 
 
-def _register_backend() -> None:
-    """Register ``"amk"`` with TorchDynamo unless it is registered, or about to be loaded from our entry point."""
+def register_backend() -> None:
+    """Register ``"amk"`` with TorchDynamo unless it is registered, or about to be loaded from our entry point (an
+    installed amk registers it through the ``torch_dynamo_backends`` entry point; :func:`compile` calls this for a
+    source tree on ``sys.path``)."""
     from torch._dynamo.backends import registry
 
     if BACKEND_NAME in registry._COMPILER_FNS or registry._BACKENDS.get(BACKEND_NAME) is not None:
         return
     with contextlib.suppress(AssertionError):
         registry.register_backend(amk_backend, name=BACKEND_NAME)
-
-
-_register_backend()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -917,6 +915,8 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor, got "
                                    f"{type(example_inputs).__name__}")
+    initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
+    register_backend()
     return _compile(model_or_fn, example_inputs, make_settings(autotune, tuner_config, dump_ir, verify, pipeline),
                     dynamic)
 

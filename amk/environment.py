@@ -1,0 +1,85 @@
+"""Where amk runs: on a GPU or in Triton's interpreter, the default device, and the cache directory.
+
+A leaf module (it imports no other part of amk) with no effect at import. :func:`initialize` makes the process ready
+to run kernels: without CUDA it switches Triton to its interpreter (``TRITON_INTERPRET=1``), and when something
+imported triton before that (TorchDynamo does), it mends ``triton.language`` for the interpreter. The entry points
+(``build_fused_kernel``, ``amk.compile`` and its backend, loading an emitted kernel, the compile workers) call it; it
+runs once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import platformdirs
+import torch
+
+_INITIALIZED = threading.Event()
+_LOCK = threading.Lock()
+
+
+def initialize() -> None:
+    """Prepare the process to run kernels (idempotent and thread-safe; see the module's docstring)."""
+    if _INITIALIZED.is_set():
+        return
+    with _LOCK:
+        if _INITIALIZED.is_set():
+            return
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        _repair_interpreter()
+        _INITIALIZED.set()
+
+
+def _repair_interpreter() -> None:
+    """Without CUDA, kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` before triton is imported:
+    the ``@jit`` helpers of ``triton.language`` (``tl.cdiv``, ``tl.sigmoid``...) are then interpreted functions. When
+    something imported triton first, they are compiled ``JITFunction``s that the interpreter refuses to call; wrap them
+    as the interpreter would have."""
+    if not interpreting() or "triton" not in sys.modules:
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    wrapped: dict[int, InterpretedFunction] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in wrapped:
+                    wrapped[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attribute, wrapped[id(value)])
+
+
+def interpreting() -> bool:
+    """Whether kernels run in Triton's interpreter (on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def default_device() -> torch.device:
+    """Where kernels run: CUDA when there is a GPU and the interpreter is off, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")
+
+
+def resolve_root(override: str | os.PathLike | None = None) -> Path:
+    """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory.
+
+    An ``AMK_CACHE_DIR`` that is empty or only blanks counts as unset (``AMK_CACHE_DIR= amk ...`` means "the
+    default"), never as the current directory. ``override`` is checked by ``TunerConfig`` (a non-empty path)."""
+    if override is not None:
+        return Path(override)
+    environment = os.environ.get("AMK_CACHE_DIR", "")
+    if environment.strip():
+        return Path(environment)
+    return Path(platformdirs.user_cache_dir("amk"))
+
+
+def cache_root(override: str | os.PathLike | None = None) -> Path:
+    """The cache directory: ``override`` (a TunerConfig's target_cache_dir), ``AMK_CACHE_DIR``, or the default."""
+    root = resolve_root(override)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
