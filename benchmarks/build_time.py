@@ -3,11 +3,12 @@
     python benchmarks/build_time.py --out benchmarks/results/DATE-h200-build-time
 
 Each build runs in a fresh process with empty caches (its own ``AMK_CACHE_DIR`` and ``TRITON_CACHE_DIR``), as a
-user's first build does: workloads A, B, C, G of ``run.py`` and the three usage examples' chains
+user's first build does: workloads A, B, C, G (``workloads.py``) and the three usage examples' chains
 (examples/usage/), each with the settings the example uses (the defaults, except example 3's ``TunerConfig`` and
 ``parameter_grid``). The process reports the build's wall time, ``FusedKernel.build_phases``, the program chosen,
-then the built kernel's median time (``triton.testing.do_bench``) and its relative error against the eager float32
-result on the same inputs. ``--repeat B=5`` builds B five times from scratch, for the spread of the default build.
+then the built kernel's median time (``triton.testing.do_bench``, median) and its relative error against the eager
+float32 result on the same inputs. ``--repeat B=5`` builds B five times from scratch, for the spread of the default
+build. Each row is also appended to ``STEM.jsonl`` as soon as it is measured, so a run cut short keeps what it did.
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ def main() -> None:
         for _ in range(int(count) if name == repeated else 1):
             rows.append(build_fresh(name))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
+            if args.out:
+                with open(f"{args.out}.jsonl", "a") as partial:
+                    partial.write(json.dumps(rows[-1]) + "\n")
     spread = [r["median_ms"] for r in rows if r["build"] == repeated and "error" not in r]
     document = {"environment": environment(), "command": " ".join(["python", *sys.argv]), "rows": rows,
                 "spread": {"build": repeated, "medians_ms": spread,
