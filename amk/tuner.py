@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
 import os
 import random
 import statistics
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -22,18 +24,20 @@ from amk import build_phases
 from amk.build_phases import phase
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
+    GEMM_HOPPER_PRIORS,
     PARAMETER_KEYS,
     SWITCHES,
-    TILE_GRID_STRATEGIES,
     KernelConfig,
-    is_short_contraction,
     next_power_of_two,
 )
 
 if TYPE_CHECKING:
     from amk.symbolic import Dim
 
-STRATEGIES = ("exhaustive", "random", "bayesian")
+# How the tuner picks the candidates it times (TunerConfig.search).
+SEARCH_METHODS = ("exhaustive", "random", "bayesian")
+STRATEGIES = SEARCH_METHODS  # the name before TunerConfig.strategy became TunerConfig.search
+_UNSET = object()  # TunerConfig(strategy=...) not given
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ class TunerConfig:
     ``target_cache_dir``: the
     directory under which amk writes everything it keeps (tuned kernels, timings, locks and the emitted sources that
     Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a non-empty path that is a directory or
-    does not exist yet (it is created); ``strategy``: one of ``exhaustive``, ``random`` or ``bayesian``.
+    does not exist yet (it is created); ``search``: how candidates are picked, one of ``exhaustive``, ``random`` or
+    ``bayesian``. ``strategy=`` is the deprecated name of ``search`` (a DeprecationWarning; "strategy" now means a
+    tiling strategy, :mod:`amk.lowering.strategies`).
     """
 
     search_budget: int = 16
@@ -59,7 +65,7 @@ class TunerConfig:
     enable_warp_specialization: bool = False
     vendor_gemm: bool = True
     target_cache_dir: str | os.PathLike | None = None
-    strategy: str = "bayesian"
+    search: str = "bayesian"
 
     def __post_init__(self):
         for name in ("search_budget", "warmup_runs", "measure_runs"):
@@ -70,9 +76,39 @@ class TunerConfig:
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
         _check_cache_directory(self.target_cache_dir)
-        if self.strategy not in STRATEGIES:
+        if self.search not in SEARCH_METHODS:
             raise InvalidArgumentError(
-                f"TunerConfig.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+                f"TunerConfig.search must be one of {', '.join(SEARCH_METHODS)}, got {self.search!r}")
+
+
+def _accept_strategy_keyword(init):
+    """TunerConfig's ``__init__`` also taking ``strategy=``, the deprecated name of ``search``."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, strategy=_UNSET, **kwargs):
+        if strategy is not _UNSET:
+            warnings.warn("TunerConfig(strategy=...) is deprecated: use TunerConfig(search=...)", DeprecationWarning,
+                          stacklevel=2)
+            if strategy not in SEARCH_METHODS:
+                raise InvalidArgumentError(f"TunerConfig.strategy (deprecated: use search) must be one of "
+                                           f"{', '.join(SEARCH_METHODS)}, got {strategy!r}")
+            if kwargs.get("search", strategy) != strategy:
+                raise InvalidArgumentError(f"TunerConfig got search={kwargs['search']!r} and strategy={strategy!r}, "
+                                           "its deprecated name: give search only")
+            kwargs["search"] = strategy
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+def _deprecated_strategy(self: TunerConfig) -> str:
+    """``search``, under its deprecated name."""
+    warnings.warn("TunerConfig.strategy is deprecated: use TunerConfig.search", DeprecationWarning, stacklevel=2)
+    return self.search
+
+
+TunerConfig.__init__ = _accept_strategy_keyword(TunerConfig.__init__)
+TunerConfig.strategy = property(_deprecated_strategy)
 
 
 def _check_cache_directory(value) -> None:
@@ -165,48 +201,32 @@ class DeviceLimits:
 
 def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits | None = None,
                   warp_specialization: bool = False, contraction: Dim | None = None) -> dict[str, list[int]]:
-    """The candidates searched when no ``parameter_grid`` is given, by strategy (and, for tile-grid GEMMs, by what
-    the device offers: persistent and TMA variants on Hopper, warp-specialized ones when asked for; for
-    chunk_recompute, whether the ``contraction`` is short enough to be one tile)."""
-    if strategy == "row_resident":  # the column tile is the whole row
-        return {"BLOCK_M": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
-    if not has_dot:
-        return {"BLOCK_M": [1, 2, 4, 8, 16], "BLOCK_N": [128, 256, 512, 1024, 2048], "num_warps": [2, 4, 8],
-                "num_stages": [1]}
-    if strategy in ("skinny_m", "split_k"):
-        smallest = max(16, next_power_of_two(rows.value)) if rows.is_static else 16
-        space = {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
-                 "num_stages": [3, 4, 5, 6]}
-        return space | ({"SPLIT_K": [2, 4, 8]} if strategy == "split_k" else {})
-    if strategy == "chunk_recompute":
-        space = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "SPLIT_N": [2, 4, 8, 16], "num_warps": [4, 8],
-                 "num_stages": [2, 3]}
-        # A short static K is one tile (amk-tile): BLOCK_K is then unused.
-        return space if is_short_contraction(contraction) else space | {"BLOCK_K": [32, 64, 128]}
-    if strategy in ("row_strip", "strip_recompute"):
-        return {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
-                "num_stages": [2, 3, 4]}
-    space = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
-             "num_stages": [3, 4, 5], "GROUP_M": [8]}
-    if limits is not None and limits.tma and strategy in TILE_GRID_STRATEGIES:
-        space |= {"PERSISTENT": [0, 1], "TMA": [0, 1]} | ({"WARP_SPECIALIZE": [0, 1]} if warp_specialization else {})
-    return space
+    """The candidates searched when no ``parameter_grid`` is given: the tiling strategy's search space (for
+    tile-grid GEMMs, with what the device offers: persistent and TMA variants on Hopper, warp-specialized ones when
+    asked for; for chunk_recompute, whether the ``contraction`` is short enough to be one tile)."""
+    from amk.lowering.strategies import strategy_named  # the IR and its passes load only when a kernel is tuned
+
+    return strategy_named(strategy).search_space(rows, has_dot, contraction, limits, warp_specialization)
 
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
                  cols: Dim | None = None, contraction: Dim | None = None) -> str | None:
-    """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing."""
-    if (config.PERSISTENT or config.TMA) and strategy not in TILE_GRID_STRATEGIES:
-        return (f"PERSISTENT and TMA apply to the tile-grid strategies ({', '.join(TILE_GRID_STRATEGIES)}), "
-                f"not {strategy}")
+    """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing (the general checks
+    here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``)."""
+    from amk.lowering.strategies import STRATEGIES as TILING
+    from amk.lowering.strategies import strategy_named
+
+    tiling = strategy_named(strategy)
+    if (config.PERSISTENT or config.TMA) and not tiling.tile_grid:
+        grids = ", ".join(name for name, each in TILING.items() if each.tile_grid)
+        return f"PERSISTENT and TMA apply to the tile-grid strategies ({grids}), not {strategy}"
     if config.TMA and not limits.tma:
         return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
-    if strategy == "strip_sync" and cols is not None and cols.is_static:
-        tiles = -(-cols.value // config.BLOCK_N)
-        if tiles > limits.sm_count:
-            return f"strip_sync: a row strip of {tiles} tiles must be resident at once on {limits.sm_count} SMs"
+    reason = tiling.prune_reason(config, cols, limits)
+    if reason:
+        return reason
     if has_dot:
         if min(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) < 16:
             return "tl.dot needs tiles of at least 16 on every axis"
@@ -221,8 +241,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         if per_thread > MAX_ACCUMULATOR_REGISTERS:
             return f"registers: the accumulator needs {per_thread} fp32 values per thread (> {MAX_ACCUMULATOR_REGISTERS})"
     else:
-        resident = strategy == "row_resident" and cols is not None and cols.is_static
-        width = next_power_of_two(cols.value) if resident else config.BLOCK_N
+        width = tiling.tile_width(config, cols)
         if config.BLOCK_M * width // (32 * config.num_warps) > MAX_ACCUMULATOR_REGISTERS:
             return "registers: the tile needs more than 256 values per thread"
     return None
@@ -254,11 +273,11 @@ def config_key(config: KernelConfig) -> str:
     return ",".join(f"{name}={value}" for name, value in config.as_dict().items())
 
 
-def _select(candidates: list[KernelConfig], budget: int, strategy: str, seed: int = 0,
+def _select(candidates: list[KernelConfig], budget: int, search: str, seed: int = 0,
             keep_first: int = 0) -> list[KernelConfig]:
     """``budget`` of the candidates (all of them when exhaustive), at random; the first ``keep_first`` are kept."""
-    if len(candidates) <= budget or strategy == "exhaustive":
-        return candidates if strategy == "exhaustive" else candidates[:budget]
+    if len(candidates) <= budget or search == "exhaustive":
+        return candidates if search == "exhaustive" else candidates[:budget]
     kept = candidates[:min(keep_first, budget)]
     return kept + random.Random(seed).sample(candidates[len(kept):], budget - len(kept))
 
@@ -268,25 +287,18 @@ EARLY_STOP_FACTOR = 1.3
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs, timed right after the strategy's
 # heuristic so that a small search budget still sees them; each applies over the heuristic's other parameters and
-# only where the search space holds it. Tile-grid GEMMs with an epilogue (A, B, C and G's fused programs:
-# benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G) and the row_resident pass after a
-# vendor GEMM (-vendor-gemm-AC, -vendor-gemm-G).
-HOPPER_PRIORS: dict[str, list[dict[str, int]]] = {
-    "gemm": [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
-             dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
-             dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5)],
-    "chunk_recompute": [dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, SPLIT_N=4, num_warps=8, num_stages=3)],
-    "row_resident": [dict(BLOCK_M=1, num_warps=4), dict(BLOCK_M=1, num_warps=8), dict(BLOCK_M=2, num_warps=16)],
-}
+# only where the search space holds it. "gemm": tile-grid GEMMs with an epilogue; a tiling strategy's own (the
+# row_resident pass after a vendor GEMM, chunk_recompute) are its ``priors``.
+HOPPER_PRIORS: dict[str, list[dict[str, int]]] = {"gemm": GEMM_HOPPER_PRIORS}
 
 
 def priors(strategy: str, has_dot: bool, limits: DeviceLimits) -> list[dict[str, int]]:
     """The configurations to time first after the heuristic for a kernel of ``strategy`` on this device."""
+    from amk.lowering.strategies import strategy_named
+
     if not limits.tma:  # no prior measured elsewhere than on Hopper
         return []
-    if strategy in HOPPER_PRIORS:
-        return HOPPER_PRIORS[strategy]
-    return HOPPER_PRIORS["gemm"] if has_dot and strategy not in ("skinny_m", "split_k") else []
+    return strategy_named(strategy).priors(has_dot)
 
 
 # Warm-up launches stop once they have run this long (a 7 ms GEMM needs no ten warm-up launches).
@@ -516,10 +528,10 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         progress.update(1)
         return elapsed
 
-    if settings.strategy == "bayesian" and len(viable) > budget:
+    if settings.search == "bayesian" and len(viable) > budget:
         _bayesian(viable, budget, evaluate, prepare, batch, len(leading))
     else:
-        chosen = _select(viable, budget, settings.strategy, keep_first=len(leading))
+        chosen = _select(viable, budget, settings.search, keep_first=len(leading))
         prepare(chosen)
         for config in chosen:
             evaluate(config)
@@ -535,7 +547,7 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     try:
         import optuna
     except ImportError:
-        log.warning("optuna is not installed; the bayesian strategy falls back to random search")
+        log.warning("optuna is not installed; the bayesian search falls back to random search")
         chosen = _select(viable, budget, "random", keep_first=keep_first)
         prepare(chosen)
         for config in chosen:

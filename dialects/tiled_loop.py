@@ -25,6 +25,7 @@ needed once tile sizes are known. ``tiled_loop.in_bounds`` names validity explic
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -115,6 +116,34 @@ def tile_type(value: SSAValue, context: str) -> TileType:
     if not isinstance(value.type, TileType):
         raise VerifyException(f"{context}: expected a !tiled_loop.tile, got {value.type}")
     return value.type
+
+
+class RegisteredStrategies(Sequence[str]):
+    """The names of the tiling strategies registered in :mod:`amk.lowering.strategies`, in registration order, read
+    each time they are used (registering a strategy extends it): what a kernel's ``strategy`` may be. The dialect
+    lists no strategy of its own. The registry sits in the lowering layer above the IR, so it is named here, as
+    :mod:`amk.opt` names the passes, and imported on first use."""
+
+    REGISTRY = "amk.lowering.strategies"
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return importlib.import_module(cls.REGISTRY).strategy_names()
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __repr__(self) -> str:
+        return f"RegisteredStrategies{self._names()!r}"
 
 
 def broadcast_tiles(shapes: Sequence[tuple[Dim, Dim]], context: str) -> tuple[Dim, Dim]:
@@ -208,9 +237,8 @@ class KernelOp(KernelSignature, IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sym_name attr-dict-with-keyword $body"
 
-    STRATEGIES: ClassVar[tuple[str, ...]] = ("tile2d", "row_strip", "skinny_m", "tile_stats", "tile_recompute",
-                                             "strip_finish", "strip_sync", "split_k", "strip_recompute",
-                                             "chunk_recompute", "row_resident")
+    # The registered tiling strategies' names: what ``strategy`` may be.
+    STRATEGIES: ClassVar[Sequence[str]] = RegisteredStrategies()
     WORKSPACE_KINDS: ClassVar[tuple[str, ...]] = ("scratch", "counter")
 
     def __init__(self, name: str, *, grid: Sequence, program_ids: Sequence[str], strategy: str,

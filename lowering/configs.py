@@ -1,7 +1,8 @@
 """Kernel configurations: the values bound to a kernel's tile-size symbols plus its launch parameters.
 
-``default_config`` is the heuristic used when nothing is tuned: it looks at the strategy and the problem size of a
-``tiled_loop.kernel`` only, so it works on the CPU as well as on the GPU.
+The heuristic used when nothing is tuned is each tiling strategy's ``default_config``
+(:mod:`amk.lowering.strategies`): it looks at the problem size of a ``tiled_loop.kernel`` only, so it works on the CPU
+as well as on the GPU.
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_S
                   "WARP_SPECIALIZE": "WARP_SPECIALIZE"}
 # The switches among them: 0 or 1.
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE")
-# Strategies whose (first) launch is a grid of output tiles walked in grouped order: the ones the switches apply to.
-TILE_GRID_STRATEGIES = ("tile2d", "tile_stats", "tile_recompute", "strip_finish")
+
+# Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
+# (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G):
+# the tuner's priors for every strategy with a K loop that does not bring its own (TilingStrategy.priors).
+GEMM_HOPPER_PRIORS: list[dict[str, int]] = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5),
+]
 
 # A static K at most this long makes a cheap GEMM next to the row reductions around it (amk-tile's choices).
 SHORT_CONTRACTION = 256
@@ -29,7 +37,7 @@ SHORT_CONTRACTION = 256
 
 def is_short_contraction(contraction: Dim | None) -> bool:
     """A static K of at most ``SHORT_CONTRACTION``: amk-tile's short-K strategies, and chunk_recompute's single K tile
-    (which the tuner's space must agree with)."""
+    (which its search space agrees with)."""
     return contraction is not None and contraction.is_static and contraction.value <= SHORT_CONTRACTION
 
 
@@ -75,39 +83,8 @@ def next_power_of_two(value: int) -> int:
     return 1 << max(0, (value - 1).bit_length())
 
 
-def _bounded(dim: Dim, preferred: int, minimum: int) -> int:
+def bounded(dim: Dim, preferred: int, minimum: int) -> int:
     """``preferred``, shrunk to the power of two covering a small static ``dim``."""
     if dim.is_static:
         return max(minimum, min(preferred, next_power_of_two(dim.value)))
     return preferred
-
-
-def default_config(strategy: str, rows: Dim, cols: Dim, contraction: Dim | None, element_bytes: int) -> KernelConfig:
-    """A reasonable configuration for a kernel of ``strategy`` over ``rows x cols`` (contracting ``contraction``)."""
-    has_dot = contraction is not None
-    minimum = 16 if has_dot else 1
-    block_k = _bounded(contraction, 64 if element_bytes <= 2 else 32, 16) if has_dot else 32
-    if strategy in ("skinny_m", "split_k"):
-        # split_k: the H200's best for an RMSNorm prologue into x[16 or 1, 4096] @ W[4096, 4096] in every tuned run
-        # since the Gram-diagonal statistics (2026-11-30-h200-gram-DE, -final-DE): 2 warps, SPLIT_K 4.
-        return KernelConfig(BLOCK_M=_bounded(rows, 64, 16), BLOCK_N=_bounded(cols, 64, 16),
-                            BLOCK_K=_bounded(contraction, 128, 16), num_warps=2 if strategy == "split_k" else 4,
-                            num_stages=4)
-    if strategy == "chunk_recompute":
-        # The H200's best for softmax(q[8192, 128] @ k[128, 8192]) by hand (benchmarks/chunk_recompute_probe.py): the
-        # whole K in one tile, so that the loop over a chunk's column tiles is the one Triton pipelines.
-        return KernelConfig(BLOCK_M=_bounded(rows, 128, 16), BLOCK_N=_bounded(cols, 64, 16),
-                            BLOCK_K=_bounded(contraction, 128, 16), SPLIT_N=8, num_warps=4, num_stages=3)
-    if strategy == "row_resident":
-        # Whole rows in registers: about 4096 values per program, 32 per thread.
-        width = next_power_of_two(cols.value)
-        block_m = max(1, min(16, 4096 // width))
-        return KernelConfig(BLOCK_M=_bounded(rows, block_m, 1), num_warps=max(1, min(16, block_m * width // 1024)),
-                            num_stages=1)
-    if strategy in ("row_strip", "strip_recompute"):
-        return KernelConfig(BLOCK_M=_bounded(rows, 64 if has_dot else 4, minimum), BLOCK_N=_bounded(cols, 128, minimum),
-                            BLOCK_K=block_k, num_warps=8 if has_dot else 4, num_stages=3)
-    if has_dot:
-        return KernelConfig(BLOCK_M=_bounded(rows, 128, 16), BLOCK_N=_bounded(cols, 128, 16), BLOCK_K=block_k,
-                            GROUP_M=8, num_warps=8, num_stages=3)
-    return KernelConfig(BLOCK_M=_bounded(rows, 8, 1), BLOCK_N=_bounded(cols, 256, 1), num_warps=4, num_stages=1)

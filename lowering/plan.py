@@ -23,7 +23,6 @@ FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
 CLASS_AXES = {FULL: (True, True), ROW: (False, True), COL: (True, False), SCALAR: (False, False)}
 AXES_CLASS = {axes: name for name, axes in CLASS_AXES.items()}
 
-SKINNY_M_MAX = 64
 
 
 class NotFusable(Exception):
@@ -105,7 +104,6 @@ class GroupPlan:
     matmul: tensor_op.MatmulOp | None
     prologue: Section | None
     main: Section
-    strategy: str
     materialized: SSAValue | None
     input_class: dict[SSAValue, str]
     contraction: Dim | None
@@ -114,6 +112,13 @@ class GroupPlan:
     @property
     def rows(self) -> Dim:
         return self.main.space.rows
+
+    @property
+    def strategy(self) -> str:
+        """The name of the tiling strategy amk-tile's ``auto`` takes for this group (:mod:`amk.lowering.strategies`)."""
+        from amk.lowering.strategies import auto_strategy  # the strategies read plans: imported on use, not in a circle
+
+        return auto_strategy(self).name
 
 
 def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAValue, str]) -> None:
@@ -253,9 +258,8 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
         if value not in main.value_class and value not in {m.output for m in matmuls}:
             raise NotFusable("a prologue value cannot be a kernel output")
     materialized = _materialized_value(main, matmuls) if matmul is not None else None
-    strategy = _strategy(main, matmul)
-    return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, strategy, materialized, input_class,
-                     contraction, matmuls)
+    return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, materialized, input_class, contraction,
+                     matmuls)
 
 
 def _producers(value: SSAValue, candidates: set[Operation]) -> set[Operation]:
@@ -301,11 +305,3 @@ def _materialized_value(main: Section, matmuls: list[tensor_op.MatmulOp]) -> SSA
         raise NotFusable("after the row reduction, more than one matmul-derived value would be needed")
     return next(iter(needed), None)
 
-
-def _strategy(main: Section, matmul) -> str:
-    if main.has_reductions:
-        return "row_strip"
-    rows = main.space.rows
-    if matmul is not None and rows.is_static and rows.value <= SKINNY_M_MAX:
-        return "skinny_m"
-    return "tile2d"

@@ -44,7 +44,8 @@ from xdsl.utils.exceptions import PassFailedException
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
 from amk.dialects.tiled_loop import TileType
-from amk.lowering.configs import SWITCHES, KernelConfig, default_config
+from amk.lowering.configs import SWITCHES, KernelConfig
+from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim, provably_divisible
 
 INDEX_LIMIT = 2**31
@@ -73,7 +74,7 @@ def _element_bytes(element_type) -> int:
 
 def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int]) -> KernelConfig:
     rows, cols, contraction, element_bytes = kernel_problem(kernel)
-    base = default_config(kernel.strategy.data, rows, cols, contraction, element_bytes).as_dict()
+    base = strategy_named(kernel.strategy.data).default_config(rows, cols, contraction, element_bytes).as_dict()
     base.update({k: v for k, v in overrides.items() if v})
     return KernelConfig(**base)
 

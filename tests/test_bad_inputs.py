@@ -301,8 +301,12 @@ def test_parameter_grid_accepted_and_used():
     ({"enable_warp_specialization": 1}, ["enable_warp_specialization", "True or False"]),
     ({"vendor_gemm": "no"}, ["vendor_gemm", "True or False"]),
     ({"target_cache_dir": 5}, ["target_cache_dir", "path", "5"]),
-    ({"strategy": "grid"}, ["strategy", "exhaustive", "random", "bayesian", "'grid'"]),
-    ({"strategy": None}, ["strategy", "bayesian"]),
+    ({"search": "grid"}, ["search", "exhaustive", "random", "bayesian", "'grid'"]),
+    ({"search": None}, ["search", "bayesian"]),
+    # the deprecated name of search (it warns: tests/test_strategies.py) names itself
+    pytest.param({"strategy": "grid"}, ["strategy", "exhaustive", "random", "bayesian", "'grid'"],
+                 marks=pytest.mark.filterwarnings("ignore::DeprecationWarning")),
+    pytest.param({"strategy": None}, ["strategy", "bayesian"], marks=pytest.mark.filterwarnings("ignore::DeprecationWarning")),
 ])
 def test_tuner_config_invalid_values(kwargs, substrings):
     expect(InvalidArgumentError, lambda: amk.TunerConfig(**kwargs), "TunerConfig", *substrings)
@@ -310,8 +314,8 @@ def test_tuner_config_invalid_values(kwargs, substrings):
 
 def test_tuner_config_valid_values():
     config = amk.TunerConfig(search_budget=1, warmup_runs=0, measure_runs=1, enable_warp_specialization=True,
-                             vendor_gemm=False, target_cache_dir="/tmp/amk-test", strategy="exhaustive")
-    assert config.strategy == "exhaustive" and not config.vendor_gemm
+                             vendor_gemm=False, target_cache_dir="/tmp/amk-test", search="exhaustive")
+    assert config.search == "exhaustive" and not config.vendor_gemm
 
 
 def test_tuner_config_unknown_field_is_a_type_error():

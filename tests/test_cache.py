@@ -365,7 +365,7 @@ def fake_timer(monkeypatch):
 
 def test_tune_times_only_configs_never_timed_before(tmp_path, monkeypatch, tile_kernel):
     kernel, heuristic = tile_kernel
-    settings = TunerConfig(strategy="exhaustive")
+    settings = TunerConfig(search="exhaustive")
     calls, build_and_run = fake_timer(monkeypatch)
     narrow = amk.tuner.validate_grid({"BLOCK_SIZE_M": [32, 64], "BLOCK_SIZE_N": [32, 64], "BLOCK_SIZE_K": [32]})
     best, trials = amk.tuner.tune(kernel, settings, narrow, heuristic, build_and_run)
@@ -400,12 +400,12 @@ def test_failed_trials_are_remembered_too(tmp_path, monkeypatch, tile_kernel):
         raise RuntimeError("out of resources")
 
     grid = amk.tuner.validate_grid({"BLOCK_SIZE_M": [32, 64]})
-    _, trials = amk.tuner.tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, build_and_run)
+    _, trials = amk.tuner.tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, build_and_run)
     assert [t.status for t in trials] == ["failed", "failed"]
     store = cache.Store(tmp_path)
     store.record_trials("a" * 64, trials)
     calls.clear()
-    best, again = amk.tuner.tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, build_and_run,
+    best, again = amk.tuner.tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, build_and_run,
                                  known=store.known_trials("a" * 64))
     assert calls == [] and best == heuristic and all(t.reused for t in again)
 

@@ -137,12 +137,14 @@ def _made_by_docs(key, value) -> bool:
 
 @pytest.fixture()
 def isolated_registries():
-    """Docs register passes, dialects, lowering rules and references (the tutorial does): undo exactly that
-    afterwards, keeping what real modules registered meanwhile (the front end registers a pass on import)."""
+    """Docs register passes, dialects, lowering rules, references and tiling strategies (the tutorials do): undo
+    exactly that afterwards, keeping what real modules registered meanwhile (the front end registers a pass on
+    import)."""
     from amk import opt, reference
-    from amk.lowering import rules
+    from amk.lowering import rules, strategies
 
-    registries = (opt.AMK_PASSES, opt.AMK_DIALECTS, rules.ELEMENTWISE_RULES, rules.ROW_REDUCTIONS, reference.REFERENCE)
+    registries = (opt.AMK_PASSES, opt.AMK_DIALECTS, rules.ELEMENTWISE_RULES, rules.ROW_REDUCTIONS, reference.REFERENCE,
+                  strategies.STRATEGIES)
     saved = [dict(registry) for registry in registries]
     yield
     for registry, before in zip(registries, saved):
@@ -271,18 +273,23 @@ def test_inline_copy_matches_its_file(block):
         raise AssertionError(f"the block at {block.where} differs from {block.copy_of}:\n{diff}")
 
 
-def test_tutorial_text_is_the_example_file():
-    """Following the tutorial's code blocks in order reproduces examples/tutorial_fusion_pass.py exactly."""
-    page = REPO / "docs" / "tutorial-fusion-pass.md"
+TUTORIALS = [("tutorial-fusion-pass.md", "examples/tutorial_fusion_pass.py"),
+             ("tutorial-tiling-strategy.md", "examples/tutorial_tiling_strategy.py")]
+
+
+@pytest.mark.parametrize("page,example", TUTORIALS, ids=[page for page, _ in TUTORIALS])
+def test_tutorial_text_is_the_example_file(page, example):
+    """Following a tutorial's code blocks in order reproduces its example file exactly."""
+    page = REPO / "docs" / page
     targets = [block.copy_of for block in code_blocks(page)
-               if block.copy_of and block.copy_of.startswith("examples/tutorial_fusion_pass.py:")]
-    assert targets, "the tutorial holds no inline copy of a section of examples/tutorial_fusion_pass.py"
+               if block.copy_of and block.copy_of.startswith(f"{example}:")]
+    assert targets, f"the tutorial holds no inline copy of a section of {example}"
 
     def squeeze(text: str) -> str:  # blank lines between sections do not count
         return re.sub(r"\n{2,}", "\n", text.strip())
 
     assembled = "\n".join(snippet(target) for target in targets)
-    assert squeeze(assembled) == squeeze(snippet("examples/tutorial_fusion_pass.py"))
+    assert squeeze(assembled) == squeeze(snippet(example))
 
 
 def test_readme_op_list_is_complete():
@@ -313,6 +320,7 @@ def test_site_builds_strict(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "tutorial-fusion-pass" / "index.html").exists()
+    assert (tmp_path / "site" / "tutorial-tiling-strategy" / "index.html").exists()
 
 
 def update_outputs(path: Path) -> list[str]:

@@ -171,7 +171,7 @@ def test_failing_candidates_are_recorded_and_skipped(fake_clock):
     harness = Harness(kernel, FAULTS)
     # The fake clock times the good candidates in grid order: (16, 32, 32) is the fastest.
     fake_clock.times = [0.5, 0.2, 0.6, 0.7]
-    config, trials = tune(kernel, TunerConfig(strategy="exhaustive"), GRID, harness.heuristic, harness.build_and_run)
+    config, trials = tune(kernel, TunerConfig(search="exhaustive"), GRID, harness.heuristic, harness.build_and_run)
     seen = statuses(trials)
     assert len(trials) == 8 and len(harness.built) == 8, "the search stopped at a failure"
     assert seen[(16, 16, 16)] == "failed" and seen[(32, 32, 32)] == "failed" and seen[(32, 16, 16)] == "failed"
@@ -196,13 +196,13 @@ def test_recorded_failures_are_not_retried(fake_clock, tmp_path):
     kernel = tile_kernel()
     harness = Harness(kernel, FAULTS)
     fake_clock.times = [0.5, 0.2, 0.6, 0.7]
-    _, trials = tune(kernel, TunerConfig(strategy="exhaustive"), GRID, harness.heuristic, harness.build_and_run)
+    _, trials = tune(kernel, TunerConfig(search="exhaustive"), GRID, harness.heuristic, harness.build_and_run)
     store = cache.Store(tmp_path)
     store.record_trials("k" * 64, trials, {"kernel": harness.name})
     known = cache.Store(tmp_path).known_trials("k" * 64)  # a new process reads them back
     assert {t.status for t in known.values()} == {"ok", "failed", "wrong"}
     again = Harness(kernel, FAULTS)
-    config, retuned = tune(kernel, TunerConfig(strategy="exhaustive"), GRID, again.heuristic, again.build_and_run,
+    config, retuned = tune(kernel, TunerConfig(search="exhaustive"), GRID, again.heuristic, again.build_and_run,
                            known)
     assert again.built == [], "a candidate timed (or failed) before on this device was run again"
     assert all(t.reused for t in retuned)
@@ -215,7 +215,7 @@ def test_every_candidate_failing_falls_back_to_the_heuristic(fake_clock, caplog)
     everything = {(m, n, k): "compile" for m in (16, 32) for n in (16, 32) for k in (16, 32)}
     harness = Harness(kernel, everything)
     with caplog.at_level("WARNING", logger="amk.tuner"):
-        config, trials = tune(kernel, TunerConfig(strategy="exhaustive"), GRID, harness.heuristic,
+        config, trials = tune(kernel, TunerConfig(search="exhaustive"), GRID, harness.heuristic,
                               harness.build_and_run)
     assert config == harness.heuristic
     assert [t.status for t in trials] == ["failed"] * 8
@@ -266,7 +266,7 @@ def test_autotune_chooser_skips_faulty_candidates(fake_clock, monkeypatch):
     monkeypatch.setattr(amk.runtime, "load_source", load_source)
     tuned = []
     fake_clock.times = [0.5, 0.2, 0.6, 0.7]
-    choose = amk.tuner.autotune_chooser(TunerConfig(strategy="exhaustive"), GRID,
+    choose = amk.tuner.autotune_chooser(TunerConfig(search="exhaustive"), GRID,
                                         lambda kernel, config, trials: tuned.append((config, trials)))
     config = choose(kernel)
     (recorded, trials), = tuned
@@ -283,7 +283,7 @@ def test_failures_do_not_stop_random_and_bayesian_search(fake_clock):
     for strategy in ("random", "bayesian"):
         harness = Harness(kernel, FAULTS)
         fake_clock.times = []
-        config, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=6), GRID, harness.heuristic,
+        config, trials = tune(kernel, TunerConfig(search=strategy, search_budget=6), GRID, harness.heuristic,
                               harness.build_and_run)
         assert len(trials) == 6, strategy
         assert harness.fault(config) is None, f"{strategy} chose a faulty configuration {config}"

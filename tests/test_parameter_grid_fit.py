@@ -47,7 +47,7 @@ def timed(monkeypatch):
 def test_a_grid_that_fits_no_configuration_of_a_kernel_gives_way_to_its_own_space(timed, caplog):
     kernel = row_resident_kernel()
     with caplog.at_level(logging.WARNING, logger="amk"):
-        best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), amk.tuner.validate_grid(GEMM_GRID),
+        best, trials = tune(kernel, TunerConfig(search="exhaustive"), amk.tuner.validate_grid(GEMM_GRID),
                             heuristic_config(kernel), timed)
     timed_trials = [t for t in trials if t.status == "ok"]
     assert timed_trials and best.BLOCK_M == 1  # searched over row_resident's space: 1 row per program is fastest
@@ -59,6 +59,6 @@ def test_a_grid_that_fits_is_searched_as_given(timed, caplog):
     kernel = row_resident_kernel(columns=256)
     grid = amk.tuner.validate_grid({"BLOCK_SIZE_M": [2, 4], "num_warps": [4]})
     with caplog.at_level(logging.WARNING, logger="amk"):
-        best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic_config(kernel), timed)
+        best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic_config(kernel), timed)
     assert {t.config.BLOCK_M for t in trials if t.status == "ok"} == {2, 4} and best.BLOCK_M == 2
     assert not [r for r in caplog.records if "parameter_grid" in r.getMessage()]

@@ -63,7 +63,7 @@ def test_every_timed_candidate_was_prepared_first(clock, strategy, budget):
     kernel = tiled_kernel()
     recorder = Recorder()
     heuristic = amk.pipeline.heuristic_config(kernel)
-    best, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=budget), GRID, heuristic,
+    best, trials = tune(kernel, TunerConfig(search=strategy, search_budget=budget), GRID, heuristic,
                         recorder.build_and_run, prepare=recorder.prepare, batch=4)
     timed = [t for t in trials if t.status == "ok"]
     assert len(timed) == budget
@@ -83,12 +83,12 @@ def test_the_heuristic_is_timed_first_when_the_space_holds_it(clock, strategy):
     kernel = tiled_kernel()
     heuristic = amk.tuner.KernelConfig(BLOCK_M=64, BLOCK_N=16, BLOCK_K=16, num_warps=2)
     recorder = Recorder()
-    _, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=6), GRID, heuristic,
+    _, trials = tune(kernel, TunerConfig(search=strategy, search_budget=6), GRID, heuristic,
                      recorder.build_and_run, prepare=recorder.prepare)
     timed = [t.config for t in trials if t.status == "ok"]
     assert timed[0] == heuristic and len(timed) == 6 and timed.count(heuristic) == 1
     outside = amk.tuner.KernelConfig(BLOCK_M=128, BLOCK_N=16, BLOCK_K=16, num_warps=2)  # not a point of GRID
-    _, trials = tune(kernel, TunerConfig(strategy=strategy, search_budget=6), GRID, outside,
+    _, trials = tune(kernel, TunerConfig(search=strategy, search_budget=6), GRID, outside,
                      recorder.build_and_run, prepare=recorder.prepare)
     assert outside not in [t.config for t in trials]
 
@@ -124,7 +124,7 @@ def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
     kernel = tiled_kernel()
     recorder = Recorder()
     heuristic = amk.pipeline.heuristic_config(kernel)
-    best, _ = tune(kernel, TunerConfig(strategy="bayesian", search_budget=18), GRID, heuristic,
+    best, _ = tune(kernel, TunerConfig(search="bayesian", search_budget=18), GRID, heuristic,
                    recorder.build_and_run, prepare=recorder.prepare, batch=6)
     assert (best.BLOCK_M, best.BLOCK_N, best.BLOCK_K, best.num_warps) == (32, 64, 32, 4)
 
@@ -180,7 +180,7 @@ def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatc
     monkeypatch.setattr(amk.tuner, "measure", measure)
     grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32], "BLOCK_K": [32]}
     heuristic = amk.pipeline.heuristic_config(kernel)
-    best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), grid, heuristic, recorder.build_and_run,
+    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, recorder.build_and_run,
                         prepare=recorder.prepare)
     assert best.BLOCK_M == 32
     finalists = [t for t in trials if t.detail.startswith("finalist")]
@@ -204,7 +204,7 @@ def test_switches_refine_the_finalists_instead_of_multiplying_the_search(monkeyp
     assert kernel.strategy.data == "tile2d"
     recorder = Recorder()
     grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32, 64], "BLOCK_K": [32], "PERSISTENT": [0, 1], "TMA": [0, 1]}
-    best, trials = tune(kernel, TunerConfig(strategy="exhaustive"), grid, amk.pipeline.heuristic_config(kernel),
+    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, amk.pipeline.heuristic_config(kernel),
                         recorder.build_and_run, prepare=recorder.prepare)
     timed = [t.config for t in trials if t.status == "ok"]
     base = [c for c in timed if not (c.PERSISTENT or c.TMA)]

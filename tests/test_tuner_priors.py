@@ -46,7 +46,7 @@ def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypat
     runs, build_and_run = timings
     kernel = gemm_kernel()
     heuristic = heuristic_config(kernel)
-    tune(kernel, TunerConfig(strategy=search, search_budget=8), None, heuristic, build_and_run)
+    tune(kernel, TunerConfig(search=search, search_budget=8), None, heuristic, build_and_run)
     order = [config for config, _ in runs]
     expected = [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in HOPPER_PRIORS["gemm"]]
     assert order[:len(expected)] == expected
@@ -61,7 +61,7 @@ def test_candidates_are_timed_against_the_best_so_far(monkeypatch, timings):
     monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
     runs, build_and_run = timings
     kernel = gemm_kernel()
-    tune(kernel, TunerConfig(strategy="exhaustive", search_budget=4), amk.tuner.validate_grid(
+    tune(kernel, TunerConfig(search="exhaustive", search_budget=4), amk.tuner.validate_grid(
         {"BLOCK_SIZE_M": [64, 128], "num_stages": [3, 4]}), heuristic_config(kernel), build_and_run)
     assert runs[0][1] is None  # the first candidate has nothing to beat
     bounds = [bound for _, bound in runs[1:]]

@@ -1,0 +1,60 @@
+"""The registry of tiling strategies, by name (as ``lowering/rules.py`` registers lowering rules by op).
+
+``@register_strategy`` on a :class:`~amk.lowering.strategies.base.TilingStrategy` subclass makes it known to every
+pass and to the tuner: amk-tile's ``auto`` choice and ``reduction_strategy`` option, the ``tiled_loop.kernel``
+verifier, amk-stage's heuristic, the Triton emitter and the autotuner all look strategies up here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amk.lowering.strategies.base import AUTO, TilingStrategy
+
+if TYPE_CHECKING:
+    from amk.lowering.plan import GroupPlan
+
+# name -> strategy, in registration order (the order error messages list them in).
+STRATEGIES: dict[str, TilingStrategy] = {}
+
+
+def register_strategy(cls: type[TilingStrategy]) -> type[TilingStrategy]:
+    """Class decorator: register one instance of ``cls`` under ``cls.name`` (replacing one of that name)."""
+    STRATEGIES[cls.name] = cls()
+    return cls
+
+
+def strategy_names() -> tuple[str, ...]:
+    return tuple(STRATEGIES)
+
+
+def strategy_named(name: str) -> TilingStrategy:
+    """The registered strategy called ``name``; a KeyError listing the registered names otherwise."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise KeyError(f"no tiling strategy is registered as {name!r}; registered: {', '.join(STRATEGIES)}") from None
+
+
+def auto_strategy(plan: GroupPlan) -> TilingStrategy:
+    """amk-tile's ``auto``: the first strategy, by ascending ``priority``, whose :meth:`~TilingStrategy.chosen_for`
+    takes ``plan`` (strategies without a priority are taken only by name)."""
+    ranked = sorted((s for s in STRATEGIES.values() if s.priority is not None), key=lambda s: s.priority)
+    for strategy in ranked:
+        if strategy.chosen_for(plan):
+            return strategy
+    raise LookupError(f"no registered tiling strategy takes this group (asked: {', '.join(s.name for s in ranked)})")
+
+
+def choose_strategy(plan: GroupPlan, requested: str = AUTO) -> TilingStrategy:
+    """The strategy that lowers ``plan``: ``requested`` (a name, or ``auto``), followed through
+    :meth:`~TilingStrategy.instead` while it cannot lower the plan."""
+    name, seen = requested, []
+    while True:
+        strategy = auto_strategy(plan) if name == AUTO else strategy_named(name)
+        if strategy.name in seen:
+            raise LookupError(f"tiling strategies refer to each other in a circle: {' -> '.join(seen + [name])}")
+        seen.append(strategy.name)
+        name = strategy.instead(plan)
+        if name is None:
+            return strategy

@@ -1,0 +1,124 @@
+"""``split_k``: few rows and a long K. ``SPLIT_K`` programs share each output tile, each running the K loop over one
+chunk of K and storing its fp32 partial tile to a workspace, so that enough programs stream the weight; the last of
+them to arrive (``tiled_loop.last_arrival``, one counter per tile) sums the partials and applies the epilogue."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import f32, i32
+
+from amk.dialects import tiled_loop
+from amk.dialects.tensor_op import TensorType
+from amk.dialects.tiled_loop import TileType
+from amk.lowering import rules
+from amk.lowering.kernel_lowering import (
+    BLOCK_K,
+    BLOCK_M,
+    BLOCK_N,
+    ColumnTile,
+    WorkspaceBuffer,
+    origin_label,
+    row_scaled_prologue,
+)
+from amk.lowering.strategies.base import Grid
+from amk.lowering.strategies.registry import register_strategy
+from amk.lowering.strategies.skinny_m import SkinnyM
+from amk.symbolic import Dim
+
+if TYPE_CHECKING:
+    from amk.lowering.kernel_lowering import KernelLowering
+    from amk.lowering.plan import GroupPlan
+
+SPLIT_K_MIN_CONTRACTION = 1024
+
+
+@register_strategy
+class SplitK(SkinnyM):
+    name = "split_k"
+    description = ("Few rows, long K: SPLIT_K programs share each output tile, one K chunk each; the last to finish "
+                   "sums their partial tiles and applies the epilogue.")
+    priority = 10
+    num_warps = 2
+
+    def chosen_for(self, plan: GroupPlan) -> bool:
+        k = plan.contraction
+        return (super().chosen_for(plan) and len(plan.matmuls) == 1 and k.is_static
+                and k.value >= SPLIT_K_MIN_CONTRACTION)
+
+    def grid(self, plan: GroupPlan) -> Grid:
+        rows, cols = plan.main.space.rows, plan.main.space.cols
+        return Grid([f"cdiv({cols}, {BLOCK_N})", f"cdiv({rows}, {BLOCK_M})", "SPLIT_K"], ["pid_n", "pid_m", "pid_k"],
+                    self.tile_params(plan) + ["SPLIT_K"])
+
+    def workspace(self, plan: GroupPlan) -> list[WorkspaceBuffer]:
+        """The partial tiles of the K splits, the prologue state each split sums (a row-scaled norm), and one arrival
+        counter per output tile."""
+        rows, cols = plan.main.space.rows, plan.main.space.cols
+        split_rows = f"SPLIT_K * cdiv({rows}, {BLOCK_M}) * {BLOCK_M}"
+        buffers = [WorkspaceBuffer(TensorType([split_rows, cols], f32), "scratch", "partial_acc")]
+        norm = row_scaled_prologue(plan, self)
+        if norm is not None:  # one buffer per statistic the K loop sums (the prologue state)
+            buffers += [WorkspaceBuffer(TensorType([split_rows, f"cdiv({cols}, {BLOCK_N})"], f32), "scratch",
+                                        f"partial_state{index}")
+                        for index in range(len(rules.ROW_REDUCTIONS[type(norm)].column_sums))]
+        tiles = f"cdiv({rows}, {BLOCK_M}) * cdiv({cols}, {BLOCK_N})"
+        return buffers + [WorkspaceBuffer(TensorType([tiles], i32), "counter", "tile_counters")]
+
+    def dot_space(self, rows: Dim, contraction: Dim | None, limits,
+                  warp_specialization: bool) -> dict[str, list[int]]:
+        return super().dot_space(rows, contraction, limits, warp_specialization) | {"SPLIT_K": [2, 4, 8]}
+
+    def build(self, lowering: KernelLowering) -> None:
+        """Few rows, long K: SPLIT_K programs share each output tile, each over one chunk of K. They store fp32
+        partial accumulators; the last to arrive sums them and applies the epilogue."""
+        plan, b = lowering.plan, lowering.b
+        k = plan.contraction
+        chunk = Dim(f"cdiv(cdiv({k}, SPLIT_K), {BLOCK_K}) * {BLOCK_K}")
+        lower = Dim(f"pid_k * ({chunk})")
+        upper = Dim(f"Min({k}, (pid_k + 1) * ({chunk}))")
+        at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
+        (acc,) = lowering.matmul_tiles(at, (lower, upper))
+        rows_padded = Dim(f"cdiv({plan.rows}, {BLOCK_M}) * {BLOCK_M}")
+        partials, *partial_states = lowering.workspace.partials
+        b.origin = None
+        b.add(tiled_loop.StoreOp(acc, partials, [Dim(f"pid_k * ({rows_padded}) + {lowering.row_offset}"),
+                                                 lowering.col_offset]))
+        # This chunk's prologue statistics, one column per column tile (programs of other tiles write the same rows).
+        for component, dest in zip(lowering.prologue_state, partial_states):
+            b.add(tiled_loop.StoreOp(b.widen_rows(component, BLOCK_M), dest,
+                                     [Dim(f"pid_k * ({rows_padded}) + {lowering.row_offset}"), Dim("pid_n")]))
+        column_tiles = Dim(f"cdiv({plan.main.space.cols}, {BLOCK_N})")
+        last = b.add(tiled_loop.LastArrivalOp(lowering.workspace.counters, [Dim(f"pid_m * ({column_tiles}) + pid_n")],
+                                              Dim("SPLIT_K")), "last_split")
+        finisher = tiled_loop.IfOp(last)
+        b.add(finisher)
+        outer = b.block
+        b.block = finisher.body.block
+        zero = b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum")
+        norm = lowering.row_scaled
+        rule, states = lowering.row_scale_init()
+
+        def add_split(carried):
+            b.origin = None
+            split_row = Dim(f"split * ({rows_padded}) + {lowering.row_offset}")
+            partial = b.add(tiled_loop.LoadOp(partials, [split_row, lowering.col_offset],
+                                              TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+            loaded = [b.add(tiled_loop.LoadOp(source, [split_row, Dim("pid_n")], TileType([BLOCK_M, 1], f32)),
+                            "partial_state") for source in partial_states]
+            b.origin = "matmul"
+            summed = [b.add_(carried[0], partial, "acc_sum")]
+            if norm is not None:
+                b.origin = origin_label(norm)
+                summed += rule.combine(b, carried[1:], loaded)
+            return summed
+
+        total, *state = lowering.loop("split", Dim("SPLIT_K"), 1, [zero, *states], add_split,
+                                      "sum the partial tiles of the K splits")
+        at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
+        at.env[plan.matmul.output] = total
+        if norm is not None:
+            lowering.scale_rows(at, [total], state)
+        for value in plan.outputs:
+            lowering.store(value, lowering.compute(value, at), at)
+        b.block = outer
