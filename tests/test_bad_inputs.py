@@ -405,6 +405,46 @@ def test_call_still_works_after_errors(kernel, tensors):
     torch.testing.assert_close(output.double(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_inputs_requiring_grad_give_an_output_with_pytorchs_gradients(kernel, tensors):
+    """Not an error: with grad mode on, the output carries a grad history whose backward recomputes the chain."""
+    leaves = [t.clone().requires_grad_() for t in tensors]
+    kernel(*leaves).sum().backward()
+    reference = [t.double().requires_grad_() for t in tensors]
+    torch.relu(reference[0] @ reference[1] + reference[2]).sum().backward()
+    for leaf, want in zip(leaves, reference):
+        torch.testing.assert_close(leaf.grad.double(), want.grad, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        assert not kernel(*leaves).requires_grad
+
+
+def test_bad_inputs_from_one_thread_leave_the_others_correct(kernel, tensors):
+    """Errors are raised in the thread that passed the bad tensors; calls in other threads at the same time are
+    unaffected."""
+    import threading
+
+    expected = torch.relu(tensors[0] @ tensors[1] + tensors[2])
+    outcomes: dict[int, object] = {}
+    start = threading.Barrier(4)
+
+    def call(thread: int) -> None:
+        start.wait()
+        try:
+            arguments = [tensors[0].half(), *tensors[1:]] if thread == 0 else tensors
+            outcomes[thread] = [kernel(*arguments) for _ in range(3)]
+        except AmkError as error:
+            outcomes[thread] = error
+
+    threads = [threading.Thread(target=call, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert isinstance(outcomes[0], DTypeError)
+    for index in (1, 2, 3):
+        for output in outcomes[index]:
+            torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Verification helpers and the error classes
 # --------------------------------------------------------------------------------------------------------------------

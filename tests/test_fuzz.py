@@ -605,3 +605,64 @@ def test_reference_rounds_at_a_cast():
     assert rounded.dtype == torch.float64 and rounded.tolist() == [[2.0, math.inf, -math.inf, 131008.0]]
     # in low precision the cast keeps the wider dtype: bf16 inputs cast to fp32 compute in fp32
     assert reference_for(normalize_ops([("cast", {"dtype": FP32}), "exp"]), 1)(big.to(BF16)).dtype == FP32
+
+
+# Concurrency and autograd over random chains: fewer examples (every call runs in Triton's interpreter on the CPU).
+CONCURRENT_THREADS = 4
+
+
+@settings(max_examples=max(1, EXAMPLES // 40), **FUZZ_SETTINGS)
+@given(chain=chains(matmul=True), seed=st.integers(0, 2**16))
+def test_fuzz_concurrent_calls_match_sequential_ones(chain, seed):
+    """Calls from several threads at once, each on its own inputs, give what the same calls give one at a time."""
+    import threading
+
+    ops, shapes, dtype, grid = chain
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False, parameter_grid=grid)
+    inputs = [make_inputs(ops, shapes, dtype, seed + thread) for thread in range(CONCURRENT_THREADS)]
+    sequential = [kernel(*tensors) for tensors in inputs]
+    concurrent: dict[int, list[torch.Tensor]] = {}
+    start = threading.Barrier(CONCURRENT_THREADS)
+
+    def call(thread: int) -> None:
+        start.wait()
+        concurrent[thread] = [kernel(*inputs[thread]) for _ in range(2)]
+
+    threads = [threading.Thread(target=call, args=(thread,)) for thread in range(CONCURRENT_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reproducer = f"ops={ops!r}, shapes={shapes!r}, dtype={dtype}, grid={grid!r}, seed={seed}"
+    for thread, expected in enumerate(sequential):
+        assert thread in concurrent, f"thread {thread} raised: {reproducer}"
+        for output in concurrent[thread]:
+            assert torch.allclose(output, expected, rtol=1e-6, atol=0, equal_nan=True), \
+                f"thread {thread}'s concurrent call differs from its call alone: {reproducer}"
+
+
+@settings(max_examples=max(1, EXAMPLES // 40), **FUZZ_SETTINGS)
+@given(chain=chains(matmul=True), seed=st.integers(0, 2**16))
+def test_fuzz_inputs_requiring_grad_get_pytorchs_gradients(chain, seed):
+    """Inputs that require grad: the output carries a grad history, and backward gives the gradients eager PyTorch
+    computes in float32 for the same chain."""
+    ops, shapes, dtype, grid = chain
+    kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False, parameter_grid=grid)
+    tensors = [t.requires_grad_() for t in make_inputs(ops, shapes, dtype, seed)]
+    output = kernel(*tensors)
+    assert output.requires_grad and output.grad_fn is not None
+    weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+    (output.float() * weights.to(output.device)).sum().backward()
+    leaves = [t.detach().float().requires_grad_() for t in tensors]
+    (eager(ops, leaves).float() * weights.to(output.device)).sum().backward()
+    reproducer = f"ops={ops!r}, shapes={shapes!r}, dtype={dtype}, grid={grid!r}, seed={seed}"
+    for index, (tensor, leaf) in enumerate(zip(tensors, leaves)):
+        want, have = leaf.grad, tensor.grad
+        assert have is not None and have.shape == tensor.shape, f"no gradient for input {index}: {reproducer}"
+        finite = torch.isfinite(want) & torch.isfinite(have.float())
+        difference = (have.float()[finite] - want[finite]).double().norm().item()
+        # The backward recomputes in float32 and returns the input's dtype: its rounding, plus an absolute floor for
+        # gradients that cancel to almost nothing (RMSNorm over one element: eps / (x^2 + eps)^1.5).
+        bound = 2 * TOLERANCES[dtype] * want[finite].double().norm().item() + 1e-4 * math.sqrt(finite.sum().item())
+        assert difference <= bound, (f"gradient of input {index}: |amk - eager| = {difference:.2e} > {bound:.2e}: "
+                                     f"{reproducer}")
