@@ -144,8 +144,6 @@ def build_settings(grid: dict | None, autotune: bool, tuner_config) -> dict:
     """The settings that affect which configuration is chosen (only those: the cache directory does not)."""
     import torch
 
-    from amk.runtime import interpreting
-
     timed = bool(autotune) and torch.cuda.is_available() and not interpreting()
     settings: dict = {"autotune": timed, "parameter_grid": grid}
     if timed:
@@ -455,8 +453,6 @@ class Store:
             return False
         files = {_source_file(name): source.encode() for name, source in entry.sources.items()}
         files["ir.json"] = json.dumps(entry.ir, indent=1).encode()  # the levels in pipeline order
-        from amk.runtime import interpreting
-
         doc = {"format": FORMAT, "key": entry.key, **entry.meta,
                "kernels": {name: {"config": entry.configs[name], "source": _source_file(name)} for name in entry.sources},
                "plan": entry.plan, "tuning_log": entry.tuning_log, "verification": entry.verification,
@@ -547,15 +543,21 @@ class Store:
 
     def triton_directory(self, key: str) -> Path | None:
         """``entries/<key>/triton``, where Triton keeps the binaries of the entry's kernels; None when Triton's cache
-        is left alone (kernels run in the interpreter, the user set TRITON_CACHE_DIR, or the cache is unwritable)."""
-        from amk.runtime import interpreting
+        is left alone (kernels run in the interpreter, the user set TRITON_CACHE_DIR, or the cache is unwritable).
 
+        The folder is tried with a file written as Triton writes its own (a temporary file, then ``os.replace``):
+        Triton does not survive a cache it cannot write (a full or read-only disk fails the compilation), so such a
+        cache degrades to memory here, before Triton is pointed at it."""
         if interpreting() or _user_triton_cache() or self.memory_only:
             return None
         directory = self.entry_dir(key) / "triton"
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError:
+            self._write_file(directory / ".writable", b"")
+        except OSError as error:
+            if self.strict:
+                raise CacheError(f"cannot write Triton's binaries in {directory}: {error}") from None
+            self.memory_only = True
+            _warn_degraded(self.root, error)
             return None
         return directory
 
