@@ -113,13 +113,6 @@ class GroupPlan:
     def rows(self) -> Dim:
         return self.main.space.rows
 
-    @property
-    def strategy(self) -> str:
-        """The name of the tiling strategy amk-tile's ``auto`` takes for this group (:mod:`amk.lowering.strategies`)."""
-        from amk.lowering.strategies import auto_strategy  # the strategies read plans: imported on use, not in a circle
-
-        return auto_strategy(self).name
-
 
 def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAValue, str]) -> None:
     """Classify values and split ops into phases; ``source`` gives classes of values produced outside the section."""

@@ -308,6 +308,7 @@ def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None
     """Run the fusion passes on a copy of ``module`` and describe the groups (and the ops left outside them)."""
     from amk.lowering import rules
     from amk.lowering.plan import NotFusable, plan_group
+    from amk.lowering.strategies import auto_strategy
     from amk.pipeline import fusion_passes, make_context
 
     names = names or {}
@@ -327,7 +328,7 @@ def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None
                 prologue = [label(o) for o in plan.prologue.ops] if plan.prologue else []
                 matmul = " + ".join(label(m) for m in plan.matmuls) if plan.matmuls else None
                 epilogue = [label(o) for o in plan.main.ops]
-                kernels.append(KernelReport(plan.strategy, prologue, matmul, epilogue))
+                kernels.append(KernelReport(auto_strategy(plan).name, prologue, matmul, epilogue))
             except NotFusable as error:
                 kernels.append(KernelReport(f"unplanned: {error}", [], None, [label(o) for o in ops]))
         elif isinstance(op, func.ReturnOp):
