@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from amk import build_phases
+from amk.benchmarking import time_ms  # the one timer, the benchmarks' too
 from amk.build_phases import phase
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
@@ -323,39 +324,8 @@ def measure(fn, warmup: int, runs: int, give_up_above: float | None = None) -> f
 
 
 def _measure(fn, warmup: int, runs: int, give_up_above: float | None) -> float:
-    import time
-
-    import torch
-
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    started = time.perf_counter()
-    for _ in range(warmup):
-        fn()
-        torch.cuda.synchronize()
-        if (time.perf_counter() - started) * 1e3 > WARMUP_MS:
-            break
-    times = []
-    for run in range(runs):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-        if give_up_above is not None and run + 1 == EARLY_STOP_RUNS and statistics.median(times) > give_up_above:
-            log.info("stopped timing after %d launches: %.4f ms against the best %.4f", run + 1,
-                     statistics.median(times), give_up_above / EARLY_STOP_FACTOR)
-            return statistics.median(times)
-    median = statistics.median(times)
-    if median < GRAPH_TIMING_BELOW_MS:
-        import triton.testing
-
-        try:
-            return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-        except RuntimeError as error:  # a launch that cannot be captured keeps its event timing
-            log.info("CUDA-graph timing failed, keeping the event timing: %s", error)
-    return median
+    return time_ms(fn, runs=runs, warmup=warmup, warmup_ms=WARMUP_MS, give_up_above=give_up_above,
+                   early_stop_runs=EARLY_STOP_RUNS, graph_below=GRAPH_TIMING_BELOW_MS)
 
 
 def fastest_program(programs: Mapping[str, Callable[[], object]], settings: TunerConfig) -> tuple[str, dict[str, float]]:
