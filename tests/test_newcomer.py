@@ -120,6 +120,23 @@ def test_linear_layernorm_compiles_and_runs_without_warnings():
     torch.testing.assert_close(y, model(x), rtol=1e-4, atol=1e-4)
 
 
+@CPU_ONLY
+@pytest.mark.parametrize("ops,shapes", [
+    (["matmul", "add_bias", "layernorm"], [(100, 64), (64, 96), (96,), (96,), (96,)]),
+    (["matmul", "softmax"], [(100, 64), (64, 96)]),
+    (["matmul", "logsumexp"], [(100, 64), (64, 96)]),
+    (["rmsnorm"], [(37, 300), (300,)]),
+])
+def test_kernels_with_partial_row_tiles_run_without_warnings(ops, shapes):
+    """build_fused_kernel's kernels too: rows that do not fill the last tile (100 rows in tiles of 16 or more)."""
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False)
+    tensors = [torch.randn(shape) for shape in shapes]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel(*tensors)
+        kernel(*tensors)  # the hot path as well
+
+
 # 4. The verification line says that the tolerance bounds the relative L2 error.
 def test_verification_line_compares_rel_l2_with_the_tolerance():
     passed = DTypeResult(torch.float16, 1.925e-3, 2.3e-4, 2.7e-4, 1e-3).line()

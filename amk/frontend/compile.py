@@ -402,16 +402,6 @@ class _Recompute(torch.autograd.Function):
 
 
 
-def _quiet_padding_lanes():
-    """In Triton's interpreter, numpy computes the padding lanes of partial tiles too: rows past the end of a
-    symbolic dimension have a count of 0, and a row reduction's statistics divide by it (0/0). Those lanes are masked
-    out of every store (a GPU computes them without a word), but numpy prints ``RuntimeWarning: invalid value
-    encountered in divide`` on ordinary inputs; silence numpy's floating-point reports there. On a GPU: nothing."""
-    import numpy
-
-    return numpy.errstate(all="ignore") if interpreting() else contextlib.nullcontext()
-
-
 class FusedSubgraph(torch.nn.Module):
     """Stands in for a run of FX nodes: runs their compiled kernels, or ``fallback`` (the nodes themselves)."""
 
@@ -491,8 +481,7 @@ class FusedSubgraph(torch.nn.Module):
         with torch.no_grad():
             tensors = [t.detach() for t in self._tensors(args)]
             program = self.compiled.program
-            with _quiet_padding_lanes():
-                outputs = program(*tensors, bindings=self._bindings(args) if self.symbols else None)
+            outputs = program(*tensors, bindings=self._bindings(args) if self.symbols else None)
             STATS.kernel_calls += 1
             if self.verify_pending:
                 self.verify_pending = False
