@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+import amk
 from amk.lowering.configs import KernelConfig, bounded
 from amk.lowering.kernel_lowering import BLOCK_N
 from amk.lowering.strategies import TilingStrategy, register_strategy
@@ -60,17 +61,19 @@ class SingleRow(TilingStrategy):
 
 
 # --8<-- [start:demo]
-def demo(small: bool) -> None:
-    """A bias + LayerNorm tiled with single_row, against PyTorch."""
+def demo(small: bool) -> amk.VerificationReport:
+    """A bias + LayerNorm tiled with single_row, verified against PyTorch."""
     rows, cols = (6, 300) if small else (64, 16384)
     shapes = [(rows, cols), (cols,), (cols,), (cols,)]
     compiled = compile_module(build_module(["add_bias", "layernorm"], shapes, torch.float32),
                               reduction_strategy="single_row")
     print('strategy = "single_row"' in compiled.ir["tiled_loop"])
-    x, bias, gamma, beta = (torch.randn(shape, device=default_device()) for shape in shapes)
-    expected = torch.nn.functional.layer_norm(x + bias, (cols,), gamma, beta)
-    error = (compiled.program(x, bias, gamma, beta)[0] - expected).abs().max().item()
-    print(f"max error {error:.1e}")
+    inputs = [torch.randn(shape, device=default_device()) for shape in shapes]
+    report = amk.verify(lambda *tensors: compiled.program(*tensors)[0],
+                        lambda x, bias, gamma, beta: torch.nn.functional.layer_norm(x + bias, (cols,), gamma, beta),
+                        inputs=inputs)
+    print(report)
+    return report
 
 
 def main(argv: list[str] | None = None) -> None:
