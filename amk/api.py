@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from amk import cache
+from amk.build import BuildRequest, Built, build, keep_verification
 from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
-from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module, normalize_ops, normalize_shapes
-from amk.runtime import CompiledProgram, default_device, interpreting, sources_under
-from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid, validate_grid
+from amk.runtime import CompiledProgram, default_device
+from amk.tuner import TunerConfig, validate_grid
 
 # amk.pipeline (the xDSL passes and the emitter) and the IR are imported on a cache miss only: a warm start from
 # the persistent cache needs neither xDSL nor sympy.
@@ -226,102 +226,6 @@ class _HotPath:
         return True
 
 
-def _choose_config(parameter_grid, autotune: bool, tuner_config: TunerConfig | None, tuning_log: dict,
-                   store: cache.Store | None = None, shapes=None, recorded: dict | None = None):
-    """Time candidates on a GPU when asked to; otherwise the heuristic (restricted to the grid when one is given).
-
-    With a cache ``store``, trials timed before on this device and shapes are reused, and new ones are recorded;
-    ``recorded`` (configs kept or imported for this very build) wins over both.
-    """
-    from amk.pipeline import heuristic_config
-
-    if autotune and torch.cuda.is_available() and not interpreting():
-        def timings(kernel) -> str:
-            return cache.timing_key(str(kernel), shapes)
-
-        def record(kernel, config, trials):
-            tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
-            if store is not None:
-                store.record_trials(timings(kernel), trials, {"kernel": kernel.sym_name.data,
-                                                              "shapes": [list(s) for s in shapes],
-                                                              "device": cache.device_descriptor()})
-
-        known = (lambda kernel: store.known_trials(timings(kernel))) if store is not None else None
-        chooser = autotune_chooser(tuner_config or TunerConfig(), parameter_grid, record, known)
-    else:
-        def chooser(kernel) -> KernelConfig:
-            heuristic = heuristic_config(kernel)
-            return heuristic if parameter_grid is None else nearest_in_grid(parameter_grid, heuristic)
-
-    if not recorded:
-        return chooser
-
-    def choose(kernel) -> KernelConfig:
-        name = kernel.sym_name.data
-        if name in recorded["kernels"]:
-            try:
-                config = cache.kernel_config(recorded["kernels"][name])
-            except ValueError as error:
-                log.warning("ignoring the recorded configuration of %s: %s", name, error)
-                return chooser(kernel)
-            log.info("using the recorded configuration of %s", name)
-            if name in recorded.get("tuning_log", {}):
-                tuning_log[name] = recorded["tuning_log"][name]
-            return config
-        return chooser(kernel)
-
-    return choose
-
-
-def _row_reduction_follows_matmul(module) -> bool:
-    """Whether a row reduction reads one of the module's matmuls, directly or through elementwise ops: the fused kernel
-    then runs the reduction's epilogue after its MMAs, and the vendor GEMM with the rest fused may be faster."""
-    from amk.lowering import rules
-
-    frontier = [result for op in module.walk() if rules.is_matmul(op) for result in op.results]
-    seen = set()
-    while frontier:
-        for use in frontier.pop().uses:
-            kind = rules.kind_of(use.operation)
-            if kind == "reduction":
-                return True
-            if kind == "elementwise" and use.operation not in seen:
-                seen.add(use.operation)
-                frontier.extend(use.operation.results)
-    return False
-
-
-def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, op_list, shapes, dtype: torch.dtype,
-                             tuner_config: TunerConfig, times: dict[str, float]) -> CompiledProgram | None:
-    """The program with the vendor GEMM (``build_vendor()``) when it computes what the fused one does on the same
-    random inputs (every output compared) and is faster (both times put in ``times``); else None. A program that
-    cannot be built or run is reported and left out: it is an alternative, the fused program stands."""
-    from amk.tuner import fastest_program
-    from amk.verification import TOLERANCES, input_scales, random_inputs
-
-    try:
-        vendor = build_vendor()
-        inputs = random_inputs(shapes, dtype, "cuda", scales=input_scales(op_list, shapes))
-        expected, got = fused.program(*inputs), vendor.program(*inputs)
-    except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
-        log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",
-                    type(error).__name__, error)
-        return None
-    for want, have in zip(expected, got, strict=True):
-        with phase("verify"):
-            want, have = want.float(), have.float()
-            difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
-        if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
-            log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
-                        "the fused program", difference)
-            return None
-    faster, measured = fastest_program({"fused": lambda: fused.program(*inputs),
-                                        "vendor_gemm": lambda: vendor.program(*inputs)}, tuner_config)
-    times.update(measured)
-    log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
-    return vendor if faster == "vendor_gemm" else None
-
-
 def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype = torch.float16, backend: str = "triton",
                        autotune: bool = True, tuner_config: TunerConfig | None = None,
                        parameter_grid: Mapping[str, Sequence[int]] | None = None, verify: bool = False) -> FusedKernel:
@@ -345,94 +249,39 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     op_list = normalize_ops(ops)
     shapes = normalize_shapes(input_shapes)
 
-    tuning_log: dict[str, list[dict]] = {}
-    program_times: dict[str, float] = {}  # the whole programs timed against each other in this build, if any
-    store = cache.store_for(tuner_config.target_cache_dir if tuner_config is not None else None)
-    settings = cache.build_settings(grid, autotune, tuner_config)
+    def request(call_shapes: list[tuple[int, ...]]) -> BuildRequest:
+        return BuildRequest(lambda: build_module(op_list, call_shapes, dtype), call_shapes, dtype, op_list, autotune,
+                            tuner_config, grid)
 
-    def build_cached(call_shapes: list[tuple[int, ...]], save: bool = True, times: dict[str, float] | None = None):
-        """``(compiled, key, meta, entry)``; ``entry`` is the cache entry on a hit, None when compiled here; ``times``
-        receives the whole programs' times when two are compared."""
-        request = cache.request_key(op_list, call_shapes, dtype, settings)
-        known = store.alias(request)  # a warm start skips building and printing the IR for the key
-        hit = store.load_compiled(known) if known is not None else None
-        if hit is None:
-            from amk.ir_dump import module_text
-
-            module = build_module(op_list, call_shapes, dtype)
-            key, meta = cache.cache_key(module_text(module), call_shapes, dtype, settings, op_list)
-            hit = store.load_compiled(key) if key != known else None
-            if hit is not None:
-                store.save_alias(request, key)
-        if hit is not None:
-            compiled, entry = hit
-            tuning_log.update(entry.tuning_log)
-            return compiled, entry.key, entry.meta, entry
-        from amk.pipeline import compile_module
-
-        log_here: dict[str, list[dict]] = {}
-        recorded = store.load_config(key)
-        chooser = _choose_config(grid, autotune, tuner_config, log_here, store, call_shapes, recorded)
-        # Configs recorded for this build say which program they belong to; without them, the program with the
-        # vendor GEMM is timed against the fused one where it may win.
-        program = recorded.get("program", "fused") if recorded else "fused"
-        # (fp8 has no plain vendor GEMM in PyTorch)
-        try_vendor = (not recorded and settings.get("tuner", {}).get("vendor_gemm", False) and dtype.itemsize > 1
-                      and _row_reduction_follows_matmul(module))
-        # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's
-        # candidates included) is written under the store's directory.
-        with store.triton_cache(key), sources_under(store.root):
-            compiled = compile_module(module, chooser, vendor_gemm=program == "vendor_gemm")
-            if try_vendor:
-                log_vendor: dict[str, list[dict]] = {}
-                vendor = _faster_with_vendor_gemm(
-                    compiled, lambda: compile_module(
-                        build_module(op_list, call_shapes, dtype),
-                        _choose_config(grid, autotune, tuner_config, log_vendor, store, call_shapes), vendor_gemm=True),
-                    op_list, call_shapes, dtype, tuner_config or TunerConfig(), times if times is not None else {})
-                if vendor is not None:
-                    compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
-        if program == "vendor_gemm":
-            meta = {**meta, "program": program}
-        tuning_log.update(log_here)
-        for compiled_kernel in compiled.kernels.values():
-            store.attach_triton_cache(key, compiled_kernel)
-        store.save_alias(request, key)
-        if save:
-            store.save(cache.entry_from_compiled(key, meta, compiled, log_here))
-        return compiled, key, meta, None
-
-    def build(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
-        return build_cached(call_shapes)[0]
+    def build_for(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
+        return build(request(call_shapes)).compiled
 
     started = time.perf_counter()
     with recording() as clock:
-        compiled, key, meta, entry = build_cached(shapes, save=not verify, times=program_times)
-        kernel = FusedKernel(op_list, shapes, dtype, compiled, build, parameter_grid)
-        kernel.tuning_log = tuning_log
-        kernel.program_times = program_times
-        kernel.cache_hit, kernel.cache_key = entry is not None, key
+        built = build(request(shapes), save=not verify)
+        kernel = FusedKernel(op_list, shapes, dtype, built.compiled, build_for, parameter_grid)
+        kernel.tuning_log = built.tuning_log
+        kernel.program_times = built.program_times
+        kernel.cache_hit, kernel.cache_key = built.cache_hit, built.key
         if kernel.num_kernels != 1:
             log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
         if verify:
             with phase("verify"):
-                _verify(kernel, entry, store, key, meta, compiled, tuning_log)
+                _verify(kernel, request(shapes), built)
     kernel.build_phases = {**clock.seconds, "total": time.perf_counter() - started}
     if not kernel.cache_hit:
         log.info("built %s in %.1f s (%s)", [n for n, _ in op_list], kernel.build_phases["total"], clock.summary())
     return kernel
 
 
-def _verify(kernel: FusedKernel, entry, store: cache.Store, key: str, meta: dict, compiled: CompiledProgram,
-            tuning_log: dict) -> None:
+def _verify(kernel: FusedKernel, request: BuildRequest, built: Built) -> None:
     """Check ``kernel`` against PyTorch (unless its cache entry holds a passing report) and keep the report."""
     from amk.verification import reference_for
     from amk.verification import verify as run_verification
 
-    stored = entry.verification if entry is not None else None
+    stored = built.entry.verification if built.entry is not None else None
     report = cache.report_from_dict(stored) if stored else None
     if report is None or not report.passed:
         report = run_verification(kernel, reference_for(kernel.ops, len(kernel.shapes)), dtypes=[kernel.dtype])
-        # Kept with the entry once it passed (a failing kernel raises above and is not cached).
-        store.save(cache.entry_from_compiled(key, meta, compiled, tuning_log, cache.report_to_dict(report)))
+        keep_verification(request, built, report)  # a failing kernel raised above and is not cached
     kernel.verification = report

@@ -171,14 +171,14 @@ def test_an_op_run_in_pytorch_round_trips_through_the_plan(tmp_path):
 def test_a_program_with_the_vendor_gemm_comes_back_from_its_entry_and_from_its_configs(tmp_path):
     """The tuner keeps that program only on a GPU; its entry (with ``program`` in the metadata) must bring it back as
     it was built, and so must its recorded configs once the compiled entry is gone."""
-    from amk.ir_dump import module_text
+    from amk.build import anonymous_text
     from amk.oplist import build_module, normalize_ops
     from amk.pipeline import compile_module
 
     ops, shapes = normalize_ops(["matmul", "add_bias", "gelu", "layernorm"]), [(16, 32), (32, 24), (24,), (24,), (24,)]
     settings = TunerConfig(target_cache_dir=tmp_path)
     module = build_module(ops, shapes, torch.float32)
-    key, meta = cache.cache_key(module_text(module), shapes, torch.float32, cache.build_settings(None, False, settings),
+    key, meta = cache.cache_key(anonymous_text(module), shapes, torch.float32, cache.build_settings(None, False, settings),
                                 ops)
     vendor = compile_module(module, vendor_gemm=True)
     cache.Store(tmp_path).save(cache.entry_from_compiled(key, {**meta, "program": "vendor_gemm"}, vendor, {}))

@@ -454,21 +454,25 @@ def test_views_stay_in_pytorch_and_composite_dims_bind():
     assert frontend.STATS.graphs == graphs + 1
 
 
-def test_identical_layers_share_one_compiled_program():
+def test_identical_layers_share_one_compiled_program(tmp_path):
+    """Through the build service's cache: the second layer's subgraph is a hit on the first one's entry."""
     class Flip(nn.Module):
         def forward(self, x):
             return torch.flip(x, [-1])  # no tensor_op equivalent: the two blocks are separate subgraphs
 
     torch.manual_seed(0)
     model = nn.Sequential(GPT2MLP(), Flip(), GPT2MLP()).to(DEVICE)
-    frontend.clear_cache()
     stats = frontend.STATS.as_dict()
-    compiled = amk.compile(model, autotune=False)
+    compiled = amk.compile(model, autotune=False, tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
     x = inputs(3)
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
     after = frontend.STATS.as_dict()
     assert after["subgraphs"] - stats["subgraphs"] == 2
     assert after["pipeline_runs"] - stats["pipeline_runs"] == 1 and after["cache_hits"] - stats["cache_hits"] == 1
+    frontend.clear_cache(tmp_path)  # the entry goes: compiling again runs the passes again
+    again = amk.compile(model, autotune=False, tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
+    torch.testing.assert_close(again(x), model(x), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.as_dict()["pipeline_runs"] - after["pipeline_runs"] == 1
 
 
 def test_runtime_scalars_are_guarded():

@@ -38,6 +38,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
+from amk.build import BuildRequest, build
 from amk.dialects import tensor_op
 from amk.environment import initialize, interpreting
 from amk.errors import InvalidArgumentError
@@ -50,8 +51,7 @@ from amk.frontend.importer import (
     import_subgraph,
     meta_value,
 )
-from amk.ir_dump import IRDumper, module_text
-from amk.runtime import sources_under
+from amk.ir_dump import IRDumper
 
 log = logging.getLogger("amk.frontend")
 
@@ -98,12 +98,15 @@ class CompileStats:
 
 
 STATS = CompileStats()
-_PROGRAM_CACHE: dict[tuple, object] = {}
 
 
-def clear_cache() -> None:
-    """Forget compiled programs shared between identical subgraphs (kernels already in use keep working)."""
-    _PROGRAM_CACHE.clear()
+def clear_cache(cache_dir=None) -> None:
+    """Remove the compiled programs of the cache directory (``cache_dir``, else ``AMK_CACHE_DIR`` or the user cache
+    directory), as ``amk cache clear`` does: the next compilation of each subgraph runs the passes again. Kernels
+    already in use keep working; tuned configurations and timings stay."""
+    from amk import cache
+
+    cache.store_for(cache_dir).clear()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -179,29 +182,6 @@ def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, p
 def _tuning(settings: Settings) -> bool:
     """Whether kernels are autotuned (asked for, and a GPU to time them on)."""
     return settings.autotune and torch.cuda.is_available() and not interpreting()
-
-
-def _config_chooser(settings: Settings):
-    from amk.pipeline import heuristic_config
-
-    if not _tuning(settings):
-        return heuristic_config
-    from amk.tuner import TunerConfig, autotune_chooser
-
-    tuned = autotune_chooser(settings.tuner_config or TunerConfig(), None)
-
-    def choose(kernel):
-        symbolic = any(not d.is_static for arg in kernel.body.block.args for d in arg.type.dims)
-        if symbolic:  # the tuner times concrete sizes; a kernel serving every batch size keeps the heuristic
-            log.info("%s has symbolic sizes: not autotuned (heuristic configuration)", kernel.sym_name.data)
-            return heuristic_config(kernel)
-        try:
-            return tuned(kernel)
-        except Exception as error:  # symbolic sizes or a failed timing: the heuristic is always valid
-            log.info("autotuning %s failed (%s); using the heuristic configuration", kernel.sym_name.data, error)
-            return heuristic_config(kernel)
-
-    return choose
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -596,22 +576,6 @@ def _symbol_sources(imported: ImportedSubgraph, gm: GraphModule) -> list[tuple[s
     return sources
 
 
-def _structural_key(module: ModuleOp, settings: Settings) -> tuple:
-    """The module's text without value names: identical layers share one compiled program."""
-    clone = module.clone()
-    for op in clone.walk():
-        for result in op.results:
-            result.name_hint = None
-        for region in op.regions:
-            for block in region.blocks:
-                for arg in block.args:
-                    arg.name_hint = None
-    tuning = _tuning(settings)
-    # The cache directory is part of the key: a program shared across two would keep its sources in the first one.
-    return (module_text(clone), settings.fusion_pipeline, tuning, repr(settings.tuner_config) if tuning else None,
-            settings.cache_directory)
-
-
 @dataclass
 class _Built:
     nodes: list[Node]
@@ -684,8 +648,6 @@ class _GraphCompiler:
         return self.gm, report
 
     def _build(self, nodes: list[Node]) -> _Built:
-        from amk.pipeline import compile_module
-
         name = f"fused_{self.counter}"
         self.counter += 1
         result = _Built(nodes, report=SubgraphReport(name, [n.name for n in nodes]))
@@ -703,13 +665,6 @@ class _GraphCompiler:
             except Exception as error:  # the report is informative; compiling decides
                 log.debug("could not describe %s: %s", name, error)
         directory = self.settings.dump_directory
-        key = _structural_key(imported.module, self.settings)
-        cached = _PROGRAM_CACHE.get(key) if directory is None else None
-        if cached is not None:
-            STATS.cache_hits += 1
-            result.compiled = cached
-            result.report.cached = True
-            return result
         dumper = None
         if directory is not None:
             target = Path(directory) / f"graph{self.graph_id:02d}_{name}"
@@ -719,21 +674,27 @@ class _GraphCompiler:
                         old.unlink()
             dumper = IRDumper(directory=target)
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
+        function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
+        request = BuildRequest(imported.module.clone, [tuple(d.text for d in arg.type.dims)
+                                                       for arg in function.body.block.args],
+                               autotune=self.settings.autotune, tuner_config=self.settings.tuner_config,
+                               pipeline=self.settings.fusion_pipeline, dumper=dumper)
         try:
-            STATS.pipeline_runs += 1
-            with sources_under(self.settings.cache_directory):  # every emitted source under the given cache directory
-                compiled = compile_module(imported.module, _config_chooser(self.settings),
-                                          pipeline=self.settings.fusion_pipeline, dumper=dumper)
+            built = build(request)
         except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
             log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
                      type(error).__name__, error)
             return self._fail(result, f"{type(error).__name__}: {error}")
-        STATS.kernels += len(compiled.kernels)
+        if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
+            STATS.cache_hits += 1
+            result.report.cached = True
+        else:
+            STATS.pipeline_runs += 1
+            STATS.kernels += len(built.compiled.kernels)
         if directory is not None:
-            for kernel_name, kernel in compiled.kernels.items():
+            for kernel_name, kernel in built.compiled.kernels.items():
                 (target / f"{kernel_name}.py").write_text(kernel.source)
-        _PROGRAM_CACHE[key] = compiled
-        result.compiled = compiled
+        result.compiled = built.compiled
         return result
 
     @staticmethod

@@ -1,0 +1,288 @@
+"""The build service: every program amk compiles, an op list of ``build_fused_kernel`` or a subgraph of
+``amk.compile``, is built here, one way::
+
+    BuildRequest ──▶ cache lookup ──hit──▶ Built (no pass, no tuning)
+                         │ miss
+                         ▼
+                    passes (amk-fuse or the request's pipeline, amk-tile, amk-stage, amk-emit-triton),
+                    each kernel's configuration chosen as it is staged (tuned on a GPU, reusing the timings
+                    recorded before on this device; the heuristic for kernels of symbolic sizes)
+                         ▼
+                    program choice (where a row reduction follows a matmul: the vendor GEMM with the rest
+                    fused, timed against the fully fused program)
+                         ▼
+                    cache store ──▶ Built
+
+A :class:`BuildRequest` holds everything a build depends on; the cache key is made of it and of nothing else. What a
+caller does with the result (a ``FusedKernel``, a subgraph of a compiled module) and how it verifies it against its
+own reference is the caller's: :func:`keep_verification` stores a passing report with the entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from amk import cache
+from amk.build_phases import phase
+from amk.environment import interpreting
+from amk.lowering.configs import KernelConfig
+from amk.runtime import CompiledProgram, sources_under
+from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp
+
+    from amk.ir_dump import IRDumper
+
+# The IR, xDSL and sympy are imported where a build runs the passes: a cache hit needs none of them.
+
+log = logging.getLogger("amk")
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What a build depends on. ``make_module`` returns a fresh ``tensor_op`` module each call (the passes rewrite it);
+    ``shapes`` are the operands' shapes (sizes, or symbol names where a size is dynamic) and ``dtype`` their element
+    type, both part of the key. ``ops``: the op list the module was built from, when there is one (a warm start then
+    finds the entry without building IR, and the vendor-GEMM program can be tried). ``pipeline``: the tensor-level
+    passes (None: ``amk-fuse``). ``dumper``: receives the IR after every pass; a dumped build runs the passes, so it
+    skips the cache."""
+
+    make_module: Callable[[], ModuleOp]
+    shapes: list[tuple]
+    dtype: torch.dtype | None = None
+    ops: list | None = None
+    autotune: bool = True
+    tuner_config: TunerConfig | None = None
+    grid: dict[str, list[int]] | None = None
+    pipeline: str | None = None
+    dumper: IRDumper | None = field(default=None, compare=False)
+
+    @property
+    def settings(self) -> dict:
+        """The settings in the cache key (those that change which program is built, and only those)."""
+        settings = cache.build_settings(self.grid, self.autotune, self.tuner_config)
+        return settings if self.pipeline is None else {**settings, "pipeline": self.pipeline}
+
+    @property
+    def timed(self) -> bool:
+        """Whether candidates are timed (asked for, and a GPU to time them on)."""
+        return self.autotune and torch.cuda.is_available() and not interpreting()
+
+    @property
+    def store(self) -> cache.Store:
+        return cache.store_for(self.tuner_config.target_cache_dir if self.tuner_config is not None else None)
+
+
+@dataclass
+class Built:
+    """A built program: ``entry`` is the cache entry it came from (None when it was compiled by this build);
+    ``tuning_log`` holds every kernel's trials, ``program_times`` the whole programs timed against each other."""
+
+    compiled: CompiledProgram
+    key: str
+    meta: dict
+    entry: cache.Entry | None = None
+    tuning_log: dict[str, list[dict]] = field(default_factory=dict)
+    program_times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.entry is not None
+
+
+def build(request: BuildRequest, save: bool = True) -> Built:
+    """Build ``request`` (see the module's docstring); ``save=False`` leaves the entry unwritten (a caller that
+    verifies first stores it with :func:`keep_verification`)."""
+    store, settings = request.store, request.settings
+    alias = cache.request_key(request.ops, request.shapes, request.dtype, settings) if request.ops else None
+    if request.dumper is None:
+        hit = _lookup(store, alias, request, settings)
+        if isinstance(hit, Built):
+            return hit
+        key, meta, module = hit
+    else:
+        module = request.make_module()
+        key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
+    from amk.pipeline import compile_module
+
+    built = Built(None, key, meta)
+    recorded = store.load_config(key)
+    # Configs recorded for this build say which program they belong to; without them, the program with the vendor
+    # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
+    program = recorded.get("program", "fused") if recorded else "fused"
+    try_vendor = (not recorded and request.ops is not None and request.timed and settings["tuner"]["vendor_gemm"]
+                  and request.dtype is not None and request.dtype.itemsize > 1 and _row_reduction_follows_matmul(module))
+    log_here: dict[str, list[dict]] = {}
+    # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
+    # included) is written under the store's directory.
+    with store.triton_cache(key), sources_under(store.root):
+        compiled = compile_module(module, config_chooser(request, log_here, store, recorded),
+                                  pipeline=request.pipeline, dumper=request.dumper,
+                                  vendor_gemm=program == "vendor_gemm")
+        if try_vendor:
+            log_vendor: dict[str, list[dict]] = {}
+            vendor = _faster_with_vendor_gemm(
+                compiled, lambda: compile_module(request.make_module(), config_chooser(request, log_vendor, store),
+                                                 vendor_gemm=True),
+                request, built.program_times)
+            if vendor is not None:
+                compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
+    if program == "vendor_gemm":
+        built.meta = {**meta, "program": program}
+    built.compiled, built.tuning_log = compiled, log_here
+    for compiled_kernel in compiled.kernels.values():
+        store.attach_triton_cache(key, compiled_kernel)
+    if alias is not None:
+        store.save_alias(alias, key)
+    if save:
+        store.save(cache.entry_from_compiled(key, built.meta, compiled, log_here))
+    return built
+
+
+def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settings: dict):
+    """A :class:`Built` from the cache, or ``(key, meta, module)`` to build (the module already made for the key)."""
+    known = store.alias(alias) if alias is not None else None  # a warm start skips building and printing the IR
+    hit = store.load_compiled(known) if known is not None else None
+    module = key = meta = None
+    if hit is None:
+        module = request.make_module()
+        key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
+        hit = store.load_compiled(key) if key != known else None
+        if hit is not None and alias is not None:
+            store.save_alias(alias, key)
+    if hit is None:
+        return key, meta, module
+    compiled, entry = hit
+    return Built(compiled, entry.key, entry.meta, entry, dict(entry.tuning_log))
+
+
+def keep_verification(request: BuildRequest, built: Built, report) -> None:
+    """Store ``built`` with its passing verification ``report`` (a report that did not pass is not kept)."""
+    request.store.save(cache.entry_from_compiled(built.key, built.meta, built.compiled, built.tuning_log,
+                                                 cache.report_to_dict(report)))
+
+
+def anonymous_text(module: ModuleOp) -> str:
+    """The module's text without value names: the same ops on the same types make the same key (the identical
+    layers of a model share one entry)."""
+    from amk.ir_dump import module_text
+
+    clone = module.clone()
+    for op in clone.walk():
+        for result in op.results:
+            result.name_hint = None
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.args:
+                    arg.name_hint = None
+    return module_text(clone)
+
+
+def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
+                   recorded: dict | None = None) -> Callable:
+    """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
+    and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given)
+    and for kernels of symbolic sizes (the tuner times concrete ones); ``recorded`` (configs kept or imported for
+    this very build) wins over both."""
+    from amk.pipeline import heuristic_config
+
+    def untimed(kernel) -> KernelConfig:
+        heuristic = heuristic_config(kernel)
+        return heuristic if request.grid is None else nearest_in_grid(request.grid, heuristic)
+
+    chooser = untimed
+    if request.timed:
+        def timings(kernel) -> str:
+            return cache.timing_key(str(kernel), request.shapes)
+
+        def record(kernel, config, trials):
+            tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
+            if store is not None:
+                store.record_trials(timings(kernel), trials, {"kernel": kernel.sym_name.data,
+                                                              "shapes": [list(s) for s in request.shapes],
+                                                              "device": cache.device_descriptor()})
+
+        known = (lambda kernel: store.known_trials(timings(kernel))) if store is not None else None
+        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known)
+
+        def chooser(kernel) -> KernelConfig:
+            if any(not d.is_static for arg in kernel.body.block.args for d in arg.type.dims):
+                log.info("%s has symbolic sizes: not autotuned (heuristic configuration)", kernel.sym_name.data)
+                return untimed(kernel)
+            return tuned(kernel)
+
+    if not recorded:
+        return chooser
+
+    def choose(kernel) -> KernelConfig:
+        name = kernel.sym_name.data
+        if name in recorded["kernels"]:
+            try:
+                config = cache.kernel_config(recorded["kernels"][name])
+            except ValueError as error:
+                log.warning("ignoring the recorded configuration of %s: %s", name, error)
+                return chooser(kernel)
+            log.info("using the recorded configuration of %s", name)
+            if name in recorded.get("tuning_log", {}):
+                tuning_log[name] = recorded["tuning_log"][name]
+            return config
+        return chooser(kernel)
+
+    return choose
+
+
+def _row_reduction_follows_matmul(module) -> bool:
+    """Whether a row reduction reads one of the module's matmuls, directly or through elementwise ops: the fused kernel
+    then runs the reduction's epilogue after its MMAs, and the vendor GEMM with the rest fused may be faster."""
+    from amk.lowering import rules
+
+    frontier = [result for op in module.walk() if rules.is_matmul(op) for result in op.results]
+    seen = set()
+    while frontier:
+        for use in frontier.pop().uses:
+            kind = rules.kind_of(use.operation)
+            if kind == "reduction":
+                return True
+            if kind == "elementwise" and use.operation not in seen:
+                seen.add(use.operation)
+                frontier.extend(use.operation.results)
+    return False
+
+
+def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: BuildRequest,
+                             times: dict[str, float]) -> CompiledProgram | None:
+    """The program with the vendor GEMM (``build_vendor()``) when it computes what the fused one does on the same
+    random inputs (every output compared) and is faster (both times put in ``times``); else None. A program that
+    cannot be built or run is reported and left out: it is an alternative, the fused program stands."""
+    from amk.tuner import fastest_program
+    from amk.verification import TOLERANCES, input_scales, random_inputs
+
+    dtype, shapes = request.dtype, request.shapes
+    try:
+        vendor = build_vendor()
+        inputs = random_inputs(shapes, dtype, "cuda", scales=input_scales(request.ops, shapes))
+        expected, got = fused.program(*inputs), vendor.program(*inputs)
+    except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
+        log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",
+                    type(error).__name__, error)
+        return None
+    for want, have in zip(expected, got, strict=True):
+        with phase("verify"):
+            want, have = want.float(), have.float()
+            difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
+        if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
+            log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
+                        "the fused program", difference)
+            return None
+    faster, measured = fastest_program({"fused": lambda: fused.program(*inputs),
+                                        "vendor_gemm": lambda: vendor.program(*inputs)},
+                                       request.tuner_config or TunerConfig())
+    times.update(measured)
+    log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
+    return vendor if faster == "vendor_gemm" else None
