@@ -124,3 +124,19 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     assert torch.isfinite(out).all(), "kernel output has non-finite values"
     norm = torch.linalg.vector_norm(ref).item()
     return torch.linalg.vector_norm(out - ref).item() / max(norm, 1e-30)
+
+
+def tile_level_kernel(ops, shapes, dtype):
+    """The one ``tiled_loop.kernel`` that amk-fuse and amk-tile make of an op chain (what the tuner searches)."""
+    from amk.context import make_context
+    from amk.dialects import tiled_loop
+    from amk.lowering.tile import TilePass
+    from amk.oplist import build_module
+    from amk.passes.fuse import FusePass
+
+    module = build_module(ops, shapes, dtype)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    (kernel,) = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
+    return kernel

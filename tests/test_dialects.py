@@ -9,7 +9,6 @@ import re
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -30,6 +29,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from amk.context import make_context
 from amk.dialects import memory_staged as ms
 from amk.dialects import tensor_op as to
 from amk.dialects import tiled_loop as tl
@@ -42,15 +42,6 @@ from amk.symbolic import Dim, provably_equal
 # ---------------------------------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def make_context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(builtin.Builtin)
-    ctx.load_dialect(func.Func)
-    for name, factory in AMK_DIALECTS.items():
-        ctx.register_dialect(name, factory)
-    return ctx
 
 
 CTX = make_context()

@@ -8,12 +8,10 @@ import logging
 
 import pytest
 import torch
+from conftest import tile_level_kernel
 
 import amk
-from amk.lowering.tile import TilePass
-from amk.oplist import build_module
-from amk.passes.fuse import FusePass
-from amk.pipeline import heuristic_config, make_context
+from amk.pipeline import heuristic_config
 from amk.tuner import TunerConfig, tune
 
 GEMM_GRID = {"BLOCK_SIZE_M": [32, 64, 128], "BLOCK_SIZE_N": [64, 128], "BLOCK_SIZE_K": [64], "num_warps": [4, 8]}
@@ -21,11 +19,7 @@ GEMM_GRID = {"BLOCK_SIZE_M": [32, 64, 128], "BLOCK_SIZE_N": [64, 128], "BLOCK_SI
 
 def row_resident_kernel(columns: int = 8192):
     """The kernel of a residual add + RMSNorm over ``columns``-wide rows (the vendor-GEMM program's second step)."""
-    module = build_module(["add", "rmsnorm"], [(64, columns), (64, columns), (columns,)], torch.bfloat16)
-    ctx = make_context()
-    FusePass().apply(ctx, module)
-    TilePass().apply(ctx, module)
-    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    kernel = tile_level_kernel(["add", "rmsnorm"], [(64, columns), (64, columns), (columns,)], torch.bfloat16)
     assert kernel.strategy.data == "row_resident"
     return kernel
 

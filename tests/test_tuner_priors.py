@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tile_level_kernel
 
 import amk
-from amk.lowering.tile import TilePass
-from amk.oplist import build_module
-from amk.passes.fuse import FusePass
-from amk.pipeline import heuristic_config, make_context
+from amk.pipeline import heuristic_config
 from amk.tuner import EARLY_STOP_FACTOR, HOPPER_PRIORS, DeviceLimits, TunerConfig, tune
 
 
 def gemm_kernel():
-    module = build_module(["matmul", "add_bias", "relu"], [(4096, 4096), (4096, 4096), (4096,)], torch.float16)
-    ctx = make_context()
-    FusePass().apply(ctx, module)
-    TilePass().apply(ctx, module)
-    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(4096, 4096), (4096, 4096), (4096,)], torch.float16)
     assert kernel.strategy.data == "tile2d"
     return kernel
 
