@@ -1,8 +1,10 @@
 """The PyTorch front end: ``amk.compile(model)``, ``torch.compile(model, backend="amk")`` and ``amk.explain``.
 
-TorchDynamo captures the model as FX graphs; :mod:`amk.frontend.importer` turns connected runs of supported nodes
-into ``tensor_op`` functions, which the amk pipeline compiles into fused Triton kernels; :mod:`amk.frontend.compile`
-puts the kernels back into the graph (with a backward by recomputation) and leaves everything else to PyTorch.
+TorchDynamo captures the model as FX graphs; :mod:`amk.frontend.analysis` decides which nodes have a ``tensor_op``
+equivalent (through :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns`), :mod:`amk.frontend.importer`
+turns connected runs of them into ``tensor_op`` functions, which the amk pipeline compiles into fused Triton kernels;
+:mod:`amk.frontend.backend` puts the kernels back into the graph as :mod:`~amk.frontend.subgraph` modules (with a
+backward by recomputation) and leaves everything else to PyTorch. :mod:`amk.frontend.compile` holds the entry points.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ _EXPORTS = {
     "explain": "amk.frontend.compile",
     "amk_backend": "amk.frontend.compile",
     "STATS": "amk.frontend.compile",
-    "ExplainReport": "amk.frontend.compile",
-    "analyze": "amk.frontend.importer",
+    "ExplainReport": "amk.frontend.reports",
+    "analyze": "amk.frontend.analysis",
     "import_subgraph": "amk.frontend.importer",
 }
 

@@ -1,0 +1,174 @@
+"""Analysis of a whole FX graph: :func:`analyze` decides, node by node, whether amk imports the node (a pattern, a
+converter that builds it on fresh operands) and records why not; it also numbers the stretches between barriers
+(mutations, grad-mode and autocast changes) that a fused subgraph may not span, and keeps a weight's transpose only
+where every user reads it as the rhs of a supported matmul. The :class:`Analysis` it returns drives the partitioning
+and :func:`~amk.frontend.importer.import_subgraph`."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torch.fx import GraphModule, Node
+from xdsl.utils.exceptions import VerifyException
+
+from amk.frontend.converters import CONVERTERS
+from amk.frontend.importer import ScalarResolver, SubgraphImporter
+from amk.frontend.nodes import Unsupported, describe_target
+from amk.frontend.patterns import Pattern, match_patterns
+from amk.frontend.spellings import ADDMM, MATMUL, is_, key_of
+
+
+@dataclass
+class NodeInfo:
+    """What amk makes of one FX node."""
+
+    node: Node
+    supported: bool
+    label: str
+    kind: str = "compute"  # compute | identity | view | absorbed
+    reason: str | None = None
+    fragile: bool = False
+    build: Callable | None = None
+    root: Node | None = None  # for absorbed nodes: the pattern's root
+
+
+@dataclass
+class Analysis:
+    infos: dict[Node, NodeInfo] = field(default_factory=dict)
+    patterns: list[Pattern] = field(default_factory=list)
+    epochs: dict[Node, int] = field(default_factory=dict)  # barriers (mutations, grad mode, autocast) seen before
+
+    def supported(self) -> set[Node]:
+        return {n for n, info in self.infos.items() if info.supported}
+
+    def reject(self, node: Node, reason: str) -> None:
+        info = self.infos[node]
+        info.supported = False
+        info.reason = reason
+        if info.kind != "absorbed":
+            for other in self.infos.values():
+                if other.root is node and other.supported:
+                    self.reject(other.node, f"part of {info.label}, which is left to PyTorch")
+
+
+COMPUTE_OPS = ("call_function", "call_method")
+
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                      operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+                      operator.ilshift, operator.irshift, operator.setitem, operator.delitem}
+_STATE_WORDS = ("grad_enabled", "autocast", "_enter", "_exit", "inference_mode", "manual_seed", "set_")
+
+
+def is_barrier(node: Node) -> bool:
+    """A node that mutates a tensor or changes global state (grad mode, autocast): a fused subgraph may not span
+    it, because the subgraph runs at the position of its last node."""
+    if node.op not in COMPUTE_OPS:
+        return False
+    if "out" in node.kwargs:
+        return True
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.endswith("__")
+    target = node.target
+    if target in _INPLACE_OPERATORS:
+        return True
+    name = getattr(target, "__name__", "") or ""
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return any(word in name for word in _STATE_WORDS)
+
+
+def epochs_of(gm: GraphModule) -> dict[Node, int]:
+    epochs, epoch = {}, 0
+    for node in gm.graph.nodes:
+        epochs[node] = epoch
+        if is_barrier(node):
+            epoch += 1
+            epochs[node] = -epoch  # a barrier belongs to no subgraph
+    return epochs
+
+
+def _matmul_rhs_users_only(node: Node) -> bool:
+    """Whether every user of a transpose node reads it as a matmul's rhs."""
+    for user in node.users:
+        if is_(user, MATMUL):
+            operands = list(user.args) + [user.kwargs.get("other")]
+            if operands[0] is node or node not in operands[1:]:
+                return False
+        elif is_(user, ADDMM):
+            operands = list(user.args) + [user.kwargs.get("mat2")]
+            if node in operands[:2] or user.kwargs.get("mat1") is node or user.kwargs.get("input") is node:
+                return False
+        else:
+            return False
+    return bool(node.users)
+
+
+def _probe(build: Callable, node: Node, resolve_scalar: ScalarResolver | None) -> str | None:
+    """None if ``build`` imports ``node`` on fresh operands, else the reason it does not."""
+    importer = SubgraphImporter(resolve_scalar)
+    try:
+        importer.convert(node, build)
+    except Unsupported as error:
+        return str(error)
+    except (VerifyException, ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def analyze(gm: GraphModule, resolve_scalar: ScalarResolver | None = None) -> Analysis:
+    """Decide for every call node of ``gm`` whether amk imports it, and why not. ``resolve_scalar(node)`` gives the
+    compile-time value of a scalar node (``eps.item()``), or None when it is only known at run time."""
+    analysis = Analysis(epochs=epochs_of(gm))
+    patterns = match_patterns(gm)
+    pattern_of = {}
+    for pattern in patterns:
+        if len({analysis.epochs[n] for n in [pattern.root, *pattern.absorbed]}) > 1:
+            continue  # a mutation or a grad-mode change between its nodes
+        reason = _probe(pattern.build, pattern.root, resolve_scalar)
+        if reason is not None:
+            continue  # the nodes are tried one by one below
+        analysis.patterns.append(pattern)
+        pattern_of[pattern.root] = pattern
+        for node in pattern.absorbed:
+            pattern_of[node] = pattern
+    for node in gm.graph.nodes:
+        if node.op not in COMPUTE_OPS:
+            if node.op == "call_module":
+                analysis.infos[node] = NodeInfo(
+                    node, False, describe_target(node),
+                    reason="module calls are not inlined (torch._dynamo.config.inline_inbuilt_nn_modules)")
+            continue
+        pattern = pattern_of.get(node)
+        if pattern is not None:
+            if node is pattern.root:
+                analysis.infos[node] = NodeInfo(node, True, pattern.label, build=pattern.build)
+            else:
+                analysis.infos[node] = NodeInfo(node, True, f"part of {pattern.root.name}", kind="absorbed",
+                                                root=pattern.root)
+            continue
+        converter = CONVERTERS.get(key_of(node))
+        label = describe_target(node)
+        if converter is None:
+            reason = f"{label} has no tensor_op equivalent"
+            if is_barrier(node):
+                reason += " (it mutates a tensor or changes grad mode or autocast: fused subgraphs end here)"
+            analysis.infos[node] = NodeInfo(node, False, label, reason=reason)
+            continue
+        reason = _probe(converter.build, node, resolve_scalar)
+        analysis.infos[node] = NodeInfo(node, reason is None, label, kind=converter.kind, reason=reason,
+                                        fragile=converter.fragile, build=converter.build)
+    # Transposes exist only as a matmul's rhs.
+    changed = True
+    while changed:
+        changed = False
+        for node, info in analysis.infos.items():
+            if info.supported and info.kind == "view":
+                if not _matmul_rhs_users_only(node) or not all(
+                        analysis.infos.get(u) is not None and analysis.infos[u].supported for u in node.users):
+                    analysis.reject(node, f"{describe_target(node)} has no tensor_op equivalent (a weight's "
+                                          "transpose is only read as the rhs of a fused matmul)")
+                    changed = True
+    return analysis

@@ -1,0 +1,328 @@
+"""The ``"amk"`` TorchDynamo backend: :func:`amk_backend` (``torch.compile(model, backend="amk")``) and
+:func:`compile_graph` hand one FX graph to the graph compiler, which analyzes it, partitions the supported nodes into
+connected runs (split at barriers), imports and builds each run through :func:`amk.build.build` (retrying without
+fragile ops when a run does not compile), replaces each compiled run by a call to a
+:class:`~amk.frontend.subgraph.FusedSubgraph`, and reports what it did. :func:`register_backend` registers the name
+``"amk"`` with TorchDynamo."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.fx import GraphModule, Node
+from xdsl.dialects import func
+
+from amk.build import BuildRequest, build
+from amk.environment import initialize
+from amk.errors import InvalidArgumentError
+from amk.frontend.analysis import Analysis, analyze
+from amk.frontend.importer import ImportedSubgraph, import_subgraph
+from amk.frontend.nodes import Unsupported, describe_target, meta_value
+from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
+from amk.frontend.settings import Settings, make_settings
+from amk.frontend.stats import STATS
+from amk.frontend.subgraph import FusedSubgraph, SymbolSource
+from amk.ir_dump import IRDumper
+
+log = logging.getLogger("amk.frontend")
+
+BACKEND_NAME = "amk"
+
+
+def _scalar_resolver(gm: GraphModule, example_inputs: Sequence) -> Callable[[Node], float | None]:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    position = {n: i for i, n in enumerate(placeholders)}
+
+    def resolve(node: Node) -> float | None:
+        value = meta_value(node)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, torch.SymInt | torch.SymFloat):
+            hint = getattr(value.node, "hint", None)
+            if hint is not None:
+                return float(hint)
+        if node.op == "placeholder" and position.get(node, len(example_inputs)) < len(example_inputs):
+            real = example_inputs[position[node]]
+            if isinstance(real, int | float) and not isinstance(real, bool):
+                return float(real)
+        if node.op == "call_method" and node.target == "item" and len(node.args) == 1:
+            source = node.args[0]
+            if isinstance(source, Node) and source.op == "placeholder" and position[source] < len(example_inputs):
+                real = example_inputs[position[source]]
+                if isinstance(real, torch.Tensor) and real.numel() == 1 and not real.is_meta:
+                    with contextlib.suppress(Exception):
+                        return float(real.item())
+        return None
+
+    return resolve
+
+
+def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    supported = analysis.supported()
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node: Node) -> bool:
+            return node in supported
+
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = []
+    for partition in partitioner.propose_partitions():
+        # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes.
+        by_epoch: dict[int, list[Node]] = {}
+        for node in sorted(partition.nodes, key=order.__getitem__):
+            by_epoch.setdefault(analysis.epochs.get(node, 0), []).append(node)
+        for nodes in by_epoch.values():
+            if any(analysis.infos[n].kind == "compute" for n in nodes):
+                partitions.append(nodes)
+    partitions.sort(key=lambda nodes: order[nodes[0]])
+    return partitions
+
+
+def _symbol_sources(imported: ImportedSubgraph, gm: GraphModule) -> list[tuple[str, Node, int | None]]:
+    """Symbols of the function's argument dims that no argument carries as a whole dim, with where to read them."""
+    from amk.symbolic import Dim
+
+    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
+    dims: list[Dim] = [d for arg in function.body.block.args for d in arg.type.dims]
+    symbols = {s for d in dims for s in d.free_symbols}
+    plain = {d.text for d in dims if not d.is_static and d.text in d.free_symbols}
+    sources = []
+    for symbol in sorted(symbols - plain):
+        found = None
+        for node in gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            value = meta_value(node)
+            if isinstance(value, torch.SymInt) and str(value.node.expr) == symbol:
+                found = (symbol, node, None)
+            elif isinstance(value, torch.Tensor):
+                for axis, size in enumerate(value.shape):
+                    if isinstance(size, torch.SymInt) and str(size.node.expr) == symbol:
+                        found = (symbol, node, axis)
+                        break
+            if found:
+                break
+        if found is None:
+            raise Unsupported(f"the size symbol {symbol} appears only inside expressions and no graph input carries it")
+        sources.append(found)
+    return sources
+
+
+@dataclass
+class _Built:
+    nodes: list[Node]
+    imported: ImportedSubgraph | None = None
+    compiled: object | None = None
+    symbols: list = field(default_factory=list)
+    report: SubgraphReport | None = None
+    failure: str | None = None
+
+
+class _GraphCompiler:
+    def __init__(self, gm: GraphModule, example_inputs: Sequence, settings: Settings):
+        STATS.graphs += 1
+        self.graph_id = STATS.graphs
+        self.gm = gm
+        self.settings = settings
+        self.resolve = _scalar_resolver(gm, example_inputs)
+        self.analysis = analyze(gm, self.resolve)
+        self.counter = 0
+        self.replaced: dict[Node, Node] = {}  # outputs of rewritten subgraphs -> the getitem nodes that replace them
+
+    def run(self) -> tuple[GraphModule, GraphReport]:
+        built: dict[frozenset, _Built] = {}
+        while True:
+            partitions = _partition(self.gm, self.analysis)
+            retry = False
+            for nodes in partitions:
+                key = frozenset(nodes)
+                if key in built:
+                    continue
+                result = built[key] = self._build(nodes)
+                if result.failure is not None:
+                    fragile = [n for n in nodes if self.analysis.infos[n].fragile]
+                    for node in fragile:
+                        self.analysis.reject(node, f"the subgraph with it did not compile ({result.failure}); "
+                                                   "retried without it")
+                    retry = retry or bool(fragile)
+            if not retry:
+                break
+        results = [built[frozenset(nodes)] for nodes in partitions]
+        for result in results:
+            if result.failure is not None and result.imported is not None:
+                log.warning("amk: subgraph %s (%s) runs in PyTorch: it did not compile: %s", result.report.name,
+                            ", ".join(n.name for n in result.nodes), result.failure)
+        report = GraphReport(self.graph_id)
+        replaced: set[Node] = set()
+        for result in results:
+            report.subgraphs.append(result.report)
+            if result.failure is None:
+                replaced.update(result.nodes)
+        for node, info in self.analysis.infos.items():
+            if node in replaced:
+                continue
+            if info.supported:
+                failed = next((r for r in results if node in r.nodes and r.failure), None)
+                reason = (f"its subgraph did not compile: {failed.failure}" if failed
+                          else "an identity or view with nothing to fuse around it")
+            else:
+                reason = info.reason or "not supported"
+            report.pytorch.append(PyTorchNode(node.name, describe_target(node), reason))
+        for result in results:
+            if result.failure is None:
+                self._rewrite(result)
+        if any(r.failure is None for r in results):
+            from torch.fx.passes.tools_common import stable_topological_sort
+
+            stable_topological_sort(self.gm)
+            self.gm.graph.lint()
+            self.gm.recompile()
+        return self.gm, report
+
+    def _build(self, nodes: list[Node]) -> _Built:
+        name = f"fused_{self.counter}"
+        self.counter += 1
+        result = _Built(nodes, report=SubgraphReport(name, [n.name for n in nodes]))
+        try:
+            imported = import_subgraph(nodes, self.analysis, self.resolve)
+            result.symbols = _symbol_sources(imported, self.gm)
+        except Unsupported as error:
+            return self._fail(result, str(error))
+        STATS.subgraphs += 1
+        result.imported = imported
+        if self.settings.report is not None or log.isEnabledFor(logging.INFO):
+            try:
+                result.report.kernels, result.report.unfused = kernel_reports(
+                    imported.module, self.settings.fusion_pipeline, imported.names)
+            except Exception as error:  # the report is informative; compiling decides
+                log.debug("could not describe %s: %s", name, error)
+        directory = self.settings.dump_directory
+        dumper = None
+        if directory is not None:
+            target = Path(directory) / f"graph{self.graph_id:02d}_{name}"
+            if target.exists():
+                for old in target.iterdir():
+                    if old.is_file():
+                        old.unlink()
+            dumper = IRDumper(directory=target)
+            (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
+        function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
+        request = BuildRequest(imported.module.clone, [tuple(d.text for d in arg.type.dims)
+                                                       for arg in function.body.block.args],
+                               autotune=self.settings.autotune, tuner_config=self.settings.tuner_config,
+                               pipeline=self.settings.fusion_pipeline, dumper=dumper)
+        try:
+            built = build(request)
+        except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
+            log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
+                     type(error).__name__, error)
+            return self._fail(result, f"{type(error).__name__}: {error}")
+        if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
+            STATS.cache_hits += 1
+            result.report.cached = True
+        else:
+            STATS.pipeline_runs += 1
+            STATS.kernels += len(built.compiled.kernels)
+        if directory is not None:
+            for kernel_name, kernel in built.compiled.kernels.items():
+                (target / f"{kernel_name}.py").write_text(kernel.source)
+        result.compiled = built.compiled
+        return result
+
+    @staticmethod
+    def _fail(result: _Built, reason: str) -> _Built:
+        result.failure = reason
+        result.report.compiled = False
+        result.report.failure = reason
+        return result
+
+    def _rewrite(self, result: _Built) -> None:
+        from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
+
+        gm, nodes, imported = self.gm, result.nodes, result.imported
+        name = result.report.name
+        fallback, inputs, outputs = fuse_as_graphmodule(gm, nodes, f"{name}_reference", dict.fromkeys(nodes),
+                                                        always_return_tuple=True)
+        if list(outputs) != imported.outputs:
+            raise AssertionError(f"{name}: outputs {outputs} differ from the imported {imported.outputs}")
+        arguments = list(inputs)
+        position = {node: i for i, node in enumerate(arguments)}
+
+        def index_of(node: Node) -> int:
+            node = self.replaced.get(node, node)  # a subgraph rewritten earlier may produce this input now
+            if node not in position:
+                position[node] = len(arguments)
+                arguments.append(node)
+            return position[node]
+
+        program_args: list = []
+        constants: list[torch.Tensor] = []
+        for source in imported.sources:
+            if source.node is not None:
+                program_args.append(index_of(source.node))
+            else:
+                program_args.append(("constant", len(constants)))
+                constants.append(torch.full((1,), source.constant, dtype=source.dtype))
+        guards = [(index_of(g.node), g.value) for g in imported.guards]
+        symbols = [SymbolSource(symbol, index_of(node), dim) for symbol, node, dim in result.symbols]
+        runner = FusedSubgraph(name, result.compiled, fallback, len(inputs), program_args, constants, guards, symbols,
+                               self.settings.verify, result.report)
+        gm.add_submodule(name, runner)
+        with gm.graph.inserting_after(nodes[-1]):
+            call = gm.graph.call_module(name, tuple(arguments))
+        call.meta["val"] = tuple(meta_value(o) for o in outputs)
+        previous = call
+        for index, output in enumerate(outputs):
+            with gm.graph.inserting_after(previous):
+                item = gm.graph.call_function(operator.getitem, (call, index))
+            item.meta = dict(output.meta)
+            output.replace_all_uses_with(item)
+            self.replaced[output] = item
+            previous = item
+        for node in reversed(nodes):
+            gm.graph.erase_node(node)
+
+
+def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None = None, **kwargs) -> Callable:
+    """The TorchDynamo backend: ``torch.compile(model, backend="amk")`` (options: ``autotune``, ``tuner_config``,
+    ``dump_ir``, ``verify``, ``pipeline``, as for :func:`compile`; pass them as ``options={...}``)."""
+    merged = dict(options or {})
+    merged.update(kwargs)
+    unknown = set(merged) - {"autotune", "tuner_config", "dump_ir", "verify", "pipeline", "report"}
+    if unknown:
+        raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: autotune, "
+                                   "tuner_config, dump_ir, verify, pipeline")
+    settings = make_settings(**merged)
+    return compile_graph(gm, example_inputs, settings)
+
+
+def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
+    initialize()
+    compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
+    if settings.report is not None:
+        settings.report(report)
+    if log.isEnabledFor(logging.INFO):
+        log.info("%s", report)
+    return compiled.forward
+
+
+def register_backend() -> None:
+    """Register ``"amk"`` with TorchDynamo unless it is registered, or about to be loaded from our entry point (an
+    installed amk registers it through the ``torch_dynamo_backends`` entry point; :func:`compile` calls this for a
+    source tree on ``sys.path``)."""
+    from torch._dynamo.backends import registry
+
+    if BACKEND_NAME in registry._COMPILER_FNS or registry._BACKENDS.get(BACKEND_NAME) is not None:
+        return
+    with contextlib.suppress(AssertionError):
+        registry.register_backend(amk_backend, name=BACKEND_NAME)

@@ -1,0 +1,454 @@
+"""The converters: how each family of spellings becomes ``tensor_op`` ops. :data:`CONVERTERS` maps every spelling
+(see :mod:`amk.frontend.spellings`) to a :class:`Converter`, whose ``build`` reads the node's arguments by name and
+emits its ops through a :class:`~amk.frontend.importer.SubgraphImporter`: elementwise arithmetic with PyTorch's type
+promotion, activations, clamps, softmax, last-dim reductions, norms, Linear/matmul/addmm, casts, identities, and a
+2-D weight's transpose (read only as a matmul's rhs)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Node
+from xdsl.dialects.builtin import FloatAttr, StringAttr, f64
+from xdsl.ir import SSAValue
+
+from amk.dialects import tensor_op
+from amk.dtypes import to_ir
+from amk.frontend.importer import SubgraphImporter, Transposed
+from amk.frontend.nodes import FLOAT_DTYPES, Unsupported, bind_arguments, describe_target, dim_of, fake_tensor
+from amk.frontend.spellings import ADD, ADDMM, DIV, MATMUL, MUL, POW, SQUARE, SUB, key_of, spellings
+from amk.symbolic import provably_equal
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How one family of spellings becomes ``tensor_op``: ``build(importer, node) -> SSAValue | Transposed | Node``.
+
+    ``kind``: ``compute`` (emits ops), ``identity`` (the value of an input), ``view`` (a transpose that only a
+    matmul reads). ``fragile``: the op's lowering is known to fail in some groups; when a subgraph with it does not
+    compile, it is retried without these ops.
+    """
+
+    build: Callable
+    label: str
+    kind: str = "compute"
+    fragile: bool = False
+
+
+CONVERTERS: dict = {}
+
+
+def register(keys: frozenset, label: str, kind: str = "compute", fragile: bool = False):
+    def decorate(build):
+        converter = Converter(build, label, kind, fragile)
+        for key in keys:
+            CONVERTERS[key] = converter
+        return build
+
+    return decorate
+
+
+def _result_dtype(node: Node) -> torch.dtype:
+    return fake_tensor(node).dtype
+
+
+def _binary(op_class, scalar_rule, *, alpha: bool = False, rounding: bool = False):
+    """Elementwise binary op with PyTorch's type promotion (operands cast to the result dtype) and Python scalars."""
+    names = ("input", "other") + (("alpha",) if alpha else ()) + (("rounding_mode",) if rounding else ())
+
+    def build(b: SubgraphImporter, node: Node):
+        a = bind_arguments(node, names, {"alpha": 1, "rounding_mode": None})
+        if a["rounding_mode"] is not None:
+            raise Unsupported(f"division with rounding_mode={a['rounding_mode']!r}")
+        dtype = _result_dtype(node)
+        lhs, rhs = a["input"], a["other"]
+        if a["alpha"] != 1:
+            factor = b.scalar(a["alpha"])
+            if b.is_tensor(rhs):
+                scaled = b.add(tensor_op.ScaleOp(b.tensor(rhs, dtype), factor=FloatAttr(factor, f64)), "alpha")
+                return b.add(op_class(b.tensor(lhs, dtype), scaled))
+            rhs = b.scalar(rhs) * factor
+        lhs_tensor, rhs_tensor = b.is_tensor(lhs), b.is_tensor(rhs)
+        if lhs_tensor and rhs_tensor:
+            return b.add(op_class(b.tensor(lhs, dtype), b.tensor(rhs, dtype)))
+        if lhs_tensor:
+            return scalar_rule(b, b.tensor(lhs, dtype), b.scalar(rhs), dtype, False)
+        if rhs_tensor:
+            return scalar_rule(b, b.tensor(rhs, dtype), b.scalar(lhs), dtype, True)
+        raise Unsupported("no tensor operand")
+
+    return build
+
+
+def _add_scalar(b, x, c, dtype, reflected):
+    return b.add(tensor_op.AddOp(x, b.constant(c, dtype)))
+
+
+def _sub_scalar(b, x, c, dtype, reflected):
+    const = b.constant(c, dtype)
+    return b.add(tensor_op.SubOp(const, x) if reflected else tensor_op.SubOp(x, const))
+
+
+def _mul_scalar(b, x, c, dtype, reflected):
+    return b.add(tensor_op.ScaleOp(x, factor=FloatAttr(c, f64)))
+
+
+def _div_scalar(b, x, c, dtype, reflected):
+    if reflected:
+        return b.add(tensor_op.DivOp(b.constant(c, dtype), x))
+    if c == 0:
+        raise Unsupported("division by the constant 0")
+    return b.add(tensor_op.ScaleOp(x, factor=FloatAttr(1.0 / c, f64)))
+
+
+register(ADD, "add")(_binary(tensor_op.AddOp, _add_scalar, alpha=True))
+register(SUB, "sub")(_binary(tensor_op.SubOp, _sub_scalar, alpha=True))
+register(MUL, "mul")(_binary(tensor_op.MulOp, _mul_scalar))
+register(DIV, "div")(_binary(tensor_op.DivOp, _div_scalar, rounding=True))
+
+
+@register(spellings([torch.maximum], ["maximum"]), "maximum")
+def _maximum(b, node):
+    a = bind_arguments(node, ("input", "other"))
+    dtype = _result_dtype(node)
+    return b.add(tensor_op.MaximumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+
+
+@register(spellings([torch.minimum], ["minimum"]), "minimum")
+def _minimum(b, node):
+    a = bind_arguments(node, ("input", "other"))
+    dtype = _result_dtype(node)
+    return b.add(tensor_op.MinimumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+
+
+@register(spellings([operator.neg, torch.neg, torch.negative], ["neg", "negative"]), "neg")
+def _neg(b, node):
+    a = bind_arguments(node, ("input",))
+    return b.add(tensor_op.ScaleOp(b.tensor(a["input"]), factor=FloatAttr(-1.0, f64)))
+
+
+@register(POW | SQUARE, "pow")
+def _pow(b, node):
+    if key_of(node) in SQUARE:
+        x = bind_arguments(node, ("input",))["input"]
+        exponent = 2
+    else:
+        a = bind_arguments(node, ("input", "exponent"))
+        x, exponent = a["input"], a["exponent"]
+    if not b.is_tensor(x) or isinstance(exponent, Node):
+        raise Unsupported("only tensor ** constant")
+    dtype = _result_dtype(node)
+    value = b.tensor(x, dtype)
+    if exponent == 1:
+        return value
+    if exponent == 2:
+        return b.add(tensor_op.MulOp(value, value))
+    if exponent == 3:
+        return b.add(tensor_op.MulOp(b.add(tensor_op.MulOp(value, value), "sq"), value))
+    raise Unsupported(f"pow with exponent {exponent!r} (tensor_op has no pow: only x**1, x**2, x**3 are imported)")
+
+
+def _inplace_unsupported(a: dict) -> None:
+    if a.get("inplace"):
+        raise Unsupported("in-place variant")
+
+
+def _unary(op_class, label: str, functions=(), methods=(), extra=(), **fixed):
+    @register(spellings(functions, methods), label)
+    def build(b, node):
+        a = bind_arguments(node, ("input", *extra), {e: False for e in extra})
+        _inplace_unsupported(a)
+        return b.add(op_class(b.tensor(a["input"]), **fixed))
+
+    return build
+
+
+_unary(tensor_op.ReluOp, "relu", [torch.relu, F.relu], ["relu"], extra=("inplace",))
+_unary(tensor_op.SiluOp, "silu", [F.silu], [], extra=("inplace",))
+_unary(tensor_op.SigmoidOp, "sigmoid", [torch.sigmoid, F.sigmoid], ["sigmoid"])
+_unary(tensor_op.TanhOp, "tanh", [torch.tanh, F.tanh], ["tanh"])
+_unary(tensor_op.ExpOp, "exp", [torch.exp], ["exp"])
+_unary(tensor_op.MishOp, "mish", [F.mish], [], extra=("inplace",))
+
+
+@register(spellings([F.gelu, torch._C._nn.gelu], ["gelu"]), "gelu")
+def _gelu(b, node):
+    a = bind_arguments(node, ("input", "approximate"), {"approximate": "none"})
+    if a["approximate"] not in tensor_op.GeluOp.APPROXIMATIONS:
+        raise Unsupported(f"gelu approximate={a['approximate']!r}")
+    props = {"approximate": StringAttr("tanh")} if a["approximate"] == "tanh" else {}
+    return b.add(tensor_op.GeluOp(b.tensor(a["input"]), **props))
+
+
+@register(spellings([F.leaky_relu], []), "leaky_relu")
+def _leaky_relu(b, node):
+    a = bind_arguments(node, ("input", "negative_slope", "inplace"), {"negative_slope": 0.01, "inplace": False})
+    _inplace_unsupported(a)
+    slope = FloatAttr(b.scalar(a["negative_slope"]), f64)
+    return b.add(tensor_op.LeakyReluOp(b.tensor(a["input"]), negative_slope=slope))
+
+
+def _clamp_op(b, x, low, high):
+    props = {}
+    if low is not None:
+        props["min"] = FloatAttr(b.scalar(low), f64)
+    if high is not None:
+        props["max"] = FloatAttr(b.scalar(high), f64)
+    if not props:
+        return x
+    return b.add(tensor_op.ClampOp(x, **props))
+
+
+@register(spellings([torch.clamp, torch.clip], ["clamp", "clip"]), "clamp")
+def _clamp(b, node):
+    a = bind_arguments(node, ("input", "min", "max"), {"min": None, "max": None})
+    for bound in ("min", "max"):
+        if b.is_tensor(a[bound]):
+            raise Unsupported(f"clamp with a tensor {bound}")
+    return _clamp_op(b, b.tensor(a["input"]), a["min"], a["max"])
+
+
+@register(spellings([F.hardtanh], []), "hardtanh")
+def _hardtanh(b, node):
+    a = bind_arguments(node, ("input", "min_val", "max_val", "inplace"),
+                       {"min_val": -1.0, "max_val": 1.0, "inplace": False})
+    _inplace_unsupported(a)
+    return _clamp_op(b, b.tensor(a["input"]), a["min_val"], a["max_val"])
+
+
+@register(spellings([F.relu6], []), "relu6")
+def _relu6(b, node):
+    a = bind_arguments(node, ("input", "inplace"), {"inplace": False})
+    _inplace_unsupported(a)
+    return _clamp_op(b, b.tensor(a["input"]), 0.0, 6.0)
+
+
+def _softmax_dim(node: Node, a: dict, rank: int) -> int:
+    dim = a.get("dim")
+    if dim is None:
+        raise Unsupported("softmax without an explicit dim")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise Unsupported(f"softmax dim {dim!r}")
+    if dim % rank != rank - 1:
+        raise Unsupported(f"softmax over dim {dim} (amk kernels reduce the last dim)")
+    return -1
+
+
+@register(spellings([torch.softmax, F.softmax, torch._C._nn.softmax] if hasattr(torch._C._nn, "softmax")
+                    else [torch.softmax, F.softmax], ["softmax"]), "softmax")
+def _softmax(b, node):
+    names = ("input", "dim", "_stacklevel", "dtype") if node.target is F.softmax else ("input", "dim", "dtype")
+    a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
+    x = b.tensor(a["input"], a["dtype"])
+    return b.add(tensor_op.SoftmaxOp(x, _softmax_dim(node, a, x.type.rank)))
+
+
+def _reduction(op_class, label, functions, methods):
+    @register(spellings(functions, methods), label, fragile=True)
+    def build(b, node):
+        a = bind_arguments(node, ("input", "dim", "keepdim", "dtype"), {"keepdim": False, "dtype": None})
+        if a["dtype"] is not None:
+            raise Unsupported(f"{label} with dtype=")
+        dim = a["dim"]
+        if isinstance(dim, list | tuple):
+            if len(dim) != 1:
+                raise Unsupported(f"{label} over several dims")
+            dim = dim[0]
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise Unsupported(f"{label} over dim {dim!r}")
+        x = b.tensor(a["input"])
+        if dim % x.type.rank != x.type.rank - 1:
+            raise Unsupported(f"{label} over dim {dim} (amk kernels reduce the last dim)")
+        return b.add(op_class(x, -1, bool(a["keepdim"])))
+
+    return build
+
+
+_reduction(tensor_op.ReduceSumOp, "sum", [torch.sum], ["sum"])
+_reduction(tensor_op.ReduceMeanOp, "mean", [torch.mean], ["mean"])
+_reduction(tensor_op.ReduceMaxOp, "amax", [torch.amax], ["amax"])
+_reduction(tensor_op.LogSumExpOp, "logsumexp", [torch.logsumexp], ["logsumexp"])
+
+
+def _norm_vector(b, node, role: str, dtype: torch.dtype) -> SSAValue | None:
+    if node is None:
+        return None
+    if not b.is_tensor(node):
+        raise Unsupported(f"{role} must be a tensor")
+    value = b.tensor(node)
+    if value.type.element_type != to_ir(dtype):
+        raise Unsupported(f"{role} dtype {fake_tensor(node).dtype} differs from the input's {dtype}")
+    return value
+
+
+def _normalized_shape(shape, x: SSAValue) -> None:
+    if isinstance(shape, int | torch.SymInt):
+        shape = [shape]
+    if not isinstance(shape, list | tuple | torch.Size) or len(shape) != 1:
+        raise Unsupported(f"normalized_shape {shape!r} (amk normalizes the last dim only)")
+    if isinstance(shape[0], Node):
+        raise Unsupported("normalized_shape computed at run time")
+    if not provably_equal(dim_of(shape[0]), x.type.dims[-1]):
+        raise Unsupported(f"normalized_shape {tuple(shape)} is not the last dim {x.type.dims[-1]}")
+
+
+@register(spellings([F.layer_norm, torch.layer_norm], ["layer_norm"]), "layer_norm")
+def _layer_norm(b, node):
+    names = ("input", "normalized_shape", "weight", "bias", "eps")
+    if node.target is torch.layer_norm:
+        names = (*names, "cudnn_enable")
+    a = bind_arguments(node, names, {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enable": True})
+    x = b.tensor(a["input"])
+    _normalized_shape(a["normalized_shape"], x)
+    dtype = fake_tensor(a["input"]).dtype
+    weight = _norm_vector(b, a["weight"], "weight", dtype)
+    bias = _norm_vector(b, a["bias"], "bias", dtype)
+    return b.add(tensor_op.LayerNormOp(x, weight, bias, b.scalar(a["eps"])))
+
+
+@register(spellings([torch.rms_norm, F.rms_norm], ["rms_norm"]), "rms_norm")
+def _rms_norm(b, node):
+    a = bind_arguments(node, ("input", "normalized_shape", "weight", "eps"), {"weight": None, "eps": None})
+    x = b.tensor(a["input"])
+    _normalized_shape(a["normalized_shape"], x)
+    dtype = fake_tensor(a["input"]).dtype
+    weight = _norm_vector(b, a["weight"], "weight", dtype)
+    eps = torch.finfo(dtype).eps if a["eps"] is None else b.scalar(a["eps"])
+    return b.add(tensor_op.RMSNormOp(x, weight, eps))
+
+
+def _check_matmul_ranks(lhs: SSAValue, rhs, what: str) -> None:
+    rank = rhs.value.type.rank if isinstance(rhs, Transposed) else rhs.type.rank
+    if lhs.type.rank < 2:
+        raise Unsupported(f"{what} with a rank-{lhs.type.rank} lhs")
+    if rank != 2:
+        raise Unsupported(f"{what} with a rank-{rank} rhs (amk matmuls take a 2-D rhs, e.g. a weight)")
+
+
+def _matmul_value(b, lhs_node, rhs_node, what: str) -> SSAValue:
+    for operand in (lhs_node, rhs_node):
+        if not b.is_tensor(operand):
+            raise Unsupported(f"{what} of a non-tensor")
+    lhs = b.tensor(lhs_node)
+    rhs = b.operand(rhs_node, allow_transposed=True)
+    _check_matmul_ranks(lhs, rhs, what)
+    if isinstance(rhs, Transposed):
+        return b.add(tensor_op.MatmulOp(lhs, rhs.value, transpose_rhs=True), "mm" if what != "matmul" else None)
+    return b.add(tensor_op.MatmulOp(lhs, rhs), "mm" if what != "matmul" else None)
+
+
+@register(spellings([F.linear, torch._C._nn.linear], []), "linear")
+def _linear(b, node):
+    a = bind_arguments(node, ("input", "weight", "bias"), {"bias": None})
+    x, weight = b.tensor(a["input"]), b.tensor(a["weight"])
+    if x.type.rank < 2:
+        raise Unsupported(f"linear on a rank-{x.type.rank} input")
+    if weight.type.rank != 2:
+        raise Unsupported(f"linear with a rank-{weight.type.rank} weight")
+    y = b.add(tensor_op.MatmulOp(x, weight, transpose_rhs=True), "mm" if a["bias"] is not None else None)
+    if a["bias"] is None:
+        return y
+    bias = b.tensor(a["bias"])
+    return b.add(tensor_op.AddOp(y, bias))
+
+
+@register(MATMUL, "matmul")
+def _matmul(b, node):
+    a = bind_arguments(node, ("input", "other"))
+    if node.target is torch.mm or node.target == "mm":
+        if fake_tensor(a["input"]).dim() != 2:
+            raise Unsupported("torch.mm of a non 2-D lhs")
+    return _matmul_value(b, a["input"], a["other"], "matmul")
+
+
+@register(ADDMM, "addmm")
+def _addmm(b, node):
+    a = bind_arguments(node, ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1})
+    y = _matmul_value(b, a["mat1"], a["mat2"], "addmm")
+    alpha, beta = b.scalar(a["alpha"]), b.scalar(a["beta"])
+    if alpha != 1:
+        y = b.add(tensor_op.ScaleOp(y, factor=FloatAttr(alpha, f64)), "alpha")
+    if beta == 0:
+        return y
+    bias = b.tensor(a["input"], _result_dtype(node))
+    if beta != 1:
+        bias = b.add(tensor_op.ScaleOp(bias, factor=FloatAttr(beta, f64)), "beta")
+    return b.add(tensor_op.AddOp(y, bias))
+
+
+# -- casts and identities -----------------------------------------------------------------------------------------------
+
+CASTS = spellings([], ["to", "type", "type_as", "float", "half", "bfloat16", "double"])
+
+
+@register(CASTS, "cast")
+def _cast(b, node):
+    source = node.args[0] if node.args else None
+    if not b.is_tensor(source):
+        raise Unsupported("cast of a non-tensor")
+    before, after = fake_tensor(source), fake_tensor(node)
+    if before.device != after.device:
+        raise Unsupported(f"a copy to another device ({after.device})")
+    if node.target == "to":
+        extra = set(node.kwargs) - {"dtype", "copy", "non_blocking", "device", "memory_format"}
+        if extra or node.kwargs.get("copy") or node.kwargs.get("memory_format") not in (None, torch.preserve_format):
+            raise Unsupported(f"Tensor.to with {sorted(node.kwargs)}")
+    if node.target == "type" and len(node.args) < 2 and "dtype" not in node.kwargs:
+        raise Unsupported("Tensor.type() without a dtype returns a string")
+    value = b.tensor(source)
+    if before.dtype == after.dtype:
+        return value
+    if after.dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"cast to {after.dtype}")
+    return b.add(tensor_op.CastOp(value, to_ir(after.dtype)))
+
+
+@register(spellings([], ["contiguous"]), "contiguous", kind="identity")
+def _contiguous(b, node):
+    a = bind_arguments(node, ("input", "memory_format"), {"memory_format": torch.contiguous_format})
+    if a["memory_format"] not in (torch.contiguous_format, torch.preserve_format):
+        raise Unsupported(f"contiguous({a['memory_format']})")
+    return b.tensor(a["input"])
+
+
+@register(spellings([F.dropout, torch.dropout], []), "dropout", kind="identity")
+def _dropout(b, node):
+    names = ("input", "p", "training", "inplace") if node.target is F.dropout else ("input", "p", "train")
+    a = bind_arguments(node, names, {"p": 0.5, "training": True, "inplace": False})
+    training = a.get("training", a.get("train"))
+    if training and a["p"] != 0:
+        raise Unsupported("dropout in training mode")
+    _inplace_unsupported(a)
+    return b.tensor(a["input"])
+
+
+TRANSPOSES = spellings([torch.t, torch.transpose, torch.permute, getattr], ["t", "transpose", "permute"])
+
+
+@register(TRANSPOSES, "transpose", kind="view")
+def _transpose(b, node):
+    source = node.args[0] if node.args else None
+    if not b.is_tensor(source) or fake_tensor(source).dim() != 2:
+        raise Unsupported(f"{describe_target(node)} has no tensor_op equivalent (only a 2-D weight's transpose is "
+                          "read, as a matmul's rhs)")
+    rest = list(node.args[1:])
+    if node.target is getattr:
+        if rest not in (["T"], ["mT"]):
+            raise Unsupported(f"getattr {rest}")
+    elif node.target in (torch.t, "t"):
+        if rest:
+            raise Unsupported("t() with arguments")
+    elif node.target in (torch.transpose, "transpose"):
+        if len(rest) != 2 or sorted(d % 2 for d in rest) != [0, 1]:
+            raise Unsupported(f"transpose{tuple(rest)}")
+    else:
+        dims = rest[0] if len(rest) == 1 and isinstance(rest[0], list | tuple) else rest
+        if [d % 2 for d in dims] != [1, 0]:
+            raise Unsupported(f"permute{tuple(dims)}")
+    if node.kwargs:
+        raise Unsupported(f"{describe_target(node)} with keyword arguments")
+    return Transposed(b.tensor(source))

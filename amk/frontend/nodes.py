@@ -1,0 +1,96 @@
+"""Reading FX nodes: a node's fake value (shape, dtype, symbolic sizes) and its ``tensor_op`` type, its arguments by
+name, and its target's name for messages. :class:`Unsupported`, raised wherever a node has no ``tensor_op``
+equivalent, lives here, in the lowest module of the importer, so that every module above it can raise it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Node
+
+from amk.dialects.tensor_op import TensorType
+from amk.dtypes import to_ir
+from amk.symbolic import Dim
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class Unsupported(Exception):
+    """The node has no ``tensor_op`` equivalent (the message says why)."""
+
+
+def meta_value(node: Node):
+    """The fake value Dynamo recorded for ``node`` (a FakeTensor, SymInt, ...), or None."""
+    value = node.meta.get("val")
+    if value is None:
+        value = node.meta.get("example_value")
+    return value
+
+
+def fake_tensor(node: Node) -> torch.Tensor:
+    value = meta_value(node)
+    if not isinstance(value, torch.Tensor):
+        raise Unsupported(f"{node.name} is not a tensor" if value is not None else f"{node.name} has no shape metadata")
+    return value
+
+
+def dim_of(size) -> Dim:
+    """A ``Dim`` from an int or a SymInt (its sympy expression, e.g. ``s27*s77``)."""
+    if isinstance(size, int):
+        return Dim(size)
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        if expr.is_Integer:
+            return Dim(int(expr))
+        try:
+            return Dim(str(expr))
+        except ValueError as error:
+            raise Unsupported(f"symbolic size {expr} is not a dimension expression amk reads ({error})") from None
+    raise Unsupported(f"size {size!r} is neither an int nor a SymInt")
+
+
+def tensor_type_of(fake: torch.Tensor) -> TensorType:
+    if fake.dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"dtype {fake.dtype} (amk kernels compute float32, float16 and bfloat16)")
+    if fake.is_complex() or fake.is_sparse or fake.layout != torch.strided:
+        raise Unsupported("only dense strided tensors")
+    return TensorType([dim_of(s) for s in fake.shape], to_ir(fake.dtype))
+
+
+def bind_arguments(node: Node, names: Sequence[str], defaults: dict | None = None) -> dict:
+    """The node's arguments by name (``names`` in positional order; ``defaults`` for those left out)."""
+    bound = dict(defaults or {})
+    if len(node.args) > len(names):
+        raise Unsupported(f"{describe_target(node)} called with {len(node.args)} positional arguments")
+    bound.update(zip(names, node.args))
+    for key, value in node.kwargs.items():
+        if key not in names:
+            raise Unsupported(f"{describe_target(node)}: argument {key}={value!r} is not supported")
+        bound[key] = value
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise Unsupported(f"{describe_target(node)}: missing argument {missing[0]}")
+    return bound
+
+
+def describe_target(node: Node) -> str:
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_function":
+        target = node.target
+        module = getattr(target, "__module__", None) or ""
+        name = getattr(target, "__name__", str(target))
+        if module in ("_operator", "operator"):
+            return f"operator.{name}"
+        if module.startswith("torch._C._nn") or target in (F.linear, F.gelu):
+            return f"F.{name}"
+        if module.startswith("torch.nn.functional"):
+            return f"F.{name}"
+        if module.startswith("torch") or module == "":
+            return f"torch.{name}"
+        return f"{module}.{name}"
+    if node.op == "call_module":
+        return f"module {node.target}"
+    return node.op

@@ -1,0 +1,79 @@
+"""The settings of one compilation (:class:`Settings`: autotuning, tuner configuration, IR dumps, verification, the
+fusion pipeline, a report callback) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
+and the backend's ``options`` pass; bad values raise :class:`amk.errors.InvalidArgumentError`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from amk.errors import InvalidArgumentError
+
+DEFAULT_PIPELINE = "amk-duplicate-norm-prologues,amk-fuse"
+LOWERING_PASSES = ("amk-tile", "amk-stage", "amk-emit-triton")
+
+
+@dataclass(frozen=True)
+class Settings:
+    autotune: bool = True
+    tuner_config: object | None = None
+    dump_ir: str | None = None
+    verify: bool = True
+    pipeline: str | None = None
+    report: Callable | None = None
+
+    @property
+    def fusion_pipeline(self) -> str:
+        return self.pipeline if self.pipeline else DEFAULT_PIPELINE
+
+    @property
+    def dump_directory(self) -> str | None:
+        return self.dump_ir if self.dump_ir is not None else (os.environ.get("AMK_DUMP_IR") or None)
+
+    @property
+    def cache_directory(self):
+        """``tuner_config.target_cache_dir``: where the emitted sources go (None: the default cache directory)."""
+        return getattr(self.tuner_config, "target_cache_dir", None)
+
+
+def _check_pipeline(pipeline) -> None:
+    if pipeline is None:
+        return
+    if not isinstance(pipeline, str) or not pipeline.strip():
+        raise InvalidArgumentError(f"pipeline must be a pass pipeline string such as {DEFAULT_PIPELINE!r}, "
+                                   f"got {pipeline!r}")
+    from amk.opt import AMK_PASSES
+    from amk.pipeline import fusion_passes
+
+    try:
+        passes = fusion_passes(pipeline)
+    except Exception as error:  # xDSL raises ValueError or its own parse errors
+        raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid: {error}; available passes: "
+                                   f"{', '.join(sorted(AMK_PASSES))}") from None
+    lowering = [p.name for p in passes if p.name in LOWERING_PASSES]
+    if lowering:
+        raise InvalidArgumentError(f"pipeline {pipeline!r} names {', '.join(lowering)}: the pipeline holds the "
+                                   "tensor_op passes only (amk-tile, amk-stage and amk-emit-triton always run after it)")
+
+
+def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None) -> Settings:
+    """Validated settings; bad values raise :class:`amk.errors.InvalidArgumentError`."""
+    from amk.tuner import TunerConfig
+
+    if not isinstance(autotune, bool):
+        raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
+    if not isinstance(verify, bool):
+        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
+    if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
+        raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
+    if dump_ir is not None:
+        if isinstance(dump_ir, bool) or not isinstance(dump_ir, str | os.PathLike):
+            raise InvalidArgumentError(f"dump_ir must be a directory path (str or os.PathLike), got {dump_ir!r}")
+        dump_ir = os.fspath(dump_ir)
+        if os.path.exists(dump_ir) and not os.path.isdir(dump_ir):
+            raise InvalidArgumentError(f"dump_ir {dump_ir!r} exists and is not a directory")
+    _check_pipeline(pipeline)
+    if report is not None and not callable(report):
+        raise InvalidArgumentError("report must be callable")
+    return Settings(autotune, tuner_config, dump_ir, verify, pipeline, report)
