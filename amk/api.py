@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from amk import cache
 from amk.build import BuildRequest, Built, build, keep_verification
 from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
@@ -276,11 +275,11 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
 
 def _verify(kernel: FusedKernel, request: BuildRequest, built: Built) -> None:
     """Check ``kernel`` against PyTorch (unless its cache entry holds a passing report) and keep the report."""
-    from amk.verification import reference_for
+    from amk.verification import VerificationReport, reference_for
     from amk.verification import verify as run_verification
 
     stored = built.entry.verification if built.entry is not None else None
-    report = cache.report_from_dict(stored) if stored else None
+    report = VerificationReport.from_dict(stored) if stored else None
     if report is None or not report.passed:
         report = run_verification(kernel, reference_for(kernel.ops, len(kernel.shapes)), dtypes=[kernel.dtype])
         keep_verification(request, built, report)  # a failing kernel raised above and is not cached

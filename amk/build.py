@@ -31,8 +31,8 @@ from amk import cache
 from amk.build_phases import phase
 from amk.environment import interpreting
 from amk.lowering.configs import KernelConfig
-from amk.runtime import CompiledProgram, sources_under
-from amk.tuner import TunerConfig, autotune_chooser, nearest_in_grid
+from amk.runtime import CompiledProgram, compiled_from_entry, sources_under
+from amk.tuner import Trial, TunerConfig, autotune_chooser, config_key, nearest_in_grid
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -65,8 +65,15 @@ class BuildRequest:
 
     @property
     def settings(self) -> dict:
-        """The settings in the cache key (those that change which program is built, and only those)."""
-        settings = cache.build_settings(self.grid, self.autotune, self.tuner_config)
+        """The settings in the cache key: those that change which program is built, and only those (the cache
+        directory does not)."""
+        settings: dict = {"autotune": self.timed, "parameter_grid": self.grid}
+        if self.timed:
+            tc = self.tuner_config or TunerConfig()
+            settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
+                                 "measure_runs": tc.measure_runs, "strategy": tc.search,
+                                 "enable_warp_specialization": tc.enable_warp_specialization,
+                                 "vendor_gemm": tc.vendor_gemm}
         return settings if self.pipeline is None else {**settings, "pipeline": self.pipeline}
 
     @property
@@ -141,31 +148,52 @@ def build(request: BuildRequest, save: bool = True) -> Built:
     if alias is not None:
         store.save_alias(alias, key)
     if save:
-        store.save(cache.entry_from_compiled(key, built.meta, compiled, log_here))
+        store.save(entry_of(built))
     return built
 
 
 def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settings: dict):
     """A :class:`Built` from the cache, or ``(key, meta, module)`` to build (the module already made for the key)."""
     known = store.alias(alias) if alias is not None else None  # a warm start skips building and printing the IR
-    hit = store.load_compiled(known) if known is not None else None
+    hit = _load(store, known) if known is not None else None
     module = key = meta = None
     if hit is None:
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
-        hit = store.load_compiled(key) if key != known else None
+        hit = _load(store, key) if key != known else None
         if hit is not None and alias is not None:
             store.save_alias(alias, key)
-    if hit is None:
-        return key, meta, module
-    compiled, entry = hit
+    return hit if hit is not None else (key, meta, module)
+
+
+def _load(store: cache.Store, key: str) -> Built | None:
+    """The program of the entry ``key`` as the store holds it, rebuilt by the runtime; None when there is none or it
+    does not load (the store then drops it, and this build replaces it)."""
+    entry = store.load(key)
+    if entry is None:
+        return None
+    try:
+        compiled = compiled_from_entry(entry, store.root)
+    except Exception as error:
+        store.discard(key, f"{type(error).__name__}: {error}")
+        return None
+    for kernel in compiled.kernels.values():
+        store.attach_triton_cache(key, kernel)
     return Built(compiled, entry.key, entry.meta, entry, dict(entry.tuning_log))
+
+
+def entry_of(built: Built, verification: dict | None = None) -> cache.Entry:
+    """What the cache keeps of a built program: plain data (configs, sources, launch plan, IR, tuning log)."""
+    kernels = built.compiled.kernels
+    return cache.Entry(built.key, dict(built.meta), {name: k.config.as_dict() for name, k in kernels.items()},
+                       {name: k.source for name, k in kernels.items()}, built.compiled.program.plan(),
+                       dict(built.compiled.ir), {name: log_ for name, log_ in built.tuning_log.items() if name in kernels},
+                       verification)
 
 
 def keep_verification(request: BuildRequest, built: Built, report) -> None:
     """Store ``built`` with its passing verification ``report`` (a report that did not pass is not kept)."""
-    request.store.save(cache.entry_from_compiled(built.key, built.meta, built.compiled, built.tuning_log,
-                                                 cache.report_to_dict(report)))
+    request.store.save(entry_of(built, report.to_dict()))
 
 
 def anonymous_text(module: ModuleOp) -> str:
@@ -204,11 +232,11 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
             if store is not None:
-                store.record_trials(timings(kernel), trials, {"kernel": kernel.sym_name.data,
-                                                              "shapes": [list(s) for s in request.shapes],
-                                                              "device": cache.device_descriptor()})
+                record_trials(store, timings(kernel), trials, {"kernel": kernel.sym_name.data,
+                                                               "shapes": [list(s) for s in request.shapes],
+                                                               "device": cache.device_descriptor()})
 
-        known = (lambda kernel: store.known_trials(timings(kernel))) if store is not None else None
+        known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
         tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known)
 
         def chooser(kernel) -> KernelConfig:
@@ -224,7 +252,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         name = kernel.sym_name.data
         if name in recorded["kernels"]:
             try:
-                config = cache.kernel_config(recorded["kernels"][name])
+                config = KernelConfig.from_dict(recorded["kernels"][name])
             except ValueError as error:
                 log.warning("ignoring the recorded configuration of %s: %s", name, error)
                 return chooser(kernel)
@@ -235,6 +263,24 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         return chooser(kernel)
 
     return choose
+
+
+def known_trials(store: cache.Store, key: str) -> dict[str, Trial]:
+    """The trials timed before for the timing ``key``, by config key (entries that do not read as trials skipped)."""
+    known = {}
+    for name, data in store.timings(key).items():
+        try:
+            known[name] = Trial.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return known
+
+
+def record_trials(store: cache.Store, key: str, trials, meta: dict | None = None) -> None:
+    """Adds newly timed ``trials`` (not pruned or reused ones) to the timings of ``key``."""
+    fresh = {config_key(t.config): t.as_dict() for t in trials if t.status != "pruned" and not t.reused}
+    if fresh:
+        store.merge_timings(key, fresh, meta or {})
 
 
 def _row_reduction_follows_matmul(module) -> bool:

@@ -140,23 +140,6 @@ def versions() -> dict:
             "triton": triton.__version__}
 
 
-def build_settings(grid: dict | None, autotune: bool, tuner_config) -> dict:
-    """The settings that affect which configuration is chosen (only those: the cache directory does not)."""
-    import torch
-
-    timed = bool(autotune) and torch.cuda.is_available() and not interpreting()
-    settings: dict = {"autotune": timed, "parameter_grid": grid}
-    if timed:
-        from amk.tuner import TunerConfig
-
-        tc = tuner_config or TunerConfig()
-        settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
-                             "measure_runs": tc.measure_runs, "strategy": tc.search,
-                             "enable_warp_specialization": tc.enable_warp_specialization,
-                             "vendor_gemm": tc.vendor_gemm}
-    return settings
-
-
 def cache_key(ir_text: str, shapes, dtype, settings: dict, ops=None) -> tuple[str, dict]:
     """The entry key of a build and the metadata describing it."""
     meta = {"shapes": [list(s) for s in shapes], "dtype": dtype_name(dtype), "device": device_descriptor(),
@@ -210,8 +193,8 @@ def _source_file(name: str) -> str:
 
 
 def _config_fields(data) -> dict:
-    """Checks the shape of a recorded config (names to positive ints, switches to 0 or 1); :func:`kernel_config` checks
-    the names."""
+    """Checks the shape of a recorded config (names to positive ints, switches to 0 or 1); ``KernelConfig.from_dict``
+    checks the names."""
     from amk.lowering.configs import SWITCHES
 
     if (not isinstance(data, dict) or not data or any(not isinstance(k, str) for k in data)
@@ -219,19 +202,6 @@ def _config_fields(data) -> dict:
                    for k, v in data.items())):
         raise ValueError(f"a kernel config must map parameter names to positive ints (switches to 0 or 1), got {data!r}")
     return dict(data)
-
-
-def kernel_config(fields: dict):
-    """The KernelConfig of recorded fields; raises ValueError unless they are exactly this amk's fields."""
-    from amk.lowering.configs import KernelConfig
-
-    try:
-        config = KernelConfig(**fields)
-    except TypeError as error:
-        raise ValueError(f"{fields} is not a configuration of this amk version ({error})") from None
-    if config.as_dict() != fields:
-        raise ValueError(f"{fields} lacks fields of this amk version's configurations")
-    return config
 
 
 def _sealed(doc: dict) -> bytes:
@@ -255,43 +225,6 @@ def _unsealed(data: bytes, what: str) -> dict:
     if body.get("format") != FORMAT:
         raise CorruptEntry(f"{what} has format {body.get('format')!r}, expected {FORMAT}")
     return body
-
-
-def report_to_dict(report) -> dict:
-    return {"results": [{"dtype": dtype_name(r.dtype), "max_abs_error": r.max_abs_error,
-                         "mean_abs_error": r.mean_abs_error, "relative_l2_error": r.relative_l2_error,
-                         "tolerance": r.tolerance, "skipped": r.skipped} for r in report.results]}
-
-
-def report_from_dict(data: dict):
-    import torch
-
-    from amk.verification import DTypeResult, VerificationReport
-
-    return VerificationReport([DTypeResult(getattr(torch, r["dtype"]), r["max_abs_error"], r["mean_abs_error"],
-                                           r["relative_l2_error"], r["tolerance"], r["skipped"])
-                               for r in data["results"]])
-
-
-def compiled_from_entry(entry: Entry, store: Store | None = None):
-    """The runnable program of an entry: loads the kernel sources, rebuilds the launch plan (no pass runs)."""
-    from amk.runtime import CompiledProgram, Program, kernel_from_plan, load_source
-
-    kernels = {}
-    for name, source in entry.sources.items():
-        loaded = load_source(source, name, store.root if store is not None else None)
-        kernel = kernel_from_plan(name, entry.plan, kernel_config(entry.configs[name]), source, loaded.__file__,
-                                  loaded.launch)
-        if store is not None:
-            store.attach_triton_cache(entry.key, kernel)
-        kernels[name] = kernel
-    return CompiledProgram(Program.from_plan(entry.plan, kernels), dict(entry.ir), kernels)
-
-
-def entry_from_compiled(key: str, meta: dict, compiled, tuning_log: dict, verification: dict | None = None) -> Entry:
-    return Entry(key, dict(meta), {name: k.config.as_dict() for name, k in compiled.kernels.items()},
-                 {name: k.source for name, k in compiled.kernels.items()}, compiled.program.plan(), dict(compiled.ir),
-                 {name: log_ for name, log_ in tuning_log.items() if name in compiled.kernels}, verification)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -529,17 +462,11 @@ class Store:
     def _corrupt(self, key: str, reason: str) -> None:
         log.warning("cache entry %s in %s is unusable (%s); rebuilding it", key[:12], self.root, reason)
 
-    def load_compiled(self, key: str):
-        """``(CompiledProgram, Entry)`` for a hit, or None."""
-        entry = self.load(key)
-        if entry is None:
-            return None
-        try:
-            return compiled_from_entry(entry, self), entry
-        except Exception as error:  # a plan or source that does not load: rebuild rather than fail
-            self._corrupt(key, f"{type(error).__name__}: {error}")
-            self._memory["entries"].pop(key, None)
-            return None
+    def discard(self, key: str, reason: str) -> None:
+        """Drop an entry that was read but cannot be used (a plan or source that does not load): it is logged and
+        rebuilt by the next build, which overwrites it."""
+        self._corrupt(key, reason)
+        self._memory["entries"].pop(key, None)
 
     def triton_directory(self, key: str) -> Path | None:
         """``entries/<key>/triton``, where Triton keeps the binaries of the entry's kernels; None when Triton's cache
@@ -627,25 +554,10 @@ class Store:
             log.warning("timings %s in %s are unusable (%s); ignoring them", key[:12], self.root, error)
             return {}
 
-    def known_trials(self, key: str) -> dict:
-        """The trials timed before for a timing key, as ``{config_key: Trial}``."""
-        from amk.tuner import Trial
-
-        known = {}
-        for config_key, data in self._read_timings(key).get("trials", {}).items():
-            try:
-                known[config_key] = Trial.from_dict(data)
-            except (KeyError, TypeError, ValueError):
-                continue
-        return known
-
-    def record_trials(self, key: str, trials, meta: dict | None = None) -> None:
-        """Adds newly timed trials (not pruned or reused ones) to the timings of ``key``."""
-        from amk.tuner import config_key
-
-        fresh = {config_key(t.config): t.as_dict() for t in trials if t.status != "pruned" and not t.reused}
-        if fresh:
-            self.merge_timings(key, fresh, meta or {})
+    def timings(self, key: str) -> dict[str, dict]:
+        """The trials timed before for a timing key, as the store keeps them: ``{config key: trial data}``."""
+        trials = self._read_timings(key).get("trials", {})
+        return trials if isinstance(trials, dict) else {}
 
     def merge_timings(self, key: str, trials: dict, meta: dict, overwrite: bool = True) -> None:
         def merged() -> dict:

@@ -415,6 +415,18 @@ class CompiledProgram:
         return "\n\n".join(k.source for k in self.kernels.values())
 
 
+def compiled_from_entry(entry, cache_directory: str | os.PathLike | None = None) -> CompiledProgram:
+    """The runnable program of a cache entry (its ``sources``, ``configs``, ``plan`` and ``ir``): loads the kernel
+    sources under ``cache_directory`` and rebuilds the launch plan; no pass runs. Raises on a plan or a source that
+    does not load."""
+    kernels = {}
+    for name, source in entry.sources.items():
+        loaded = load_source(source, name, cache_directory)
+        kernels[name] = kernel_from_plan(name, entry.plan, KernelConfig.from_dict(entry.configs[name]), source,
+                                         loaded.__file__, loaded.launch)
+    return CompiledProgram(Program.from_plan(entry.plan, kernels), dict(entry.ir), kernels)
+
+
 def kernel_from_plan(name: str, plan: dict, config: KernelConfig, source: str, source_path: str,
                      launch: Callable) -> CompiledKernel:
     """A :class:`CompiledKernel` from its arguments in a :meth:`Program.plan` and its loaded source."""

@@ -72,6 +72,17 @@ class VerificationReport:
     def __str__(self) -> str:
         return "verification against PyTorch (float64 reference):\n" + "\n".join(r.line() for r in self.results)
 
+    def to_dict(self) -> dict:
+        """The report as JSON-serializable data (how a cache entry keeps it)."""
+        return {"results": [{"dtype": str(r.dtype).removeprefix("torch."), "max_abs_error": r.max_abs_error,
+                             "mean_abs_error": r.mean_abs_error, "relative_l2_error": r.relative_l2_error,
+                             "tolerance": r.tolerance, "skipped": r.skipped} for r in self.results]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VerificationReport:
+        return cls([DTypeResult(getattr(torch, r["dtype"]), r["max_abs_error"], r["mean_abs_error"],
+                                r["relative_l2_error"], r["tolerance"], r["skipped"]) for r in data["results"]])
+
 
 def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> DTypeResult:
     out, ref = output.double(), expected.double()

@@ -73,6 +73,18 @@ class KernelConfig:
         values = self.as_dict()
         return {key: values[field] for key, field in PARAMETER_KEYS.items()}
 
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, int]) -> KernelConfig:
+        """The inverse of :meth:`as_dict` for recorded fields (a cache entry's); raises ValueError unless they are
+        exactly this amk version's fields."""
+        try:
+            config = cls(**fields)
+        except TypeError as error:
+            raise ValueError(f"{dict(fields)} is not a configuration of this amk version ({error})") from None
+        if config.as_dict() != dict(fields):
+            raise ValueError(f"{dict(fields)} lacks fields of this amk version's configurations")
+        return config
+
     @staticmethod
     def from_user_view(values: Mapping[str, int]) -> KernelConfig:
         """The inverse of :meth:`user_view` (raises KeyError on an unknown key, ValueError on a non-integer)."""

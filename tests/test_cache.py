@@ -19,6 +19,7 @@ from conftest import DEVICE
 import amk
 import amk.tuner
 from amk import cache, cli
+from amk.build import BuildRequest, Built, entry_of, known_trials, record_trials
 from amk.tuner import TunerConfig
 
 OPS = ["matmul", "add_bias", "relu"]
@@ -178,10 +179,11 @@ def test_a_program_with_the_vendor_gemm_comes_back_from_its_entry_and_from_its_c
     ops, shapes = normalize_ops(["matmul", "add_bias", "gelu", "layernorm"]), [(16, 32), (32, 24), (24,), (24,), (24,)]
     settings = TunerConfig(target_cache_dir=tmp_path)
     module = build_module(ops, shapes, torch.float32)
-    key, meta = cache.cache_key(anonymous_text(module), shapes, torch.float32, cache.build_settings(None, False, settings),
-                                ops)
+    request = BuildRequest(lambda: build_module(ops, shapes, torch.float32), shapes, torch.float32, ops,
+                           autotune=False, tuner_config=settings)
+    key, meta = cache.cache_key(anonymous_text(module), shapes, torch.float32, request.settings, ops)
     vendor = compile_module(module, vendor_gemm=True)
-    cache.Store(tmp_path).save(cache.entry_from_compiled(key, {**meta, "program": "vendor_gemm"}, vendor, {}))
+    cache.Store(tmp_path).save(entry_of(Built(vendor, key, {**meta, "program": "vendor_gemm"})))
     generator = torch.Generator().manual_seed(0)
     xs = [torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes]
     expected = torch.nn.functional.layer_norm(torch.nn.functional.gelu(xs[0] @ xs[1] + xs[2]), (24,), xs[3], xs[4])
@@ -373,8 +375,8 @@ def test_tune_times_only_configs_never_timed_before(tmp_path, monkeypatch, tile_
 
     store = cache.Store(tmp_path)
     key = cache.timing_key(str(kernel), [(64, 64)])
-    store.record_trials(key, trials)
-    known = cache.Store(tmp_path).known_trials(key)  # read back from disk
+    record_trials(store, key, trials)
+    known = known_trials(cache.Store(tmp_path), key)  # read back from disk
     assert len(known) == 4
 
     calls.clear()
@@ -385,9 +387,9 @@ def test_tune_times_only_configs_never_timed_before(tmp_path, monkeypatch, tile_
     assert sum(t.reused for t in trials) == 4 and best.BLOCK_M == 16 and best.BLOCK_N == 16
     assert all(t.as_dict()["reused"] for t in trials if t.reused)
 
-    store.record_trials(key, trials)  # only the 5 new ones are added
+    record_trials(store, key, trials)  # only the 5 new ones are added
     calls.clear()
-    amk.tuner.tune(kernel, settings, wide, heuristic, build_and_run, known=store.known_trials(key))
+    amk.tuner.tune(kernel, settings, wide, heuristic, build_and_run, known=known_trials(store, key))
     assert calls == []
 
 
@@ -403,10 +405,10 @@ def test_failed_trials_are_remembered_too(tmp_path, monkeypatch, tile_kernel):
     _, trials = amk.tuner.tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, build_and_run)
     assert [t.status for t in trials] == ["failed", "failed"]
     store = cache.Store(tmp_path)
-    store.record_trials("a" * 64, trials)
+    record_trials(store, "a" * 64, trials)
     calls.clear()
     best, again = amk.tuner.tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, build_and_run,
-                                 known=store.known_trials("a" * 64))
+                                 known=known_trials(store, "a" * 64))
     assert calls == [] and best == heuristic and all(t.reused for t in again)
 
 
@@ -443,7 +445,7 @@ def test_export_import_round_trip_uses_the_imported_config_without_tuning(tmp_pa
     assert imported.config["BLOCK_SIZE_K"] == 16
     assert_correct(imported)
     assert build(there).cache_hit
-    assert cache.Store(there).known_trials(timing)["BLOCK_M=16"].time_ms == 0.5
+    assert known_trials(cache.Store(there), timing)["BLOCK_M=16"].time_ms == 0.5
 
     # Importing into the original cache replaces its entry (built with another config).
     capsys.readouterr()

@@ -31,8 +31,10 @@ from conftest import DEVICE
 import amk
 import amk.tuner
 from amk import cache
+from amk.build import known_trials, record_trials
 from amk.dialects import tiled_loop
 from amk.lowering.configs import KernelConfig
+from amk.runtime import compiled_from_entry
 from amk.tuner import TunerConfig, kernel_example_arguments, tune
 
 pytestmark = pytest.mark.filterwarnings(
@@ -198,8 +200,8 @@ def test_recorded_failures_are_not_retried(fake_clock, tmp_path):
     fake_clock.times = [0.5, 0.2, 0.6, 0.7]
     _, trials = tune(kernel, TunerConfig(search="exhaustive"), GRID, harness.heuristic, harness.build_and_run)
     store = cache.Store(tmp_path)
-    store.record_trials("k" * 64, trials, {"kernel": harness.name})
-    known = cache.Store(tmp_path).known_trials("k" * 64)  # a new process reads them back
+    record_trials(store, "k" * 64, trials, {"kernel": harness.name})
+    known = known_trials(cache.Store(tmp_path), "k" * 64)  # a new process reads them back
     assert {t.status for t in known.values()} == {"ok", "failed", "wrong"}
     again = Harness(kernel, FAULTS)
     config, retuned = tune(kernel, TunerConfig(search="exhaustive"), GRID, again.heuristic, again.build_and_run,
@@ -365,7 +367,7 @@ def assert_cache_sound(root: Path, key: str):
     for each in keys:
         entry = store.load(each)
         assert entry is not None, f"entry {each[:12]} does not load"
-        compiled, _ = store.load_compiled(each)
+        compiled = compiled_from_entry(entry, root)
         assert compiled.kernels
         leftovers = [p.name for p in store.entry_dir(each).iterdir() if p.name.endswith(".tmp")]
         assert not leftovers, f"temporary files left in entry {each[:12]}: {leftovers}"
@@ -409,7 +411,7 @@ def test_killed_mid_write_then_rebuilt(tmp_path):
             assert "unusable" in result["stderr"] and "rebuilding" in result["stderr"], result["stderr"][-2000:]
         store = assert_cache_sound(roots[point], result["key"])
         # What the next process would load: the rebuilt entry, giving correct results.
-        compiled, entry = store.load_compiled(result["key"])
+        compiled = compiled_from_entry(store.load(result["key"]), roots[point])
         xs = inputs()
         assert rel_error(compiled.program(*xs)[0], reference(xs)) < 1e-5, point
         # The rebuild wrote to the folder of the killed write and removed the leftover, except after a kill in the
@@ -448,7 +450,8 @@ def test_stale_temporary_files_are_removed(tmp_path):
     assert not stale_entry.exists() and not stale_kernel.exists() and not stale_config.exists()
     assert stale_index.exists() and stale_timings.exists()  # (nothing was written to those folders)
     assert live.exists()
-    compiled, entry = cache.Store(root).load_compiled(key)
+    entry = cache.Store(root).load(key)
+    compiled = compiled_from_entry(entry, root)
     xs = inputs()
     assert entry is not None and rel_error(compiled.program(*xs)[0], reference(xs)) < 1e-5
     assert store.clear() == 1
