@@ -42,6 +42,7 @@ class FusedKernel(torch.nn.Module):
 
     cache_hit: bool = False
     cache_key: str | None = None
+    _tuner_config: TunerConfig | None = None  # the build's settings: with_dtype builds in the same cache directory
 
     def __init__(self, ops, shapes: list[tuple[int, ...]], dtype: torch.dtype, compiled: CompiledProgram,
                  builder, grid=None):
@@ -90,8 +91,9 @@ class FusedKernel(torch.nn.Module):
         return [step.operation().name for step in self.compiled.program.steps if step.kind == "op"]
 
     def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
-        """The same op chain built for another dtype."""
-        return build_fused_kernel(self.ops, self.shapes, dtype, autotune=False, parameter_grid=self._grid)
+        """The same op chain built for another dtype (untuned, in the same cache directory)."""
+        return build_fused_kernel(self.ops, self.shapes, dtype, autotune=False, tuner_config=self._tuner_config,
+                                  parameter_grid=self._grid)
 
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
@@ -252,14 +254,20 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         return BuildRequest(lambda: build_module(op_list, call_shapes, dtype), call_shapes, dtype, op_list, autotune,
                             tuner_config, grid)
 
+    tuning_log: dict[str, list[dict]] = {}  # every build's, re-specializations to other shapes included
+
     def build_for(call_shapes: list[tuple[int, ...]]) -> CompiledProgram:
-        return build(request(call_shapes)).compiled
+        built = build(request(call_shapes))
+        tuning_log.update(built.tuning_log)
+        return built.compiled
 
     started = time.perf_counter()
     with recording() as clock:
         built = build(request(shapes), save=not verify)
         kernel = FusedKernel(op_list, shapes, dtype, built.compiled, build_for, parameter_grid)
-        kernel.tuning_log = built.tuning_log
+        kernel._tuner_config = tuner_config
+        tuning_log.update(built.tuning_log)
+        kernel.tuning_log = tuning_log
         kernel.program_times = built.program_times
         kernel.cache_hit, kernel.cache_key = built.cache_hit, built.key
         if kernel.num_kernels != 1:

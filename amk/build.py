@@ -51,7 +51,7 @@ class BuildRequest:
     type, both part of the key. ``ops``: the op list the module was built from, when there is one (a warm start then
     finds the entry without building IR, and the vendor-GEMM program can be tried). ``pipeline``: the tensor-level
     passes (None: ``amk-fuse``). ``dumper``: receives the IR after every pass; a dumped build runs the passes, so it
-    skips the cache."""
+    skips the cache lookup (its entry is still stored)."""
 
     make_module: Callable[[], ModuleOp]
     shapes: list[tuple]

@@ -266,6 +266,7 @@ class Store:
         self.memory_only = False
         self._memory: dict[str, dict] = {"entries": {}, "configs": {}, "timings": {}, "index": {}}
         self._swept: set[Path] = set()  # folders already rid of stale temporary files by this store
+        self._writable: set[Path] = set()  # Triton folders a file was written to (see triton_directory)
 
     # -- plumbing ------------------------------------------------------------------------------------------------------
 
@@ -478,6 +479,8 @@ class Store:
         if interpreting() or _user_triton_cache() or self.memory_only:
             return None
         directory = self.entry_dir(key) / "triton"
+        if directory in self._writable:
+            return directory
         try:
             self._write_file(directory / ".writable", b"")
         except OSError as error:
@@ -486,6 +489,7 @@ class Store:
             self.memory_only = True
             _warn_degraded(self.root, error)
             return None
+        self._writable.add(directory)
         return directory
 
     @contextmanager

@@ -76,6 +76,8 @@ def serve(requests, replies) -> None:
         request = json.loads(line)
         if request.get("triton_cache"):
             os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]
+        else:  # Triton's own cache, not the folder an earlier request named
+            os.environ.pop("TRITON_CACHE_DIR", None)
         try:
             compile_without_launch(*request["job"], request.get("cache_directory"))
             error = None
@@ -111,7 +113,10 @@ class _Worker:
             raise WorkerDied(self.last_words() or str(error)) from error
         if not line:
             raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
-        return json.loads(line)["error"]
+        try:
+            return json.loads(line)["error"]
+        except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
+            raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
 
     def last_words(self) -> str:
         self.stderr.seek(0)
@@ -140,6 +145,8 @@ class CompileWorkers:
         self.workers: list[_Worker] = []
         self.broken: str | None = None
         self.lock = threading.Lock()
+        # One batch at a time: a worker answers one request at a time, and builds in other threads share the pool.
+        self.busy = threading.Lock()
 
     def start(self) -> None:
         """Start the workers (they import torch and triton while the caller goes on)."""
@@ -147,14 +154,22 @@ class CompileWorkers:
             if self.workers or self.broken is not None or self.count < 1:
                 return
             try:
-                self.workers = [_Worker() for _ in range(self.count)]
+                for _ in range(self.count):
+                    self.workers.append(_Worker())
             except OSError as error:
+                for worker in self.workers:
+                    worker.close()
+                self.workers = []
                 self._give_up(f"could not start {sys.executable!r} -m amk.compile_worker: {error}")
                 return
             atexit.register(self.close)
 
     def compile(self, jobs: Sequence[Job]) -> list[str | None]:
         self.start()
+        with self.busy:
+            return self._compile(jobs)
+
+    def _compile(self, jobs: Sequence[Job]) -> list[str | None]:
         if not self.workers:
             return [None] * len(jobs)
         cache_directory = sources_cache_directory()  # read here: the threads below do not see this context
@@ -192,17 +207,17 @@ class CompileWorkers:
 
 
 _POOLS: dict[int, CompileWorkers] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 def shared_pool(count: int) -> CompileWorkers:
     """The process's pool of ``count`` workers: started once, kept for every kernel tuned later (a worker's start,
-    importing torch and triton, costs seconds)."""
-    if count not in _POOLS:
-        for pool in _POOLS.values():
-            pool.close()
-        _POOLS.clear()
-        _POOLS[count] = CompileWorkers(count)
-    return _POOLS[count]
+    importing torch and triton, costs seconds). Another count (``AMK_COMPILE_WORKERS`` changed) gets a pool of its
+    own; the pools in use go on."""
+    with _POOLS_LOCK:
+        if count not in _POOLS:
+            _POOLS[count] = CompileWorkers(count)
+        return _POOLS[count]
 
 
 def main() -> None:

@@ -2,9 +2,10 @@
 
 A leaf module (it imports no other part of amk) with no effect at import. :func:`initialize` makes the process ready
 to run kernels: without CUDA it switches Triton to its interpreter (``TRITON_INTERPRET=1``), and when something
-imported triton before that (TorchDynamo does), it mends ``triton.language`` for the interpreter. The entry points
-(``build_fused_kernel``, ``amk.compile`` and its backend, loading an emitted kernel, the compile workers) call it; it
-runs once per process.
+imported triton before that (TorchDynamo does), it mends ``triton.language`` for the interpreter. It is called where
+that must have happened: ``amk.compile`` and the backend, loading an emitted kernel (``runtime.load_source``, which
+every build and cache hit of ``build_fused_kernel`` goes through), the cache's probe of Triton's version, and the
+compile workers' loading; it runs once per process.
 """
 
 from __future__ import annotations

@@ -468,8 +468,3 @@ def _parse_op(text: str):
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     return module, function.body.block.first_op
 
-
-def kernel_ops(module) -> dict[str, Operation]:
-    from amk.dialects import tiled_loop
-
-    return {op.sym_name.data: op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)}

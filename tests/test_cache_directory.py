@@ -197,3 +197,13 @@ def test_amk_cache_dir_that_is_a_file_degrades_to_memory_with_one_warning(tmp_pa
     assert not Path(kernel.source_paths[0]).is_relative_to(tmp_path)
     assert existing.read_text() == "not a directory" and files_under(user_cache) == []
     run(kernel)
+
+
+def test_a_kernel_rebuilt_for_another_dtype_stays_in_its_cache_directory(tmp_path, monkeypatch):
+    """verify(..., dtypes=[other]) rebuilds the chain for that dtype: in the directory the kernel was built in."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path / "default"))
+    kernel = amk.build_fused_kernel(["matmul", "add_bias", "relu"], [(4, 16), (16, 8), (8,)], torch.float32,
+                                    autotune=False, tuner_config=amk.TunerConfig(target_cache_dir=tmp_path / "mine"))
+    other = kernel.with_dtype(torch.float16)
+    assert all(Path(path).is_relative_to(tmp_path / "mine") for path in other.source_paths)
+    assert not (tmp_path / "default").exists()

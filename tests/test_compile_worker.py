@@ -84,3 +84,27 @@ def test_workers_write_sources_under_the_builds_cache_directory(tmp_path, monkey
     assert "launch" in error  # the worker loaded the source (which defines no launcher)
     assert [p.name.startswith("amk_generated_placed_") for p in (tmp_path / "build" / "sources").iterdir()] == [True]
     assert not (tmp_path / "default").exists()
+
+
+def test_builds_in_two_threads_get_their_own_replies(tmp_path, monkeypatch):
+    """The pool is shared by every build in the process: batches from two threads never cross replies."""
+    import threading
+
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(2)
+    replies: dict[str, list] = {}
+
+    def compile_batch(thread: str) -> None:
+        jobs = [(f"raise RuntimeError('{thread}-{index}')\n", f"{thread}{index}", []) for index in range(4)]
+        replies[thread] = pool.compile(jobs)
+
+    try:
+        threads = [threading.Thread(target=compile_batch, args=(name,)) for name in ("first", "second")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        pool.close()
+    for name in ("first", "second"):
+        assert [f"{name}-{index}" in reply for index, reply in enumerate(replies[name])] == [True] * 4, replies

@@ -8,8 +8,9 @@ import torch
 from conftest import tile_level_kernel
 
 import amk
+from amk.lowering.configs import GEMM_HOPPER_PRIORS
 from amk.pipeline import heuristic_config
-from amk.tuner import EARLY_STOP_FACTOR, HOPPER_PRIORS, DeviceLimits, TunerConfig, tune
+from amk.tuner import EARLY_STOP_FACTOR, DeviceLimits, TunerConfig, tune
 
 
 def gemm_kernel():
@@ -42,7 +43,7 @@ def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypat
     heuristic = heuristic_config(kernel)
     tune(kernel, TunerConfig(search=search, search_budget=8), None, heuristic, build_and_run)
     order = [config for config, _ in runs]
-    expected = [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in HOPPER_PRIORS["gemm"]]
+    expected = [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in GEMM_HOPPER_PRIORS]
     assert order[:len(expected)] == expected
 
 
@@ -62,3 +63,23 @@ def test_candidates_are_timed_against_the_best_so_far(monkeypatch, timings):
     first_time = 1.0 + runs[0][0].BLOCK_M / 64 + runs[0][0].num_stages / 10
     assert bounds[0] == pytest.approx(first_time * EARLY_STOP_FACTOR)
     assert all(later <= earlier for earlier, later in zip(bounds, bounds[1:]))  # the best only improves
+
+
+def test_no_early_stop_against_a_best_timed_by_graph_replay(monkeypatch):
+    """Decode-sized kernels are re-timed by CUDA-graph replay (warm L2): the next candidate's first flushed launches
+    are not comparable with that, so they are timed to the end."""
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    bounds, launched = [], []
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        bounds.append(give_up_above)
+        return amk.tuner.GRAPH_TIMING_BELOW_MS / 4
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: None)
+    kernel = gemm_kernel()
+    tune(kernel, TunerConfig(search="exhaustive", search_budget=4), amk.tuner.validate_grid(
+        {"BLOCK_SIZE_M": [64, 128], "num_stages": [3, 4]}), heuristic_config(kernel),
+         lambda config: ((lambda: launched.append(config)), (lambda: None)))
+    assert len(bounds) == 4 and bounds == [None] * 4

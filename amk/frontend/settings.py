@@ -31,11 +31,6 @@ class Settings:
     def dump_directory(self) -> str | None:
         return self.dump_ir if self.dump_ir is not None else (os.environ.get("AMK_DUMP_IR") or None)
 
-    @property
-    def cache_directory(self):
-        """``tuner_config.target_cache_dir``: where the emitted sources go (None: the default cache directory)."""
-        return getattr(self.tuner_config, "target_cache_dir", None)
-
 
 def _check_pipeline(pipeline) -> None:
     if pipeline is None:
