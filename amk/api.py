@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from amk.autograd import recomputed_gradients
 from amk.build import BuildRequest, Built, build, keep_verification
 from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
@@ -195,14 +196,7 @@ class _RecomputedBackward(torch.autograd.Function):
                 leaf = tensor.detach().to(tensor.dtype if tensor.dtype.itemsize >= 4 else torch.float32)
                 leaves.append(leaf.requires_grad_() if index in wanted else leaf)
             outputs = kernel._reference(leaves)
-        pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
-        result: list[torch.Tensor | None] = [None] * len(saved)
-        if pairs and wanted:
-            computed = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
-                                           [g.to(o.dtype) for o, g in pairs], allow_unused=True)
-            for index, grad in zip(wanted, computed):
-                result[index] = None if grad is None else grad.to(saved[index].dtype)
-        return (None, *result)
+        return (None, *recomputed_gradients(outputs, grads, leaves, wanted, [t.dtype for t in saved]))
 
 
 class _HotPath:

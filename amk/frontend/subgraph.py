@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule
 
+from amk.autograd import recomputed_gradients
 from amk.frontend.reports import SubgraphReport
 from amk.frontend.stats import STATS
 
@@ -58,15 +59,8 @@ class _Recompute(torch.autograd.Function):
             args[position] = value
         with torch.enable_grad():
             outputs = runner.fallback(*args[:runner.fallback_arity])
-        pairs = [(o, g) for o, g in zip(outputs, grads)
-                 if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        result: list = [None] * ctx.count
-        if pairs and wanted:
-            computed = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wanted], [g for _, g in pairs],
-                                           allow_unused=True)
-            for position, grad in zip(wanted, computed):
-                result[position] = grad
-        return (None, *result)
+        dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
+        return (None, *recomputed_gradients(outputs, grads, args, wanted, dtypes))
 
 
 

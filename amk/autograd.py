@@ -1,0 +1,28 @@
+"""The backward that amk's kernels share: the computation recomputed in PyTorch and differentiated.
+
+``build_fused_kernel`` kernels (recomputing the op chain's reference) and ``amk.compile`` subgraphs (re-running the
+FX nodes they replaced) both run their fused kernels forward and, for backward, recompute what the kernels computed
+with autograd on; :func:`recomputed_gradients` turns that recomputation into the gradients autograd asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def recomputed_gradients(outputs: Sequence, grads: Sequence, inputs: Sequence, wanted: Sequence[int],
+                         dtypes: Sequence[torch.dtype | None]) -> list[torch.Tensor | None]:
+    """The gradients of the recomputed ``outputs`` (weighted by the incoming ``grads``) with respect to
+    ``inputs[i]`` for each ``i`` in ``wanted``, in ``dtypes[i]``; None for the other inputs and for an input no
+    output depends on. Outputs without an incoming gradient, or that need none, are left out."""
+    pairs = [(output, grad) for output, grad in zip(outputs, grads)
+             if grad is not None and isinstance(output, torch.Tensor) and output.requires_grad]
+    result: list[torch.Tensor | None] = [None] * len(inputs)
+    if pairs and wanted:
+        computed = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted],
+                                       [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+        for index, grad in zip(wanted, computed):
+            result[index] = None if grad is None else grad.to(dtypes[index])
+    return result
