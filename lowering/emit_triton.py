@@ -8,6 +8,8 @@ Triton 3.6 and 3.9); masks and 64-bit offsets are emitted exactly where ``amk-st
 marked ``descriptor`` also gets a tensor-descriptor (TMA) load, chosen at compile time through the ``USE_TMA``
 constexpr, which the launcher sets when every such operand's layout can be read by TMA (else the pointer load runs).
 A ``persistent`` kernel launches one program per SM, each walking the output tiles in grouped order.
+The source is written line by line through an :class:`~amk.lowering.indented_writer.IndentedWriter` (as Inductor's
+``IndentedBuffer``): a loop or branch body is written inside ``with self.code.indent():``.
 
 The pass stores the source on the kernel as ``triton_source``; ``amk-opt -t triton`` prints it instead of the IR.
 With ``interpret=true`` the code targets Triton's CPU interpreter, which mishandles bf16 arithmetic: dot operands are
@@ -19,7 +21,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -33,6 +35,7 @@ from xdsl.utils.target import Target
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
 from amk.dtypes import triton_name
+from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim, to_python
 
@@ -127,7 +130,8 @@ class TritonEmitter:
         self.names: dict[SSAValue, str] = {}
         self.taken: set[str] = set()
         self.inline: dict[SSAValue, str] = {}
-        self.lines: list[str] = []
+        # The source being written: a kernel's body while emit_kernel runs (blocks open with `with self.code.indent()`).
+        self.code = IndentedWriter()
         self.last_origin: str | None = None
         self.kernel_name = f"{kernel.sym_name.data}_kernel"
         # Loop variables keep their IR names: no tile value may take one (Triton rejects a name whose type changes
@@ -189,13 +193,10 @@ class TritonEmitter:
         return (set(self.constants) | {p.data for p in self.kernel.program_ids.data} | relaunched | loops
                 | {p for p, _, _ in self.dims.values()})
 
-    def line(self, text: str, indent: int) -> None:
-        self.lines.append("    " * indent + text)
-
-    def comment_origin(self, op: Operation, indent: int) -> None:
+    def comment_origin(self, op: Operation) -> None:
         origin = op.attributes["origin"].data if "origin" in op.attributes else None
         if origin is not None and origin != self.last_origin:
-            self.line(f"# {origin}", indent)
+            self.code.writeline(f"# {origin}")
         self.last_origin = origin
 
     # -- kernel ------------------------------------------------------------------------------------------------------
@@ -219,24 +220,28 @@ class TritonEmitter:
                                     note.data if note is not None else _RELAUNCH, ops[cut + 1:end]))
         return launches
 
-    def emit_kernel(self, launch: _Launch) -> list[str]:
+    def emit_kernel(self, launch: _Launch) -> IndentedWriter:
         params = [f"{self.names[a]}_ptr" for a in self.args]
         params += [self.stride(i, axis) for i, a in enumerate(self.args) for axis in range(a.type.rank)]
         params += [p for p, _, _ in self.dims.values()]
         params += [f"{c}: tl.constexpr" for c in self.constants]
         params += ["USE_TMA: tl.constexpr"] if self.descriptor_stages() else []
-        header = ["@triton.jit", f"def {launch.name}("]
-        header += [f"    {p}," for p in params]
-        header += ["):"]
-        self.lines = []
+        code = self.code = IndentedWriter()
         self.last_origin = None
-        self.line(f'"""{launch.description}"""', 1)
-        self.emit_descriptors(launch)
-        self.emit_program_ids(launch)
-        body_indent = 2 if self.persistent(launch) else 1
-        for op in launch.ops:
-            self.emit_op(op, body_indent)
-        return header + self.lines
+        code.writeline("@triton.jit")
+        code.writeline(f"def {launch.name}(")
+        with code.indent():
+            code.writelines(f"{p}," for p in params)
+        code.writeline("):")
+        with code.indent():
+            code.writeline(f'"""{launch.description}"""')
+            self.emit_descriptors(launch)
+            self.emit_program_ids(launch)
+            # A persistent kernel's body is the body of the tile loop that emit_program_ids opened.
+            with code.indent(1 if self.persistent(launch) else 0):
+                for op in launch.ops:
+                    self.emit_op(op)
+        return code
 
     def persistent(self, launch: _Launch) -> bool:
         """Kernels whose strategy needs its programs resident at once (strip_sync), and ``persistent`` grids of tiles
@@ -260,20 +265,22 @@ class TritonEmitter:
         stages = self.descriptor_stages(launch.ops)
         if not stages:
             return
-        self.line("# tensor descriptors: the copy engine (TMA) fetches the staged operand tiles, zero-filling what lies "
-                  "out of bounds; USE_TMA is False when the launcher found a layout TMA cannot read", 1)
-        self.line("if USE_TMA:", 1)
-        for op in stages:
-            key = (op.source, op.result.type.dims)
-            if key in self.descriptors:
-                continue
-            buffer: BufferType = op.source.type
-            name = self.descriptors[key] = self.fresh(f"{self.names[op.source]}_desc")
-            arg_index = self.args.index(op.source)
-            shape = ", ".join(self.expr(d) for d in buffer.dims)
-            block = ", ".join(self.expr(d) for d in op.result.type.dims)
-            self.line(f"{name} = tl.make_tensor_descriptor({self.names[op.source]}_ptr, shape=[{shape}], "
-                      f"strides=[{self.stride(arg_index, 0)}, 1], block_shape=[{block}])", 2)
+        code = self.code
+        code.writeline("# tensor descriptors: the copy engine (TMA) fetches the staged operand tiles, zero-filling what "
+                       "lies out of bounds; USE_TMA is False when the launcher found a layout TMA cannot read")
+        code.writeline("if USE_TMA:")
+        with code.indent():
+            for op in stages:
+                key = (op.source, op.result.type.dims)
+                if key in self.descriptors:
+                    continue
+                buffer: BufferType = op.source.type
+                name = self.descriptors[key] = self.fresh(f"{self.names[op.source]}_desc")
+                arg_index = self.args.index(op.source)
+                shape = ", ".join(self.expr(d) for d in buffer.dims)
+                block = ", ".join(self.expr(d) for d in op.result.type.dims)
+                code.writeline(f"{name} = tl.make_tensor_descriptor({self.names[op.source]}_ptr, shape=[{shape}], "
+                               f"strides=[{self.stride(arg_index, 0)}, 1], block_shape=[{block}])")
 
     def describe(self) -> str:
         strategy = self.kernel.strategy.data
@@ -283,74 +290,86 @@ class TritonEmitter:
         return f"Generated by amk ({strategy}). {text}"
 
     def emit_program_ids(self, launch: _Launch) -> None:
-        kernel = self.kernel
+        """The program ids of ``launch``; a persistent launch's ids open its tile loop, whose body (at one level
+        deeper) the kernel's ops then fill."""
+        kernel, code = self.kernel, self.code
         pids, grid = launch.program_ids, launch.grid
         if self.persistent(launch) and launch.group_size is not None:
             tile = self.fresh("tile")
-            self.line(f"# persistent launch: one program per SM walks the output tiles in grouped order "
-                      f"({launch.group_size} row tiles share each column tile of the weight in L2); Triton pipelines "
-                      "the next tile's loads under this tile's epilogue", 1)
+            code.writeline(f"# persistent launch: one program per SM walks the output tiles in grouped order "
+                           f"({launch.group_size} row tiles share each column tile of the weight in L2); Triton "
+                           "pipelines the next tile's loads under this tile's epilogue")
             self.emit_tile_counts(grid)
-            self.line(f"num_pid_in_group = {launch.group_size} * num_pid_n", 1)
+            code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
             # Flattening the tile loop with its K loop is what lets Triton pipeline across tiles; its pass fails on a
             # tile body with a branch (strip_finish's finisher), which then stays a plain loop. Triton's Hopper warp
             # specialization takes only an unflattened loop (a flattened one compiles without specialized warps).
             branchy = any(isinstance(op, tiled_loop.IfOp) for root in launch.ops for op in root.walk())
             options = (", warp_specialize=True" if kernel.warp_specialize is not None
                        else "" if branchy else ", flatten=True")
-            self.line(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)"
-                      f"{options}):", 1)
-            self.emit_grouped_ids(tile, launch, 2)
+            code.writeline(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)"
+                           f"{options}):")
+            with code.indent():
+                self.emit_grouped_ids(tile, launch)
         elif self.persistent(launch):
             if self.interpret:
                 raise ValueError(f"kernel {kernel.sym_name.data}: strip_sync programs wait for each other, which "
                                  "Triton's interpreter (one program at a time) cannot run; tile with tile_stats")
             pid_m, pid_n = pids
             tile = self.fresh("tile")
-            self.line("# persistent launch: at most one program per SM, all resident, walking the tiles in row-strip "
-                      "order, so the tiles of a strip run side by side", 1)
+            code.writeline("# persistent launch: at most one program per SM, all resident, walking the tiles in "
+                           "row-strip order, so the tiles of a strip run side by side")
             self.emit_tile_counts(grid)
-            self.line(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):", 1)
-            self.line(f"{pid_m} = {tile} // num_pid_n", 2)
-            self.line(f"{pid_n} = {tile} % num_pid_n", 2)
+            code.writeline(f"for {tile} in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):")
+            with code.indent():
+                code.writeline(f"{pid_m} = {tile} // num_pid_n")
+                code.writeline(f"{pid_n} = {tile} % num_pid_n")
         elif launch.group_size is not None:
-            self.line(f"# grouped launch order: {launch.group_size} row tiles in a row share each column tile of the "
-                      "weight in L2", 1)
-            self.line("pid = tl.program_id(0)", 1)
+            code.writeline(f"# grouped launch order: {launch.group_size} row tiles in a row share each column tile of "
+                           "the weight in L2")
+            code.writeline("pid = tl.program_id(0)")
             self.emit_tile_counts(grid)
-            self.line(f"num_pid_in_group = {launch.group_size} * num_pid_n", 1)
-            self.emit_grouped_ids("pid", launch, 1)
+            code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
+            self.emit_grouped_ids("pid", launch)
         else:
             for axis, pid in enumerate(pids):
-                self.line(f"{pid} = tl.program_id({axis})", 1)
+                code.writeline(f"{pid} = tl.program_id({axis})")
         self.taken.update(pids)
 
-    def emit_grouped_ids(self, flat: str, launch: _Launch, indent: int) -> None:
+    def emit_grouped_ids(self, flat: str, launch: _Launch) -> None:
         """(pid_m, pid_n) of the flat tile index ``flat`` in grouped order."""
         group = launch.group_size
         pid_m, pid_n = launch.program_ids
-        self.line(f"first_pid_m = ({flat} // num_pid_in_group) * {group}", indent)
-        self.line(f"group_size_m = min(num_pid_m - first_pid_m, {group})", indent)
-        self.line(f"{pid_m} = first_pid_m + (({flat} % num_pid_in_group) % group_size_m)", indent)
-        self.line(f"{pid_n} = ({flat} % num_pid_in_group) // group_size_m", indent)
+        self.code.writelines([f"first_pid_m = ({flat} // num_pid_in_group) * {group}",
+                              f"group_size_m = min(num_pid_m - first_pid_m, {group})",
+                              f"{pid_m} = first_pid_m + (({flat} % num_pid_in_group) % group_size_m)",
+                              f"{pid_n} = ({flat} % num_pid_in_group) // group_size_m"])
 
     def emit_tile_counts(self, grid: Sequence[Dim]) -> None:
         """``num_pid_m`` and ``num_pid_n``: the row and column tile counts of a 2-D grid walked from a flat id."""
-        self.line(f"num_pid_m = {self.expr(grid[0])}", 1)
-        self.line(f"num_pid_n = {self.expr(grid[1])}", 1)
+        self.code.writeline(f"num_pid_m = {self.expr(grid[0])}")
+        self.code.writeline(f"num_pid_n = {self.expr(grid[1])}")
 
-    def emit_op(self, op: Operation, indent: int) -> None:
+    def emit_op(self, op: Operation) -> None:
         handler = getattr(self, f"emit_{op.name.replace('.', '_')}", None)
         if handler is None:
             raise NotImplementedError(f"the Triton emitter cannot emit {op.name}")
-        self.comment_origin(op, indent)
-        handler(op, indent)
+        self.comment_origin(op)
+        handler(op)
 
-    def assign(self, value: SSAValue, text: str, indent: int) -> None:
-        self.line(f"{self.name(value)} = {text}", indent)
+    def emit_block(self, ops: Iterable[Operation]) -> None:
+        """The ops of a loop or branch body, one level deeper; origin comments restart inside and after it."""
+        self.last_origin = None
+        with self.code.indent():
+            for op in ops:
+                self.emit_op(op)
+        self.last_origin = None
+
+    def assign(self, value: SSAValue, text: str) -> None:
+        self.code.writeline(f"{self.name(value)} = {text}")
 
     # compute ops
-    def emit_tiled_loop_full(self, op: tiled_loop.FullOp, indent: int) -> None:
+    def emit_tiled_loop_full(self, op: tiled_loop.FullOp) -> None:
         tile = op.result.type
         uses = [use.operation for use in op.result.uses]
         scalar = tile.dims == (Dim(1), Dim(1)) and tile.element_type != i1
@@ -359,44 +378,43 @@ class TritonEmitter:
             return
         value = "1" if tile.element_type == i1 and op.number else _literal(op.number)
         shape = ", ".join(self.expr(d) for d in tile.dims)
-        self.assign(op.result, f"tl.full(({shape}), {value}, tl.{triton_name(tile.element_type)})", indent)
+        self.assign(op.result, f"tl.full(({shape}), {value}, tl.{triton_name(tile.element_type)})")
 
-    def emit_tiled_loop_binary(self, op: tiled_loop.BinaryOp, indent: int) -> None:
+    def emit_tiled_loop_binary(self, op: tiled_loop.BinaryOp) -> None:
         fn = op.fn.data
         lhs, rhs = self.name(op.lhs), self.name(op.rhs)
         if fn in _BINARY_FUNCTIONS:
             text = f"{_BINARY_FUNCTIONS[fn]}({lhs}, {rhs}, {_PROPAGATE_NAN})"
         else:
             text = f"{lhs} {_BINARY_OPERATORS[fn]} {rhs}"
-        self.assign(op.result, text, indent)
+        self.assign(op.result, text)
 
-    def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp, indent: int) -> None:
+    def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp) -> None:
         fn = op.fn.data
         x = self.name(op.input)
-        self.assign(op.result, f"-{x}" if fn == "neg" else f"{_UNARY_FUNCTIONS[fn]}({x})", indent)
+        self.assign(op.result, f"-{x}" if fn == "neg" else f"{_UNARY_FUNCTIONS[fn]}({x})")
 
-    def emit_tiled_loop_select(self, op: tiled_loop.SelectOp, indent: int) -> None:
-        self.assign(op.result, f"tl.where({self.name(op.cond)}, {self.name(op.true_value)}, {self.name(op.false_value)})", indent)
+    def emit_tiled_loop_select(self, op: tiled_loop.SelectOp) -> None:
+        self.assign(op.result, f"tl.where({self.name(op.cond)}, {self.name(op.true_value)}, {self.name(op.false_value)})")
 
-    def emit_tiled_loop_cast(self, op: tiled_loop.CastOp, indent: int) -> None:
-        self.assign(op.result, self.convert(op.input, op.result.type.element_type), indent)
+    def emit_tiled_loop_cast(self, op: tiled_loop.CastOp) -> None:
+        self.assign(op.result, self.convert(op.input, op.result.type.element_type))
 
-    def emit_tiled_loop_transpose(self, op: tiled_loop.TransposeOp, indent: int) -> None:
-        self.assign(op.result, f"tl.trans({self.name(op.input)})", indent)
+    def emit_tiled_loop_transpose(self, op: tiled_loop.TransposeOp) -> None:
+        self.assign(op.result, f"tl.trans({self.name(op.input)})")
 
-    def emit_tiled_loop_diagonal(self, op: tiled_loop.DiagonalOp, indent: int) -> None:
+    def emit_tiled_loop_diagonal(self, op: tiled_loop.DiagonalOp) -> None:
         size = self.expr(op.input.type.dims[0])
         on_diagonal = f"tl.arange(0, {size})[:, None] == tl.arange(0, {size})[None, :]"
-        self.assign(op.result, f"tl.sum(tl.where({on_diagonal}, {self.name(op.input)}, 0.0), axis=1, keep_dims=True)",
-                    indent)
+        self.assign(op.result, f"tl.sum(tl.where({on_diagonal}, {self.name(op.input)}, 0.0), axis=1, keep_dims=True)")
 
-    def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp, indent: int) -> None:
+    def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp) -> None:
         if op.input.type.dims[1] == Dim(1):  # a row of one column reduces to itself (which may be a literal)
             self.inline[op.result] = self.name(op.input)
             return
-        self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)", indent)
+        self.assign(op.result, f"tl.{op.fn.data}({self.name(op.input)}, axis=1, keep_dims=True)")
 
-    def emit_tiled_loop_in_bounds(self, op: tiled_loop.InBoundsOp, indent: int) -> None:
+    def emit_tiled_loop_in_bounds(self, op: tiled_loop.InBoundsOp) -> None:
         tile = op.result.type
         terms = []
         for axis, (offset, extent, size) in enumerate(zip(op.offsets.dims, op.extents.dims, tile.dims)):
@@ -404,14 +422,14 @@ class TritonEmitter:
                 continue
             index = f"({self.expr(offset)} + tl.arange(0, {self.expr(size)}))"
             terms.append(f"{index}[{':, None' if axis == 0 else 'None, :'}] < {self.expr(extent)}")
-        self.assign(op.result, " & ".join(terms) or "True", indent)
+        self.assign(op.result, " & ".join(terms) or "True")
 
     # memory ops
-    def emit_memory_staged_accumulator(self, op: memory_staged.AccumulatorOp, indent: int) -> None:
+    def emit_memory_staged_accumulator(self, op: memory_staged.AccumulatorOp) -> None:
         shape = ", ".join(self.expr(d) for d in op.result.type.dims)
-        self.assign(op.result, f"tl.zeros(({shape}), dtype=tl.float32)", indent)
+        self.assign(op.result, f"tl.zeros(({shape}), dtype=tl.float32)")
 
-    def emit_memory_staged_dot(self, op: memory_staged.DotOp, indent: int) -> None:
+    def emit_memory_staged_dot(self, op: memory_staged.DotOp) -> None:
         lhs, rhs = self.name(op.lhs), self.name(op.rhs)
         element = op.lhs.type.element_type
         extra = ""
@@ -420,9 +438,9 @@ class TritonEmitter:
         elif self.interpret and triton_name(element) == "bfloat16":
             # The interpreter holds bf16 as raw bits; an fp32 dot of the upcast tiles is exact.
             lhs, rhs = f"{lhs}.to(tl.float32)", f"{rhs}.to(tl.float32)"
-        self.assign(op.result, f"tl.dot({lhs}, {rhs}, {self.name(op.acc)}{extra})", indent)
+        self.assign(op.result, f"tl.dot({lhs}, {rhs}, {self.name(op.acc)}{extra})")
 
-    def pointers(self, op: memory_staged.GlobalAccessOp, buffer_value: SSAValue, tile_dims, indent: int) -> tuple[str, str]:
+    def pointers(self, op: memory_staged.GlobalAccessOp, buffer_value: SSAValue, tile_dims) -> tuple[str, str]:
         """Emit index vectors; return (pointer expression, mask expression or '')."""
         buffer: BufferType = buffer_value.type
         arg_index = self.args.index(buffer_value)
@@ -435,7 +453,7 @@ class TritonEmitter:
         for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
             size = tile_dims[tile_axis]
             index_name = self.fresh(f"{base}_{'rows' if tile_axis == 0 else 'cols'}")
-            self.line(f"{index_name} = {self.expr(offset)} + tl.arange(0, {self.expr(size)})", indent)
+            self.code.writeline(f"{index_name} = {self.expr(offset)} + tl.arange(0, {self.expr(size)})")
             broadcast = "[:, None]" if tile_axis == 0 else "[None, :]"
             widened = f"{index_name}.to(tl.int64)" if op.wide_index else index_name
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
@@ -443,30 +461,33 @@ class TritonEmitter:
                 masks.append(f"({index_name}{broadcast} < {self.expr(buffer.dims[buffer_axis])})")
         return f"{base}_ptr + " + " + ".join(offsets_text), " & ".join(masks)
 
-    def emit_load(self, op, buffer_value: SSAValue, tile_dims, indent: int) -> None:
-        pointers, mask = self.pointers(op, buffer_value, tile_dims, indent)
+    def emit_load(self, op, buffer_value: SSAValue, tile_dims) -> None:
+        pointers, mask = self.pointers(op, buffer_value, tile_dims)
         masked = f", mask={mask}, other=0.0" if mask else ""
         if getattr(op, "coherent", None) is not None and op.coherent.value.data:
             masked += ', cache_modifier=".cg"'  # written by other programs of this launch: skip the L1 cache
-        self.assign(op.results[0], f"tl.load({pointers}{masked})", indent)
+        self.assign(op.results[0], f"tl.load({pointers}{masked})")
 
-    def emit_memory_staged_load(self, op: memory_staged.LoadOp, indent: int) -> None:
-        self.emit_load(op, op.source, op.result.type.dims, indent)
+    def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
+        self.emit_load(op, op.source, op.result.type.dims)
 
-    def emit_memory_staged_stage(self, op: memory_staged.StageOp, indent: int) -> None:
+    def emit_memory_staged_stage(self, op: memory_staged.StageOp) -> None:
         if op.descriptor is None:
-            self.emit_load(op, op.source, op.result.type.dims, indent)
+            self.emit_load(op, op.source, op.result.type.dims)
             return
         offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
-        self.line("if USE_TMA:", indent)
-        self.assign(op.result, f"{self.descriptor_name(op)}.load([{offsets}])", indent + 1)
-        self.line("else:", indent)
-        self.emit_load(op, op.source, op.result.type.dims, indent + 1)
+        code = self.code
+        code.writeline("if USE_TMA:")
+        with code.indent():
+            self.assign(op.result, f"{self.descriptor_name(op)}.load([{offsets}])")
+        code.writeline("else:")
+        with code.indent():
+            self.emit_load(op, op.source, op.result.type.dims)
 
-    def emit_memory_staged_store(self, op: memory_staged.StoreOp, indent: int) -> None:
-        pointers, mask = self.pointers(op, op.dest, op.value.type.dims, indent)
+    def emit_memory_staged_store(self, op: memory_staged.StoreOp) -> None:
+        pointers, mask = self.pointers(op, op.dest, op.value.type.dims)
         masked = f", mask={mask}" if mask else ""
-        self.line(f"tl.store({pointers}, {self.convert(op.value, op.dest.type.element_type)}{masked})", indent)
+        self.code.writeline(f"tl.store({pointers}, {self.convert(op.value, op.dest.type.element_type)}{masked})")
 
     def convert(self, value: SSAValue, element_type) -> str:
         """``value`` converted to ``element_type``. Triton's interpreter truncates fp32 to bf16 (the GPU rounds to
@@ -478,23 +499,20 @@ class TritonEmitter:
         return f"{self.name(value)}.to(tl.{target})"
 
     # structure
-    def emit_tiled_loop_for(self, op: tiled_loop.ForOp, indent: int) -> None:
+    def emit_tiled_loop_for(self, op: tiled_loop.ForOp) -> None:
         pipelined = (any(isinstance(o, memory_staged.StageOp) for o in op.body.block.ops)
                      or "pipelined" in op.attributes)
         results = [self.name(r) for r in op.results]
         for result, init in zip(results, op.inits):
-            self.line(f"{result} = {self.name(init)}", indent)
+            self.code.writeline(f"{result} = {self.name(init)}")
         for arg, result in zip(op.body.block.args, results):
             self.names[arg] = result
         if "note" in op.attributes:
-            self.line(f"# {op.attributes['note'].data}", indent)
+            self.code.writeline(f"# {op.attributes['note'].data}")
         bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
         pipelining = f", num_stages={self.kernel.num_stages.value.data}" if pipelined else ""
-        self.line(f"for {op.iv.data} in tl.range({bounds}{pipelining}):", indent)
-        self.last_origin = None
-        for inner in op.body.block.ops:
-            self.emit_op(inner, indent + 1)
-        self.last_origin = None
+        self.code.writeline(f"for {op.iv.data} in tl.range({bounds}{pipelining}):")
+        self.emit_block(op.body.block.ops)
 
     def counter(self, op: tiled_loop.LastArrivalOp | tiled_loop.StripBarrierOp) -> tuple[str, str]:
         """The pointer to the op's counter and the count it waits for."""
@@ -502,76 +520,80 @@ class TritonEmitter:
         pointer = f"{self.names[op.counters]}_ptr + ({self.expr(op.offsets.dims[0])}) * {self.stride(arg_index, 0)}"
         return pointer, self.expr(op.count.dims[0])
 
-    def emit_tiled_loop_last_arrival(self, op: tiled_loop.LastArrivalOp, indent: int) -> None:
+    def emit_tiled_loop_last_arrival(self, op: tiled_loop.LastArrivalOp) -> None:
         pointer, count = self.counter(op)
         arrived = self.fresh("arrived")
-        self.line("# make this program's stores visible, then count it in; the last arrival resets the counter", indent)
-        self.line("tl.debug_barrier()", indent)
-        self.line(f'{arrived} = tl.atomic_add({pointer}, 1, sem="acq_rel", scope="gpu")', indent)
-        self.assign(op.result, f"{arrived} == {count} - 1", indent)
-        self.line(f"tl.store({pointer}, 0, mask={self.name(op.result)})", indent)
+        code = self.code
+        code.writeline("# make this program's stores visible, then count it in; the last arrival resets the counter")
+        code.writeline("tl.debug_barrier()")
+        code.writeline(f'{arrived} = tl.atomic_add({pointer}, 1, sem="acq_rel", scope="gpu")')
+        self.assign(op.result, f"{arrived} == {count} - 1")
+        code.writeline(f"tl.store({pointer}, 0, mask={self.name(op.result)})")
 
-    def emit_tiled_loop_strip_barrier(self, op: tiled_loop.StripBarrierOp, indent: int) -> None:
+    def emit_tiled_loop_strip_barrier(self, op: tiled_loop.StripBarrierOp) -> None:
         pointer, count = self.counter(op)
         arrived, left = self.fresh("arrived"), self.fresh("left")
-        self.line("# make this tile's statistics visible, then wait for every tile of its row strip", indent)
-        self.line("tl.debug_barrier()", indent)
-        self.line(f'tl.atomic_add({pointer}, 1, sem="release", scope="gpu")', indent)
-        self.line(f'{arrived} = tl.atomic_add({pointer}, 0, sem="acquire", scope="gpu")', indent)
-        self.line(f"while {arrived} < {count}:", indent)
-        self.line(f'    {arrived} = tl.atomic_add({pointer}, 0, sem="acquire", scope="gpu")', indent)
-        self.line("# every tile of the strip has passed: the last to leave resets the counter for the next launch", indent)
-        self.line(f'{left} = tl.atomic_add({pointer}, 1, sem="relaxed", scope="gpu")', indent)
-        self.line(f"tl.store({pointer}, 0, mask={left} == 2 * ({count}) - 1)", indent)
+        code = self.code
+        code.writeline("# make this tile's statistics visible, then wait for every tile of its row strip")
+        code.writeline("tl.debug_barrier()")
+        code.writeline(f'tl.atomic_add({pointer}, 1, sem="release", scope="gpu")')
+        code.writeline(f'{arrived} = tl.atomic_add({pointer}, 0, sem="acquire", scope="gpu")')
+        code.writeline(f"while {arrived} < {count}:")
+        with code.indent():
+            code.writeline(f'{arrived} = tl.atomic_add({pointer}, 0, sem="acquire", scope="gpu")')
+        code.writeline("# every tile of the strip has passed: the last to leave resets the counter for the next launch")
+        code.writeline(f'{left} = tl.atomic_add({pointer}, 1, sem="relaxed", scope="gpu")')
+        code.writeline(f"tl.store({pointer}, 0, mask={left} == 2 * ({count}) - 1)")
 
-    def emit_tiled_loop_if(self, op: tiled_loop.IfOp, indent: int) -> None:
-        self.line(f"if {self.name(op.cond)}:", indent)
-        self.last_origin = None
-        for inner in op.body.block.ops:
-            self.emit_op(inner, indent + 1)
-        self.last_origin = None
+    def emit_tiled_loop_if(self, op: tiled_loop.IfOp) -> None:
+        self.code.writeline(f"if {self.name(op.cond)}:")
+        self.emit_block(op.body.block.ops)
 
-    def emit_tiled_loop_yield(self, op: tiled_loop.YieldOp, indent: int) -> None:
+    def emit_tiled_loop_yield(self, op: tiled_loop.YieldOp) -> None:
         loop = op.parent_op()
         for result, value in zip(loop.results, op.values):
             if self.name(result) != self.name(value):
-                self.line(f"{self.name(result)} = {self.name(value)}", indent)
+                self.code.writeline(f"{self.name(result)} = {self.name(value)}")
 
     # -- launcher ----------------------------------------------------------------------------------------------------
-    def emit_launcher(self, launches: list[_Launch]) -> list[str]:
+    def emit_launcher(self, launches: list[_Launch]) -> IndentedWriter:
         names = [self.names[a] for a in self.args]
         what = " then ".join(launch.name for launch in launches)
-        lines = [f"def launch({', '.join(names)}):",
-                 f'    """Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""']
-        for text, (param, index, axis) in self.dims.items():
-            lines.append(f"    {param} = {names[index]}.shape[{axis}]  # {text}")
         args = [f"{n}" for n in names]
         args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) for axis in range(a.type.rank)]
         args += [p for p, _, _ in self.dims.values()]
         args += [f"{c}={v}" for c, v in self.constants.items()]
         args += [f"num_warps={self.kernel.num_warps.value.data}", f"num_stages={self.kernel.num_stages.value.data}"]
         staged = list(dict.fromkeys(names[self.args.index(op.source)] for op in self.descriptor_stages()))
-        if staged:
-            readable = " and ".join(f"_tma_readable({name})" for name in staged)
-            lines.append(f"    use_tma = {readable}")
-            if not self.interpret:
-                lines.append("    if use_tma:")
-                lines.append("        triton.set_allocator(_tma_workspace)")
-            args.append("USE_TMA=use_tma")
-        for launch in launches:
-            axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in launch.grid]
-            if self.persistent(launch) and launch.group_size is not None:
-                lines.append(f"    grid = (min({' * '.join(axes)}, _sm_count()),)")
-            elif self.persistent(launch):
-                lines.append(f"    grid = (min({' * '.join(axes)}, _resident_programs({axes[1]})),)")
-            else:
-                # A grouped grid is launched flat; the kernel recovers (pid_m, pid_n) from the group order.
-                grid = " * ".join(axes) if launch.group_size is not None else ", ".join(axes)
-                lines.append(f"    grid = ({grid},)")
-            lines.append(f"    {launch.name}[grid](")
-            lines += [f"        {a}," for a in args]
-            lines.append("    )")
-        return lines
+        code = IndentedWriter()
+        code.writeline(f"def launch({', '.join(names)}):")
+        with code.indent():
+            code.writeline(f'"""Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""')
+            for text, (param, index, axis) in self.dims.items():
+                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
+            if staged:
+                readable = " and ".join(f"_tma_readable({name})" for name in staged)
+                code.writeline(f"use_tma = {readable}")
+                if not self.interpret:
+                    code.writeline("if use_tma:")
+                    with code.indent():
+                        code.writeline("triton.set_allocator(_tma_workspace)")
+                args.append("USE_TMA=use_tma")
+            for launch in launches:
+                axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in launch.grid]
+                if self.persistent(launch) and launch.group_size is not None:
+                    code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
+                elif self.persistent(launch):
+                    code.writeline(f"grid = (min({' * '.join(axes)}, _resident_programs({axes[1]})),)")
+                else:
+                    # A grouped grid is launched flat; the kernel recovers (pid_m, pid_n) from the group order.
+                    grid = " * ".join(axes) if launch.group_size is not None else ", ".join(axes)
+                    code.writeline(f"grid = ({grid},)")
+                code.writeline(f"{launch.name}[grid](")
+                with code.indent():
+                    code.writelines(f"{a}," for a in args)
+                code.writeline(")")
+        return code
 
     def substitute_constants(self, text: str) -> str:
         for name, value in self.constants.items():
@@ -580,23 +602,30 @@ class TritonEmitter:
 
     def emit(self) -> str:
         launches = self.launches()
-        functions = []
-        for launch in launches:
-            functions += self.emit_kernel(launch) + ["", ""]
-        header = ["# Generated by amk from memory_staged IR: edit the IR or the passes, not this file.",
-                  "import torch",
-                  "import triton",
-                  "import triton.language as tl",
-                  "", ""]
+        # The kernels first: emitting them decides which helpers the file needs (the bf16 rounding).
+        functions = [self.emit_kernel(launch) for launch in launches]
+        code = IndentedWriter()
+        code.writelines(["# Generated by amk from memory_staged IR: edit the IR or the passes, not this file.",
+                         "import torch",
+                         "import triton",
+                         "import triton.language as tl"])
+        helpers = []
         if self.needs_bf16_rounding:
-            header += _BF16_RTNE.splitlines() + ["", ""]
+            helpers.append(_BF16_RTNE)
         if any(self.persistent(launch) for launch in launches):
-            header += (_SM_COUNT_INTERPRETED if self.interpret else _SM_COUNT).splitlines() + ["", ""]
+            helpers.append(_SM_COUNT_INTERPRETED if self.interpret else _SM_COUNT)
         if self.tiling.resident_programs:
-            header += _RESIDENT_PROGRAMS.splitlines() + ["", ""]
+            helpers.append(_RESIDENT_PROGRAMS)
         if self.descriptor_stages():
-            header += _TMA_HELPERS.splitlines() + ["", ""]
-        return "\n".join(header + functions + self.emit_launcher(launches)) + "\n"
+            helpers.append(_TMA_HELPERS)
+        # Two blank lines between top-level definitions.
+        for helper in helpers:
+            code.writelines(["", ""])
+            code.writelines(helper.splitlines())
+        for function in [*functions, self.emit_launcher(launches)]:
+            code.writelines(["", ""])
+            code.splice(function)
+        return code.getvalue()
 
 
 def emit_triton(kernel: memory_staged.KernelOp, interpret: bool = False) -> str:
