@@ -120,7 +120,7 @@ def test_vendor_gemm_leaves_the_matmul_to_pytorch_and_fuses_the_rest(ops, shapes
 
 
 def test_the_vendor_gemm_is_tried_where_a_row_reduction_reads_a_matmul():
-    from amk.api import _row_reduction_follows_matmul
+    from amk.build import _row_reduction_follows_matmul
 
     def follows(ops, shapes):
         return _row_reduction_follows_matmul(build_module(normalize_ops(ops), shapes, torch.float16))
