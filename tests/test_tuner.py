@@ -145,16 +145,17 @@ def test_compile_workers_setting(monkeypatch):
 def test_parallel_compilation_fills_tritons_cache(tmp_path, monkeypatch):
     """Worker processes compile each job into Triton's on-disk cache (one binary per job), without launching."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    from amk.compile_worker import CompileWorkers
     from amk.pipeline import stage_and_emit
-    from amk.tuner import ParallelCompiler, compile_job
+    from amk.tuner import compile_job
 
     kernel = tiled_kernel()
     configs = [amk.pipeline.heuristic_config(kernel)]
     configs.append(type(configs[0])(**(configs[0].as_dict() | {"num_warps": 8})))
     jobs = [compile_job(kernel, config, stage_and_emit(kernel, config).source) for config in configs]
-    compiler = ParallelCompiler(2)
+    compiler = CompileWorkers(2)
     try:
-        compiler.compile(jobs)
+        assert compiler.compile(jobs) == [None, None]
     finally:
         compiler.close()
     assert len([p for p in tmp_path.rglob("*.cubin")]) == 2
