@@ -62,12 +62,20 @@ class BuildRequest:
     grid: dict[str, list[int]] | None = None
     pipeline: str | None = None
     dumper: IRDumper | None = field(default=None, compare=False)
+    # PyTorch's setting when the request was made ("highest", its default, "high" or "medium").
+    float32_matmul_precision: str = field(default_factory=torch.get_float32_matmul_precision)
+
+    @property
+    def fp32_dot(self) -> str:
+        """How fp32 matmul tiles are multiplied, as PyTorch's float32 matmul precision allows: fp32-accurate
+        (IEEE) under "highest", TF32 under "high" and "medium"."""
+        return "ieee" if self.float32_matmul_precision == "highest" else "tf32"
 
     @property
     def settings(self) -> dict:
         """The settings in the cache key: those that change which program is built, and only those (the cache
         directory does not)."""
-        settings: dict = {"autotune": self.timed, "parameter_grid": self.grid}
+        settings: dict = {"autotune": self.timed, "parameter_grid": self.grid, "fp32_dot": self.fp32_dot}
         if self.timed:
             tc = self.tuner_config or TunerConfig()
             settings["tuner"] = {"search_budget": tc.search_budget, "warmup_runs": tc.warmup_runs,
@@ -131,12 +139,12 @@ def build(request: BuildRequest, save: bool = True) -> Built:
     with store.triton_cache(key), sources_under(store.root):
         compiled = compile_module(module, config_chooser(request, log_here, store, recorded),
                                   pipeline=request.pipeline, dumper=request.dumper,
-                                  vendor_gemm=program == "vendor_gemm")
+                                  vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot)
         if try_vendor:
             log_vendor: dict[str, list[dict]] = {}
             vendor = _faster_with_vendor_gemm(
                 compiled, lambda: compile_module(request.make_module(), config_chooser(request, log_vendor, store),
-                                                 vendor_gemm=True),
+                                                 vendor_gemm=True, fp32_dot=request.fp32_dot),
                 request, built.program_times)
             if vendor is not None:
                 compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
@@ -237,7 +245,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                                                                "device": cache.device_descriptor()})
 
         known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
-        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known)
+        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot)
 
         def chooser(kernel) -> KernelConfig:
             if any(not d.is_static for arg in kernel.body.block.args for d in arg.type.dims):

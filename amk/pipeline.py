@@ -49,14 +49,15 @@ class StagedKernel:
     source: str
 
 
-def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedKernel:
-    """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` on a copy of one tile-level kernel."""
+def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: str = "ieee") -> StagedKernel:
+    """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` (its ``fp32_dot``) on a copy of one tile-level
+    kernel."""
     with phase("emit"):
         ctx = make_context()
         module = ModuleOp([kernel.clone()])
         StagePass.for_config(config).apply(ctx, module)
         module.verify()
-        EmitTritonPass(interpret=interpreting()).apply(ctx, module)
+        EmitTritonPass(interpret=interpreting(), fp32_dot=fp32_dot).apply(ctx, module)
     staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
     source = staged.attributes.pop("triton_source").data
     return StagedKernel(module, source)
@@ -64,12 +65,12 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig) -> StagedK
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None, reduction_strategy: str = "auto",
-                   merge_chunk: int = 0, vendor_gemm: bool = False) -> CompiledProgram:
+                   merge_chunk: int = 0, vendor_gemm: bool = False, fp32_dot: str = "ieee") -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
     ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names, ``vendor_gemm``
-    ``amk-fuse``'s (for the default pipeline).
+    ``amk-fuse``'s (for the default pipeline), ``fp32_dot`` ``amk-emit-triton``'s.
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -94,7 +95,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for kernel in [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]:
         name = kernel.sym_name.data
         config = choose_config(kernel)
-        staged = stage_and_emit(kernel, config)
+        staged = stage_and_emit(kernel, config, fp32_dot)
         staged_kernels.append(staged)
         arguments = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
         with phase("emit"):

@@ -592,7 +592,8 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
     return tensors
 
 
-def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None):
+def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None,
+                     fp32_dot: str = "ieee"):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
     receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`).
     Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`)."""
@@ -616,7 +617,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
         def source(config: KernelConfig) -> str:
             if config not in sources:
-                sources[config] = stage_and_emit(kernel, config).source
+                sources[config] = stage_and_emit(kernel, config, fp32_dot).source
             return sources[config]
 
         def prepare(configs: list[KernelConfig]) -> None:

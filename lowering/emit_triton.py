@@ -30,6 +30,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr, i1
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 from xdsl.utils.target import Target
 
 from amk.dialects import memory_staged, tiled_loop
@@ -121,8 +122,9 @@ class _Launch:
 class TritonEmitter:
     """Generates the source of one kernel and its launcher."""
 
-    def __init__(self, kernel: memory_staged.KernelOp, interpret: bool = False):
+    def __init__(self, kernel: memory_staged.KernelOp, interpret: bool = False, fp32_dot: str = "ieee"):
         self.kernel = kernel
+        self.fp32_dot = fp32_dot
         # The kernel's tiling strategy: what its docstring says, whether its programs must be resident at once.
         self.tiling = strategy_named(kernel.strategy.data)
         self.interpret = interpret
@@ -434,7 +436,7 @@ class TritonEmitter:
         element = op.lhs.type.element_type
         extra = ""
         if isinstance(element, Float32Type):
-            extra = ', input_precision="ieee"'
+            extra = f', input_precision="{self.fp32_dot}"'
         elif self.interpret and triton_name(element) == "bfloat16":
             # The interpreter holds bf16 as raw bits; an fp32 dot of the upcast tiles is exact.
             lhs, rhs = f"{lhs}.to(tl.float32)", f"{rhs}.to(tl.float32)"
@@ -628,23 +630,35 @@ class TritonEmitter:
         return code.getvalue()
 
 
-def emit_triton(kernel: memory_staged.KernelOp, interpret: bool = False) -> str:
-    """The Python source (kernel and ``launch`` function) for one staged kernel."""
-    return TritonEmitter(kernel, interpret).emit()
+# How an fp32 tl.dot may compute: "ieee" (fp32-accurate, PyTorch's "highest"), "tf32x3" (three TF32 products,
+# fp32-accurate within rounding) or "tf32" (one TF32 product, PyTorch's "high").
+FP32_DOTS = ("ieee", "tf32x3", "tf32")
+
+
+def emit_triton(kernel: memory_staged.KernelOp, interpret: bool = False, fp32_dot: str = "ieee") -> str:
+    """The Python source (kernel and ``launch`` function) for one staged kernel; ``fp32_dot`` is the
+    ``input_precision`` of its fp32 dots (one of :data:`FP32_DOTS`)."""
+    return TritonEmitter(kernel, interpret, fp32_dot).emit()
 
 
 @dataclass(frozen=True)
 class EmitTritonPass(ModulePass):
-    """Attach the Triton source of every ``memory_staged.kernel`` as its ``triton_source`` attribute."""
+    """Attach the Triton source of every ``memory_staged.kernel`` as its ``triton_source`` attribute.
+
+    ``fp32_dot``: how fp32 matmul tiles are multiplied (``ieee``, the default, ``tf32x3`` or ``tf32``)."""
 
     name = "amk-emit-triton"
 
     interpret: bool = False
+    fp32_dot: str = "ieee"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.fp32_dot not in FP32_DOTS:
+            raise PassFailedException(f"amk-emit-triton: fp32_dot must be one of {', '.join(FP32_DOTS)}, "
+                                      f"got {self.fp32_dot!r}")
         for kernel in op.walk():
             if isinstance(kernel, memory_staged.KernelOp):
-                kernel.attributes["triton_source"] = StringAttr(emit_triton(kernel, self.interpret))
+                kernel.attributes["triton_source"] = StringAttr(emit_triton(kernel, self.interpret, self.fp32_dot))
 
 
 @dataclass(frozen=True)
