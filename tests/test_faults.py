@@ -239,8 +239,8 @@ def test_autotune_chooser_skips_faulty_candidates(fake_clock, monkeypatch):
                                                                                         **options))
     config_of: dict[str, KernelConfig] = {}
 
-    def stage_and_emit(kernel, config):
-        staged = real_stage(kernel, config)
+    def stage_and_emit(kernel, config, *options):
+        staged = real_stage(kernel, config, *options)
         config_of[staged.source] = config
         return staged
 
