@@ -75,7 +75,7 @@ class TunerConfig:
         for name in ("enable_warp_specialization", "vendor_gemm"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
-        _check_cache_directory(self.target_cache_dir)
+        check_cache_directory(self.target_cache_dir, "TunerConfig.target_cache_dir")
         if self.search not in SEARCH_METHODS:
             raise InvalidArgumentError(
                 f"TunerConfig.search must be one of {', '.join(SEARCH_METHODS)}, got {self.search!r}")
@@ -111,23 +111,23 @@ TunerConfig.__init__ = _accept_strategy_keyword(TunerConfig.__init__)
 TunerConfig.strategy = property(_deprecated_strategy)
 
 
-def _check_cache_directory(value) -> None:
-    """A ``target_cache_dir`` must name a directory (existing or to be created): an empty path would put the cache
-    in the current directory, and a file cannot hold one."""
+def check_cache_directory(value, what: str) -> None:
+    """A cache directory (``what`` names the argument) must name a directory, existing or to be created: an empty
+    path would put the cache in the current directory, and a file cannot hold one."""
     if value is None:
         return
     accepted = "a non-empty path (str or os.PathLike) of a directory, existing or not, or None for the default"
     if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
-        raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be {accepted}; got {value!r}")
+        raise InvalidArgumentError(f"{what} must be {accepted}; got {value!r}")
     path = os.fspath(value)
     if not isinstance(path, str) or not path.strip() or "\0" in path:
-        raise InvalidArgumentError(f"TunerConfig.target_cache_dir must be {accepted}; got {value!r}")
+        raise InvalidArgumentError(f"{what} must be {accepted}; got {value!r}")
     existing = os.path.abspath(path)  # the path itself or, when it does not exist yet, its nearest existing parent
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         where = "exists and is not a directory" if existing == os.path.abspath(path) else f"is under the file {existing!r}"
-        raise InvalidArgumentError(f"TunerConfig.target_cache_dir {path!r} {where}; it must be {accepted}")
+        raise InvalidArgumentError(f"{what} {path!r} {where}; it must be {accepted}")
 
 
 def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None:

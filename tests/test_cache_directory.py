@@ -207,3 +207,14 @@ def test_a_kernel_rebuilt_for_another_dtype_stays_in_its_cache_directory(tmp_pat
     other = kernel.with_dtype(torch.float16)
     assert all(Path(path).is_relative_to(tmp_path / "mine") for path in other.source_paths)
     assert not (tmp_path / "default").exists()
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 3])
+def test_clear_cache_refuses_what_is_not_a_cache_directory(bad, tmp_path, monkeypatch):
+    """An empty path would clear the current directory's cache folders: refused, as for target_cache_dir."""
+    from amk.errors import InvalidArgumentError
+    from amk.frontend.compile import clear_cache
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="clear_cache's cache_dir must be a non-empty path"):
+        clear_cache(bad)

@@ -47,7 +47,9 @@ def clear_cache(cache_dir=None) -> None:
     directory), as ``amk cache clear`` does: the next compilation of each subgraph runs the passes again. Kernels
     already in use keep working; tuned configurations and timings stay."""
     from amk import cache
+    from amk.tuner import check_cache_directory
 
+    check_cache_directory(cache_dir, "clear_cache's cache_dir")
     cache.store_for(cache_dir).clear()
 
 
