@@ -126,7 +126,6 @@ def build(request: BuildRequest, save: bool = True) -> Built:
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
     from amk.pipeline import compile_module
 
-    built = Built(None, key, meta)
     recorded = store.load_config(key)
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
@@ -134,6 +133,7 @@ def build(request: BuildRequest, save: bool = True) -> Built:
     try_vendor = (not recorded and request.ops is not None and request.timed and settings["tuner"]["vendor_gemm"]
                   and request.dtype is not None and request.dtype.itemsize > 1 and _row_reduction_follows_matmul(module))
     log_here: dict[str, list[dict]] = {}
+    program_times: dict[str, float] = {}
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
     # included) is written under the store's directory.
     with store.triton_cache(key), sources_under(store.root):
@@ -145,12 +145,11 @@ def build(request: BuildRequest, save: bool = True) -> Built:
             vendor = _faster_with_vendor_gemm(
                 compiled, lambda: compile_module(request.make_module(), config_chooser(request, log_vendor, store),
                                                  vendor_gemm=True, fp32_dot=request.fp32_dot),
-                request, built.program_times)
+                request, program_times)
             if vendor is not None:
                 compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
-    if program == "vendor_gemm":
-        built.meta = {**meta, "program": program}
-    built.compiled, built.tuning_log = compiled, log_here
+    built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
+                  tuning_log=log_here, program_times=program_times)
     for compiled_kernel in compiled.kernels.values():
         store.attach_triton_cache(key, compiled_kernel)
     if alias is not None:
