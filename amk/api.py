@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from amk.autograd import recomputed_gradients
-from amk.build import BuildRequest, Built, build, keep_verification
+from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.oplist import build_module, normalize_ops, normalize_shapes
@@ -232,12 +232,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     """
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not supported; available: {', '.join(BACKENDS)}")
-    if not isinstance(verify, bool):
-        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
-    if not isinstance(autotune, bool):
-        raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
-    if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
-        raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
+    check_build_arguments(autotune, verify, tuner_config)
     if not isinstance(dtype, torch.dtype):
         raise DTypeError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
     grid = validate_grid(parameter_grid)

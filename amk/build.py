@@ -30,6 +30,7 @@ import torch
 from amk import cache
 from amk.build_phases import phase
 from amk.environment import interpreting
+from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, compiled_from_entry, sources_under
 from amk.tuner import Trial, TunerConfig, autotune_chooser, config_key, nearest_in_grid
@@ -109,6 +110,17 @@ class Built:
     @property
     def cache_hit(self) -> bool:
         return self.entry is not None
+
+
+def check_build_arguments(autotune, verify, tuner_config) -> None:
+    """The arguments both front ends take: ``autotune`` and ``verify`` True or False, ``tuner_config`` a
+    :class:`~amk.TunerConfig` or None; anything else is an :class:`~amk.errors.InvalidArgumentError`."""
+    if not isinstance(autotune, bool):
+        raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
+    if not isinstance(verify, bool):
+        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
+    if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
+        raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
 
 
 def build(request: BuildRequest, save: bool = True) -> Built:

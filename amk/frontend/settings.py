@@ -54,14 +54,9 @@ def _check_pipeline(pipeline) -> None:
 
 def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None) -> Settings:
     """Validated settings; bad values raise :class:`amk.errors.InvalidArgumentError`."""
-    from amk.tuner import TunerConfig
+    from amk.build import check_build_arguments
 
-    if not isinstance(autotune, bool):
-        raise InvalidArgumentError(f"autotune must be True or False, got {autotune!r}")
-    if not isinstance(verify, bool):
-        raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
-    if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
-        raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
+    check_build_arguments(autotune, verify, tuner_config)
     if dump_ir is not None:
         if isinstance(dump_ir, bool) or not isinstance(dump_ir, str | os.PathLike):
             raise InvalidArgumentError(f"dump_ir must be a directory path (str or os.PathLike), got {dump_ir!r}")
