@@ -4,6 +4,7 @@ amk's own reference table, seeded inputs, and the relative L2 error used by amk.
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import torch.nn.functional as F
 from amk.environment import default_device, initialize
 
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 
 initialize()  # as amk's entry points do, before any test imports triton (without CUDA: its interpreter)
 
@@ -34,6 +34,22 @@ INTERPRETER_WARNINGS = pytest.mark.filterwarnings(
     "ignore:All-NaN slice encountered:RuntimeWarning",
     "ignore:the op chain:UserWarning",
 )
+
+
+def find_script(name: str) -> str | None:
+    """The path of an installed console script (``amk``, ``amk-opt``, ``xdsl-opt``, ``mkdocs``), or None: next to
+    the interpreter in a virtual environment, else on PATH (``pip install --target DIR`` puts them in ``DIR/bin``)."""
+    beside_python = Path(sys.executable).parent / name
+    return str(beside_python) if beside_python.exists() else shutil.which(name)
+
+
+def installed_script(name: str) -> str:
+    """:func:`find_script`, failing the test that needs the script when it is not installed."""
+    path = find_script(name)
+    if path is None:
+        pytest.fail(f"the console script {name} is neither next to {sys.executable} nor on PATH: install the package "
+                    "(pip install -e .), or put the bin folder that pip installed it into on PATH")
+    return path
 
 
 def _layernorm(x, gamma=None, beta=None, eps=1e-5):

@@ -7,10 +7,10 @@ import re
 import subprocess
 
 import pytest
-from conftest import BIN
+from conftest import installed_script
 
-AMK_OPT = BIN / "amk-opt"
-XDSL_OPT = BIN / "xdsl-opt"
+AMK_OPT = "amk-opt"
+XDSL_OPT = "xdsl-opt"
 PIPELINE = "amk-fuse,amk-tile,amk-stage,amk-emit-triton"
 PASSES = PIPELINE.split(",")
 
@@ -37,7 +37,7 @@ BAD_K = CHAIN.replace("%w : !tensor_op.tensor<[100, 75], f32>", "%w : !tensor_op
 
 
 def run(tool, *args, input_text=None):
-    return subprocess.run([str(tool), *map(str, args)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([installed_script(tool), *map(str, args)], capture_output=True, text=True, timeout=300,
                           input=input_text)
 
 
@@ -62,7 +62,8 @@ def chain_file(tmp_path):
 
 
 def test_tools_are_installed():
-    assert AMK_OPT.exists() and XDSL_OPT.exists()
+    for tool in (AMK_OPT, XDSL_OPT):
+        installed_script(tool)  # fails the test, naming the tool, where it is missing
 
 
 def test_parse_and_print_round_trip(chain_file, tmp_path):

@@ -6,11 +6,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import DEVICE, GPU, installed_script
 
 import amk
 from amk import cli
@@ -45,7 +44,8 @@ def test_list_shows_one_line_per_entry(populated, capsys):
     by_key = {line.split()[0]: line for line in lines}
     line = by_key[first.cache_key[:12]]
     assert "matmul,add_bias,relu" in line and "[16x32, 32x16, 16]" in line
-    assert "float32" in line and "cpu-interpreter" in line
+    device_name = torch.cuda.get_device_name(DEVICE) if GPU else "cpu-interpreter"
+    assert "float32" in line and device_name in line
     assert "[8x32, 32x16, 16]" in by_key[second.cache_key[:12]]
 
 
@@ -68,9 +68,13 @@ def test_show_prints_the_entry_config_and_tuning_summary(populated, capsys):
     code, out, _ = run(capsys, "cache", "show", first.cache_key[:10], "--cache-dir", str(root))
     assert code == 0
     assert first.cache_key in out and '"kernels"' in out and '"plan"' in out
+    config = first.compiled.kernels["fused_0"].config
     config_line = out.split("config:\n", 1)[1].splitlines()[0]
-    assert config_line.startswith("  fused_0: ") and "BLOCK_K=32" in config_line
-    assert "tuning:\n  fused_0: no tuning log" in out
+    assert config_line.startswith("  fused_0: ")
+    assert f"BLOCK_K={config.BLOCK_K} " in config_line and f"num_warps={config.num_warps} " in config_line
+    # a GPU build tunes (build_fused_kernel's default) and stores its trials; the interpreter has nothing to time
+    summary = f"{len(first.tuning_log['fused_0'])} trials (" if GPU else "no tuning log"
+    assert f"tuning:\n  fused_0: {summary}" in out
 
 
 def test_show_summarizes_a_tuning_log(tmp_path, capsys):
@@ -157,14 +161,9 @@ def test_usage_errors_exit_2(capsys):
     assert error.value.code == 2
 
 
-def _amk_command() -> list[str]:
-    script = Path(sys.executable).parent / "amk"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "amk.cli"]
-
-
 def test_the_command_reports_errors_without_a_traceback(tmp_path):
     for args in (["cache", "show", "abc123"], ["cache", "import", str(tmp_path / "none.json")]):
-        done = subprocess.run(_amk_command() + args + ["--cache-dir", str(tmp_path)], capture_output=True, text=True,
-                              env=dict(os.environ), timeout=120)
+        done = subprocess.run([installed_script("amk"), *args, "--cache-dir", str(tmp_path)], capture_output=True,
+                              text=True, env=dict(os.environ), timeout=120)
         assert done.returncode == 1, done.stderr
         assert done.stderr.startswith("amk: error: ") and "Traceback" not in done.stderr

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import BIN, DEVICE, REPO
+from conftest import DEVICE, REPO, installed_script
 
 import amk
 import amk.frontend.compile as frontend
@@ -251,7 +251,7 @@ def _check_dumps(directory):
         assert mlir[0] == "00-input.mlir" and any("amk-fuse" in n for n in mlir) and any("amk-tile" in n for n in mlir)
         assert any(n.endswith(".py") for n in names), names
         for name in mlir:
-            result = subprocess.run([str(BIN / "amk-opt"), str(subgraph / name)], capture_output=True, text=True)
+            result = subprocess.run([installed_script("amk-opt"), str(subgraph / name)], capture_output=True, text=True)
             assert result.returncode == 0, f"{subgraph.name}/{name} does not re-parse: {result.stderr}"
         source = next(subgraph / n for n in names if n.endswith(".py"))
         assert "@triton.jit" in source.read_text()

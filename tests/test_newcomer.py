@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import BIN, CPU_ONLY, REPO
+from conftest import CPU_ONLY, REPO, installed_script
 
 import amk
 from amk.frontend.compile import STATS
@@ -46,7 +46,7 @@ def fenced_blocks(text: str, lang: str) -> list[tuple[int, str]]:
 
 
 def amk_opt(*args, input_text: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "amk-opt"), *args], input=input_text, capture_output=True, text=True, timeout=120)
+    return subprocess.run([installed_script("amk-opt"), *args], input=input_text, capture_output=True, text=True, timeout=120)
 
 
 def into_closed_pipe(command: list[str]) -> subprocess.CompletedProcess:
@@ -87,7 +87,10 @@ def test_tutorial_compile_script_runs_as_written(tmp_path):
                    if "quick_gelu_model.py" in line)
     assert command == "PYTHONPATH=examples python quick_gelu_model.py"
     (tmp_path / "quick_gelu_model.py").write_text(script)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "examples"), "AMK_CACHE_DIR": str(tmp_path / "cache")}
+    # examples first, as the command says; an inherited PYTHONPATH stays after it (where amk is installed with
+    # pip install --target, as on the GPU machine)
+    python_path = os.pathsep.join(filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path, "AMK_CACHE_DIR": str(tmp_path / "cache")}
     result = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "quick_gelu_model.py"], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -190,7 +193,8 @@ def test_ir_dumps_page_makes_its_chain_mlir(tmp_path):
     first_use = block.index("chain.mlir")
     command = block[:block.index("\n", first_use)]
     assert command.rstrip().endswith("> chain.mlir"), "the first command that names chain.mlir should write it"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    scripts = os.path.dirname(installed_script("amk-opt"))
+    env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, check=True, timeout=120)
     documented = next(body for _, body in fenced_blocks(text, 'mlir title="Output"') if "@fused_chain(" in body)
     assert (tmp_path / "chain.mlir").read_text().strip() == documented.strip()
@@ -218,7 +222,7 @@ def test_license_is_an_spdx_string():
 @pytest.mark.parametrize("command", [["amk", "cache", "export", "-"], ["amk", "cache", "path"]],
                          ids=lambda c: " ".join(c[1:]))
 def test_amk_into_a_closed_pipe_is_quiet(command, tmp_path):
-    result = into_closed_pipe([str(BIN / command[0]), *command[1:], "--cache-dir", str(tmp_path)])
+    result = into_closed_pipe([installed_script(command[0]), *command[1:], "--cache-dir", str(tmp_path)])
     assert result.returncode == 1
     assert result.stderr == "", result.stderr
 
@@ -226,6 +230,6 @@ def test_amk_into_a_closed_pipe_is_quiet(command, tmp_path):
 def test_amk_opt_into_a_closed_pipe_is_quiet(tmp_path):
     source = tmp_path / "chain.mlir"
     source.write_text(CHAIN)
-    result = into_closed_pipe([str(BIN / "amk-opt"), str(source), "-p", "amk-fuse"])
+    result = into_closed_pipe([installed_script("amk-opt"), str(source), "-p", "amk-fuse"])
     assert result.returncode == 1
     assert result.stderr == "", result.stderr

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import installed_script
 
 FILECHECK_DIR = Path(__file__).parent / "filecheck"
-AMK_OPT = Path(sys.executable).parent / "amk-opt"
 DIAGNOSTIC_FLAGS = ("--verify-diagnostics", "--parsing-diagnostics")
 _XFAIL = re.compile(r"^//\s*XFAIL-ROUNDTRIP:\s*(.*)$", re.MULTILINE)
 
@@ -42,13 +41,9 @@ def _cases():
 
 
 def _amk_opt(*args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([str(AMK_OPT), *args], input=stdin, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([installed_script("amk-opt"), *args], input=stdin, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"amk-opt {' '.join(args)} failed:\n{result.stderr}"
     return result.stdout
-
-
-def test_amk_opt_exists():
-    assert AMK_OPT.exists(), f"{AMK_OPT} not found; is the package installed in this environment?"
 
 
 def test_some_files_are_checked():
