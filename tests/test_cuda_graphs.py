@@ -1,0 +1,183 @@
+"""``amk.frontend.graphs.cuda_graphed``: one CUDA graph per call signature, replayed with the inputs copied in;
+outputs are the graph's static tensors; plain calls where a graph cannot serve (no CUDA tensor, autograd, a call that
+cannot be captured). Without a GPU the wrapper calls through, which the CPU tests check; the graph tests need a GPU."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+from conftest import DEVICE, GPU, INTERPRETER_WARNINGS
+from torch import nn
+
+import amk
+from amk.errors import InvalidArgumentError
+from amk.frontend.graphs import cuda_graphed
+
+NEEDS_GPU = pytest.mark.skipif(not GPU, reason="CUDA graphs need a GPU")
+
+
+class CountingMLP(nn.Module):
+    """Linear, GELU, Linear; counts how often its Python runs (a replay does not run it)."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.calls = 0
+
+    def forward(self, x, scale=1.0):
+        self.calls += 1
+        return self.down(torch.nn.functional.gelu(self.up(x))) * scale
+
+
+def mlp(device=DEVICE) -> CountingMLP:
+    torch.manual_seed(0)
+    return CountingMLP().to(device).eval()
+
+
+def batch(rows: int, seed: int, device=DEVICE) -> torch.Tensor:
+    return torch.randn(rows, 64, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+@pytest.mark.parametrize("fn, warmup_calls, message", [
+    (42, 3, "cuda_graphed needs a callable (a compiled module, a FusedKernel, a function), got int"),
+    (torch.relu, 0, "warmup_calls must be an int of at least 1"),
+    (torch.relu, "3", "warmup_calls must be an int of at least 1"),
+    (torch.relu, True, "warmup_calls must be an int of at least 1"),
+])
+def test_bad_arguments_are_refused_with_what_is_accepted(fn, warmup_calls, message):
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        cuda_graphed(fn, warmup_calls=warmup_calls)
+
+
+def test_cpu_calls_go_through_unchanged():
+    """CPU tensors (on any machine) are the plain call: positional, keyword and non-tensor arguments as given."""
+    model = mlp("cpu")
+    graphed = cuda_graphed(model)
+    x = batch(4, 0, "cpu")
+    with torch.no_grad():
+        for call, scale in enumerate((1.0, 2.0, 2.0), start=1):
+            assert torch.equal(graphed(x, scale=scale), model(x, scale=scale))
+            assert model.calls == 2 * call  # the wrapper's call and the direct one: nothing cached, nothing skipped
+    assert graphed.graph_count == 0
+
+
+@INTERPRETER_WARNINGS
+def test_a_compiled_module_under_the_wrapper_computes_the_model():
+    """amk.compile's module under the wrapper, at two batch sizes: the model's outputs (on a GPU through one graph per
+    batch size, on the CPU called through)."""
+    model = mlp()
+    graphed = cuda_graphed(amk.compile(model))
+    with torch.no_grad():
+        for rows, seed in ((8, 1), (3, 2), (8, 3)):
+            x = batch(rows, seed)
+            torch.testing.assert_close(graphed(x), model(x), rtol=1e-4, atol=1e-4)
+    assert graphed.graph_count == (2 if GPU else 0)
+
+
+@NEEDS_GPU
+def test_one_graph_per_signature_replays_new_inputs():
+    """Batch 8, 32, then 8 again with new values: two graphs, each call the model's output; after a signature's
+    warm-up and capture the Python of the model no longer runs."""
+    model = mlp()
+    graphed = cuda_graphed(model, warmup_calls=2)
+    with torch.no_grad():
+        for rows, seed in ((8, 1), (32, 2), (8, 3), (32, 4)):
+            x = batch(rows, seed)
+            out = graphed(x)
+            torch.testing.assert_close(out, model(x))
+    assert graphed.graph_count == 2
+    assert model.calls == 2 * (2 + 1) + 4  # two signatures x (2 warm-ups + the capture), and the 4 reference calls
+
+
+@NEEDS_GPU
+def test_outputs_are_overwritten_by_the_next_call_of_their_signature_only():
+    model = mlp()
+    graphed = cuda_graphed(model)
+    x1, x2, other = batch(8, 1), batch(8, 2), batch(16, 3)
+    with torch.no_grad():
+        first = graphed(x1)
+        kept = first.clone()
+        second = graphed(x2)
+        assert second is first  # the graph's static output, now x2's result
+        torch.testing.assert_close(first, model(x2))
+        assert not torch.equal(kept, first)
+        graphed(other)  # another signature, another graph and memory pool
+        torch.testing.assert_close(second, model(x2))
+        torch.testing.assert_close(kept, model(x1))
+
+
+@NEEDS_GPU
+def test_parameters_are_read_in_place_and_replaced_ones_need_a_reset():
+    model = mlp()
+    graphed = cuda_graphed(model)
+    x = batch(8, 1)
+    with torch.no_grad():
+        graphed(x)
+        model.down.weight.mul_(2)  # in place: the graph reads the same memory
+        torch.testing.assert_close(graphed(x), model(x))
+        model.down.weight = nn.Parameter(model.down.weight * 3)  # a new tensor: the graph still reads the old one
+        stale = graphed(x).clone()
+        assert not torch.allclose(stale, model(x))
+        graphed.reset()
+        torch.testing.assert_close(graphed(x), model(x))
+    assert graphed.graph_count == 1
+
+
+@NEEDS_GPU
+def test_non_tensor_arguments_are_part_of_the_signature():
+    model = mlp()
+    graphed = cuda_graphed(model)
+    x = batch(8, 1)
+    with torch.no_grad():
+        for scale in (2.0, 3.0, 2.0):
+            torch.testing.assert_close(graphed(x, scale=scale), model(x, scale=scale))
+    assert graphed.graph_count == 2
+
+
+@NEEDS_GPU
+def test_calls_that_would_record_autograd_run_plainly_with_one_log_line(caplog):
+    model = mlp()
+    graphed = cuda_graphed(model)
+    x = batch(8, 1)
+    with caplog.at_level(logging.WARNING, logger="amk.frontend"):
+        for _ in range(3):
+            out = graphed(x)  # grad mode on, parameters require grad
+            assert out.requires_grad
+            out.sum().backward()  # a real autograd graph, as the plain call gives
+    assert model.up.weight.grad is not None
+    assert [r.getMessage() for r in caplog.records if "CUDA graphs are not used" in r.getMessage()] == [
+        "amk: CUDA graphs are not used for calls of CountingMLP where its outputs require grad (parameters that "
+        "require grad, with grad mode on: run it under torch.no_grad() or torch.inference_mode()); those calls run "
+        "as plain calls"]
+    with torch.no_grad():
+        graphed(x)
+    assert graphed.graph_count == 1  # the same tensors under no_grad: another signature, captured
+
+
+@NEEDS_GPU
+def test_a_call_that_cannot_be_captured_runs_plainly(caplog):
+    def normalized(x):
+        return x / x.abs().max().item()  # reads a value on the host: fine in warm-up, refused under capture
+
+    graphed = cuda_graphed(normalized)
+    x = batch(8, 1)
+    with caplog.at_level(logging.WARNING, logger="amk.frontend"):
+        torch.testing.assert_close(graphed(x), normalized(x))
+        torch.testing.assert_close(graphed(2 * x), normalized(2 * x))
+    assert graphed.graph_count == 0
+    assert sum("it cannot be captured" in r.getMessage() for r in caplog.records) == 1
+
+
+@NEEDS_GPU
+def test_tensors_on_the_cpu_beside_cuda_ones_run_plainly():
+    def scaled(x, factor):
+        return x * factor.to(x.device)
+
+    graphed = cuda_graphed(scaled)
+    x, factor = batch(8, 1), torch.tensor(2.0)
+    torch.testing.assert_close(graphed(x, factor), 2 * x)
+    assert graphed.graph_count == 0
