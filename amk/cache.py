@@ -476,20 +476,26 @@ class Store:
         The folder is tried with a file written as Triton writes its own (a temporary file, then ``os.replace``):
         Triton does not survive a cache it cannot write (a full or read-only disk fails the compilation), so such a
         cache degrades to memory here, before Triton is pointed at it."""
-        if interpreting() or _user_triton_cache() or self.memory_only:
+        if self._triton_cache_left_alone():
             return None
-        directory = self.entry_dir(key) / "triton"
-        if directory in self._writable:
-            return directory
         try:
-            self._write_file(directory / ".writable", b"")
+            return self._written_triton_folder(key)
         except OSError as error:
             if self.strict:
-                raise CacheError(f"cannot write Triton's binaries in {directory}: {error}") from None
+                raise CacheError(f"cannot write Triton's binaries in {self.entry_dir(key) / 'triton'}: {error}") from None
             self.memory_only = True
             _warn_degraded(self.root, error)
             return None
-        self._writable.add(directory)
+
+    def _triton_cache_left_alone(self) -> bool:
+        return interpreting() or _user_triton_cache() or self.memory_only
+
+    def _written_triton_folder(self, key: str) -> Path:
+        """``entries/<key>/triton`` once a file could be written there as Triton writes its own; raises OSError."""
+        directory = self.entry_dir(key) / "triton"
+        if directory not in self._writable:
+            self._write_file(directory / ".writable", b"")
+            self._writable.add(directory)
         return directory
 
     @contextmanager
@@ -504,9 +510,17 @@ class Store:
 
     def attach_triton_cache(self, key: str, kernel) -> None:
         """Make the first launch of ``kernel`` (where Triton compiles it, or loads its binary) use the entry's folder
-        as Triton's cache; later launches run the kernel unwrapped."""
-        directory = self.triton_directory(key)
-        if directory is None:
+        as Triton's cache; later launches run the kernel unwrapped.
+
+        A hit from a cache that cannot be written (a read-only one) leaves Triton's cache alone: Triton fails a
+        compilation it cannot store (a launch specialized otherwise than the stored binaries), so the kernel compiles
+        into Triton's own cache. The store is not degraded and nothing warns: serving a hit writes nothing of amk's."""
+        if self._triton_cache_left_alone():
+            return
+        try:
+            directory = self._written_triton_folder(key)
+        except OSError as error:
+            log.debug("the cache cannot take Triton's binaries of %s (%s): Triton's own cache is used", key, error)
             return
         launch = kernel.launch
 

@@ -323,6 +323,24 @@ def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch):
     assert _cache_warnings(caught) == []
 
 
+def test_a_hit_from_a_read_only_cache_leaves_tritons_cache_alone(tmp_path, monkeypatch):
+    """Where Triton compiles (on a GPU; the store is told so here), a hit whose entry cannot take Triton's binaries
+    launches with Triton's own cache, and the store stays writable for what comes next: the hit wrote nothing."""
+    kernel = build(tmp_path).compiled.kernels["fused_0"]
+    monkeypatch.setattr(cache, "interpreting", lambda: False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    launch = kernel.launch
+    cache.Store(tmp_path).attach_triton_cache("an-entry", kernel)
+    assert kernel.launch is not launch  # a writable cache: the first launch compiles into the entry's folder
+    kernel.launch = launch
+    monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "read-only")))
+    store = cache.Store(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store.attach_triton_cache("another-entry", kernel)
+    assert kernel.launch is launch and not store.memory_only and _cache_warnings(caught) == []
+
+
 def test_verification_reports_are_kept_with_the_entry(tmp_path):
     first = build(tmp_path, verify=True)
     assert first.verification.passed and not first.cache_hit
