@@ -5,9 +5,11 @@ given and pruned where they cannot apply."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
-from conftest import INTERPRETER_WARNINGS
+from conftest import GPU, INTERPRETER_WARNINGS
 from test_reduction_strategies import CASES, assert_matches_pytorch_call_after_call
 from xdsl.utils.exceptions import VerifyException
 
@@ -47,6 +49,17 @@ def test_every_switch_matches_pytorch_call_after_call(persistent, tma, ops, shap
     if persistent and strategy != "strip_finish":
         assert "flatten=True" in source  # the tile loop and its K loop are pipelined as one
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+
+
+@pytest.mark.skipif(not GPU, reason="only a GPU builds tensor descriptors on the device (Triton's allocator)")
+def test_a_tma_kernel_runs_in_a_thread_that_never_set_tritons_allocator():
+    """A kernel that builds tensor descriptors on the device needs Triton's allocator for their memory, and Triton
+    keeps it per thread (a context variable, unset in a new thread): the emitted launcher sets it on every call."""
+    ops, shapes, dtype = GEMM_CHAINS[0]
+    compiled = compile_module(build_module(ops, shapes, dtype), config_with(1, 1))
+    assert "triton.set_allocator(" in compiled.ir["triton"]
+    with ThreadPoolExecutor(max_workers=1) as fresh_thread:
+        fresh_thread.submit(assert_matches_pytorch_call_after_call, compiled, ops, shapes, dtype).result()
 
 
 def test_layouts_tma_cannot_read_take_the_pointer_loads():
