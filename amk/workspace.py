@@ -5,9 +5,10 @@ A kernel's workspace is scratch memory for one call. Allocating it on every call
 launch each time, so a :class:`Workspace` keeps one set of buffers per thread and per CUDA stream and hands that set
 to every call the thread makes on that stream: two threads, or one thread on two streams, never see each other's
 buffers, and calls of one thread on one stream run one after the other on the GPU. Counters are zeroed once when the
-set is allocated; the kernels leave them zero. A call made while a CUDA graph is being captured takes fresh buffers,
-from the graph's private memory pool, so that each graph owns its workspace and replays of different graphs cannot
-race.
+set is allocated; the kernels leave them zero. A call made while a CUDA graph is being captured takes fresh buffers, so
+that each graph owns its workspace and replays of different graphs cannot race: scratch from the graph's private
+memory pool, and counters from a set zeroed before the capture (by an earlier call outside it, as the warm-up that
+precedes a capture is) so that the graph holds no zeroing launch, which would cost each replay about a microsecond.
 
 Triton's interpreter (the CPU path) is not thread-safe: :data:`INTERPRETER_LOCK` serializes the launches that run in it.
 """
@@ -48,18 +49,37 @@ class Workspace:
         if self.cuda:
             self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.per_thread = threading.local()
+        self.has_counters = any(counter for _, _, counter in self.specs)
+        # Zeroed counters waiting for the next capture, and those handed to captured graphs (kept alive with them).
+        self.reserved_counters: list[list[torch.Tensor]] = []
+        self.graph_counters: list[list[torch.Tensor]] = []
 
     def allocate(self) -> list[torch.Tensor]:
         return [(torch.zeros if counter else torch.empty)(shape, dtype=dtype, device=self.device)
                 for shape, dtype, counter in self.specs]
+
+    def _zeroed_counters(self) -> list[torch.Tensor]:
+        return [torch.zeros(shape, dtype=dtype, device=self.device) for shape, dtype, counter in self.specs if counter]
+
+    def _for_capture(self) -> list[torch.Tensor]:
+        try:
+            counters = iter(self.reserved_counters.pop())  # list.pop is atomic: one capture gets each set
+        except IndexError:  # no call ran before this capture: the graph zeroes its own counters
+            return self.allocate()
+        buffers = [next(counters) if counter else torch.empty(shape, dtype=dtype, device=self.device)
+                   for shape, dtype, counter in self.specs]
+        self.graph_counters.append([b for b, (_, _, counter) in zip(buffers, self.specs) if counter])
+        return buffers
 
     def __call__(self) -> list[torch.Tensor]:
         if not self.specs:
             return self.specs
         if self.cuda:
             if torch._C._cuda_isCurrentStreamCapturing():
-                return self.allocate()
+                return self._for_capture()
             stream = torch._C._cuda_getCurrentRawStream(self.index)
+            if self.has_counters and not self.reserved_counters:
+                self.reserved_counters.append(self._zeroed_counters())
         else:
             stream = 0
         sets = self.per_thread.__dict__
