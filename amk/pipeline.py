@@ -6,7 +6,7 @@ them in order, keeps the IR text of every level, and loads the emitted kernels.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from xdsl.dialects import func
@@ -20,7 +20,7 @@ from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.stage import StagePass, config_for
-from amk.lowering.tile import TilePass
+from amk.lowering.tile import TilePass, size_hints_option
 from amk.opt import AMK_PASSES
 from amk.passes.fuse import FusePass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
@@ -37,8 +37,9 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
     return list(passes)
 
 
-def heuristic_config(kernel: tiled_loop.KernelOp) -> KernelConfig:
-    return config_for(kernel, {})
+def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:
+    """The strategy's heuristic configuration of ``kernel``, for the sizes ``size_hints`` give its symbols."""
+    return config_for(kernel, {}, size_hints)
 
 
 @dataclass
@@ -65,12 +66,13 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: 
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,
                    dumper: IRDumper | None = None, reduction_strategy: str = "auto",
-                   merge_chunk: int = 0, vendor_gemm: bool = False, fp32_dot: str = "ieee") -> CompiledProgram:
+                   merge_chunk: int = 0, vendor_gemm: bool = False, fp32_dot: str = "ieee",
+                   size_hints: Mapping[str, int] | None = None) -> CompiledProgram:
     """Run the whole pipeline on a module holding one ``func.func`` of ``tensor_op`` ops.
 
     ``choose_config(kernel)`` picks each kernel's configuration (the heuristic, or the autotuner);
-    ``reduction_strategy`` and ``merge_chunk`` are ``amk-tile``'s options of those names, ``vendor_gemm``
-    ``amk-fuse``'s (for the default pipeline), ``fp32_dot`` ``amk-emit-triton``'s.
+    ``reduction_strategy``, ``merge_chunk`` and ``size_hints`` are ``amk-tile``'s options of those names,
+    ``vendor_gemm`` ``amk-fuse``'s (for the default pipeline), ``fp32_dot`` ``amk-emit-triton``'s.
     """
     ctx = make_context()
     ir = {"tensor_op": module_text(module)}
@@ -87,7 +89,8 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline, vendor_gemm):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk))
+    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk,
+                 size_hints=size_hints_option(size_hints or {})))
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}

@@ -25,6 +25,7 @@ Output (``amk-stage{block_m=64 block_k=32}``; 48 is not a multiple of 32, so K i
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,9 +52,15 @@ from amk.symbolic import Dim, provably_divisible
 INDEX_LIMIT = 2**31
 
 
-def kernel_problem(kernel: tiled_loop.KernelOp) -> tuple[Dim, Dim, Dim | None, int]:
+def kernel_problem(kernel: tiled_loop.KernelOp,
+                   size_hints: Mapping[str, int] | None = None) -> tuple[Dim, Dim, Dim | None, int]:
     """(rows, cols, contraction or None, element bytes) of a tile-level kernel: its ``problem`` attribute, or read
-    from its loops and outputs when the attribute is absent (hand-written IR)."""
+    from its loops and outputs when the attribute is absent (hand-written IR); ``size_hints`` (symbol -> value) give
+    symbolic sizes the values of the size bucket a kernel is configured for."""
+    if size_hints:
+        rows, cols, contraction, element_bytes = kernel_problem(kernel)
+        return (rows.subs(size_hints), cols.subs(size_hints),
+                None if contraction is None else contraction.subs(size_hints), element_bytes)
     element_bytes = max((_element_bytes(a.type.element_type) for a in kernel.inputs), default=4)
     if kernel.problem is not None:
         rows, cols, *contraction = kernel.problem.dims
@@ -72,8 +79,9 @@ def _element_bytes(element_type) -> int:
     return max(1, getattr(element_type, "bitwidth", 32) // 8)
 
 
-def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int]) -> KernelConfig:
-    rows, cols, contraction, element_bytes = kernel_problem(kernel)
+def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int],
+               size_hints: Mapping[str, int] | None = None) -> KernelConfig:
+    rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
     base = strategy_named(kernel.strategy.data).default_config(rows, cols, contraction, element_bytes).as_dict()
     base.update({k: v for k, v in overrides.items() if v})
     return KernelConfig(**base)

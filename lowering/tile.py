@@ -44,6 +44,7 @@ Output::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -87,10 +88,11 @@ def _product(dims) -> str:
 
 
 
-def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO,
-                merge_chunk: int = 0) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
-    """The kernel of one fused region, tiled by ``strategy`` (a registered name, or ``auto``: see
-    :func:`amk.lowering.strategies.choose_strategy`), and the launch replacing the region."""
+def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge_chunk: int = 0,
+                size_hints: Mapping[str, int] | None = None) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
+    """The kernel of one fused region, tiled by ``strategy`` (a registered name, or ``auto``, which chooses as for
+    the sizes of ``size_hints``: see :func:`amk.lowering.strategies.choose_strategy`), and the launch replacing the
+    region."""
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
@@ -109,7 +111,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO,
         out_types.append(TensorType(dims, value.type.element_type))
         names.append(f"out{index}")
     rows, cols = plan.main.space.rows, plan.main.space.cols
-    tiling = choose_strategy(plan, strategy)
+    tiling = choose_strategy(plan, strategy, size_hints)
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
     buffers = []
     if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
@@ -144,6 +146,23 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO,
     return kernel, launch
 
 
+def size_hints_option(size_hints: Mapping[str, int]) -> str:
+    """amk-tile's ``size_hints`` option text for ``size_hints`` (``s0=16,s1=1``)."""
+    return ",".join(f"{symbol}={value}" for symbol, value in sorted(size_hints.items()))
+
+
+def parse_size_hints(text: str) -> dict[str, int]:
+    """The symbol values of amk-tile's ``size_hints`` option (``s0=16,s1=1``; empty: none)."""
+    hints = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        symbol, _, value = item.partition("=")
+        if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
+            raise PassFailedException(f"amk-tile: size_hints must be SYMBOL=VALUE pairs separated by commas, each "
+                                      f"value a positive integer (s0=16,s1=1); got {item!r} in {text!r}")
+        hints[symbol.strip()] = int(value)
+    return hints
+
+
 def reduction_strategy_names() -> list[str]:
     """What amk-tile's ``reduction_strategy`` option accepts: ``auto`` and the registered row-reduction strategies."""
     return [AUTO] + [name for name, strategy in STRATEGIES.items() if strategy.row_reduction]
@@ -171,12 +190,17 @@ class TilePass(ModulePass):
     ``merge_chunk`` is how many tiles' partial statistics the strategies that merge them (all but ``row_strip``) load
     and merge per loop iteration, as one ``[BLOCK_M, merge_chunk]`` tile; 0 (the default) takes the measured best,
     ``DEFAULT_MERGE_CHUNK`` (64: a whole row's tiles at once, up to 64).
+
+    ``size_hints`` (``"s0=16,s1=1"``) gives symbolic sizes the values of the size bucket being built: ``auto``
+    chooses the strategy those sizes would get (``split_k`` for a decode-sized row count), while the kernel stays
+    symbolic and correct for every size.
     """
 
     name = "amk-tile"
 
     reduction_strategy: str = AUTO
     merge_chunk: int = 0
+    size_hints: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.merge_chunk not in (0, *MERGE_CHUNKS):
@@ -186,6 +210,7 @@ class TilePass(ModulePass):
         if self.reduction_strategy not in accepted:
             raise PassFailedException(f"amk-tile: reduction_strategy must be {', '.join(accepted)}, "
                                       f"got {self.reduction_strategy!r}")
+        size_hints = parse_size_hints(self.size_hints)
         taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block
@@ -195,7 +220,7 @@ class TilePass(ModulePass):
             while name in taken:
                 name += "_"
             taken.add(name)
-            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk)
+            kernel, launch = lower_fused(fused, name, self.reduction_strategy, self.merge_chunk, size_hints)
             if first is None:
                 module_block.add_op(kernel)
             else:

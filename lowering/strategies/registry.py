@@ -7,12 +7,11 @@ verifier, amk-stage's heuristic, the Triton emitter and the autotuner all look s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import replace
 
+from amk.lowering.plan import GroupPlan, Section, Space
 from amk.lowering.strategies.base import AUTO, TilingStrategy
-
-if TYPE_CHECKING:
-    from amk.lowering.plan import GroupPlan
 
 # name -> strategy, in registration order (the order error messages list them in).
 STRATEGIES: dict[str, TilingStrategy] = {}
@@ -36,25 +35,43 @@ def strategy_named(name: str) -> TilingStrategy:
         raise KeyError(f"no tiling strategy is registered as {name!r}; registered: {', '.join(STRATEGIES)}") from None
 
 
-def auto_strategy(plan: GroupPlan) -> TilingStrategy:
+def auto_strategy(plan: GroupPlan, size_hints: Mapping[str, int] | None = None) -> TilingStrategy:
     """amk-tile's ``auto``: the first strategy, by ascending ``priority``, whose :meth:`~TilingStrategy.chosen_for`
-    takes ``plan`` (strategies without a priority are taken only by name)."""
+    takes ``plan`` (strategies without a priority are taken only by name). ``size_hints`` (symbol -> a representative
+    value) make the choice for symbolic sizes the one made for those sizes: a decode strategy for a row count that is
+    small in the size bucket being built (:func:`at_sizes`)."""
+    sized = at_sizes(plan, size_hints) if size_hints else plan
     ranked = sorted((s for s in STRATEGIES.values() if s.priority is not None), key=lambda s: s.priority)
     for strategy in ranked:
-        if strategy.chosen_for(plan):
+        if strategy.chosen_for(sized):
             return strategy
     raise LookupError(f"no registered tiling strategy takes this group (asked: {', '.join(s.name for s in ranked)})")
 
 
-def choose_strategy(plan: GroupPlan, requested: str = AUTO) -> TilingStrategy:
-    """The strategy that lowers ``plan``: ``requested`` (a name, or ``auto``), followed through
-    :meth:`~TilingStrategy.instead` while it cannot lower the plan."""
+def choose_strategy(plan: GroupPlan, requested: str = AUTO,
+                    size_hints: Mapping[str, int] | None = None) -> TilingStrategy:
+    """The strategy that lowers ``plan``: ``requested`` (a name, or ``auto``, which sees ``size_hints``), followed
+    through :meth:`~TilingStrategy.instead` while it cannot lower the plan (asked of the plan itself: whether a
+    strategy can lower a kernel does not depend on the sizes it is tuned for)."""
     name, seen = requested, []
     while True:
-        strategy = auto_strategy(plan) if name == AUTO else strategy_named(name)
+        strategy = auto_strategy(plan, size_hints) if name == AUTO else strategy_named(name)
         if strategy.name in seen:
             raise LookupError(f"tiling strategies refer to each other in a circle: {' -> '.join(seen + [name])}")
         seen.append(strategy.name)
         name = strategy.instead(plan)
         if name is None:
             return strategy
+
+
+def at_sizes(plan: GroupPlan, size_hints: Mapping[str, int]) -> GroupPlan:
+    """A shallow copy of ``plan`` whose iteration spaces and contraction have the symbols of ``size_hints`` replaced
+    by their values, for choosing a strategy only: the kernel is built from ``plan`` and stays symbolic."""
+
+    def sized(section: Section) -> Section:
+        space = section.space
+        return replace(section, space=Space(tuple(d.subs(size_hints) for d in space.lead),
+                                            space.cols.subs(size_hints)))
+
+    return replace(plan, main=sized(plan.main), prologue=None if plan.prologue is None else sized(plan.prologue),
+                   contraction=None if plan.contraction is None else plan.contraction.subs(size_hints))
