@@ -387,6 +387,10 @@ class TritonEmitter:
         lhs, rhs = self.name(op.lhs), self.name(op.rhs)
         if fn in _BINARY_FUNCTIONS:
             text = f"{_BINARY_FUNCTIONS[fn]}({lhs}, {rhs}, {_PROPAGATE_NAN})"
+        elif fn == "div" and isinstance(op.result.type.element_type, Float32Type):
+            # Triton's fp32 `/` is div.full.f32 (up to 2 ulp off); PyTorch divides with IEEE rounding, and a mean of
+            # equal values, count / count in a statistics merge, must come out exact (LayerNorm of a constant row: 0)
+            text = f"tl.math.div_rn({lhs}, {rhs})"
         else:
             text = f"{lhs} {_BINARY_OPERATORS[fn]} {rhs}"
         self.assign(op.result, text)

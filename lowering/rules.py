@@ -356,12 +356,16 @@ def _moments_tile(b, x, valid):
 
 
 def _moments_combine(b, a, c):
-    """Chan's parallel merge of (count, mean, M2): exact for rows with a large mean, unlike E[x^2] - E[x]^2."""
+    """Chan's parallel merge of (count, mean, M2): exact for rows with a large mean, unlike E[x^2] - E[x]^2. The mean
+    moves by ``delta * (count_c / count)``, not ``delta * count_c / count``: merged into an empty state (a weight of
+    exactly 1) or with an equal mean (a delta of 0), a part's mean comes back exactly, as a row of equal values needs
+    for a LayerNorm of exactly 0 (``fl(fl(delta * count_c) / count)`` may be an ulp off ``delta``)."""
     (count_a, mean_a, m2_a), (count_c, mean_c, m2_c) = a, c
     count = b.add_(count_a, count_c)
+    weight = b.div(count_c, count)
     delta = b.sub(mean_c, mean_a)
-    mean = b.add_(mean_a, b.div(b.mul(delta, count_c), count))
-    correction = b.div(b.mul(b.mul(delta, delta), b.mul(count_a, count_c)), count)
+    mean = b.add_(mean_a, b.mul(delta, weight))
+    correction = b.mul(b.mul(delta, delta), b.mul(count_a, weight))
     return [count, mean, b.add_(b.add_(m2_a, m2_c), correction)]
 
 

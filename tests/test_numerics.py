@@ -86,8 +86,12 @@ def check_special(ops, shapes, dtype, inputs, grid=None):
     kernel = amk.build_fused_kernel(ops, shapes, dtype, autotune=False, parameter_grid=grid)
     tensors = [t.to(DEVICE, dtype) for t in inputs]
     result = kernel(*tensors)
-    out = result.double()
-    wide = [t.double() for t in tensors]
+    # The float64 references run on the CPU. On CUDA, PyTorch's float64 RMSNorm is its Welford kernel (rstd =
+    # rsqrt(M2 + mean^2 + eps)), whose M2 turns NaN once a row holds an Inf: the whole row comes out NaN. Its CPU
+    # kernels, and its CUDA kernel for fp32/fp16/bf16 rows, sum the squares as the definition does (x / inf = 0; NaN
+    # only where x is +-Inf), and so do amk's kernels.
+    out = result.double().cpu()
+    wide = [t.double().cpu() for t in tensors]
     ref = reference_for(kernel.ops, len(shapes))(*wide).double()
     independent = eager(ops, wide)
     assert torch.equal(torch.isnan(ref), torch.isnan(independent)), "the references disagree"
@@ -271,6 +275,21 @@ def test_layernorm_of_constant_rows_is_exactly_beta(dtype, grid):
     fused = amk.build_fused_kernel(["matmul", "layernorm"], [(6, 8), (8, 127)], dtype, autotune=False,
                                    parameter_grid=grid)
     assert fused(a, w).abs().max().item() == 0.0
+    # rows of values v with fl(fl(127 v) / 127) != v in fp32: the statistics merges must not scale a mean up and down
+    exact = torch.tensor([200.23926, 8.661926, -100.35596, -34.69214, 97.60498, -84.36767578125])
+    assert dtype != FP32 or ((exact * 127) / 127 != exact).all()
+    a = torch.zeros(6, 8)
+    a[:, 0] = exact  # a @ ones: row i holds exact[i] in every column
+    assert fused(a.to(DEVICE, dtype), torch.ones(8, 127, dtype=dtype, device=DEVICE)).abs().max().item() == 0.0
+
+
+def test_divisions_round_as_pytorchs_do():
+    """Triton's fp32 ``/`` is div.full.f32 on NVIDIA GPUs (up to 2 ulp off); PyTorch's kernels divide with IEEE
+    rounding, and so do amk's (the GPU gave LayerNorms of constant rows a mean one ulp off): every division in the
+    emitted kernels is ``tl.math.div_rn``."""
+    kernel = amk.build_fused_kernel(["div", "layernorm"], [(6, 100), (6, 100)], FP16, autotune=False)
+    kernels = kernel.source.split("\ndef launch(")[0]
+    assert "tl.math.div_rn(" in kernels and " / " not in kernels
 
 
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "softmax"])
