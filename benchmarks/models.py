@@ -1,0 +1,549 @@
+"""The model benchmark (issue 18, deliverable 7): modules written as people write them (``nn.Module`` classes with
+``nn.Linear``, ``nn.LayerNorm``, ``nn.RMSNorm``...) under eager PyTorch, torch.compile (default,
+``max-autotune-no-cudagraphs``, and ``reduce-overhead`` on the decode rows) and ``amk.compile`` (plain and under CUDA
+graphs), in one process on the same inputs, correctness first.
+
+    python benchmarks/models.py                                  # every row (needs a GPU)
+    python benchmarks/models.py --rows llama_mlp_decode_m1,gpt2_mlp --quick
+    python benchmarks/models.py --small --rows fp16_linear_layernorm   # tiny shapes: a smoke test (CPU: eager, amk)
+    python benchmarks/models.py --rows gpt2_mlp,bert_ffn --append   # add rows to today's file (a run in parts)
+    python benchmarks/models.py --render FILE.json               # rewrite a results file's table and chart
+
+On the H200 a row takes 20 s to 2 minutes, most of it torch.compile's max-autotune and amk's tuning on cold caches;
+where one command may not run for long, run the rows in parts with ``--append`` (each row measures its contenders
+in one process) or stop starting rows after ``--time-limit`` seconds.
+
+Per row and contender, in this order:
+
+- ``first_call_s``: wall time of the first call, synchronized: compilation and tuning for the compiled contenders
+  (caches are fresh temporary directories unless ``--warm-caches``). ``amk_graphs`` wraps ``amk``'s compiled module
+  in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only.
+- correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
+  float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
+  error exceeds ``max(amk.verification.TOLERANCES[dtype], 2 x eager's)`` is reported as wrong and not timed.
+- ``host_us``: per-call host time. After a synchronize, N back-to-back calls are timed on the host clock without
+  waiting for the GPU at the end; the median over repetitions of elapsed / N. It is what issuing one call costs the
+  host (guards, Python, launches) while the GPU works through the queue, and a launch-bound call's floor; a call that
+  synchronizes shows its GPU time here too.
+- ``ms``: median time per call, ``amk.benchmarking.time_ms`` (CUDA events around each call after an L2 flush, as
+  ``triton.testing.do_bench(fn, return_mode="median")``). The flush hides a call's host time only up to its own
+  length (about 60 µs on the H200): a call whose host time is longer keeps the GPU waiting, and that shows here.
+
+``speedup`` is the best correct torch.compile time of the row over the best correct amk time (above 1: amk is
+faster); ``speedup_no_graphs`` compares plain ``amk`` with the better of ``compile`` and ``max_autotune``. The
+geomeans are over the rows that have them. Writes ``<out>/<date>-<gpu>-models.json``, ``.md`` and (with matplotlib)
+``.png``, rewritten after every row, naming the GPU, versions, date and command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from workloads import relative_error
+
+import amk
+from amk.benchmarking import environment, time_ms
+from amk.frontend.graphs import cuda_graphed
+from amk.runtime import default_device
+from amk.verification import TOLERANCES
+
+TORCH_COMPILE = ("compile", "max_autotune", "reduce_overhead")
+AMK = ("amk", "amk_graphs")
+CONTENDERS = ("eager", *TORCH_COMPILE, *AMK)
+LABELS = {"eager": "eager", "compile": "torch.compile", "max_autotune": "max-autotune-no-cudagraphs",
+          "reduce_overhead": "reduce-overhead", "amk": "amk.compile", "amk_graphs": "amk.compile + CUDA graphs"}
+
+
+# --- The modules, as people write them ---------------------------------------------------------------------------
+
+class LinearActivation(nn.Module):
+    def __init__(self, features: int, activation: type[nn.Module]):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.activation = activation()
+
+    def forward(self, x):
+        return self.activation(self.fc(x))
+
+
+class LinearResidualReLU(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x, residual):
+        return F.relu(self.fc(x) + residual)
+
+
+class LinearNorm(nn.Module):
+    def __init__(self, features: int, norm: type[nn.Module]):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.norm = norm(features)
+
+    def forward(self, x):
+        return self.norm(self.fc(x))
+
+
+class LinearSoftmax(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=-1)
+
+
+class LinearLogSumExp(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.logsumexp(self.fc(x), dim=-1)
+
+
+class GPT2MLP(nn.Module):
+    """GPT-2's block MLP: c_fc, tanh GELU, c_proj, dropout."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.c_fc = nn.Linear(d_model, 4 * d_model)
+        self.act = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * d_model, d_model)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class BertFFN(nn.Module):
+    """BERT's intermediate and output layers: Linear, GELU, Linear, dropout, residual, LayerNorm."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.intermediate = nn.Linear(hidden, intermediate)
+        self.output = nn.Linear(intermediate, hidden)
+        self.dropout = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, hidden_states):
+        h = self.output(F.gelu(self.intermediate(hidden_states)))
+        return self.norm(self.dropout(h) + hidden_states)
+
+
+class ViTMLP(nn.Module):
+    """A ViT block's MLP (timm's ``Mlp``): fc1, GELU, dropout, fc2, dropout."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class LlamaMLP(nn.Module):
+    """A Llama decoder layer's second half: RMSNorm, gate and up projections, SiLU(gate) * up, down projection,
+    residual."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.post_attention_layernorm = nn.RMSNorm(hidden, eps=1e-5)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class AttentionScores(nn.Module):
+    """Multi-head attention probabilities: softmax(q k^T / sqrt(head_dim))."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.scale = head_dim ** -0.5
+
+    def forward(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
+
+
+# --- The rows ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    name: str
+    title: str
+    dtype: torch.dtype
+    module: Callable[..., nn.Module]  # called with ``sizes`` (or ``small_sizes``)
+    sizes: dict
+    inputs: Callable[..., list[tuple[int, ...]]]  # the input shapes, from the same sizes
+    small_sizes: dict
+    decode: bool = False  # decode-sized: reduce-overhead is a contender
+
+    def build(self, small: bool) -> tuple[nn.Module, list[tuple[int, ...]]]:
+        sizes = self.small_sizes if small else self.sizes
+        return self.module(**sizes), self.inputs(**sizes)
+
+
+def linear_row(name: str, title: str, dtype: torch.dtype, module: type[nn.Module], features: int = 4096,
+               residual: bool = False, **extra) -> Row:
+    """A row of a Linear-first module at batch 1024 (the issue's), ``features`` wide; ``residual`` modules take a
+    second input of the output's shape."""
+    def shapes(rows, features):
+        return [(rows, features)] * (2 if residual else 1)
+
+    return Row(name, title, dtype, lambda rows, features: module(features, **extra),
+               {"rows": 1024, "features": features}, shapes, {"rows": 8, "features": 32})
+
+
+ROWS = {row.name: row for row in [
+    linear_row("fp32_linear_relu", "Linear + ReLU, fp32, 8192 features", torch.float32, LinearActivation,
+               features=8192, activation=nn.ReLU),
+    linear_row("fp32_linear_gelu", "Linear + GELU, fp32", torch.float32, LinearActivation, activation=nn.GELU),
+    linear_row("fp32_linear_layernorm", "Linear + LayerNorm, fp32", torch.float32, LinearNorm, norm=nn.LayerNorm),
+    linear_row("fp16_linear_residual_relu", "Linear + residual + ReLU, fp16", torch.float16, LinearResidualReLU,
+               residual=True),
+    linear_row("bf16_linear_silu", "Linear + SiLU, bf16", torch.bfloat16, LinearActivation, activation=nn.SiLU),
+    linear_row("fp16_linear_layernorm", "Linear + LayerNorm, fp16", torch.float16, LinearNorm, norm=nn.LayerNorm),
+    linear_row("bf16_linear_rmsnorm", "Linear + RMSNorm (nn.RMSNorm, with weight), bf16", torch.bfloat16, LinearNorm,
+               norm=nn.RMSNorm),
+    linear_row("fp16_linear_softmax", "Linear + softmax, fp16", torch.float16, LinearSoftmax),
+    linear_row("fp16_linear_logsumexp", "Linear + logsumexp over rows, fp16", torch.float16, LinearLogSumExp),
+    Row("gpt2_mlp", "GPT-2 MLP (d=1024), 8 x 512 tokens, fp16", torch.float16,
+        lambda batch, seq, d: GPT2MLP(d), {"batch": 8, "seq": 512, "d": 1024},
+        lambda batch, seq, d: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32}),
+    Row("bert_ffn", "BERT-base FFN (Linear, GELU, Linear, residual, LayerNorm), 32 x 128 tokens, fp16",
+        torch.float16, lambda batch, seq, d, inner: BertFFN(d, inner),
+        {"batch": 32, "seq": 128, "d": 768, "inner": 3072},
+        lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32, "inner": 64}),
+    Row("vit_mlp", "ViT-B/16 MLP, 64 images x 197 tokens, bf16", torch.bfloat16,
+        lambda batch, seq, d, inner: ViTMLP(d, inner), {"batch": 64, "seq": 197, "d": 768, "inner": 3072},
+        lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": 2, "seq": 5, "d": 32, "inner": 64}),
+    *[Row(f"llama_mlp_{stage}", f"Llama-3-8B MLP (RMSNorm, gate/up, SiLU * up, down, residual), {what}, bf16",
+          torch.bfloat16, lambda batch, seq, d, inner: LlamaMLP(d, inner),
+          {"batch": batch, "seq": seq, "d": 4096, "inner": 14336},
+          lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": min(batch, 2), "seq": min(seq, 4), "d": 32,
+                                                            "inner": 64}, decode=seq == 1)
+      for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
+                                      ("decode_m1", 1, 1, "decode, 1 sequence"),
+                                      ("decode_m16", 16, 1, "decode, 16 sequences"))],
+    Row("attention_scores", "attention probabilities softmax(q k^T / 8), 8 x 16 heads x 512 x 64, fp16",
+        torch.float16, lambda batch, heads, seq, head_dim: AttentionScores(head_dim),
+        {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
+        lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2,
+        {"batch": 1, "heads": 2, "seq": 8, "head_dim": 16}),
+]}
+
+
+# --- Measuring -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Timing:
+    rep_ms: float
+    warmup_ms: float
+    host_calls: int
+    host_repeats: int
+
+
+FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=20, host_repeats=5)
+QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=10, host_repeats=3)
+INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1)  # CPU: every call is interpreted
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def host_us(fn: Callable[[], object], timing: Timing) -> float:
+    """Per-call host time in microseconds: ``host_calls`` calls after a synchronize, not waiting for the GPU at the
+    end; the median over ``host_repeats`` repetitions."""
+    samples = []
+    for _ in range(timing.host_repeats):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(timing.host_calls):
+            fn()
+        samples.append((time.perf_counter() - start) / timing.host_calls * 1e6)
+    synchronize()
+    return statistics.median(samples)
+
+
+def make_contender(name: str, module: nn.Module, compiled_amk: list) -> Callable:
+    """The callable of contender ``name``. ``amk_graphs`` wraps the module that the ``amk`` contender compiled
+    (``compiled_amk`` holds it), so the row compiles amk once."""
+    if name == "eager":
+        return module
+    if name == "compile":
+        return torch.compile(module)
+    if name == "max_autotune":
+        return torch.compile(module, mode="max-autotune-no-cudagraphs")
+    if name == "reduce_overhead":
+        return torch.compile(module, mode="reduce-overhead")
+    if name == "amk":
+        compiled_amk.append(amk.compile(module))
+        return compiled_amk[0]
+    # Until amk.compile takes cuda_graphs=True, the wrapper around its module is the same thing.
+    return cuda_graphed(compiled_amk[0] if compiled_amk else amk.compile(module))
+
+
+def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor, limit: float,
+            timing: Timing) -> dict:
+    """One contender of a row: first call, correctness, host time, device time (see the module's docstring)."""
+    result: dict = {"status": "ok"}
+    start = time.perf_counter()
+    fn(*inputs)
+    synchronize()
+    result["first_call_s"] = round(time.perf_counter() - start, 3)
+    for _ in range(2):
+        fn(*inputs)
+    result["rel_l2"], result["max_abs"] = relative_error(fn(*inputs), reference)
+    if not result["rel_l2"] <= limit:  # NaN counts as wrong
+        result["status"] = "wrong"
+        return result
+    result["host_us"] = round(host_us(lambda: fn(*inputs), timing), 2)
+    result["ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms)
+    return result
+
+
+def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dict:
+    device = default_device()
+    torch.manual_seed(0)
+    module, shapes = row.build(small)
+    module = module.to(device=device, dtype=row.dtype).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(shape, generator=generator).to(device=device, dtype=row.dtype) for shape in shapes]
+    with torch.no_grad():
+        reference = copy.deepcopy(module).double()(*[t.double() for t in inputs])
+    result = {"row": row.name, "title": row.title, "dtype": str(row.dtype).removeprefix("torch."),
+              "input_shapes": shapes, "contenders": {}}
+    compiled_amk: list = []
+    for name in contenders:
+        if name == "reduce_overhead" and not row.decode:
+            continue
+        # Same values, distinct tensors: amk.compile marks its arguments' leading dims dynamic, and reduce-overhead
+        # keeps its inputs' addresses; neither may leak into another contender.
+        own_inputs = [t.clone() for t in inputs]
+        # Eager defines what the dtype can give; the others may be off by twice as much, or the dtype's tolerance.
+        eager_error = result["contenders"].get("eager", {}).get("rel_l2", 0.0)
+        limit = math.inf if name == "eager" else max(TOLERANCES[row.dtype], 2 * eager_error)
+        try:
+            with torch.no_grad():
+                fn = make_contender(name, module, compiled_amk)
+                result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing)
+        except Exception as failure:  # a contender that does not compile or run is reported, not fatal
+            result["contenders"][name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
+        print(f"   {name}: {json.dumps(result['contenders'][name])}", flush=True)
+    result["speedup"] = speedup(result["contenders"], TORCH_COMPILE, AMK)
+    result["speedup_no_graphs"] = speedup(result["contenders"], ("compile", "max_autotune"), ("amk",))
+    del module, reference, inputs, compiled_amk
+    torch._dynamo.reset()  # each row compiles the same forward code objects again; stay under Dynamo's limits
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return result
+
+
+def best_ms(contenders: dict, names) -> float | None:
+    times = [contenders[n]["ms"] for n in names if contenders.get(n, {}).get("status") == "ok"]
+    return min(times) if times else None
+
+
+def speedup(contenders: dict, theirs, ours) -> float | None:
+    their_ms, our_ms = best_ms(contenders, theirs), best_ms(contenders, ours)
+    return round(their_ms / our_ms, 3) if their_ms and our_ms else None
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return round(math.exp(statistics.fmean(math.log(v) for v in values)), 3) if values else None
+
+
+# --- Reports -------------------------------------------------------------------------------------------------------
+
+def cell(contender: dict | None, key: str, digits: int) -> str:
+    if contender is None:
+        return "—"
+    if contender["status"] != "ok" and key not in contender:
+        return contender["status"]
+    value = contender.get(key)
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def tables(document: dict) -> str:
+    rows, present = document["rows"], [c for c in CONTENDERS if any(c in r["contenders"] for r in document["rows"])]
+    header = " | ".join(LABELS[c] for c in present)
+    rule = "|---" * (len(present) + 1) + "|"
+    lines = ["Median ms per call (`wrong`: output outside the tolerance, not timed; `failed`: did not run).\n",
+             f"| row | {header} | speed-up | speed-up without graphs |", rule + "---|---|"]
+    for r in rows:
+        cells = " | ".join(cell(r["contenders"].get(c), "ms", 4) for c in present)
+        ratios = " | ".join(f"{r[k]:.2f}x" if r[k] else "—" for k in ("speedup", "speedup_no_graphs"))
+        lines.append(f"| {r['row']}: {r['title']} | {cells} | {ratios} |")
+    means = document["geomean"]
+    if means["speedup"]:
+        lines.append(f"\nGeomean speed-up of amk over the best torch.compile mode: {means['speedup']:.3f}x "
+                     f"({means['rows']} rows); without CUDA graphs on either side: {means['speedup_no_graphs']:.3f}x.\n")
+    for title, key, digits in (("Per-call host time, µs", "host_us", 1), ("First call, s", "first_call_s", 2)):
+        lines += [f"\n{title}.\n", f"| row | {header} |", rule]
+        lines += [f"| {r['row']} | " + " | ".join(cell(r["contenders"].get(c), key, digits) for c in present) + " |"
+                  for r in rows]
+    lines += ["\nRelative L2 error against float64 (maximum absolute error).\n", f"| row | {header} |", rule]
+    for r in rows:
+        errors = []
+        for c in present:
+            entry = r["contenders"].get(c)
+            errors.append("—" if entry is None or "rel_l2" not in entry else
+                          f"{entry['rel_l2']:.1e} ({entry['max_abs']:.1e})" + (" wrong" if entry["status"] == "wrong"
+                                                                               else ""))
+        lines.append(f"| {r['row']} | " + " | ".join(errors) + " |")
+    failures = [(r["row"], c, e["error"]) for r in rows for c, e in r["contenders"].items() if e["status"] == "failed"]
+    if failures:
+        lines += ["\nFailures:\n"] + [f"- {row} / {c}: `{error}`" for row, c, error in failures]
+    return "\n".join(lines) + "\n"
+
+
+def chart(document: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = document["rows"]
+    present = [c for c in CONTENDERS if c != "eager" and any(c in r["contenders"] for r in rows)]
+    figure, axis = plt.subplots(figsize=(max(8, len(rows) * 0.9), 4.5))
+    width = 0.8 / max(len(present), 1)
+    for index, name in enumerate(present):
+        values = []
+        for r in rows:
+            eager_ms, ms = best_ms(r["contenders"], ("eager",)), best_ms(r["contenders"], (name,))
+            values.append(eager_ms / ms if eager_ms and ms else 0)
+        axis.bar([i + index * width for i in range(len(rows))], values, width, label=LABELS[name])
+    axis.axhline(1.0, color="grey", linewidth=0.8)
+    axis.set_xticks([i + 0.4 for i in range(len(rows))], [r["row"] for r in rows], rotation=45, ha="right")
+    axis.set_ylabel("speed-up over eager (higher is better)")
+    axis.set_title(f"{document['environment']['gpu']}, {document['environment']['date'][:10]}")
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def write_reports(document: dict, out: Path, stem: str) -> str:
+    """``<stem>.json``, ``.md`` and ``.png`` of a results document; returns the Markdown."""
+    results = document["rows"]
+    document["geomean"] = {"speedup": geomean(r["speedup"] for r in results),
+                           "speedup_no_graphs": geomean(r["speedup_no_graphs"] for r in results),
+                           "rows": sum(1 for r in results if r["speedup"])}
+    env = document["environment"]
+    markdown = (f"# amk model benchmark ({env['gpu']})\n\ntorch {env['torch']}, triton {env['triton']}, amk "
+                f"{env['amk']}, python {env['python']}, {env['date']}; float32 matmul precision "
+                f"\"{document['float32_matmul_precision']}\"; caches: {document['caches']}.\n\n"
+                f"Command: `{document['command']}`\n\n" + tables(document))
+    if document.get("not_run"):
+        markdown += f"\nNot run (time limit): {', '.join(document['not_run'])}.\n"
+    (out / f"{stem}.json").write_text(json.dumps(document, indent=1))
+    (out / f"{stem}.md").write_text(markdown)
+    chart(document, out / f"{stem}.png")
+    return markdown
+
+
+def gpu_slug(gpu_name: str) -> str:
+    """``NVIDIA H200`` -> ``h200``; ``cpu`` without a GPU."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    words = re.findall(r"[a-z0-9]+", gpu_name.lower())
+    return "-".join(word for word in words if word != "nvidia") or "gpu"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, from " + ", ".join(ROWS))
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help="comma-separated, from " + ", ".join(CONTENDERS) + " (reduce_overhead: decode rows only)")
+    parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke test; CPU is fine)")
+    parser.add_argument("--quick", action="store_true", help="shorter timing (fewer timed calls)")
+    parser.add_argument("--warm-caches", action="store_true", help="keep the user's amk, Inductor and Triton caches "
+                        "(default: fresh temporary ones, so that first calls are cold)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help="start no further row once S seconds have passed (the rest are listed as not run)")
+    parser.add_argument("--append", action="store_true", help="add to <stem>.json where it exists, rows measured "
+                        "again replacing theirs (a run split over several commands, each row in one process)")
+    parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
+    parser.add_argument("--stem", default=None, help="results file name without extension "
+                        "(default: YYYY-MM-DD-<gpu>-models)")
+    parser.add_argument("--render", metavar="JSON", help="measure nothing: rewrite the table and chart of a results "
+                        "file from its JSON")
+    args = parser.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        write_reports(json.loads(path.read_text()), path.parent, path.stem)
+        return
+    names = [name.strip() for name in args.rows.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ROWS]
+    if unknown or not names:
+        parser.error(f"unknown rows {', '.join(unknown) or '(none given)'}; choose from {', '.join(ROWS)}")
+    chosen = [name.strip() for name in args.contenders.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in CONTENDERS]
+    if unknown or not chosen:
+        parser.error(f"unknown contenders {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONTENDERS)}")
+    on_gpu = default_device().type == "cuda"
+    if not on_gpu and not args.small:
+        parser.error("without a GPU the kernels run in Triton's interpreter: use --small (tiny shapes)")
+    if not args.warm_caches:
+        caches = Path(tempfile.mkdtemp(prefix="amk-models-"))
+        for variable, folder in (("AMK_CACHE_DIR", "amk"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                                 ("TRITON_CACHE_DIR", "triton")):
+            os.environ[variable] = str(caches / folder)
+    # torch.compile on the CPU needs a C++ compiler, and CUDA graphs a GPU: without one, eager and amk only.
+    contenders = [name for name in CONTENDERS if name in chosen and (on_gpu or name in ("eager", "amk"))]
+    timing = INTERPRETER if not on_gpu else QUICK if args.quick else FULL
+    env = environment()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models"
+    document = {"environment": env, "command": " ".join(["python", "benchmarks/models.py", *(argv or sys.argv[1:])]),
+                "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "caches": "the user's" if args.warm_caches else "fresh temporary directories", "rows": [],
+                "not_run": []}
+    earlier = out / f"{stem}.json"
+    if args.append and earlier.exists():
+        previous = json.loads(earlier.read_text())
+        document["command"] = f"{previous['command']}; {document['command']}"
+        document["rows"] = [row for row in previous["rows"] if row["row"] not in names]
+    started = time.perf_counter()
+    for name in names:
+        if args.time_limit is not None and time.perf_counter() - started > args.time_limit:
+            document["not_run"].append(name)
+            continue
+        print(f"== {name}: {ROWS[name].title}", flush=True)
+        document["rows"].append(run_row(ROWS[name], contenders, args.small, timing))
+        write_reports(document, out, stem)
+    print(write_reports(document, out, stem))
+
+
+if __name__ == "__main__":
+    main()

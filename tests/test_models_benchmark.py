@@ -1,0 +1,89 @@
+"""benchmarks/models.py, the model benchmark: two rows at tiny shapes run end to end (on the CPU in Triton's
+interpreter, eager and amk), its command line refuses what it does not know, and its speed-ups compare the best
+correct contenders of each side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GPU, REPO
+
+MODELS = REPO / "benchmarks" / "models.py"
+
+
+def run_models(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(MODELS), *args], capture_output=True, text=True, timeout=300,
+                          check=check)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    """Two rows in two parts, the second appended to the first's file."""
+    out = tmp_path_factory.mktemp("models")
+    for row, append in (("fp16_linear_layernorm", []), ("llama_mlp_decode_m1", ["--append"])):
+        run_models("--small", "--rows", row, "--contenders", "eager,amk,amk_graphs", "--out", str(out), "--stem",
+                   "smoke", *append)
+    return out
+
+
+def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(smoke):
+    document = json.loads((smoke / "smoke.json").read_text())
+    assert [row["row"] for row in document["rows"]] == ["fp16_linear_layernorm", "llama_mlp_decode_m1"]
+    expected = {"eager", "amk", "amk_graphs"} if GPU else {"eager", "amk"}  # no CUDA graphs without a GPU
+    for row in document["rows"]:
+        assert set(row["contenders"]) == expected, row["contenders"]
+        for name, result in row["contenders"].items():
+            assert result["status"] == "ok", (row["row"], name, result)
+            assert result["rel_l2"] < 1e-2 and result["ms"] > 0 and result["host_us"] > 0
+            assert result["first_call_s"] >= 0
+    first, second = document["command"].split("; ")
+    assert first.startswith("python benchmarks/models.py --small --rows fp16_linear_layernorm")
+    assert second.endswith("--append")
+    assert document["caches"] == "fresh temporary directories"
+    table = (smoke / "smoke.md").read_text()
+    assert "| row | eager | amk.compile |" in table and "| fp16_linear_layernorm: Linear + LayerNorm, fp16 |" in table
+    assert "Per-call host time, µs." in table and "Relative L2 error against float64" in table
+
+
+def test_render_rewrites_the_table_from_the_json(smoke, tmp_path):
+    copy = tmp_path / "copy.json"
+    copy.write_text((smoke / "smoke.json").read_text())
+    run_models("--render", str(copy))
+    assert copy.with_suffix(".md").read_text() == (smoke / "smoke.md").read_text()
+
+
+def models_module():
+    sys.path.insert(0, str(MODELS.parent))
+    try:
+        import models
+    finally:
+        sys.path.remove(str(MODELS.parent))
+    return models
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--small", "--rows", "gpt2_mlp,gpt5"], "unknown rows gpt5; choose from fp32_linear_relu"),
+    (["--small", "--contenders", "eager,tensorrt"], "unknown contenders tensorrt; choose from eager, compile"),
+    pytest.param(["--rows", "gpt2_mlp"], "without a GPU the kernels run in Triton's interpreter: use --small",
+                 marks=pytest.mark.skipif(GPU, reason="full-size rows are refused without a GPU only")),
+])
+def test_bad_command_lines_are_refused_before_anything_runs(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        models_module().main(args)
+    assert exit_status.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_speedups_compare_the_best_correct_contenders_of_each_side():
+    models = models_module()
+    contenders = {"compile": {"status": "ok", "ms": 2.0}, "max_autotune": {"status": "ok", "ms": 1.5},
+                  "reduce_overhead": {"status": "wrong"}, "amk": {"status": "ok", "ms": 1.2},
+                  "amk_graphs": {"status": "wrong"}}
+    # 1.5 / 1.2: wrong outputs are not timed, so they never win
+    assert models.speedup(contenders, models.TORCH_COMPILE, models.AMK) == 1.25
+    assert models.speedup({"compile": {"status": "ok", "ms": 1.0}, "amk": {"status": "failed"}},
+                          models.TORCH_COMPILE, models.AMK) is None
+    assert models.geomean([1.25, None, 0.8]) == 1.0
