@@ -9,24 +9,12 @@ The first call of a signature warms the callable up on a side stream (``warmup_c
 and first-call checks happen there, never under capture), captures one call into a graph with static input buffers
 of its own, and replays it; later calls copy their tensors into those buffers and replay.
 
-The rules, as for torch's CUDA-graph trees:
-
-- **Outputs are the graph's static tensors**: the same tensor objects on every call of a signature, overwritten by
-  the next call of that signature. Clone what must outlive it. Calls of other signatures leave them alone (each
-  graph has its own memory pool).
-- **Parameters and buffers are read in place**: an in-place update (``weight.mul_(2)``, ``load_state_dict``,
-  an optimizer step) is seen by the next replay; replacing the tensor (``module.weight = nn.Parameter(...)``) is not,
-  until :meth:`CUDAGraphed.reset` drops the graphs.
-- **Autograd**: a call that would record autograd history (grad mode on, and an input or a parameter requiring
-  grad) runs as the plain call, every time, with one log line; run inference under ``torch.no_grad()`` or
-  ``torch.inference_mode()``. A module in training mode under ``no_grad`` is captured as it is (dropout draws fresh
-  numbers on each replay; batch-norm statistics update in place).
-- **Plain calls**: without CUDA, and for calls with no CUDA tensor, the wrapper calls through (no log: that is what
-  it is for). Tensors on several devices, a non-tensor argument that cannot be hashed, or a call that cannot be
-  captured (it synchronizes, say, or reads a value on the host) run as the plain call, with one log line per reason.
-- **Threads**: one wrapper's static buffers and outputs are shared by its calls, so one wrapper serves one thread
-  at a time (wrap the callable once per thread otherwise). Capture itself is thread-local: other threads may keep
-  launching work meanwhile.
+The rules (docs/cuda-graphs.md has them in full), as for torch's CUDA-graph trees: outputs are the graph's static
+tensors, overwritten by the next call of the same signature; parameters and buffers are read in place (updating
+them in place is seen, replacing them is not until :meth:`CUDAGraphed.reset`); a call that would record autograd
+history, one without CUDA tensors, one with tensors on several devices or an unhashable argument, and one that
+cannot be captured run as the plain call (with one log line per reason, except the CPU case); one wrapper serves
+one thread at a time.
 
 amk's kernels are safe to capture: under capture they take fresh workspace from the graph's pool
 (:mod:`amk.workspace`).
@@ -47,6 +35,9 @@ from amk.errors import InvalidArgumentError
 log = logging.getLogger("amk.frontend")
 
 __all__ = ["CUDAGraphed", "cuda_graphed"]
+
+
+_UNSEEN = object()  # a signature not called before (``None`` marks one that runs as the plain call)
 
 
 @dataclass
@@ -100,7 +91,8 @@ class CUDAGraphed:
             entry = self._first_call(signature, leaves, structure)
         if entry is None:
             return self.fn(*args, **kwargs)
-        torch._foreach_copy_(entry.static_inputs, [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)])
+        tensors = leaves if isinstance(structure, int) else [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        torch._foreach_copy_(entry.static_inputs, tensors)
         entry.graph.replay()
         return entry.outputs
 
@@ -165,9 +157,6 @@ class CUDAGraphed:
             name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
             log.warning("amk: CUDA graphs are not used for calls of %s where %s; those calls run as plain calls",
                         name, reason)
-
-
-_UNSEEN = object()
 
 
 def _signature(leaves, structure) -> tuple:
