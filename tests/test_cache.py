@@ -293,14 +293,22 @@ def test_a_cache_path_that_is_a_file_degrades_to_memory_with_one_warning(tmp_pat
         assert_correct(kernel)
 
 
+def make_read_only(root, monkeypatch):
+    """Renames into ``root`` fail as on a read-only file system (tests run as root, where chmod does not stop writes);
+    elsewhere, as in Triton's own cache, files are written as usual."""
+    real_replace = os.replace
+
+    def replace(source, target, *args, **kwargs):
+        if os.path.abspath(target).startswith(os.path.join(os.path.abspath(root), "")):
+            raise OSError(errno.EROFS, "Read-only file system", str(target))
+        return real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
 def test_a_read_only_cache_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
-    # Tests run as root, where chmod does not stop writes: make every rename fail as on a read-only file system.
     monkeypatch.setattr(cache, "_WARNED", False)
-
-    def read_only(src, dst, *args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", str(dst))
-
-    monkeypatch.setattr(os, "replace", read_only)
+    make_read_only(tmp_path, monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = build(tmp_path)
@@ -314,11 +322,12 @@ def test_a_read_only_cache_degrades_to_memory_with_one_warning(tmp_path, monkeyp
 def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch):
     key = build(tmp_path).cache_key
     monkeypatch.setattr(cache, "_WARNED", False)
-    monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "read-only")))
+    make_read_only(tmp_path, monkeypatch)
     cache._STORES.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kernel = build(tmp_path)
+        assert_correct(kernel)
     assert kernel.cache_hit and kernel.cache_key == key
     assert _cache_warnings(caught) == []
 
@@ -333,7 +342,7 @@ def test_a_hit_from_a_read_only_cache_leaves_tritons_cache_alone(tmp_path, monke
     cache.Store(tmp_path).attach_triton_cache("an-entry", kernel)
     assert kernel.launch is not launch  # a writable cache: the first launch compiles into the entry's folder
     kernel.launch = launch
-    monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "read-only")))
+    make_read_only(tmp_path, monkeypatch)
     store = cache.Store(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
