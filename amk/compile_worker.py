@@ -96,8 +96,11 @@ class _Worker:
 
     def __init__(self):
         self.stderr = tempfile.TemporaryFile()
-        # The worker finds amk (and whatever the parent could import) where the parent found it.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        # The worker finds amk (and whatever the parent could import) where the parent found it: the parent's path,
+        # in its order, and not the working directory first, as ``-m`` would put it (PYTHONSAFEPATH, Python 3.11+): a
+        # source checkout there holds ``amk/`` without the folders an installed amk maps into it (amk.lowering).
+        path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
+        env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
         self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)

@@ -108,3 +108,23 @@ def test_builds_in_two_threads_get_their_own_replies(tmp_path, monkeypatch):
         pool.close()
     for name in ("first", "second"):
         assert [f"{name}-{index}" in reply for index, reply in enumerate(replies[name])] == [True] * 4, replies
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH (not putting the working directory first) is "
+                    "Python 3.11's")
+def test_a_worker_imports_amk_from_where_this_process_did_not_from_its_working_directory(tmp_path, monkeypatch):
+    """Started in a folder holding another ``amk/`` (a source checkout, here a decoy that cannot be imported), a
+    worker still imports the amk its parent imported."""
+    decoy = tmp_path / "amk"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy amk in the working directory was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path / "cache"))
+    pool = CompileWorkers(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a worker that died would warn
+            (error,) = pool.compile([("x = 1\n", "placed", [])])
+    finally:
+        pool.close()
+    assert "launch" in error  # the worker ran the job: the real amk loaded its source
