@@ -24,7 +24,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from amk.runtime import sources_cache_directory
 
@@ -138,18 +138,20 @@ class _Worker:
 class CompileWorkers:
     """A pool of compile workers, started on first use and shared by every kernel tuned in this process.
 
-    :meth:`compile` hands each job to the next idle worker and returns when all are done: the error text of each
-    job (None where it compiled). Once a worker has failed, the pool compiles nothing more (each candidate then
-    compiles in the tuning process when it is timed) and says so once.
+    :meth:`submit` hands jobs to the workers and returns at once, a future per job (its error text, None where it
+    compiled), so that the tuning process times the first candidates while the workers compile the next;
+    :meth:`compile` waits for them all. Builds in several threads share the pool: each job takes an idle worker for
+    itself. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the tuning
+    process when it is timed) and says so once.
     """
 
     def __init__(self, count: int):
         self.count = count
         self.workers: list[_Worker] = []
+        self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self.dispatch: ThreadPoolExecutor | None = None
         self.broken: str | None = None
         self.lock = threading.Lock()
-        # One batch at a time: a worker answers one request at a time, and builds in other threads share the pool.
-        self.busy = threading.Lock()
 
     def start(self) -> None:
         """Start the workers (they import torch and triton while the caller goes on)."""
@@ -165,35 +167,36 @@ class CompileWorkers:
                 self.workers = []
                 self._give_up(f"could not start {sys.executable!r} -m amk.compile_worker: {error}")
                 return
+            for worker in self.workers:
+                self.idle.put(worker)
+            self.dispatch = ThreadPoolExecutor(self.count, thread_name_prefix="amk-compile")
             atexit.register(self.close)
 
-    def compile(self, jobs: Sequence[Job]) -> list[str | None]:
+    def submit(self, jobs: Sequence[Job]) -> list[Future]:
+        """Compile ``jobs`` in the workers, in order as workers come free: a future per job, whose result is the
+        job's error text (None where it compiled, or where no worker could take it)."""
         self.start()
-        with self.busy:
-            return self._compile(jobs)
+        cache_directory = sources_cache_directory()  # read here: the dispatching threads do not see this context
+        with self.lock:
+            dispatch = self.dispatch
+            if dispatch is None or self.broken is not None:
+                return [_done(None) for _ in jobs]
+            return [dispatch.submit(self._run, job, cache_directory) for job in jobs]
 
-    def _compile(self, jobs: Sequence[Job]) -> list[str | None]:
-        if not self.workers:
-            return [None] * len(jobs)
-        cache_directory = sources_cache_directory()  # read here: the threads below do not see this context
-        idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        for worker in self.workers:
-            idle.put(worker)
+    def compile(self, jobs: Sequence[Job]) -> list[str | None]:
+        return [future.result() for future in self.submit(jobs)]
 
-        def run(job: Job) -> str | None:
-            if self.broken is not None:
-                return None
-            worker = idle.get()
-            try:
-                return worker.request(job, cache_directory)
-            except WorkerDied as error:
-                self._give_up(f"a compile worker stopped ({error})")
-                return None
-            finally:
-                idle.put(worker)
-
-        with ThreadPoolExecutor(len(self.workers)) as threads:
-            return list(threads.map(run, jobs))
+    def _run(self, job: Job, cache_directory: str | None) -> str | None:
+        if self.broken is not None:
+            return None
+        worker = self.idle.get()
+        try:
+            return worker.request(job, cache_directory)
+        except WorkerDied as error:
+            self._give_up(f"a compile worker stopped ({error})")
+            return None
+        finally:
+            self.idle.put(worker)
 
     def _give_up(self, reason: str) -> None:
         if self.broken is None:
@@ -204,9 +207,19 @@ class CompileWorkers:
 
     def close(self) -> None:
         with self.lock:
+            if self.dispatch is not None:
+                self.dispatch.shutdown(wait=True, cancel_futures=True)
+                self.dispatch = None
             for worker in self.workers:
                 worker.close()
             self.workers = []
+            self.idle = queue.SimpleQueue()
+
+
+def _done(result) -> Future:
+    future: Future = Future()
+    future.set_result(result)
+    return future
 
 
 _POOLS: dict[int, CompileWorkers] = {}

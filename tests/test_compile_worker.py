@@ -128,3 +128,19 @@ def test_a_worker_imports_amk_from_where_this_process_did_not_from_its_working_d
     finally:
         pool.close()
     assert "launch" in error  # the worker ran the job: the real amk loaded its source
+
+
+def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
+    """submit returns at once; a quick job's reply does not wait for a slow one (the tuner times the first
+    candidates while the workers compile the next)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(2)
+    try:
+        slow, quick = pool.submit([("import time\ntime.sleep(10)\n", "slow", []), ("x = 1\n", "quick", [])])
+        done, _ = wait([slow, quick], timeout=60, return_when=FIRST_COMPLETED)
+        assert done == {quick} and "launch" in quick.result()
+        assert not slow.done()
+    finally:
+        pool.close()
