@@ -6,7 +6,7 @@
                          ▼
                     passes (amk-fuse or the request's pipeline, amk-tile, amk-stage, amk-emit-triton),
                     each kernel's configuration chosen as it is staged (tuned on a GPU, reusing the timings
-                    recorded before on this device; the heuristic for kernels of symbolic sizes)
+                    recorded before on this device; kernels of symbolic sizes at the request's size hints)
                          ▼
                     program choice (where a row reduction follows a matmul: the vendor GEMM with the rest
                     fused, timed against the fully fused program)
@@ -52,7 +52,10 @@ class BuildRequest:
     type, both part of the key. ``ops``: the op list the module was built from, when there is one (a warm start then
     finds the entry without building IR, and the vendor-GEMM program can be tried). ``pipeline``: the tensor-level
     passes (None: ``amk-fuse``). ``dumper``: receives the IR after every pass; a dumped build runs the passes, so it
-    skips the cache lookup (its entry is still stored)."""
+    skips the cache lookup (its entry is still stored). ``size_hints``: ``(symbol, value)`` pairs, the size bucket a
+    program of symbolic sizes is built for (``amk.compile`` builds one per bucket of the row count): the tiling
+    strategy is chosen, and each kernel configured (tuned on a GPU, the heuristic otherwise), as for those sizes,
+    while the kernels stay symbolic and correct for every size."""
 
     make_module: Callable[[], ModuleOp]
     shapes: list[tuple]
@@ -63,6 +66,7 @@ class BuildRequest:
     grid: dict[str, list[int]] | None = None
     pipeline: str | None = None
     dumper: IRDumper | None = field(default=None, compare=False)
+    size_hints: tuple[tuple[str, int], ...] = ()
     # PyTorch's setting when the request was made ("highest", its default, "high" or "medium").
     float32_matmul_precision: str = field(default_factory=torch.get_float32_matmul_precision)
 
@@ -83,6 +87,8 @@ class BuildRequest:
                                  "measure_runs": tc.measure_runs, "strategy": tc.search,
                                  "enable_warp_specialization": tc.enable_warp_specialization,
                                  "vendor_gemm": tc.vendor_gemm}
+        if self.size_hints:
+            settings["size_hints"] = dict(self.size_hints)
         return settings if self.pipeline is None else {**settings, "pipeline": self.pipeline}
 
     @property
@@ -151,7 +157,8 @@ def build(request: BuildRequest, save: bool = True) -> Built:
     with store.triton_cache(key), sources_under(store.root):
         compiled = compile_module(module, config_chooser(request, log_here, store, recorded),
                                   pipeline=request.pipeline, dumper=request.dumper,
-                                  vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot)
+                                  vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
+                                  size_hints=dict(request.size_hints))
         if try_vendor:
             log_vendor: dict[str, list[dict]] = {}
             vendor = _faster_with_vendor_gemm(
@@ -234,19 +241,22 @@ def anonymous_text(module: ModuleOp) -> str:
 def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
                    recorded: dict | None = None) -> Callable:
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
-    and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given)
-    and for kernels of symbolic sizes (the tuner times concrete ones); ``recorded`` (configs kept or imported for
-    this very build) wins over both."""
+    and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
+    a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
+    keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes); ``recorded``
+    (configs kept or imported for this very build) wins over both."""
     from amk.pipeline import heuristic_config
 
+    size_hints = dict(request.size_hints)
+
     def untimed(kernel) -> KernelConfig:
-        heuristic = heuristic_config(kernel)
+        heuristic = heuristic_config(kernel, size_hints)
         return heuristic if request.grid is None else nearest_in_grid(request.grid, heuristic)
 
     chooser = untimed
     if request.timed:
         def timings(kernel) -> str:
-            return cache.timing_key(str(kernel), request.shapes)
+            return cache.timing_key(str(kernel), request.shapes, size_hints)
 
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
@@ -256,11 +266,14 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                                                                "device": cache.device_descriptor()})
 
         known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
-        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot)
+        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot,
+                                 size_hints)
 
         def chooser(kernel) -> KernelConfig:
-            if any(not d.is_static for arg in kernel.body.block.args for d in arg.type.dims):
-                log.info("%s has symbolic sizes: not autotuned (heuristic configuration)", kernel.sym_name.data)
+            unbound = {s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols} - set(size_hints)
+            if unbound:
+                log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
+                         kernel.sym_name.data, ", ".join(sorted(unbound)))
                 return untimed(kernel)
             return tuned(kernel)
 

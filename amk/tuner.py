@@ -330,7 +330,7 @@ def fastest_program(programs: Mapping[str, Callable[[], object]], settings: Tune
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
          build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
-         batch: int = 1) -> tuple[KernelConfig, list[Trial]]:
+         batch: int = 1, size_hints: Mapping[str, int] | None = None) -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
@@ -341,11 +341,12 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     ``TMA``, ``WARP_SPECIALIZE``) are not searched: the search runs with their first value, then every setting of
     them is timed on the fastest configurations found (:func:`_refine`). ``prepare(configs)``, when given, is called
     with each group of candidates (``batch`` at a time for the model-guided search) before any of them is timed, so
-    that they can be compiled together.
+    that they can be compiled together. ``size_hints`` give a kernel of symbolic sizes the sizes it is tuned for (its
+    search space and pruning see them).
     """
     from amk.lowering.stage import kernel_problem
 
-    rows, cols, contraction, element_bytes = kernel_problem(kernel)
+    rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
     strategy = kernel.strategy.data
     has_dot = contraction is not None
     limits = DeviceLimits.current()
@@ -556,13 +557,16 @@ def compile_workers() -> int:
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
-def compile_job(kernel, config: KernelConfig, source: str) -> tuple[str, str, list[tuple[tuple[int, ...], str]]]:
+def compile_job(kernel, config: KernelConfig, source: str,
+                bindings: Mapping[str, int] | None = None) -> tuple[str, str, list[tuple[tuple[int, ...], str]]]:
     """What a compile worker (:mod:`amk.compile_worker`) needs to compile ``kernel`` under ``config`` (its emitted
-    ``source``): the source, the kernel's name and each argument's static shape and torch dtype name."""
+    ``source``): the source, the kernel's name and each argument's shape (``bindings`` give the symbols' values) and
+    torch dtype name."""
     from amk.runtime import kernel_arguments
 
     specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
-    return source, kernel.sym_name.data, [(spec.shape({}), str(spec.dtype).removeprefix("torch.")) for spec in specs]
+    return source, kernel.sym_name.data, [(spec.shape(dict(bindings or {})), str(spec.dtype).removeprefix("torch."))
+                                          for spec in specs]
 
 
 def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,
@@ -593,18 +597,21 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
 
 
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None,
-                     fp32_dot: str = "ieee"):
+                     fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
     receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`).
-    Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`)."""
+    Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`).
+    A kernel of symbolic sizes is timed at the sizes ``size_hints`` give its symbols (a size bucket's)."""
     import torch
 
     from amk.compile_worker import shared_pool
     from amk.pipeline import heuristic_config, stage_and_emit
     from amk.runtime import load_source
 
+    bindings = dict(size_hints or {})
+
     def choose(kernel) -> KernelConfig:
-        heuristic = heuristic_config(kernel)
+        heuristic = heuristic_config(kernel, bindings)
         name = kernel.sym_name.data
         device = torch.device("cuda")
         outputs_count = len(kernel.outputs)
@@ -624,7 +631,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             jobs = []
             for config in configs:
                 try:
-                    jobs.append(compile_job(kernel, config, source(config)))
+                    jobs.append(compile_job(kernel, config, source(config), bindings))
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
             with phase("compile"):
@@ -636,7 +643,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
-                args = kernel_example_arguments(kernel, heuristic, device, inputs=inputs)
+                args = kernel_example_arguments(kernel, heuristic, device, bindings, inputs=inputs)
                 launch = load_source(source(heuristic), name).launch
                 with phase("compile"):
                     launch(*args)
@@ -653,7 +660,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 reference()
             launch = load_source(source(config), name).launch
             # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
-            candidate = kernel_example_arguments(kernel, config, device, inputs=inputs)
+            candidate = kernel_example_arguments(kernel, config, device, bindings, inputs=inputs)
 
             def check() -> str | None:
                 for have, want in zip(candidate[first:first + outputs_count], expected):
@@ -665,7 +672,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             return (lambda: launch(*candidate)), check
 
         config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                              prepare, batch=max(1, compiler.count))
+                              prepare, batch=max(1, compiler.count), size_hints=bindings)
         if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
             raise failure[0]
         if on_tuned is not None:

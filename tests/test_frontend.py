@@ -224,7 +224,7 @@ def test_batch_sizes_compile_once(kind):
     after = frontend.STATS.as_dict()
     assert after["graphs"] - stats["graphs"] == 1, "changing the batch size recompiled the graph"
     assert after["subgraphs"] - stats["subgraphs"] == 1  # imported once (compiled, or shared with an earlier test)
-    assert after["pipeline_runs"] - stats["pipeline_runs"] <= 1
+    assert after["pipeline_runs"] - stats["pipeline_runs"] <= 2  # M = 3, 9 | 32, 51: two size buckets (or cache hits)
     assert after["fallbacks"] == stats["fallbacks"]
     assert after["kernel_calls"] - stats["kernel_calls"] == 4
 
@@ -317,14 +317,20 @@ def test_no_grad_skips_autograd():
 def test_wrong_kernel_is_caught_by_verification(monkeypatch):
     model = make("gpt2")
     compiled = amk.compile(model, autotune=False)
-    original = amk.runtime.Program.__call__
-    monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t, **kw: [o * 2 for o in original(self, *t, **kw)])
+    call, fast_path = amk.runtime.Program.__call__, amk.runtime.Program.fast_path
+
+    def doubled_fast_path(self, *args):
+        run = fast_path(self, *args)
+        return None if run is None else lambda tensors: [o * 2 for o in run(tensors)]
+
+    monkeypatch.setattr(amk.runtime.Program, "__call__", lambda self, *t, **kw: [o * 2 for o in call(self, *t, **kw)])
+    monkeypatch.setattr(amk.runtime.Program, "fast_path", doubled_fast_path)
     failures = frontend.STATS.verification_failures
     x = inputs(2)
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
     assert frontend.STATS.verification_failures == failures + 1
     fallbacks = frontend.STATS.fallbacks
-    torch.testing.assert_close(compiled(inputs(3)), model(inputs(3)), atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(compiled(inputs(3)), model(inputs(3)), atol=ATOL, rtol=RTOL)  # the same size bucket
     assert frontend.STATS.fallbacks == fallbacks + 1
 
 

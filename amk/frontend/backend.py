@@ -8,6 +8,7 @@ fragile ops when a run does not compile), replaces each compiled run by a call t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -19,9 +20,10 @@ from torch.fx import GraphModule, Node
 from xdsl.dialects import func
 
 from amk.build import BuildRequest, build
-from amk.environment import initialize
+from amk.environment import initialize, interpreting
 from amk.errors import InvalidArgumentError
 from amk.frontend.analysis import Analysis, analyze
+from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
 from amk.frontend.nodes import Unsupported, describe_target, meta_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
@@ -29,6 +31,7 @@ from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
 from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
+from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
 
@@ -88,16 +91,17 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
     return partitions
 
 
-def _symbol_sources(imported: ImportedSubgraph, gm: GraphModule) -> list[tuple[str, Node, int | None]]:
-    """Symbols of the function's argument dims that no argument carries as a whole dim, with where to read them."""
-    from amk.symbolic import Dim
-
+def _function_dims(imported: ImportedSubgraph) -> list[list]:
+    """The dims of the imported function's arguments (one list of :class:`~amk.symbolic.Dim` per argument)."""
     function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
-    dims: list[Dim] = [d for arg in function.body.block.args for d in arg.type.dims]
-    symbols = {s for d in dims for s in d.free_symbols}
-    plain = {d.text for d in dims if not d.is_static and d.text in d.free_symbols}
+    return [list(arg.type.dims) for arg in function.body.block.args]
+
+
+def _symbol_sources(symbols: Sequence[str], gm: GraphModule) -> list[tuple[str, Node, int | None]]:
+    """Where each of ``symbols`` is read at a call: a graph input that carries it, as a SymInt or as a tensor's
+    size."""
     sources = []
-    for symbol in sorted(symbols - plain):
+    for symbol in symbols:
         found = None
         for node in gm.graph.nodes:
             if node.op != "placeholder":
@@ -118,12 +122,37 @@ def _symbol_sources(imported: ImportedSubgraph, gm: GraphModule) -> list[tuple[s
     return sources
 
 
+def _example_size(node: Node, axis: int | None) -> int:
+    """The value TorchDynamo traced a symbol with (a SymInt input, or a tensor input's size ``axis``)."""
+    value = meta_value(node)
+    size = value if axis is None else value.shape[axis]
+    hint = size.node.hint if isinstance(size, torch.SymInt) else size
+    if not isinstance(hint, int):
+        raise Unsupported(f"no example value for the size {size} of {node.name}")
+    return hint
+
+
+def _untimed_reason(settings: Settings) -> str | None:
+    """Why the kernels of a size bucket are not timed against PyTorch, or None when they are."""
+    if not settings.autotune:
+        return "autotune is off"
+    if interpreting() or not torch.cuda.is_available():
+        return "no GPU (the kernels run in Triton's interpreter)"
+    return None
+
+
 @dataclass
 class _Built:
+    """A run of nodes as far as the graph compiler got: imported, its dynamic sizes read (where and with what values
+    the example was traced), its example's size bucket built (``first``: key and build), or the failure."""
+
     nodes: list[Node]
     imported: ImportedSubgraph | None = None
-    compiled: object | None = None
+    sizes: SizeBuckets | None = None
     symbols: list = field(default_factory=list)
+    example: tuple[int, ...] = ()
+    build_bucket: Callable | None = None
+    first: tuple | None = None
     report: SubgraphReport | None = None
     failure: str | None = None
 
@@ -195,17 +224,15 @@ class _GraphCompiler:
         result = _Built(nodes, report=SubgraphReport(name, [n.name for n in nodes]))
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
-            result.symbols = _symbol_sources(imported, self.gm)
+            result.sizes = SizeBuckets.of(_function_dims(imported))
+            result.symbols = _symbol_sources(result.sizes.symbols, self.gm)
+            result.example = tuple(_example_size(node, axis) for _, node, axis in result.symbols)
         except Unsupported as error:
             return self._fail(result, str(error))
         STATS.subgraphs += 1
         result.imported = imported
-        if self.settings.report is not None or log.isEnabledFor(logging.INFO):
-            try:
-                result.report.kernels, result.report.unfused = kernel_reports(
-                    imported.module, self.settings.fusion_pipeline, imported.names)
-            except Exception as error:  # the report is informative; compiling decides
-                log.debug("could not describe %s: %s", name, error)
+        result.report.describe = functools.partial(kernel_reports, imported.module, self.settings.fusion_pipeline,
+                                                   imported.names, result.sizes.hints(result.sizes.key(result.example)))
         directory = self.settings.dump_directory
         dumper = None
         if directory is not None:
@@ -216,27 +243,33 @@ class _GraphCompiler:
                         old.unlink()
             dumper = IRDumper(directory=target)
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
-        function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
-        request = BuildRequest(imported.module.clone, [tuple(d.text for d in arg.type.dims)
-                                                       for arg in function.body.block.args],
-                               autotune=self.settings.autotune, tuner_config=self.settings.tuner_config,
-                               pipeline=self.settings.fusion_pipeline, dumper=dumper)
-        try:
-            built = build(request)
+        shapes = [tuple(d.text for d in dims) for dims in _function_dims(imported)]
+        settings = self.settings
+
+        def build_bucket(size_hints: dict[str, int], dumper: IRDumper | None = None):
+            """The program of one size bucket, through the build service (cache, passes, tuning at the hints)."""
+            built = build(BuildRequest(imported.module.clone, shapes, autotune=settings.autotune,
+                                       tuner_config=settings.tuner_config, pipeline=settings.fusion_pipeline,
+                                       dumper=dumper, size_hints=tuple(sorted(size_hints.items()))))
+            if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
+                STATS.cache_hits += 1
+            else:
+                STATS.pipeline_runs += 1
+                STATS.kernels += len(built.compiled.kernels)
+            return built
+
+        key = result.sizes.key(result.example)
+        try:  # the example's bucket now (dumped, when asked): a subgraph that does not compile is left to PyTorch
+            built = build_bucket(result.sizes.hints(key), dumper)
         except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
             log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
                      type(error).__name__, error)
             return self._fail(result, f"{type(error).__name__}: {error}")
-        if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
-            STATS.cache_hits += 1
-            result.report.cached = True
-        else:
-            STATS.pipeline_runs += 1
-            STATS.kernels += len(built.compiled.kernels)
+        result.report.cached = built.cache_hit
         if directory is not None:
             for kernel_name, kernel in built.compiled.kernels.items():
                 (target / f"{kernel_name}.py").write_text(kernel.source)
-        result.compiled = built.compiled
+        result.build_bucket, result.first = build_bucket, (key, built)
         return result
 
     @staticmethod
@@ -275,8 +308,16 @@ class _GraphCompiler:
                 constants.append(torch.full((1,), source.constant, dtype=source.dtype))
         guards = [(index_of(g.node), g.value) for g in imported.guards]
         symbols = [SymbolSource(symbol, index_of(node), dim) for symbol, node, dim in result.symbols]
-        runner = FusedSubgraph(name, result.compiled, fallback, len(inputs), program_args, constants, guards, symbols,
-                               self.settings.verify, result.report)
+        untimed = _untimed_reason(self.settings)
+        runner = FusedSubgraph(name, result.build_bucket, result.first, fallback, len(inputs), program_args, constants,
+                               guards, symbols, result.sizes, self.settings.verify,
+                               None if untimed else self.settings.tuner_config or TunerConfig(), untimed or "",
+                               result.report)
+        if result.sizes.row_symbols:
+            for rows in self.settings.tune_sizes:  # the buckets asked for, built ahead of their first call
+                runner.bucket_for_rows(rows, result.example)
+        elif self.settings.tune_sizes:
+            log.info("%s has no dynamic row count: tune_sizes does not apply to it", name)
         gm.add_submodule(name, runner)
         with gm.graph.inserting_after(nodes[-1]):
             call = gm.graph.call_module(name, tuple(arguments))
@@ -295,13 +336,13 @@ class _GraphCompiler:
 
 def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None = None, **kwargs) -> Callable:
     """The TorchDynamo backend: ``torch.compile(model, backend="amk")`` (options: ``autotune``, ``tuner_config``,
-    ``dump_ir``, ``verify``, ``pipeline``, as for :func:`compile`; pass them as ``options={...}``)."""
+    ``dump_ir``, ``verify``, ``pipeline``, ``tune_sizes``, as for :func:`compile`; pass them as ``options={...}``)."""
     merged = dict(options or {})
     merged.update(kwargs)
-    unknown = set(merged) - {"autotune", "tuner_config", "dump_ir", "verify", "pipeline", "report"}
+    unknown = set(merged) - {"autotune", "tuner_config", "dump_ir", "verify", "pipeline", "report", "tune_sizes"}
     if unknown:
         raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: autotune, "
-                                   "tuner_config, dump_ir, verify, pipeline")
+                                   "tuner_config, dump_ir, verify, pipeline, tune_sizes")
     settings = make_settings(**merged)
     return compile_graph(gm, example_inputs, settings)
 

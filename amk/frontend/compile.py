@@ -19,7 +19,10 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 
 Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``)
 and traces with ``backed_size_oblivious`` so that a size of 1 is not specialized; the imported IR then has
-symbolic dims (``s77``), so one kernel serves every batch and sequence size. ``STATS`` counts graphs and compiles.
+symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
+size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
+time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
+bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts graphs and compiles.
 """
 
 from __future__ import annotations
@@ -92,10 +95,11 @@ class _Caller:
 class CompiledModule(torch.nn.Module):
     """An ``nn.Module`` compiled by :func:`compile`: parameters are the original module's (``_orig_mod``)."""
 
-    def __init__(self, module: torch.nn.Module, caller: _Caller):
+    def __init__(self, module: torch.nn.Module, caller: _Caller, report: ExplainReport):
         super().__init__()
         self._orig_mod = module
         object.__setattr__(self, "_amk_caller", caller)
+        object.__setattr__(self, "_amk_report", report)  # what explain(compiled) shows
 
     def forward(self, *args, **kwargs):
         return self._amk_caller(*args, **kwargs)
@@ -108,18 +112,29 @@ class CompiledModule(torch.nn.Module):
 
 
 def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_config=None, dump_ir=None,
-            verify: bool = True, dynamic: bool | None = None, pipeline: str | None = None):
+            verify: bool = True, dynamic: bool | None = None, pipeline: str | None = None, tune_sizes=None):
     """Compile a model or function with TorchDynamo and the amk backend.
 
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one). Supported
     runs of ops (Linear/matmul, norms, activations, residual adds, scaling, casts, softmax) become fused Triton
     kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the tensor
     arguments symbolic, so that changing the batch or sequence length does not recompile; ``True`` makes every dim
-    symbolic, ``False`` none. ``example_inputs`` (a tuple of arguments, or one tensor) compiles right away by calling
-    the model once on them. ``dump_ir=DIR`` (or ``AMK_DUMP_IR=DIR``) writes each fused subgraph's IR after import and
-    after every pass, and its Triton source. ``verify=True`` checks each subgraph's kernels against PyTorch on their
-    first call. ``pipeline`` replaces the tensor-level passes (default ``"amk-duplicate-norm-prologues,amk-fuse"``).
-    ``tuner_config.target_cache_dir``, when given, is where the emitted Triton sources are written (``sources/``).
+    symbolic, ``False`` none.
+
+    Size buckets: the kernels of a subgraph with dynamic sizes are built per bucket of its row count M (the product
+    of its batch and sequence sizes: ``M = 1``, ``2..16``, ``17..64``, then each power of two), with the tiling
+    strategy and the configuration chosen for that bucket (tuned on a GPU with ``autotune``), the first time a call
+    falls into it; ``tune_sizes`` (a list of row counts M, e.g. ``[1, 16, 4096]``) builds those sizes' buckets
+    ahead, while compiling. On a GPU with ``autotune``, the first call of each bucket also times its kernels against
+    the PyTorch ops they replace on that call's inputs, and the faster runs the bucket from then on
+    (:func:`explain` and the backend's report show, per bucket, what runs and the times that decided it).
+
+    ``example_inputs`` (a tuple of arguments, or one tensor) compiles right away by calling the model once on them.
+    ``dump_ir=DIR`` (or ``AMK_DUMP_IR=DIR``) writes each fused subgraph's IR after import and after every pass, and
+    its Triton source (for the size bucket of the first call). ``verify=True`` checks each bucket's kernels against
+    PyTorch on their first call; kernels that disagree leave that bucket to PyTorch. ``pipeline`` replaces the
+    tensor-level passes (default ``"amk-duplicate-norm-prologues,amk-fuse"``). ``tuner_config.target_cache_dir``,
+    when given, is where the compiled programs and the emitted Triton sources are kept.
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
@@ -130,20 +145,23 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
                                    f"{type(example_inputs).__name__}")
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
     register_backend()
-    return _compile(model_or_fn, example_inputs, make_settings(autotune, tuner_config, dump_ir, verify, pipeline),
-                    dynamic)
+    report = ExplainReport()
+    settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
+    return _compile(model_or_fn, example_inputs, settings, dynamic, report)
 
 
-def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None):
+def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, report: ExplainReport):
     backend = functools.partial(compile_graph, settings=settings)
     compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
     caller = _Caller(compiled, dynamic)
     if isinstance(model_or_fn, torch.nn.Module):
-        result = CompiledModule(model_or_fn, caller)
+        result = CompiledModule(model_or_fn, caller, report)
     else:
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
             return caller(*args, **kwargs)
+
+        result._amk_report = report
 
     if example_inputs is not None:
         args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -151,25 +169,42 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
     return result
 
 
-def explain(model_or_fn, example_inputs, *, dynamic: bool | None = None, pipeline: str | None = None,
+def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pipeline: str | None = None,
             print_report: bool = True) -> ExplainReport:
     """Show what amk fuses in ``model_or_fn`` on ``example_inputs``: the fused kernels of every subgraph (prologue,
-    matmul, epilogue), the ops left to PyTorch and why. Prints the report and returns it (``str(report)``)."""
+    matmul, epilogue), the ops left to PyTorch and why, and for the size bucket of the example what runs (each
+    kernel's strategy and configuration; explain neither tunes nor times: the bucket says "not timed"). Prints the
+    report and returns it (``str(report)``).
+
+    Given a module or function compiled by :func:`compile`, explain shows what it has done so far instead (after
+    calling it on ``example_inputs``, when given): every size bucket built, what runs it, and the times that decided
+    it (on a GPU with autotuning, the bucket's kernels against the PyTorch ops they replace on its first call)."""
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.explain needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
-    if example_inputs is None or not isinstance(example_inputs, torch.Tensor | tuple | list):
+    if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor")
-    report = ExplainReport()
-    settings = make_settings(autotune=False, verify=False, pipeline=pipeline, report=report.graphs.append)
-    target = model_or_fn
-    if isinstance(model_or_fn, torch.nn.Module):
-        # A fresh code object would be ideal; a wrapper function gets its own Dynamo cache entry.
-        def target(*args, **kwargs):
-            return model_or_fn(*args, **kwargs)
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs or ())
+    report = getattr(model_or_fn, "_amk_report", None)
+    if report is not None:  # compiled by amk.compile: its own report, as its calls made it
+        if dynamic is not None or pipeline is not None:
+            raise InvalidArgumentError("dynamic and pipeline are amk.compile's to choose: explain takes neither for a "
+                                       "compiled module")
+        if example_inputs is not None:
+            model_or_fn(*args)
+    else:
+        if example_inputs is None:
+            raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor "
+                                       "(only a module compiled by amk.compile can be explained without them)")
+        report = ExplainReport()
+        settings = make_settings(autotune=False, verify=False, pipeline=pipeline, report=report.graphs.append)
+        target = model_or_fn
+        if isinstance(model_or_fn, torch.nn.Module):
+            # A fresh code object would be ideal; a wrapper function gets its own Dynamo cache entry.
+            def target(*args, **kwargs):
+                return model_or_fn(*args, **kwargs)
 
-    compiled = _compile(target, None, settings, dynamic)
-    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
+        compiled = _compile(target, None, settings, dynamic, report)
+        compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
     if print_report:
         print(report)
     return report

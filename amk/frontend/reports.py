@@ -1,11 +1,16 @@
 """The reports ``amk.explain`` shows: per FX graph, its fused subgraphs with their kernels (prologue, matmul,
-epilogue, labelled ``tensor_op kind(FX node)``), the ops left unfused inside a subgraph, and the nodes left to PyTorch
-with the reason. :func:`kernel_reports` describes the kernels of one imported subgraph by running the fusion passes on
-a copy of its module and planning each group."""
+epilogue, labelled ``tensor_op kind(FX node)``), the ops left unfused inside a subgraph, the nodes left to PyTorch
+with the reason, and per size bucket of a subgraph (:mod:`amk.frontend.buckets`) what runs: the bucket's kernels
+(strategy and configuration) or the subgraph's PyTorch ops, and the times that decided it (:func:`decide`).
+:func:`kernel_reports` describes the kernels of one imported subgraph by running the fusion passes on a copy of its
+module and planning each group."""
 
 from __future__ import annotations
 
 import functools
+import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
@@ -13,6 +18,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from amk.dialects import tensor_op
+from amk.lowering.configs import SWITCHES
+
+log = logging.getLogger("amk.frontend")
 
 
 def _op_label(op: Operation, names: dict[str, str]) -> str:
@@ -48,15 +56,79 @@ class KernelReport:
         return f"[{self.strategy}] " + " -> ".join(parts)
 
 
+AMK, PYTORCH = "amk", "pytorch"  # what runs for a size bucket: its fused kernels, or the subgraph's PyTorch ops
+
+
+def decide(amk_ms: float, pytorch_ms: float) -> str:
+    """What a size bucket runs, given its kernels' time and its PyTorch ops' time on the same inputs: the faster
+    (the kernels on a tie: timing noise is no reason to leave them)."""
+    return PYTORCH if pytorch_ms < amk_ms else AMK
+
+
+@dataclass
+class BucketReport:
+    """One size bucket of a subgraph: ``sizes`` (which row counts it serves), ``hints`` (the sizes it was built
+    for), its ``kernels`` (name, strategy, configuration), whether its program came from the cache, what ``runs``
+    (:data:`AMK` or :data:`PYTORCH`), the two times that decided it (ms; None when not timed) and ``note``: how it
+    was decided (timed, not timed and why, failed verification, did not compile)."""
+
+    sizes: str
+    hints: dict[str, int]
+    kernels: list[str] = field(default_factory=list)
+    cached: bool = False
+    runs: str = AMK
+    amk_ms: float | None = None
+    pytorch_ms: float | None = None
+    note: str = "not called yet: checked on the first call of these sizes"
+
+    def timed(self, amk_ms: float, pytorch_ms: float) -> None:
+        """Record the times of the bucket's first call and run the faster from then on."""
+        self.amk_ms, self.pytorch_ms, self.runs = amk_ms, pytorch_ms, decide(amk_ms, pytorch_ms)
+        self.note = (f"timed on its first call: amk {amk_ms:.4f} ms, PyTorch {pytorch_ms:.4f} ms: "
+                     f"{'the kernels are' if self.runs == AMK else 'PyTorch is'} faster")
+
+    def leave_to_pytorch(self, reason: str) -> None:
+        self.runs, self.note = PYTORCH, reason
+
+    def __str__(self) -> str:
+        """``sizes (built for s0=16): runs ...; note``, then the bucket's kernels, one a line."""
+        built_for = ", ".join(f"{symbol}={value}" for symbol, value in self.hints.items())
+        runs = "its kernels" + (" (from the cache)" if self.cached else "") if self.runs == AMK else "PyTorch"
+        head = f"{self.sizes}" + (f" (built for {built_for})" if built_for else "") + f": runs {runs}; {self.note}"
+        return "\n".join([head, *(f"  {kernel}" for kernel in self.kernels)])
+
+
 @dataclass
 class SubgraphReport:
+    """One fused subgraph: its FX nodes, whether it compiled (else ``failure``), whether its first build came from
+    the cache, its size buckets, and (computed when first asked for, from ``describe``: see :func:`kernel_reports`)
+    its ``kernels`` and the ops left ``unfused`` inside it."""
+
     name: str
     nodes: list[str]
-    kernels: list[KernelReport] = field(default_factory=list)
-    unfused: list[tuple[str, str]] = field(default_factory=list)
     compiled: bool = True
     failure: str | None = None
     cached: bool = False
+    buckets: list[BucketReport] = field(default_factory=list)
+    describe: Callable[[], tuple[list[KernelReport], list[tuple[str, str]]]] | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def _description(self) -> tuple[list[KernelReport], list[tuple[str, str]]]:
+        if self.describe is None:
+            return [], []
+        try:
+            return self.describe()
+        except Exception as error:  # the report is informative; compiling decides
+            log.debug("could not describe %s: %s", self.name, error)
+            return [], []
+
+    @property
+    def kernels(self) -> list[KernelReport]:
+        return self._description[0]
+
+    @property
+    def unfused(self) -> list[tuple[str, str]]:
+        return self._description[1]
 
 
 @dataclass
@@ -83,6 +155,8 @@ class GraphReport:
                 lines.append(f"    kernel {index}: {kernel}")
             for op, reason in sub.unfused:
                 lines.append(f"    not fused (runs in PyTorch inside the subgraph): {op}: {reason}")
+            for bucket in sub.buckets:
+                lines.extend(f"    {line}" for line in str(bucket).splitlines())
         if self.pytorch:
             lines.append("  left to PyTorch:")
             for node in self.pytorch:
@@ -110,8 +184,27 @@ class ExplainReport:
         return "\n".join([head] + [str(g) for g in self.graphs])
 
 
-def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None = None) -> tuple[list[KernelReport], list[tuple[str, str]]]:
-    """Run the fusion passes on a copy of ``module`` and describe the groups (and the ops left outside them)."""
+_KERNEL_HEADER = re.compile(r'tiled_loop\.kernel @(\w+) attributes \{.*?strategy = "(\w+)", tile_params = \[([^\]]*)\]')
+
+
+def kernel_descriptions(compiled) -> list[str]:
+    """Each kernel of a compiled program as ``name [strategy] parameter=value ...``: the tile sizes it has, its warps
+    and stages, and the switches it turns on."""
+    headers = {name: (strategy, re.findall(r"\w+", params))
+               for name, strategy, params in _KERNEL_HEADER.findall(compiled.ir.get("tiled_loop", ""))}
+    described = []
+    for name, kernel in compiled.kernels.items():
+        strategy, params = headers.get(name, ("?", []))
+        config = kernel.config.as_dict()
+        shown = [*params, "num_warps", "num_stages", *(switch for switch in SWITCHES if config[switch])]
+        described.append(f"{name} [{strategy}] " + " ".join(f"{key}={config[key]}" for key in shown))
+    return described
+
+
+def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None = None,
+                   size_hints: dict[str, int] | None = None) -> tuple[list[KernelReport], list[tuple[str, str]]]:
+    """Run the fusion passes on a copy of ``module`` and describe the groups (and the ops left outside them); each
+    group's strategy is the one chosen for the sizes ``size_hints`` give the symbols (the example's size bucket)."""
     from amk.lowering import rules
     from amk.lowering.plan import NotFusable, plan_group
     from amk.lowering.strategies import auto_strategy
@@ -134,7 +227,7 @@ def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None
                 prologue = [label(o) for o in plan.prologue.ops] if plan.prologue else []
                 matmul = " + ".join(label(m) for m in plan.matmuls) if plan.matmuls else None
                 epilogue = [label(o) for o in plan.main.ops]
-                kernels.append(KernelReport(auto_strategy(plan).name, prologue, matmul, epilogue))
+                kernels.append(KernelReport(auto_strategy(plan, size_hints).name, prologue, matmul, epilogue))
             except NotFusable as error:
                 kernels.append(KernelReport(f"unplanned: {error}", [], None, [label(o) for o in ops]))
         elif isinstance(op, func.ReturnOp):

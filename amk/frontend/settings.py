@@ -1,5 +1,5 @@
 """The settings of one compilation (:class:`Settings`: autotuning, tuner configuration, IR dumps, verification, the
-fusion pipeline, a report callback) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
+fusion pipeline, a report callback, the row counts whose size buckets are built ahead) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
 and the backend's ``options`` pass; bad values raise :class:`amk.errors.InvalidArgumentError`."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class Settings:
     verify: bool = True
     pipeline: str | None = None
     report: Callable | None = None
+    tune_sizes: tuple[int, ...] = ()
 
     @property
     def fusion_pipeline(self) -> str:
@@ -52,9 +53,11 @@ def _check_pipeline(pipeline) -> None:
                                    "tensor_op passes only (amk-tile, amk-stage and amk-emit-triton always run after it)")
 
 
-def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None) -> Settings:
+def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None,
+                  tune_sizes=None) -> Settings:
     """Validated settings; bad values raise :class:`amk.errors.InvalidArgumentError`."""
     from amk.build import check_build_arguments
+    from amk.frontend.buckets import check_tune_sizes
 
     check_build_arguments(autotune, verify, tuner_config)
     if dump_ir is not None:
@@ -66,4 +69,4 @@ def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, p
     _check_pipeline(pipeline)
     if report is not None and not callable(report):
         raise InvalidArgumentError("report must be callable")
-    return Settings(autotune, tuner_config, dump_ir, verify, pipeline, report)
+    return Settings(autotune, tuner_config, dump_ir, verify, pipeline, report, check_tune_sizes(tune_sizes))

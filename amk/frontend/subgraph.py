@@ -1,28 +1,43 @@
 """Running a fused subgraph. A :class:`FusedSubgraph` stands in for the FX nodes it replaced: it runs their compiled
 :class:`~amk.runtime.Program` (one or more Triton kernels, plus any tensor_op ops that did not fuse, evaluated by
-PyTorch). It keeps those nodes as a small GraphModule, which serves three purposes: the backward pass (autograd
-recomputes the subgraph from those nodes and differentiates them, see :class:`_Recompute`), the one-time check of
-the kernels' outputs (``verify=True``), and a fallback whenever a call does not match what the kernels were built for
-(another device, a guarded scalar with another value, a failed verification)."""
+PyTorch), one program per size bucket (:mod:`amk.frontend.buckets`), built the first time a call falls into the
+bucket. It keeps those nodes as a small GraphModule, which serves four purposes: the backward pass (autograd
+recomputes the subgraph from those nodes and differentiates them, see :class:`_Recompute`), the check of each
+bucket's kernels on its first call (``verify=True``), the race against them on that call (on a GPU with autotuning:
+the faster runs the bucket from then on), and a fallback whenever a call does not match what the kernels were built
+for (another device, a guarded scalar with another value, an empty input, a failed verification).
+
+The call path is short: the call's sizes (one shape read per symbol) index a table of launchers made on the first
+call of those sizes (:meth:`~amk.runtime.Program.fast_path`: output shapes and workspace found once); only a size not
+seen before finds its bucket, builds it if needed, and checks it. TorchDynamo guards every input tensor's device,
+dtype and rank, so a graph sees one device per input: the device is checked when a size is first seen.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 from torch.fx import GraphModule
 
 from amk.autograd import recomputed_gradients
-from amk.frontend.reports import SubgraphReport
+from amk.build import Built
+from amk.environment import default_device
+from amk.frontend.buckets import SizeBuckets
+from amk.frontend.reports import AMK, PYTORCH, BucketReport, SubgraphReport, kernel_descriptions
 from amk.frontend.stats import STATS
+from amk.tuner import TunerConfig, fastest_program
 
 log = logging.getLogger("amk.frontend")
 
 
 @dataclass(frozen=True)
 class SymbolSource:
-    """Where a symbol that no argument carries as a whole dim is read: a SymInt argument or a tensor's size."""
+    """Where a size symbol's value is read at a call: argument ``arg`` (a SymInt), or its size ``dim`` (a tensor)."""
 
     symbol: str
     arg: int
@@ -64,107 +79,207 @@ class _Recompute(torch.autograd.Function):
 
 
 
-class FusedSubgraph(torch.nn.Module):
-    """Stands in for a run of FX nodes: runs their compiled kernels, or ``fallback`` (the nodes themselves)."""
+@dataclass
+class Bucket:
+    """One size bucket of a subgraph: its build (None when it did not compile), its report (what runs and why), and
+    whether its first call checked it."""
 
-    def __init__(self, name: str, compiled, fallback: GraphModule, fallback_arity: int, program_args: list,
-                 constants: list[torch.Tensor], guards: list[tuple[int, float]], symbols: list[SymbolSource],
-                 verify: bool, report: SubgraphReport):
+    built: Built | None
+    report: BucketReport
+    checked: bool = False
+
+
+# Launchers kept per subgraph at most: a model called with ever new sizes (sequence lengths) starts the table over
+# rather than keep a launcher, with its output shapes and workspace, per size forever.
+MAX_LAUNCHERS = 256
+
+
+def _size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
+    """A function of a call's arguments giving its symbols' values, one read each."""
+    reads = [(source.arg, source.dim) for source in sources]
+    if len(reads) == 1 and reads[0][1] is not None:  # the usual case: one dynamic dim (the batch)
+        ((arg, dim),) = reads
+        return lambda args: (args[arg].shape[dim],)
+    return lambda args: tuple(int(args[arg]) if dim is None else args[arg].shape[dim] for arg, dim in reads)
+
+
+class FusedSubgraph(torch.nn.Module):
+    """Stands in for a run of FX nodes: runs their compiled kernels (per size bucket), or ``fallback`` (the nodes).
+
+    ``build_bucket(size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
+    (its key and build); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols`` order);
+    ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when they are
+    not timed (``untimed`` says why)."""
+
+    def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built], first: tuple[Hashable, Built],
+                 fallback: GraphModule, fallback_arity: int, program_args: list, constants: list[torch.Tensor],
+                 guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
+                 time_with: TunerConfig | None, untimed: str, report: SubgraphReport):
         super().__init__()
         self.name = name
-        self.compiled = compiled
+        self.build_bucket = build_bucket
         self.fallback = fallback
         self.fallback_arity = fallback_arity
         self.program_args = program_args
         for index, constant in enumerate(constants):
             self.register_buffer(f"constant_{index}", constant, persistent=False)
-        self.constant_count = len(constants)
         self.guards = guards
-        self.symbols = symbols
-        self.verify_pending = verify
-        self.disabled: str | None = None
+        self.sizes = sizes
+        self.verify = verify
+        self.time_with = time_with
+        self.untimed = untimed
         self.report = report
+        self.device = default_device()
+        self.buckets: dict[Hashable, Bucket] = {}
+        self.launchers: dict[tuple, Callable[[tuple], tuple]] = {}  # a call's sizes -> what runs it
+        self.read_sizes = _size_reader(symbols)
+        self.lock = threading.Lock()  # one thread prepares new sizes (and builds their bucket) at a time
+        self._add_bucket(*first)
 
-    @property
-    def ir(self) -> dict[str, str]:
-        return self.compiled.ir
+    def bucket_for_rows(self, rows: int, example: tuple) -> Bucket:
+        """The bucket of ``rows`` rows (built now if it is new), the other symbols as in ``example``: for
+        ``tune_sizes``."""
+        with self.lock:
+            return self._bucket(self.sizes.key_for_rows(rows, example))
 
-    @property
-    def source(self) -> str:
-        return self.compiled.source
+    def _bucket(self, key: Hashable) -> Bucket:
+        bucket = self.buckets.get(key)
+        if bucket is not None:
+            return bucket
+        try:
+            built = self.build_bucket(self.sizes.hints(key))
+        except Exception as error:  # that bucket runs in PyTorch (reported, never wrong)
+            log.warning("amk: %s does not compile for %s: %s: %s; those sizes run in PyTorch", self.name,
+                        self.sizes.label(key), type(error).__name__, error)
+            built = error
+        return self._add_bucket(key, built)
 
-    def _fallback_reason(self, args) -> str | None:
-        from amk.runtime import default_device
-
-        if self.disabled:
-            return self.disabled
-        for position, value in self.guards:
-            if float(args[position]) != value:
-                return f"scalar argument {position} is {float(args[position])}, the kernels were built for {value}"
-        device = default_device().type
-        for index in self.program_args:
-            if isinstance(index, int):
-                tensor = args[index]
-                if tensor.device.type != device:
-                    return f"a tensor is on {tensor.device}; the kernels run on {device}"
-                if tensor.numel() == 0:
-                    return "an input is empty"
-        return None
+    def _add_bucket(self, key: Hashable, built: Built | Exception) -> Bucket:
+        report = BucketReport(self.sizes.label(key), self.sizes.hints(key))
+        if isinstance(built, Exception):
+            report.leave_to_pytorch(f"did not compile: {type(built).__name__}: {built}")
+            built = None
+        else:
+            report.kernels, report.cached = kernel_descriptions(built.compiled), built.cache_hit
+        bucket = self.buckets[key] = Bucket(built, report)
+        self.report.buckets.append(report)
+        return bucket
 
     def forward(self, *args):
-        reason = self._fallback_reason(args)
-        if reason is not None:
-            STATS.fallbacks += 1
-            log.debug("%s runs in PyTorch: %s", self.name, reason)
-            return tuple(self.fallback(*args[:self.fallback_arity]))
+        if self.guards:
+            reason = self._guard_failure(args)
+            if reason is not None:
+                log.debug("%s runs in PyTorch: %s", self.name, reason)
+                return self._run_fallback(args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return _Recompute.apply(self, *args)
         return self.launch(args)
 
-    def _tensors(self, args) -> list[torch.Tensor]:
-        device = None
-        tensors = []
+    def launch(self, args) -> tuple:
+        """Run the call: the launcher of its sizes, made (and its bucket built and checked) on their first call."""
+        sizes = self.read_sizes(args)
+        run = self.launchers.get(sizes)
+        if run is None:
+            return self._first_call(sizes, args)
+        return run(args)
+
+    def _guard_failure(self, args) -> str | None:
+        for position, value in self.guards:
+            if float(args[position]) != value:
+                return f"scalar argument {position} is {float(args[position])}, the kernels were built for {value}"
+        return None
+
+    def _run_fallback(self, args) -> tuple:
+        STATS.fallbacks += 1
+        return tuple(self.fallback(*args[:self.fallback_arity]))
+
+    def _first_call(self, sizes: tuple, args) -> tuple:
+        with self.lock:
+            run = self.launchers.get(sizes)  # another thread may have made it meanwhile
+            outputs = None
+            if run is None:
+                run, outputs = self._prepare(sizes, args)
+                if len(self.launchers) >= MAX_LAUNCHERS:
+                    self.launchers.clear()
+                self.launchers[sizes] = run
+        return outputs if outputs is not None else run(args)
+
+    def _prepare(self, sizes: tuple, args) -> tuple[Callable, tuple | None]:
+        """What runs calls of ``sizes``, and the outputs of this call when preparing it ran it (a bucket's first
+        call, which checks the bucket)."""
+        reason = self._unsupported(args)
+        if reason is not None:
+            log.debug("%s runs in PyTorch for the sizes %s: %s", self.name, sizes, reason)
+            return self._run_fallback, None
+        bucket = self._bucket(self.sizes.key(sizes))
+        if bucket.built is None:
+            return self._run_fallback, None
+        program = bucket.built.compiled.program
+        bindings = dict(zip(self.sizes.symbols, sizes))
+        launch = program.fast_path(bindings, self.device) or functools.partial(_run_program, program, bindings)
+        # The program's operands: arguments by position, and the constants the importer made, on the kernels' device.
+        slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(self.device)
+                 for index in self.program_args]
+
+        def run(args) -> tuple:
+            STATS.kernel_calls += 1
+            return tuple(launch(_operands(args, slots)))
+
+        outputs = None
+        if not bucket.checked:
+            bucket.checked = True
+            outputs = self._check(bucket, run, lambda: launch(_operands(args, slots)), args)
+        return (run if bucket.report.runs == AMK else self._run_fallback), outputs
+
+    def _unsupported(self, args) -> str | None:
+        """Why the kernels cannot run on these arguments (another device, an empty input), or None."""
         for index in self.program_args:
             if isinstance(index, int):
-                tensors.append(args[index])
-                device = device or args[index].device
-            else:
-                tensors.append(None)
-        for position, index in enumerate(self.program_args):
-            if not isinstance(index, int):
-                constant = getattr(self, f"constant_{index[1]}")
-                tensors[position] = constant if device is None else constant.to(device)
-        return tensors
+                tensor = args[index]
+                if tensor.device.type != self.device.type:
+                    return f"a tensor is on {tensor.device}; the kernels run on {self.device.type}"
+                if tensor.numel() == 0:
+                    return "an input is empty"
+        return None
 
-    def _bindings(self, args) -> dict[str, int]:
-        return {s.symbol: int(args[s.arg] if s.dim is None else args[s.arg].shape[s.dim]) for s in self.symbols}
-
-    def launch(self, args) -> tuple:
-        with torch.no_grad():
-            tensors = [t.detach() for t in self._tensors(args)]
-            program = self.compiled.program
-            outputs = program(*tensors, bindings=self._bindings(args) if self.symbols else None)
-            STATS.kernel_calls += 1
-            if self.verify_pending:
-                self.verify_pending = False
-                outputs = self._verify(args, outputs)
-        return tuple(outputs)
-
-    def _verify(self, args, outputs):
+    def _check(self, bucket: Bucket, run: Callable, launch: Callable[[], object], args) -> tuple:
+        """The first call of a bucket (``run(args)``; ``launch()`` runs its kernels alone on this call's operands):
+        the kernels' outputs checked against PyTorch (``verify``), and on a GPU with autotuning both timed on this
+        call's inputs; the bucket's report records what runs from now on and why."""
         from amk.verification import compare
 
-        expected = self.fallback(*[a.detach() if isinstance(a, torch.Tensor) else a
-                                   for a in args[:self.fallback_arity]])
-        for index, (have, want) in enumerate(zip(outputs, expected)):
-            result = compare(have, want, want.dtype)
-            if not result.passed:
-                STATS.verification_failures += 1
-                self.disabled = (f"verification failed: output {index} differs from PyTorch (relative L2 error "
-                                 f"{result.relative_l2_error:.2e} > {result.tolerance:.0e})")
-                self.report.failure = self.disabled
-                log.warning("amk: %s: %s; this subgraph runs in PyTorch from now on", self.name, self.disabled)
-                return list(expected)
+        with torch.no_grad():
+            outputs = run(args)
+            fallback_args = args[:self.fallback_arity]
+            if self.verify:
+                expected = self.fallback(*fallback_args)
+                for index, (have, want) in enumerate(zip(outputs, expected)):
+                    result = compare(have, want, want.dtype)
+                    if not result.passed:
+                        STATS.verification_failures += 1
+                        bucket.report.leave_to_pytorch(
+                            f"verification failed: output {index} differs from PyTorch (relative L2 error "
+                            f"{result.relative_l2_error:.2e} > {result.tolerance:.0e})")
+                        log.warning("amk: %s, %s: %s; these sizes run in PyTorch from now on", self.name,
+                                    bucket.report.sizes, bucket.report.note)
+                        return tuple(expected)
+            if self.time_with is None:
+                bucket.report.note = f"not timed: {self.untimed}"
+                return outputs
+            _, times = fastest_program({AMK: launch, PYTORCH: lambda: self.fallback(*fallback_args)}, self.time_with)
+        bucket.report.timed(times[AMK], times[PYTORCH])
+        log.info("amk: %s, %s: %s", self.name, bucket.report.sizes, bucket.report.note)
         return outputs
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, kernels={list(self.compiled.kernels)}"
+        return f"name={self.name!r}, buckets={[bucket.report.sizes for bucket in self.buckets.values()]}"
+
+
+def _operands(args, slots: list) -> list:
+    """The program's operands of a call: ``slots`` holds argument positions and constant tensors."""
+    return [args[slot] if slot.__class__ is int else slot for slot in slots]
+
+
+def _run_program(program, bindings: dict[str, int], tensors) -> list[torch.Tensor]:
+    """A program that needs views of its operands (no fast path): through its generic call."""
+    return program(*tensors, bindings=bindings)

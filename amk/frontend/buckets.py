@@ -1,0 +1,113 @@
+"""Size buckets: how ``amk.compile`` tunes one symbolic subgraph for the sizes it is called with.
+
+A subgraph's kernels are symbolic in its dynamic sizes (one kernel source per strategy and configuration serves every
+size), but what is fast depends on the row count M: a decode step of 1 to 16 rows wants a split-K or skinny kernel
+streaming the weight, a prefill of thousands a grid of large output tiles. So each bucket of M gets its own build,
+with the tiling strategy and the configuration chosen (tuned on a GPU) as for the bucket's representative sizes, the
+*size hints*. The buckets:
+
+- ``M = 1``: a single row (greedy decoding);
+- ``2 <= M <= 16``: one tile of ``tl.dot``'s smallest height (16) covers every row, so these share every choice;
+- ``17 <= M <= 64``: the decode strategies' range (``skinny_m`` / ``split_k`` take up to 64 rows);
+- beyond 64, one bucket per power of two (``65..128``, ``129..256``, ...): GEMM tile shapes change with M's
+  magnitude, and a factor of two is as close as a bucket needs to be to tune for its sizes.
+
+M is the product of the *row symbols*: the symbols of the subgraph's argument sizes that appear in leading dims only
+(batch, sequence). A symbol that appears in a last dim (a feature size, with ``dynamic=True``) is not bucketed: each
+of its values is its own build, tuned at that value. A bucket is built at its upper bound: the first row symbol takes
+the bucket's largest M, the other row symbols 1 (a kernel sees their product).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+
+from amk.errors import InvalidArgumentError
+
+# The buckets' upper bounds below the powers of two (see the module's docstring).
+SMALL_BUCKETS = (1, 16, 64)
+
+
+def bucket_of(rows: int) -> int:
+    """The upper bound of the bucket of ``rows`` (1, 16, 64, then the power of two at or above it)."""
+    for bound in SMALL_BUCKETS:
+        if rows <= bound:
+            return bound
+    return 1 << (rows - 1).bit_length()
+
+
+def bucket_label(bound: int) -> str:
+    """The rows of the bucket of upper bound ``bound``: ``M = 1``, ``2 <= M <= 16``, ..."""
+    if bound == 1:
+        return "M = 1"
+    below = max(b for b in SMALL_BUCKETS if b < bound) if bound <= SMALL_BUCKETS[-1] else bound // 2
+    return f"{below + 1} <= M <= {bound}"
+
+
+@dataclass(frozen=True)
+class SizeBuckets:
+    """The dynamic sizes of one subgraph: ``symbols`` in the order a call's sizes are read, the first ``row_symbols``
+    of them the row symbols (their product is M), the others kept exact."""
+
+    symbols: tuple[str, ...]
+    row_symbols: int
+
+    @staticmethod
+    def of(argument_dims: Sequence[Sequence]) -> SizeBuckets:
+        """The size buckets of a function whose arguments have the dims ``argument_dims`` (each a sequence of
+        :class:`~amk.symbolic.Dim`)."""
+        leading: dict[str, None] = {}
+        last: set[str] = set()
+        for dims in argument_dims:
+            for dim in dims[:-1]:
+                leading.update(dict.fromkeys(sorted(dim.free_symbols)))
+            if dims:
+                last.update(dims[-1].free_symbols)
+        rows = tuple(symbol for symbol in leading if symbol not in last)
+        return SizeBuckets(rows + tuple(sorted((set(leading) | last) - set(rows))), len(rows))
+
+    def key(self, sizes: Sequence[int]) -> Hashable:
+        """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
+        row count, with the exact values of the other symbols when there are any."""
+        bound = bucket_of(math.prod(sizes[:self.row_symbols]))
+        return bound if self.row_symbols == len(self.symbols) else (bound, *sizes[self.row_symbols:])
+
+    def hints(self, key: Hashable) -> dict[str, int]:
+        """The values the bucket ``key`` is built for: the first row symbol the bucket's upper bound, the other row
+        symbols 1, the exact symbols their values."""
+        bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
+        rows = self.symbols[:self.row_symbols]
+        return {**{symbol: bound if index == 0 else 1 for index, symbol in enumerate(rows)},
+                **dict(zip(self.symbols[self.row_symbols:], exact))}
+
+    def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
+        """The bucket of ``rows`` rows, the exact symbols taking their ``example`` values."""
+        return self.key((rows, *(1,) * (self.row_symbols - 1), *example[self.row_symbols:]))
+
+    def label(self, key: Hashable) -> str:
+        """What a bucket covers: ``2 <= M <= 16`` (``, s3 = 4096`` for the exact symbols); ``static sizes`` for a
+        subgraph without symbols."""
+        if not self.symbols:
+            return "static sizes"
+        bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
+        parts = [bucket_label(bound)] if self.row_symbols else []
+        parts += [f"{symbol} = {value}" for symbol, value in zip(self.symbols[self.row_symbols:], exact)]
+        return ", ".join(parts)
+
+
+def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
+    """``amk.compile``'s ``tune_sizes``: None or row counts M (positive ints) whose buckets are built ahead of the
+    first call; anything else is an :class:`~amk.errors.InvalidArgumentError`."""
+    if tune_sizes is None:
+        return ()
+    accepted = "None or a list of row counts M (positive ints), e.g. [1, 16, 4096]"
+    if isinstance(tune_sizes, str | bytes) or not isinstance(tune_sizes, Iterable):
+        raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}")
+    sizes = tuple(tune_sizes)
+    bad = [size for size in sizes if not isinstance(size, int) or isinstance(size, bool) or size < 1]
+    if bad or not sizes:
+        raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}"
+                                   + (f" ({', '.join(map(repr, bad))} not a positive int)" if bad else ""))
+    return sizes

@@ -1,0 +1,295 @@
+"""Size buckets (issue 18): a symbolic program built per bucket of the row count M, with the strategy and the
+configuration chosen (tuned on a GPU) for the bucket's sizes; ``amk.compile`` picks the bucket per call without
+TorchDynamo recompiling, builds a bucket on its first call (or ahead, ``tune_sizes``), and records per bucket what
+runs and why (timed against PyTorch on a GPU, "not timed" here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DEVICE, GPU
+from xdsl.parser import Parser
+
+import amk
+import amk.frontend.compile as frontend
+import amk.pipeline
+from amk.build import BuildRequest, build
+from amk.context import make_context
+from amk.dialects import tiled_loop
+from amk.errors import InvalidArgumentError
+from amk.frontend.buckets import SizeBuckets, bucket_label, bucket_of, check_tune_sizes
+from amk.frontend.reports import AMK, PYTORCH, BucketReport, decide
+from amk.lowering.tile import TilePass
+from amk.passes.fuse import FusePass
+from amk.symbolic import Dim
+from amk.tuner import KernelConfig, TunerConfig, compile_job, config_key, tune
+
+K = 1024  # long enough for split_k, the decode strategy of a long contraction
+LINEAR_RELU = f"""
+func.func @linear_relu(%x : !tensor_op.tensor<[s0, {K}], f32>, %w : !tensor_op.tensor<[{K}, 32], f32>) -> !tensor_op.tensor<[s0, 32], f32> {{
+  %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[s0, {K}], f32>, !tensor_op.tensor<[{K}, 32], f32>) -> !tensor_op.tensor<[s0, 32], f32>
+  %1 = tensor_op.relu %0 : !tensor_op.tensor<[s0, 32], f32>
+  func.return %1 : !tensor_op.tensor<[s0, 32], f32>
+}}
+"""
+
+
+def symbolic_module():
+    return Parser(make_context(), LINEAR_RELU).parse_module()
+
+
+def strategy_of(built) -> str:
+    (kernel,) = [line for line in built.compiled.ir["tiled_loop"].splitlines() if "tiled_loop.kernel @" in line]
+    return kernel.split('strategy = "')[1].split('"')[0]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The buckets
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_buckets_of_the_row_count():
+    assert [bucket_of(m) for m in (1, 2, 16, 17, 64, 65, 128, 129, 4096, 4097)] == \
+        [1, 16, 16, 64, 64, 128, 128, 256, 4096, 8192]
+    assert [bucket_label(b) for b in (1, 16, 64, 128, 4096)] == \
+        ["M = 1", "2 <= M <= 16", "17 <= M <= 64", "65 <= M <= 128", "2049 <= M <= 4096"]
+
+
+def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
+    rows = SizeBuckets.of([[Dim("s0"), Dim("s1"), Dim(64)], [Dim(64)]])  # x [batch, seq, 64], a bias
+    assert rows == SizeBuckets(("s0", "s1"), 2)
+    assert rows.key((3, 5)) == 16 and rows.key((1, 1)) == 1 and rows.key((9, 9)) == 128
+    assert rows.hints(16) == {"s0": 16, "s1": 1}  # the bucket's largest M, as the kernels see the product
+    features = SizeBuckets.of([[Dim("s0"), Dim("s1")]])  # dynamic=True: the last dim is symbolic too
+    assert features == SizeBuckets(("s0", "s1"), 1)
+    assert features.key((3, 4096)) == (16, 4096) and features.hints((16, 4096)) == {"s0": 16, "s1": 4096}
+    assert features.label((16, 4096)) == "2 <= M <= 16, s1 = 4096"
+    assert SizeBuckets.of([[Dim(4), Dim(8)]]).label(1) == "static sizes"
+
+
+@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3])
+def test_tune_sizes_are_checked(bad):
+    with pytest.raises(InvalidArgumentError, match="tune_sizes must be None or a list of row counts"):
+        check_tune_sizes(bad)
+    with pytest.raises(InvalidArgumentError, match="tune_sizes must be"):
+        amk.compile(torch.nn.ReLU(), tune_sizes=bad)
+    assert check_tune_sizes(range(1, 3)) == (1, 2)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The build service and the tuner at size hints
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_bucket_is_built_for_its_sizes_and_runs_every_size(tmp_path):
+    """The hints are part of the key and choose the strategy (split_k at M = 1, the tile grid at M = 4096) and the
+    heuristic configuration; either program is symbolic in M and correct for any row count."""
+    def request(hints):
+        return BuildRequest(symbolic_module, [("s0", K), (K, 32)], torch.float32, autotune=False,
+                            tuner_config=TunerConfig(target_cache_dir=tmp_path), size_hints=hints)
+
+    decode, prefill, unhinted = build(request((("s0", 1),))), build(request((("s0", 4096),))), build(request(()))
+    assert len({decode.key, prefill.key, unhinted.key}) == 3
+    assert decode.meta["settings"]["size_hints"] == {"s0": 1} and "size_hints" not in unhinted.meta["settings"]
+    assert (strategy_of(decode), strategy_of(prefill), strategy_of(unhinted)) == ("split_k", "tile2d", "tile2d")
+    assert decode.compiled.kernels["fused_0"].config.BLOCK_M == 16
+    assert prefill.compiled.kernels["fused_0"].config.BLOCK_M == 128
+    generator = torch.Generator().manual_seed(0)
+    w = (torch.randn(K, 32, generator=generator) / K ** 0.5).to(DEVICE)
+    for rows in (1, 5, 70):
+        x = torch.randn(rows, K, generator=generator).to(DEVICE)
+        for built in (decode, prefill):
+            (out,) = built.compiled.program(x, w)
+            torch.testing.assert_close(out, torch.relu(x @ w), atol=1e-4, rtol=1e-4)
+
+
+def symbolic_kernel(size_hints: str = "") -> tiled_loop.KernelOp:
+    module = symbolic_module()
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass(size_hints=size_hints).apply(ctx, module)
+    (kernel,) = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
+    return kernel
+
+
+def test_the_tuner_searches_a_symbolic_kernel_at_the_hints(monkeypatch):
+    """A split_k kernel symbolic in M: at M = 64 its search space holds BLOCK_M = 64 only (one row tile covers the
+    bucket); the candidates' compile jobs and example arguments have the hinted shapes."""
+    kernel = symbolic_kernel("s0=64")
+    assert kernel.strategy.data == "split_k"
+    timed = []
+    monkeypatch.setattr(amk.tuner, "measure", lambda launch, *args, **kwargs: launch() or 1.0)
+
+    def build_and_run(config: KernelConfig):
+        return (lambda: timed.append(config)), (lambda: None)
+
+    hints = {"s0": 64}
+    heuristic = amk.pipeline.heuristic_config(kernel, hints)
+    assert heuristic.BLOCK_M == 64 and amk.pipeline.heuristic_config(kernel).BLOCK_M == 64  # bounded: 64 at most
+    best, trials = tune(kernel, TunerConfig(search="random", search_budget=6), None, heuristic, build_and_run,
+                        size_hints=hints)
+    assert timed and {config.BLOCK_M for config in timed} == {64}
+    assert config_key(best) in {config_key(config) for config in timed}
+    _, trials = tune(kernel, TunerConfig(search="random", search_budget=6), None, heuristic, build_and_run)
+    assert {t.config.BLOCK_M for t in trials if t.status == "ok"} == {16}  # without hints: the symbolic default
+    _, _, shapes = compile_job(kernel, heuristic, "source", hints)
+    assert shapes[0] == ((64, K), "float32") and shapes[2] == ((64, 32), "float32")
+    x = amk.tuner.kernel_example_arguments(kernel, heuristic, DEVICE, hints)[0]
+    assert tuple(x.shape) == (64, K)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# amk.compile: a build per bucket, picked per call, no recompilation
+# --------------------------------------------------------------------------------------------------------------------
+
+FEATURES = 32
+
+
+def linear_relu() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, FEATURES), torch.nn.ReLU()).to(DEVICE)
+
+
+def batch(rows: int) -> torch.Tensor:
+    return torch.randn(rows, FEATURES, generator=torch.Generator().manual_seed(rows)).to(DEVICE)
+
+
+def only_subgraph(compiled) -> amk.frontend.reports.SubgraphReport:
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    (subgraph,) = graph.subgraphs
+    return subgraph
+
+
+@pytest.mark.skipif(GPU, reason="a GPU tunes and times each bucket: see test_buckets_are_tuned_and_raced_on_a_gpu")
+def test_each_bucket_gets_its_own_build_without_recompiling(tmp_path):
+    """Batches 1, 3, 8, 17: three buckets (3 and 8 share 2..16), three builds with their own strategy and
+    configuration, one TorchDynamo graph, every output right."""
+    model = linear_relu()
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    before = frontend.STATS.as_dict()
+    dynamo_frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for rows in (1, 3, 8, 17):
+            torch.testing.assert_close(compiled(batch(rows)), model(batch(rows)), atol=1e-5, rtol=1e-5)
+    after = frontend.STATS.as_dict()
+    assert after["graphs"] - before["graphs"] == 1, "changing the batch size recompiled the graph"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - dynamo_frames == 1
+    assert after["pipeline_runs"] - before["pipeline_runs"] == 3 and after["kernel_calls"] - before["kernel_calls"] == 4
+    assert after["fallbacks"] == before["fallbacks"]
+    buckets = only_subgraph(compiled).buckets
+    assert [b.sizes for b in buckets] == ["M = 1", "2 <= M <= 16", "17 <= M <= 64"]
+    assert [b.hints for b in buckets] == [{s: m} for s, m in zip([next(iter(buckets[0].hints))] * 3, (1, 16, 64))]
+    assert all(b.runs == AMK and b.note.startswith("not timed: no GPU") for b in buckets)
+    assert buckets[2].kernels[0] != buckets[1].kernels[0]  # BLOCK_M 64 for up to 64 rows, 16 below
+    assert "[skinny_m] BLOCK_M=64" in buckets[2].kernels[0] and "[skinny_m] BLOCK_M=16" in buckets[1].kernels[0]
+
+
+@pytest.mark.skipif(GPU, reason="checks the untimed report of a CPU build")
+def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
+    model = linear_relu()
+    runs = frontend.STATS.pipeline_runs
+    compiled = amk.compile(model, batch(3), tune_sizes=[1, 300], tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    assert frontend.STATS.pipeline_runs - runs == 3  # the example's bucket, M = 1 and 257..512
+    buckets = {b.sizes: b for b in only_subgraph(compiled).buckets}
+    assert list(buckets) == ["2 <= M <= 16", "M = 1", "257 <= M <= 512"]
+    assert buckets["257 <= M <= 512"].note.startswith("not called yet")
+    assert "[tile2d] BLOCK_M=128" in buckets["257 <= M <= 512"].kernels[0]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(batch(300)), model(batch(300)), atol=1e-5, rtol=1e-5)
+    assert frontend.STATS.pipeline_runs - runs == 3, "a bucket built ahead was built again"
+    text = str(amk.explain(compiled, print_report=False))
+    assert "257 <= M <= 512 (built for s" in text and "not timed: no GPU (the kernels run in Triton's interpreter)" in text
+    assert "not timed: autotune is off" in str(amk.explain(model, batch(2), print_report=False))
+
+
+def test_explain_of_a_compiled_module_validates_its_arguments():
+    compiled = amk.compile(linear_relu(), autotune=False)
+    with pytest.raises(InvalidArgumentError, match="explain takes neither"):
+        amk.explain(compiled, dynamic=True)
+    with pytest.raises(InvalidArgumentError, match="only a module compiled by amk.compile"):
+        amk.explain(linear_relu())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Never slower than PyTorch: the decision, and what records it
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_faster_of_the_kernels_and_pytorch_runs():
+    assert decide(0.010, 0.020) == AMK and decide(0.030, 0.020) == PYTORCH and decide(0.020, 0.020) == AMK
+    report = BucketReport("2 <= M <= 16", {"s0": 16}, ["fused_0 [split_k] BLOCK_M=16"])
+    report.timed(0.031, 0.024)
+    assert (report.runs, report.amk_ms, report.pytorch_ms) == (PYTORCH, 0.031, 0.024)
+    assert str(report).startswith("2 <= M <= 16 (built for s0=16): runs PyTorch; timed on its first call: amk "
+                                  "0.0310 ms, PyTorch 0.0240 ms: PyTorch is faster")
+
+
+@pytest.mark.skipif(GPU, reason="times the CPU interpreter, which a GPU does not use")
+def test_a_bucket_runs_what_won_its_race(monkeypatch, tmp_path):
+    """The race itself, with real timings (the CPU's wall clock, as ``time_ms`` measures without a GPU): once timed,
+    as on a GPU, the bucket records both times and runs the faster from its second call on (the kernels in Triton's
+    interpreter are usually far slower than PyTorch's own ops; a loaded machine may say otherwise)."""
+    monkeypatch.setattr(amk.frontend.backend, "_untimed_reason", lambda settings: None)
+    model = linear_relu()
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    fallbacks, calls = frontend.STATS.fallbacks, frontend.STATS.kernel_calls
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(batch(4)), model(batch(4)), atol=1e-5, rtol=1e-5)
+    (bucket,) = only_subgraph(compiled).buckets
+    assert bucket.amk_ms > 0 and bucket.pytorch_ms > 0 and bucket.runs == decide(bucket.amk_ms, bucket.pytorch_ms)
+    assert bucket.note.startswith("timed on its first call: amk ")
+    second_call_ran_kernels = bucket.runs == AMK
+    assert frontend.STATS.kernel_calls - calls == 1 + second_call_ran_kernels
+    assert frontend.STATS.fallbacks - fallbacks == (not second_call_ran_kernels)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The call path
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_each_size_gets_one_launcher_made_on_its_first_call(monkeypatch):
+    """Made by Program.fast_path (a Linear's kernel views its weight transposed: the view is found once too), once
+    per size; an empty batch runs PyTorch."""
+    made = []
+    fast_path = amk.runtime.Program.fast_path
+
+    def counted(self, bindings, device):
+        launcher = fast_path(self, bindings, device)
+        made.append((dict(bindings), launcher is not None))
+        return launcher
+
+    monkeypatch.setattr(amk.runtime.Program, "fast_path", counted)
+    model = linear_relu()
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for rows in (2, 2, 5, 2, 5):
+            torch.testing.assert_close(compiled(batch(rows)), model(batch(rows)), atol=1e-5, rtol=1e-5)
+        assert [(list(bindings.values()), fast) for bindings, fast in made] == [([2], True), ([5], True)]
+        empty = compiled(batch(0))
+    assert empty.shape == (0, FEATURES)
+
+
+@pytest.mark.skipif(not GPU, reason="tunes on the GPU")
+def test_buckets_are_tuned_and_raced_on_a_gpu(tmp_path):
+    """On a GPU with autotuning: each bucket's kernels are tuned at its sizes and timed against PyTorch on its
+    first call; the report holds both times and the faster runs."""
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU()).to(DEVICE, torch.float16)
+    compiled = amk.compile(model, tune_sizes=[1, 256],
+                           tuner_config=TunerConfig(search_budget=4, target_cache_dir=tmp_path))
+    with torch.no_grad():
+        for rows in (1, 256):
+            x = torch.randn(rows, 512, device=DEVICE, dtype=torch.float16)
+            torch.testing.assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+    buckets = only_subgraph(compiled).buckets
+    assert [b.sizes for b in buckets][:2] == ["M = 1", "129 <= M <= 256"]
+    for bucket in buckets[:2]:
+        assert bucket.amk_ms > 0 and bucket.pytorch_ms > 0 and bucket.runs == decide(bucket.amk_ms, bucket.pytorch_ms)
