@@ -324,50 +324,53 @@ class Program:
         raise AssertionError("function without func.return")
 
     def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable | None:
-        """For a program of kernel launches that take their operands as they are (no reshape, no transposed view),
-        and of ops run in PyTorch: a function of the argument tensors that allocates each launch's outputs and
-        launches, with the output shapes and dtypes and the workspace buffers found once, here, for ``bindings`` on
-        ``device`` (an op run in PyTorch, such as a matmul left to the vendor library, is called as it is). None for
-        programs that need views, which run through ``__call__``. On a GPU each launch is a
-        :class:`~amk.replay.LaunchReplay`: from the second call on, Triton's compiled kernels are launched directly."""
+        """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
+        allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
+        of their operands (a transposed weight, rows flattened; see :func:`_operand_view`) and the workspace buffers
+        found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the vendor
+        library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
+        call on, Triton's compiled kernels are launched directly."""
         launches = self.steps[:-1]
-        if any(step.kind == "launch" and not all(self.as_is[id(step)]) for step in launches):
-            return None
         plans = []
         for step in launches:
             if step.kind == "op":
                 from amk import reference  # with the op's IR, only for programs that have such ops
 
                 op = step.operation()
-                plans.append((partial(reference.REFERENCE[type(op)], op), step.operands, step.outputs, None, None))
+                plans.append((partial(reference.REFERENCE[type(op)], op), step.operands, step.outputs, None, None, None))
                 continue
             kernel = self.kernels[step.kernel]
             outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
+            views = [None if same else _operand_view(spec, bindings)
+                     for spec, same in zip(kernel.inputs + kernel.outputs, self.as_is[id(step)])]
             workspace = self.workspace(kernel, bindings, device)
             launch = serialized(kernel.launch) if device.type != "cuda" else LaunchReplay(kernel.launch,
                                                                                          len(step.operands))
-            plans.append((launch, step.operands, step.outputs, outputs, workspace))
+            plans.append((launch, step.operands, step.outputs, outputs, workspace,
+                          views if any(view is not None for view in views) else None))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
         if len(plans) == 1 and plans[0][3] is not None and plans[0][1] == arg_ids and plans[0][2] == returned:
-            # One kernel on the arguments as given (most op chains): no value table, ~1 us less per call.
-            ((launch, _, _, outputs, workspace),) = plans
+            # One kernel on the arguments (most op chains): no value table, ~1 us less per call.
+            ((launch, _, _, outputs, workspace, views),) = plans
 
             def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-                launch(*tensors, *results, *workspace())
+                arguments = (*tensors, *results)
+                launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())
                 return results
 
             return run_one
 
         def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             values = dict(zip(arg_ids, tensors))
-            for launch, operands, ids, outputs, workspace in plans:
+            for launch, operands, ids, outputs, workspace, views in plans:
                 if outputs is None:  # an op run in PyTorch: it allocates its own result
                     values[ids[0]] = launch(*[values[value] for value in operands])
                     continue
                 results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
                 values.update(zip(ids, results))
-                launch(*[values[value] for value in operands], *results, *workspace())
+                arguments = [*(values[value] for value in operands), *results]
+                launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())
             return [values[value] for value in returned]
 
         return run
@@ -400,6 +403,19 @@ class Program:
             specs = [(shape, spec.dtype, spec.kind == "counter") for shape, spec in zip(shapes, kernel.workspace)]
             workspace = self.workspaces.setdefault(key, Workspace(specs, device))
         return workspace
+
+
+def _operand_view(spec: KernelArgument, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """How a launch hands a tensor to a kernel that views it otherwise (as :meth:`Program.launch` does per call):
+    transposed, or reshaped to the kernel's dims (found here, for ``bindings``)."""
+    if spec.view == "transpose":
+        return torch.Tensor.t
+    shape = spec.shape(bindings)
+    return lambda tensor: tensor.reshape(shape)
+
+
+def _viewed(tensors: Sequence[torch.Tensor], views: list) -> list[torch.Tensor]:
+    return [tensor if view is None else view(tensor) for tensor, view in zip(tensors, views)]
 
 
 @dataclass
