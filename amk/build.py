@@ -270,7 +270,9 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                                  size_hints)
 
         def chooser(kernel) -> KernelConfig:
-            unbound = {s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols} - set(size_hints)
+            # Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too).
+            unbound = ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
+                       - {p.data for p in kernel.tile_params.data} - set(size_hints))
             if unbound:
                 log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
                          kernel.sym_name.data, ", ".join(sorted(unbound)))

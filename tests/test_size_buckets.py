@@ -11,7 +11,9 @@ from conftest import DEVICE, GPU
 from xdsl.parser import Parser
 
 import amk
+import amk.build
 import amk.frontend.compile as frontend
+import amk.oplist
 import amk.pipeline
 from amk.build import BuildRequest, build
 from amk.context import make_context
@@ -108,6 +110,32 @@ def test_a_bucket_is_built_for_its_sizes_and_runs_every_size(tmp_path):
         for built in (decode, prefill):
             (out,) = built.compiled.program(x, w)
             torch.testing.assert_close(out, torch.relu(x @ w), atol=1e-4, rtol=1e-4)
+
+
+def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
+    """Which kernels the build service hands to the tuner (as on a GPU): a static split_k kernel (its workspace
+    dims hold tile sizes, which the tuner chooses), a symbolic one with a hint for every size; not one whose row
+    count has no value to time at (it keeps the heuristic)."""
+    tuned = []
+
+    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints):  # amk.tuner.autotune_chooser's signature
+        def choose(kernel):
+            tuned.append(kernel.strategy.data)
+            return amk.pipeline.heuristic_config(kernel, size_hints)
+        return choose
+
+    monkeypatch.setattr(amk.build, "autotune_chooser", tuner)
+    monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
+    cache = TunerConfig(target_cache_dir=tmp_path)
+    static = BuildRequest(lambda: amk.oplist.build_module(["matmul", "relu"], [(4, K), (K, 32)], torch.float32),
+                          [(4, K), (K, 32)], torch.float32, tuner_config=cache)
+    build(static, save=False)
+    assert tuned == ["split_k"]
+    for hints, expected in [((("s0", 1),), ["split_k"]), ((), [])]:
+        tuned.clear()
+        build(BuildRequest(symbolic_module, [("s0", K), (K, 32)], torch.float32, tuner_config=cache,
+                           size_hints=hints), save=False)
+        assert tuned == expected
 
 
 def symbolic_kernel(size_hints: str = "") -> tiled_loop.KernelOp:
