@@ -21,6 +21,7 @@ _EXPORTS = {
     "verification": "amk.verification",
     "compile": "amk.frontend.compile",
     "explain": "amk.frontend.compile",
+    "cuda_graphed": "amk.frontend.graphs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -79,6 +79,26 @@ def test_a_compiled_module_under_the_wrapper_computes_the_model():
     assert graphed.graph_count == (2 if GPU else 0)
 
 
+@INTERPRETER_WARNINGS
+def test_amk_compile_with_cuda_graphs_computes_the_model_without_recompiling():
+    """amk.compile(model, cuda_graphs=True): the model's outputs at two batch sizes, from one TorchDynamo graph (one
+    CUDA graph per batch size on a GPU; on the CPU the calls go through)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).to(DEVICE).eval()
+    compiled = amk.compile(model, cuda_graphs=True)
+    with torch.no_grad():
+        for rows, seed in ((8, 1), (3, 2), (8, 3)):
+            x = batch(rows, seed)
+            torch.testing.assert_close(compiled(x).clone(), model(x), rtol=1e-4, atol=1e-4)
+    assert len(amk.explain(compiled, print_report=False).graphs) == 1
+    assert compiled._amk_caller.graph_count == (2 if GPU else 0)
+
+
+def test_amk_compile_refuses_a_cuda_graphs_that_is_not_a_bool():
+    with pytest.raises(InvalidArgumentError, match="cuda_graphs must be True or False, got 'yes'"):
+        amk.compile(mlp("cpu"), cuda_graphs="yes")
+
+
 @NEEDS_GPU
 def test_one_graph_per_signature_replays_new_inputs():
     """Batch 8, 32, then 8 again with new values: two graphs, each call the model's output; after a signature's

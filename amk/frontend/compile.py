@@ -36,6 +36,7 @@ import torch
 from amk.environment import initialize
 from amk.errors import InvalidArgumentError
 from amk.frontend.backend import amk_backend, compile_graph, register_backend
+from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
@@ -95,7 +96,7 @@ class _Caller:
 class CompiledModule(torch.nn.Module):
     """An ``nn.Module`` compiled by :func:`compile`: parameters are the original module's (``_orig_mod``)."""
 
-    def __init__(self, module: torch.nn.Module, caller: _Caller, report: ExplainReport):
+    def __init__(self, module: torch.nn.Module, caller: _Caller | CUDAGraphed, report: ExplainReport):
         super().__init__()
         self._orig_mod = module
         object.__setattr__(self, "_amk_caller", caller)
@@ -112,7 +113,8 @@ class CompiledModule(torch.nn.Module):
 
 
 def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_config=None, dump_ir=None,
-            verify: bool = True, dynamic: bool | None = None, pipeline: str | None = None, tune_sizes=None):
+            verify: bool = True, dynamic: bool | None = None, pipeline: str | None = None, tune_sizes=None,
+            cuda_graphs: bool = False):
     """Compile a model or function with TorchDynamo and the amk backend.
 
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one). Supported
@@ -135,6 +137,12 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     PyTorch on their first call; kernels that disagree leave that bucket to PyTorch. ``pipeline`` replaces the
     tensor-level passes (default ``"amk-duplicate-norm-prologues,amk-fuse"``). ``tuner_config.target_cache_dir``,
     when given, is where the compiled programs and the emitted Triton sources are kept.
+
+    ``cuda_graphs=True`` runs each call through a captured CUDA graph, one per call signature (input shapes,
+    dtypes, grad mode, ...), as torch.compile's ``mode="reduce-overhead"`` does: the host cost of a call becomes one
+    input copy and one graph launch, the way to run decode steps. The rules (:mod:`amk.frontend.graphs`,
+    docs/cuda-graphs.md): outputs are overwritten by the next call of the same signature (clone what you keep),
+    parameters are read in place, calls that record autograd history or hold no CUDA tensors run without a graph.
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
@@ -143,17 +151,22 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor, got "
                                    f"{type(example_inputs).__name__}")
+    if not isinstance(cuda_graphs, bool):
+        raise InvalidArgumentError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
     register_backend()
     report = ExplainReport()
     settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
-    return _compile(model_or_fn, example_inputs, settings, dynamic, report)
+    return _compile(model_or_fn, example_inputs, settings, dynamic, report, cuda_graphs)
 
 
-def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, report: ExplainReport):
+def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, report: ExplainReport,
+             cuda_graphs: bool = False):
     backend = functools.partial(compile_graph, settings=settings)
     compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
     caller = _Caller(compiled, dynamic)
+    if cuda_graphs:
+        caller = cuda_graphed(caller)
     if isinstance(model_or_fn, torch.nn.Module):
         result = CompiledModule(model_or_fn, caller, report)
     else:
