@@ -1,5 +1,5 @@
-"""amk's one timer, :func:`time_ms`, for the autotuner, the examples and the benchmark suite; and
-:func:`environment`, the GPU, versions and date that results files record.
+"""amk's one timer, :func:`time_ms`, for the autotuner, the examples and the benchmark suite; :func:`host_us`, the
+host time of a call; and :func:`environment`, the GPU, versions and date that results files record.
 
 A leaf module: it imports torch, and Triton only to replay CUDA graphs, nothing of amk (``environment`` reads
 ``amk.__version__`` when called), so the tuner can import it from below.
@@ -95,6 +95,28 @@ def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
     import triton.testing
 
     return triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
+
+
+def host_us(fn: Callable[[], object], *, calls: int, repeats: int = 1, warmup: int = 0,
+            wait_for_device: bool = False) -> float:
+    """Per-call host time in microseconds: after ``warmup`` calls and a synchronize, ``calls`` back-to-back calls
+    timed on the host clock; the median over ``repeats`` repetitions. The clock stops when the last call returns
+    (what issuing a call costs the host while the GPU works through its queue), or with ``wait_for_device`` once the
+    GPU has run them too (a launch-bound call's whole cost)."""
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if wait_for_device:
+            synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    synchronize()
+    return statistics.median(samples)
 
 
 def environment() -> dict[str, str]:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 import amk
 import amk.runtime
-from amk.benchmarking import environment
+from amk.benchmarking import environment, host_us
 from amk.environment import default_device, initialize
 from amk.frontend.backend import compile_graph
 from amk.frontend.settings import make_settings
@@ -30,16 +29,8 @@ from amk.frontend.subgraph import FusedSubgraph
 
 
 def per_call_us(fn, calls: int) -> float:
-    for _ in range(100):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    """Host time per call, waiting for the device at the end (a launch-bound call's whole cost)."""
+    return host_us(fn, calls=calls, warmup=100, wait_for_device=True)
 
 
 def compiled_with_subgraph(model: torch.nn.Module):

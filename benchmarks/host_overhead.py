@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 import amk
-from amk.benchmarking import environment
+from amk.benchmarking import environment, host_us
 
 WORKLOADS = {
     "D": (["rmsnorm", "matmul", "add"], [(16, 4096), (4096,), (4096, 4096), (16, 4096)]),
@@ -33,16 +32,8 @@ WORKLOADS = {
 
 
 def per_call_us(fn, calls: int) -> float:
-    for _ in range(100):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    """Host time per call, waiting for the device at the end (a launch-bound call's whole cost)."""
+    return host_us(fn, calls=calls, warmup=100, wait_for_device=True)
 
 
 def measure(name: str, calls: int) -> dict:

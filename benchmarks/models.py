@@ -58,7 +58,7 @@ from torch import nn
 from workloads import relative_error
 
 import amk
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import environment, host_us, time_ms
 from amk.frontend.graphs import cuda_graphed
 from amk.runtime import default_device
 from amk.verification import TOLERANCES
@@ -277,18 +277,6 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def host_us(fn: Callable[[], object], timing: Timing) -> float:
-    """Per-call host time in microseconds: ``host_calls`` calls after a synchronize, not waiting for the GPU at the
-    end; the median over ``host_repeats`` repetitions."""
-    samples = []
-    for _ in range(timing.host_repeats):
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(timing.host_calls):
-            fn()
-        samples.append((time.perf_counter() - start) / timing.host_calls * 1e6)
-    synchronize()
-    return statistics.median(samples)
 
 
 def make_contender(name: str, module: nn.Module, compiled_amk: list) -> Callable:
@@ -324,7 +312,8 @@ def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torc
     if not result["rel_l2"] <= limit:  # NaN counts as wrong
         result["status"] = "wrong"
         return result
-    result["host_us"] = round(host_us(lambda: fn(*inputs), timing), 2)
+    result["host_us"] = round(host_us(lambda: fn(*inputs), calls=timing.host_calls,
+                                      repeats=timing.host_repeats), 2)
     result["ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms)
     return result
 
