@@ -32,6 +32,8 @@ from amk.lowering.configs import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from amk.symbolic import Dim
 
 # How the tuner picks the candidates it times (TunerConfig.search).
@@ -627,22 +629,36 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 sources[config] = stage_and_emit(kernel, config, fp32_dot).source
             return sources[config]
 
+        compiling: dict[KernelConfig, Future] = {}  # candidates handed to the workers, not timed yet
+
         def prepare(configs: list[KernelConfig]) -> None:
-            jobs = []
+            """Hand ``configs`` to the workers and return: the first are timed while the next compile."""
+            jobs, ahead = [], []
             for config in configs:
+                if config in compiling:
+                    continue
                 try:
                     jobs.append(compile_job(kernel, config, source(config), bindings))
+                    ahead.append(config)
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
+            if len(jobs) > 1:  # one candidate compiles as fast in this process, when it is first launched
+                compiling.update(zip(ahead, compiler.submit(jobs)))
+
+        def compiled_ahead(config: KernelConfig) -> None:
+            """Wait for the worker compiling ``config``, if one is (the wait is the build's compile phase)."""
+            future = compiling.pop(config, None)
+            if future is None:
+                return
             with phase("compile"):
-                errors = compiler.compile(jobs) if len(jobs) > 1 else []
-            for job, error in zip(jobs, errors):
-                if error is not None:
-                    log.info("ahead-of-time compilation of %s failed (the candidate will fail when timed): %s",
-                             job[1], error)
+                error = future.result()
+            if error is not None:
+                log.info("ahead-of-time compilation of %s failed (the candidate will fail when timed): %s",
+                         config.user_view(), error)
 
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
+                compiled_ahead(heuristic)
                 args = kernel_example_arguments(kernel, heuristic, device, bindings, inputs=inputs)
                 launch = load_source(source(heuristic), name).launch
                 with phase("compile"):
@@ -658,6 +674,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 raise failure[0]
             if not ready:
                 reference()
+            compiled_ahead(config)
             launch = load_source(source(config), name).launch
             # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
             candidate = kernel_example_arguments(kernel, config, device, bindings, inputs=inputs)
