@@ -51,8 +51,10 @@ class StagedKernel:
 
 
 def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: str = "ieee") -> StagedKernel:
-    """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` (its ``fp32_dot``) on a copy of one tile-level
-    kernel."""
+    """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` (its ``fp32_dot``, or ``tf32x3`` where the
+    configuration asks for it: ``TF32X3``) on a copy of one tile-level kernel."""
+    if config.TF32X3:
+        fp32_dot = "tf32x3"
     with phase("emit"):
         ctx = make_context()
         module = ModuleOp([kernel.clone()])

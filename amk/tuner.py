@@ -211,8 +211,14 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
     return strategy_named(strategy).search_space(rows, has_dot, contraction, limits, warp_specialization)
 
 
+def offers_tf32x3(has_dot: bool, element_bytes: int, fp32_dot: str) -> bool:
+    """Whether a kernel's dots may run as three TF32 products (``TF32X3``): fp32 dots under PyTorch's float32 matmul
+    precision "highest", whose IEEE dots run on the CUDA cores; under "high" they are TF32 already."""
+    return has_dot and element_bytes == 4 and fp32_dot == "ieee"
+
+
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
-                 cols: Dim | None = None, contraction: Dim | None = None) -> str | None:
+                 cols: Dim | None = None, contraction: Dim | None = None, fp32_dot: str = "ieee") -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing (the general checks
     here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``)."""
     from amk.lowering.strategies import STRATEGIES as TILING
@@ -226,6 +232,9 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
+    if config.TF32X3 and not offers_tf32x3(has_dot, element_bytes, fp32_dot):
+        return ('TF32X3 applies to fp32 dots under torch.get_float32_matmul_precision() "highest" (elsewhere the dots '
+                "are TF32 or fp16/bf16 already)")
     reason = tiling.prune_reason(config, cols, limits)
     if reason:
         return reason
@@ -332,7 +341,8 @@ def fastest_program(programs: Mapping[str, Callable[[], object]], settings: Tune
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
          build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
-         batch: int = 1, size_hints: Mapping[str, int] | None = None) -> tuple[KernelConfig, list[Trial]]:
+         batch: int = 1, size_hints: Mapping[str, int] | None = None,
+         fp32_dot: str = "ieee") -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
@@ -340,11 +350,12 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     and skipped; the heuristic is the fallback. ``known``
     maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
     (and do not count against the search budget). Switches with several values in the space (``PERSISTENT``,
-    ``TMA``, ``WARP_SPECIALIZE``) are not searched: the search runs with their first value, then every setting of
+    ``TMA``, ``WARP_SPECIALIZE``, ``TF32X3``) are not searched: the search runs with their first value, then every setting of
     them is timed on the fastest configurations found (:func:`_refine`). ``prepare(configs)``, when given, is called
     with each group of candidates (``batch`` at a time for the model-guided search) before any of them is timed, so
     that they can be compiled together. ``size_hints`` give a kernel of symbolic sizes the sizes it is tuned for (its
-    search space and pruning see them).
+    search space and pruning see them). ``fp32_dot``: how the build multiplies fp32 tiles (``ieee`` under PyTorch's
+    "highest"): where IEEE, fp32 dots also get the switch ``TF32X3`` (three TF32 products, as accurate).
     """
     from amk.lowering.stage import kernel_problem
 
@@ -357,7 +368,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *SWITCHES}
 
     def pruned(config: KernelConfig) -> str | None:
-        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction)
+        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, fp32_dot)
 
     space = {key: values for key, values in (grid or {}).items() if key in used}
     if grid is not None and all(pruned(config) for config in grid_configs(space, heuristic)):
@@ -370,6 +381,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         space = {key: values for key, values in default_space(strategy, rows, has_dot, limits,
                                                               settings.enable_warp_specialization,
                                                               contraction).items() if key in used}
+        if offers_tf32x3(has_dot, element_bytes, fp32_dot):
+            space["TF32X3"] = [0, 1]
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
 
@@ -689,7 +702,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             return (lambda: launch(*candidate)), check
 
         config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                              prepare, batch=max(1, compiler.count), size_hints=bindings)
+                              prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot)
         if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
             raise failure[0]
         if on_tuned is not None:

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
                   "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "SPLIT_N": "SPLIT_N", "num_warps": "num_warps",
                   "num_stages": "num_stages", "PERSISTENT": "PERSISTENT", "TMA": "TMA",
-                  "WARP_SPECIALIZE": "WARP_SPECIALIZE"}
+                  "WARP_SPECIALIZE": "WARP_SPECIALIZE", "TF32X3": "TF32X3"}
 # The switches among them: 0 or 1.
-SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE")
+SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3")
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
 # (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G):
@@ -59,6 +59,9 @@ class KernelConfig:
     TMA: int = 0
     # ... and, on a persistent TMA kernel, Triton's warp specialization of the tile loop.
     WARP_SPECIALIZE: int = 0
+    # fp32 dots as three TF32 products (Triton's "tf32x3"): fp32-accurate, on the tensor cores, where PyTorch's
+    # float32 matmul precision is "highest" (IEEE dots run on the CUDA cores). A candidate the tuner times there.
+    TF32X3: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

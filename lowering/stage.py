@@ -269,7 +269,7 @@ class StagePass(ModulePass):
         return {field: getattr(self, option) for field, option in self.OPTIONS.items()}
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for field in SWITCHES:
+        for field in (switch for switch in SWITCHES if switch in self.OPTIONS):  # TF32X3 is the emitter's
             value = getattr(self, self.OPTIONS[field])
             if value not in (0, 1):
                 raise PassFailedException(f"amk-stage: {self.OPTIONS[field]} must be 0 or 1, got {value!r}")

@@ -59,3 +59,69 @@ def test_an_unknown_fp32_dot_is_refused():
 
     with pytest.raises(PassFailedException, match="fp32_dot must be one of ieee, tf32x3, tf32"):
         EmitTritonPass(fp32_dot="fast").apply(make_context(), ModuleOp([]))
+
+
+def fp32_kernel(dtype=torch.float32):
+    """The tile-level kernel of a Linear + ReLU in ``dtype``."""
+    from amk.dialects import tiled_loop
+    from amk.lowering.tile import TilePass
+    from amk.oplist import build_module
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import make_context
+
+    module = build_module(OPS, [(64, 64), (64, 64), (64,)], dtype)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    return next(op for op in module.walk() if isinstance(op, tiled_loop.KernelOp))
+
+
+@pytest.mark.parametrize(("fp32_dot", "tf32x3_faster"), [("ieee", True), ("ieee", False), ("tf32", True)])
+def test_tf32x3_is_a_candidate_under_highest_only_and_wins_when_faster(monkeypatch, fp32_dot, tf32x3_faster):
+    """Under "highest" (IEEE dots) the tuner also times each finalist with its fp32 dots as three TF32 products and
+    keeps whichever is faster; under "high" (TF32 dots) that switch is never a candidate."""
+    import amk.tuner
+    from amk.tuner import tune
+
+    kernel = fp32_kernel()
+    launched = []
+
+    def build_and_run(config):
+        return (lambda: launched.append(config)), (lambda: None)
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = launched[-1]
+        return 1.0 + config.BLOCK_M / 64 - (0.5 if config.TF32X3 and tf32x3_faster else 0.0) + 0.25 * config.TF32X3
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, trials = tune(kernel, amk.TunerConfig(search_budget=6), None, heuristic, build_and_run, fp32_dot=fp32_dot)
+    timed = [t.config for t in trials if t.status == "ok"]
+    if fp32_dot == "tf32":
+        assert not any(config.TF32X3 for config in timed) and not best.TF32X3
+    else:
+        assert any(config.TF32X3 for config in timed)
+        assert best.TF32X3 == int(tf32x3_faster)
+
+
+def test_tf32x3_kernels_say_so_and_compute_the_chain(precision):
+    from amk.lowering.configs import KernelConfig
+    from amk.pipeline import stage_and_emit
+    from amk.tuner import DeviceLimits, prune_reason
+
+    kernel = fp32_kernel()
+    config = KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, TF32X3=1)
+    assert 'input_precision="tf32x3"' in stage_and_emit(kernel, config).source
+    limits = DeviceLimits("test", 1 << 20, 1)
+    assert prune_reason(config, "tile2d", True, 4, limits) is None
+    assert "TF32X3 applies to fp32 dots" in prune_reason(config, "tile2d", True, 4, limits, fp32_dot="tf32")
+    assert "TF32X3 applies to fp32 dots" in prune_reason(config, "tile2d", True, 2, limits)
+    precision("highest")
+    grid = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32], "BLOCK_SIZE_K": [32], "TF32X3": [1]}
+    kernel = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False, parameter_grid=grid)
+    assert 'input_precision="tf32x3"' in kernel.source
+    x, w, b = (torch.randn(shape).to(DEVICE) for shape in SHAPES)
+    reference = torch.relu(x.double() @ w.double() + b.double())
+    error = ((kernel(x, w, b).double() - reference).norm() / reference.norm()).item()
+    assert error < 1e-5
