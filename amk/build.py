@@ -148,8 +148,9 @@ def build(request: BuildRequest, save: bool = True) -> Built:
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
-    try_vendor = (not recorded and request.ops is not None and request.timed and settings["tuner"]["vendor_gemm"]
-                  and request.dtype is not None and request.dtype.itemsize > 1 and _row_reduction_follows_matmul(module))
+    try_vendor = (not recorded and request.timed and settings["tuner"]["vendor_gemm"] and request.dtype is not None
+                  and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
+                  and _vendor_gemm_may_win(module, request.dtype, request.fp32_dot))
     log_here: dict[str, list[dict]] = {}
     program_times: dict[str, float] = {}
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
@@ -163,7 +164,8 @@ def build(request: BuildRequest, save: bool = True) -> Built:
             log_vendor: dict[str, list[dict]] = {}
             vendor = _faster_with_vendor_gemm(
                 compiled, lambda: compile_module(request.make_module(), config_chooser(request, log_vendor, store),
-                                                 vendor_gemm=True, fp32_dot=request.fp32_dot),
+                                                 pipeline=request.pipeline, vendor_gemm=True,
+                                                 fp32_dot=request.fp32_dot, size_hints=dict(request.size_hints)),
                 request, program_times)
             if vendor is not None:
                 compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
@@ -335,6 +337,34 @@ def _row_reduction_follows_matmul(module) -> bool:
     return False
 
 
+def _vendor_gemm_may_win(module, dtype: torch.dtype, fp32_dot: str) -> bool:
+    """Whether the program that leaves the matmuls to the vendor library is worth timing against the fused one: where
+    a row reduction follows a matmul (its epilogue then runs after the fused kernel's MMAs), and for every matmul of
+    fp32 dots under PyTorch's "highest" (IEEE dots run on the CUDA cores; cuBLAS's fp32 GEMM is faster)."""
+    from amk.lowering import rules
+
+    if dtype == torch.float32 and fp32_dot == "ieee" and any(rules.is_matmul(op) for op in module.walk()):
+        return True
+    return _row_reduction_follows_matmul(module)
+
+
+def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:
+    """The operands' shapes with each symbolic size at its size hint (a size bucket's); None when a size has none."""
+    hints = dict(request.size_hints)
+    shapes = []
+    for shape in request.shapes:
+        sizes = []
+        for size in shape:
+            if isinstance(size, int) or str(size).isdigit():
+                sizes.append(int(size))
+            elif str(size) in hints:
+                sizes.append(hints[str(size)])
+            else:
+                return None
+        shapes.append(tuple(sizes))
+    return shapes
+
+
 def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: BuildRequest,
                              times: dict[str, float]) -> CompiledProgram | None:
     """The program with the vendor GEMM (``build_vendor()``) when it computes what the fused one does on the same
@@ -343,10 +373,13 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: Buil
     from amk.tuner import fastest_program
     from amk.verification import TOLERANCES, input_scales, random_inputs
 
-    dtype, shapes = request.dtype, request.shapes
+    dtype, shapes = request.dtype, _shapes_at_hints(request)
     try:
         vendor = build_vendor()
-        inputs = random_inputs(shapes, dtype, "cuda", scales=input_scales(request.ops, shapes))
+        # Known op lists scale their matmul weights by 1/sqrt(K); a subgraph's inputs stay at scale 1 (both programs
+        # compute on the same values, and K of a few thousands keeps fp16 far from overflow).
+        scales = input_scales(request.ops, shapes) if request.ops else None
+        inputs = random_inputs(shapes, dtype, "cuda", scales=scales)
         expected, got = fused.program(*inputs), vendor.program(*inputs)
     except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
         log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",

@@ -7,7 +7,7 @@ them in order, keeps the IR text of every level, and loads the emitted kernels.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -29,12 +29,12 @@ ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
 
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
-    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default (``vendor_gemm``: its option), or a user's
-    pipeline string."""
+    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default, or a pipeline string's passes;
+    ``vendor_gemm`` sets that option of its ``amk-fuse``."""
     if not pipeline:
         return [FusePass(vendor_gemm=vendor_gemm)]
     passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
-    return list(passes)
+    return [replace(p, vendor_gemm=True) if vendor_gemm and isinstance(p, FusePass) else p for p in passes]
 
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:

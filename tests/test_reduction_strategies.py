@@ -226,3 +226,29 @@ def test_each_strategy_replays_under_a_cuda_graph(strategy):
         torch.cuda.synchronize()
         error = ((captured.double() - expected).norm() / expected.norm()).item()
         assert error < 2e-3, (strategy, error)
+
+
+def test_fp32_matmuls_under_highest_also_try_the_vendor_gemm():
+    """IEEE fp32 dots run on the CUDA cores, so cuBLAS's fp32 GEMM may beat any fused kernel: under "highest" every
+    fp32 chain with a matmul times it; TF32 dots (under "high") and fp16 only where a row reduction follows."""
+    from amk.build import _vendor_gemm_may_win
+
+    def may_win(dtype, fp32_dot, ops=("matmul", "add_bias", "relu")):
+        module = build_module(normalize_ops(list(ops)), [(8, 16), (16, 32), (32,)], dtype)
+        return _vendor_gemm_may_win(module, dtype, fp32_dot)
+
+    assert may_win(torch.float32, "ieee")
+    assert not may_win(torch.float32, "tf32") and not may_win(torch.float16, "ieee")
+    layernorm = build_module(normalize_ops(["matmul", "add_bias", "layernorm"]), [(8, 16), (16, 32), (32,), (32,),
+                                                                               (32,)], torch.float16)
+    assert _vendor_gemm_may_win(layernorm, torch.float16, "ieee")
+
+
+def test_a_pipeline_string_takes_the_vendor_gemm_option_too():
+    """amk.compile's subgraphs run a pipeline string (duplicated norm prologues, then amk-fuse): its vendor-GEMM
+    program leaves the matmul to PyTorch as the default pipeline's does."""
+    ops, shapes, dtype = CASES[0]
+    compiled = compile_module(build_module(ops, shapes, dtype), pipeline="amk-duplicate-norm-prologues,amk-fuse",
+                              vendor_gemm=True)
+    assert [step.kind for step in compiled.program.steps] == ["op", "launch", "return"]
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)

@@ -97,6 +97,16 @@ def _function_dims(imported: ImportedSubgraph) -> list[list]:
     return [list(arg.type.dims) for arg in function.body.block.args]
 
 
+def _common_dtype(imported: ImportedSubgraph) -> torch.dtype | None:
+    """The element type all the imported function's arguments share (the build may then time alternative programs on
+    random inputs of it), or None for a subgraph of mixed types."""
+    from amk.dtypes import to_torch
+
+    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
+    types = {arg.type.element_type for arg in function.body.block.args}
+    return to_torch(types.pop()) if len(types) == 1 else None
+
+
 def _symbol_sources(symbols: Sequence[str], gm: GraphModule) -> list[tuple[str, Node, int | None]]:
     """Where each of ``symbols`` is read at a call: a graph input that carries it, as a SymInt or as a tensor's
     size."""
@@ -244,11 +254,12 @@ class _GraphCompiler:
             dumper = IRDumper(directory=target)
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
         shapes = [tuple(d.text for d in dims) for dims in _function_dims(imported)]
+        dtype = _common_dtype(imported)
         settings = self.settings
 
         def build_bucket(size_hints: dict[str, int], dumper: IRDumper | None = None):
             """The program of one size bucket, through the build service (cache, passes, tuning at the hints)."""
-            built = build(BuildRequest(imported.module.clone, shapes, autotune=settings.autotune,
+            built = build(BuildRequest(imported.module.clone, shapes, dtype, autotune=settings.autotune,
                                        tuner_config=settings.tuner_config, pipeline=settings.fusion_pipeline,
                                        dumper=dumper, size_hints=tuple(sorted(size_hints.items()))))
             if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
