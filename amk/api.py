@@ -56,7 +56,7 @@ class FusedKernel(torch.nn.Module):
         self._compiled = {tuple(shapes): compiled}
         self._builder = builder
         self._hot: _HotPath | None = None
-        self._hot_paths: dict[tuple, _HotPath | None] = {}  # per (shapes, device), made on the first call with them
+        self._hot_paths: dict[tuple, _HotPath] = {}  # per (shapes, device), made on the first call with them
         self._references: dict[tuple, object] = {}  # per shapes: the tensor_op function a backward differentiates
 
     @property
@@ -155,8 +155,7 @@ class FusedKernel(torch.nn.Module):
         outputs = program(*tensors)
         key = (shapes, tensors[0].device)
         if key not in self._hot_paths:
-            run = program.fast_path(program.bind(tensors), key[1])
-            self._hot_paths[key] = _HotPath(shapes, key[1], run) if run is not None else None
+            self._hot_paths[key] = _HotPath(shapes, key[1], program.fast_path(program.bind(tensors), key[1]))
         # The next call with these shapes, dtype and device skips the checks above and the program walk.
         self._hot = self._hot_paths[key]
         return outputs

@@ -323,7 +323,7 @@ class Program:
             env.update(zip(step.outputs, results))
         raise AssertionError("function without func.return")
 
-    def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable | None:
+    def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable:
         """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
         of their operands (a transposed weight, rows flattened; see :func:`_operand_view`) and the workspace buffers

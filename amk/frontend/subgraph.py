@@ -15,7 +15,6 @@ dtype and rank, so a graph sees one device per input: the device is checked when
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Hashable
@@ -216,7 +215,7 @@ class FusedSubgraph(torch.nn.Module):
             return self._run_fallback, None
         program = bucket.built.compiled.program
         bindings = dict(zip(self.sizes.symbols, sizes))
-        launch = program.fast_path(bindings, self.device) or functools.partial(_run_program, program, bindings)
+        launch = program.fast_path(bindings, self.device)
         # The program's operands: arguments by position, and the constants the importer made, on the kernels' device.
         slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(self.device)
                  for index in self.program_args]
@@ -278,8 +277,3 @@ class FusedSubgraph(torch.nn.Module):
 def _operands(args, slots: list) -> list:
     """The program's operands of a call: ``slots`` holds argument positions and constant tensors."""
     return [args[slot] if slot.__class__ is int else slot for slot in slots]
-
-
-def _run_program(program, bindings: dict[str, int], tensors) -> list[torch.Tensor]:
-    """A program that needs views of its operands (no fast path): through its generic call."""
-    return program(*tensors, bindings=bindings)
