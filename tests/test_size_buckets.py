@@ -321,3 +321,99 @@ def test_buckets_are_tuned_and_raced_on_a_gpu(tmp_path):
     assert [b.sizes for b in buckets][:2] == ["M = 1", "129 <= M <= 256"]
     for bucket in buckets[:2]:
         assert bucket.amk_ms > 0 and bucket.pytorch_ms > 0 and bucket.runs == decide(bucket.amk_ms, bucket.pytorch_ms)
+
+
+def test_a_new_bucket_is_left_to_pytorch_inside_a_cuda_graph_capture(monkeypatch):
+    """Building, tuning, verifying and timing a bucket cannot be captured: a call captured before its bucket was built
+    and checked runs the PyTorch ops and keeps no launcher; the next uncaptured call builds and checks the bucket. No
+    GPU here captures a graph, so the capture check is patched to answer what it answers inside one (the real capture:
+    test_a_new_bucket_can_be_captured_into_a_cuda_graph)."""
+    model = linear_relu()
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        compiled(batch(3))  # built and checked outside the capture
+        runs, fallbacks, calls = frontend.STATS.pipeline_runs, frontend.STATS.fallbacks, frontend.STATS.kernel_calls
+        monkeypatch.setattr(amk.frontend.subgraph, "stream_capturing", lambda: True)
+        for rows in (40, 40, 5):
+            torch.testing.assert_close(compiled(batch(rows)), model(batch(rows)), atol=1e-5, rtol=1e-5)
+        assert frontend.STATS.pipeline_runs == runs and frontend.STATS.fallbacks - fallbacks == 2
+        assert frontend.STATS.kernel_calls - calls == 1  # 5 rows: a new size of a checked bucket launches its kernels
+        assert [b.sizes for b in only_subgraph(compiled).buckets] == ["2 <= M <= 16"]
+        monkeypatch.undo()
+        torch.testing.assert_close(compiled(batch(40)), model(batch(40)), atol=1e-5, rtol=1e-5)
+    assert frontend.STATS.pipeline_runs - runs == 1 and frontend.STATS.kernel_calls - calls == 2
+    buckets = {b.sizes: b for b in only_subgraph(compiled).buckets}
+    assert buckets["17 <= M <= 64"].runs == AMK and buckets["17 <= M <= 64"].note.startswith("not timed")
+
+
+@pytest.mark.skipif(not GPU, reason="captures a CUDA graph")
+def test_a_new_bucket_can_be_captured_into_a_cuda_graph():
+    model = linear_relu()
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        compiled(batch(3))
+        x = batch(40)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = compiled(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(captured, model(x), atol=1e-4, rtol=1e-4)
+        assert [b.sizes for b in only_subgraph(compiled).buckets] == ["2 <= M <= 16"]
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert [b.sizes for b in only_subgraph(compiled).buckets] == ["2 <= M <= 16", "17 <= M <= 64"]
+
+
+def test_a_bucket_whose_first_call_fails_is_left_to_pytorch(monkeypatch, caplog):
+    """The kernels' launch raises on the bucket's first call (once): that call returns PyTorch's outputs, the bucket
+    runs PyTorch from then on (other sizes in it too), and explain says why."""
+    fast_path = amk.runtime.Program.fast_path
+    failures = ["launch failed"]
+
+    def failing_once(self, bindings, device):
+        launch = fast_path(self, bindings, device)
+
+        def run(tensors):
+            if failures:
+                raise RuntimeError(failures.pop())
+            return launch(tensors)
+        return run
+
+    monkeypatch.setattr(amk.runtime.Program, "fast_path", failing_once)
+    model = linear_relu()
+    compiled = amk.compile(model, autotune=False)
+    calls, fallbacks = frontend.STATS.kernel_calls, frontend.STATS.fallbacks
+    with torch.no_grad(), caplog.at_level("WARNING", logger="amk.frontend"):
+        for rows in (3, 3, 5):
+            torch.testing.assert_close(compiled(batch(rows)), model(batch(rows)), atol=1e-5, rtol=1e-5)
+    assert not failures and frontend.STATS.fallbacks - fallbacks == 3
+    assert frontend.STATS.kernel_calls - calls == 1  # the failed first call only
+    (bucket,) = only_subgraph(compiled).buckets
+    assert bucket.runs == PYTORCH
+    assert bucket.note.startswith("failed on the first call of s") and bucket.note.endswith("RuntimeError: launch failed")
+    assert bucket.note in str(amk.explain(compiled, print_report=False))
+    (warning,) = [record for record in caplog.records if record.levelname == "WARNING"]
+    assert "run in PyTorch from now on" in warning.getMessage()
+
+
+def test_workspaces_are_dropped_with_the_launchers(monkeypatch):
+    """A matmul followed by a softmax over a long contraction runs tile_stats, whose workspace holds a row per row of
+    M: one workspace per size. When the launchers start over, the workspaces go with them."""
+    monkeypatch.setattr(amk.frontend.subgraph, "MAX_LAUNCHERS", 2)
+    programs = set()
+    fast_path = amk.runtime.Program.fast_path
+
+    def recorded(self, bindings, device):
+        programs.add(self)
+        return fast_path(self, bindings, device)
+
+    monkeypatch.setattr(amk.runtime.Program, "fast_path", recorded)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(K, FEATURES), torch.nn.Softmax(dim=-1)).to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for rows in range(2, 8):
+            x = torch.randn(rows, K, generator=torch.Generator().manual_seed(rows)).to(DEVICE)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert "[tile_stats]" in only_subgraph(compiled).buckets[0].kernels[0]
+    assert sum(len(program.workspaces) for program in programs) <= 2  # six sizes called

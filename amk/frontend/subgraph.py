@@ -5,7 +5,8 @@ bucket. It keeps those nodes as a small GraphModule, which serves four purposes:
 recomputes the subgraph from those nodes and differentiates them, see :class:`_Recompute`), the check of each
 bucket's kernels on its first call (``verify=True``), the race against them on that call (on a GPU with autotuning:
 the faster runs the bucket from then on), and a fallback whenever a call does not match what the kernels were built
-for (another device, a guarded scalar with another value, an empty input, a failed verification).
+for (another device, a guarded scalar with another value, an empty input, a failed verification or first call, a
+new bucket's first call inside a CUDA-graph capture).
 
 The call path is short: the call's sizes (one shape read per symbol) index a table of launchers made on the first
 call of those sizes (:meth:`~amk.runtime.Program.fast_path`: output shapes and workspace found once); only a size not
@@ -195,40 +196,64 @@ class FusedSubgraph(torch.nn.Module):
     def _first_call(self, sizes: tuple, args) -> tuple:
         with self.lock:
             run = self.launchers.get(sizes)  # another thread may have made it meanwhile
-            outputs = None
             if run is None:
                 run, outputs = self._prepare(sizes, args)
+                if run is None:  # nothing prepared (inside a CUDA-graph capture): the next call prepares these sizes
+                    return outputs
                 if len(self.launchers) >= MAX_LAUNCHERS:
-                    self.launchers.clear()
+                    self._forget_launchers()
                 self.launchers[sizes] = run
-        return outputs if outputs is not None else run(args)
+                if outputs is not None:
+                    return outputs
+        return run(args)
 
-    def _prepare(self, sizes: tuple, args) -> tuple[Callable, tuple | None]:
-        """What runs calls of ``sizes``, and the outputs of this call when preparing it ran it (a bucket's first
-        call, which checks the bucket)."""
+    def _forget_launchers(self) -> None:
+        """Start the launchers over, and the programs' workspaces with them, which would otherwise keep scratch
+        buffers for every size ever called. A call in flight keeps its buffers alive through its launcher."""
+        self.launchers.clear()
+        for bucket in self.buckets.values():
+            if bucket.built is not None:
+                bucket.built.compiled.program.workspaces.clear()
+
+    def _prepare(self, sizes: tuple, args) -> tuple[Callable | None, tuple | None]:
+        """What runs calls of ``sizes`` (None: nothing, this call is captured), and the outputs of this call when
+        preparing it ran it (a bucket's first call, which checks the bucket)."""
         reason = self._unsupported(args)
         if reason is not None:
             log.debug("%s runs in PyTorch for the sizes %s: %s", self.name, sizes, reason)
             return self._run_fallback, None
-        bucket = self._bucket(self.sizes.key(sizes))
-        if bucket.built is None:
+        key = self.sizes.key(sizes)
+        known = self.buckets.get(key)
+        if (known is None or not known.checked) and stream_capturing():
+            # Building, tuning, verifying (.item()) and timing (synchronizing) a bucket are illegal while a CUDA graph
+            # is captured; the PyTorch ops capture fine.
+            return None, self._run_fallback(args)
+        bucket = self._bucket(key)
+        if bucket.report.runs == PYTORCH:  # it did not compile, failed its check, or PyTorch was faster
             return self._run_fallback, None
-        program = bucket.built.compiled.program
         bindings = dict(zip(self.sizes.symbols, sizes))
-        launch = program.fast_path(bindings, self.device)
-        # The program's operands: arguments by position, and the constants the importer made, on the kernels' device.
-        slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(self.device)
-                 for index in self.program_args]
+        try:  # a failure of the kernels leaves the bucket to PyTorch (reported, never the caller's failure)
+            launch = bucket.built.compiled.program.fast_path(bindings, self.device)
+            # The program's operands: arguments by position, and the importer's constants, on the kernels' device.
+            slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(self.device)
+                     for index in self.program_args]
 
-        def run(args) -> tuple:
-            STATS.kernel_calls += 1
-            return tuple(launch(_operands(args, slots)))
+            def run(args) -> tuple:
+                STATS.kernel_calls += 1
+                return tuple(launch(_operands(args, slots)))
 
-        outputs = None
-        if not bucket.checked:
-            bucket.checked = True
-            outputs = self._check(bucket, run, lambda: launch(_operands(args, slots)), args)
+            outputs = None if bucket.checked else self._check(bucket, run, lambda: launch(_operands(args, slots)), args)
+        except Exception as error:
+            called = ", ".join(f"{symbol}={value}" for symbol, value in bindings.items())
+            self._leave_to_pytorch(bucket, f"failed on the first call of {called or 'its sizes'}: "
+                                           f"{type(error).__name__}: {error}")
+            return self._run_fallback, self._run_fallback(args)
+        bucket.checked = True
         return (run if bucket.report.runs == AMK else self._run_fallback), outputs
+
+    def _leave_to_pytorch(self, bucket: Bucket, reason: str) -> None:
+        bucket.report.leave_to_pytorch(reason)
+        log.warning("amk: %s, %s: %s; these sizes run in PyTorch from now on", self.name, bucket.report.sizes, reason)
 
     def _unsupported(self, args) -> str | None:
         """Why the kernels cannot run on these arguments (another device, an empty input), or None."""
@@ -256,11 +281,9 @@ class FusedSubgraph(torch.nn.Module):
                     result = compare(have, want, want.dtype)
                     if not result.passed:
                         STATS.verification_failures += 1
-                        bucket.report.leave_to_pytorch(
-                            f"verification failed: output {index} differs from PyTorch (relative L2 error "
-                            f"{result.relative_l2_error:.2e} > {result.tolerance:.0e})")
-                        log.warning("amk: %s, %s: %s; these sizes run in PyTorch from now on", self.name,
-                                    bucket.report.sizes, bucket.report.note)
+                        self._leave_to_pytorch(
+                            bucket, f"verification failed: output {index} differs from PyTorch (relative L2 error "
+                                    f"{result.relative_l2_error:.2e} > {result.tolerance:.0e})")
                         return tuple(expected)
             if self.time_with is None:
                 bucket.report.note = f"not timed: {self.untimed}"
@@ -272,6 +295,11 @@ class FusedSubgraph(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, buckets={[bucket.report.sizes for bucket in self.buckets.values()]}"
+
+
+def stream_capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _operands(args, slots: list) -> list:
