@@ -258,7 +258,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     chooser = untimed
     if request.timed:
         def timings(kernel) -> str:
-            return cache.timing_key(str(kernel), request.shapes, size_hints)
+            return cache.timing_key(str(kernel), request.shapes, size_hints, request.fp32_dot)
 
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
@@ -377,9 +377,14 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: Buil
     try:
         vendor = build_vendor()
         # Known op lists scale their matmul weights by 1/sqrt(K); a subgraph's inputs stay at scale 1 (both programs
-        # compute on the same values, and K of a few thousands keeps fp16 far from overflow).
+        # compute on the same values, and K of a few thousands keeps fp16 far from overflow), but its one-element
+        # inputs are the constants of its ops (an eps, a divisor): 1, not a random sign that would make NaNs.
         scales = input_scales(request.ops, shapes) if request.ops else None
         inputs = random_inputs(shapes, dtype, "cuda", scales=scales)
+        if not request.ops:
+            for tensor in inputs:
+                if tensor.numel() == 1:
+                    tensor.fill_(1.0)
         expected, got = fused.program(*inputs), vendor.program(*inputs)
     except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
         log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",

@@ -159,13 +159,15 @@ def request_key(ops, shapes, dtype, settings: dict) -> str:
                                     "device": device_descriptor(), "versions": versions(), "settings": settings}))
 
 
-def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = None) -> str:
+def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = None, fp32_dot: str = "ieee") -> str:
     """The key of the timings of one tile-level kernel on this device and shape bucket (``size_hints``: the values
-    its symbolic sizes were timed at)."""
+    its symbolic sizes were timed at), with its fp32 dots multiplied as ``fp32_dot`` says (the kernel's text is the
+    same under every float32 matmul precision, its times are not)."""
     v = versions()
     sizes = {"size_hints": size_hints} if size_hints else {}
     return _sha256(_canonical_json({"format": FORMAT, "kernel": kernel_text, "shapes": [list(s) for s in shapes],
-                                    "device": device_descriptor(), "triton": v["triton"], "amk": v["amk"], **sizes}))
+                                    "device": device_descriptor(), "triton": v["triton"], "amk": v["amk"],
+                                    "fp32_dot": fp32_dot, **sizes}))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -105,9 +105,10 @@ class _Worker:
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
 
-    def request(self, job: Job, cache_directory: str | None) -> str | None:
-        """Compile ``job`` (its source written under ``cache_directory``); the error's text if it did not compile."""
-        request = {"job": job, "triton_cache": os.environ.get("TRITON_CACHE_DIR"), "cache_directory": cache_directory}
+    def request(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> str | None:
+        """Compile ``job`` into ``triton_cache`` (None: Triton's own cache), its source written under
+        ``cache_directory``; the error's text if it did not compile."""
+        request = {"job": job, "triton_cache": triton_cache, "cache_directory": cache_directory}
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -176,22 +177,24 @@ class CompileWorkers:
         """Compile ``jobs`` in the workers, in order as workers come free: a future per job, whose result is the
         job's error text (None where it compiled, or where no worker could take it)."""
         self.start()
-        cache_directory = sources_cache_directory()  # read here: the dispatching threads do not see this context
+        # Where the jobs' sources and binaries go, read now: the dispatching threads do not see this context, and the
+        # build's Triton cache folder may have changed by the time a worker comes free.
+        cache_directory, triton_cache = sources_cache_directory(), os.environ.get("TRITON_CACHE_DIR")
         with self.lock:
             dispatch = self.dispatch
             if dispatch is None or self.broken is not None:
                 return [_done(None) for _ in jobs]
-            return [dispatch.submit(self._run, job, cache_directory) for job in jobs]
+            return [dispatch.submit(self._run, job, cache_directory, triton_cache) for job in jobs]
 
     def compile(self, jobs: Sequence[Job]) -> list[str | None]:
         return [future.result() for future in self.submit(jobs)]
 
-    def _run(self, job: Job, cache_directory: str | None) -> str | None:
+    def _run(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> str | None:
         if self.broken is not None:
             return None
         worker = self.idle.get()
         try:
-            return worker.request(job, cache_directory)
+            return worker.request(job, cache_directory, triton_cache)
         except WorkerDied as error:
             self._give_up(f"a compile worker stopped ({error})")
             return None

@@ -50,9 +50,10 @@ class TunerConfig:
     before on this device class come first; the fastest three are then timed in their persistent / TMA variants and
     against each other); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
     while timing (a candidate 30% slower than the best after five launches is not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
-    (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, also build the chain with the
-    matmul left to the vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``),
-    time both programs and keep the faster (``amk.build_fused_kernel``; ``amk.compile`` keeps its kernels fused);
+    (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, and for fp32 matmuls under
+    PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
+    PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs and keep the faster (for
+    ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
     ``target_cache_dir``: the
     directory under which amk writes everything it keeps (tuned kernels, timings, locks and the emitted sources that
     Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a non-empty path that is a directory or
@@ -211,16 +212,23 @@ def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits 
     return strategy_named(strategy).search_space(rows, has_dot, contraction, limits, warp_specialization)
 
 
-def offers_tf32x3(has_dot: bool, element_bytes: int, fp32_dot: str) -> bool:
-    """Whether a kernel's dots may run as three TF32 products (``TF32X3``): fp32 dots under PyTorch's float32 matmul
-    precision "highest", whose IEEE dots run on the CUDA cores; under "high" they are TF32 already."""
-    return has_dot and element_bytes == 4 and fp32_dot == "ieee"
+def offers_tf32x3(kernel, fp32_dot: str) -> bool:
+    """Whether a tile-level kernel's dots may run as three TF32 products (``TF32X3``): dots of fp32 operands under
+    PyTorch's float32 matmul precision "highest", whose IEEE dots run on the CUDA cores (under "high" they are TF32
+    already; fp16 and bf16 dots are what they are)."""
+    from xdsl.dialects.builtin import f32
+
+    from amk.dialects import tiled_loop
+
+    return fp32_dot == "ieee" and any(isinstance(op, tiled_loop.DotOp) and op.lhs.type.element_type == f32
+                                      for op in kernel.walk())
 
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
-                 cols: Dim | None = None, contraction: Dim | None = None, fp32_dot: str = "ieee") -> str | None:
+                 cols: Dim | None = None, contraction: Dim | None = None, tf32x3: bool = False) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing (the general checks
-    here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``)."""
+    here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``); ``tf32x3``: whether the kernel
+    offers the switch ``TF32X3`` (:func:`offers_tf32x3`)."""
     from amk.lowering.strategies import STRATEGIES as TILING
     from amk.lowering.strategies import strategy_named
 
@@ -232,7 +240,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
-    if config.TF32X3 and not offers_tf32x3(has_dot, element_bytes, fp32_dot):
+    if config.TF32X3 and not tf32x3:
         return ('TF32X3 applies to fp32 dots under torch.get_float32_matmul_precision() "highest" (elsewhere the dots '
                 "are TF32 or fp16/bf16 already)")
     reason = tiling.prune_reason(config, cols, limits)
@@ -367,8 +375,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     # grid) would only make copies of the same kernel to time.
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *SWITCHES}
 
+    tf32x3 = offers_tf32x3(kernel, fp32_dot)
+
     def pruned(config: KernelConfig) -> str | None:
-        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, fp32_dot)
+        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3)
 
     space = {key: values for key, values in (grid or {}).items() if key in used}
     if grid is not None and all(pruned(config) for config in grid_configs(space, heuristic)):
@@ -381,7 +391,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         space = {key: values for key, values in default_space(strategy, rows, has_dot, limits,
                                                               settings.enable_warp_specialization,
                                                               contraction).items() if key in used}
-        if offers_tf32x3(has_dot, element_bytes, fp32_dot):
+        if tf32x3:
             space["TF32X3"] = [0, 1]
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
@@ -701,8 +711,12 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             return (lambda: launch(*candidate)), check
 
-        config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                              prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot)
+        try:
+            config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
+                                  prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot)
+        finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
+            for future in compiling.values():
+                future.cancel()
         if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
             raise failure[0]
         if on_tuned is not None:

@@ -203,3 +203,17 @@ def test_tensors_on_the_cpu_beside_cuda_ones_run_plainly():
     x, factor = batch(8, 1), torch.tensor(2.0)
     torch.testing.assert_close(graphed(x, factor), 2 * x)
     assert graphed.graph_count == 0
+
+
+def test_the_modules_mode_selects_its_own_graph():
+    """A replay skips TorchDynamo's guards, so the wrapped module's training flag is part of a graph's signature
+    (dropout and batch-norm statistics differ between train() and eval())."""
+    from amk.frontend.graphs import _signature
+
+    x = torch.zeros(2, 3)
+    assert _signature((x,), 1, True) != _signature((x,), 1, False)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    compiled = amk.compile(model, cuda_graphs=True)
+    assert compiled._amk_caller.fn.training is True
+    compiled.eval()
+    assert compiled._amk_caller.fn.training is False

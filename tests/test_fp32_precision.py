@@ -105,18 +105,28 @@ def test_tf32x3_is_a_candidate_under_highest_only_and_wins_when_faster(monkeypat
         assert best.TF32X3 == int(tf32x3_faster)
 
 
+def test_timings_of_one_kernel_are_kept_apart_per_fp32_precision():
+    """A tile-level kernel's text is the same under every float32 matmul precision; its times are not, so trials
+    timed with TF32 dots are never reused for IEEE ones (nor the reverse)."""
+    from amk import cache
+
+    assert cache.timing_key("kernel", [(8, 8)], None, "ieee") != cache.timing_key("kernel", [(8, 8)], None, "tf32")
+
+
 def test_tf32x3_kernels_say_so_and_compute_the_chain(precision):
     from amk.lowering.configs import KernelConfig
     from amk.pipeline import stage_and_emit
-    from amk.tuner import DeviceLimits, prune_reason
+    from amk.tuner import DeviceLimits, offers_tf32x3, prune_reason
 
     kernel = fp32_kernel()
     config = KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, TF32X3=1)
     assert 'input_precision="tf32x3"' in stage_and_emit(kernel, config).source
     limits = DeviceLimits("test", 1 << 20, 1)
-    assert prune_reason(config, "tile2d", True, 4, limits) is None
-    assert "TF32X3 applies to fp32 dots" in prune_reason(config, "tile2d", True, 4, limits, fp32_dot="tf32")
-    assert "TF32X3 applies to fp32 dots" in prune_reason(config, "tile2d", True, 2, limits)
+    assert offers_tf32x3(kernel, "ieee") and prune_reason(config, "tile2d", True, 4, limits, tf32x3=True) is None
+    assert not offers_tf32x3(kernel, "tf32")
+    assert "TF32X3 applies to fp32 dots" in prune_reason(config, "tile2d", True, 4, limits, tf32x3=False)
+    # fp16 dots have nothing to gain, whatever the kernel's other operands
+    assert not offers_tf32x3(fp32_kernel(torch.float16), "ieee")
     precision("highest")
     grid = {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32], "BLOCK_SIZE_K": [32], "TF32X3": [1]}
     kernel = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False, parameter_grid=grid)

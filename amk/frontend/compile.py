@@ -79,10 +79,16 @@ class _Caller:
     dynamic, and ``backed_size_oblivious`` on while Dynamo may trace the call. The flag is set and put back by hand:
     ``config.patch`` costs about 30 us a call, more than a compiled graph's call itself."""
 
-    def __init__(self, compiled: Callable, dynamic: bool | None):
+    def __init__(self, compiled: Callable, dynamic: bool | None, module: torch.nn.Module | None = None):
         self.compiled = compiled
         self.dynamic = dynamic
+        self.module = module
         self.size_oblivious = _size_oblivious_config()
+
+    @property
+    def training(self) -> bool | None:
+        """The compiled module's mode (None for a function): part of a CUDA graph's signature."""
+        return None if self.module is None else self.module.training
 
     def __call__(self, *args, **kwargs):
         if self.dynamic is False:
@@ -171,7 +177,7 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
              cuda_graphs: bool = False):
     backend = functools.partial(compile_graph, settings=settings)
     compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
-    caller = _Caller(compiled, dynamic)
+    caller = _Caller(compiled, dynamic, model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None)
     if cuda_graphs:
         caller = cuda_graphed(caller)
     if isinstance(model_or_fn, torch.nn.Module):

@@ -4,7 +4,8 @@
 A decode step launches a few short kernels, and what bounds it is the host: TorchDynamo's guards, Python, and one
 launch per kernel. Replaying a captured CUDA graph costs one launch for the whole call. :class:`CUDAGraphed` keeps one
 graph per *signature* of the call (the shapes, strides, dtypes, devices and ``requires_grad`` of the tensor
-arguments, the values of the other arguments, the argument structure, and the grad, inference and autocast modes).
+arguments, the values of the other arguments, the argument structure, the grad, inference and autocast modes, the
+autocast dtype, and the wrapped module's ``training`` flag).
 The first call of a signature warms the callable up on a side stream (``warmup_calls`` calls: compilation, tuning
 and first-call checks happen there, never under capture), captures one call into a graph with static input buffers
 of its own, and replays it; later calls copy their tensors into those buffers and replay.
@@ -81,7 +82,7 @@ class CUDAGraphed:
             leaves, structure = pytree.tree_flatten((args, kwargs))
         else:
             leaves, structure = args, len(args)
-        signature = _signature(leaves, structure)
+        signature = _signature(leaves, structure, getattr(self.fn, "training", None))
         try:
             entry = self._graphs.get(signature, _UNSEEN)
         except TypeError:  # an argument that cannot be hashed, so no signature: no graph can be keyed on it
@@ -159,12 +160,15 @@ class CUDAGraphed:
                         name, reason)
 
 
-def _signature(leaves, structure) -> tuple:
+def _signature(leaves, structure, training: bool | None) -> tuple:
     """What selects a graph: each tensor's shape, strides, dtype, device and requires_grad, each other value with its
-    type (``1``, ``1.0`` and ``True`` are equal keys otherwise), the arguments' structure and the global modes that
-    change what a call computes."""
-    parts: list = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                   torch.is_autocast_enabled("cuda")]
+    type (``1``, ``1.0`` and ``True`` are equal keys otherwise), the arguments' structure, the global modes that
+    change what a call computes (grad, inference, autocast and its dtype) and the wrapped module's ``training`` flag
+    (dropout, batch-norm statistics): a replay skips the guards TorchDynamo would check."""
+    autocast = torch.is_autocast_enabled("cuda")
+    parts: list = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast, training]
+    if autocast:
+        parts.append(torch.get_autocast_dtype("cuda"))
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             parts.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device, leaf.requires_grad))
