@@ -65,15 +65,34 @@ def test_buckets_of_the_row_count():
 
 
 def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
-    rows = SizeBuckets.of([[Dim("s0"), Dim("s1"), Dim(64)], [Dim(64)]])  # x [batch, seq, 64], a bias
+    rows = SizeBuckets.of([[Dim("s0"), Dim("s1"), Dim(64)], [Dim(64)]], [[Dim("s0"), Dim("s1"), Dim(64)]])  # x, a bias
     assert rows == SizeBuckets(("s0", "s1"), 2)
     assert rows.key((3, 5)) == 16 and rows.key((1, 1)) == 1 and rows.key((9, 9)) == 128
     assert rows.hints(16) == {"s0": 16, "s1": 1}  # the bucket's largest M, as the kernels see the product
-    features = SizeBuckets.of([[Dim("s0"), Dim("s1")]])  # dynamic=True: the last dim is symbolic too
+    features = SizeBuckets.of([[Dim("s0"), Dim("s1")]], [[Dim("s0"), Dim("s1")]])  # dynamic=True: the last dim too
     assert features == SizeBuckets(("s0", "s1"), 1)
     assert features.key((3, 4096)) == (16, 4096) and features.hints((16, 4096)) == {"s0": 16, "s1": 4096}
     assert features.label((16, 4096)) == "2 <= M <= 16, s1 = 4096"
-    assert SizeBuckets.of([[Dim(4), Dim(8)]]).label(1) == "static sizes"
+    assert SizeBuckets.of([[Dim(4), Dim(8)]], [[Dim(4), Dim(8)]]).label(1) == "static sizes"
+    # A reduction over the features: a vector of one value per row.
+    assert SizeBuckets.of([[Dim("s0"), Dim(64)]], [[Dim("s0")]]) == SizeBuckets(("s0",), 1)
+
+
+def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
+    """relu(x @ w.t()) with both leading dims symbolic (dynamic=None): w's leading dim is the results' columns N, kept
+    exact (a build per value), not a second row symbol; the bucket is x's row count, built for it."""
+    def linear_relu_of(x, w):
+        return torch.relu(x @ w.t())
+
+    compiled = amk.compile(linear_relu_of, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    generator = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(rows, 32, generator=generator).to(DEVICE) for rows in (100, 48))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), linear_relu_of(x, w), atol=1e-5, rtol=1e-5)
+    (bucket,) = only_subgraph(compiled).buckets
+    rows, columns = bucket.hints
+    assert bucket.sizes == f"65 <= M <= 128, {columns} = 48" and bucket.hints == {rows: 128, columns: 48}
+    assert "[skinny_m]" not in bucket.kernels[0]
 
 
 @pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3])

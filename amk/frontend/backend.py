@@ -97,6 +97,12 @@ def _function_dims(imported: ImportedSubgraph) -> list[list]:
     return [list(arg.type.dims) for arg in function.body.block.args]
 
 
+def _result_dims(imported: ImportedSubgraph) -> list[list]:
+    """The dims of the imported function's results (one list of :class:`~amk.symbolic.Dim` per result)."""
+    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
+    return [list(result.dims) for result in function.function_type.outputs]
+
+
 def _common_dtype(imported: ImportedSubgraph) -> torch.dtype | None:
     """The element type all the imported function's arguments share (the build may then time alternative programs on
     random inputs of it), or None for a subgraph of mixed types."""
@@ -234,7 +240,7 @@ class _GraphCompiler:
         result = _Built(nodes, report=SubgraphReport(name, [n.name for n in nodes]))
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
-            result.sizes = SizeBuckets.of(_function_dims(imported))
+            result.sizes = SizeBuckets.of(_function_dims(imported), _result_dims(imported))
             result.symbols = _symbol_sources(result.sizes.symbols, self.gm)
             result.example = tuple(_example_size(node, axis) for _, node, axis in result.symbols)
         except Unsupported as error:

@@ -12,9 +12,10 @@ with the tiling strategy and the configuration chosen (tuned on a GPU) as for th
 - beyond 64, one bucket per power of two (``65..128``, ``129..256``, ...): GEMM tile shapes change with M's
   magnitude, and a factor of two is as close as a bucket needs to be to tune for its sizes.
 
-M is the product of the *row symbols*: the symbols of the subgraph's argument sizes that appear in leading dims only
-(batch, sequence). A symbol that appears in a last dim (a feature size, with ``dynamic=True``) is not bucketed: each
-of its values is its own build, tuned at that value. A bucket is built at its upper bound: the first row symbol takes
+M is the product of the *row symbols*: the symbols of the subgraph's argument sizes that appear in the rows of its
+results (their leading dims: batch, sequence) and in no last dim. Any other symbol is not bucketed: a feature size
+(``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
+with a weight passed as an argument); each of its values is its own build, tuned at that value. A bucket is built at its upper bound: the first row symbol takes
 the bucket's largest M, the other row symbols 1 (a kernel sees their product).
 """
 
@@ -55,18 +56,28 @@ class SizeBuckets:
     row_symbols: int
 
     @staticmethod
-    def of(argument_dims: Sequence[Sequence]) -> SizeBuckets:
-        """The size buckets of a function whose arguments have the dims ``argument_dims`` (each a sequence of
-        :class:`~amk.symbolic.Dim`)."""
-        leading: dict[str, None] = {}
-        last: set[str] = set()
+    def of(argument_dims: Sequence[Sequence], result_dims: Sequence[Sequence]) -> SizeBuckets:
+        """The size buckets of a function whose arguments and results have the dims ``argument_dims`` and
+        ``result_dims`` (each a sequence of :class:`~amk.symbolic.Dim`). The row symbols are those of the results'
+        rows: a leading dim of an argument may be a column of the results (the N of ``x @ w.t()``)."""
+        rows: dict[str, None] = {}
+        columns: set[str] = set()
+        for dims in result_dims:
+            # A vector's one dim holds a value per row (a reduction over the features); otherwise the last dim holds
+            # the columns.
+            leading = dims if len(dims) == 1 else dims[:-1]
+            for dim in leading:
+                rows.update(dict.fromkeys(sorted(dim.free_symbols)))
+            if len(dims) > 1:
+                columns.update(dims[-1].free_symbols)
+        symbols: set[str] = set()
         for dims in argument_dims:
-            for dim in dims[:-1]:
-                leading.update(dict.fromkeys(sorted(dim.free_symbols)))
+            for dim in dims:
+                symbols.update(dim.free_symbols)
             if dims:
-                last.update(dims[-1].free_symbols)
-        rows = tuple(symbol for symbol in leading if symbol not in last)
-        return SizeBuckets(rows + tuple(sorted((set(leading) | last) - set(rows))), len(rows))
+                columns.update(dims[-1].free_symbols)
+        row_symbols = tuple(symbol for symbol in rows if symbol in symbols and symbol not in columns)
+        return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols))
 
     def key(self, sizes: Sequence[int]) -> Hashable:
         """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
