@@ -436,3 +436,15 @@ def test_workspaces_are_dropped_with_the_launchers(monkeypatch):
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
     assert "[tile_stats]" in only_subgraph(compiled).buckets[0].kernels[0]
     assert sum(len(program.workspaces) for program in programs) <= 2  # six sizes called
+
+
+def test_explain_shows_the_strategy_that_was_built():
+    """A softmax with a symbolic row length: ``auto`` takes row_resident, which cannot hold a row of unknown length
+    and names row_strip instead; the subgraph's kernel and its bucket's build both say row_strip."""
+    compiled = amk.compile(torch.nn.Softmax(dim=-1), autotune=False, dynamic=True)
+    with torch.no_grad():
+        compiled(torch.randn(4, 64).to(DEVICE))
+    subgraph = only_subgraph(compiled)
+    (kernel,) = subgraph.kernels
+    (bucket,) = subgraph.buckets
+    assert kernel.strategy == "row_strip" and "[row_strip]" in bucket.kernels[0]

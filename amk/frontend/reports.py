@@ -207,7 +207,7 @@ def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None
     group's strategy is the one chosen for the sizes ``size_hints`` give the symbols (the example's size bucket)."""
     from amk.lowering import rules
     from amk.lowering.plan import NotFusable, plan_group
-    from amk.lowering.strategies import auto_strategy
+    from amk.lowering.strategies import AUTO, choose_strategy
     from amk.pipeline import fusion_passes, make_context
 
     names = names or {}
@@ -227,7 +227,8 @@ def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None
                 prologue = [label(o) for o in plan.prologue.ops] if plan.prologue else []
                 matmul = " + ".join(label(m) for m in plan.matmuls) if plan.matmuls else None
                 epilogue = [label(o) for o in plan.main.ops]
-                kernels.append(KernelReport(auto_strategy(plan, size_hints).name, prologue, matmul, epilogue))
+                strategy = choose_strategy(plan, AUTO, size_hints)  # as amk-tile chooses: ``instead`` followed
+                kernels.append(KernelReport(strategy.name, prologue, matmul, epilogue))
             except NotFusable as error:
                 kernels.append(KernelReport(f"unplanned: {error}", [], None, [label(o) for o in ops]))
         elif isinstance(op, func.ReturnOp):
