@@ -232,10 +232,13 @@ class FusedSubgraph(torch.nn.Module):
         if bucket.report.runs == PYTORCH:  # it did not compile, failed its check, or PyTorch was faster
             return self._run_fallback, None
         bindings = dict(zip(self.sizes.symbols, sizes))
+        # Outputs, workspace and constants go where the arguments are (cuda:1 as well as cuda:0): TorchDynamo guards
+        # each input's device, so every call reaching this launcher has its arguments there.
+        device = next((args[index].device for index in self.program_args if isinstance(index, int)), self.device)
         try:  # a failure of the kernels leaves the bucket to PyTorch (reported, never the caller's failure)
-            launch = bucket.built.compiled.program.fast_path(bindings, self.device)
+            launch = bucket.built.compiled.program.fast_path(bindings, device)
             # The program's operands: arguments by position, and the importer's constants, on the kernels' device.
-            slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(self.device)
+            slots = [index if isinstance(index, int) else getattr(self, f"constant_{index[1]}").to(device)
                      for index in self.program_args]
 
             def run(args) -> tuple:
