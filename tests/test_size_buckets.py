@@ -342,13 +342,14 @@ def test_buckets_are_tuned_and_raced_on_a_gpu(tmp_path):
         assert bucket.amk_ms > 0 and bucket.pytorch_ms > 0 and bucket.runs == decide(bucket.amk_ms, bucket.pytorch_ms)
 
 
-def test_a_new_bucket_is_left_to_pytorch_inside_a_cuda_graph_capture(monkeypatch):
+def test_a_new_bucket_is_left_to_pytorch_inside_a_cuda_graph_capture(monkeypatch, tmp_path):
     """Building, tuning, verifying and timing a bucket cannot be captured: a call captured before its bucket was built
     and checked runs the PyTorch ops and keeps no launcher; the next uncaptured call builds and checks the bucket. No
     GPU here captures a graph, so the capture check is patched to answer what it answers inside one (the real capture:
     test_a_new_bucket_can_be_captured_into_a_cuda_graph)."""
     model = linear_relu()
-    compiled = amk.compile(model, autotune=False)
+    # A cache of its own: the bucket built after the capture is a pipeline run whatever other tests built before.
+    compiled = amk.compile(model, autotune=False, tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
     with torch.no_grad():
         compiled(batch(3))  # built and checked outside the capture
         runs, fallbacks, calls = frontend.STATS.pipeline_runs, frontend.STATS.fallbacks, frontend.STATS.kernel_calls
