@@ -416,8 +416,12 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     fresh = unseen(grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic))
     _search(fresh, settings, build_and_run, trials, prepare, batch,
             [heuristic, *(replace(heuristic, **prior) for prior in priors(strategy, has_dot, limits))])
-    if switches:
-        _refine(trials, switches, unseen, settings, build_and_run, prepare)
+    # The dot precision does not interact with the launch switches: it is refined first, on its own, and the launch
+    # switches then on the finalists that come out (3 + 3 x 3 variants for an fp32 tile grid on Hopper, not 3 x 7).
+    for group in ({k: v for k, v in switches.items() if k == "TF32X3"},
+                  {k: v for k, v in switches.items() if k != "TF32X3"}):
+        if group:
+            _refine(trials, group, unseen, settings, build_and_run, prepare)
     _final_round(trials, settings, build_and_run)
     best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
     if best is None:

@@ -61,15 +61,15 @@ def test_an_unknown_fp32_dot_is_refused():
         EmitTritonPass(fp32_dot="fast").apply(make_context(), ModuleOp([]))
 
 
-def fp32_kernel(dtype=torch.float32):
-    """The tile-level kernel of a Linear + ReLU in ``dtype``."""
+def fp32_kernel(dtype=torch.float32, rows: int = 64):
+    """The tile-level kernel of a Linear + ReLU of ``rows`` rows in ``dtype``."""
     from amk.dialects import tiled_loop
     from amk.lowering.tile import TilePass
     from amk.oplist import build_module
     from amk.passes.fuse import FusePass
     from amk.pipeline import make_context
 
-    module = build_module(OPS, [(64, 64), (64, 64), (64,)], dtype)
+    module = build_module(OPS, [(rows, 64), (64, 64), (64,)], dtype)
     ctx = make_context()
     FusePass().apply(ctx, module)
     TilePass().apply(ctx, module)
@@ -135,3 +135,30 @@ def test_tf32x3_kernels_say_so_and_compute_the_chain(precision):
     reference = torch.relu(x.double() @ w.double() + b.double())
     error = ((kernel(x, w, b).double() - reference).norm() / reference.norm()).item()
     assert error < 1e-5
+
+
+def test_the_dot_precision_is_refined_before_the_launch_switches(monkeypatch):
+    """On Hopper an fp32 tile grid has TF32X3, PERSISTENT and TMA to refine: the precision on the finalists first
+    (one variant each), then the launch switches on the finalists that come out (three variants each), not every
+    combination of the three (seven each)."""
+    import amk.tuner
+    from amk.tuner import DeviceLimits, tune
+
+    kernel = fp32_kernel(rows=1024)  # a tile grid (64 rows would take a decode strategy)
+    assert kernel.strategy.data == "tile2d"
+    launched = []
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("hopper", 232448, 132, True)))
+    monkeypatch.setattr(amk.tuner, "priors", lambda strategy, has_dot, limits: [])
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = launched[-1]
+        return 1.0 + config.BLOCK_M / 64 - 0.5 * config.TF32X3 - 0.1 * config.PERSISTENT
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    best, trials = tune(kernel, amk.TunerConfig(search_budget=4), None, amk.pipeline.heuristic_config(kernel),
+                        lambda config: ((lambda: launched.append(config)), (lambda: None)))
+    switched = [t.config for t in trials if t.status == "ok" and (t.config.TF32X3 or t.config.PERSISTENT or t.config.TMA)]
+    assert best.TF32X3 == 1 and best.PERSISTENT == 1
+    assert len(switched) <= 3 + 3 * 3
+    assert all(config.TF32X3 for config in switched if config.PERSISTENT or config.TMA)  # on the refined finalists
