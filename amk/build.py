@@ -32,7 +32,7 @@ from amk.build_phases import phase
 from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
-from amk.runtime import CompiledProgram, compiled_from_entry, sources_under
+from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
 from amk.tuner import Trial, TunerConfig, autotune_chooser, config_key, nearest_in_grid
 
 if TYPE_CHECKING:
@@ -351,18 +351,10 @@ def _vendor_gemm_may_win(module, dtype: torch.dtype, fp32_dot: str) -> bool:
 def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:
     """The operands' shapes with each symbolic size at its size hint (a size bucket's); None when a size has none."""
     hints = dict(request.size_hints)
-    shapes = []
-    for shape in request.shapes:
-        sizes = []
-        for size in shape:
-            if isinstance(size, int) or str(size).isdigit():
-                sizes.append(int(size))
-            elif str(size) in hints:
-                sizes.append(hints[str(size)])
-            else:
-                return None
-        shapes.append(tuple(sizes))
-    return shapes
+    try:
+        return [ShapeFunction.from_texts([str(size) for size in shape])(hints) for shape in request.shapes]
+    except KeyError:  # a symbol without a hint
+        return None
 
 
 def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: BuildRequest,

@@ -252,3 +252,16 @@ def test_a_pipeline_string_takes_the_vendor_gemm_option_too():
                               vendor_gemm=True)
     assert [step.kind for step in compiled.program.steps] == ["op", "launch", "return"]
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+
+
+def test_the_vendor_gemm_is_timed_at_the_size_buckets_shapes():
+    """A subgraph's program is timed on inputs of its bucket's sizes (expressions of symbols too); a size without a
+    hint leaves the vendor-GEMM program untried."""
+    from amk.build import BuildRequest, _shapes_at_hints
+
+    def shapes(dims, hints=()):
+        return _shapes_at_hints(BuildRequest(lambda: None, dims, torch.float16, size_hints=hints))
+
+    assert shapes([("s0", "64"), ("64", "32"), (32,)], (("s0", 16),)) == [(16, 64), (64, 32), (32,)]
+    assert shapes([("s0*s1", "64")], (("s0", 16), ("s1", 1))) == [(16, 64)]
+    assert shapes([("s0", "64")]) is None
