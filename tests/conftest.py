@@ -4,6 +4,7 @@ amk's own reference table, seeded inputs, and the relative L2 error used by amk.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -156,3 +157,19 @@ def tile_level_kernel(ops, shapes, dtype):
     TilePass().apply(ctx, module)
     (kernel,) = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
     return kernel
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _gpu_memory_given_back(request):
+    """On a GPU, each test module hands its cached blocks back to the driver when it ends: the suite runs in several
+    processes at once (``-n``), and one process's allocator cache must not starve another's allocations. With
+    ``AMK_TEST_GPU_MEMORY_LOG`` set, each module's peak of reserved memory is appended to that file (where an
+    out-of-memory failure would start looking)."""
+    yield
+    if GPU:
+        log = os.environ.get("AMK_TEST_GPU_MEMORY_LOG")
+        if log:
+            with open(log, "a") as file:
+                file.write(f"{torch.cuda.max_memory_reserved() / 2**30:8.2f} GiB {request.node.nodeid}\n")
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()

@@ -19,6 +19,7 @@ from amk.build import BuildRequest, build
 from amk.context import make_context
 from amk.dialects import tiled_loop
 from amk.errors import InvalidArgumentError
+from amk.frontend.backend import _off_device_reason
 from amk.frontend.buckets import SizeBuckets, bucket_label, bucket_of, check_tune_sizes
 from amk.frontend.reports import AMK, PYTORCH, BucketReport, decide
 from amk.lowering.tile import TilePass
@@ -255,6 +256,25 @@ def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
     text = str(amk.explain(compiled, print_report=False))
     assert "257 <= M <= 512 (built for s" in text and "not timed: no GPU (the kernels run in Triton's interpreter)" in text
     assert "not timed: autotune is off" in str(amk.explain(model, batch(2), print_report=False))
+
+
+def test_tensors_where_the_kernels_cannot_run_leave_the_graph_to_pytorch():
+    assert _off_device_reason([torch.empty(2, device="meta"), 3]) == (
+        f"its tensors are on meta and amk's kernels run on {DEVICE}")
+    assert _off_device_reason([torch.empty(2, device=DEVICE), 3]) is None
+
+
+@pytest.mark.skipif(not GPU, reason="on a GPU machine, a model left on the CPU has no kernels to run")
+def test_a_model_on_the_cpu_of_a_gpu_machine_runs_in_pytorch_and_says_why(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, FEATURES), torch.nn.ReLU())
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    runs = frontend.STATS.pipeline_runs
+    inputs = torch.randn(4, FEATURES)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs), model(inputs))
+    assert frontend.STATS.pipeline_runs == runs, "kernels were built for tensors they cannot run on"
+    subgraph = only_subgraph(compiled)
+    assert not subgraph.compiled and "its tensors are on cpu and amk's kernels run on cuda" in subgraph.failure
 
 
 def test_explain_of_a_compiled_module_validates_its_arguments():

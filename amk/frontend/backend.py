@@ -20,7 +20,7 @@ from torch.fx import GraphModule, Node
 from xdsl.dialects import func
 
 from amk.build import BuildRequest, build
-from amk.environment import initialize, interpreting
+from amk.environment import default_device, initialize, interpreting
 from amk.errors import InvalidArgumentError
 from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.buckets import SizeBuckets
@@ -157,6 +157,18 @@ def _untimed_reason(settings: Settings) -> str | None:
     return None
 
 
+def _off_device_reason(example_inputs: Sequence) -> str | None:
+    """Why the graph's kernels could not run on its tensors (a model on the CPU of a machine whose kernels run on
+    CUDA), or None."""
+    device = default_device()
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and value.device.type != device.type:
+            hint = (" (Triton's interpreter runs them on the CPU: set TRITON_INTERPRET=1 before importing triton)"
+                    if value.device.type == "cpu" else "")
+            return f"its tensors are on {value.device} and amk's kernels run on {device.type}{hint}"
+    return None
+
+
 @dataclass
 class _Built:
     """A run of nodes as far as the graph compiler got: imported, its dynamic sizes read (where and with what values
@@ -181,6 +193,7 @@ class _GraphCompiler:
         self.settings = settings
         self.resolve = _scalar_resolver(gm, example_inputs)
         self.analysis = analyze(gm, self.resolve)
+        self.off_device = _off_device_reason(example_inputs)
         self.counter = 0
         self.replaced: dict[Node, Node] = {}  # outputs of rewritten subgraphs -> the getitem nodes that replace them
 
@@ -194,7 +207,7 @@ class _GraphCompiler:
                 if key in built:
                     continue
                 result = built[key] = self._build(nodes)
-                if result.failure is not None:
+                if result.failure is not None and self.off_device is None:
                     fragile = [n for n in nodes if self.analysis.infos[n].fragile]
                     for node in fragile:
                         self.analysis.reject(node, f"the subgraph with it did not compile ({result.failure}); "
@@ -238,6 +251,8 @@ class _GraphCompiler:
         name = f"fused_{self.counter}"
         self.counter += 1
         result = _Built(nodes, report=SubgraphReport(name, [n.name for n in nodes]))
+        if self.off_device is not None:  # nothing to build or tune: its kernels could not run on these tensors
+            return self._fail(result, self.off_device)
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
             result.sizes = SizeBuckets.of(_function_dims(imported), _result_dims(imported))
