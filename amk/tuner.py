@@ -413,9 +413,14 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 
     # Switches (persistent, TMA, ...) refine the best tile shapes instead of multiplying the space searched.
     switches = {key: values for key, values in space.items() if key in SWITCHES and len(values) > 1}
-    fresh = unseen(grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic))
-    _search(fresh, settings, build_and_run, trials, prepare, batch,
-            [heuristic, *(replace(heuristic, **prior) for prior in priors(strategy, has_dot, limits))])
+    searched = grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic)
+    # The heuristic and the priors lead the search where the space holds them, a prior with the switches it names.
+    seeds = [seed for seed in dict.fromkeys([heuristic, *(replace(heuristic, **prior)
+                                                           for prior in priors(strategy, has_dot, limits))])
+             if all(value in space[key] if key in space else value == getattr(heuristic, key)
+                    for key, value in seed.as_dict().items())]
+    fresh = unseen(searched + [seed for seed in seeds if seed not in searched])
+    _search(fresh, settings, build_and_run, trials, prepare, batch, seeds)
     # The dot precision does not interact with the launch switches: it is refined first, on its own, and the launch
     # switches then on the finalists that come out (3 + 3 x 3 variants for an fp32 tile grid on Hopper, not 3 x 7).
     for group in ({k: v for k, v in switches.items() if k == "TF32X3"},
@@ -577,13 +582,15 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
 
 
 def compile_workers() -> int:
-    """Processes that compile candidates ahead of timing: ``AMK_COMPILE_WORKERS``, else the CPUs less one, at most 8."""
+    """Processes that compile candidates ahead of timing: ``AMK_COMPILE_WORKERS``, else the CPUs less one, at most 16
+    (a cold build's first round of candidates, the heuristic, the priors and the search's first picks, compiles at
+    once on a 16-core GPU host)."""
     value = os.environ.get("AMK_COMPILE_WORKERS")
     if value is not None:
         if not value.isdigit():
             raise InvalidArgumentError(f"AMK_COMPILE_WORKERS must be a non-negative integer, got {value!r}")
         return int(value)
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    return max(0, min(16, (os.cpu_count() or 1) - 1))
 
 
 def compile_job(kernel, config: KernelConfig, source: str,
@@ -638,6 +645,8 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     from amk.runtime import load_source
 
     bindings = dict(size_hints or {})
+    compiler = shared_pool(compile_workers())
+    compiler.start()  # the workers import torch and triton while the passes run and the first sources are emitted
 
     def choose(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel, bindings)
@@ -648,8 +657,6 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         expected, failure, ready = [], [], []
         sources: dict[KernelConfig, str] = {}
         inputs: dict = {}  # drawn once, shared by every candidate
-        compiler = shared_pool(compile_workers())
-        compiler.start()  # the workers import torch and triton while the heuristic configuration is emitted
 
         def source(config: KernelConfig) -> str:
             if config not in sources:

@@ -23,12 +23,18 @@ PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_S
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3")
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
-# (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G):
-# the tuner's priors for every strategy with a K loop that does not bring its own (TilingStrategy.priors).
+# (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G;
+# B's persistent TMA variants: 2026-12-01-h200-build-time): the tuner's priors for every strategy with a K loop that
+# does not bring its own (TilingStrategy.priors). Each tile shape comes with its launch switches, persistent and TMA
+# (which strategies without a tile grid drop), so that a cold build times the likely winners in its first round of
+# compilation instead of finding their switches in a later one.
 GEMM_HOPPER_PRIORS: list[dict[str, int]] = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, PERSISTENT=1, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4, PERSISTENT=1, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5),
+    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5, PERSISTENT=1, TMA=1),
 ]
 
 # A static K at most this long makes a cheap GEMM next to the row reductions around it (amk-tile's choices).

@@ -18,6 +18,10 @@ from amk.environment import default_device, initialize
 REPO = Path(__file__).resolve().parent.parent
 
 initialize()  # as amk's entry points do, before any test imports triton (without CUDA: its interpreter)
+if os.environ.get("PYTEST_XDIST_WORKER") and torch.cuda.is_available():
+    # Each test process would start a pool of compile workers, each with a CUDA context: 14 processes x 15 workers
+    # hold tens of GiB of GPU memory. Two per process keep the pool tested without starving the GPU.
+    os.environ.setdefault("AMK_COMPILE_WORKERS", "2")
 
 # Where kernels run: CUDA on a GPU machine, else the CPU (Triton's interpreter). Tests make their tensors here (inputs
 # are drawn on the CPU from seeded generators, then moved, so the values are the same on both).

@@ -83,3 +83,15 @@ def test_no_early_stop_against_a_best_timed_by_graph_replay(monkeypatch):
         {"BLOCK_SIZE_M": [64, 128], "num_stages": [3, 4]}), heuristic_config(kernel),
          lambda config: ((lambda: launched.append(config)), (lambda: None)))
     assert len(bounds) == 4 and bounds == [None] * 4
+
+
+def test_priors_bring_launch_switches_only_to_tile_grid_strategies():
+    from amk.lowering.strategies import STRATEGIES
+
+    hopper = DeviceLimits("H200", 227 * 1024, 132, tma=True)
+    for name, strategy in STRATEGIES.items():
+        seeds = amk.tuner.priors(name, True, hopper)
+        assert len({tuple(sorted(seed.items())) for seed in seeds}) == len(seeds), f"{name} repeats a prior"
+        if not strategy.tile_grid:
+            assert not any("PERSISTENT" in seed or "TMA" in seed for seed in seeds), name
+    assert any(seed.get("PERSISTENT") and seed.get("TMA") for seed in amk.tuner.priors("tile2d", True, hopper))
