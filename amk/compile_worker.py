@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -71,19 +72,21 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
 def serve(requests, replies) -> None:
     """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "triton_cache": dir,
-    "cache_directory": dir}``), one JSON reply per line (``{"error": null}`` or the error's text)."""
+    "cache_directory": dir}``), one JSON reply per line (``{"error": null}`` or the error's text, and the job's
+    ``seconds``)."""
     for line in requests:
         request = json.loads(line)
         if request.get("triton_cache"):
             os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]
         else:  # Triton's own cache, not the folder an earlier request named
             os.environ.pop("TRITON_CACHE_DIR", None)
+        started = time.perf_counter()
         try:
             compile_without_launch(*request["job"], request.get("cache_directory"))
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
-        replies.write(json.dumps({"error": error}) + "\n")
+        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started}) + "\n")
         replies.flush()
 
 
@@ -105,9 +108,9 @@ class _Worker:
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
 
-    def request(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> str | None:
+    def request(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> tuple[str | None, float]:
         """Compile ``job`` into ``triton_cache`` (None: Triton's own cache), its source written under
-        ``cache_directory``; the error's text if it did not compile."""
+        ``cache_directory``; the error's text if it did not compile, and the seconds it took."""
         request = {"job": job, "triton_cache": triton_cache, "cache_directory": cache_directory}
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -118,7 +121,8 @@ class _Worker:
         if not line:
             raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
         try:
-            return json.loads(line)["error"]
+            reply = json.loads(line)
+            return reply["error"], float(reply["seconds"])
         except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
 
@@ -153,6 +157,7 @@ class CompileWorkers:
         self.dispatch: ThreadPoolExecutor | None = None
         self.broken: str | None = None
         self.lock = threading.Lock()
+        self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
 
     def start(self) -> None:
         """Start the workers (they import torch and triton while the caller goes on)."""
@@ -194,7 +199,9 @@ class CompileWorkers:
             return None
         worker = self.idle.get()
         try:
-            return worker.request(job, cache_directory, triton_cache)
+            error, seconds = worker.request(job, cache_directory, triton_cache)
+            self.job_seconds.append(seconds)
+            return error
         except WorkerDied as error:
             self._give_up(f"a compile worker stopped ({error})")
             return None

@@ -29,6 +29,8 @@ import torch
 
 import amk
 from amk.benchmarking import environment
+from amk.compile_worker import shared_pool
+from amk.tuner import compile_workers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import WORKLOADS, make_inputs, relative_error  # noqa: E402
@@ -62,12 +64,14 @@ def build_one(name: str) -> dict:
 
     kernel, workload, shapes, inputs = build_kernel(name)
     build_s = kernel.build_phases["total"]  # the build_fused_kernel call, inputs not included
+    jobs = shared_pool(compile_workers()).job_seconds  # each candidate's compile time in a worker
     error, max_abs = relative_error(kernel(*inputs), workload.eager(*[t.float() for t in inputs]))
     median = triton.testing.do_bench(lambda: kernel(*inputs), return_mode="median")
     return {"build": name, "ops": workload.ops, "shapes": shapes, "dtype": str(workload.dtype), "build_s": build_s,
             "phases": kernel.build_phases, "program": "vendor_gemm" if kernel.torch_ops else "fused",
             "config": kernel.config, "median_ms": median, "rel_l2": error, "max_abs": max_abs,
-            "trials": {k: sum(1 for t in log if t["status"] != "pruned") for k, log in kernel.tuning_log.items()}}
+            "trials": {k: sum(1 for t in log if t["status"] != "pruned") for k, log in kernel.tuning_log.items()},
+            "workers": compile_workers(), "compile_jobs_s": sorted((round(s, 2) for s in jobs), reverse=True)}
 
 
 def interleaved(name: str, cache_dirs: list[str], rounds: int = 5) -> dict:
@@ -100,16 +104,17 @@ def build_fresh(name: str, scratch: str) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| build | wall s | emit | compile | time | verify | program | trials | median ms | rel. L2 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| build | wall s | emit | compile | time | verify | program | trials | worker jobs: count, slowest s, "
+             "median s | median ms | rel. L2 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['build']} | failed | | | | | | | | |")
+            lines.append(f"| {row['build']} | failed | | | | | | | | | |")
             continue
-        phases = row["phases"]
+        phases, jobs = row["phases"], row.get("compile_jobs_s", [])
+        job_text = f"{len(jobs)}, {jobs[0]:.1f}, {statistics.median(jobs):.1f}" if jobs else "0"
         lines.append(f"| {row['build']} | {row['build_s']:.1f} | {phases['emit']:.1f} | {phases['compile']:.1f} | "
                      f"{phases['time']:.1f} | {phases['verify']:.1f} | {row['program']} | "
-                     f"{sum(row['trials'].values())} | {row['median_ms']:.4f} | {row['rel_l2']:.1e} |")
+                     f"{sum(row['trials'].values())} | {job_text} | {row['median_ms']:.4f} | {row['rel_l2']:.1e} |")
     return "\n".join(lines)
 
 
