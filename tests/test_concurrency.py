@@ -169,15 +169,18 @@ def test_graphs_of_one_kernel_replay_correctly_on_two_streams_at_once(name):
 @pytest.mark.parametrize("warmed_up", [True, False])
 def test_a_capture_after_a_call_zeroes_no_counters_in_the_graph(warmed_up):
     """Counters handed to a capture were zeroed before it (by the call that precedes it), so the graph replays no
-    memset; without such a call the graph zeroes its own (correct, a microsecond slower per replay). Read from what a
-    replay does: counters set to 7 after the capture stay 7 unless the graph zeroes them."""
+    memset; without such a call the graph zeroes its own (correct, a microsecond slower per replay). The calls of one
+    capture share its buffers (a graph calling a kernel three times zeroes nothing more); another capture gets its
+    own. Read from what a replay does: counters set to 7 after the capture stay 7 unless the graph zeroes them."""
     workspace = Workspace([((64, 8), torch.float32, False), ((16,), torch.int32, True)], torch.device("cuda"))
     if warmed_up:
         workspace()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        scratch, counters = workspace()
-        scratch.fill_(1.0)  # a kernel of the graph's own, so that a graph without a memset is not empty
+        calls = [workspace() for _ in range(3)]
+        calls[0][0].fill_(1.0)  # a kernel of the graph's own, so that a graph without a memset is not empty
+    assert all(call[1] is calls[0][1] for call in calls)
+    counters = calls[0][1]
     torch.cuda.synchronize()
     if warmed_up:  # zeroed before the capture, by the call outside it
         assert torch.count_nonzero(counters).item() == 0
@@ -185,3 +188,5 @@ def test_a_capture_after_a_call_zeroes_no_counters_in_the_graph(warmed_up):
     graph.replay()
     torch.cuda.synchronize()
     assert bool((counters == 7).all()) is warmed_up
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        assert workspace()[1] is not counters
