@@ -262,6 +262,8 @@ def test_tensors_where_the_kernels_cannot_run_leave_the_graph_to_pytorch():
     assert _off_device_reason([torch.empty(2, device="meta"), 3]) == (
         f"its tensors are on meta and amk's kernels run on {DEVICE}")
     assert _off_device_reason([torch.empty(2, device=DEVICE), 3]) is None
+    assert _off_device_reason([torch.empty(2, device=DEVICE), torch.empty(2, device="meta")]) is None  # checked per call
+    assert _off_device_reason([torch.empty(2, device=DEVICE), torch.tensor(1.0, device="meta")]) is None
 
 
 @pytest.mark.skipif(not GPU, reason="on a GPU machine, a model left on the CPU has no kernels to run")

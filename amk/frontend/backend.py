@@ -158,15 +158,16 @@ def _untimed_reason(settings: Settings) -> str | None:
 
 
 def _off_device_reason(example_inputs: Sequence) -> str | None:
-    """Why the graph's kernels could not run on its tensors (a model on the CPU of a machine whose kernels run on
-    CUDA), or None."""
+    """Why none of the graph's kernels could run on its tensors (a model left on the CPU of a machine whose kernels run
+    on CUDA), or None. A graph with some tensors on the kernels' device is compiled; each call checks its own."""
     device = default_device()
-    for value in example_inputs:
-        if isinstance(value, torch.Tensor) and value.device.type != device.type:
-            hint = (" (Triton's interpreter runs them on the CPU: set TRITON_INTERPRET=1 before importing triton)"
-                    if value.device.type == "cpu" else "")
-            return f"its tensors are on {value.device} and amk's kernels run on {device.type}{hint}"
-    return None
+    tensors = [value for value in example_inputs if isinstance(value, torch.Tensor) and value.dim() > 0]
+    if not tensors or any(tensor.device.type == device.type for tensor in tensors):
+        return None
+    where = tensors[0].device
+    hint = (" (Triton's interpreter runs them on the CPU: set TRITON_INTERPRET=1 before importing triton)"
+            if where.type == "cpu" else "")
+    return f"its tensors are on {where} and amk's kernels run on {device.type}{hint}"
 
 
 @dataclass
