@@ -1,5 +1,6 @@
 """Where a build's time goes: seconds spent emitting (passes and Triton source), compiling (Triton, in the compile
-workers or at a candidate's first launch), timing candidates and verifying, for the tuner's progress bar and
+workers or at a candidate's first launch), preparing candidates for timing (drawing the random inputs, loading each
+candidate's module, allocating its outputs), timing candidates and verifying, for the tuner's progress bar and
 ``FusedKernel.build_phases``.
 
 A build opens a :func:`recording`; the code doing each kind of work wraps it in :func:`phase`. Phases nest (a
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-PHASES = ("emit", "compile", "time", "verify")
+PHASES = ("emit", "compile", "prepare", "time", "verify")
 
 
 class PhaseClock:

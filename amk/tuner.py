@@ -700,8 +700,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         def reference() -> None:  # the heuristic's outputs, computed when the first candidate is timed
             try:
                 compiled_ahead(heuristic)
-                args = kernel_example_arguments(kernel, heuristic, device, bindings, inputs=inputs)
-                launch = load_source(source(heuristic), name).launch
+                with phase("prepare"):
+                    args = kernel_example_arguments(kernel, heuristic, device, bindings, inputs=inputs)
+                    launch = load_source(source(heuristic), name).launch
                 with phase("compile"):
                     launch(*args)
             except Exception as error:
@@ -716,9 +717,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             if not ready:
                 reference()
             compiled_ahead(config)
-            launch = load_source(source(config), name).launch
-            # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
-            candidate = kernel_example_arguments(kernel, config, device, bindings, inputs=inputs)
+            with phase("prepare"):
+                launch = load_source(source(config), name).launch
+                # Workspace shapes depend on the tile sizes: each candidate gets its own (same seed, same inputs).
+                candidate = kernel_example_arguments(kernel, config, device, bindings, inputs=inputs)
 
             def check() -> str | None:
                 for have, want in zip(candidate[first:first + outputs_count], expected):
