@@ -631,9 +631,10 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
         elif inputs is not None and (index, shape) in inputs:
             tensors.append(inputs[index, shape])
         else:
-            values = torch.randn(shape, generator=generator, device=device) / math.sqrt(shape[-1] if len(shape) == 2
-                                                                                      else 1)
+            values = torch.randn(shape, generator=generator, device=device)
+            values.div_(math.sqrt(shape[-1] if len(shape) == 2 else 1))  # in place: B's fp32 draw alone is 1 GiB
             tensors.append(values.to(dtype=spec.dtype))
+            del values
             if inputs is not None:
                 inputs[index, shape] = tensors[-1]
     return tensors
@@ -652,8 +653,6 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     from amk.runtime import load_source
 
     bindings = dict(size_hints or {})
-    compiler = shared_pool(compile_workers())
-    compiler.start()  # the workers import torch and triton while the passes run and the first sources are emitted
 
     def choose(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel, bindings)
@@ -664,6 +663,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         expected, failure, ready = [], [], []
         sources: dict[KernelConfig, str] = {}
         inputs: dict = {}  # drawn once, shared by every candidate
+        # Started at the first kernel actually tuned (a build whose configurations are all recorded starts none): the
+        # workers import torch and triton and create their CUDA context while the heuristic is emitted.
+        compiler = shared_pool(compile_workers())
+        compiler.start()
 
         def source(config: KernelConfig) -> str:
             if config not in sources:

@@ -127,6 +127,10 @@ class Workspace:
                 return self._for_capture(stream)
             if self.has_counters and not self.reserved_counters:
                 self.reserved_counters.append(self._zeroed_counters())
+            # Captures are over (one still under way in another thread takes a new set: correct, one memset more):
+            # their scratch may go back to their graphs' memory pools.
+            if self.capturing:
+                self.capturing.clear()
         else:
             stream = 0
         sets = self.per_thread.__dict__
