@@ -100,14 +100,17 @@ def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) ->
 
 def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device, scales: Sequence[float] | None = None,
                   seed: int | None = None) -> list[torch.Tensor]:
-    """Fresh standard-normal inputs (never zeros), each scaled by ``scales[i]`` when given."""
-    generator = torch.Generator(device="cpu")
+    """Fresh standard-normal inputs (never zeros), each scaled by ``scales[i]`` when given, drawn on ``device`` (a
+    GEMM's operands of a few hundred million values took seconds to draw on the CPU)."""
+    generator = torch.Generator(device=device)
     generator.manual_seed(seed if seed is not None else torch.seed() % 2**31)
     tensors = []
     for index, shape in enumerate(shapes):
-        scale = scales[index] if scales is not None else 1.0
-        values = torch.randn(shape, generator=generator, dtype=torch.float32) * scale
-        tensors.append(values.to(device=device, dtype=dtype))
+        values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
+        if scales is not None:
+            values.mul_(scales[index])
+        tensors.append(values.to(dtype=dtype))
+        del values
     return tensors
 
 
