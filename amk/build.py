@@ -240,6 +240,10 @@ def anonymous_text(module: ModuleOp) -> str:
     return module_text(clone)
 
 
+# How many configurations that won for other kernels of the same family on this device seed a new kernel's search.
+LEARNED_SEEDS = 4
+
+
 def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
                    recorded: dict | None = None) -> Callable:
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
@@ -247,6 +251,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
     keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes); ``recorded``
     (configs kept or imported for this very build) wins over both."""
+    from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
 
     size_hints = dict(request.size_hints)
@@ -260,16 +265,24 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         def timings(kernel) -> str:
             return cache.timing_key(str(kernel), request.shapes, size_hints, request.fp32_dot)
 
+        def family(kernel) -> dict:
+            """What makes another kernel's winner a good first guess for this one: the same tiling strategy, element
+            size and dot precision on the same device."""
+            _, _, _, element_bytes = kernel_problem(kernel, size_hints)
+            return {"strategy": kernel.strategy.data, "element_bytes": element_bytes, "fp32_dot": request.fp32_dot,
+                    "device": cache.device_descriptor()}
+
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]
             if store is not None:
                 record_trials(store, timings(kernel), trials, {"kernel": kernel.sym_name.data,
                                                                "shapes": [list(s) for s in request.shapes],
-                                                               "device": cache.device_descriptor()})
+                                                               **family(kernel)})
 
         known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
+        learned = (lambda kernel: store.winners(family(kernel), LEARNED_SEEDS)) if store is not None else None
         tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot,
-                                 size_hints)
+                                 size_hints, learned)
 
         def chooser(kernel) -> KernelConfig:
             # Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too).

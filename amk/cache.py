@@ -9,7 +9,8 @@ Where: ``TunerConfig.target_cache_dir`` if given, else ``AMK_CACHE_DIR``, else t
     entries/<key>/ir.json          the IR text at every level
     entries/<key>/triton/          Triton's own cache (compiled binaries) when running on a GPU
     configs/<key>.json             the chosen configs and tuning log alone (what ``amk cache export`` moves)
-    timings/<timing key>.json      every timed trial of one kernel on one device and shape bucket
+    timings/<timing key>.json      every timed trial of one kernel on one device and shape bucket, with the kernel's
+                                   family (strategy, element size, dot precision, device) for ``Store.winners``
     locks/<name>.lock              file locks serializing writers (and readers) of one key
     sources/                       emitted sources imported by the runtime (Triton reads kernels from files);
                                    every file amk writes goes under the root, these included
@@ -593,6 +594,31 @@ class Store:
 
         if not self._writing(f"timings {key[:12]}", write):
             self._memory["timings"][key] = merged()
+
+    def winners(self, match: dict, limit: int) -> list[dict[str, int]]:
+        """The fastest configuration (its ``user_view``) of each kernel timed before whose timings' metadata has every
+        item of ``match``, the most recently timed first, at most ``limit`` distinct ones: the tuner seeds a new
+        kernel of the same strategy on the same device with what won for its siblings (other shapes, other size
+        buckets)."""
+        docs = dict(self._memory["timings"])
+        try:
+            paths = sorted((self.root / "timings").glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            paths = []
+        keys = list(docs) + [p.stem for p in paths if p.stem not in docs and _KEY.fullmatch(p.stem)]
+        found: list[dict[str, int]] = []
+        for key in keys:
+            doc = self._read_timings(key)
+            if not doc or any(doc.get(name) != value for name, value in match.items()):
+                continue
+            timed = [t for t in doc["trials"].values() if isinstance(t, dict) and t.get("status") == "ok"
+                     and isinstance(t.get("time_ms"), int | float) and isinstance(t.get("config"), dict)]
+            best = min(timed, key=lambda t: t["time_ms"], default=None)
+            if best is not None and best["config"] not in found:
+                found.append(best["config"])
+                if len(found) == limit:
+                    break
+        return found
 
     # -- listing, clearing, export and import --------------------------------------------------------------------------
 

@@ -354,7 +354,7 @@ def fastest_program(programs: Mapping[str, Callable[[], object]], settings: Tune
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
          build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
          batch: int = 1, size_hints: Mapping[str, int] | None = None,
-         fp32_dot: str = "ieee") -> tuple[KernelConfig, list[Trial]]:
+         fp32_dot: str = "ieee", learned: Sequence[KernelConfig] = ()) -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
@@ -368,6 +368,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     that they can be compiled together. ``size_hints`` give a kernel of symbolic sizes the sizes it is tuned for (its
     search space and pruning see them). ``fp32_dot``: how the build multiplies fp32 tiles (``ieee`` under PyTorch's
     "highest"): where IEEE, fp32 dots also get the switch ``TF32X3`` (three TF32 products, as accurate).
+    ``learned``: configurations that won for kernels of the same family on this device (other shapes, other size
+    buckets), timed right after the heuristic and the priors, each with the parameters the space searches.
     """
     from amk.lowering.stage import kernel_problem
 
@@ -419,8 +421,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     switches = {key: values for key, values in space.items() if key in SWITCHES and len(values) > 1}
     searched = grid_configs(space | {key: values[:1] for key, values in switches.items()}, heuristic)
     # The heuristic and the priors lead the search where the space holds them, a prior with the switches it names.
+    siblings = [{key: value for key, value in config.as_dict().items() if key in space} for config in learned]
     seeds = [seed for seed in dict.fromkeys([heuristic, *(replace(heuristic, **prior)
-                                                           for prior in priors(strategy, has_dot, limits))])
+                                                           for prior in [*priors(strategy, has_dot, limits),
+                                                                         *siblings])])
              if all(value in space[key] if key in space else value == getattr(heuristic, key)
                     for key, value in seed.as_dict().items())]
     fresh = unseen(searched + [seed for seed in seeds if seed not in searched])
@@ -585,6 +589,17 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
                 study.tell(trial, seen[key] if elapsed is not None else 1e9)
 
 
+def _configs(views: Sequence[Mapping[str, int]]) -> list[KernelConfig]:
+    """Configurations from their ``user_view`` dicts, those this amk version cannot read left out."""
+    configs = []
+    for view in views:
+        try:
+            configs.append(KernelConfig.from_user_view(view))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return configs
+
+
 def compile_workers() -> int:
     """Processes that compile candidates ahead of timing: ``AMK_COMPILE_WORKERS``, else the CPUs less one, at most 16
     (a cold build's first round of candidates, the heuristic, the priors and the search's first picks, compiles at
@@ -641,9 +656,10 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
 
 
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None,
-                     fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None):
+                     fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None, learned=None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
-    receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`).
+    receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`;
+    ``learned(kernel)`` the configurations, as ``user_view`` dicts, that won for kernels of its family before).
     Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`).
     A kernel of symbolic sizes is timed at the sizes ``size_hints`` give its symbols (a size bucket's)."""
     import torch
@@ -736,7 +752,8 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
         try:
             config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                                  prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot)
+                                  prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot,
+                                  learned=_configs(learned(kernel)) if learned else ())
         finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
             for future in compiling.values():
                 future.cancel()

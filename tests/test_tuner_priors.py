@@ -95,3 +95,71 @@ def test_priors_bring_launch_switches_only_to_tile_grid_strategies():
         if not strategy.tile_grid:
             assert not any("PERSISTENT" in seed or "TMA" in seed for seed in seeds), name
     assert any(seed.get("PERSISTENT") and seed.get("TMA") for seed in amk.tuner.priors("tile2d", True, hopper))
+
+
+def test_the_winners_of_a_kernels_family_are_found_most_recent_first(tmp_path):
+    import os
+
+    from amk import cache
+
+    store = cache.Store(tmp_path)
+    family = {"strategy": "tile2d", "element_bytes": 2, "fp32_dot": "ieee", "device": {"name": "H200"}}
+
+    def timed(key, config_ms, age, **meta):
+        trials = {f"c{i}": {"config": {"BLOCK_SIZE_M": m}, "status": "ok", "time_ms": ms}
+                  for i, (m, ms) in enumerate(config_ms)}
+        trials["bad"] = {"config": {"BLOCK_SIZE_M": 16}, "status": "failed", "time_ms": None}
+        store.merge_timings(key, trials, {**family, **meta})
+        path = tmp_path / "timings" / f"{key}.json"
+        os.utime(path, (age, age))
+
+    timed("a" * 64, [(64, 2.0), (128, 1.0)], 100)
+    timed("b" * 64, [(256, 0.5)], 300)
+    timed("c" * 64, [(32, 0.1)], 200, strategy="row_resident")  # another family
+    timed("d" * 64, [(128, 3.0)], 50)  # the same winner as "a": once
+    assert store.winners(family, 4) == [{"BLOCK_SIZE_M": 256}, {"BLOCK_SIZE_M": 128}]
+    assert store.winners(family, 1) == [{"BLOCK_SIZE_M": 256}]
+    assert store.winners({**family, "device": {"name": "A100"}}, 4) == []
+
+
+def test_a_siblings_winner_is_timed_right_after_the_priors(monkeypatch, timings):
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    runs, build_and_run = timings
+    kernel = gemm_kernel()
+    heuristic = heuristic_config(kernel)
+    sibling = type(heuristic)(**(heuristic.as_dict() | dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_stages=4,
+                                                               SPLIT_K=2)))  # SPLIT_K: not searched, not taken
+    tune(kernel, TunerConfig(search="random", search_budget=12), None, heuristic, build_and_run, learned=[sibling])
+    order = [config for config, _ in runs]
+    priors = [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in GEMM_HOPPER_PRIORS]
+    assert order[:len(priors) + 2] == [heuristic, *priors, type(heuristic)(**(sibling.as_dict() | {
+        "SPLIT_K": heuristic.SPLIT_K}))]
+
+
+def test_a_build_is_seeded_with_what_won_for_an_earlier_build_of_its_family(monkeypatch, tmp_path):
+    """Through the build service (as on a GPU, the timing faked): the winner recorded for one shape is offered to
+    the next build of the same strategy, dtype and device, and not to a build of another dtype."""
+    import amk.build
+    import amk.oplist
+    from amk.build import BuildRequest, build
+    from amk.lowering.configs import KernelConfig
+    from amk.tuner import Trial
+
+    offered = []
+    winner = KernelConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_stages=4)
+
+    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned):  # autotune_chooser's signature
+        def choose(kernel):
+            offered.append(learned(kernel))
+            on_tuned(kernel, winner, [Trial(winner, "ok", 1.0), Trial(KernelConfig(), "ok", 2.0)])
+            return winner
+        return choose
+
+    monkeypatch.setattr(amk.build, "autotune_chooser", tuner)
+    monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
+    settings = amk.TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
+    for rows, dtype in [(256, torch.float16), (512, torch.float16), (512, torch.float32)]:
+        shapes = [(rows, 128), (128, 64), (64,)]
+        build(BuildRequest(lambda shapes=shapes, dtype=dtype: amk.oplist.build_module(
+            ["matmul", "add_bias", "relu"], shapes, dtype), shapes, dtype, tuner_config=settings), save=False)
+    assert offered == [[], [winner.user_view()], []]
