@@ -436,7 +436,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         if group:
             _refine(trials, group, unseen, settings, build_and_run, prepare)
     _final_round(trials, settings, build_and_run)
-    best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms, default=None)
+    best = _chosen(trials)
     if best is None:
         log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
         return heuristic, trials
@@ -444,6 +444,19 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 
 
 FINALISTS = 3  # the fastest candidates of a search, timed again against each other before one is chosen
+# Candidates this close to the fastest are ties: the one timed first wins (the heuristic, then the priors and the
+# family's winners, then the search's picks), so that builds do not pick between equals by the noise of their run
+# (four cold builds of B on the H200 kept the same tiles, persistent and TMA, with 3 stages in three and 4 in one).
+TIE_TOLERANCE = 0.01
+
+
+def _chosen(trials: list[Trial]) -> Trial | None:
+    """The fastest trial that ran, the earliest timed among those within ``TIE_TOLERANCE`` of it."""
+    ran = [t for t in trials if t.status == "ok"]
+    if not ran:
+        return None
+    fastest = min(t.time_ms for t in ran)
+    return next(t for t in ran if t.time_ms <= fastest * (1 + TIE_TOLERANCE))
 FINAL_ROUNDS = 3
 
 

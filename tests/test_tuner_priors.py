@@ -163,3 +163,29 @@ def test_a_build_is_seeded_with_what_won_for_an_earlier_build_of_its_family(monk
         build(BuildRequest(lambda shapes=shapes, dtype=dtype: amk.oplist.build_module(
             ["matmul", "add_bias", "relu"], shapes, dtype), shapes, dtype, tuner_config=settings), save=False)
     assert offered == [[], [winner.user_view()], []]
+
+
+def test_ties_go_to_the_candidate_timed_first(monkeypatch):
+    """Candidates within TIE_TOLERANCE of the fastest are equals: the first timed (a seed) is kept, whatever the
+    noise ordered them; a clearly faster one still wins."""
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: None)
+    kernel = gemm_kernel()
+    heuristic = heuristic_config(kernel)
+    launched = []
+
+    def chosen_with(times):
+        def measure(fn, warmup, runs, give_up_above=None):
+            fn()
+            return times(launched[-1])
+
+        monkeypatch.setattr(amk.tuner, "measure", measure)
+        config, trials = tune(kernel, TunerConfig(search="random", search_budget=6), None, heuristic,
+                              lambda config: ((lambda: launched.append(config)), (lambda: None)))
+        return config, [t.config for t in trials if t.status == "ok"]
+
+    # The heuristic is timed first; a later candidate 0.5% faster is a tie, one 5% faster is not.
+    config, order = chosen_with(lambda c: 1.0 if c == heuristic else 0.995 if c.num_stages == 4 else 1.2)
+    assert order[0] == heuristic and config == heuristic
+    config, order = chosen_with(lambda c: 1.0 if c == heuristic else 0.95 if c.num_stages == 4 else 1.2)
+    assert config != heuristic and config.num_stages == 4
