@@ -59,6 +59,7 @@ EXPORT_FORMAT = "amk-cache-export"
 LOCK_TIMEOUT_S = 60.0
 STALE_TEMPORARY_S = 600.0  # a temporary file this old belongs to no live writer (see Store.remove_stale_temporaries)
 _KEY = re.compile(r"[0-9a-f]{64}")
+WINNERS_SCANNED = 256  # timings files Store.winners reads, the most recently written first
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -605,7 +606,8 @@ class Store:
             paths = sorted((self.root / "timings").glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         except OSError:
             paths = []
-        keys = list(docs) + [p.stem for p in paths if p.stem not in docs and _KEY.fullmatch(p.stem)]
+        # The most recent files only: a cache of a long-lived machine holds thousands, each a read and a checksum.
+        keys = list(docs) + [p.stem for p in paths[:WINNERS_SCANNED] if p.stem not in docs and _KEY.fullmatch(p.stem)]
         found: list[dict[str, int]] = []
         for key in keys:
             doc = self._read_timings(key)
