@@ -1,4 +1,4 @@
-"""``amk-opt``: xDSL's opt driver with the amk dialects, passes and the Triton target registered.
+"""``amk-opt``: xDSL's opt driver with the amk dialects, passes and the Triton and Gluon targets registered.
 
 Also provides the ``xdsl.universe`` entry point, so stock ``xdsl-opt`` sees the same dialects and passes.
 """
@@ -33,10 +33,12 @@ AMK_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "amk-tile": _lazy("amk.lowering.tile", "TilePass"),
     "amk-stage": _lazy("amk.lowering.stage", "StagePass"),
     "amk-emit-triton": _lazy("amk.lowering.emit_triton", "EmitTritonPass"),
+    "amk-emit-gluon": _lazy("amk.lowering.emit_gluon", "EmitGluonPass"),
 }
 
 AMK_TARGETS: dict[str, Callable] = {
     "triton": _lazy("amk.lowering.emit_triton", "TritonTarget"),
+    "gluon": _lazy("amk.lowering.emit_gluon", "GluonTarget"),
 }
 
 
@@ -59,7 +61,7 @@ LEVELS = [
 ]
 LOWERING = [maker for _, _, maker in LEVELS[1:]]
 # The level each lowering pass reads (an index into LEVELS).
-PASS_INPUT_LEVEL = {"amk-tile": 1, "amk-stage": 2, "amk-emit-triton": 3}
+PASS_INPUT_LEVEL = {"amk-tile": 1, "amk-stage": 2, "amk-emit-triton": 3, "amk-emit-gluon": 3}
 
 
 def ir_level(module) -> int:

@@ -1,0 +1,476 @@
+"""``amk-emit-gluon``: a warp-specialized Hopper GEMM kernel, written in Gluon, from a ``memory_staged.kernel``.
+
+Milestone 1 of ``docs/design-gluon.md``: the kernels it takes are persistent ``tile2d`` GEMMs whose K loop stages two
+operands through tensor descriptors (TMA) into one dot, followed by elementwise epilogue ops and one store of the
+output tile, for example (``amk-stage{block_m=128 block_n=256 block_k=64 num_warps=8 persistent=1 tma=1}`` on a
+matmul, bias and ReLU)::
+
+    memory_staged.kernel @fused_0 attributes {strategy = "tile2d", group_size = "GROUP_M", persistent, ...} {
+    ^bb0(%x: ..., %w: ..., %b: !memory_staged.buffer<global, [4096], f16>, %out0: ...):
+      %acc = memory_staged.accumulator : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+      %acc_1 = tiled_loop.for "k" = <[0, 4096, BLOCK_K]> iter_args(%acc) ... {
+        %x_tile = memory_staged.stage %x <[BLOCK_M*pid_m, k]> {depth = 3 : i64, descriptor, ...} : ...
+        %w_tile = memory_staged.stage %w <[k, BLOCK_N*pid_n]> {depth = 3 : i64, descriptor, ...} : ...
+        %acc_3 = memory_staged.dot %x_tile, %w_tile, %acc_2 : ...
+        tiled_loop.yield %acc_3 : ...
+      }
+      %b_tile = memory_staged.load %b <[BLOCK_N*pid_n]> ... -> !tiled_loop.tile<[1, BLOCK_N], f16>
+      ... tiled_loop.cast / binary "add" / binary "max" ...
+      memory_staged.store %2, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]> ...
+    }
+
+becomes one cooperative persistent kernel (``gluon_source`` on the kernel, with the same ``launch(...)`` as the
+Triton emitter's source): a one-warp producer partition walks the output tiles in grouped order and TMA-loads the
+operand tiles into a ring of ``num_stages`` shared-memory slots, each guarded by a ``ready`` and an ``empty``
+mbarrier; the default partition (the kernel's ``num_warps`` warps) walks the same tiles, issues asynchronous
+``warpgroup_mma`` on each ready slot with the fp32 accumulator in registers (``NVMMADistributedLayout``), releases the
+slot, then applies the epilogue to the accumulator in that layout and writes the tile through shared memory and a
+TMA store, which overlaps the next tile's main loop. Anything else is refused with what is accepted.
+
+Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
+as the installed triton spells them (:func:`installed_gluon_api`), so emit where the kernel will be compiled.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import IO
+
+import sympy
+from xdsl.context import Context
+from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+from xdsl.utils.target import Target
+
+from amk.dialects import memory_staged, tiled_loop
+from amk.dtypes import triton_name
+from amk.lowering.emit_triton import _SM_COUNT, TritonEmitter
+from amk.lowering.indented_writer import IndentedWriter
+from amk.symbolic import Dim
+
+_ACCEPTED = ("amk-emit-gluon emits persistent tile2d GEMM kernels: a K loop whose body stages two fp16/bf16 operands "
+             "through tensor descriptors into one memory_staged.dot, then elementwise tiled_loop ops (binary, unary, "
+             "select, cast, scalar full), loads of bias vectors and one store of the output tile (lower with "
+             "amk-stage{persistent=1 tma=1})")
+_EPILOGUE_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, tiled_loop.CastOp, tiled_loop.FullOp,
+                 memory_staged.LoadOp)
+# The producer is one warp that only issues TMA copies and waits on barriers: few registers, the rest go to the MMA warps.
+_PRODUCER_WARPS, _PRODUCER_REGISTERS = 1, 40
+
+_TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype):
+    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads."""
+    if not (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
+            and tensor.stride(0) * tensor.element_size() % 16 == 0):
+        raise ValueError(f"this Gluon kernel moves tiles with TMA, which needs contiguous rows, 16-byte aligned and a "
+                         f"multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} tensor")
+    layout = gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
+    return TensorDescriptor.from_tensor(tensor, block_shape, layout)'''
+
+
+@dataclass(frozen=True)
+class GluonApi:
+    """How the installed triton spells the Gluon calls that were renamed after 3.6."""
+
+    tma_load: str
+    tma_store: str
+    thread_barrier: str
+
+
+TRITON_3_6_API = GluonApi("tma.async_copy_global_to_shared", "tma.async_copy_shared_to_global", "gl.thread_barrier")
+TRITON_3_9_API = GluonApi("tma.async_load", "tma.async_store", "gl.barrier")
+
+
+@functools.cache
+def installed_gluon_api() -> GluonApi:
+    """The spellings of the installed triton, read once (3.6 has the old names, 3.9 the new ones)."""
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import tma
+    except ImportError as error:
+        raise PassFailedException(f"amk-emit-gluon needs triton's Gluon (triton >= 3.6): {error}") from error
+    return GluonApi(TRITON_3_9_API.tma_load if hasattr(tma, "async_load") else TRITON_3_6_API.tma_load,
+                    TRITON_3_9_API.tma_store if hasattr(tma, "async_store") else TRITON_3_6_API.tma_store,
+                    TRITON_3_9_API.thread_barrier if hasattr(gl, "barrier") else TRITON_3_6_API.thread_barrier)
+
+
+def _gluon(text: str) -> str:
+    """Triton code printed by the inherited tile-op handlers, in Gluon: ``gl`` re-exports ``tl``'s elementwise
+    functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays."""
+    return re.sub(r"\btl\.(?!PropagateNan)", "gl.", text)
+
+
+@dataclass
+class _MainLoop:
+    """The parts of an accepted kernel: the accumulator, the K loop with its two staged operands and its dot, the
+    epilogue ops and the store of the output tile."""
+
+    accumulator: memory_staged.AccumulatorOp
+    loop: tiled_loop.ForOp
+    stages: tuple[memory_staged.StageOp, memory_staged.StageOp]
+    dot: memory_staged.DotOp
+    epilogue: list[Operation]
+    store: memory_staged.StoreOp
+
+
+class GluonEmitter(TritonEmitter):
+    """Generates the Gluon source of one kernel and its launcher; expressions, names, origin comments and the
+    elementwise tile ops are the Triton emitter's, spelled with ``gl``."""
+
+    def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
+        super().__init__(kernel)
+        self.api = api or installed_gluon_api()
+        self.main = self.main_loop()
+        self.block_m, self.block_n = (self.constant(d) for d in self.main.accumulator.result.type.dims)
+        self.check_warps()
+        # Names of the shared buffers and barriers, reserved before any tile value is named.
+        self.rings = {stage: self.fresh(f"{self.names[stage.source]}_ring") for stage in self.main.stages}
+        self.output_tile, self.ready, self.empty = self.fresh("output_tile"), self.fresh("ready"), self.fresh("empty")
+        self.tile, self.step, self.slot, self.phase = (self.fresh(n) for n in ("tile", "step", "slot", "phase"))
+        self.acc_layout = self.fresh("acc_layout")
+        self.tma_args = {stage.source for stage in self.main.stages} | {self.main.store.dest}
+
+    # -- what is accepted --------------------------------------------------------------------------------------------
+    def refuse(self, reason: str) -> PassFailedException:
+        return PassFailedException(f"kernel @{self.kernel.sym_name.data}: {reason}. {_ACCEPTED}")
+
+    def constant(self, dim: Dim) -> int:
+        value = dim.expr.xreplace({s: sympy.Integer(self.constants[str(s)]) for s in dim.expr.free_symbols
+                                   if str(s) in self.constants})
+        if not value.is_Integer:
+            raise self.refuse(f"tile size {dim.text} is not a constant")
+        return int(value)
+
+    def main_loop(self) -> _MainLoop:
+        kernel = self.kernel
+        if kernel.strategy.data != "tile2d":
+            raise self.refuse(f"strategy {kernel.strategy.data!r} is not tile2d")
+        if kernel.persistent is None or kernel.group_size is None:
+            raise self.refuse("it is not persistent with a grouped tile order")
+        ops = list(kernel.body.block.ops)
+        if len(ops) < 3 or not isinstance(ops[0], memory_staged.AccumulatorOp) or not isinstance(ops[1], tiled_loop.ForOp):
+            raise self.refuse("its body does not start with an accumulator and the K loop")
+        accumulator, loop = ops[0], ops[1]
+        body = list(loop.body.block.ops)
+        stages = [op for op in body if isinstance(op, memory_staged.StageOp)]
+        if (len(body) != 4 or len(stages) != 2 or not isinstance(body[2], memory_staged.DotOp)
+                or list(loop.inits) != [accumulator.result]):
+            raise self.refuse("its K loop is not two staged operands and one dot into the accumulator")
+        dot, yielded = body[2], body[3]
+        if ((dot.lhs, dot.rhs, dot.acc) != (stages[0].result, stages[1].result, loop.body.block.args[0])
+                or stages[0].source == stages[1].source or list(yielded.operands) != [dot.result]):
+            raise self.refuse("its dot does not accumulate the product of the two staged tiles")
+        if any(stage.descriptor is None for stage in stages):
+            raise self.refuse("an operand is not staged through a tensor descriptor")
+        if triton_name(dot.lhs.type.element_type) not in ("float16", "bfloat16"):
+            raise self.refuse(f"its operands are {triton_name(dot.lhs.type.element_type)}, not fp16 or bf16")
+        if kernel.num_stages.value.data < 2:
+            raise self.refuse("num_stages is 1: the ring needs a slot in use by the MMA and one being loaded")
+        *epilogue, store = ops[2:]
+        if not isinstance(store, memory_staged.StoreOp) or store.value.type.dims != accumulator.result.type.dims:
+            raise self.refuse("it does not end with the store of one output tile")
+        for op in epilogue:
+            self.check_epilogue_op(op)
+        return _MainLoop(accumulator, loop, (stages[0], stages[1]), dot, epilogue, store)
+
+    def check_epilogue_op(self, op: Operation) -> None:
+        if not isinstance(op, _EPILOGUE_OPS):
+            raise self.refuse(f"its epilogue has {op.name}")
+        if isinstance(op, tiled_loop.UnaryOp) and op.fn.data == "sigmoid":
+            raise self.refuse("its epilogue has a sigmoid (Gluon has no gl.sigmoid)")
+        if (isinstance(op, tiled_loop.BinaryOp) and op.fn.data == "div"
+                and isinstance(op.result.type.element_type, Float32Type)):
+            raise self.refuse("its epilogue has an fp32 division (IEEE-rounded div_rn has no gl name)")
+        if isinstance(op, tiled_loop.FullOp) and op.result.type.dims != (Dim(1), Dim(1)):
+            raise self.refuse("its epilogue has a full tile that is not a scalar")
+        if isinstance(op, memory_staged.LoadOp) and (op.source.type.rank != 1 or Dim(1) not in op.result.type.dims):
+            raise self.refuse("its epilogue loads a tile that is not a row or column vector")
+
+    def check_warps(self) -> None:
+        """The accumulator is split along M between the warps, 16 rows per warp per wgmma (so a warpgroup takes 64)."""
+        warps = self.kernel.num_warps.value.data
+        if warps % 4 or self.block_m % (16 * warps):
+            raise self.refuse(f"BLOCK_M = {self.block_m} rows cannot be split between {warps} warps as wgmma needs "
+                              "(num_warps a multiple of 4, BLOCK_M a multiple of 16 * num_warps)")
+        if self.block_n % 8 or self.block_n > 256:
+            raise self.refuse(f"BLOCK_N = {self.block_n} is not a multiple of 8 up to 256")
+
+    # -- Gluon spelling of the inherited printers --------------------------------------------------------------------
+    def assign(self, value: SSAValue, text: str) -> None:
+        super().assign(value, _gluon(text))
+
+    def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
+        return _gluon(super().expr(dim, cdiv_name))
+
+    # -- kernel ------------------------------------------------------------------------------------------------------
+    def runtime_parameters(self) -> list[str]:
+        """The kernel's non-constexpr parameters: a descriptor for each TMA-addressed buffer, a pointer and strides
+        for the others, the symbolic dims."""
+        params = [self.descriptor(a) if a in self.tma_args else f"{self.names[a]}_ptr" for a in self.args]
+        params += [self.stride(i, axis) for i, a in enumerate(self.args) if a not in self.tma_args
+                   for axis in range(a.type.rank)]
+        return params + [p for p, _, _ in self.dims.values()]
+
+    def shared_buffers(self) -> list[str]:
+        """What the kernel allocates in shared memory and hands to both partitions."""
+        return [*self.rings.values(), self.ready, self.empty, self.output_tile]
+
+    def function_header(self, name: str, params: list[str]) -> None:
+        self.code.writeline("@gluon.jit")
+        self.code.writeline(f"def {name}(")
+        with self.code.indent():
+            self.code.writelines(f"{p}," for p in params)
+            self.code.writelines(f"{c}: gl.constexpr," for c in [*self.constants, "STAGES"])
+        self.code.writeline("):")
+
+    def partition_header(self, role: str) -> None:
+        """Both partitions take the kernel's parameters and its shared buffers."""
+        self.function_header(f"{self.kernel.sym_name.data}_{role}_partition",
+                             self.runtime_parameters() + self.shared_buffers())
+
+    def open_tile_loop(self) -> None:
+        """The grouped persistent tile walk both partitions follow, and the ring position ``step`` they share."""
+        launch, tile = self.launches()[0], self.tile
+        self.emit_tile_counts(launch.grid)
+        self.code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
+        self.code.writeline(f"{self.step} = 0")
+        self.code.writeline(f"for {tile} in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):")
+        with self.code.indent():
+            self.emit_grouped_ids(tile, launch)
+
+    def ring_position(self) -> None:
+        """The slot of ``step`` in the ring, and the phase of its barriers in this round of the ring."""
+        self.code.writeline(f"{self.slot} = {self.step} % STAGES")
+        self.code.writeline(f"{self.phase} = ({self.step} // STAGES) & 1")
+
+    def k_loop_header(self) -> None:
+        loop = self.main.loop
+        self.code.writeline(f"for {loop.iv.data} in range({self.expr(loop.lower)}, {self.expr(loop.upper)}, "
+                            f"{self.expr(loop.step)}):")
+
+    def emit_producer(self) -> IndentedWriter:
+        code = self.code = IndentedWriter()
+        self.partition_header("load")
+        with code.indent():
+            code.writeline('"""The producer (one warp): TMA loads of the operand tiles into the ring, up to STAGES '
+                           'steps ahead of the MMAs."""')
+            self.open_tile_loop()
+            with code.indent():
+                self.k_loop_header()
+                with code.indent():
+                    self.ring_position()
+                    code.writeline("# wait until the MMAs have released the slot (a fresh barrier passes phase 1)")
+                    code.writeline(f"mbarrier.wait({self.empty}.index({self.slot}), {self.phase} ^ 1)")
+                    nbytes = " + ".join(f"{self.descriptor(s.source)}.block_type.nbytes" for s in self.main.stages)
+                    code.writeline(f"mbarrier.expect({self.ready}.index({self.slot}), {nbytes})")
+                    for stage in self.main.stages:
+                        offsets = ", ".join(self.expr(d) for d in stage.offsets.dims)
+                        code.writeline(f"{self.api.tma_load}({self.descriptor(stage.source)}, [{offsets}], "
+                                       f"{self.ready}.index({self.slot}), {self.rings[stage]}.index({self.slot}))")
+                    code.writeline(f"{self.step} += 1")
+        return code
+
+    def descriptor(self, buffer: SSAValue) -> str:
+        """The name of the TMA descriptor of a staged operand or of the output."""
+        return f"{self.names[buffer]}_desc"
+
+    def emit_consumer(self) -> IndentedWriter:
+        code = self.code = IndentedWriter()
+        main = self.main
+        warps = self.kernel.num_warps.value.data
+        # wgmma's instruction tile: 16 rows, the widest N (a multiple of 8, at most 256) dividing BLOCK_N, K of 32
+        # bytes (16 fp16/bf16 values)
+        instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
+        self.partition_header("mma")
+        with code.indent():
+            code.writeline('"""The default partition (the kernel\'s warps): asynchronous wgmma on each ready slot, '
+                           'then the epilogue on the accumulator\'s registers and a TMA store of the tile."""')
+            code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                           f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
+            self.open_tile_loop()
+            with code.indent():
+                self.last_origin = None
+                self.emit_op(main.accumulator)
+                self.emit_mma_loop()
+                for op in main.epilogue:
+                    self.emit_op(op)
+                self.emit_op(main.store)
+            code.writeline("tma.store_wait(0)")
+        return code
+
+    def emit_mma_loop(self) -> None:
+        code, main = self.code, self.main
+        acc = self.name(main.loop.results[0])
+        self.names[main.loop.body.block.args[0]] = acc
+        code.writeline(f"{acc} = {self.name(main.accumulator.result)}")
+        if "note" in main.loop.attributes:
+            code.writeline(f"# {main.loop.attributes['note'].data}")
+        self.k_loop_header()
+        with code.indent():
+            self.ring_position()
+            code.writeline(f"mbarrier.wait({self.ready}.index({self.slot}), {self.phase})")
+            self.comment_origin(main.dot)
+            lhs, rhs = (f"{self.rings[s]}.index({self.slot})" for s in main.stages)
+            code.writeline(f"{acc} = warpgroup_mma({lhs}, {rhs}, {acc}, is_async=True)")
+            code.writeline("# one wgmma stays in flight: once the previous one is done, its slot goes back to the "
+                           "producer")
+            code.writeline(f"{acc}, _, _ = warpgroup_mma_wait(1, deps=({acc}, {lhs}, {rhs}))")
+            code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES), "
+                           f"pred={main.loop.iv.data} > {self.expr(main.loop.lower)})")
+            code.writeline(f"{self.step} += 1")
+        code.writeline(f"{acc} = warpgroup_mma_wait(0, deps=({acc},))")
+        code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES))")
+        self.last_origin = None
+
+    def emit_memory_staged_accumulator(self, op: memory_staged.AccumulatorOp) -> None:
+        shape = ", ".join(self.expr(d) for d in op.result.type.dims)
+        self.assign(op.result, f"gl.zeros(({shape}), dtype=gl.float32, layout={self.acc_layout})")
+
+    def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
+        """A row (``[1, BLOCK_N]``, bias) or column vector in a slice of the accumulator's layout, broadcast as a
+        2-D tile of that layout."""
+        axis = 1 if op.result.type.dims[0] == Dim(1) else 0
+        base = self.names[op.source]
+        index = self.fresh(f"{base}_{'cols' if axis == 1 else 'rows'}")
+        size = self.expr(op.result.type.dims[axis])
+        self.code.writeline(f"{index} = {self.expr(op.offsets.dims[0])} + "
+                            f"gl.arange(0, {size}, gl.SliceLayout({1 - axis}, {self.acc_layout}))")
+        broadcast = "[None, :]" if axis == 1 else "[:, None]"
+        widened = f"{index}.to(gl.int64)" if op.wide_index else index
+        pointers = f"{base}_ptr + {widened}{broadcast} * {self.stride(self.args.index(op.source), 0)}"
+        masked = (f", mask={index}{broadcast} < {self.expr(op.source.type.dims[0])}, other=0.0"
+                  if op.masked_axes[0] else "")
+        self.assign(op.result, f"gl.load({pointers}{masked})")
+
+    def emit_memory_staged_store(self, op: memory_staged.StoreOp) -> None:
+        code = self.code
+        offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
+        code.writeline("# the previous tile's TMA store must have read the staging tile (only its issuing thread "
+                       "waits, hence the barrier)")
+        code.writeline("tma.store_wait(0)")
+        code.writeline(f"{self.api.thread_barrier}()")
+        code.writeline(f"{self.output_tile}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
+        code.writeline("fence_async_shared()")
+        code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {self.output_tile})")
+
+    def emit_gluon_kernel(self) -> IndentedWriter:
+        code = self.code = IndentedWriter()
+        name = self.kernel.sym_name.data
+        self.function_header(self.kernel_name, self.runtime_parameters())
+        with code.indent():
+            code.writeline(f'"""{self.describe()} Warp-specialized: a TMA producer warp feeds a ring of STAGES '
+                           'shared-memory slots to the wgmma warps."""')
+            for stage, ring in self.rings.items():
+                desc = self.descriptor(stage.source)
+                code.writeline(f"{ring} = gl.allocate_shared_memory({desc}.dtype, [STAGES] + {desc}.block_type.shape, "
+                               f"{desc}.layout)")
+            out = self.descriptor(self.main.store.dest)
+            code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {out}.block_type.shape, "
+                           f"{out}.layout)")
+            code.writeline("# ready[s]: slot s holds its operand tiles; empty[s]: the MMAs are done reading it")
+            for barriers in (self.ready, self.empty):
+                code.writeline(f"{barriers} = gl.allocate_shared_memory(gl.int64, [STAGES, 1], "
+                               "mbarrier.MBarrierLayout())")
+            code.writeline("for i in gl.static_range(STAGES):")
+            with code.indent():
+                code.writelines(f"mbarrier.init({barriers}.index(i), count=1)" for barriers in (self.ready, self.empty))
+            code.writeline("fence_async_shared()")
+            arguments = ", ".join(self.runtime_parameters() + self.shared_buffers() + [*self.constants, "STAGES"])
+            code.writeline("gl.warp_specialize([")
+            with code.indent():
+                code.writeline(f"({name}_mma_partition, ({arguments})),")
+                code.writeline(f"({name}_load_partition, ({arguments})),")
+            code.writeline(f"], [{_PRODUCER_WARPS}], [{_PRODUCER_REGISTERS}])")
+            code.writeline("for i in gl.static_range(STAGES):")
+            with code.indent():
+                code.writelines(f"mbarrier.invalidate({barriers}.index(i))" for barriers in (self.ready, self.empty))
+        return code
+
+    # -- launcher ----------------------------------------------------------------------------------------------------
+    def emit_gluon_launcher(self) -> IndentedWriter:
+        names = [self.names[a] for a in self.args]
+        code = IndentedWriter()
+        code.writeline(f"def launch({', '.join(names)}):")
+        with code.indent():
+            code.writeline(f'"""Launch {self.kernel_name} on tensors already viewed as its arguments (inputs, then '
+                           'outputs)."""')
+            for text, (param, index, axis) in self.dims.items():
+                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
+            tiles = {stage.source: stage.result.type.dims for stage in self.main.stages}
+            tiles[self.main.store.dest] = self.main.store.value.type.dims
+            for buffer, dims in tiles.items():
+                block = ", ".join(str(self.constant(d)) for d in dims)
+                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, [{block}], "
+                               f"gl.{triton_name(buffer.type.element_type)})")
+            axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
+            code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
+            args = [self.descriptor(a) if a in self.tma_args else n for a, n in zip(self.args, names)]
+            args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) if a not in self.tma_args
+                     for axis in range(a.type.rank)]
+            args += [p for p, _, _ in self.dims.values()]
+            args += [f"{c}={v}" for c, v in self.constants.items()]
+            args += [f"STAGES={self.kernel.num_stages.value.data}", f"num_warps={self.kernel.num_warps.value.data}"]
+            code.writeline(f"{self.kernel_name}[grid](")
+            with code.indent():
+                code.writelines(f"{a}," for a in args)
+            code.writeline(")")
+        return code
+
+    def emit(self) -> str:
+        functions = [self.emit_producer(), self.emit_consumer(), self.emit_gluon_kernel(), self.emit_gluon_launcher()]
+        code = IndentedWriter()
+        code.writelines(["# Generated by amk from memory_staged IR: edit the IR or the passes, not this file.",
+                         "import torch",
+                         "import triton",
+                         "import triton.language as tl",
+                         "from triton.experimental import gluon",
+                         "from triton.experimental.gluon import language as gl",
+                         "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, "
+                         "tma, warpgroup_mma,",
+                         "                                                               warpgroup_mma_wait)",
+                         "from triton.experimental.gluon.nvidia.hopper import TensorDescriptor"])
+        for helper in (_SM_COUNT, _TMA_DESCRIPTOR):
+            code.writelines(["", ""])
+            code.writelines(helper.splitlines())
+        for function in functions:
+            code.writelines(["", ""])
+            code.splice(function)
+        return code.getvalue()
+
+
+def emit_gluon(kernel: memory_staged.KernelOp, api: GluonApi | None = None) -> str:
+    """The Gluon source (kernel, partitions and ``launch`` function) of one staged kernel, with ``api``'s spellings
+    (by default the installed triton's); raises :class:`PassFailedException` for a kernel it does not take."""
+    return GluonEmitter(kernel, api).emit()
+
+
+@dataclass(frozen=True)
+class EmitGluonPass(ModulePass):
+    """Attach the Gluon source of every ``memory_staged.kernel`` as its ``gluon_source`` attribute; fails on a kernel
+    that is not a persistent tile2d GEMM with TMA-staged operands and an elementwise epilogue."""
+
+    name = "amk-emit-gluon"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for kernel in op.walk():
+            if isinstance(kernel, memory_staged.KernelOp):
+                kernel.attributes["gluon_source"] = StringAttr(emit_gluon(kernel))
+
+
+@dataclass(frozen=True)
+class GluonTarget(Target):
+    """``amk-opt -t gluon``: print the Gluon source of every kernel (emitting it if the pass has not run)."""
+
+    name = "gluon"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        kernels = [op for op in module.walk() if isinstance(op, memory_staged.KernelOp)]
+        if not kernels:
+            raise ValueError("-t gluon needs memory_staged.kernel ops: lower first with "
+                             "-p amk-fuse,amk-tile,amk-stage")
+        for kernel in kernels:
+            source = kernel.attributes.get("gluon_source")
+            output.write(source.data if source is not None else emit_gluon(kernel))

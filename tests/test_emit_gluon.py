@@ -1,0 +1,111 @@
+"""``amk-emit-gluon``: which kernels it refuses, the spellings of each triton version, and a compile of the emitted
+kernel for Hopper (sm_90) that needs no GPU. The emitted text itself is FileChecked in
+``tests/filecheck/passes/amk-emit-gluon``; the kernel has not run on a GPU yet."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from xdsl.parser import Parser
+from xdsl.passes import PassPipeline
+from xdsl.utils.exceptions import PassFailedException
+
+from amk.context import make_context
+from amk.dialects import memory_staged
+from amk.lowering.emit_gluon import (
+    TRITON_3_6_API,
+    TRITON_3_9_API,
+    EmitGluonPass,
+    emit_gluon,
+    installed_gluon_api,
+)
+from amk.opt import AMK_PASSES
+
+B_CONFIG = "block_m=128 block_n=256 block_k=64 num_warps=8 num_stages=3 persistent=1 tma=1"
+
+
+def chain(dtype: str = "f16", epilogue: str = "relu") -> str:
+    """Workload B's chain at a small width: matmul, bias, then ``epilogue`` (an elementwise op, or ``add`` of a
+    residual tile)."""
+    x, w, b = (f"!tensor_op.tensor<[{shape}], {dtype}>" for shape in ("M, 512", "512, 512", "512"))
+    last = (f"%2 = tensor_op.add %1, %x : ({x}, {x}) -> {x}" if epilogue == "add"
+            else f"%2 = tensor_op.{epilogue} %1 : {x}")
+    return f"""func.func @linear(%x : {x}, %w : {w}, %b : {b}) -> {x} {{
+  %0 = tensor_op.matmul %x, %w : ({x}, {w}) -> {x}
+  %1 = tensor_op.add %0, %b : ({x}, {b}) -> {x}
+  {last}
+  func.return %2 : {x}
+}}"""
+
+
+def staged_kernel(text: str, config: str = B_CONFIG) -> memory_staged.KernelOp:
+    ctx = make_context()
+    module = Parser(ctx, text).parse_module()
+    PassPipeline.parse_spec(AMK_PASSES, f"amk-fuse,amk-tile,amk-stage{{{config}}}").apply(ctx, module)
+    return next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
+
+
+@pytest.mark.parametrize(("text", "config", "reason"), [
+    (chain(), B_CONFIG.replace("persistent=1", "persistent=0"), "not persistent"),
+    (chain(), B_CONFIG.replace("tma=1", "tma=0"), "not staged through a tensor descriptor"),
+    (chain(), B_CONFIG.replace("num_stages=3", "num_stages=1"), "num_stages is 1"),
+    (chain(), B_CONFIG.replace("block_m=128", "block_m=64"), "cannot be split between 8 warps"),
+    (chain("f32"), B_CONFIG, "not fp16 or bf16"),
+    (chain(epilogue="sigmoid"), B_CONFIG, "sigmoid"),
+    (chain(epilogue="add"), B_CONFIG, "loads a tile that is not a row or column vector"),
+    (chain().replace("tensor_op.relu %1", "tensor_op.softmax %1 {axis = 1 : i64}"), B_CONFIG, "is not tile2d"),
+])
+def test_refuses_what_it_does_not_emit(text, config, reason):
+    kernel = staged_kernel(text, config)
+    with pytest.raises(PassFailedException, match=reason) as error:
+        emit_gluon(kernel, TRITON_3_9_API)
+    assert "amk-emit-gluon emits persistent tile2d GEMM kernels" in str(error.value)
+
+
+def test_pass_attaches_the_source_with_the_installed_spellings():
+    kernel = staged_kernel(chain())
+    EmitGluonPass().apply(make_context(), kernel.parent_op())
+    source = kernel.attributes["gluon_source"].data
+    assert f"{installed_gluon_api().tma_load}(" in source and "def launch(x, w, b, out0):" in source
+
+
+@pytest.mark.parametrize(("api", "absent"), [(TRITON_3_6_API, "async_load"), (TRITON_3_9_API, "async_copy")])
+def test_spells_the_tma_copies_and_barrier_of_each_triton(api, absent):
+    source = emit_gluon(staged_kernel(chain()), api)
+    for spelling in (api.tma_load, api.tma_store, api.thread_barrier):
+        assert f"{spelling}(" in source
+    assert absent not in source
+
+
+def test_compiles_for_hopper_without_a_gpu(tmp_path):
+    """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma."""
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    from triton.backends import backends
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    if "nvidia" not in backends:
+        pytest.skip("this triton has no CUDA backend to compile for sm_90")
+    path = tmp_path / "gemm_bias_relu.py"
+    path.write_text(emit_gluon(staged_kernel(chain())))
+    spec = importlib.util.spec_from_file_location("gemm_bias_relu", path)
+    emitted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emitted)
+
+    def descriptor(block: list[int]) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
+        return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
+
+    constants = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "STAGES": 3}
+    signature = {"x_desc": descriptor([128, 64]), "w_desc": descriptor([64, 256]), "b_ptr": "*fp16",
+                 "out0_desc": descriptor([128, 256]), "stride_b_0": "i32", "M": "i32"}
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    ptx = compiled.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+    assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
