@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import IO
 
 import sympy
 from xdsl.context import Context
@@ -44,11 +43,10 @@ from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
-from xdsl.utils.target import Target
 
 from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
-from amk.lowering.emit_triton import _SM_COUNT, TritonEmitter
+from amk.lowering.emit_triton import _SM_COUNT, KernelSourceTarget, TritonEmitter
 from amk.lowering.indented_writer import IndentedWriter
 from amk.symbolic import Dim
 
@@ -461,16 +459,11 @@ class EmitGluonPass(ModulePass):
 
 
 @dataclass(frozen=True)
-class GluonTarget(Target):
+class GluonTarget(KernelSourceTarget):
     """``amk-opt -t gluon``: print the Gluon source of every kernel (emitting it if the pass has not run)."""
 
     name = "gluon"
+    attribute = "gluon_source"
 
-    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        kernels = [op for op in module.walk() if isinstance(op, memory_staged.KernelOp)]
-        if not kernels:
-            raise ValueError("-t gluon needs memory_staged.kernel ops: lower first with "
-                             "-p amk-fuse,amk-tile,amk-stage")
-        for kernel in kernels:
-            source = kernel.attributes.get("gluon_source")
-            output.write(source.data if source is not None else emit_gluon(kernel))
+    def emit_source(self, kernel: memory_staged.KernelOp) -> str:
+        return emit_gluon(kernel)

@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, ClassVar
 
 import sympy
 from xdsl.context import Context
@@ -666,16 +666,31 @@ class EmitTritonPass(ModulePass):
 
 
 @dataclass(frozen=True)
-class TritonTarget(Target):
-    """``amk-opt -t triton``: print the Triton source of every kernel (emitting it if the pass has not run)."""
+class KernelSourceTarget(Target):
+    """``amk-opt -t NAME``: print one source of every kernel: its ``attribute`` when an emission pass has run, else
+    what :meth:`emit_source` writes."""
 
-    name = "triton"
+    attribute: ClassVar[str]
+
+    def emit_source(self, kernel: memory_staged.KernelOp) -> str:
+        raise NotImplementedError
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         kernels = [op for op in module.walk() if isinstance(op, memory_staged.KernelOp)]
         if not kernels:
-            raise ValueError("-t triton needs memory_staged.kernel ops: lower first with "
+            raise ValueError(f"-t {self.name} needs memory_staged.kernel ops: lower first with "
                              "-p amk-fuse,amk-tile,amk-stage")
         for kernel in kernels:
-            source = kernel.attributes.get("triton_source")
-            output.write(source.data if source is not None else emit_triton(kernel))
+            source = kernel.attributes.get(self.attribute)
+            output.write(source.data if source is not None else self.emit_source(kernel))
+
+
+@dataclass(frozen=True)
+class TritonTarget(KernelSourceTarget):
+    """``amk-opt -t triton``: print the Triton source of every kernel (emitting it if the pass has not run)."""
+
+    name = "triton"
+    attribute = "triton_source"
+
+    def emit_source(self, kernel: memory_staged.KernelOp) -> str:
+        return emit_triton(kernel)
