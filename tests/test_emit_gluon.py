@@ -109,3 +109,18 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path):
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
+
+
+def test_the_gpu_smoke_probe_emits_both_sources_of_one_staged_kernel(tmp_path):
+    """benchmarks/probes/gluon_smoke.py, the milestone's GPU check, without a GPU: the Gluon and the Triton source of
+    the same staged kernel, as the GPU run would load them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).resolve().parent.parent / "benchmarks" / "probes" / "gluon_smoke.py"
+    subprocess.run([sys.executable, str(probe), "--m", "256", "--n", "256", "--k", "256", "--emit-only",
+                    str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
+    gluon, triton = (tmp_path / "gluon.py").read_text(), (tmp_path / "triton.py").read_text()
+    assert "gl.warp_specialize(" in gluon and "warpgroup_mma(" in gluon and "def launch(" in gluon
+    assert "@triton.jit" in triton and "def launch(" in triton
