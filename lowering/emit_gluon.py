@@ -48,6 +48,7 @@ from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
 from amk.lowering.emit_triton import _SM_COUNT, KernelSourceTarget, TritonEmitter
 from amk.lowering.indented_writer import IndentedWriter
+from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim
 
 _ACCEPTED = ("amk-emit-gluon emits persistent tile2d GEMM kernels: a K loop whose body stages two fp16/bf16 operands "
@@ -144,8 +145,8 @@ class GluonEmitter(TritonEmitter):
 
     def main_loop(self) -> _MainLoop:
         kernel = self.kernel
-        if kernel.strategy.data != "tile2d":
-            raise self.refuse(f"strategy {kernel.strategy.data!r} is not tile2d")
+        if not strategy_named(kernel.strategy.data).tile_grid:
+            raise self.refuse(f"its strategy, {kernel.strategy.data}, does not give each program output tiles")
         if kernel.persistent is None or kernel.group_size is None:
             raise self.refuse("it is not persistent with a grouped tile order")
         ops = list(kernel.body.block.ops)

@@ -39,10 +39,10 @@ def chain(dtype: str = "f16", epilogue: str = "relu") -> str:
 }}"""
 
 
-def staged_kernel(text: str, config: str = B_CONFIG) -> memory_staged.KernelOp:
+def staged_kernel(text: str, config: str = B_CONFIG, tile: str = "") -> memory_staged.KernelOp:
     ctx = make_context()
     module = Parser(ctx, text).parse_module()
-    PassPipeline.parse_spec(AMK_PASSES, f"amk-fuse,amk-tile,amk-stage{{{config}}}").apply(ctx, module)
+    PassPipeline.parse_spec(AMK_PASSES, f"amk-fuse,amk-tile{tile},amk-stage{{{config}}}").apply(ctx, module)
     return next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
 
 
@@ -54,7 +54,9 @@ def staged_kernel(text: str, config: str = B_CONFIG) -> memory_staged.KernelOp:
     (chain("f32"), B_CONFIG, "not fp16 or bf16"),
     (chain(epilogue="sigmoid"), B_CONFIG, "sigmoid"),
     (chain(epilogue="add"), B_CONFIG, "loads a tile that is not a row or column vector"),
-    (chain().replace("tensor_op.relu %1", "tensor_op.softmax %1 {axis = 1 : i64}"), B_CONFIG, "is not tile2d"),
+    # tile_stats: a tile grid, but its epilogue stores the pre-normalization tile and the rows' partial statistics
+    (chain().replace("tensor_op.relu %1", "tensor_op.softmax %1 {axis = 1 : i64}"), B_CONFIG,
+     "its epilogue has memory_staged.store"),
 ])
 def test_refuses_what_it_does_not_emit(text, config, reason):
     kernel = staged_kernel(text, config)
@@ -124,3 +126,10 @@ def test_the_gpu_smoke_probe_emits_both_sources_of_one_staged_kernel(tmp_path):
     gluon, triton = (tmp_path / "gluon.py").read_text(), (tmp_path / "triton.py").read_text()
     assert "gl.warp_specialize(" in gluon and "warpgroup_mma(" in gluon and "def launch(" in gluon
     assert "@triton.jit" in triton and "def launch(" in triton
+
+
+def test_refuses_a_strategy_without_output_tiles():
+    softmax = chain().replace("tensor_op.relu %1", "tensor_op.softmax %1 {axis = 1 : i64}")
+    kernel = staged_kernel(softmax, tile="{reduction_strategy=row_strip}")
+    with pytest.raises(PassFailedException, match="its strategy, row_strip, does not give each program output tiles"):
+        emit_gluon(kernel)
