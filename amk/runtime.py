@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import keyword
 import os
 import re
 import sys
@@ -126,6 +127,11 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     return module
 
 
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_TERM = r"(?:[A-Za-z_]\w*|\d+)"
+_SUM_OF_PRODUCTS = re.compile(rf"{_TERM}(?:\s*[*+]\s*{_TERM})*")
+
+
 class ShapeFunction:
     """Evaluates a list of symbolic dims from symbol values, compiled once to a Python lambda."""
 
@@ -150,10 +156,19 @@ class ShapeFunction:
 
     @classmethod
     def from_texts(cls, texts: Sequence[str]) -> ShapeFunction:
-        """From canonical dim texts (as in a cached launch plan); static shapes need no sympy."""
+        """From canonical dim texts (as in a cached launch plan). Static shapes, and sums and products of sizes and
+        integers (``M``, ``s0*s1``: Python computes them as sympy does), need no sympy: a warm start from the cache
+        spent a third of its own time parsing such texts."""
+        shape = cls.__new__(cls)
+        shape.texts = list(texts)
         if all(t.isdigit() for t in texts):
-            shape = cls.__new__(cls)
-            shape.texts, shape.static, shape.value = list(texts), True, tuple(int(t) for t in texts)
+            shape.static, shape.value = True, tuple(int(t) for t in texts)
+            return shape
+        names = sorted({name for text in texts for name in _NAME.findall(text)})
+        if all(_SUM_OF_PRODUCTS.fullmatch(t) for t in texts) and not any(
+                keyword.iskeyword(name) or name.startswith("_") for name in names):
+            shape.static, shape.symbols = False, names
+            shape.function = eval(f"lambda {', '.join(names)}: ({', '.join(texts)},)", {"__builtins__": {}})
             return shape
         from amk.symbolic import Dim
 

@@ -294,3 +294,18 @@ def test_to_python_rational_sum_value():
     value = eval(to_python("(N + 1)/2"), {"triton": _TRITON}, bindings)  # noqa: S307
     assert value == evaluate("(N + 1)/2", bindings) == 2
     assert isinstance(value, int)
+
+
+def test_shape_functions_from_cached_texts_agree_with_sympys():
+    """A cached plan's dim texts become shape functions; sums and products of sizes skip sympy and must compute the
+    same values as the sympy path."""
+    from amk.runtime import ShapeFunction
+
+    texts = ["s0*s1", "M + 1", "4096", "2*M*N"]
+    fast = ShapeFunction.from_texts(texts)
+    assert not hasattr(fast, "value") and fast.texts == texts
+    reference = ShapeFunction([Dim(text) for text in texts])
+    for bindings in ({"s0": 3, "s1": 7, "M": 5, "N": 2}, {"s0": 1, "s1": 1, "M": 1, "N": 9}):
+        assert fast(bindings) == reference(bindings)
+    with pytest.raises(ValueError, match="not a dimension"):
+        ShapeFunction.from_texts(["lambda"])
