@@ -266,11 +266,11 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
             return cache.timing_key(str(kernel), request.shapes, size_hints, request.fp32_dot)
 
         def family(kernel) -> dict:
-            """What makes another kernel's winner a good first guess for this one: the same tiling strategy, element
-            size and dot precision on the same device."""
-            _, _, _, element_bytes = kernel_problem(kernel, size_hints)
-            return {"strategy": kernel.strategy.data, "element_bytes": element_bytes, "fp32_dot": request.fp32_dot,
-                    "device": cache.device_descriptor()}
+            """What makes another kernel's winner a good first guess for this one: the same tiling strategy, with or
+            without a dot, element size and dot precision, on the same device."""
+            _, _, contraction, element_bytes = kernel_problem(kernel, size_hints)
+            return {"strategy": kernel.strategy.data, "has_dot": contraction is not None,
+                    "element_bytes": element_bytes, "fp32_dot": request.fp32_dot, "device": cache.device_descriptor()}
 
         def record(kernel, config, trials):
             tuning_log[kernel.sym_name.data] = [t.as_dict() for t in trials]

@@ -586,6 +586,8 @@ class Store:
     def merge_timings(self, key: str, trials: dict, meta: dict, overwrite: bool = True) -> None:
         def merged() -> dict:
             doc = dict(self._read_timings(key)) or {"format": FORMAT, "key": key, **meta, "trials": {}}
+            if overwrite:  # this process's description wins (older files lack the family Store.winners reads)
+                doc.update(meta)
             doc["trials"] = ({**doc["trials"], **trials} if overwrite else {**trials, **doc["trials"]})
             return doc
 
@@ -602,10 +604,16 @@ class Store:
         kernel of the same strategy on the same device with what won for its siblings (other shapes, other size
         buckets)."""
         docs = dict(self._memory["timings"])
+        dated = []
         try:
-            paths = sorted((self.root / "timings").glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+            for path in (self.root / "timings").glob("*.json"):
+                try:
+                    dated.append((path.stat().st_mtime, path))
+                except OSError:  # removed since it was listed (a concurrent clear)
+                    continue
         except OSError:
-            paths = []
+            pass
+        paths = [path for _, path in sorted(dated, reverse=True)]
         # The most recent files only: a cache of a long-lived machine holds thousands, each a read and a checksum.
         keys = list(docs) + [p.stem for p in paths[:WINNERS_SCANNED] if p.stem not in docs and _KEY.fullmatch(p.stem)]
         found: list[dict[str, int]] = []

@@ -127,9 +127,9 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     return module
 
 
-_NAME = re.compile(r"[A-Za-z_]\w*")
+_NAME = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 _TERM = r"(?:[A-Za-z_]\w*|\d+)"
-_SUM_OF_PRODUCTS = re.compile(rf"{_TERM}(?:\s*[*+]\s*{_TERM})*")
+_SUM_OF_PRODUCTS = re.compile(rf"{_TERM}(?:\s*[*+]\s*{_TERM})*", re.ASCII)
 
 
 class ShapeFunction:
@@ -161,7 +161,7 @@ class ShapeFunction:
         spent a third of its own time parsing such texts."""
         shape = cls.__new__(cls)
         shape.texts = list(texts)
-        if all(t.isdigit() for t in texts):
+        if all(t.isascii() and t.isdigit() for t in texts):
             shape.static, shape.value = True, tuple(int(t) for t in texts)
             return shape
         names = sorted({name for text in texts for name in _NAME.findall(text)})

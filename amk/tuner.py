@@ -428,7 +428,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                                                                          *siblings])])
              if all(value in space[key] if key in space else value == getattr(heuristic, key)
                     for key, value in seed.as_dict().items())]
-    fresh = unseen(searched + [seed for seed in seeds if seed not in searched])
+    # Seeds first: trials reused from the cache are recorded in this order, as a fresh search would time them.
+    fresh = unseen(seeds + [config for config in searched if config not in seeds])
     _search(fresh, settings, build_and_run, trials, prepare, batch, seeds)
     # The dot precision does not interact with the launch switches: it is refined first, on its own, and the launch
     # switches then on the finalists that come out (3 + 3 x 3 variants for an fp32 tile grid on Hopper, not 3 x 7).
@@ -436,8 +437,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                   {k: v for k, v in switches.items() if k != "TF32X3"}):
         if group:
             _refine(trials, group, unseen, settings, build_and_run, prepare)
-    _final_round(trials, settings, build_and_run)
-    best = _chosen(trials)
+    retimed = _final_round(trials, settings, build_and_run)
+    best = _chosen(trials, retimed)
     if best is None:
         log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
         return heuristic, trials
@@ -451,13 +452,18 @@ FINALISTS = 3  # the fastest candidates of a search, timed again against each ot
 TIE_TOLERANCE = 0.01
 
 
-def _chosen(trials: list[Trial]) -> Trial | None:
-    """The fastest trial that ran, the earliest timed among those within ``TIE_TOLERANCE`` of it."""
+def _chosen(trials: list[Trial], retimed: list[Trial]) -> Trial | None:
+    """The fastest trial that ran. When it is one of the finalists timed against each other (``retimed``), the
+    earliest timed of those finalists within ``TIE_TOLERANCE`` of it: ties are judged only between times taken
+    side by side, never against a first pass or a cached time."""
     ran = [t for t in trials if t.status == "ok"]
     if not ran:
         return None
-    fastest = min(t.time_ms for t in ran)
-    return next(t for t in ran if t.time_ms <= fastest * (1 + TIE_TOLERANCE))
+    fastest = min(ran, key=lambda t: t.time_ms)
+    side_by_side = {id(t) for t in retimed}
+    if len(side_by_side) < 2 or id(fastest) not in side_by_side:
+        return fastest
+    return next(t for t in ran if id(t) in side_by_side and t.time_ms <= fastest.time_ms * (1 + TIE_TOLERANCE))
 FINAL_ROUNDS = 3
 
 
@@ -476,16 +482,16 @@ def _refine(trials: list[Trial], switches: dict[str, list[int]], unseen, setting
         _time_one(config, settings, build_and_run, trials)
 
 
-def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> None:
+def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> list[Trial]:
     """Time the finalists (the fastest candidates timed in this search) again, interleaved, and keep the median of
-    the rounds as their time.
+    the rounds as their time; returns the finalists so timed (none where fewer than two could be).
 
     Candidates timed minutes apart see different clocks (a long search heats the GPU); on the H200 one
     configuration measured 7.05 and 7.83 ms in two searches. Interleaving the finalists makes their comparison fair.
     """
     finalists = sorted((t for t in trials if t.status == "ok" and not t.reused), key=lambda t: t.time_ms)[:FINALISTS]
     if len(finalists) < 2:
-        return
+        return []
     launches = []
     for trial in finalists:
         try:
@@ -493,7 +499,7 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> N
         except Exception as error:  # it built once in this search; if it no longer does, it keeps its time
             log.info("finalist %s could not be re-timed: %s", trial.config.user_view(), error)
     if len(launches) < 2:
-        return
+        return []
     samples: dict[int, list[float]] = {id(trial): [] for trial, _ in launches}
     for _ in range(FINAL_ROUNDS):
         for trial, launch in launches:
@@ -502,6 +508,7 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> N
         trial.time_ms = statistics.median(samples[id(trial)])
         trial.detail = f"finalist: median of {FINAL_ROUNDS} interleaved measurements"
         log.info("finalist %s: %.4f ms", trial.config.user_view(), trial.time_ms)
+    return [trial for trial, _ in launches]
 
 
 def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial],
