@@ -48,8 +48,8 @@ class TunerConfig:
 
     ``search_budget``: most candidates to time in the search (the strategy's heuristic, the configurations that won
     before on this device class and those that won for kernels of the same family in the cache come first; the
-    fastest three are then timed in their persistent / TMA variants and against each other, and of candidates within
-    1% of the fastest the first timed is kept); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
+    fastest three are then timed in their persistent / TMA variants and against each other, and of those finalists
+    within 1% of the fastest the first timed is kept); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
     while timing (a candidate 30% slower than the best after five launches is not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, and for fp32 matmuls under
     PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
