@@ -185,7 +185,8 @@ log = logging.getLogger("amk.tuner")
 MAX_ACCUMULATOR_REGISTERS = 256  # fp32 accumulator values per thread beyond which the kernel spills
 # Values per thread of a kernel without a dot (a row pass holding its rows' tiles) above which it is not timed: a
 # row_resident pass over 4096 columns at 256 values per thread took 5-6 s to compile for sm_90 against at most 1.5 s
-# at 128 (Triton 3.6; the PTX grows with the values a thread holds), and a cold build waits on its slowest candidate.
+# at 128 (Triton 3.6; the PTX grows with the values a thread holds; benchmarks/results/
+# 2026-12-01-cpu-sm90-compile-times.md), and a cold build waits on its slowest candidate.
 MAX_ROW_TILE_VALUES = 128
 
 
