@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 from torch.fx import GraphModule, Node
-from xdsl.dialects import func
 
 from amk.build import BuildRequest, build
 from amk.environment import default_device, initialize, interpreting
@@ -93,14 +92,12 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
 
 def _function_dims(imported: ImportedSubgraph) -> list[list]:
     """The dims of the imported function's arguments (one list of :class:`~amk.symbolic.Dim` per argument)."""
-    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
-    return [list(arg.type.dims) for arg in function.body.block.args]
+    return [list(arg.type.dims) for arg in imported.function.body.block.args]
 
 
 def _result_dims(imported: ImportedSubgraph) -> list[list]:
     """The dims of the imported function's results (one list of :class:`~amk.symbolic.Dim` per result)."""
-    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
-    return [list(result.dims) for result in function.function_type.outputs]
+    return [list(result.dims) for result in imported.function.function_type.outputs]
 
 
 def _common_dtype(imported: ImportedSubgraph) -> torch.dtype | None:
@@ -108,8 +105,7 @@ def _common_dtype(imported: ImportedSubgraph) -> torch.dtype | None:
     random inputs of it), or None for a subgraph of mixed types."""
     from amk.dtypes import to_torch
 
-    function = next(op for op in imported.module.walk() if isinstance(op, func.FuncOp))
-    types = {arg.type.element_type for arg in function.body.block.args}
+    types = {arg.type.element_type for arg in imported.function.body.block.args}
     return to_torch(types.pop()) if len(types) == 1 else None
 
 
@@ -256,7 +252,8 @@ class _GraphCompiler:
             return self._fail(result, self.off_device)
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
-            result.sizes = SizeBuckets.of(_function_dims(imported), _result_dims(imported))
+            argument_dims = _function_dims(imported)
+            result.sizes = SizeBuckets.of(argument_dims, _result_dims(imported))
             result.symbols = _symbol_sources(result.sizes.symbols, self.gm)
             result.example = tuple(_example_size(node, axis) for _, node, axis in result.symbols)
         except Unsupported as error:
@@ -275,7 +272,7 @@ class _GraphCompiler:
                         old.unlink()
             dumper = IRDumper(directory=target)
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
-        shapes = [tuple(d.text for d in dims) for dims in _function_dims(imported)]
+        shapes = [tuple(d.text for d in dims) for dims in argument_dims]
         dtype = _common_dtype(imported)
         settings = self.settings
 

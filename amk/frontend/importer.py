@@ -229,6 +229,11 @@ class ImportedSubgraph:
     ops_of: dict[Node, list]
     names: dict[str, str]
 
+    @property
+    def function(self) -> func.FuncOp:
+        """The module's one ``func.func``."""
+        return next(op for op in self.module.walk() if isinstance(op, func.FuncOp))
+
 
 def outputs_of(nodes: Sequence[Node]) -> list[Node]:
     """Nodes of the subgraph whose values are used outside it, in graph order."""
