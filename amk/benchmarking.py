@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from amk.graph_capture import end_failed_capture
+
 # Zeroed before each timed launch so that no launch finds its inputs in L2 (the H200's is 50 MB), as
 # ``triton.testing.do_bench`` does.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -94,7 +96,11 @@ def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[fl
 def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
     import triton.testing
 
-    return triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
+    except RuntimeError:  # a capture that failed: the process's later random ops must still work
+        end_failed_capture()
+        raise
 
 
 def host_us(fn: Callable[[], object], *, calls: int, repeats: int = 1, warmup: int = 0,

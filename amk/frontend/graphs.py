@@ -32,6 +32,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from amk.errors import InvalidArgumentError
+from amk.graph_capture import end_failed_capture
 
 log = logging.getLogger("amk.frontend")
 
@@ -136,6 +137,7 @@ class CUDAGraphed:
                 with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                     outputs = self.fn(*static_args, **static_kwargs)
             except RuntimeError as error:  # an operation that cannot be captured
+                end_failed_capture(device)
                 self._report(f"it cannot be captured ({str(error).splitlines()[0][:200]})")
                 return None
         return _Graph(graph, static_inputs, outputs)
