@@ -27,10 +27,10 @@ BACKENDS = ("triton",)
 class FusedKernel(torch.nn.Module):
     """A compiled op chain. Call it with the operands in the order of ``input_shapes``.
 
-    ``.source`` is the Triton code, ``.ir`` the IR text at every level (``tensor_op``, ``fused``, ``tiled_loop``,
-    ``memory_staged``, ``triton``), ``.config`` the tile parameters in use, ``.torch_ops`` the ops left to PyTorch
-    and ``.program_times`` the whole programs timed against each other while building (``TunerConfig.vendor_gemm``;
-    all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
+    ``.source`` is the Triton code (Gluon for a kernel built with ``GLUON``), ``.ir`` the IR text at every level
+    (``tensor_op``, ``fused``, ``tiled_loop``, ``memory_staged``, ``triton``), ``.config`` the tile parameters in use,
+    ``.torch_ops`` the ops left to PyTorch and ``.program_times`` the whole programs timed against each other while
+    building (``TunerConfig.vendor_gemm``; all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
     (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there. ``.build_phases`` says where the build's
     seconds went: ``emit`` (passes and Triton source), ``compile`` (Triton), ``time`` (timing candidates and
     programs), ``verify`` (checking outputs), ``total`` (the whole call, cache look-ups and loading included).

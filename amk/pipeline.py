@@ -1,6 +1,7 @@
 """The compiler pipeline: ``tensor_op`` module → fused → ``tiled_loop`` → ``memory_staged`` → Triton → Program.
 
-Every step is a registered pass (``amk-fuse``, ``amk-tile``, ``amk-stage``, ``amk-emit-triton``); this module runs
+Every step is a registered pass (``amk-fuse``, ``amk-tile``, ``amk-stage``, ``amk-emit-triton``, or ``amk-emit-gluon``
+for a configuration with ``GLUON``); this module runs
 them in order, keeps the IR text of every level, and loads the emitted kernels.
 """
 
@@ -18,6 +19,7 @@ from amk.context import make_context
 from amk.dialects import memory_staged, tiled_loop
 from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
+from amk.lowering.emit_gluon import EmitGluonPass
 from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option
@@ -52,7 +54,8 @@ class StagedKernel:
 
 def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: str = "ieee") -> StagedKernel:
     """Run ``amk-stage`` (with ``config``) and ``amk-emit-triton`` (its ``fp32_dot``, or ``tf32x3`` where the
-    configuration asks for it: ``TF32X3``) on a copy of one tile-level kernel."""
+    configuration asks for it: ``TF32X3``), or ``amk-emit-gluon`` where it asks for ``GLUON``, on a copy of one
+    tile-level kernel."""
     if config.TF32X3:
         fp32_dot = "tf32x3"
     with phase("emit"):
@@ -60,9 +63,12 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: 
         module = ModuleOp([kernel.clone()])
         StagePass.for_config(config).apply(ctx, module)
         module.verify()
-        EmitTritonPass(interpret=interpreting(), fp32_dot=fp32_dot).apply(ctx, module)
+        if config.GLUON:
+            EmitGluonPass().apply(ctx, module)
+        else:
+            EmitTritonPass(interpret=interpreting(), fp32_dot=fp32_dot).apply(ctx, module)
     staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
-    source = staged.attributes.pop("triton_source").data
+    source = staged.attributes.pop("gluon_source" if config.GLUON else "triton_source").data
     return StagedKernel(module, source)
 
 

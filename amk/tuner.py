@@ -196,15 +196,19 @@ class DeviceLimits:
     shared_memory: int
     sm_count: int
     tma: bool = False  # tensor descriptors (Hopper, compute capability 9.0, and newer)
+    gluon: bool = False  # amk-emit-gluon's kernels run here: Hopper's wgmma (9.x only), a triton with Gluon
 
     @staticmethod
     def current() -> DeviceLimits:
+        import importlib.util
+
         import torch
 
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             shared = getattr(props, "shared_memory_per_block_optin", 0) or 101376
-            return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9)
+            gluon = props.major == 9 and importlib.util.find_spec("triton.experimental.gluon") is not None
+            return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9, gluon)
         return DeviceLimits("cpu", 1 << 30, 1)
 
 
@@ -246,6 +250,10 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         return f"TMA needs tensor descriptors (compute capability 9.0 or newer); {limits.name} has none"
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
+    if config.GLUON:
+        reason = _gluon_prune_reason(config, tiling, has_dot, element_bytes, limits)
+        if reason:
+            return reason
     if config.TF32X3 and not tf32x3:
         return ('TF32X3 applies to fp32 dots under torch.get_float32_matmul_precision() "highest" (elsewhere the dots '
                 "are TF32 or fp16/bf16 already)")
@@ -270,6 +278,34 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         if config.BLOCK_M * width // (32 * config.num_warps) > MAX_ROW_TILE_VALUES:
             return f"registers: the tile needs more than {MAX_ROW_TILE_VALUES} values per thread"
     return None
+
+
+def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_bytes: int,
+                        limits: DeviceLimits) -> str | None:
+    """Why ``config``'s ``GLUON=1`` cannot be emitted (amk-emit-gluon's own checks of the tiles), or None."""
+    from amk.lowering.emit_gluon import wgmma_tile_problem
+
+    if not (limits.gluon and tiling.gluon and has_dot):
+        return (f"GLUON applies to the GEMM kernels of {', '.join(_gluon_strategies())} on Hopper (compute capability "
+                f"9.x) with triton's Gluon; not to this {tiling.name} kernel on {limits.name}")
+    if not (config.PERSISTENT and config.TMA) or config.WARP_SPECIALIZE:
+        return ("GLUON kernels are persistent TMA kernels (PERSISTENT=1, TMA=1) and warp-specialized by construction "
+                "(WARP_SPECIALIZE=0)")
+    if element_bytes != 2:
+        return "GLUON kernels multiply fp16 or bf16 operands"
+    # the ring of operand tiles and the output tile staged for its TMA store
+    shared = (config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K
+              + config.BLOCK_M * config.BLOCK_N) * element_bytes
+    if shared > limits.shared_memory:
+        return (f"shared memory: {config.num_stages} stages x tiles + the output tile = {shared} bytes > "
+                f"{limits.shared_memory}")
+    return wgmma_tile_problem(config.BLOCK_M, config.BLOCK_N, config.num_warps)
+
+
+def _gluon_strategies() -> list[str]:
+    from amk.lowering.strategies import STRATEGIES
+
+    return [name for name, strategy in STRATEGIES.items() if strategy.gluon]
 
 
 @dataclass

@@ -18,17 +18,19 @@ if TYPE_CHECKING:
 PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
                   "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K", "SPLIT_N": "SPLIT_N", "num_warps": "num_warps",
                   "num_stages": "num_stages", "PERSISTENT": "PERSISTENT", "TMA": "TMA",
-                  "WARP_SPECIALIZE": "WARP_SPECIALIZE", "TF32X3": "TF32X3"}
+                  "WARP_SPECIALIZE": "WARP_SPECIALIZE", "TF32X3": "TF32X3", "GLUON": "GLUON"}
 # The switches among them: 0 or 1.
-SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3")
+SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3", "GLUON")
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
 # (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G;
-# B's persistent TMA variants: 2026-12-01-h200-build-time): the tuner's priors for every strategy with a K loop that
+# B's persistent TMA variants: 2026-12-01-h200-build-time; B's Gluon kernel, 3.21 ms against the Triton one's 3.43 at
+# the same tiles: 2026-12-01-h200-gluon-smoke): the tuner's priors for every strategy with a K loop that
 # does not bring its own (TilingStrategy.priors). Each tile shape comes with its launch switches, persistent and TMA
 # (which strategies without a tile grid drop), so that a cold build times the likely winners in its first round of
 # compilation instead of finding their switches in a later one.
 GEMM_HOPPER_PRIORS: list[dict[str, int]] = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, PERSISTENT=1, TMA=1, GLUON=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, PERSISTENT=1, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4, PERSISTENT=1, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4),
@@ -68,6 +70,9 @@ class KernelConfig:
     # fp32 dots as three TF32 products (Triton's "tf32x3"): fp32-accurate, on the tensor cores, where PyTorch's
     # float32 matmul precision is "highest" (IEEE dots run on the CUDA cores). A candidate the tuner times there.
     TF32X3: int = 0
+    # Persistent TMA tile-grid GEMMs on Hopper: emitted in Gluon (amk-emit-gluon, a TMA producer warp feeding the
+    # wgmma warps through an mbarrier ring) instead of Triton.
+    GLUON: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

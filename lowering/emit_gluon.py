@@ -96,6 +96,17 @@ def installed_gluon_api() -> GluonApi:
                     TRITON_3_9_API.thread_barrier if hasattr(gl, "barrier") else TRITON_3_6_API.thread_barrier)
 
 
+def wgmma_tile_problem(block_m: int, block_n: int, warps: int) -> str | None:
+    """Why an output tile cannot be the accumulator of this emitter's wgmma warps, or None: it is split along M between
+    the warps, 16 rows per warp per wgmma (so a warpgroup takes 64), and wgmma's N is a multiple of 8 up to 256."""
+    if warps % 4 or block_m % (16 * warps):
+        return (f"BLOCK_M = {block_m} rows cannot be split between {warps} warps as wgmma needs (num_warps a multiple "
+                "of 4, BLOCK_M a multiple of 16 * num_warps)")
+    if block_n % 8 or block_n > 256:
+        return f"BLOCK_N = {block_n} is not a multiple of 8 up to 256"
+    return None
+
+
 def _gluon(text: str) -> str:
     """Triton code printed by the inherited tile-op handlers, in Gluon: ``gl`` re-exports ``tl``'s elementwise
     functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays."""
@@ -189,13 +200,9 @@ class GluonEmitter(TritonEmitter):
             raise self.refuse("its epilogue loads a tile that is not a row or column vector")
 
     def check_warps(self) -> None:
-        """The accumulator is split along M between the warps, 16 rows per warp per wgmma (so a warpgroup takes 64)."""
-        warps = self.kernel.num_warps.value.data
-        if warps % 4 or self.block_m % (16 * warps):
-            raise self.refuse(f"BLOCK_M = {self.block_m} rows cannot be split between {warps} warps as wgmma needs "
-                              "(num_warps a multiple of 4, BLOCK_M a multiple of 16 * num_warps)")
-        if self.block_n % 8 or self.block_n > 256:
-            raise self.refuse(f"BLOCK_N = {self.block_n} is not a multiple of 8 up to 256")
+        problem = wgmma_tile_problem(self.block_m, self.block_n, self.kernel.num_warps.value.data)
+        if problem:
+            raise self.refuse(problem)
 
     # -- Gluon spelling of the inherited printers --------------------------------------------------------------------
     def assign(self, value: SSAValue, text: str) -> None:

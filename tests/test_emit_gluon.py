@@ -1,12 +1,13 @@
 """``amk-emit-gluon``: which kernels it refuses, the spellings of each triton version, and a compile of the emitted
-kernel for Hopper (sm_90) that needs no GPU. The emitted text itself is FileChecked in
-``tests/filecheck/passes/amk-emit-gluon``; the kernel has not run on a GPU yet."""
+kernel for Hopper (sm_90) that needs no GPU, and on a Hopper GPU a Gluon kernel built and run through
+``build_fused_kernel``. The emitted text itself is FileChecked in ``tests/filecheck/passes/amk-emit-gluon``."""
 
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
+import torch
 from xdsl.parser import Parser
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import PassFailedException
@@ -133,3 +134,23 @@ def test_refuses_a_strategy_without_output_tiles():
     kernel = staged_kernel(softmax, tile="{reduction_strategy=row_strip}")
     with pytest.raises(PassFailedException, match="its strategy, row_strip, does not give each program output tiles"):
         emit_gluon(kernel)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+                    reason="Gluon's wgmma kernels run on Hopper GPUs only")
+def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
+    """A ``parameter_grid`` that holds only Gluon configurations: the tuner times them, the build verifies the kernel
+    and the kernel's output matches PyTorch on fresh inputs (ragged M and N: masked loads, clipped TMA stores)."""
+    import amk
+
+    grid = {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [128, 256], "BLOCK_SIZE_K": [64], "num_warps": [8],
+            "num_stages": [3], "PERSISTENT": [1], "TMA": [1], "GLUON": [1]}
+    shapes = [(1000, 512), (512, 384), (384,)]
+    kernel = amk.build_fused_kernel(["matmul", "add_bias", "relu"], shapes, torch.float16, parameter_grid=grid,
+                                    tuner_config=amk.TunerConfig(target_cache_dir=str(tmp_path)))
+    assert kernel.config["GLUON"] == 1, kernel.tuning_log
+    assert "gl.warp_specialize(" in kernel.source
+    x, w, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)
+    expected = torch.relu(x.double() @ w.double() + b.double())
+    got = kernel(x, w, b).double()
+    assert ((got - expected).norm() / expected.norm()).item() < 1e-3

@@ -18,8 +18,8 @@ from amk.tuner import TunerConfig, compile_workers, config_key, tune
 GRID = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64], "BLOCK_K": [16, 32], "num_warps": [2, 4]}  # 36 candidates
 
 
-def tiled_kernel(rows: int = 64):
-    module = build_module(["matmul", "add_bias", "relu"], [(rows, 64), (64, 64), (64,)], torch.float32)
+def tiled_kernel(rows: int = 64, dtype: torch.dtype = torch.float32, width: int = 64):
+    module = build_module(["matmul", "add_bias", "relu"], [(rows, width), (width, width), (width,)], dtype)
     ctx = make_context()
     FusePass().apply(ctx, module)
     TilePass().apply(ctx, module)
@@ -223,3 +223,58 @@ def test_switch_values_are_checked():
     assert validate_grid({"PERSISTENT": [0, 1], "TMA": 1}) == {"PERSISTENT": [0, 1], "TMA": [1]}
     with pytest.raises(InvalidArgumentError, match="0 and/or 1"):
         validate_grid({"TMA": [2]})
+
+
+HOPPER = amk.tuner.DeviceLimits("H200", 232448, 132, tma=True, gluon=True)
+B_GLUON = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, PERSISTENT=1, TMA=1, GLUON=1)
+
+
+def test_gluon_is_searched_for_tile2d_gemms_where_its_kernels_run():
+    from amk.symbolic import Dim
+    from amk.tuner import default_space
+
+    assert default_space("tile2d", Dim(4096), True, HOPPER)["GLUON"] == [0, 1]
+    for strategy, limits in [("tile_stats", HOPPER), ("tile2d", amk.tuner.DeviceLimits("B200", 232448, 148, tma=True)),
+                             ("tile2d", None)]:
+        assert "GLUON" not in default_space(strategy, Dim(4096), True, limits), strategy
+
+
+@pytest.mark.parametrize(("change", "strategy", "element_bytes", "limits", "reason"), [
+    ({}, "tile2d", 2, HOPPER, None),
+    ({"PERSISTENT": 0}, "tile2d", 2, HOPPER, "persistent TMA kernels"),
+    ({"TMA": 0}, "tile2d", 2, HOPPER, "persistent TMA kernels"),
+    ({"WARP_SPECIALIZE": 1}, "tile2d", 2, HOPPER, "warp-specialized by construction"),
+    ({}, "tile2d", 4, HOPPER, "fp16 or bf16"),
+    ({"num_stages": 4}, "tile2d", 2, HOPPER, "the output tile = 262144 bytes > 232448"),
+    ({"BLOCK_M": 64}, "tile2d", 2, HOPPER, "cannot be split between 8 warps"),
+    ({}, "tile_stats", 2, HOPPER, "GEMM kernels of tile2d on Hopper"),
+    ({}, "tile2d", 2, amk.tuner.DeviceLimits("B200", 232448, 148, tma=True), "not to this tile2d kernel on B200"),
+])
+def test_gluon_candidates_the_emitter_cannot_take_are_pruned(change, strategy, element_bytes, limits, reason):
+    from amk.tuner import KernelConfig, prune_reason
+
+    got = prune_reason(KernelConfig(**B_GLUON | change), strategy, True, element_bytes, limits)
+    assert got is None if reason is None else reason in got
+
+
+def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypatch):
+    """On Hopper the B prior (a Gluon kernel) is timed right after the heuristic, GLUON refines the finalists like the
+    other switches, and the chosen configuration stages and emits as Gluon."""
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: HOPPER))
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = Recorder.launched
+        return 2.0 - config.PERSISTENT * config.TMA * (0.5 + config.GLUON) + config.BLOCK_M / 1024
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    kernel = tiled_kernel(rows=4096, dtype=torch.float16, width=512)
+    recorder = Recorder()
+    best, trials = tune(kernel, TunerConfig(search_budget=8), None, amk.pipeline.heuristic_config(kernel),
+                        recorder.build_and_run, prepare=recorder.prepare)
+    ran = [t.config for t in trials if t.status == "ok"]
+    assert ran[1] == amk.tuner.KernelConfig(**{**amk.pipeline.heuristic_config(kernel).as_dict(), **B_GLUON})
+    assert best.GLUON == 1 and best.BLOCK_M == 128 and recorder.timed_unprepared == []
+    assert any(t.status == "pruned" and "GLUON" in t.detail for t in trials)
+    source = amk.pipeline.stage_and_emit(kernel, best).source
+    assert "gl.warp_specialize(" in source and "def launch(x, w, bias, out0):" in source

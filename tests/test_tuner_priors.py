@@ -12,6 +12,8 @@ from amk.lowering.configs import GEMM_HOPPER_PRIORS
 from amk.pipeline import heuristic_config
 from amk.tuner import EARLY_STOP_FACTOR, DeviceLimits, TunerConfig, tune
 
+H200 = DeviceLimits("H200", 227 * 1024, 132, tma=True, gluon=True)
+
 
 def gemm_kernel():
     kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(4096, 4096), (4096, 4096), (4096,)], torch.float16)
@@ -37,7 +39,7 @@ def timings(monkeypatch):
 
 @pytest.mark.parametrize("search", ["bayesian", "random"])
 def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypatch, timings, search):
-    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
     runs, build_and_run = timings
     kernel = gemm_kernel()
     heuristic = heuristic_config(kernel)
@@ -47,13 +49,27 @@ def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypat
     assert order[:len(expected)] == expected
 
 
+def test_a_gluon_prior_is_skipped_where_gluon_kernels_do_not_run(monkeypatch, timings):
+    """A device with TMA but without Hopper's wgmma (a Blackwell): the Triton priors, in order, without B's Gluon one."""
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("B200", 227 * 1024, 148, tma=True)))
+    runs, build_and_run = timings
+    kernel = gemm_kernel()
+    heuristic = heuristic_config(kernel)
+    tune(kernel, TunerConfig(search="random", search_budget=8), None, heuristic, build_and_run)
+    order = [config for config, _ in runs]
+    triton_priors = [prior for prior in GEMM_HOPPER_PRIORS if not prior.get("GLUON")]
+    assert len(triton_priors) == len(GEMM_HOPPER_PRIORS) - 1 and not any(config.GLUON for config in order)
+    assert order[:1 + len(triton_priors)] == [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior))
+                                                            for prior in triton_priors]
+
+
 def test_no_priors_where_none_were_measured(monkeypatch, timings):
     monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("A100", 164 * 1024, 108)))
     assert amk.tuner.priors("tile2d", True, DeviceLimits.current()) == []
 
 
 def test_candidates_are_timed_against_the_best_so_far(monkeypatch, timings):
-    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
     runs, build_and_run = timings
     kernel = gemm_kernel()
     tune(kernel, TunerConfig(search="exhaustive", search_budget=4), amk.tuner.validate_grid(
@@ -68,7 +84,7 @@ def test_candidates_are_timed_against_the_best_so_far(monkeypatch, timings):
 def test_no_early_stop_against_a_best_timed_by_graph_replay(monkeypatch):
     """Decode-sized kernels are re-timed by CUDA-graph replay (warm L2): the next candidate's first flushed launches
     are not comparable with that, so they are timed to the end."""
-    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
     bounds, launched = [], []
 
     def measure(fn, warmup, runs, give_up_above=None):
@@ -88,7 +104,7 @@ def test_no_early_stop_against_a_best_timed_by_graph_replay(monkeypatch):
 def test_priors_bring_launch_switches_only_to_tile_grid_strategies():
     from amk.lowering.strategies import STRATEGIES
 
-    hopper = DeviceLimits("H200", 227 * 1024, 132, tma=True)
+    hopper = H200
     for name, strategy in STRATEGIES.items():
         seeds = amk.tuner.priors(name, True, hopper)
         assert len({tuple(sorted(seed.items())) for seed in seeds}) == len(seeds), f"{name} repeats a prior"
@@ -123,7 +139,7 @@ def test_the_winners_of_a_kernels_family_are_found_most_recent_first(tmp_path):
 
 
 def test_a_siblings_winner_is_timed_right_after_the_priors(monkeypatch, timings):
-    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
     runs, build_and_run = timings
     kernel = gemm_kernel()
     heuristic = heuristic_config(kernel)
@@ -169,7 +185,7 @@ def test_ties_go_to_the_candidate_timed_first(monkeypatch):
     """Finalists timed side by side within TIE_TOLERANCE of the fastest are equals: the first timed (the heuristic)
     is kept, whatever the noise ordered them; a clearly faster one still wins; and a first-pass time never ties with
     finalists re-timed side by side (a search heats the GPU: later passes run slower)."""
-    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("H200", 227 * 1024, 132, tma=True)))
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
     kernel = gemm_kernel()
     heuristic = heuristic_config(kernel)
     others = [m for m in (32, 64, 128, 256) if m != heuristic.BLOCK_M][:3]

@@ -56,6 +56,9 @@ class TilingStrategy:
     # The (first) launch is a grid of output tiles walked in groups of GROUP_M row tiles: the PERSISTENT and TMA
     # switches apply to it.
     tile_grid: ClassVar[bool] = False
+    # Its GEMM kernels (a K loop into one dot, an elementwise epilogue, one store) can be emitted in Gluon: the GLUON
+    # switch applies on Hopper.
+    gluon: ClassVar[bool] = False
     # The second sweep runs the K loop again where it would re-read the pre-normalization tile (never stored).
     recomputes: ClassVar[bool] = False
     # The matmul-derived value the row reductions normalize is stored in phase one and re-read (a scratch buffer
@@ -132,11 +135,14 @@ class TilingStrategy:
     def dot_space(self, rows: Dim, contraction: Dim | None, limits,
                   warp_specialization: bool) -> dict[str, list[int]]:
         """The search space of a kernel with a K loop: GEMM tiles; for a tile-grid strategy on a device with tensor
-        descriptors, the persistent and TMA variants (and warp-specialized ones when asked for)."""
+        descriptors, the persistent and TMA variants (and warp-specialized ones when asked for), and where Gluon's
+        Hopper kernels run, the Gluon-emitted variant of a strategy that has one."""
         space = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "num_warps": [4, 8],
                  "num_stages": [3, 4, 5], "GROUP_M": [8]}
         if limits is not None and limits.tma and self.tile_grid:
             space |= {"PERSISTENT": [0, 1], "TMA": [0, 1]} | ({"WARP_SPECIALIZE": [0, 1]} if warp_specialization else {})
+            if limits.gluon and self.gluon:
+                space["GLUON"] = [0, 1]
         return space
 
     def prune_reason(self, config: KernelConfig, cols: Dim | None, limits) -> str | None:

@@ -20,6 +20,7 @@ class Tile2d(TilingStrategy):
     description = "Each program computes one BLOCK_M x BLOCK_N output tile."
     priority = 100
     tile_grid = True
+    gluon = True
 
     def chosen_for(self, plan: GroupPlan) -> bool:
         return not plan.main.has_reductions
