@@ -33,7 +33,7 @@ from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
-from amk.tuner import Trial, TunerConfig, autotune_chooser, config_key, nearest_in_grid
+from amk.tuner import Trial, TunerConfig, autotune_chooser, config_key, untimed_in_grid
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -258,7 +258,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
 
     def untimed(kernel) -> KernelConfig:
         heuristic = heuristic_config(kernel, size_hints)
-        return heuristic if request.grid is None else nearest_in_grid(request.grid, heuristic)
+        return heuristic if request.grid is None else untimed_in_grid(request.grid, heuristic, kernel, size_hints)
 
     chooser = untimed
     if request.timed:

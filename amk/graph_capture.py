@@ -19,5 +19,5 @@ def end_failed_capture(device: torch.device | int | None = None) -> None:
     with torch.cuda.device(device):
         scratch = torch.empty(1, device="cuda")
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA calls go on
             scratch.fill_(0.0)

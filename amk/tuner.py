@@ -176,6 +176,25 @@ def nearest_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig) -> Kern
     return KernelConfig(**fields)
 
 
+def untimed_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig, kernel,
+                    size_hints: Mapping[str, int] | None = None) -> KernelConfig:
+    """:func:`nearest_in_grid`, without a Gluon kernel where the device or the kernel cannot take one (the
+    interpreter, a GPU other than Hopper, a transposed operand): a grid allows ``GLUON``, it cannot make it run."""
+    from amk.lowering.stage import kernel_problem
+    from amk.lowering.strategies import strategy_named
+
+    config = nearest_in_grid(grid, heuristic)
+    if config.GLUON:
+        rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
+        reason = _gluon_prune_reason(config, strategy_named(kernel.strategy.data), contraction is not None,
+                                     element_bytes, DeviceLimits.current(), gluon_fit(kernel, rows, cols, contraction))
+        if reason:
+            log.warning("parameter_grid asks for GLUON=1, which kernel %s cannot use here (%s): its Triton kernel is "
+                        "emitted instead", kernel.sym_name.data, reason)
+            config = replace(config, GLUON=0)
+    return config
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Search space, pruning and measurement
 # ----------------------------------------------------------------------------------------------------------------------
@@ -200,16 +219,27 @@ class DeviceLimits:
 
     @staticmethod
     def current() -> DeviceLimits:
-        import importlib.util
-
         import torch
 
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             shared = getattr(props, "shared_memory_per_block_optin", 0) or 101376
-            gluon = props.major == 9 and importlib.util.find_spec("triton.experimental.gluon") is not None
-            return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9, gluon)
+            return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9,
+                                props.major == 9 and _gluon_installed())
         return DeviceLimits("cpu", 1 << 30, 1)
+
+
+def _gluon_installed() -> bool:
+    """Whether the installed triton has the Gluon API amk-emit-gluon writes (triton 3.6 and newer)."""
+    import importlib.util
+
+    import triton
+
+    try:
+        major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+        return (major, minor) >= (3, 6) and importlib.util.find_spec("triton.experimental.gluon") is not None
+    except (ValueError, ImportError):  # an unparsable version, or no triton.experimental at all
+        return False
 
 
 def default_space(strategy: str, rows: Dim, has_dot: bool, limits: DeviceLimits | None = None,
@@ -235,10 +265,11 @@ def offers_tf32x3(kernel, fp32_dot: str) -> bool:
 
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
-                 cols: Dim | None = None, contraction: Dim | None = None, tf32x3: bool = False) -> str | None:
+                 cols: Dim | None = None, contraction: Dim | None = None, tf32x3: bool = False,
+                 gluon: GluonFit | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing (the general checks
     here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``); ``tf32x3``: whether the kernel
-    offers the switch ``TF32X3`` (:func:`offers_tf32x3`)."""
+    offers the switch ``TF32X3`` (:func:`offers_tf32x3`); ``gluon``: the kernel's :func:`gluon_fit`."""
     from amk.lowering.strategies import STRATEGIES as TILING
     from amk.lowering.strategies import strategy_named
 
@@ -251,7 +282,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
     if config.GLUON:
-        reason = _gluon_prune_reason(config, tiling, has_dot, element_bytes, limits)
+        reason = _gluon_prune_reason(config, tiling, has_dot, element_bytes, limits, gluon)
         if reason:
             return reason
     if config.TF32X3 and not tf32x3:
@@ -280,22 +311,62 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     return None
 
 
+# A Gluon kernel's launch builds its TMA descriptors on the host and cannot be replayed directly (amk/replay.py), some
+# 20-40 us per call: below this many multiply-adds (about 50 us of tensor-core work on the H200) it would cost more
+# than it can save over the Triton kernel, whose timing in the tuner hides the host.
+GLUON_MIN_MACS = 1 << 34
+
+
+@dataclass(frozen=True)
+class GluonFit:
+    """What of a kernel, beyond one configuration, decides whether ``GLUON=1`` is worth a candidate: why not at all
+    (None when it may), and the size of an output element (the output tile is staged in shared memory)."""
+
+    refusal: str | None
+    output_bytes: int
+
+
+def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit:
+    """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for."""
+    from amk.dtypes import to_torch
+
+    num_inputs = kernel.num_inputs.value.data
+    args = list(kernel.body.block.args)
+    output_bytes = max((to_torch(a.type.element_type).itemsize for a in args[num_inputs:]), default=4)
+    views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else []
+    if "transpose" in views[:num_inputs]:
+        # TMA loads row-major tiles: a transposed weight (nn.Linear's) would be copied on every call
+        return GluonFit("GLUON kernels load row-major operands; this kernel reads a transposed one", output_bytes)
+    element_bytes = max((to_torch(a.type.element_type).itemsize for a in args[:num_inputs]), default=4)
+    if any(d is not None and d.is_static and d.value * element_bytes % 16 for d in (cols, contraction)):
+        return GluonFit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long", output_bytes)
+    sizes = [rows, cols, contraction]
+    if all(d is not None and d.is_static for d in sizes) and rows.value * cols.value * contraction.value < GLUON_MIN_MACS:
+        return GluonFit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel's "
+                        f"host-side launch (under {GLUON_MIN_MACS} multiply-adds)", output_bytes)
+    return GluonFit(None, output_bytes)
+
+
 def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_bytes: int,
-                        limits: DeviceLimits) -> str | None:
-    """Why ``config``'s ``GLUON=1`` cannot be emitted (amk-emit-gluon's own checks of the tiles), or None."""
+                        limits: DeviceLimits, fit: GluonFit | None) -> str | None:
+    """Why ``config``'s ``GLUON=1`` cannot be emitted (amk-emit-gluon's own checks of the tiles) or is not worth it
+    (``fit``, the kernel's), or None."""
     from amk.lowering.emit_gluon import wgmma_tile_problem
 
     if not (limits.gluon and tiling.gluon and has_dot):
         return (f"GLUON applies to the GEMM kernels of {', '.join(_gluon_strategies())} on Hopper (compute capability "
-                f"9.x) with triton's Gluon; not to this {tiling.name} kernel on {limits.name}")
+                f"9.x) with triton's Gluon (3.6 or newer); not to this {tiling.name} kernel on {limits.name}")
+    if fit is not None and fit.refusal:
+        return fit.refusal
     if not (config.PERSISTENT and config.TMA) or config.WARP_SPECIALIZE:
         return ("GLUON kernels are persistent TMA kernels (PERSISTENT=1, TMA=1) and warp-specialized by construction "
                 "(WARP_SPECIALIZE=0)")
     if element_bytes != 2:
         return "GLUON kernels multiply fp16 or bf16 operands"
     # the ring of operand tiles and the output tile staged for its TMA store
-    shared = (config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K
-              + config.BLOCK_M * config.BLOCK_N) * element_bytes
+    output_bytes = fit.output_bytes if fit is not None else element_bytes
+    shared = (config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * element_bytes
+              + config.BLOCK_M * config.BLOCK_N * output_bytes)
     if shared > limits.shared_memory:
         return (f"shared memory: {config.num_stages} stages x tiles + the output tile = {shared} bytes > "
                 f"{limits.shared_memory}")
@@ -420,9 +491,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *SWITCHES}
 
     tf32x3 = offers_tf32x3(kernel, fp32_dot)
+    gluon = gluon_fit(kernel, rows, cols, contraction)
 
     def pruned(config: KernelConfig) -> str | None:
-        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3)
+        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3, gluon)
 
     space = {key: values for key, values in (grid or {}).items() if key in used}
     if grid is not None and all(pruned(config) for config in grid_configs(space, heuristic)):

@@ -59,13 +59,25 @@ _EPILOGUE_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, t
                  memory_staged.LoadOp)
 # The producer is one warp that only issues TMA copies and waits on barriers: few registers, the rest go to the MMA warps.
 _PRODUCER_WARPS, _PRODUCER_REGISTERS = 1, 40
+# How the output tiles are shared between the MMA warps: "cooperative", all of the kernel's warps on each tile; or
+# "pingpong", two consumer warpgroups (the kernel's num_warps = 4 each) on alternate tiles, so that one applies its
+# epilogue while the other runs its main loop (CUTLASS's ping-pong kernels).
+SCHEDULES = ("cooperative", "pingpong")
+# The second consumer warpgroup is a worker partition: its register budget (the producer's warpgroup takes 40, the
+# default partition what is left of the 64K registers).
+_CONSUMER_REGISTERS = 232
 
-_TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype):
-    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads."""
+_TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype, output=False):
+    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads. TMA
+    moves rows that are contiguous, 16-byte aligned and a multiple of 16 bytes apart: an input that is not (a sliced
+    view) is read from a copy that is; an output (amk allocates them so) must be."""
     if not (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
             and tensor.stride(0) * tensor.element_size() % 16 == 0):
-        raise ValueError(f"this Gluon kernel moves tiles with TMA, which needs contiguous rows, 16-byte aligned and a "
-                         f"multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} tensor")
+        if output:
+            raise ValueError(f"this Gluon kernel stores tiles with TMA, which needs contiguous rows, 16-byte aligned "
+                             f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "
+                             "tensor")
+        tensor = tensor.clone(memory_format=torch.contiguous_format)
     layout = gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
     return TensorDescriptor.from_tensor(tensor, block_shape, layout)'''
 
@@ -96,9 +108,12 @@ def installed_gluon_api() -> GluonApi:
                     TRITON_3_9_API.thread_barrier if hasattr(gl, "barrier") else TRITON_3_6_API.thread_barrier)
 
 
-def wgmma_tile_problem(block_m: int, block_n: int, warps: int) -> str | None:
+def wgmma_tile_problem(block_m: int, block_n: int, warps: int, schedule: str = "cooperative") -> str | None:
     """Why an output tile cannot be the accumulator of this emitter's wgmma warps, or None: it is split along M between
-    the warps, 16 rows per warp per wgmma (so a warpgroup takes 64), and wgmma's N is a multiple of 8 up to 256."""
+    the warps, 16 rows per warp per wgmma (so a warpgroup takes 64), and wgmma's N is a multiple of 8 up to 256; in
+    ping-pong each tile is one warpgroup's."""
+    if schedule == "pingpong" and warps != 4:
+        return f"num_warps = {warps}: in the ping-pong schedule each consumer is one warpgroup (num_warps = 4)"
     if warps % 4 or block_m % (16 * warps):
         return (f"BLOCK_M = {block_m} rows cannot be split between {warps} warps as wgmma needs (num_warps a multiple "
                 "of 4, BLOCK_M a multiple of 16 * num_warps)")
@@ -130,17 +145,27 @@ class GluonEmitter(TritonEmitter):
     """Generates the Gluon source of one kernel and its launcher; expressions, names, origin comments and the
     elementwise tile ops are the Triton emitter's, spelled with ``gl``."""
 
-    def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
+    def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None, schedule: str = "cooperative"):
         super().__init__(kernel)
+        if schedule not in SCHEDULES:
+            raise PassFailedException(f"amk-emit-gluon: schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
         self.api = api or installed_gluon_api()
+        self.pingpong = schedule == "pingpong"
         self.main = self.main_loop()
         self.block_m, self.block_n = (self.constant(d) for d in self.main.accumulator.result.type.dims)
         self.check_warps()
         # Names of the shared buffers and barriers, reserved before any tile value is named.
         self.rings = {stage: self.fresh(f"{self.names[stage.source]}_ring") for stage in self.main.stages}
         self.output_tile, self.ready, self.empty = self.fresh("output_tile"), self.fresh("ready"), self.fresh("empty")
+        # ping-pong: turn[c] completes when the other consumer has issued its main loop, so that the two consumers'
+        # main loops alternate (their epilogues overlap the other's main loop) and each consumer waits on the ring's
+        # barriers at most one phase ahead of them, as their parity-only waits require
+        self.turn = self.fresh("turn") if self.pingpong else None
         self.tile, self.step, self.slot, self.phase = (self.fresh(n) for n in ("tile", "step", "slot", "phase"))
         self.acc_layout = self.fresh("acc_layout")
+        self.walked, self.k_tiles, self.program_tiles = (self.fresh(n) for n in ("walked", "k_tiles", "program_tiles"))
+        # the consumer's own staging tile for its TMA stores (one per consumer warpgroup in ping-pong)
+        self.staging = f"{self.output_tile}.index(WARP_GROUP)" if self.pingpong else self.output_tile
         self.tma_args = {stage.source for stage in self.main.stages} | {self.main.store.dest}
 
     # -- what is accepted --------------------------------------------------------------------------------------------
@@ -200,7 +225,8 @@ class GluonEmitter(TritonEmitter):
             raise self.refuse("its epilogue loads a tile that is not a row or column vector")
 
     def check_warps(self) -> None:
-        problem = wgmma_tile_problem(self.block_m, self.block_n, self.kernel.num_warps.value.data)
+        problem = wgmma_tile_problem(self.block_m, self.block_n, self.kernel.num_warps.value.data,
+                                     "pingpong" if self.pingpong else "cooperative")
         if problem:
             raise self.refuse(problem)
 
@@ -221,30 +247,44 @@ class GluonEmitter(TritonEmitter):
         return params + [p for p, _, _ in self.dims.values()]
 
     def shared_buffers(self) -> list[str]:
-        """What the kernel allocates in shared memory and hands to both partitions."""
-        return [*self.rings.values(), self.ready, self.empty, self.output_tile]
+        """What the kernel allocates in shared memory and hands to every partition."""
+        return [*self.rings.values(), self.ready, self.empty, self.output_tile, *([self.turn] if self.pingpong else [])]
 
-    def function_header(self, name: str, params: list[str]) -> None:
+    def function_header(self, name: str, params: list[str], constexprs: tuple[str, ...] = ()) -> None:
         self.code.writeline("@gluon.jit")
         self.code.writeline(f"def {name}(")
         with self.code.indent():
             self.code.writelines(f"{p}," for p in params)
-            self.code.writelines(f"{c}: gl.constexpr," for c in [*self.constants, "STAGES"])
+            self.code.writelines(f"{c}: gl.constexpr," for c in [*self.constants, "STAGES", *constexprs])
         self.code.writeline("):")
 
-    def partition_header(self, role: str) -> None:
-        """Both partitions take the kernel's parameters and its shared buffers."""
+    def partition_header(self, role: str, constexprs: tuple[str, ...] = ()) -> None:
+        """Every partition takes the kernel's parameters and its shared buffers."""
         self.function_header(f"{self.kernel.sym_name.data}_{role}_partition",
-                             self.runtime_parameters() + self.shared_buffers())
+                             self.runtime_parameters() + self.shared_buffers(), constexprs)
 
-    def open_tile_loop(self) -> None:
-        """The grouped persistent tile walk both partitions follow, and the ring position ``step`` they share."""
-        launch, tile = self.launches()[0], self.tile
+    def open_tile_loop(self, own_tiles: bool = False) -> None:
+        """The grouped persistent tile walk, and the ring position ``step``: every tile of the program in order (the
+        producer; the consumer of the cooperative schedule), or with ``own_tiles`` every other one, starting at
+        ``WARP_GROUP`` (a ping-pong consumer), whose ring position follows from the tile's place in the walk."""
+        launch, tile, code = self.launches()[0], self.tile, self.code
         self.emit_tile_counts(launch.grid)
-        self.code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
-        self.code.writeline(f"{self.step} = 0")
-        self.code.writeline(f"for {tile} in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):")
-        with self.code.indent():
+        code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
+        if own_tiles:
+            loop = self.main.loop
+            code.writeline(f"{self.k_tiles} = gl.cdiv({self.expr(loop.upper)} - {self.expr(loop.lower)}, "
+                           f"{self.expr(loop.step)})")
+            code.writeline(f"{self.program_tiles} = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), "
+                           "gl.num_programs(0))")
+            code.writeline(f"for {self.walked} in range(WARP_GROUP, {self.program_tiles}, 2):")
+            with code.indent():
+                code.writeline(f"{tile} = gl.program_id(0) + {self.walked} * gl.num_programs(0)")
+                code.writeline(f"{self.step} = {self.walked} * {self.k_tiles}")
+                self.emit_grouped_ids(tile, launch)
+            return
+        code.writeline(f"{self.step} = 0")
+        code.writeline(f"for {tile} in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):")
+        with code.indent():
             self.emit_grouped_ids(tile, launch)
 
     def ring_position(self) -> None:
@@ -290,13 +330,18 @@ class GluonEmitter(TritonEmitter):
         # wgmma's instruction tile: 16 rows, the widest N (a multiple of 8, at most 256) dividing BLOCK_N, K of 32
         # bytes (16 fp16/bf16 values)
         instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
-        self.partition_header("mma")
+        self.partition_header("mma", ("WARP_GROUP",) if self.pingpong else ())
         with code.indent():
-            code.writeline('"""The default partition (the kernel\'s warps): asynchronous wgmma on each ready slot, '
-                           'then the epilogue on the accumulator\'s registers and a TMA store of the tile."""')
+            if self.pingpong:
+                code.writeline('"""A consumer warpgroup (WARP_GROUP 0: the default partition, 1: a worker) on every other '
+                               'output tile: asynchronous wgmma on each ready slot, then the epilogue on the accumulator\'s '
+                               'registers and a TMA store of the tile, while the other consumer runs its main loop."""')
+            else:
+                code.writeline('"""The default partition (the kernel\'s warps): asynchronous wgmma on each ready slot, '
+                               'then the epilogue on the accumulator\'s registers and a TMA store of the tile."""')
             code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                            f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
-            self.open_tile_loop()
+            self.open_tile_loop(own_tiles=self.pingpong)
             with code.indent():
                 self.last_origin = None
                 self.emit_op(main.accumulator)
@@ -314,6 +359,10 @@ class GluonEmitter(TritonEmitter):
         code.writeline(f"{acc} = {self.name(main.accumulator.result)}")
         if "note" in main.loop.attributes:
             code.writeline(f"# {main.loop.attributes['note'].data}")
+        if self.pingpong:
+            code.writeline(f"if {self.walked} > 0:  # the previous tile's consumer has issued its main loop")
+            with code.indent():
+                code.writeline(f"mbarrier.wait({self.turn}.index(WARP_GROUP), (({self.walked} - 1) // 2) & 1)")
         self.k_loop_header()
         with code.indent():
             self.ring_position()
@@ -327,6 +376,8 @@ class GluonEmitter(TritonEmitter):
             code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES), "
                            f"pred={main.loop.iv.data} > {self.expr(main.loop.lower)})")
             code.writeline(f"{self.step} += 1")
+        if self.pingpong:
+            code.writeline(f"mbarrier.arrive({self.turn}.index(1 - WARP_GROUP))  # the other consumer's turn")
         code.writeline(f"{acc} = warpgroup_mma_wait(0, deps=({acc},))")
         code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES))")
         self.last_origin = None
@@ -358,9 +409,9 @@ class GluonEmitter(TritonEmitter):
                        "waits, hence the barrier)")
         code.writeline("tma.store_wait(0)")
         code.writeline(f"{self.api.thread_barrier}()")
-        code.writeline(f"{self.output_tile}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
+        code.writeline(f"{self.staging}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
         code.writeline("fence_async_shared()")
-        code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {self.output_tile})")
+        code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {self.staging})")
 
     def emit_gluon_kernel(self) -> IndentedWriter:
         code = self.code = IndentedWriter()
@@ -374,8 +425,8 @@ class GluonEmitter(TritonEmitter):
                 code.writeline(f"{ring} = gl.allocate_shared_memory({desc}.dtype, [STAGES] + {desc}.block_type.shape, "
                                f"{desc}.layout)")
             out = self.descriptor(self.main.store.dest)
-            code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {out}.block_type.shape, "
-                           f"{out}.layout)")
+            shape = f"[2] + {out}.block_type.shape" if self.pingpong else f"{out}.block_type.shape"
+            code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {shape}, {out}.layout)")
             code.writeline("# ready[s]: slot s holds its operand tiles; empty[s]: the MMAs are done reading it")
             for barriers in (self.ready, self.empty):
                 code.writeline(f"{barriers} = gl.allocate_shared_memory(gl.int64, [STAGES, 1], "
@@ -383,16 +434,33 @@ class GluonEmitter(TritonEmitter):
             code.writeline("for i in gl.static_range(STAGES):")
             with code.indent():
                 code.writelines(f"mbarrier.init({barriers}.index(i), count=1)" for barriers in (self.ready, self.empty))
+            if self.pingpong:
+                code.writeline(f"{self.turn} = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())")
+                code.writeline("for i in gl.static_range(2):")
+                with code.indent():
+                    code.writeline(f"mbarrier.init({self.turn}.index(i), count=1)")
             code.writeline("fence_async_shared()")
             arguments = ", ".join(self.runtime_parameters() + self.shared_buffers() + [*self.constants, "STAGES"])
             code.writeline("gl.warp_specialize([")
             with code.indent():
-                code.writeline(f"({name}_mma_partition, ({arguments})),")
+                if self.pingpong:
+                    code.writeline(f"({name}_mma_partition, ({arguments}, 0)),")
+                    code.writeline(f"({name}_mma_partition, ({arguments}, 1)),")
+                else:
+                    code.writeline(f"({name}_mma_partition, ({arguments})),")
                 code.writeline(f"({name}_load_partition, ({arguments})),")
-            code.writeline(f"], [{_PRODUCER_WARPS}], [{_PRODUCER_REGISTERS}])")
+            if self.pingpong:
+                warps = self.kernel.num_warps.value.data
+                code.writeline(f"], [{warps}, {_PRODUCER_WARPS}], [{_CONSUMER_REGISTERS}, {_PRODUCER_REGISTERS}])")
+            else:
+                code.writeline(f"], [{_PRODUCER_WARPS}], [{_PRODUCER_REGISTERS}])")
             code.writeline("for i in gl.static_range(STAGES):")
             with code.indent():
                 code.writelines(f"mbarrier.invalidate({barriers}.index(i))" for barriers in (self.ready, self.empty))
+            if self.pingpong:
+                code.writeline("for i in gl.static_range(2):")
+                with code.indent():
+                    code.writeline(f"mbarrier.invalidate({self.turn}.index(i))")
         return code
 
     # -- launcher ----------------------------------------------------------------------------------------------------
@@ -409,8 +477,9 @@ class GluonEmitter(TritonEmitter):
             tiles[self.main.store.dest] = self.main.store.value.type.dims
             for buffer, dims in tiles.items():
                 block = ", ".join(str(self.constant(d)) for d in dims)
+                output = ", output=True" if buffer is self.main.store.dest else ""
                 code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, [{block}], "
-                               f"gl.{triton_name(buffer.type.element_type)})")
+                               f"gl.{triton_name(buffer.type.element_type)}{output})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
             args = [self.descriptor(a) if a in self.tma_args else n for a, n in zip(self.args, names)]
@@ -447,23 +516,27 @@ class GluonEmitter(TritonEmitter):
         return code.getvalue()
 
 
-def emit_gluon(kernel: memory_staged.KernelOp, api: GluonApi | None = None) -> str:
-    """The Gluon source (kernel, partitions and ``launch`` function) of one staged kernel, with ``api``'s spellings
-    (by default the installed triton's); raises :class:`PassFailedException` for a kernel it does not take."""
-    return GluonEmitter(kernel, api).emit()
+def emit_gluon(kernel: memory_staged.KernelOp, api: GluonApi | None = None, schedule: str = "cooperative") -> str:
+    """The Gluon source (kernel, partitions and ``launch`` function) of one staged kernel in ``schedule`` (one of
+    ``SCHEDULES``), with ``api``'s spellings (by default the installed triton's); raises :class:`PassFailedException`
+    for a kernel it does not take."""
+    return GluonEmitter(kernel, api, schedule).emit()
 
 
 @dataclass(frozen=True)
 class EmitGluonPass(ModulePass):
     """Attach the Gluon source of every ``memory_staged.kernel`` as its ``gluon_source`` attribute; fails on a kernel
-    that is not a persistent tile2d GEMM with TMA-staged operands and an elementwise epilogue."""
+    that is not a persistent tile2d GEMM with TMA-staged operands and an elementwise epilogue. ``schedule``:
+    ``cooperative`` (the kernel's warps on each tile) or ``pingpong`` (two 4-warp consumers on alternate tiles)."""
 
     name = "amk-emit-gluon"
+
+    schedule: str = "cooperative"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in op.walk():
             if isinstance(kernel, memory_staged.KernelOp):
-                kernel.attributes["gluon_source"] = StringAttr(emit_gluon(kernel))
+                kernel.attributes["gluon_source"] = StringAttr(emit_gluon(kernel, schedule=self.schedule))
 
 
 @dataclass(frozen=True)

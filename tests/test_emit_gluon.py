@@ -24,6 +24,7 @@ from amk.lowering.emit_gluon import (
 from amk.opt import AMK_PASSES
 
 B_CONFIG = "block_m=128 block_n=256 block_k=64 num_warps=8 num_stages=3 persistent=1 tma=1"
+PINGPONG_CONFIG = "block_m=128 block_n=128 block_k=64 num_warps=4 num_stages=4 persistent=1 tma=1"
 
 
 def chain(dtype: str = "f16", epilogue: str = "relu") -> str:
@@ -66,6 +67,15 @@ def test_refuses_what_it_does_not_emit(text, config, reason):
     assert "amk-emit-gluon emits persistent tile2d GEMM kernels" in str(error.value)
 
 
+@pytest.mark.parametrize(("config", "schedule", "reason"), [
+    (B_CONFIG, "pingpong", "each consumer is one warpgroup"),
+    (PINGPONG_CONFIG, "interleaved", "schedule 'interleaved' is not one of cooperative, pingpong"),
+])
+def test_refuses_a_schedule_it_cannot_emit(config, schedule, reason):
+    with pytest.raises(PassFailedException, match=reason):
+        emit_gluon(staged_kernel(chain(), config), TRITON_3_9_API, schedule)
+
+
 def test_pass_attaches_the_source_with_the_installed_spellings():
     kernel = staged_kernel(chain())
     EmitGluonPass().apply(make_context(), kernel.parent_op())
@@ -81,8 +91,13 @@ def test_spells_the_tma_copies_and_barrier_of_each_triton(api, absent):
     assert absent not in source
 
 
-def test_compiles_for_hopper_without_a_gpu(tmp_path):
-    """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma."""
+@pytest.mark.parametrize(("config", "schedule", "tile", "warps"), [
+    (B_CONFIG, "cooperative", (128, 256, 64), 8),
+    (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4),
+])
+def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, warps):
+    """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma, and the
+    producer warp gives its registers to the MMA warps; the ping-pong kernel has its three partitions (12 warps)."""
     triton = pytest.importorskip("triton")
     pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
     from triton.backends import backends
@@ -93,7 +108,7 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path):
     if "nvidia" not in backends:
         pytest.skip("this triton has no CUDA backend to compile for sm_90")
     path = tmp_path / "gemm_bias_relu.py"
-    path.write_text(emit_gluon(staged_kernel(chain())))
+    path.write_text(emit_gluon(staged_kernel(chain(), config), schedule=schedule))
     spec = importlib.util.spec_from_file_location("gemm_bias_relu", path)
     emitted = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emitted)
@@ -102,16 +117,20 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path):
         layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
         return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
 
-    constants = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "STAGES": 3}
-    signature = {"x_desc": descriptor([128, 64]), "w_desc": descriptor([64, 256]), "b_ptr": "*fp16",
-                 "out0_desc": descriptor([128, 256]), "stride_b_0": "i32", "M": "i32"}
+    block_m, block_n, block_k = tile
+    stages = int(config.split("num_stages=")[1].split()[0])
+    constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages}
+    signature = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]), "b_ptr": "*fp16",
+                 "out0_desc": descriptor([block_m, block_n]), "stride_b_0": "i32", "M": "i32"}
     signature.update(dict.fromkeys(constants, "constexpr"))
     compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     ptx = compiled.asm["ptx"]
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
+    # the kernel's warps (the default partition), the producer's warpgroup and in ping-pong the second consumer's
+    assert compiled.metadata.num_warps == warps + (8 if schedule == "pingpong" else 4)
 
 
 def test_the_gpu_smoke_probe_emits_both_sources_of_one_staged_kernel(tmp_path):
@@ -126,6 +145,7 @@ def test_the_gpu_smoke_probe_emits_both_sources_of_one_staged_kernel(tmp_path):
                     str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
     gluon, triton = (tmp_path / "gluon.py").read_text(), (tmp_path / "triton.py").read_text()
     assert "gl.warp_specialize(" in gluon and "warpgroup_mma(" in gluon and "def launch(" in gluon
+    assert "mbarrier.arrive(turn.index(1 - WARP_GROUP))" in (tmp_path / "gluon_pingpong.py").read_text()
     assert "@triton.jit" in triton and "def launch(" in triton
 
 
@@ -140,12 +160,13 @@ def test_refuses_a_strategy_without_output_tiles():
                     reason="Gluon's wgmma kernels run on Hopper GPUs only")
 def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
     """A ``parameter_grid`` that holds only Gluon configurations: the tuner times them, the build verifies the kernel
-    and the kernel's output matches PyTorch on fresh inputs (ragged M and N: masked loads, clipped TMA stores)."""
+    and the kernel's output matches PyTorch on fresh inputs (ragged M and N: masked loads, clipped TMA stores), and
+    on a sliced input, which TMA cannot read in place (the launcher reads it from an aligned copy)."""
     import amk
 
     grid = {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [128, 256], "BLOCK_SIZE_K": [64], "num_warps": [8],
             "num_stages": [3], "PERSISTENT": [1], "TMA": [1], "GLUON": [1]}
-    shapes = [(1000, 512), (512, 384), (384,)]
+    shapes = [(16001, 1024), (1024, 1152), (1152,)]  # big enough for a Gluon kernel (amk.tuner.GLUON_MIN_MACS)
     kernel = amk.build_fused_kernel(["matmul", "add_bias", "relu"], shapes, torch.float16, parameter_grid=grid,
                                     tuner_config=amk.TunerConfig(target_cache_dir=str(tmp_path)))
     assert kernel.config["GLUON"] == 1, kernel.tuning_log
@@ -154,3 +175,8 @@ def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
     expected = torch.relu(x.double() @ w.double() + b.double())
     got = kernel(x, w, b).double()
     assert ((got - expected).norm() / expected.norm()).item() < 1e-3
+    sliced = torch.randn(16001, 1032, device="cuda", dtype=torch.float16)[:, 8:]  # 16-byte aligned, rows 2064 B apart
+    unaligned = torch.randn(16001 * 1024 + 1, device="cuda", dtype=torch.float16)[1:].view(16001, 1024)
+    for x in (sliced, unaligned):
+        expected = torch.relu(x.double() @ w.double() + b.double())
+        assert ((kernel(x, w, b).double() - expected).norm() / expected.norm()).item() < 1e-3

@@ -257,6 +257,33 @@ def test_gluon_candidates_the_emitter_cannot_take_are_pruned(change, strategy, e
     assert got is None if reason is None else reason in got
 
 
+def test_gluon_is_not_offered_for_transposed_weights_or_small_gemms():
+    """nn.Linear's weight is read transposed (TMA loads row-major tiles: a copy per call), and a small GEMM's host-side
+    launch of a Gluon kernel would cost more than its kernel saves; the output tile is staged at the output's size."""
+    from amk.lowering.tile import TilePass
+    from amk.symbolic import Dim
+    from amk.tuner import KernelConfig, gluon_fit, prune_reason
+
+    def fit(ops, shapes):
+        module = build_module(ops, shapes, torch.float16)
+        FusePass().apply(make_context(), module)
+        TilePass().apply(make_context(), module)
+        kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+        (m, k), n = shapes[0], shapes[-1][0]
+        return gluon_fit(kernel, Dim(m), Dim(n), Dim(k))
+
+    big = [(1 << 16, 4096), (4096, 4096), (4096,)]
+    assert fit(["matmul", "add_bias", "relu"], big) == amk.tuner.GluonFit(None, 2)
+    linear = fit([("matmul", {"transpose_b": True}), "relu"], [(1 << 16, 4096), (4096, 4096)])
+    assert "transposed" in linear.refusal
+    small = fit(["matmul", "add_bias", "relu"], [(512, 4096), (4096, 4096), (4096,)])
+    assert "too small" in small.refusal
+    config = KernelConfig(**B_GLUON)
+    assert "transposed" in prune_reason(config, "tile2d", True, 2, HOPPER, gluon=linear)
+    assert "the output tile = 278528 bytes" in prune_reason(config, "tile2d", True, 2, HOPPER,
+                                                             gluon=amk.tuner.GluonFit(None, 4))
+
+
 def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypatch):
     """On Hopper the B prior (a Gluon kernel) is timed right after the heuristic, GLUON refines the finalists like the
     other switches, and the chosen configuration stages and emits as Gluon."""
@@ -268,7 +295,7 @@ def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypa
         return 2.0 - config.PERSISTENT * config.TMA * (0.5 + config.GLUON) + config.BLOCK_M / 1024
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
-    kernel = tiled_kernel(rows=4096, dtype=torch.float16, width=512)
+    kernel = tiled_kernel(rows=1 << 16, dtype=torch.float16, width=1024)
     recorder = Recorder()
     best, trials = tune(kernel, TunerConfig(search_budget=8), None, amk.pipeline.heuristic_config(kernel),
                         recorder.build_and_run, prepare=recorder.prepare)
@@ -278,3 +305,20 @@ def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypa
     assert any(t.status == "pruned" and "GLUON" in t.detail for t in trials)
     source = amk.pipeline.stage_and_emit(kernel, best).source
     assert "gl.warp_specialize(" in source and "def launch(x, w, bias, out0):" in source
+
+
+def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(caplog, tmp_path):
+    """Untimed (here: the interpreter), the grid point nearest the heuristic would be a Gluon kernel, which neither runs
+    here nor would run in the interpreter: the Triton kernel is emitted instead, and the log says why."""
+    import logging
+
+    shapes = [(64, 64), (64, 64), (64,)]
+    grid = {"BLOCK_SIZE_M": [64], "GLUON": [1], "PERSISTENT": [1], "TMA": [1]}
+    with caplog.at_level(logging.WARNING, logger="amk.tuner"):
+        kernel = amk.build_fused_kernel(["matmul", "add_bias", "relu"], shapes, torch.float16, parameter_grid=grid,
+                                        tuner_config=TunerConfig(target_cache_dir=str(tmp_path)), autotune=False)
+    assert kernel.config["GLUON"] == 0 and "gl.warp_specialize" not in kernel.source
+    assert sum("asks for GLUON=1" in r.getMessage() for r in caplog.records) == 1
+    x, w, b = (torch.randn(shape, dtype=torch.float16, device=kernel.device) for shape in shapes)
+    expected = torch.relu(x.float() @ w.float() + b.float())
+    assert ((kernel(x, w, b).float() - expected).norm() / expected.norm()).item() < 1e-3

@@ -54,7 +54,7 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK:       def launch(x, w, b, out0):
 // CHECK:           x_desc = _tma_descriptor(x, [128, 64], gl.float16)
 // CHECK-NEXT:      w_desc = _tma_descriptor(w, [64, 256], gl.float16)
-// CHECK-NEXT:      out0_desc = _tma_descriptor(out0, [128, 256], gl.float16)
+// CHECK-NEXT:      out0_desc = _tma_descriptor(out0, [128, 256], gl.float16, output=True)
 // CHECK-NEXT:      grid = (min(triton.cdiv(M, 128) * triton.cdiv(4096, 256), _sm_count()),)
 // CHECK-NEXT:      fused_0_kernel[grid](
 // CHECK:               STAGES=3,
