@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import sympy
 from xdsl.context import Context
-from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -53,7 +53,7 @@ from amk.symbolic import Dim
 
 _ACCEPTED = ("amk-emit-gluon emits persistent tile2d GEMM kernels: a K loop whose body stages two fp16/bf16 operands "
              "through tensor descriptors into one memory_staged.dot, then elementwise tiled_loop ops (binary, unary, "
-             "select, cast, scalar full), loads of bias vectors and one store of the output tile (lower with "
+             "select, cast, scalar full), loads of bias vectors or a residual tile and one store of the output tile (lower with "
              "amk-stage{persistent=1 tma=1})")
 _EPILOGUE_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, tiled_loop.CastOp, tiled_loop.FullOp,
                  memory_staged.LoadOp)
@@ -124,7 +124,9 @@ def wgmma_tile_problem(block_m: int, block_n: int, warps: int, schedule: str = "
 
 def _gluon(text: str) -> str:
     """Triton code printed by the inherited tile-op handlers, in Gluon: ``gl`` re-exports ``tl``'s elementwise
-    functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays."""
+    functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays; ``tl.math.div_rn`` is
+    ``gl.div_rn``; ``gl`` has no sigmoid, which is written out as Triton defines it (``1 / (1 + exp(-x))``)."""
+    text = re.sub(r"\btl\.sigmoid\((\w+)\)", r"(1.0 / (1.0 + tl.exp(-\1)))", text.replace("tl.math.div_rn(", "tl.div_rn("))
     return re.sub(r"\btl\.(?!PropagateNan)", "gl.", text)
 
 
@@ -167,6 +169,9 @@ class GluonEmitter(TritonEmitter):
         # the consumer's own staging tile for its TMA stores (one per consumer warpgroup in ping-pong)
         self.staging = f"{self.output_tile}.index(WARP_GROUP)" if self.pingpong else self.output_tile
         self.tma_args = {stage.source for stage in self.main.stages} | {self.main.store.dest}
+        # buffers read with pointers (bias vectors, a residual tile; a TMA-staged operand may be one too)
+        self.pointer_args = ({a for a in self.args if a not in self.tma_args}
+                             | {op.source for op in self.main.epilogue if isinstance(op, memory_staged.LoadOp)})
 
     # -- what is accepted --------------------------------------------------------------------------------------------
     def refuse(self, reason: str) -> PassFailedException:
@@ -208,21 +213,18 @@ class GluonEmitter(TritonEmitter):
         if not isinstance(store, memory_staged.StoreOp) or store.value.type.dims != accumulator.result.type.dims:
             raise self.refuse("it does not end with the store of one output tile")
         for op in epilogue:
-            self.check_epilogue_op(op)
+            self.check_epilogue_op(op, accumulator.result.type.dims)
         return _MainLoop(accumulator, loop, (stages[0], stages[1]), dot, epilogue, store)
 
-    def check_epilogue_op(self, op: Operation) -> None:
+    def check_epilogue_op(self, op: Operation, tile: tuple[Dim, ...]) -> None:
         if not isinstance(op, _EPILOGUE_OPS):
             raise self.refuse(f"its epilogue has {op.name}")
-        if isinstance(op, tiled_loop.UnaryOp) and op.fn.data == "sigmoid":
-            raise self.refuse("its epilogue has a sigmoid (Gluon has no gl.sigmoid)")
-        if (isinstance(op, tiled_loop.BinaryOp) and op.fn.data == "div"
-                and isinstance(op.result.type.element_type, Float32Type)):
-            raise self.refuse("its epilogue has an fp32 division (IEEE-rounded div_rn has no gl name)")
         if isinstance(op, tiled_loop.FullOp) and op.result.type.dims != (Dim(1), Dim(1)):
             raise self.refuse("its epilogue has a full tile that is not a scalar")
-        if isinstance(op, memory_staged.LoadOp) and (op.source.type.rank != 1 or Dim(1) not in op.result.type.dims):
-            raise self.refuse("its epilogue loads a tile that is not a row or column vector")
+        if isinstance(op, memory_staged.LoadOp) and not (
+                (op.source.type.rank == 1 and Dim(1) in op.result.type.dims)
+                or (op.source.type.rank == 2 and op.result.type.dims == tile)):
+            raise self.refuse("its epilogue loads a tile that is neither a row or column vector nor an output tile")
 
     def check_warps(self) -> None:
         problem = wgmma_tile_problem(self.block_m, self.block_n, self.kernel.num_warps.value.data,
@@ -239,10 +241,11 @@ class GluonEmitter(TritonEmitter):
 
     # -- kernel ------------------------------------------------------------------------------------------------------
     def runtime_parameters(self) -> list[str]:
-        """The kernel's non-constexpr parameters: a descriptor for each TMA-addressed buffer, a pointer and strides
-        for the others, the symbolic dims."""
-        params = [self.descriptor(a) if a in self.tma_args else f"{self.names[a]}_ptr" for a in self.args]
-        params += [self.stride(i, axis) for i, a in enumerate(self.args) if a not in self.tma_args
+        """The kernel's non-constexpr parameters: a descriptor for each TMA-addressed buffer, a pointer for each
+        buffer read with pointers, their strides, the symbolic dims."""
+        params = [name for a in self.args for name in ([self.descriptor(a)] if a in self.tma_args else [])
+                  + ([f"{self.names[a]}_ptr"] if a in self.pointer_args else [])]
+        params += [self.stride(i, axis) for i, a in enumerate(self.args) if a in self.pointer_args
                    for axis in range(a.type.rank)]
         return params + [p for p, _, _ in self.dims.values()]
 
@@ -388,7 +391,10 @@ class GluonEmitter(TritonEmitter):
 
     def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
         """A row (``[1, BLOCK_N]``, bias) or column vector in a slice of the accumulator's layout, broadcast as a
-        2-D tile of that layout."""
+        2-D tile of that layout; or a whole tile (a residual) in the accumulator's layout."""
+        if op.source.type.rank == 2:
+            self.emit_tile_load(op)
+            return
         axis = 1 if op.result.type.dims[0] == Dim(1) else 0
         base = self.names[op.source]
         index = self.fresh(f"{base}_{'cols' if axis == 1 else 'rows'}")
@@ -401,6 +407,21 @@ class GluonEmitter(TritonEmitter):
         masked = (f", mask={index}{broadcast} < {self.expr(op.source.type.dims[0])}, other=0.0"
                   if op.masked_axes[0] else "")
         self.assign(op.result, f"gl.load({pointers}{masked})")
+
+    def emit_tile_load(self, op: memory_staged.LoadOp) -> None:
+        base, source = self.names[op.source], self.args.index(op.source)
+        pointers, masks = [f"{base}_ptr"], []
+        for axis, (offset, size, dim) in enumerate(zip(op.offsets.dims, op.result.type.dims, op.source.type.dims)):
+            index = self.fresh(f"{base}_{'rows' if axis == 0 else 'cols'}")
+            self.code.writeline(f"{index} = {self.expr(offset)} + gl.arange(0, {self.expr(size)}, "
+                                f"gl.SliceLayout({1 - axis}, {self.acc_layout}))")
+            broadcast = "[:, None]" if axis == 0 else "[None, :]"
+            widened = f"{index}.to(gl.int64)" if op.wide_index else index
+            pointers.append(f"{widened}{broadcast} * {self.stride(source, axis)}")
+            if op.masked_axes[axis]:
+                masks.append(f"({index}{broadcast} < {self.expr(dim)})")
+        masked = f", mask={' & '.join(masks)}, other=0.0" if masks else ""
+        self.assign(op.result, f"gl.load({' + '.join(pointers)}{masked})")
 
     def emit_memory_staged_store(self, op: memory_staged.StoreOp) -> None:
         code = self.code
@@ -482,8 +503,9 @@ class GluonEmitter(TritonEmitter):
                                f"gl.{triton_name(buffer.type.element_type)}{output})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
-            args = [self.descriptor(a) if a in self.tma_args else n for a, n in zip(self.args, names)]
-            args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) if a not in self.tma_args
+            args = [name for a, n in zip(self.args, names)
+                    for name in ([self.descriptor(a)] if a in self.tma_args else []) + ([n] if a in self.pointer_args else [])]
+            args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) if a in self.pointer_args
                      for axis in range(a.type.rank)]
             args += [p for p, _, _ in self.dims.values()]
             args += [f"{c}={v}" for c, v in self.constants.items()]
