@@ -114,6 +114,10 @@ def wgmma_tile_problem(block_m: int, block_n: int, warps: int, schedule: str = "
     ping-pong each tile is one warpgroup's."""
     if schedule == "pingpong" and warps != 4:
         return f"num_warps = {warps}: in the ping-pong schedule each consumer is one warpgroup (num_warps = 4)"
+    if schedule == "pingpong" and block_m * block_n > 128 * 128:
+        # one warpgroup holds the accumulator: above 128 fp32 values per thread it spills within its 232 registers
+        return (f"a {block_m} x {block_n} tile is more than one warpgroup's accumulator holds in the ping-pong schedule "
+                "(at most 128 x 128)")
     if warps % 4 or block_m % (16 * warps):
         return (f"BLOCK_M = {block_m} rows cannot be split between {warps} warps as wgmma needs (num_warps a multiple "
                 "of 4, BLOCK_M a multiple of 16 * num_warps)")
@@ -382,7 +386,10 @@ class GluonEmitter(TritonEmitter):
         if self.pingpong:
             code.writeline(f"mbarrier.arrive({self.turn}.index(1 - WARP_GROUP))  # the other consumer's turn")
         code.writeline(f"{acc} = warpgroup_mma_wait(0, deps=({acc},))")
-        code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES))")
+        # the tile's last slot (a K loop of no step, possible only for a symbolic K, loaded none)
+        lower, upper = main.loop.lower, main.loop.upper
+        steps = "" if lower.is_static and upper.is_static else f", pred={self.expr(upper)} > {self.expr(lower)}"
+        code.writeline(f"mbarrier.arrive({self.empty}.index(({self.step} + STAGES - 1) % STAGES){steps})")
         self.last_origin = None
 
     def emit_memory_staged_accumulator(self, op: memory_staged.AccumulatorOp) -> None:

@@ -83,6 +83,7 @@ def test_writes_out_what_gluon_does_not_name():
 
 @pytest.mark.parametrize(("config", "schedule", "reason"), [
     (B_CONFIG, "pingpong", "each consumer is one warpgroup"),
+    (B_CONFIG.replace("num_warps=8", "num_warps=4"), "pingpong", "more than one warpgroup's accumulator holds"),
     (PINGPONG_CONFIG, "interleaved", "schedule 'interleaved' is not one of cooperative, pingpong"),
 ])
 def test_refuses_a_schedule_it_cannot_emit(config, schedule, reason):
