@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from amk import build_phases
 from amk.benchmarking import time_ms  # the one timer, the benchmarks' too
 from amk.build_phases import phase
+from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
     PARAMETER_KEYS,
@@ -225,7 +226,7 @@ class DeviceLimits:
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             shared = getattr(props, "shared_memory_per_block_optin", 0) or 101376
             return DeviceLimits(props.name, shared, props.multi_processor_count, props.major >= 9,
-                                props.major == 9 and _gluon_installed())
+                                props.major == 9 and _gluon_installed() and not interpreting())
         return DeviceLimits("cpu", 1 << 30, 1)
 
 
@@ -320,31 +321,40 @@ GLUON_MIN_MACS = 1 << 34
 @dataclass(frozen=True)
 class GluonFit:
     """What of a kernel, beyond one configuration, decides whether ``GLUON=1`` is worth a candidate: why not at all
-    (None when it may), and the size of an output element (the output tile is staged in shared memory)."""
+    (None when it may), and the sizes of an element of the dot's operands (staged through the ring) and of the output
+    (its tile is staged in shared memory for the TMA store)."""
 
     refusal: str | None
+    operand_bytes: int
     output_bytes: int
 
 
 def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit:
     """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for."""
+    from amk.dialects import tiled_loop
     from amk.dtypes import to_torch
 
     num_inputs = kernel.num_inputs.value.data
     args = list(kernel.body.block.args)
     output_bytes = max((to_torch(a.type.element_type).itemsize for a in args[num_inputs:]), default=4)
+    dot = next((op for op in kernel.walk() if isinstance(op, tiled_loop.DotOp)), None)
+    operand_bytes = to_torch(dot.lhs.type.element_type).itemsize if dot is not None else 4
+
+    def fit(refusal: str | None) -> GluonFit:
+        return GluonFit(refusal, operand_bytes, output_bytes)
+
     views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else []
     if "transpose" in views[:num_inputs]:
         # TMA loads row-major tiles: a transposed weight (nn.Linear's) would be copied on every call
-        return GluonFit("GLUON kernels load row-major operands; this kernel reads a transposed one", output_bytes)
-    element_bytes = max((to_torch(a.type.element_type).itemsize for a in args[:num_inputs]), default=4)
-    if any(d is not None and d.is_static and d.value * element_bytes % 16 for d in (cols, contraction)):
-        return GluonFit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long", output_bytes)
-    sizes = [rows, cols, contraction]
-    if all(d is not None and d.is_static for d in sizes) and rows.value * cols.value * contraction.value < GLUON_MIN_MACS:
-        return GluonFit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel's "
-                        f"host-side launch (under {GLUON_MIN_MACS} multiply-adds)", output_bytes)
-    return GluonFit(None, output_bytes)
+        return fit("GLUON kernels load row-major operands; this kernel reads a transposed one")
+    if any(d is not None and d.is_static and d.value * size % 16
+           for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
+        return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
+    if (all(d is not None and d.is_static for d in (rows, cols, contraction))
+            and rows.value * cols.value * contraction.value < GLUON_MIN_MACS):
+        return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel's "
+                   f"host-side launch (under {GLUON_MIN_MACS} multiply-adds)")
+    return fit(None)
 
 
 def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_bytes: int,
@@ -361,11 +371,12 @@ def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_byt
     if not (config.PERSISTENT and config.TMA) or config.WARP_SPECIALIZE:
         return ("GLUON kernels are persistent TMA kernels (PERSISTENT=1, TMA=1) and warp-specialized by construction "
                 "(WARP_SPECIALIZE=0)")
-    if element_bytes != 2:
+    # without the kernel's fit (a bare configuration), its inputs' element size for both
+    operand_bytes, output_bytes = (fit.operand_bytes, fit.output_bytes) if fit is not None else (element_bytes,) * 2
+    if operand_bytes != 2:
         return "GLUON kernels multiply fp16 or bf16 operands"
     # the ring of operand tiles and the output tile staged for its TMA store
-    output_bytes = fit.output_bytes if fit is not None else element_bytes
-    shared = (config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * element_bytes
+    shared = (config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * operand_bytes
               + config.BLOCK_M * config.BLOCK_N * output_bytes)
     if shared > limits.shared_memory:
         return (f"shared memory: {config.num_stages} stages x tiles + the output tile = {shared} bytes > "
@@ -471,7 +482,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     and skipped; the heuristic is the fallback. ``known``
     maps :func:`config_key` to trials measured before on this device and shape: those candidates are not run again
     (and do not count against the search budget). Switches with several values in the space (``PERSISTENT``,
-    ``TMA``, ``WARP_SPECIALIZE``, ``TF32X3``) are not searched: the search runs with their first value, then every setting of
+    ``TMA``, ``WARP_SPECIALIZE``, ``TF32X3``, ``GLUON``) are not searched: the search runs with their first value, then every setting of
     them is timed on the fastest configurations found (:func:`_refine`). ``prepare(configs)``, when given, is called
     with each group of candidates (``batch`` at a time for the model-guided search) before any of them is timed, so
     that they can be compiled together. ``size_hints`` give a kernel of symbolic sizes the sizes it is tuned for (its

@@ -129,9 +129,8 @@ def wgmma_tile_problem(block_m: int, block_n: int, warps: int, schedule: str = "
 def _gluon(text: str) -> str:
     """Triton code printed by the inherited tile-op handlers, in Gluon: ``gl`` re-exports ``tl``'s elementwise
     functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays; ``tl.math.div_rn`` is
-    ``gl.div_rn``; ``gl`` has no sigmoid, which is written out as Triton defines it (``1 / (1 + exp(-x))``)."""
-    text = re.sub(r"\btl\.sigmoid\((\w+)\)", r"(1.0 / (1.0 + tl.exp(-\1)))", text.replace("tl.math.div_rn(", "tl.div_rn("))
-    return re.sub(r"\btl\.(?!PropagateNan)", "gl.", text)
+    ``gl.div_rn``."""
+    return re.sub(r"\btl\.(?!PropagateNan)", "gl.", text.replace("tl.math.div_rn(", "tl.div_rn("))
 
 
 @dataclass
@@ -169,7 +168,9 @@ class GluonEmitter(TritonEmitter):
         self.turn = self.fresh("turn") if self.pingpong else None
         self.tile, self.step, self.slot, self.phase = (self.fresh(n) for n in ("tile", "step", "slot", "phase"))
         self.acc_layout = self.fresh("acc_layout")
-        self.walked, self.k_tiles, self.program_tiles = (self.fresh(n) for n in ("walked", "k_tiles", "program_tiles"))
+        if self.pingpong:  # a consumer's own tiles, and its ring position from the tile's place in the walk
+            self.walked, self.k_tiles, self.program_tiles = (self.fresh(n) for n in ("walked", "k_tiles",
+                                                                                       "program_tiles"))
         # the consumer's own staging tile for its TMA stores (one per consumer warpgroup in ping-pong)
         self.staging = f"{self.output_tile}.index(WARP_GROUP)" if self.pingpong else self.output_tile
         self.tma_args = {stage.source for stage in self.main.stages} | {self.main.store.dest}
@@ -243,15 +244,29 @@ class GluonEmitter(TritonEmitter):
     def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
         return _gluon(super().expr(dim, cdiv_name))
 
+    def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp) -> None:
+        """``gl`` has no sigmoid (SiLU's): it is written out as Triton defines it, ``1 / (1 + exp(-x))``."""
+        if op.fn.data == "sigmoid":
+            self.assign(op.result, f"1.0 / (1.0 + gl.exp(-{self.name(op.input)}))")
+            return
+        super().emit_tiled_loop_unary(op)
+
     # -- kernel ------------------------------------------------------------------------------------------------------
+    def buffer_arguments(self) -> list[tuple[str, str]]:
+        """(kernel parameter, what the launcher passes) for the buffers: a descriptor for each TMA-addressed buffer,
+        a pointer for each buffer read with pointers, then those buffers' strides."""
+        passed = []
+        for a in self.args:
+            if a in self.tma_args:
+                passed.append((self.descriptor(a), self.descriptor(a)))
+            if a in self.pointer_args:
+                passed.append((f"{self.names[a]}_ptr", self.names[a]))
+        return passed + [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
+                         if a in self.pointer_args for axis in range(a.type.rank)]
+
     def runtime_parameters(self) -> list[str]:
-        """The kernel's non-constexpr parameters: a descriptor for each TMA-addressed buffer, a pointer for each
-        buffer read with pointers, their strides, the symbolic dims."""
-        params = [name for a in self.args for name in ([self.descriptor(a)] if a in self.tma_args else [])
-                  + ([f"{self.names[a]}_ptr"] if a in self.pointer_args else [])]
-        params += [self.stride(i, axis) for i, a in enumerate(self.args) if a in self.pointer_args
-                   for axis in range(a.type.rank)]
-        return params + [p for p, _, _ in self.dims.values()]
+        """The kernel's non-constexpr parameters: its buffers' (:meth:`buffer_arguments`), the symbolic dims."""
+        return [param for param, _ in self.buffer_arguments()] + [p for p, _, _ in self.dims.values()]
 
     def shared_buffers(self) -> list[str]:
         """What the kernel allocates in shared memory and hands to every partition."""
@@ -399,34 +414,20 @@ class GluonEmitter(TritonEmitter):
     def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
         """A row (``[1, BLOCK_N]``, bias) or column vector in a slice of the accumulator's layout, broadcast as a
         2-D tile of that layout; or a whole tile (a residual) in the accumulator's layout."""
-        if op.source.type.rank == 2:
-            self.emit_tile_load(op)
-            return
-        axis = 1 if op.result.type.dims[0] == Dim(1) else 0
-        base = self.names[op.source]
-        index = self.fresh(f"{base}_{'cols' if axis == 1 else 'rows'}")
-        size = self.expr(op.result.type.dims[axis])
-        self.code.writeline(f"{index} = {self.expr(op.offsets.dims[0])} + "
-                            f"gl.arange(0, {size}, gl.SliceLayout({1 - axis}, {self.acc_layout}))")
-        broadcast = "[None, :]" if axis == 1 else "[:, None]"
-        widened = f"{index}.to(gl.int64)" if op.wide_index else index
-        pointers = f"{base}_ptr + {widened}{broadcast} * {self.stride(self.args.index(op.source), 0)}"
-        masked = (f", mask={index}{broadcast} < {self.expr(op.source.type.dims[0])}, other=0.0"
-                  if op.masked_axes[0] else "")
-        self.assign(op.result, f"gl.load({pointers}{masked})")
-
-    def emit_tile_load(self, op: memory_staged.LoadOp) -> None:
         base, source = self.names[op.source], self.args.index(op.source)
+        # the tile's axes the source runs along: a vector's one (broadcast along the other), a tile's two
+        axes = [0, 1] if op.source.type.rank == 2 else [1 if op.result.type.dims[0] == Dim(1) else 0]
         pointers, masks = [f"{base}_ptr"], []
-        for axis, (offset, size, dim) in enumerate(zip(op.offsets.dims, op.result.type.dims, op.source.type.dims)):
+        for source_axis, axis in enumerate(axes):
             index = self.fresh(f"{base}_{'rows' if axis == 0 else 'cols'}")
-            self.code.writeline(f"{index} = {self.expr(offset)} + gl.arange(0, {self.expr(size)}, "
-                                f"gl.SliceLayout({1 - axis}, {self.acc_layout}))")
+            self.code.writeline(f"{index} = {self.expr(op.offsets.dims[source_axis])} + gl.arange(0, "
+                                f"{self.expr(op.result.type.dims[axis])}, gl.SliceLayout({1 - axis}, "
+                                f"{self.acc_layout}))")
             broadcast = "[:, None]" if axis == 0 else "[None, :]"
             widened = f"{index}.to(gl.int64)" if op.wide_index else index
-            pointers.append(f"{widened}{broadcast} * {self.stride(source, axis)}")
-            if op.masked_axes[axis]:
-                masks.append(f"({index}{broadcast} < {self.expr(dim)})")
+            pointers.append(f"{widened}{broadcast} * {self.stride(source, source_axis)}")
+            if op.masked_axes[source_axis]:
+                masks.append(f"({index}{broadcast} < {self.expr(op.source.type.dims[source_axis])})")
         masked = f", mask={' & '.join(masks)}, other=0.0" if masks else ""
         self.assign(op.result, f"gl.load({' + '.join(pointers)}{masked})")
 
@@ -510,11 +511,7 @@ class GluonEmitter(TritonEmitter):
                                f"gl.{triton_name(buffer.type.element_type)}{output})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
-            args = [name for a, n in zip(self.args, names)
-                    for name in ([self.descriptor(a)] if a in self.tma_args else []) + ([n] if a in self.pointer_args else [])]
-            args += [f"{names[i]}.stride({axis})" for i, a in enumerate(self.args) if a in self.pointer_args
-                     for axis in range(a.type.rank)]
-            args += [p for p, _, _ in self.dims.values()]
+            args = [value for _, value in self.buffer_arguments()] + [p for p, _, _ in self.dims.values()]
             args += [f"{c}={v}" for c, v in self.constants.items()]
             args += [f"STAGES={self.kernel.num_stages.value.data}", f"num_warps={self.kernel.num_warps.value.data}"]
             code.writeline(f"{self.kernel_name}[grid](")

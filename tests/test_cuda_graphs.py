@@ -192,9 +192,9 @@ def test_a_call_that_cannot_be_captured_runs_plainly(caplog):
         torch.testing.assert_close(graphed(2 * x), normalized(2 * x))
     assert graphed.graph_count == 0
     assert sum("it cannot be captured" in r.getMessage() for r in caplog.records) == 1
-    # the failed capture left the CUDA random generator as it found it (before the fix, on torch 2.11: "Offset
-    # increment outside graph capture encountered unexpectedly" from every later random op in the process)
-    assert torch.randn(16, device="cuda").shape == (16,)
+    # the failed capture left the CUDA random generator as it found it: this must not raise (before the fix, on torch
+    # 2.11: "Offset increment outside graph capture encountered unexpectedly" from every later random op)
+    torch.randn(16, device="cuda")
 
 
 @NEEDS_GPU

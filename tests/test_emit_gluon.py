@@ -78,7 +78,7 @@ def test_a_residual_tile_is_read_in_the_accumulators_layout():
 def test_writes_out_what_gluon_does_not_name():
     """``gl`` has no sigmoid (SiLU's) and no ``math`` namespace: the sigmoid is written as Triton defines it."""
     source = emit_gluon(staged_kernel(chain(epilogue="silu")), TRITON_3_9_API)
-    assert "silu = (1.0 / (1.0 + gl.exp(-add)))" in source and "sigmoid(" not in source
+    assert "silu = 1.0 / (1.0 + gl.exp(-add))" in source and "sigmoid(" not in source
 
 
 @pytest.mark.parametrize(("config", "schedule", "reason"), [
@@ -150,9 +150,9 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     assert compiled.metadata.num_warps == warps + (8 if schedule == "pingpong" else 4)
 
 
-def test_the_gpu_smoke_probe_emits_both_sources_of_one_staged_kernel(tmp_path):
-    """benchmarks/probes/gluon_smoke.py, the milestone's GPU check, without a GPU: the Gluon and the Triton source of
-    the same staged kernel, as the GPU run would load them."""
+def test_the_gpu_smoke_probe_emits_its_three_sources(tmp_path):
+    """benchmarks/probes/gluon_smoke.py, the milestones' GPU check, without a GPU: the Gluon (cooperative) and the
+    Triton source of the same staged kernel and the ping-pong Gluon source, as the GPU run would load them."""
     import subprocess
     import sys
     from pathlib import Path

@@ -273,7 +273,7 @@ def test_gluon_is_not_offered_for_transposed_weights_or_small_gemms():
         return gluon_fit(kernel, Dim(m), Dim(n), Dim(k))
 
     big = [(1 << 16, 4096), (4096, 4096), (4096,)]
-    assert fit(["matmul", "add_bias", "relu"], big) == amk.tuner.GluonFit(None, 2)
+    assert fit(["matmul", "add_bias", "relu"], big) == amk.tuner.GluonFit(None, 2, 2)
     linear = fit([("matmul", {"transpose_b": True}), "relu"], [(1 << 16, 4096), (4096, 4096)])
     assert "transposed" in linear.refusal
     small = fit(["matmul", "add_bias", "relu"], [(512, 4096), (4096, 4096), (4096,)])
@@ -281,7 +281,7 @@ def test_gluon_is_not_offered_for_transposed_weights_or_small_gemms():
     config = KernelConfig(**B_GLUON)
     assert "transposed" in prune_reason(config, "tile2d", True, 2, HOPPER, gluon=linear)
     assert "the output tile = 278528 bytes" in prune_reason(config, "tile2d", True, 2, HOPPER,
-                                                             gluon=amk.tuner.GluonFit(None, 4))
+                                                             gluon=amk.tuner.GluonFit(None, 2, 4))
 
 
 def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypatch):

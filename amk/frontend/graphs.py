@@ -137,11 +137,7 @@ class CUDAGraphed:
                 with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                     outputs = self.fn(*static_args, **static_kwargs)
             except RuntimeError as error:  # an operation that cannot be captured
-                try:
-                    end_failed_capture(device)
-                except RuntimeError as cleanup:  # the plain call still runs; later random ops may fail
-                    log.warning("amk: after a failed CUDA graph capture, resetting the random generator's capture "
-                                "state failed: %s", str(cleanup).splitlines()[0][:200])
+                end_failed_capture(device)
                 self._report(f"it cannot be captured ({str(error).splitlines()[0][:200]})")
                 return None
         return _Graph(graph, static_inputs, outputs)

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=3)
     parser.add_argument("--pingpong-stages", type=int, default=4)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--emit-only", type=Path, metavar="DIR", help="write the two sources to DIR and stop")
+    parser.add_argument("--emit-only", type=Path, metavar="DIR", help="write the three sources to DIR and stop")
     args = parser.parse_args()
     if args.emit_only is not None:
         args.emit_only.mkdir(parents=True, exist_ok=True)
