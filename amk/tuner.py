@@ -835,18 +835,18 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         compiling: dict[KernelConfig, Future] = {}  # candidates handed to the workers, not timed yet
 
         def prepare(configs: list[KernelConfig]) -> None:
-            """Hand ``configs`` to the workers and return: the first are timed while the next compile."""
-            jobs, ahead = [], []
-            for config in configs:
-                if config in compiling:
-                    continue
+            """Hand ``configs`` to the workers and return: the first are timed while the next compile. Each goes to
+            the workers as soon as it is emitted, so that they compile while the rest are emitted."""
+            ahead = [config for config in dict.fromkeys(configs) if config not in compiling]
+            if len(ahead) < 2:  # one candidate compiles as fast in this process, when it is first launched
+                return
+            for config in ahead:
                 try:
-                    jobs.append(compile_job(kernel, config, source(config), bindings))
-                    ahead.append(config)
+                    job = compile_job(kernel, config, source(config), bindings)
                 except Exception as error:  # left to fail, and be recorded, when the candidate is timed
                     log.info("config %s not compiled ahead: %s", config.user_view(), error)
-            if len(jobs) > 1:  # one candidate compiles as fast in this process, when it is first launched
-                compiling.update(zip(ahead, compiler.submit(jobs)))
+                    continue
+                compiling[config] = compiler.submit([job])[0]
 
         def compiled_ahead(config: KernelConfig) -> None:
             """Wait for the worker compiling ``config``, if one is (the wait is the build's compile phase)."""
