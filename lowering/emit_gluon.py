@@ -560,6 +560,8 @@ class EmitGluonPass(ModulePass):
     schedule: str = "cooperative"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.schedule not in SCHEDULES:
+            raise PassFailedException(f"amk-emit-gluon: schedule must be {' or '.join(SCHEDULES)}, got {self.schedule!r}")
         for kernel in op.walk():
             if isinstance(kernel, memory_staged.KernelOp):
                 kernel.attributes["gluon_source"] = StringAttr(emit_gluon(kernel, schedule=self.schedule))

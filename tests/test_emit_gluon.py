@@ -91,6 +91,11 @@ def test_refuses_a_schedule_it_cannot_emit(config, schedule, reason):
         emit_gluon(staged_kernel(chain(), config), TRITON_3_9_API, schedule)
 
 
+def test_the_pass_checks_its_schedule_option_before_any_kernel():
+    with pytest.raises(PassFailedException, match="amk-emit-gluon: schedule must be cooperative or pingpong, got 'x'"):
+        EmitGluonPass(schedule="x").apply(make_context(), staged_kernel(chain()).parent_op())
+
+
 def test_pass_attaches_the_source_with_the_installed_spellings():
     kernel = staged_kernel(chain())
     EmitGluonPass().apply(make_context(), kernel.parent_op())
