@@ -393,7 +393,7 @@ def _gluon_strategies() -> list[str]:
 @dataclass
 class Trial:
     config: KernelConfig
-    status: str  # "ok", "pruned", "failed", "wrong"
+    status: str  # "ok", "failed", "wrong" (timed, see TIMED); "pruned"; "untimed" (kept without a search)
     time_ms: float | None = None
     detail: str = ""
     reused: bool = False  # taken from an earlier measurement on this device (amk's timings cache), not re-timed
@@ -409,6 +409,35 @@ class Trial:
         time_ms = data.get("time_ms")
         return Trial(config, str(data["status"]), None if time_ms is None else float(time_ms),
                      str(data.get("detail", "")))
+
+
+TIMED = ("ok", "failed", "wrong")  # the statuses of trials that were measured (and are worth keeping)
+
+# A kernel whose problem moves at most this many bytes and does at most this many multiply-adds is bound by its launch:
+# its work takes well under the ~2-3 us that launching it costs on the GPUs amk tunes on (256 KiB is 0.06 us of H200
+# bandwidth), so every configuration runs in about the same time and a search would only compile candidates. The
+# small-sized buckets of amk.compile (a few rows of a small model) are where this saves most: examples/mlp_blocks.py
+# --small tuned 24 such buckets on the H200 and ran past 300 s.
+LAUNCH_BOUND_BYTES = 256 * 1024
+LAUNCH_BOUND_MACS = 2 ** 22
+
+
+def launch_bound(kernel, size_hints: Mapping[str, int] | None = None) -> str | None:
+    """Why ``kernel`` is not worth searching at these sizes (see ``LAUNCH_BOUND_BYTES``), or None: also None where a
+    size is symbolic (the tuner times concrete sizes)."""
+    from amk.lowering.stage import kernel_problem
+
+    rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
+    dims = [rows, cols] if contraction is None else [rows, cols, contraction]
+    if not all(dim.is_static for dim in dims):
+        return None
+    m, n = rows.value, cols.value
+    k = contraction.value if contraction is not None else 0
+    moved = element_bytes * (m * k + k * n + m * n if k else 2 * m * n)
+    if moved > LAUNCH_BOUND_BYTES or m * n * k > LAUNCH_BOUND_MACS:
+        return None
+    return (f"launch-bound at {m} x {n}" + (f" x {k}" if k else "") + f" ({moved} bytes, {m * n * k} multiply-adds): "
+            "the heuristic configuration, not searched")
 
 
 def config_key(config: KernelConfig) -> str:

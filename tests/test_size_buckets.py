@@ -135,7 +135,7 @@ def test_a_bucket_is_built_for_its_sizes_and_runs_every_size(tmp_path):
 def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
     """Which kernels the build service hands to the tuner (as on a GPU): a static split_k kernel (its workspace
     dims hold tile sizes, which the tuner chooses), a symbolic one with a hint for every size; not one whose row
-    count has no value to time at (it keeps the heuristic)."""
+    count has no value to time at, nor one bound by its launch at its hint (both keep the heuristic)."""
     tuned = []
 
     def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned):  # amk.tuner.autotune_chooser's
@@ -148,11 +148,11 @@ def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
     monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
     # One program's kernels: fp32 chains under "highest" would also build the vendor-GEMM program to time against it.
     cache = TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
-    static = BuildRequest(lambda: amk.oplist.build_module(["matmul", "relu"], [(4, K), (K, 32)], torch.float32),
-                          [(4, K), (K, 32)], torch.float32, tuner_config=cache)
+    static = BuildRequest(lambda: amk.oplist.build_module(["matmul", "relu"], [(64, K), (K, 32)], torch.float32),
+                          [(64, K), (K, 32)], torch.float32, tuner_config=cache)
     build(static, save=False)
     assert tuned == ["split_k"]
-    for hints, expected in [((("s0", 1),), ["split_k"]), ((), [])]:
+    for hints, expected in [((("s0", 64),), ["split_k"]), ((("s0", 1),), []), ((), [])]:
         tuned.clear()
         build(BuildRequest(symbolic_module, [("s0", K), (K, 32)], torch.float32, tuner_config=cache,
                            size_hints=hints), save=False)
@@ -166,6 +166,17 @@ def symbolic_kernel(size_hints: str = "") -> tiled_loop.KernelOp:
     TilePass(size_hints=size_hints).apply(ctx, module)
     (kernel,) = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
     return kernel
+
+
+def test_a_bucket_too_small_to_tune_is_launch_bound_only_at_its_sizes():
+    """One row of a 1024 x 32 linear moves 135 KB and does 32768 multiply-adds: bound by its launch, not searched;
+    64 rows move 401 KB; without a value for the row count nothing is known."""
+    from amk.tuner import launch_bound
+
+    kernel = symbolic_kernel()
+    assert "launch-bound at 1 x 32 x 1024" in launch_bound(kernel, {"s0": 1})
+    assert launch_bound(kernel, {"s0": 64}) is None
+    assert launch_bound(kernel) is None
 
 
 def test_the_tuner_searches_a_symbolic_kernel_at_the_hints(monkeypatch):

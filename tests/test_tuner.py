@@ -322,3 +322,35 @@ def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(c
     x, w, b = (torch.randn(shape, dtype=torch.float16, device=kernel.device) for shape in shapes)
     expected = torch.relu(x.float() @ w.float() + b.float())
     assert ((kernel(x, w, b).float() - expected).norm() / expected.norm()).item() < 1e-3
+
+
+def test_launch_bound_kernels_are_told_by_their_bytes_and_multiply_adds():
+    """A 64 x 64 x 64 GEMM (48 KiB, 2^18 multiply-adds) and a 32-row LayerNorm over 1024 columns are bound by their
+    launch; a 4096-square GEMM and 512 LayerNorm rows (4 MiB) are not."""
+    from conftest import tile_level_kernel
+
+    from amk.tuner import launch_bound
+
+    assert "launch-bound at 64 x 64 x 64 (49152 bytes" in launch_bound(tiled_kernel())
+    assert launch_bound(tiled_kernel(rows=4096, width=4096)) is None
+
+    def layernorm(rows):
+        return tile_level_kernel(["layernorm"], [(rows, 1024), (1024,), (1024,)], torch.float32)
+
+    assert "launch-bound at 32 x 1024 (262144 bytes, 0 multiply-adds)" in launch_bound(layernorm(32))
+    assert launch_bound(layernorm(512)) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuner times candidates on a GPU")
+def test_a_launch_bound_kernel_keeps_the_heuristic_without_a_search(tmp_path):
+    """Nothing is compiled or timed for it: its log is one untimed trial, of the configuration the kernel runs with,
+    saying why; the kernel computes the chain."""
+    from amk.tuner import KernelConfig
+
+    ops, shapes = ["matmul", "add_bias", "relu"], [(8, 64), (64, 64), (64,)]
+    built = amk.build_fused_kernel(ops, shapes, torch.float16, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    (trial,) = built.tuning_log["fused_0"]
+    assert trial["status"] == "untimed" and "launch-bound at 8 x 64 x 64" in trial["detail"]
+    assert KernelConfig.from_user_view(trial["config"]) == built.compiled.kernels["fused_0"].config
+    x, w, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)
+    torch.testing.assert_close(built(x, w, b), torch.relu(x @ w + b), atol=2e-2, rtol=2e-2)
