@@ -98,6 +98,24 @@ def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) ->
     return DTypeResult(dtype, difference.max().item(), difference.mean().item(), relative, TOLERANCES.get(dtype, 1e-2))
 
 
+def compare_with_pytorch(output: torch.Tensor, pytorch_output: torch.Tensor, dtype: torch.dtype,
+                         precise: Callable[[], torch.Tensor] | None = None) -> DTypeResult:
+    """``output`` against PyTorch's result of the same computation in ``dtype``. PyTorch's result has rounding errors
+    of its own (a bf16 Linear rounds its output to bf16 before the norm that follows; a fused kernel keeps fp32): where
+    the two differ by more than the dtype's tolerance and ``precise()`` computes the same in float64, ``output`` is
+    judged against that instead and passes within the tolerance or twice PyTorch's own error, whichever is larger
+    (the rule of ``benchmarks/models.py``)."""
+    result = compare(output, pytorch_output, dtype)
+    if result.passed or precise is None:
+        return result
+    reference = precise()
+    pytorch_error = compare(pytorch_output, reference, dtype).relative_l2_error
+    judged = compare(output, reference, dtype)
+    if math.isfinite(pytorch_error):  # PyTorch overflowing where float64 does not excuses nothing
+        judged.tolerance = max(judged.tolerance, 2 * pytorch_error)
+    return judged
+
+
 def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device, scales: Sequence[float] | None = None,
                   seed: int | None = None) -> list[torch.Tensor]:
     """Fresh standard-normal inputs (never zeros), each scaled by ``scales[i]`` when given, drawn on ``device`` (a
