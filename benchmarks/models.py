@@ -29,6 +29,11 @@ Per row and contender, in this order:
   ``triton.testing.do_bench(fn, return_mode="median")``). The flush hides a call's host time only up to its own
   length (about 60 µs on the H200): a call whose host time is longer keeps the GPU waiting, and that shows here.
 
+Per row, ``amk_ran`` records what ``amk.explain`` says of the compiled module after its calls: each size bucket of
+each fused subgraph, whether amk's kernels or the subgraph's PyTorch ops ran it, with the times (or the failed check)
+that decided it, and the ops left to PyTorch outside the subgraphs (the table's last section): an amk figure equal to
+eager's is then told from a kernel that lost its race or failed its check.
+
 ``speedup`` is the best correct torch.compile time of the row over the best correct amk time (above 1: amk is
 faster); ``speedup_no_graphs`` compares plain ``amk`` with the better of ``compile`` and ``max_autotune``. The
 geomeans are over the rows that have them. Writes ``<out>/<date>-<gpu>-models.json``, ``.md`` and (with matplotlib)
@@ -346,6 +351,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         except Exception as failure:  # a contender that does not compile or run is reported, not fatal
             result["contenders"][name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
         print(f"   {name}: {json.dumps(result['contenders'][name])}", flush=True)
+    if compiled_amk:
+        result["amk_ran"] = what_amk_ran(amk.explain(compiled_amk[0], print_report=False))
     result["speedup"] = speedup(result["contenders"], TORCH_COMPILE, AMK)
     result["speedup_no_graphs"] = speedup(result["contenders"], ("compile", "max_autotune"), ("amk",))
     del module, reference, inputs, compiled_amk
@@ -354,6 +361,27 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
+
+
+def what_amk_ran(report) -> dict:
+    """From ``amk.explain`` of the row's compiled module: each size bucket of each fused subgraph, what ran it (``amk``
+    or ``pytorch``) and the times or the reason that decided it, and the ops left to PyTorch outside the subgraphs."""
+    buckets = [{"subgraph": subgraph.name, "sizes": bucket.sizes, "runs": bucket.runs, "amk_ms": bucket.amk_ms,
+                "pytorch_ms": bucket.pytorch_ms, "note": bucket.note}
+               for graph in report.graphs for subgraph in graph.subgraphs for bucket in subgraph.buckets]
+    return {"buckets": buckets, "left_to_pytorch": [f"{node.name}: {node.reason}" for node in report.pytorch]}
+
+
+def ran_summary(ran: dict) -> str:
+    """One line: how many buckets ran amk's kernels, how many PyTorch's ops, and the ops left to PyTorch."""
+    runs = [bucket["runs"] for bucket in ran["buckets"]]
+    text = f"{runs.count('amk')} of {len(runs)} buckets ran amk's kernels"
+    reasons = [bucket["note"] for bucket in ran["buckets"] if bucket["runs"] != "amk"]
+    if reasons:
+        text += "; PyTorch: " + "; ".join(reasons)
+    if ran["left_to_pytorch"]:
+        text += "; not fused: " + "; ".join(ran["left_to_pytorch"])
+    return text
 
 
 def best_ms(contenders: dict, names) -> float | None:
@@ -409,6 +437,9 @@ def tables(document: dict) -> str:
                           f"{entry['rel_l2']:.1e} ({entry['max_abs']:.1e})" + (" wrong" if entry["status"] == "wrong"
                                                                                else ""))
         lines.append(f"| {r['row']} | " + " | ".join(errors) + " |")
+    ran = [(r["row"], ran_summary(r["amk_ran"])) for r in rows if "amk_ran" in r]
+    if ran:
+        lines += ["\nWhat amk.compile ran (`amk.explain`).\n"] + [f"- {row}: {summary}" for row, summary in ran]
     failures = [(r["row"], c, e["error"]) for r in rows for c, e in r["contenders"].items() if e["status"] == "failed"]
     if failures:
         lines += ["\nFailures:\n"] + [f"- {row} / {c}: `{error}`" for row, c, error in failures]

@@ -47,6 +47,12 @@ def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(sm
     table = (smoke / "smoke.md").read_text()
     assert "| row | eager | amk.compile |" in table and "| fp16_linear_layernorm: Linear + LayerNorm, fp16 |" in table
     assert "Per-call host time, µs." in table and "Relative L2 error against float64" in table
+    # What ran is recorded per row: on the CPU every bucket of these rows runs amk's kernels (a failed check would show
+    # here); on a GPU each bucket was timed against PyTorch, and the faster ran.
+    for row in document["rows"]:
+        for bucket in row["amk_ran"]["buckets"]:
+            assert (bucket["amk_ms"] > 0 and bucket["pytorch_ms"] > 0) if GPU else bucket["runs"] == "amk", bucket
+    assert "- llama_mlp_decode_m1: 1 of 1 buckets ran amk's kernels" in table or GPU
 
 
 def test_render_rewrites_the_table_from_the_json(smoke, tmp_path):
