@@ -21,6 +21,7 @@ own reference is the caller's: :func:`keep_verification` stores a passing report
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from amk import cache
-from amk.build_phases import phase
+from amk.build_phases import phase, recording
 from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
@@ -104,7 +105,8 @@ class BuildRequest:
 @dataclass
 class Built:
     """A built program: ``entry`` is the cache entry it came from (None when it was compiled by this build);
-    ``tuning_log`` holds every kernel's trials, ``program_times`` the whole programs timed against each other."""
+    ``tuning_log`` holds every kernel's trials, ``program_times`` the whole programs timed against each other,
+    ``build_phases`` the seconds the build spent per phase (:mod:`amk.build_phases`) and in all (``total``)."""
 
     compiled: CompiledProgram
     key: str
@@ -112,6 +114,7 @@ class Built:
     entry: cache.Entry | None = None
     tuning_log: dict[str, list[dict]] = field(default_factory=dict)
     program_times: dict[str, float] = field(default_factory=dict)
+    build_phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def cache_hit(self) -> bool:
@@ -131,7 +134,16 @@ def check_build_arguments(autotune, verify, tuner_config) -> None:
 
 def build(request: BuildRequest, save: bool = True) -> Built:
     """Build ``request`` (see the module's docstring); ``save=False`` leaves the entry unwritten (a caller that
-    verifies first stores it with :func:`keep_verification`)."""
+    verifies first stores it with :func:`keep_verification`). Its phases are timed (``Built.build_phases``; inside a
+    caller's :func:`~amk.build_phases.recording`, they add to the caller's)."""
+    started = time.perf_counter()
+    with recording() as clock:
+        built = _build(request, save)
+    built.build_phases = {**clock.seconds, "total": time.perf_counter() - started}
+    return built
+
+
+def _build(request: BuildRequest, save: bool) -> Built:
     store, settings = request.store, request.settings
     alias = cache.request_key(request.ops, request.shapes, request.dtype, settings) if request.ops else None
     if request.dumper is None:

@@ -31,8 +31,9 @@ Per row and contender, in this order:
 
 Per row, ``amk_ran`` records what ``amk.explain`` says of the compiled module after its calls: each size bucket of
 each fused subgraph, whether amk's kernels or the subgraph's PyTorch ops ran it, with the times (or the failed check)
-that decided it, and the ops left to PyTorch outside the subgraphs (the table's last section): an amk figure equal to
-eager's is then told from a kernel that lost its race or failed its check.
+that decided it and the seconds of its build per phase (where ``first_call_s`` went), and the ops left to PyTorch
+outside the subgraphs (the table's last section): an amk figure equal to eager's is then told from a kernel that lost
+its race or failed its check.
 
 ``speedup`` is the best correct torch.compile time of the row over the best correct amk time (above 1: amk is
 faster); ``speedup_no_graphs`` compares plain ``amk`` with the better of ``compile`` and ``max_autotune``. The
@@ -365,9 +366,11 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
 
 def what_amk_ran(report) -> dict:
     """From ``amk.explain`` of the row's compiled module: each size bucket of each fused subgraph, what ran it (``amk``
-    or ``pytorch``) and the times or the reason that decided it, and the ops left to PyTorch outside the subgraphs."""
+    or ``pytorch``), the times or the reason that decided it and the seconds its build took per phase (``build_s``),
+    and the ops left to PyTorch outside the subgraphs."""
     buckets = [{"subgraph": subgraph.name, "sizes": bucket.sizes, "runs": bucket.runs, "amk_ms": bucket.amk_ms,
-                "pytorch_ms": bucket.pytorch_ms, "note": bucket.note}
+                "pytorch_ms": bucket.pytorch_ms, "note": bucket.note, "cached": bucket.cached,
+                "build_s": {name: round(seconds, 2) for name, seconds in bucket.build_phases.items()}}
                for graph in report.graphs for subgraph in graph.subgraphs for bucket in subgraph.buckets]
     return {"buckets": buckets, "left_to_pytorch": [f"{node.name}: {node.reason}" for node in report.pytorch]}
 

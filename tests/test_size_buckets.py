@@ -266,6 +266,9 @@ def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
     assert frontend.STATS.pipeline_runs - runs == 3, "a bucket built ahead was built again"
     text = str(amk.explain(compiled, print_report=False))
     assert "257 <= M <= 512 (built for s" in text and "not timed: no GPU (the kernels run in Triton's interpreter)" in text
+    # where each bucket's build time went: the passes and the Triton source at least (a new cache: nothing reused)
+    assert all(b.build_phases["total"] >= b.build_phases["emit"] > 0 for b in buckets.values())
+    assert text.count("; built in ") == 3
     assert "not timed: autotune is off" in str(amk.explain(model, batch(2), print_report=False))
 
 

@@ -69,8 +69,9 @@ def decide(amk_ms: float, pytorch_ms: float) -> str:
 class BucketReport:
     """One size bucket of a subgraph: ``sizes`` (which row counts it serves), ``hints`` (the sizes it was built
     for), its ``kernels`` (name, strategy, configuration), whether its program came from the cache, what ``runs``
-    (:data:`AMK` or :data:`PYTORCH`), the two times that decided it (ms; None when not timed) and ``note``: how it
-    was decided (timed, not timed and why, failed verification, did not compile)."""
+    (:data:`AMK` or :data:`PYTORCH`), the two times that decided it (ms; None when not timed), ``note``: how it
+    was decided (timed, not timed and why, failed verification, did not compile), and ``build_phases``: the seconds
+    its build took, per phase and in all (``total``; empty when it did not compile)."""
 
     sizes: str
     hints: dict[str, int]
@@ -80,6 +81,7 @@ class BucketReport:
     amk_ms: float | None = None
     pytorch_ms: float | None = None
     note: str = "not called yet: checked on the first call of these sizes"
+    build_phases: dict[str, float] = field(default_factory=dict)
 
     def timed(self, amk_ms: float, pytorch_ms: float) -> None:
         """Record the times of the bucket's first call and run the faster from then on."""
@@ -95,6 +97,10 @@ class BucketReport:
         built_for = ", ".join(f"{symbol}={value}" for symbol, value in self.hints.items())
         runs = "its kernels" + (" (from the cache)" if self.cached else "") if self.runs == AMK else "PyTorch"
         head = f"{self.sizes}" + (f" (built for {built_for})" if built_for else "") + f": runs {runs}; {self.note}"
+        if self.build_phases and not self.cached:
+            phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.build_phases.items()
+                               if name != "total" and seconds >= 0.05)
+            head += f"; built in {self.build_phases['total']:.1f} s" + (f" ({phases})" if phases else "")
         return "\n".join([head, *(f"  {kernel}" for kernel in self.kernels)])
 
 
