@@ -34,8 +34,9 @@ lint: $(STAMP)
 lit: $(STAMP)
 	$(VENV)/bin/lit tests/filecheck -q
 
+# worksteal: an idle worker takes tests queued on a busy one, so that a few long tests do not end the run alone
 pytest: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 # The long differential-fuzzing profile: 5,000 fresh random op chains, larger shapes, two workers (`make pytest` runs
 # the fast, derandomized profile of 200). Each worker prints its count of cases at the end.
