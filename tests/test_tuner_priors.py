@@ -174,8 +174,8 @@ def test_a_build_is_seeded_with_what_won_for_an_earlier_build_of_its_family(monk
     monkeypatch.setattr(amk.build, "autotune_chooser", tuner)
     monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
     settings = amk.TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
-    for rows, dtype in [(256, torch.float16), (512, torch.float16), (512, torch.float32)]:
-        shapes = [(rows, 128), (128, 64), (64,)]
+    for rows, dtype in [(2048, torch.float16), (4096, torch.float16), (4096, torch.float32)]:  # not launch-bound
+        shapes = [(rows, 256), (256, 256), (256,)]
         build(BuildRequest(lambda shapes=shapes, dtype=dtype: amk.oplist.build_module(
             ["matmul", "add_bias", "relu"], shapes, dtype), shapes, dtype, tuner_config=settings), save=False)
     assert offered == [[], [winner.user_view()], []]
