@@ -34,7 +34,7 @@ from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
-from amk.tuner import TIMED, Trial, TunerConfig, autotune_chooser, config_key, launch_bound, untimed_in_grid
+from amk.tuner import TIMED, Trial, TunerConfig, autotune_chooser, config_key, launch_bound_reason, untimed_in_grid
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -261,9 +261,9 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
     and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
-    keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes) and where the
-    kernel is bound by its launch at those sizes (:func:`amk.tuner.launch_bound`: its log holds one ``untimed``
-    trial saying so); ``recorded``
+    keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes). A kernel, of
+    static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too,
+    with one ``untimed`` trial in its log saying why. ``recorded``
     (configs kept or imported for this very build) wins over both."""
     from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
@@ -306,11 +306,11 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                 log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
                          kernel.sym_name.data, ", ".join(sorted(unbound)))
                 return untimed(kernel)
-            too_small = launch_bound(kernel, size_hints)
-            if too_small:
-                log.info("%s is %s", kernel.sym_name.data, too_small)
+            reason = launch_bound_reason(kernel, size_hints)
+            if reason:
+                log.info("%s is %s", kernel.sym_name.data, reason)
                 config = untimed(kernel)
-                tuning_log[kernel.sym_name.data] = [Trial(config, "untimed", detail=too_small).as_dict()]
+                tuning_log[kernel.sym_name.data] = [Trial(config, "untimed", detail=reason).as_dict()]
                 return config
             return tuned(kernel)
 

@@ -3,9 +3,12 @@ workers or at a candidate's first launch), preparing candidates for timing (draw
 candidate's module, allocating its outputs), timing candidates and verifying, for the tuner's progress bar and
 ``FusedKernel.build_phases``.
 
-A build opens a :func:`recording`; the code doing each kind of work wraps it in :func:`phase`. Phases nest (a
-candidate's first launch compiles inside the timing loop): the inner phase's time is not counted in the outer one's,
-so the phases add up to at most the build's wall time. Outside a recording, :func:`phase` only runs its body.
+A build opens a :func:`recording` (``Built.build_phases``, which ``FusedKernel.build_phases`` and ``amk.explain``'s
+size buckets show); the code doing each kind of work wraps it in :func:`phase`. Phases nest (a candidate's first
+launch compiles inside the timing loop): the inner phase's time is not counted in the outer one's, so the phases add
+up to at most the build's wall time. Recordings nest too (a build inside ``build_fused_kernel``'s): the inner one
+has a clock of its own, whose seconds go to the enclosing clock when it ends. Outside a recording, :func:`phase` only
+runs its body.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ class PhaseClock:
         self.seconds[self.open.pop()] += now - self.since
         self.since = now
 
+    def pause(self) -> None:
+        """A nested recording starts: the open phase's time so far is counted, the nested clock counts from here."""
+        now = time.perf_counter()
+        if self.open:
+            self.seconds[self.open[-1]] += now - self.since
+        self.since = now
+
+    def resume(self, nested: PhaseClock) -> None:
+        """A nested recording ended: its seconds are this clock's too, and the open phase counts on from now."""
+        for name, seconds in nested.seconds.items():
+            self.seconds[name] += seconds
+        self.since = time.perf_counter()
+
     def summary(self) -> str:
         return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in self.seconds.items() if seconds >= 0.05)
 
@@ -47,17 +63,18 @@ _CLOCK: ContextVar[PhaseClock | None] = ContextVar("amk_build_phases", default=N
 
 @contextmanager
 def recording() -> Iterator[PhaseClock]:
-    """Time the phases of the build run inside (a nested recording adds to the enclosing one)."""
-    clock = _CLOCK.get()
-    if clock is not None:
-        yield clock
-        return
+    """Time the phases of the build run inside (a nested recording's seconds add to the enclosing one's)."""
+    enclosing = _CLOCK.get()
+    if enclosing is not None:
+        enclosing.pause()
     clock = PhaseClock()
     token = _CLOCK.set(clock)
     try:
         yield clock
     finally:
         _CLOCK.reset(token)
+        if enclosing is not None:
+            enclosing.resume(clock)
 
 
 @contextmanager

@@ -413,31 +413,41 @@ class Trial:
 
 TIMED = ("ok", "failed", "wrong")  # the statuses of trials that were measured (and are worth keeping)
 
-# A kernel whose problem moves at most this many bytes and does at most this many multiply-adds is bound by its launch:
-# its work takes well under the ~2-3 us that launching it costs on the GPUs amk tunes on (256 KiB is 0.06 us of H200
-# bandwidth), so every configuration runs in about the same time and a search would only compile candidates. The
-# small-sized buckets of amk.compile (a few rows of a small model) are where this saves most: examples/mlp_blocks.py
-# --small tuned 24 such buckets on the H200 and ran past 300 s.
+# A kernel that moves at most LAUNCH_BOUND_BYTES (its inputs and outputs), does at most LAUNCH_BOUND_MACS
+# multiply-adds and walks at most LAUNCH_BOUND_LENGTH values in one program's loop (its contraction, or its row where
+# it has none) is bound by its launch: its work takes well under the ~2-3 us that launching it costs on the GPUs amk
+# tunes on (256 KiB is 0.06 us of H200 bandwidth) and no program loops long, so every configuration runs in about the
+# same time and a search would only compile candidates. The small-sized buckets of amk.compile (a few rows of a small
+# model) are where this saves most: examples/mlp_blocks.py --small tuned two dozen such buckets on the H200 and ran
+# past 300 s. A decode step's long rows (a 32000-wide softmax, split_k over K = 4096) are tuned: there the tile sizes
+# set how long one program loops.
 LAUNCH_BOUND_BYTES = 256 * 1024
 LAUNCH_BOUND_MACS = 2 ** 22
+LAUNCH_BOUND_LENGTH = 1024
 
 
-def launch_bound(kernel, size_hints: Mapping[str, int] | None = None) -> str | None:
+def launch_bound_reason(kernel, size_hints: Mapping[str, int] | None = None) -> str | None:
     """Why ``kernel`` is not worth searching at these sizes (see ``LAUNCH_BOUND_BYTES``), or None: also None where a
-    size is symbolic (the tuner times concrete sizes)."""
+    size has no value (the tuner times concrete sizes)."""
     from amk.lowering.stage import kernel_problem
+    from amk.symbolic import evaluate
 
-    rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
-    dims = [rows, cols] if contraction is None else [rows, cols, contraction]
-    if not all(dim.is_static for dim in dims):
+    bindings = dict(size_hints or {})
+    try:
+        rows_dim, cols_dim, contraction_dim, _ = kernel_problem(kernel, size_hints)
+        rows, cols = evaluate(rows_dim, bindings), evaluate(cols_dim, bindings)
+        contraction = None if contraction_dim is None else evaluate(contraction_dim, bindings)
+        moved = sum(math.prod(evaluate(dim, bindings) for dim in value.type.dims)
+                    * max(1, getattr(value.type.element_type, "bitwidth", 32) // 8)
+                    for value in (*kernel.inputs, *kernel.outputs))
+    except ValueError:  # a size without a value
         return None
-    m, n = rows.value, cols.value
-    k = contraction.value if contraction is not None else 0
-    moved = element_bytes * (m * k + k * n + m * n if k else 2 * m * n)
-    if moved > LAUNCH_BOUND_BYTES or m * n * k > LAUNCH_BOUND_MACS:
+    macs = rows * cols * (contraction or 0)
+    length = contraction if contraction is not None else cols
+    if moved > LAUNCH_BOUND_BYTES or macs > LAUNCH_BOUND_MACS or length > LAUNCH_BOUND_LENGTH:
         return None
-    return (f"launch-bound at {m} x {n}" + (f" x {k}" if k else "") + f" ({moved} bytes, {m * n * k} multiply-adds): "
-            "the heuristic configuration, not searched")
+    problem = " x ".join(str(d) for d in (rows, cols, contraction) if d is not None)
+    return (f"launch-bound at {problem} ({moved} bytes moved, {macs} multiply-adds): kept without a search")
 
 
 def config_key(config: KernelConfig) -> str:
@@ -561,7 +571,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
             if reason:
                 trials.append(Trial(config, "pruned", detail=reason))
                 log.info("pruned %s: %s", config.user_view(), reason)
-            elif previous is not None and previous.status in ("ok", "failed", "wrong"):
+            elif previous is not None and previous.status in TIMED:
                 trials.append(Trial(config, previous.status, previous.time_ms, previous.detail, reused=True))
             else:
                 fresh.append(config)

@@ -99,16 +99,18 @@ def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) ->
 
 
 def compare_with_pytorch(output: torch.Tensor, pytorch_output: torch.Tensor, dtype: torch.dtype,
-                         precise: Callable[[], torch.Tensor] | None = None) -> DTypeResult:
+                         precise: Callable[[], torch.Tensor | None] | None = None) -> DTypeResult:
     """``output`` against PyTorch's result of the same computation in ``dtype``. PyTorch's result has rounding errors
     of its own (a bf16 Linear rounds its output to bf16 before the norm that follows; a fused kernel keeps fp32): where
-    the two differ by more than the dtype's tolerance and ``precise()`` computes the same in float64, ``output`` is
-    judged against that instead and passes within the tolerance or twice PyTorch's own error, whichever is larger
-    (the rule of ``benchmarks/models.py``)."""
+    the two differ by more than the dtype's tolerance and ``precise()`` computes the same in float64 (None where it
+    cannot), ``output`` is judged against that instead and passes within the tolerance or twice PyTorch's own error,
+    whichever is larger (the rule of ``benchmarks/models.py``)."""
     result = compare(output, pytorch_output, dtype)
     if result.passed or precise is None:
         return result
     reference = precise()
+    if reference is None:
+        return result
     pytorch_error = compare(pytorch_output, reference, dtype).relative_l2_error
     judged = compare(output, reference, dtype)
     if math.isfinite(pytorch_error):  # PyTorch overflowing where float64 does not excuses nothing

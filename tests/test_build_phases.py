@@ -25,6 +25,20 @@ def test_nested_phases_are_counted_once():
     assert clock.open == [] and "compile 0.1s" in clock.summary()
 
 
+def test_a_nested_recording_counts_its_own_phases_and_adds_them_to_the_enclosing_one():
+    """A build inside a caller's recording (and inside its open phase) reports only its own seconds; the caller's
+    clock gets them as they were, and its open phase does not count them again."""
+    with recording() as outer:
+        with phase("verify"):
+            time.sleep(0.05)
+            with recording() as inner:
+                with phase("compile"):
+                    time.sleep(0.1)
+            time.sleep(0.05)
+    assert inner.seconds["verify"] == 0 and 0.1 <= inner.seconds["compile"] < 0.15
+    assert 0.1 <= outer.seconds["compile"] < 0.15 and 0.1 <= outer.seconds["verify"] < 0.15
+
+
 def test_phases_outside_a_recording_only_run_their_body():
     ran = []
     with phase("emit"):

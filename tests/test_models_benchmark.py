@@ -51,7 +51,9 @@ def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(sm
     # here); on a GPU each bucket was timed against PyTorch, and the faster ran.
     for row in document["rows"]:
         for bucket in row["amk_ran"]["buckets"]:
-            assert (bucket["amk_ms"] > 0 and bucket["pytorch_ms"] > 0) if GPU else bucket["runs"] == "amk", bucket
+            assert bucket["program"] and bucket["build_s"]["total"] > 0, bucket
+            # a GPU may also leave a bucket to PyTorch (slower kernels, a failed check); either way it was decided
+            assert not bucket["note"].startswith("not called yet") if GPU else bucket["runs"] == "amk", bucket
     assert "- llama_mlp_decode_m1: 1 of 1 buckets ran amk's kernels" in table or GPU
 
 

@@ -171,12 +171,12 @@ def symbolic_kernel(size_hints: str = "") -> tiled_loop.KernelOp:
 def test_a_bucket_too_small_to_tune_is_launch_bound_only_at_its_sizes():
     """One row of a 1024 x 32 linear moves 135 KB and does 32768 multiply-adds: bound by its launch, not searched;
     64 rows move 401 KB; without a value for the row count nothing is known."""
-    from amk.tuner import launch_bound
+    from amk.tuner import launch_bound_reason
 
     kernel = symbolic_kernel()
-    assert "launch-bound at 1 x 32 x 1024" in launch_bound(kernel, {"s0": 1})
-    assert launch_bound(kernel, {"s0": 64}) is None
-    assert launch_bound(kernel) is None
+    assert "launch-bound at 1 x 32 x 1024" in launch_bound_reason(kernel, {"s0": 1})
+    assert launch_bound_reason(kernel, {"s0": 64}) is None
+    assert launch_bound_reason(kernel) is None
 
 
 def test_the_tuner_searches_a_symbolic_kernel_at_the_hints(monkeypatch):

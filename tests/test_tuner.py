@@ -324,21 +324,26 @@ def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(c
     assert ((kernel(x, w, b).float() - expected).norm() / expected.norm()).item() < 1e-3
 
 
-def test_launch_bound_kernels_are_told_by_their_bytes_and_multiply_adds():
-    """A 64 x 64 x 64 GEMM (48 KiB, 2^18 multiply-adds) and a 32-row LayerNorm over 1024 columns are bound by their
-    launch; a 4096-square GEMM and 512 LayerNorm rows (4 MiB) are not."""
+def test_launch_bound_kernels_are_told_by_their_bytes_multiply_adds_and_loop_length():
+    """A 64 x 64 x 64 GEMM with its bias (49408 bytes, 2^18 multiply-adds) and a 16-row LayerNorm over 1024 columns
+    are bound by their launch; a 4096-square GEMM, 512 LayerNorm rows (4 MiB) are not, and neither are a decode step's
+    long loops in few bytes: one 32000-wide softmax row, split_k over K = 4096."""
     from conftest import tile_level_kernel
 
-    from amk.tuner import launch_bound
+    from amk.tuner import launch_bound_reason
 
-    assert "launch-bound at 64 x 64 x 64 (49152 bytes" in launch_bound(tiled_kernel())
-    assert launch_bound(tiled_kernel(rows=4096, width=4096)) is None
+    assert "launch-bound at 64 x 64 x 64 (49408 bytes moved" in launch_bound_reason(tiled_kernel())
+    assert launch_bound_reason(tiled_kernel(rows=4096, width=4096)) is None
 
     def layernorm(rows):
         return tile_level_kernel(["layernorm"], [(rows, 1024), (1024,), (1024,)], torch.float32)
 
-    assert "launch-bound at 32 x 1024 (262144 bytes, 0 multiply-adds)" in launch_bound(layernorm(32))
-    assert launch_bound(layernorm(512)) is None
+    assert "launch-bound at 16 x 1024 (139264 bytes moved, 0 multiply-adds)" in launch_bound_reason(layernorm(16))
+    assert launch_bound_reason(layernorm(512)) is None
+    softmax = tile_level_kernel(["softmax"], [(1, 32000)], torch.float32)  # 256000 bytes, but one 32000-value loop
+    assert launch_bound_reason(softmax) is None
+    decode = tile_level_kernel(["matmul"], [(1, 4096), (4096, 16)], torch.float16)  # 139 KB, a 4096-long contraction
+    assert launch_bound_reason(decode) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuner times candidates on a GPU")

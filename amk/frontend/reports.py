@@ -195,7 +195,8 @@ _KERNEL_HEADER = re.compile(r'tiled_loop\.kernel @(\w+) attributes \{.*?strategy
 
 def kernel_descriptions(compiled) -> list[str]:
     """Each kernel of a compiled program as ``name [strategy] parameter=value ...``: the tile sizes it has, its warps
-    and stages, and the switches it turns on."""
+    and stages, and the switches it turns on; then each op the program leaves to PyTorch (the vendor GEMM) as
+    ``tensor_op.matmul [PyTorch]``."""
     headers = {name: (strategy, re.findall(r"\w+", params))
                for name, strategy, params in _KERNEL_HEADER.findall(compiled.ir.get("tiled_loop", ""))}
     described = []
@@ -204,6 +205,7 @@ def kernel_descriptions(compiled) -> list[str]:
         config = kernel.config.as_dict()
         shown = [*params, "num_warps", "num_stages", *(switch for switch in SWITCHES if config[switch])]
         described.append(f"{name} [{strategy}] " + " ".join(f"{key}={config[key]}" for key in shown))
+    described += [f"{step.operation().name} [PyTorch]" for step in compiled.program.steps if step.kind == "op"]
     return described
 
 
