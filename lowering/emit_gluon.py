@@ -27,6 +27,13 @@ mbarrier; the default partition (the kernel's ``num_warps`` warps) walks the sam
 slot, then applies the epilogue to the accumulator in that layout and writes the tile through shared memory and a
 TMA store, which overlaps the next tile's main loop. Anything else is refused with what is accepted.
 
+Milestone 3: a ``strip_finish`` kernel (a GEMM whose epilogue ends in a LayerNorm / RMSNorm over the whole row) goes
+the same way up to its epilogue, which the consumer runs as the Triton emitter's handlers write it, each tile value in
+a layout of its shape: the accumulator's wgmma layout for tiles of its rows and columns and their ``[BLOCK_M, 1]`` /
+``[1, BLOCK_N]`` slices, a blocked layout for the strip's ``[BLOCK_M, 64]`` statistics (converted back after their
+reduction). Its stores use pointers (the pre-normalization tile must be visible to the program that finishes the
+strip, which a TMA store in triton 3.6 does not guarantee), and its barrier is the consumer's own warps'.
+
 Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
 as the installed triton spells them (:func:`installed_gluon_api`), so emit where the kernel will be compiled.
 """
@@ -51,12 +58,14 @@ from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim
 
-_ACCEPTED = ("amk-emit-gluon emits persistent tile2d GEMM kernels: a K loop whose body stages two fp16/bf16 operands "
-             "through tensor descriptors into one memory_staged.dot, then elementwise tiled_loop ops (binary, unary, "
-             "select, cast, scalar full), loads of bias vectors or a residual tile and one store of the output tile (lower with "
-             "amk-stage{persistent=1 tma=1})")
+_ACCEPTED = ("amk-emit-gluon emits persistent tile-grid GEMM kernels (tile2d, strip_finish): a K loop whose body stages "
+             "two fp16/bf16 operands through tensor descriptors into one memory_staged.dot, then an epilogue of tiled_loop "
+             "ops (binary, unary, select, cast, full, reduce, in_bounds; a strip's last_arrival with an if and for "
+             "loops under it) and pointer loads and stores, the output tile stored last through TMA or with pointers "
+             "(lower with amk-stage{persistent=1 tma=1})")
 _EPILOGUE_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, tiled_loop.CastOp, tiled_loop.FullOp,
-                 memory_staged.LoadOp)
+                 tiled_loop.ReduceOp, tiled_loop.InBoundsOp, tiled_loop.LastArrivalOp, tiled_loop.IfOp,
+                 tiled_loop.ForOp, tiled_loop.YieldOp, memory_staged.LoadOp, memory_staged.StoreOp)
 # The producer is one warp that only issues TMA copies and waits on barriers: few registers, the rest go to the MMA warps.
 _PRODUCER_WARPS, _PRODUCER_REGISTERS = 1, 40
 # How the output tiles are shared between the MMA warps: "cooperative", all of the kernel's warps on each tile; or
@@ -133,17 +142,25 @@ def _gluon(text: str) -> str:
     return re.sub(r"\btl\.(?!PropagateNan)", "gl.", text.replace("tl.math.div_rn(", "tl.div_rn("))
 
 
+class _GluonWriter(IndentedWriter):
+    """Kernel source in Gluon: what the inherited Triton handlers write is spelled with ``gl`` (:func:`_gluon`)."""
+
+    def writeline(self, text: str) -> None:
+        super().writeline(_gluon(text))
+
+
 @dataclass
 class _MainLoop:
     """The parts of an accepted kernel: the accumulator, the K loop with its two staged operands and its dot, the
-    epilogue ops and the store of the output tile."""
+    epilogue ops and the store of the output tile through TMA (None where the epilogue goes on after storing it, as
+    strip_finish's does: its stores then all use pointers)."""
 
     accumulator: memory_staged.AccumulatorOp
     loop: tiled_loop.ForOp
     stages: tuple[memory_staged.StageOp, memory_staged.StageOp]
     dot: memory_staged.DotOp
     epilogue: list[Operation]
-    store: memory_staged.StoreOp
+    store: memory_staged.StoreOp | None
 
 
 class GluonEmitter(TritonEmitter):
@@ -162,21 +179,27 @@ class GluonEmitter(TritonEmitter):
         # Names of the shared buffers and barriers, reserved before any tile value is named.
         self.rings = {stage: self.fresh(f"{self.names[stage.source]}_ring") for stage in self.main.stages}
         self.output_tile, self.ready, self.empty = self.fresh("output_tile"), self.fresh("ready"), self.fresh("empty")
+        self.tma_store = self.main.store is not None
         # ping-pong: turn[c] completes when the other consumer has issued its main loop, so that the two consumers'
         # main loops alternate (their epilogues overlap the other's main loop) and each consumer waits on the ring's
         # barriers at most one phase ahead of them, as their parity-only waits require
         self.turn = self.fresh("turn") if self.pingpong else None
         self.tile, self.step, self.slot, self.phase = (self.fresh(n) for n in ("tile", "step", "slot", "phase"))
-        self.acc_layout = self.fresh("acc_layout")
+        # Where tile values live: tiles of the accumulator's rows and columns (and their [BLOCK_M, 1] / [1, BLOCK_N]
+        # slices) in its wgmma layout; any other shape (a strip's [BLOCK_M, 64] statistics) in a blocked layout.
+        self.acc_layout, self.stats_layout = self.fresh("acc_layout"), self.fresh("stats_layout")
+        self.current_layout = self.acc_layout
         if self.pingpong:  # a consumer's own tiles, and its ring position from the tile's place in the walk
             self.walked, self.k_tiles, self.program_tiles = (self.fresh(n) for n in ("walked", "k_tiles",
                                                                                        "program_tiles"))
         # the consumer's own staging tile for its TMA stores (one per consumer warpgroup in ping-pong)
         self.staging = f"{self.output_tile}.index(WARP_GROUP)" if self.pingpong else self.output_tile
-        self.tma_args = {stage.source for stage in self.main.stages} | {self.main.store.dest}
-        # buffers read with pointers (bias vectors, a residual tile; a TMA-staged operand may be one too)
+        self.tma_args = {stage.source for stage in self.main.stages} | ({self.main.store.dest} if self.tma_store
+                                                                         else set())
+        # buffers read or written with pointers (bias vectors, a residual tile, a strip's statistics and its sweep; a
+        # TMA-staged operand may be one too)
         self.pointer_args = ({a for a in self.args if a not in self.tma_args}
-                             | {op.source for op in self.main.epilogue if isinstance(op, memory_staged.LoadOp)})
+                             | {op.source for op in self.epilogue_ops() if isinstance(op, memory_staged.LoadOp)})
 
     # -- what is accepted --------------------------------------------------------------------------------------------
     def refuse(self, reason: str) -> PassFailedException:
@@ -214,22 +237,30 @@ class GluonEmitter(TritonEmitter):
             raise self.refuse(f"its operands are {triton_name(dot.lhs.type.element_type)}, not fp16 or bf16")
         if kernel.num_stages.value.data < 2:
             raise self.refuse("num_stages is 1: the ring needs a slot in use by the MMA and one being loaded")
-        *epilogue, store = ops[2:]
-        if not isinstance(store, memory_staged.StoreOp) or store.value.type.dims != accumulator.result.type.dims:
-            raise self.refuse("it does not end with the store of one output tile")
+        epilogue, tile = ops[2:], accumulator.result.type.dims
+        stores = [op for top in epilogue for op in top.walk() if isinstance(op, memory_staged.StoreOp)
+                  and op.dest in kernel.outputs]
+        if not stores or stores[0].value.type.dims != tile:
+            raise self.refuse("it does not store an output tile")
+        # the output tile goes through TMA where nothing follows its store; a strip's finishing sweep reads it back
+        store = epilogue.pop() if epilogue[-1] is stores[0] and len(stores) == 1 else None
         for op in epilogue:
-            self.check_epilogue_op(op, accumulator.result.type.dims)
+            for nested in op.walk():
+                self.check_epilogue_op(nested)
         return _MainLoop(accumulator, loop, (stages[0], stages[1]), dot, epilogue, store)
 
-    def check_epilogue_op(self, op: Operation, tile: tuple[Dim, ...]) -> None:
+    def check_epilogue_op(self, op: Operation) -> None:
         if not isinstance(op, _EPILOGUE_OPS):
             raise self.refuse(f"its epilogue has {op.name}")
-        if isinstance(op, tiled_loop.FullOp) and op.result.type.dims != (Dim(1), Dim(1)):
-            raise self.refuse("its epilogue has a full tile that is not a scalar")
-        if isinstance(op, memory_staged.LoadOp) and not (
-                (op.source.type.rank == 1 and Dim(1) in op.result.type.dims)
-                or (op.source.type.rank == 2 and op.result.type.dims == tile)):
-            raise self.refuse("its epilogue loads a tile that is neither a row or column vector nor an output tile")
+        if isinstance(op, memory_staged.LoadOp | memory_staged.StoreOp):
+            buffer, tile = ((op.source, op.result.type) if isinstance(op, memory_staged.LoadOp)
+                            else (op.dest, op.value.type))
+            if buffer.type.rank == 1 and Dim(1) not in tile.dims:
+                raise self.refuse("its epilogue reads or writes a vector as a tile of more than one row and column")
+
+    def epilogue_ops(self) -> list[Operation]:
+        """The epilogue's ops, those inside its branches and loops included."""
+        return [nested for op in self.main.epilogue for nested in op.walk()]
 
     def check_warps(self) -> None:
         problem = wgmma_tile_problem(self.block_m, self.block_n, self.kernel.num_warps.value.data,
@@ -237,12 +268,56 @@ class GluonEmitter(TritonEmitter):
         if problem:
             raise self.refuse(problem)
 
-    # -- Gluon spelling of the inherited printers --------------------------------------------------------------------
-    def assign(self, value: SSAValue, text: str) -> None:
-        super().assign(value, _gluon(text))
+    # -- Gluon's versions of the inherited printers (the writers spell ``tl`` as ``gl``) ----------------------------
+    def arange(self, size: str, axis: int, rank: int = 2) -> str:
+        return f"gl.arange(0, {size}, gl.SliceLayout({1 - axis}, {self.current_layout}))"
 
-    def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
-        return _gluon(super().expr(dim, cdiv_name))
+    def full(self, shape: str, value: str, dtype: str) -> str:
+        return f"gl.full(({shape}), {value}, gl.{dtype}, layout={self.current_layout})"
+
+    def barrier(self) -> str:
+        return f"{self.api.thread_barrier}()"
+
+    def loop_range(self, bounds: str, stages: int | None) -> str:
+        """Gluon has no pipelined range: its partitions overlap loads with the MMAs instead."""
+        return f"range({bounds})"
+
+    def layout_of(self, tile: tiled_loop.TileType) -> str:
+        """The layout a tile of this shape lives in: the accumulator's for its rows and columns (and their
+        ``[BLOCK_M, 1]`` / ``[1, BLOCK_N]`` slices), the blocked one for any other shape."""
+        rows, cols = tile.dims
+        acc_rows, acc_cols = self.main.accumulator.result.type.dims
+        return self.acc_layout if rows in (Dim(1), acc_rows) and cols in (Dim(1), acc_cols) else self.stats_layout
+
+    def emit_op(self, op: Operation) -> None:
+        """An op in the layout of its result (or of the tile it stores or reduces): a tile operand that lives in
+        another layout is converted first."""
+        if isinstance(op, memory_staged.StoreOp):
+            self.current_layout = self.layout_of(op.value.type)
+        elif isinstance(op, tiled_loop.ReduceOp):
+            self.current_layout = self.layout_of(op.input.type)
+        elif op.results and isinstance(op.results[0].type, tiled_loop.TileType) and not isinstance(op, tiled_loop.ForOp):
+            self.current_layout = self.layout_of(op.results[0].type)
+        else:
+            super().emit_op(op)
+            return
+        names = {}
+        for operand in op.operands:
+            if (isinstance(operand.type, tiled_loop.TileType) and operand not in self.inline
+                    and self.layout_of(operand.type) != self.current_layout and operand not in names):
+                names[operand] = self.names[operand]
+                converted = self.fresh(f"{names[operand]}_here")
+                self.code.writeline(f"{converted} = gl.convert_layout({names[operand]}, {self.current_layout})")
+                self.names[operand] = converted
+        super().emit_op(op)
+        self.names.update(names)
+
+    def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp) -> None:
+        """Reduced in the layout of its input; a row statistic of a blocked tile goes to the accumulator's layout."""
+        super().emit_tiled_loop_reduce(op)
+        if op.result not in self.inline and self.layout_of(op.result.type) != self.current_layout:
+            name = self.name(op.result)
+            self.code.writeline(f"{name} = gl.convert_layout({name}, {self.layout_of(op.result.type)})")
 
     def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp) -> None:
         """``gl`` has no sigmoid (SiLU's): it is written out as Triton defines it, ``1 / (1 + exp(-x))``."""
@@ -270,7 +345,8 @@ class GluonEmitter(TritonEmitter):
 
     def shared_buffers(self) -> list[str]:
         """What the kernel allocates in shared memory and hands to every partition."""
-        return [*self.rings.values(), self.ready, self.empty, self.output_tile, *([self.turn] if self.pingpong else [])]
+        return [*self.rings.values(), self.ready, self.empty, *([self.output_tile] if self.tma_store else []),
+                *([self.turn] if self.pingpong else [])]
 
     def function_header(self, name: str, params: list[str], constexprs: tuple[str, ...] = ()) -> None:
         self.code.writeline("@gluon.jit")
@@ -320,7 +396,7 @@ class GluonEmitter(TritonEmitter):
                             f"{self.expr(loop.step)}):")
 
     def emit_producer(self) -> IndentedWriter:
-        code = self.code = IndentedWriter()
+        code = self.code = _GluonWriter()
         self.partition_header("load")
         with code.indent():
             code.writeline('"""The producer (one warp): TMA loads of the operand tiles into the ring, up to STAGES '
@@ -346,7 +422,7 @@ class GluonEmitter(TritonEmitter):
         return f"{self.names[buffer]}_desc"
 
     def emit_consumer(self) -> IndentedWriter:
-        code = self.code = IndentedWriter()
+        code = self.code = _GluonWriter()
         main = self.main
         warps = self.kernel.num_warps.value.data
         # wgmma's instruction tile: 16 rows, the widest N (a multiple of 8, at most 256) dividing BLOCK_N, K of 32
@@ -363,6 +439,10 @@ class GluonEmitter(TritonEmitter):
                                'then the epilogue on the accumulator\'s registers and a TMA store of the tile."""')
             code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                            f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
+            if any(self.layout_of(value.type) == self.stats_layout for op in self.epilogue_ops()
+                   for value in op.results if isinstance(value.type, tiled_loop.TileType)):
+                code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [{warps}, 1], "
+                               "[1, 0])")
             self.open_tile_loop(own_tiles=self.pingpong)
             with code.indent():
                 self.last_origin = None
@@ -370,8 +450,10 @@ class GluonEmitter(TritonEmitter):
                 self.emit_mma_loop()
                 for op in main.epilogue:
                     self.emit_op(op)
-                self.emit_op(main.store)
-            code.writeline("tma.store_wait(0)")
+                if self.tma_store:
+                    self.emit_op(main.store)
+            if self.tma_store:
+                code.writeline("tma.store_wait(0)")
         return code
 
     def emit_mma_loop(self) -> None:
@@ -411,27 +493,11 @@ class GluonEmitter(TritonEmitter):
         shape = ", ".join(self.expr(d) for d in op.result.type.dims)
         self.assign(op.result, f"gl.zeros(({shape}), dtype=gl.float32, layout={self.acc_layout})")
 
-    def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
-        """A row (``[1, BLOCK_N]``, bias) or column vector in a slice of the accumulator's layout, broadcast as a
-        2-D tile of that layout; or a whole tile (a residual) in the accumulator's layout."""
-        base, source = self.names[op.source], self.args.index(op.source)
-        # the tile's axes the source runs along: a vector's one (broadcast along the other), a tile's two
-        axes = [0, 1] if op.source.type.rank == 2 else [1 if op.result.type.dims[0] == Dim(1) else 0]
-        pointers, masks = [f"{base}_ptr"], []
-        for source_axis, axis in enumerate(axes):
-            index = self.fresh(f"{base}_{'rows' if axis == 0 else 'cols'}")
-            self.code.writeline(f"{index} = {self.expr(op.offsets.dims[source_axis])} + gl.arange(0, "
-                                f"{self.expr(op.result.type.dims[axis])}, gl.SliceLayout({1 - axis}, "
-                                f"{self.acc_layout}))")
-            broadcast = "[:, None]" if axis == 0 else "[None, :]"
-            widened = f"{index}.to(gl.int64)" if op.wide_index else index
-            pointers.append(f"{widened}{broadcast} * {self.stride(source, source_axis)}")
-            if op.masked_axes[source_axis]:
-                masks.append(f"({index}{broadcast} < {self.expr(op.source.type.dims[source_axis])})")
-        masked = f", mask={' & '.join(masks)}, other=0.0" if masks else ""
-        self.assign(op.result, f"gl.load({' + '.join(pointers)}{masked})")
-
     def emit_memory_staged_store(self, op: memory_staged.StoreOp) -> None:
+        """The output tile stored last goes through shared memory and TMA; other stores use pointers."""
+        if op is not self.main.store:
+            super().emit_memory_staged_store(op)
+            return
         code = self.code
         offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
         code.writeline("# the previous tile's TMA store must have read the staging tile (only its issuing thread "
@@ -443,7 +509,7 @@ class GluonEmitter(TritonEmitter):
         code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {self.staging})")
 
     def emit_gluon_kernel(self) -> IndentedWriter:
-        code = self.code = IndentedWriter()
+        code = self.code = _GluonWriter()
         name = self.kernel.sym_name.data
         self.function_header(self.kernel_name, self.runtime_parameters())
         with code.indent():
@@ -453,9 +519,10 @@ class GluonEmitter(TritonEmitter):
                 desc = self.descriptor(stage.source)
                 code.writeline(f"{ring} = gl.allocate_shared_memory({desc}.dtype, [STAGES] + {desc}.block_type.shape, "
                                f"{desc}.layout)")
-            out = self.descriptor(self.main.store.dest)
-            shape = f"[2] + {out}.block_type.shape" if self.pingpong else f"{out}.block_type.shape"
-            code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {shape}, {out}.layout)")
+            if self.tma_store:
+                out = self.descriptor(self.main.store.dest)
+                shape = f"[2] + {out}.block_type.shape" if self.pingpong else f"{out}.block_type.shape"
+                code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {shape}, {out}.layout)")
             code.writeline("# ready[s]: slot s holds its operand tiles; empty[s]: the MMAs are done reading it")
             for barriers in (self.ready, self.empty):
                 code.writeline(f"{barriers} = gl.allocate_shared_memory(gl.int64, [STAGES, 1], "
@@ -503,10 +570,11 @@ class GluonEmitter(TritonEmitter):
             for text, (param, index, axis) in self.dims.items():
                 code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
             tiles = {stage.source: stage.result.type.dims for stage in self.main.stages}
-            tiles[self.main.store.dest] = self.main.store.value.type.dims
+            if self.tma_store:
+                tiles[self.main.store.dest] = self.main.store.value.type.dims
             for buffer, dims in tiles.items():
                 block = ", ".join(str(self.constant(d)) for d in dims)
-                output = ", output=True" if buffer is self.main.store.dest else ""
+                output = ", output=True" if self.tma_store and buffer is self.main.store.dest else ""
                 code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, [{block}], "
                                f"gl.{triton_name(buffer.type.element_type)}{output})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
@@ -552,7 +620,7 @@ def emit_gluon(kernel: memory_staged.KernelOp, api: GluonApi | None = None, sche
 @dataclass(frozen=True)
 class EmitGluonPass(ModulePass):
     """Attach the Gluon source of every ``memory_staged.kernel`` as its ``gluon_source`` attribute; fails on a kernel
-    that is not a persistent tile2d GEMM with TMA-staged operands and an elementwise epilogue. ``schedule``:
+    that is not a persistent tile-grid GEMM (tile2d, strip_finish) with TMA-staged operands. ``schedule``:
     ``cooperative`` (the kernel's warps on each tile) or ``pingpong`` (two 4-warp consumers on alternate tiles)."""
 
     name = "amk-emit-gluon"

@@ -370,6 +370,22 @@ class TritonEmitter:
     def assign(self, value: SSAValue, text: str) -> None:
         self.code.writeline(f"{self.name(value)} = {text}")
 
+    def arange(self, size: str, axis: int, rank: int = 2) -> str:
+        """The indices ``0 .. size - 1`` along ``axis`` of a tile of ``rank`` dims (Gluon places them in a layout)."""
+        return f"tl.arange(0, {size})"
+
+    def full(self, shape: str, value: str, dtype: str) -> str:
+        """A tile of ``shape`` (a tuple's text) filled with ``value`` (Gluon places it in a layout)."""
+        return f"tl.full(({shape}), {value}, tl.{dtype})"
+
+    def barrier(self) -> str:
+        """A barrier of the program's threads (in Gluon, of the partition's warps)."""
+        return "tl.debug_barrier()"
+
+    def loop_range(self, bounds: str, stages: int | None) -> str:
+        """The iterable of a loop over ``bounds``, software-pipelined over ``stages`` when given."""
+        return f"tl.range({bounds}" + (f", num_stages={stages})" if stages else ")")
+
     # compute ops
     def emit_tiled_loop_full(self, op: tiled_loop.FullOp) -> None:
         tile = op.result.type
@@ -380,7 +396,7 @@ class TritonEmitter:
             return
         value = "1" if tile.element_type == i1 and op.number else _literal(op.number)
         shape = ", ".join(self.expr(d) for d in tile.dims)
-        self.assign(op.result, f"tl.full(({shape}), {value}, tl.{triton_name(tile.element_type)})")
+        self.assign(op.result, self.full(shape, value, triton_name(tile.element_type)))
 
     def emit_tiled_loop_binary(self, op: tiled_loop.BinaryOp) -> None:
         fn = op.fn.data
@@ -426,7 +442,7 @@ class TritonEmitter:
         for axis, (offset, extent, size) in enumerate(zip(op.offsets.dims, op.extents.dims, tile.dims)):
             if size == Dim(1):
                 continue
-            index = f"({self.expr(offset)} + tl.arange(0, {self.expr(size)}))"
+            index = f"({self.expr(offset)} + {self.arange(self.expr(size), axis)})"
             terms.append(f"{index}[{':, None' if axis == 0 else 'None, :'}] < {self.expr(extent)}")
         self.assign(op.result, " & ".join(terms) or "True")
 
@@ -459,7 +475,7 @@ class TritonEmitter:
         for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
             size = tile_dims[tile_axis]
             index_name = self.fresh(f"{base}_{'rows' if tile_axis == 0 else 'cols'}")
-            self.code.writeline(f"{index_name} = {self.expr(offset)} + tl.arange(0, {self.expr(size)})")
+            self.code.writeline(f"{index_name} = {self.expr(offset)} + {self.arange(self.expr(size), tile_axis)}")
             broadcast = "[:, None]" if tile_axis == 0 else "[None, :]"
             widened = f"{index_name}.to(tl.int64)" if op.wide_index else index_name
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
@@ -516,8 +532,8 @@ class TritonEmitter:
         if "note" in op.attributes:
             self.code.writeline(f"# {op.attributes['note'].data}")
         bounds = f"{self.expr(op.lower)}, {self.expr(op.upper)}, {self.expr(op.step)}"
-        pipelining = f", num_stages={self.kernel.num_stages.value.data}" if pipelined else ""
-        self.code.writeline(f"for {op.iv.data} in tl.range({bounds}{pipelining}):")
+        stages = self.kernel.num_stages.value.data if pipelined else None
+        self.code.writeline(f"for {op.iv.data} in {self.loop_range(bounds, stages)}:")
         self.emit_block(op.body.block.ops)
 
     def counter(self, op: tiled_loop.LastArrivalOp | tiled_loop.StripBarrierOp) -> tuple[str, str]:
@@ -531,7 +547,7 @@ class TritonEmitter:
         arrived = self.fresh("arrived")
         code = self.code
         code.writeline("# make this program's stores visible, then count it in; the last arrival resets the counter")
-        code.writeline("tl.debug_barrier()")
+        code.writeline(self.barrier())
         code.writeline(f'{arrived} = tl.atomic_add({pointer}, 1, sem="acq_rel", scope="gpu")')
         self.assign(op.result, f"{arrived} == {count} - 1")
         code.writeline(f"tl.store({pointer}, 0, mask={self.name(op.result)})")
@@ -541,7 +557,7 @@ class TritonEmitter:
         arrived, left = self.fresh("arrived"), self.fresh("left")
         code = self.code
         code.writeline("# make this tile's statistics visible, then wait for every tile of its row strip")
-        code.writeline("tl.debug_barrier()")
+        code.writeline(self.barrier())
         code.writeline(f'tl.atomic_add({pointer}, 1, sem="release", scope="gpu")')
         code.writeline(f'{arrived} = tl.atomic_add({pointer}, 0, sem="acquire", scope="gpu")')
         code.writeline(f"while {arrived} < {count}:")

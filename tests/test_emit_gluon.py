@@ -4,7 +4,12 @@ kernel for Hopper (sm_90) that needs no GPU, and on a Hopper GPU a Gluon kernel 
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,10 +33,11 @@ PINGPONG_CONFIG = "block_m=128 block_n=128 block_k=64 num_warps=4 num_stages=4 p
 
 
 def chain(dtype: str = "f16", epilogue: str = "relu") -> str:
-    """Workload B's chain at a small width: matmul, bias, then ``epilogue`` (an elementwise op, or ``add`` of a
-    residual tile)."""
+    """Workload B's chain at a small width: matmul, bias, then ``epilogue`` (an elementwise op, ``add`` of a
+    residual tile, or ``rmsnorm`` over the row: a strip's statistics)."""
     x, w, b = (f"!tensor_op.tensor<[{shape}], {dtype}>" for shape in ("M, 512", "512, 512", "512"))
     last = (f"%2 = tensor_op.add %1, %x : ({x}, {x}) -> {x}" if epilogue == "add"
+            else f"%2 = tensor_op.rmsnorm %1 {{eps = 1.0e-05 : f64}} : {x} -> {x}" if epilogue == "rmsnorm"
             else f"%2 = tensor_op.{epilogue} %1 : {x}")
     return f"""func.func @linear(%x : {x}, %w : {w}, %b : {b}) -> {x} {{
   %0 = tensor_op.matmul %x, %w : ({x}, {w}) -> {x}
@@ -56,13 +62,13 @@ def staged_kernel(text: str, config: str = B_CONFIG, tile: str = "") -> memory_s
     (chain("f32"), B_CONFIG, "not fp16 or bf16"),
     # tile_stats: a tile grid, but its epilogue stores the pre-normalization tile and the rows' partial statistics
     (chain().replace("tensor_op.relu %1", "tensor_op.softmax %1 {axis = 1 : i64}"), B_CONFIG,
-     "its epilogue has memory_staged.store"),
+     "its epilogue has tiled_loop.relaunch"),
 ])
 def test_refuses_what_it_does_not_emit(text, config, reason):
     kernel = staged_kernel(text, config)
     with pytest.raises(PassFailedException, match=reason) as error:
         emit_gluon(kernel, TRITON_3_9_API)
-    assert "amk-emit-gluon emits persistent tile2d GEMM kernels" in str(error.value)
+    assert "amk-emit-gluon emits persistent tile-grid GEMM kernels" in str(error.value)
 
 
 def test_a_residual_tile_is_read_in_the_accumulators_layout():
@@ -111,57 +117,84 @@ def test_spells_the_tma_copies_and_barrier_of_each_triton(api, absent):
     assert absent not in source
 
 
+# Compiles the emitted kernel of argv[1] for sm_90 (tile sizes, stages and warps in argv[2]); prints its PTX and warps.
+_COMPILE_FOR_SM90 = """
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+
+spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
+emitted = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(emitted)
+block_m, block_n, block_k, stages, warps = json.loads(sys.argv[2])
+
+
+def descriptor(block):
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
+    return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
+
+
+constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages}
+descriptors = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]),
+               "out0_desc": descriptor([block_m, block_n])}
+pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
+signature = {name: descriptors.get(name, pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr"
+                                   if name in constants else "i32") for name in emitted.fused_0_kernel.arg_names}
+compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+print(json.dumps({"ptx": compiled.asm["ptx"], "num_warps": compiled.metadata.num_warps}))
+"""
+
+
+STRIP_FINISH = "{reduction_strategy=strip_finish}"
+
+
 @pytest.mark.parametrize(("config", "schedule", "tile", "warps", "epilogue"), [
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "relu"),
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "add"),  # a residual tile: x is TMA-staged and read with pointers
     (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "silu"),
+    (B_CONFIG, "cooperative", (128, 256, 64), 8, "rmsnorm"),  # strip_finish: statistics, counter, merge and sweep
+    (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "rmsnorm"),
 ])
 def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, warps, epilogue):
     """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma, and the
-    producer warp gives its registers to the MMA warps; the ping-pong kernel has its three partitions (12 warps)."""
-    triton = pytest.importorskip("triton")
+    producer warp gives its registers to the MMA warps; the ping-pong kernel has its three partitions (12 warps). A
+    strip_finish kernel also counts its tiles in with a GPU-scope atomic, behind a barrier of its MMA warps only (a
+    barrier of the whole program would wait for the producer warp forever)."""
     pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
     from triton.backends import backends
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
 
     if "nvidia" not in backends:
         pytest.skip("this triton has no CUDA backend to compile for sm_90")
-    path = tmp_path / "gemm_bias_relu.py"
-    path.write_text(emit_gluon(staged_kernel(chain(epilogue=epilogue), config), schedule=schedule))
-    spec = importlib.util.spec_from_file_location("gemm_bias_relu", path)
-    emitted = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emitted)
-
-    def descriptor(block: list[int]) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
-        return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
-
-    block_m, block_n, block_k = tile
+    path = tmp_path / "kernel.py"
+    strip_finish = epilogue == "rmsnorm"
+    path.write_text(emit_gluon(staged_kernel(chain(epilogue=epilogue), config, STRIP_FINISH if strip_finish else ""),
+                               schedule=schedule))
     stages = int(config.split("num_stages=")[1].split()[0])
-    constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages}
-    descriptors = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]),
-                   "out0_desc": descriptor([block_m, block_n])}
-    signature = {name: descriptors.get(name, "*fp16" if name.endswith("_ptr") else "constexpr" if name in constants
-                                       else "i32") for name in emitted.fused_0_kernel.arg_names}
-    compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    ptx = compiled.asm["ptx"]
+    # In a process of its own: this one runs Triton's interpreter, where gl.sum and the other reductions are
+    # interpreted functions that the compiler refuses.
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps])],
+                            capture_output=True, text=True, timeout=300, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    compiled = json.loads(result.stdout.splitlines()[-1])
+    ptx = compiled["ptx"]
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
     # the kernel's warps (the default partition), the producer's warpgroup and in ping-pong the second consumer's
-    assert compiled.metadata.num_warps == warps + (8 if schedule == "pingpong" else 4)
+    assert compiled["num_warps"] == warps + (8 if schedule == "pingpong" else 4)
+    if strip_finish:
+        assert "atom.global.gpu.acq_rel.add" in ptx
+        # every barrier of the epilogue (the counter's, the reductions' across warps) counts one consumer's threads
+        assert set(re.findall(r"\bbar\.sync\s+\d+, (\d+);", ptx)) == {str(32 * warps)}
 
 
 def test_the_gpu_smoke_probe_emits_its_three_sources(tmp_path):
     """benchmarks/probes/gluon_smoke.py, the milestones' GPU check, without a GPU: the Gluon (cooperative) and the
     Triton source of the same staged kernel and the ping-pong Gluon source, as the GPU run would load them."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     probe = Path(__file__).resolve().parent.parent / "benchmarks" / "probes" / "gluon_smoke.py"
     subprocess.run([sys.executable, str(probe), "--m", "256", "--n", "256", "--k", "256", "--emit-only",
                     str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
@@ -169,6 +202,19 @@ def test_the_gpu_smoke_probe_emits_its_three_sources(tmp_path):
     assert "gl.warp_specialize(" in gluon and "warpgroup_mma(" in gluon and "def launch(" in gluon
     assert "mbarrier.arrive(turn.index(1 - WARP_GROUP))" in (tmp_path / "gluon_pingpong.py").read_text()
     assert "@triton.jit" in triton and "def launch(" in triton
+
+
+def test_the_strip_finish_probe_emits_its_three_sources(tmp_path):
+    """benchmarks/probes/gluon_strip_finish.py, milestone 3's GPU check, without a GPU: workload A's chain as a
+    strip_finish kernel in both Gluon schedules and in Triton, from the same staged IR."""
+    probe = Path(__file__).resolve().parent.parent / "benchmarks" / "probes" / "gluon_strip_finish.py"
+    subprocess.run([sys.executable, str(probe), "--workload", "A", "--emit-only", str(tmp_path)], check=True,
+                   capture_output=True, text=True, timeout=300)
+    for schedule in ("gluon", "gluon_pingpong"):
+        source = (tmp_path / f"{schedule}.py").read_text()
+        assert "gl.warp_specialize(" in source and "gl.atomic_add(strip_counters_ptr" in source
+        assert "def launch(x, w, bias, gamma, beta, out0, partial0, partial1, partial2, strip_counters):" in source
+    assert "@triton.jit" in (tmp_path / "triton.py").read_text()
 
 
 def test_refuses_a_strategy_without_output_tiles():
