@@ -204,10 +204,10 @@ def test_the_gpu_smoke_probe_emits_its_three_sources(tmp_path):
     assert "@triton.jit" in triton and "def launch(" in triton
 
 
-def test_the_strip_finish_probe_emits_its_three_sources(tmp_path):
-    """benchmarks/probes/gluon_strip_finish.py, milestone 3's GPU check, without a GPU: workload A's chain as a
-    strip_finish kernel in both Gluon schedules and in Triton, from the same staged IR."""
-    probe = Path(__file__).resolve().parent.parent / "benchmarks" / "probes" / "gluon_strip_finish.py"
+def test_the_gpu_probe_emits_the_strip_finish_kernels_of_a(tmp_path):
+    """The same probe for workload A's chain: one strip_finish kernel in both Gluon schedules and in Triton, from the
+    same staged IR, each launched with its workspace after its outputs."""
+    probe = Path(__file__).resolve().parent.parent / "benchmarks" / "probes" / "gluon_smoke.py"
     subprocess.run([sys.executable, str(probe), "--workload", "A", "--emit-only", str(tmp_path)], check=True,
                    capture_output=True, text=True, timeout=300)
     for schedule in ("gluon", "gluon_pingpong"):
