@@ -269,7 +269,7 @@ class GluonEmitter(TritonEmitter):
             raise self.refuse(problem)
 
     # -- Gluon's versions of the inherited printers (the writers spell ``tl`` as ``gl``) ----------------------------
-    def arange(self, size: str, axis: int, rank: int = 2) -> str:
+    def arange(self, size: str, axis: int) -> str:
         return f"gl.arange(0, {size}, gl.SliceLayout({1 - axis}, {self.current_layout}))"
 
     def full(self, shape: str, value: str, dtype: str) -> str:
@@ -301,16 +301,24 @@ class GluonEmitter(TritonEmitter):
         else:
             super().emit_op(op)
             return
-        names = {}
+        saved = {}  # operand -> its (name, inline text) before it was converted for this op
         for operand in op.operands:
-            if (isinstance(operand.type, tiled_loop.TileType) and operand not in self.inline
-                    and self.layout_of(operand.type) != self.current_layout and operand not in names):
-                names[operand] = self.names[operand]
-                converted = self.fresh(f"{names[operand]}_here")
-                self.code.writeline(f"{converted} = gl.convert_layout({names[operand]}, {self.current_layout})")
+            text = self.name(operand) if isinstance(operand.type, tiled_loop.TileType) else ""
+            # a literal (an inlined scalar) has no layout; an inlined name (a reduce of one column) has its input's
+            if (text.isidentifier() and operand not in saved
+                    and self.layout_of(operand.type) != self.current_layout):
+                saved[operand] = (self.names.get(operand), self.inline.pop(operand, None))
+                converted = self.fresh(f"{text}_here")
+                self.code.writeline(f"{converted} = gl.convert_layout({text}, {self.current_layout})")
                 self.names[operand] = converted
         super().emit_op(op)
-        self.names.update(names)
+        for operand, (name, inline) in saved.items():
+            if name is None:
+                del self.names[operand]
+            else:
+                self.names[operand] = name
+            if inline is not None:
+                self.inline[operand] = inline
 
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp) -> None:
         """Reduced in the layout of its input; a row statistic of a blocked tile goes to the accumulator's layout."""
@@ -429,14 +437,15 @@ class GluonEmitter(TritonEmitter):
         # bytes (16 fp16/bf16 values)
         instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
         self.partition_header("mma", ("WARP_GROUP",) if self.pingpong else ())
+        store = "a TMA store" if self.tma_store else "pointer stores"
         with code.indent():
             if self.pingpong:
                 code.writeline('"""A consumer warpgroup (WARP_GROUP 0: the default partition, 1: a worker) on every other '
                                'output tile: asynchronous wgmma on each ready slot, then the epilogue on the accumulator\'s '
-                               'registers and a TMA store of the tile, while the other consumer runs its main loop."""')
+                               f'registers and {store} of the tile, while the other consumer runs its main loop."""')
             else:
                 code.writeline('"""The default partition (the kernel\'s warps): asynchronous wgmma on each ready slot, '
-                               'then the epilogue on the accumulator\'s registers and a TMA store of the tile."""')
+                               f'then the epilogue on the accumulator\'s registers and {store} of the tile."""')
             code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                            f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
             if any(self.layout_of(value.type) == self.stats_layout for op in self.epilogue_ops()

@@ -370,8 +370,8 @@ class TritonEmitter:
     def assign(self, value: SSAValue, text: str) -> None:
         self.code.writeline(f"{self.name(value)} = {text}")
 
-    def arange(self, size: str, axis: int, rank: int = 2) -> str:
-        """The indices ``0 .. size - 1`` along ``axis`` of a tile of ``rank`` dims (Gluon places them in a layout)."""
+    def arange(self, size: str, axis: int) -> str:
+        """The indices ``0 .. size - 1`` along ``axis`` of a 2-D tile (Gluon places them in a layout)."""
         return f"tl.arange(0, {size})"
 
     def full(self, shape: str, value: str, dtype: str) -> str:

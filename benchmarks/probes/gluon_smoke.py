@@ -28,6 +28,7 @@ from xdsl.passes import PassPipeline
 
 from amk.context import make_context
 from amk.dialects import memory_staged
+from amk.dtypes import to_torch
 from amk.lowering.emit_gluon import emit_gluon
 from amk.lowering.emit_triton import emit_triton
 from amk.oplist import build_module
@@ -69,12 +70,12 @@ def sources(name: str, shapes, stages: int, pingpong_stages: int) -> dict[str, t
 
 
 def workspace(kernel: memory_staged.KernelOp) -> list[torch.Tensor]:
-    """The kernel's scratch buffers and strip counters, if any (zeroed: the counters must start at 0)."""
+    """The kernel's scratch buffers and strip counters, if any, of the types the IR gives them (zeroed: the counters
+    must start at 0)."""
     kinds = kernel.workspace.data if kernel.workspace is not None else []
     arguments = kernel.body.block.args[len(kernel.body.block.args) - len(kinds):]
     return [torch.zeros([dim.value for dim in argument.type.dims], device="cuda",
-                        dtype=torch.int32 if kind.data == "counter" else torch.float32)
-            for argument, kind in zip(arguments, kinds)]
+                        dtype=to_torch(argument.type.element_type)) for argument in arguments]
 
 
 def run(name: str, shapes, stages: int, pingpong_stages: int) -> dict:
@@ -116,9 +117,9 @@ def run(name: str, shapes, stages: int, pingpong_stages: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=sorted(STRATEGIES), default="B")
-    parser.add_argument("--m", type=int, default=65536)
-    parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--k", type=int, default=4096)
+    parser.add_argument("--m", type=int, default=65536, help="B's rows (A and C run at their workload shapes)")
+    parser.add_argument("--n", type=int, default=4096, help="B's columns")
+    parser.add_argument("--k", type=int, default=4096, help="B's contraction")
     parser.add_argument("--stages", type=int, default=3)
     parser.add_argument("--pingpong-stages", type=int, default=4)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
