@@ -429,7 +429,7 @@ LAUNCH_BOUND_LENGTH = 1024
 def launch_bound_reason(kernel, size_hints: Mapping[str, int] | None = None) -> str | None:
     """Why ``kernel`` is not worth searching at these sizes (see ``LAUNCH_BOUND_BYTES``), or None: also None where a
     size has no value (the tuner times concrete sizes)."""
-    from amk.lowering.stage import kernel_problem
+    from amk.lowering.stage import element_size, kernel_problem
     from amk.symbolic import evaluate
 
     bindings = dict(size_hints or {})
@@ -437,8 +437,7 @@ def launch_bound_reason(kernel, size_hints: Mapping[str, int] | None = None) -> 
         rows_dim, cols_dim, contraction_dim, _ = kernel_problem(kernel, size_hints)
         rows, cols = evaluate(rows_dim, bindings), evaluate(cols_dim, bindings)
         contraction = None if contraction_dim is None else evaluate(contraction_dim, bindings)
-        moved = sum(math.prod(evaluate(dim, bindings) for dim in value.type.dims)
-                    * max(1, getattr(value.type.element_type, "bitwidth", 32) // 8)
+        moved = sum(math.prod(evaluate(dim, bindings) for dim in value.type.dims) * element_size(value.type.element_type)
                     for value in (*kernel.inputs, *kernel.outputs))
     except ValueError:  # a size without a value
         return None

@@ -61,7 +61,7 @@ def kernel_problem(kernel: tiled_loop.KernelOp,
         rows, cols, contraction, element_bytes = kernel_problem(kernel)
         return (rows.subs(size_hints), cols.subs(size_hints),
                 None if contraction is None else contraction.subs(size_hints), element_bytes)
-    element_bytes = max((_element_bytes(a.type.element_type) for a in kernel.inputs), default=4)
+    element_bytes = max((element_size(a.type.element_type) for a in kernel.inputs), default=4)
     if kernel.problem is not None:
         rows, cols, *contraction = kernel.problem.dims
         return rows, cols, (contraction[0] if contraction else None), element_bytes
@@ -75,7 +75,8 @@ def kernel_problem(kernel: tiled_loop.KernelOp,
     return rows, cols, contraction, element_bytes
 
 
-def _element_bytes(element_type) -> int:
+def element_size(element_type) -> int:
+    """Bytes of one value of ``element_type`` (at least 1: an i1 mask takes a byte)."""
     return max(1, getattr(element_type, "bitwidth", 32) // 8)
 
 
