@@ -4,6 +4,7 @@ of ops that were not fused."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -24,11 +25,22 @@ def _rmsnorm(op: tensor_op.RMSNormOp, x, *extras):
 
 
 def _matmul(op: tensor_op.MatmulOp, a, b):
-    if op.lhs_transposed:
-        a = a.transpose(-1, -2)
-    if op.rhs_transposed:
-        b = b.t()
-    return a @ b
+    return _bound_matmul(op)(a, b)
+
+
+def _bound_matmul(op: tensor_op.MatmulOp) -> Callable:
+    lhs_transposed, rhs_transposed = op.lhs_transposed, op.rhs_transposed
+    if rhs_transposed and not lhs_transposed and tensor_op.tensor_type(op.rhs).rank == 2:
+        return F.linear  # x @ w.t() as nn.Linear computes it, without the transposed view and matmul's dispatch
+
+    def matmul(a, b):
+        if lhs_transposed:
+            a = a.transpose(-1, -2)
+        if rhs_transposed:
+            b = b.t()
+        return a @ b
+
+    return matmul
 
 
 def _reduction(fn):
@@ -76,3 +88,15 @@ def register_reference(op_class: type[Operation], fn: Callable) -> None:
 def evaluate(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
     """Run one ``tensor_op`` op eagerly on its operand tensors."""
     return REFERENCE[type(op)](op, *args)
+
+
+# Ops whose function of the tensors alone is worth preparing once (:func:`bound`): a vendor GEMM runs on every call of
+# a program's hot path, where reading the op's attributes would cost more host time than the launch.
+_BOUND: dict[type[Operation], Callable[[Operation], Callable]] = {tensor_op.MatmulOp: _bound_matmul}
+
+
+def bound(op: Operation) -> Callable:
+    """``op`` as a function of its operand tensors alone, what it reads of the op read now: for an op run on every
+    call (a program's step left to PyTorch)."""
+    binder = _BOUND.get(type(op))
+    return binder(op) if binder is not None else partial(REFERENCE[type(op)], op)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -352,7 +351,7 @@ class Program:
                 from amk import reference  # with the op's IR, only for programs that have such ops
 
                 op = step.operation()
-                plans.append((partial(reference.REFERENCE[type(op)], op), step.operands, step.outputs, None, None, None))
+                plans.append((reference.bound(op), step.operands, step.outputs, None, None, None))
                 continue
             kernel = self.kernels[step.kernel]
             outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]

@@ -1,6 +1,7 @@
 """What the benchmark suite and its probes share: the workloads A-G (ops, shapes, dtype, eager reference, FLOPs),
-their extra shapes, their inputs, the H200's ceilings for the roofline floor, error and traffic measures, and the
-command line, rows and results files of the probes under ``benchmarks/probes/``.
+their extra shapes, their inputs, the H200's ceilings for the roofline floor, error and traffic measures, the
+command line, rows and results files of the probes under ``benchmarks/probes/``, and the rows of the model benchmark
+(``ROWS``: ``nn.Module``s written as people write them, measured by ``models.py`` and profiled by the probes).
 
 ``run.py`` and every script of ``benchmarks/`` import this module and nothing else of ``benchmarks/``; a probe puts
 ``benchmarks/`` on ``sys.path`` first (``sys.path.insert(0, str(Path(__file__).resolve().parents[1]))``). Timing is
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import amk
 from amk.benchmarking import environment, time_ms
@@ -226,3 +228,190 @@ def save_rows(path, rows: list[dict]) -> None:
     with open(path, "w") as handle:
         json.dump({"environment": environment(), "command": " ".join(["python", *sys.argv]), "rows": rows}, handle,
                   indent=1)
+
+
+# --- The model benchmark's rows (benchmarks/models.py): modules as people write them ---------------------------------------------------------------------------
+
+class LinearActivation(nn.Module):
+    def __init__(self, features: int, activation: type[nn.Module]):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.activation = activation()
+
+    def forward(self, x):
+        return self.activation(self.fc(x))
+
+
+class LinearResidualReLU(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x, residual):
+        return F.relu(self.fc(x) + residual)
+
+
+class LinearNorm(nn.Module):
+    def __init__(self, features: int, norm: type[nn.Module]):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.norm = norm(features)
+
+    def forward(self, x):
+        return self.norm(self.fc(x))
+
+
+class LinearSoftmax(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=-1)
+
+
+class LinearLogSumExp(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.logsumexp(self.fc(x), dim=-1)
+
+
+class GPT2MLP(nn.Module):
+    """GPT-2's block MLP: c_fc, tanh GELU, c_proj, dropout."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.c_fc = nn.Linear(d_model, 4 * d_model)
+        self.act = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * d_model, d_model)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class BertFFN(nn.Module):
+    """BERT's intermediate and output layers: Linear, GELU, Linear, dropout, residual, LayerNorm."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.intermediate = nn.Linear(hidden, intermediate)
+        self.output = nn.Linear(intermediate, hidden)
+        self.dropout = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, hidden_states):
+        h = self.output(F.gelu(self.intermediate(hidden_states)))
+        return self.norm(self.dropout(h) + hidden_states)
+
+
+class ViTMLP(nn.Module):
+    """A ViT block's MLP (timm's ``Mlp``): fc1, GELU, dropout, fc2, dropout."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class LlamaMLP(nn.Module):
+    """A Llama decoder layer's second half: RMSNorm, gate and up projections, SiLU(gate) * up, down projection,
+    residual."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.post_attention_layernorm = nn.RMSNorm(hidden, eps=1e-5)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class AttentionScores(nn.Module):
+    """Multi-head attention probabilities: softmax(q k^T / sqrt(head_dim))."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.scale = head_dim ** -0.5
+
+    def forward(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
+
+
+# --- The rows ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    name: str
+    title: str
+    dtype: torch.dtype
+    module: Callable[..., nn.Module]  # called with ``sizes`` (or ``small_sizes``)
+    sizes: dict
+    inputs: Callable[..., list[tuple[int, ...]]]  # the input shapes, from the same sizes
+    small_sizes: dict
+    decode: bool = False  # decode-sized: reduce-overhead is a contender
+
+    def build(self, small: bool) -> tuple[nn.Module, list[tuple[int, ...]]]:
+        sizes = self.small_sizes if small else self.sizes
+        return self.module(**sizes), self.inputs(**sizes)
+
+
+def linear_row(name: str, title: str, dtype: torch.dtype, module: type[nn.Module], features: int = 4096,
+               residual: bool = False, **extra) -> Row:
+    """A row of a Linear-first module at batch 1024 (the issue's), ``features`` wide; ``residual`` modules take a
+    second input of the output's shape."""
+    def shapes(rows, features):
+        return [(rows, features)] * (2 if residual else 1)
+
+    return Row(name, title, dtype, lambda rows, features: module(features, **extra),
+               {"rows": 1024, "features": features}, shapes, {"rows": 8, "features": 32})
+
+
+ROWS = {row.name: row for row in [
+    linear_row("fp32_linear_relu", "Linear + ReLU, fp32, 8192 features", torch.float32, LinearActivation,
+               features=8192, activation=nn.ReLU),
+    linear_row("fp32_linear_gelu", "Linear + GELU, fp32", torch.float32, LinearActivation, activation=nn.GELU),
+    linear_row("fp32_linear_layernorm", "Linear + LayerNorm, fp32", torch.float32, LinearNorm, norm=nn.LayerNorm),
+    linear_row("fp16_linear_residual_relu", "Linear + residual + ReLU, fp16", torch.float16, LinearResidualReLU,
+               residual=True),
+    linear_row("bf16_linear_silu", "Linear + SiLU, bf16", torch.bfloat16, LinearActivation, activation=nn.SiLU),
+    linear_row("fp16_linear_layernorm", "Linear + LayerNorm, fp16", torch.float16, LinearNorm, norm=nn.LayerNorm),
+    linear_row("bf16_linear_rmsnorm", "Linear + RMSNorm (nn.RMSNorm, with weight), bf16", torch.bfloat16, LinearNorm,
+               norm=nn.RMSNorm),
+    linear_row("fp16_linear_softmax", "Linear + softmax, fp16", torch.float16, LinearSoftmax),
+    linear_row("fp16_linear_logsumexp", "Linear + logsumexp over rows, fp16", torch.float16, LinearLogSumExp),
+    Row("gpt2_mlp", "GPT-2 MLP (d=1024), 8 x 512 tokens, fp16", torch.float16,
+        lambda batch, seq, d: GPT2MLP(d), {"batch": 8, "seq": 512, "d": 1024},
+        lambda batch, seq, d: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32}),
+    Row("bert_ffn", "BERT-base FFN (Linear, GELU, Linear, residual, LayerNorm), 32 x 128 tokens, fp16",
+        torch.float16, lambda batch, seq, d, inner: BertFFN(d, inner),
+        {"batch": 32, "seq": 128, "d": 768, "inner": 3072},
+        lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32, "inner": 64}),
+    Row("vit_mlp", "ViT-B/16 MLP, 64 images x 197 tokens, bf16", torch.bfloat16,
+        lambda batch, seq, d, inner: ViTMLP(d, inner), {"batch": 64, "seq": 197, "d": 768, "inner": 3072},
+        lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": 2, "seq": 5, "d": 32, "inner": 64}),
+    *[Row(f"llama_mlp_{stage}", f"Llama-3-8B MLP (RMSNorm, gate/up, SiLU * up, down, residual), {what}, bf16",
+          torch.bfloat16, lambda batch, seq, d, inner: LlamaMLP(d, inner),
+          {"batch": batch, "seq": seq, "d": 4096, "inner": 14336},
+          lambda batch, seq, d, inner: [(batch, seq, d)], {"batch": min(batch, 2), "seq": min(seq, 4), "d": 32,
+                                                            "inner": 64}, decode=seq == 1)
+      for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
+                                      ("decode_m1", 1, 1, "decode, 1 sequence"),
+                                      ("decode_m16", 16, 1, "decode, 16 sequences"))],
+    Row("attention_scores", "attention probabilities softmax(q k^T / 8), 8 x 16 heads x 512 x 64, fp16",
+        torch.float16, lambda batch, heads, seq, head_dim: AttentionScores(head_dim),
+        {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
+        lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2,
+        {"batch": 1, "heads": 2, "seq": 8, "head_dim": 16}),
+]}

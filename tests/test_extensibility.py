@@ -224,3 +224,19 @@ def test_passes_and_emitter_do_not_know_the_new_ops():
         for path in (REPO / directory).rglob("*.py"):
             text = Path(path).read_text()
             assert "square_plus_one" not in text and "test.hypot" not in text, path
+
+
+@pytest.mark.parametrize(("transpose_lhs", "transpose_rhs", "shapes"), [
+    (False, True, [(3, 5, 8), (6, 8)]),  # nn.Linear's x @ w.t(), rows of any rank
+    (False, False, [(4, 8), (8, 6)]),
+    (True, True, [(8, 4), (6, 8)]),
+])
+def test_an_op_bound_for_the_hot_path_computes_what_its_reference_does(transpose_lhs, transpose_rhs, shapes):
+    """``reference.bound`` (a program's step left to PyTorch, prepared once per launcher) multiplies as written."""
+    module = build_module(shapes, lambda a: [tensor_op.MatmulOp(a[0], a[1], transpose_lhs=transpose_lhs,
+                                                                transpose_rhs=transpose_rhs)])
+    op = next(o for o in module.walk() if isinstance(o, tensor_op.MatmulOp))
+    a, b = (torch.randn(shape) for shape in shapes)
+    expected = (a.transpose(-1, -2) if transpose_lhs else a) @ (b.t() if transpose_rhs else b)
+    torch.testing.assert_close(reference.bound(op)(a, b), expected)
+    torch.testing.assert_close(reference.evaluate(op, [a, b]), expected)

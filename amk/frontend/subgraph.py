@@ -176,6 +176,10 @@ class FusedSubgraph(torch.nn.Module):
             return _Recompute.apply(self, *args)
         return self.launch(args)
 
+    # Called by the compiled graph on every call of the model: without nn.Module's hook dispatch (about 1.5 us), as
+    # nothing registers hooks on this internal module.
+    __call__ = forward
+
     def launch(self, args) -> tuple:
         """Run the call: the launcher of its sizes, made (and its bucket built and checked) on their first call."""
         sizes = self.read_sizes(args)
