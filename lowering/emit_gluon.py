@@ -32,7 +32,10 @@ the same way up to its epilogue, which the consumer runs as the Triton emitter's
 a layout of its shape: the accumulator's wgmma layout for tiles of its rows and columns and their ``[BLOCK_M, 1]`` /
 ``[1, BLOCK_N]`` slices, a blocked layout for the strip's ``[BLOCK_M, 64]`` statistics (converted back after their
 reduction). Its stores use pointers (the pre-normalization tile must be visible to the program that finishes the
-strip, which a TMA store in triton 3.6 does not guarantee), and its barrier is the consumer's own warps'.
+strip, which a TMA store in triton 3.6 does not guarantee), and its barrier is the consumer's own warps'. Whole tiles
+go through global memory in a coalesced blocked layout (``io_layout``, 8 contiguous values a thread: 16-byte accesses
+where the wgmma layout's pairs of columns give 4-byte ones), converted to and from the accumulator's; the strip's
+finishing sweep, which only reads, normalizes and writes, keeps its tiles in that layout throughout.
 
 Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
 as the installed triton spells them (:func:`installed_gluon_api`), so emit where the kernel will be compiled.
@@ -72,6 +75,11 @@ _PRODUCER_WARPS, _PRODUCER_REGISTERS = 1, 40
 # "pingpong", two consumer warpgroups (the kernel's num_warps = 4 each) on alternate tiles, so that one applies its
 # epilogue while the other runs its main loop (CUTLASS's ping-pong kernels).
 SCHEDULES = ("cooperative", "pingpong")
+# Global memory is read and written in a coalesced layout, ``_IO_VECTOR`` contiguous values per thread along the row
+# and a warp's threads along the row: in the accumulator's wgmma layout a thread holds two adjacent columns, so a tile
+# read or written there takes a 64-bit pointer per pair (a [128, 256] tile's alone fill 128 registers a thread) and
+# 4-byte accesses; the strip_finish kernels spilled in their epilogue and sweep (1070 bytes a thread for C's).
+_IO_VECTOR = 8
 # The second consumer warpgroup is a worker partition: its register budget (the producer's warpgroup takes 40, the
 # default partition what is left of the 64K registers).
 _CONSUMER_REGISTERS = 232
@@ -186,9 +194,13 @@ class GluonEmitter(TritonEmitter):
         self.turn = self.fresh("turn") if self.pingpong else None
         self.tile, self.step, self.slot, self.phase = (self.fresh(n) for n in ("tile", "step", "slot", "phase"))
         # Where tile values live: tiles of the accumulator's rows and columns (and their [BLOCK_M, 1] / [1, BLOCK_N]
-        # slices) in its wgmma layout; any other shape (a strip's [BLOCK_M, 64] statistics) in a blocked layout.
+        # slices) in its wgmma layout (``tile_layout``), except in a strip's finishing sweep, which only reads and
+        # writes memory and keeps them in the coalesced ``io_layout``; any other shape (a strip's [BLOCK_M, 64]
+        # statistics) in a blocked layout. ``layouts`` records where each tile value was put.
         self.acc_layout, self.stats_layout = self.fresh("acc_layout"), self.fresh("stats_layout")
-        self.current_layout = self.acc_layout
+        self.io_layout = self.fresh("io_layout")
+        self.tile_layout = self.current_layout = self.acc_layout
+        self.layouts: dict[SSAValue, str] = {}
         if self.pingpong:  # a consumer's own tiles, and its ring position from the tile's place in the walk
             self.walked, self.k_tiles, self.program_tiles = (self.fresh(n) for n in ("walked", "k_tiles",
                                                                                        "program_tiles"))
@@ -283,16 +295,36 @@ class GluonEmitter(TritonEmitter):
         return f"range({bounds})"
 
     def layout_of(self, tile: tiled_loop.TileType) -> str:
-        """The layout a tile of this shape lives in: the accumulator's for its rows and columns (and their
-        ``[BLOCK_M, 1]`` / ``[1, BLOCK_N]`` slices), the blocked one for any other shape."""
+        """The layout a tile of this shape lives in where it is made: ``tile_layout`` for the accumulator's rows and
+        columns (and their ``[BLOCK_M, 1]`` / ``[1, BLOCK_N]`` slices), the blocked one for any other shape."""
         rows, cols = tile.dims
         acc_rows, acc_cols = self.main.accumulator.result.type.dims
-        return self.acc_layout if rows in (Dim(1), acc_rows) and cols in (Dim(1), acc_cols) else self.stats_layout
+        return self.tile_layout if rows in (Dim(1), acc_rows) and cols in (Dim(1), acc_cols) else self.stats_layout
+
+    def layout_held(self, value: SSAValue) -> str:
+        """The layout ``value`` was put in (its shape's, for a loop's block argument)."""
+        return self.layouts.get(value) or self.layout_of(value.type)
+
+    def coalesced(self, op: Operation) -> bool:
+        """Whether ``op`` reads or writes a whole tile of global memory with pointers (in ``io_layout``). Not in a
+        kernel that stores its output through TMA: its staging tile takes the shared memory that converting a
+        tile to and from ``io_layout`` needs (B's tiles and ring leave 14 KB of the H200's 227)."""
+        if self.tma_store:
+            return False
+        if isinstance(op, memory_staged.LoadOp):
+            tile = op.result.type
+        elif isinstance(op, memory_staged.StoreOp) and op is not self.main.store:
+            tile = op.value.type
+        else:
+            return False
+        return Dim(1) not in tile.dims and self.layout_of(tile) == self.tile_layout
 
     def emit_op(self, op: Operation) -> None:
-        """An op in the layout of its result (or of the tile it stores or reduces): a tile operand that lives in
-        another layout is converted first."""
-        if isinstance(op, memory_staged.StoreOp):
+        """An op in the layout of its result (or of the tile it stores or reduces; a whole tile's pointer load or
+        store in ``io_layout``): a tile operand that lives in another layout is converted first."""
+        if self.coalesced(op):
+            self.current_layout = self.io_layout
+        elif isinstance(op, memory_staged.StoreOp):
             self.current_layout = self.layout_of(op.value.type)
         elif isinstance(op, tiled_loop.ReduceOp):
             self.current_layout = self.layout_of(op.input.type)
@@ -302,16 +334,29 @@ class GluonEmitter(TritonEmitter):
             super().emit_op(op)
             return
         saved = {}  # operand -> its (name, inline text) before it was converted for this op
+        if isinstance(op, memory_staged.StoreOp) and self.layout_held(op.value) != self.current_layout:
+            # cast to the buffer's type first: the conversion's shared memory then holds 16-bit values, not fp32
+            saved[op.value] = (self.names.get(op.value), self.inline.pop(op.value, None))
+            stored = self.fresh(f"{self.name(op.value)}_stored")
+            self.code.writeline(f"{stored} = gl.convert_layout({self.convert(op.value, op.dest.type.element_type)}, "
+                                f"{self.current_layout})")
+            self.names[op.value] = stored
         for operand in op.operands:
             text = self.name(operand) if isinstance(operand.type, tiled_loop.TileType) else ""
             # a literal (an inlined scalar) has no layout; an inlined name (a reduce of one column) has its input's
             if (text.isidentifier() and operand not in saved
-                    and self.layout_of(operand.type) != self.current_layout):
+                    and self.layout_held(operand) != self.current_layout):
                 saved[operand] = (self.names.get(operand), self.inline.pop(operand, None))
                 converted = self.fresh(f"{text}_here")
                 self.code.writeline(f"{converted} = gl.convert_layout({text}, {self.current_layout})")
                 self.names[operand] = converted
         super().emit_op(op)
+        if isinstance(op, memory_staged.LoadOp) and self.current_layout != self.layout_of(op.result.type):
+            name = self.name(op.result)  # read coalesced, computed on where the accumulator is
+            self.code.writeline(f"{name} = gl.convert_layout({name}, {self.layout_of(op.result.type)})")
+        for result in op.results:
+            if isinstance(result.type, tiled_loop.TileType):
+                self.layouts[result] = self.layout_of(result.type)
         for operand, (name, inline) in saved.items():
             if name is None:
                 del self.names[operand]
@@ -321,11 +366,18 @@ class GluonEmitter(TritonEmitter):
                 self.inline[operand] = inline
 
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp) -> None:
-        """Reduced in the layout of its input; a row statistic of a blocked tile goes to the accumulator's layout."""
+        """Reduced in the layout of its input; a row statistic of a blocked tile goes to its shape's layout."""
         super().emit_tiled_loop_reduce(op)
         if op.result not in self.inline and self.layout_of(op.result.type) != self.current_layout:
             name = self.name(op.result)
             self.code.writeline(f"{name} = gl.convert_layout({name}, {self.layout_of(op.result.type)})")
+
+    def emit_tiled_loop_if(self, op: tiled_loop.IfOp) -> None:
+        """A strip's finishing sweep (the branch of its last tile) only reads, normalizes and writes tiles: they stay
+        in ``io_layout`` there, with no conversion through shared memory."""
+        outer, self.tile_layout = self.tile_layout, self.io_layout
+        super().emit_tiled_loop_if(op)
+        self.tile_layout = outer
 
     def emit_tiled_loop_unary(self, op: tiled_loop.UnaryOp) -> None:
         """``gl`` has no sigmoid (SiLU's): it is written out as Triton defines it, ``1 / (1 + exp(-x))``."""
@@ -452,6 +504,10 @@ class GluonEmitter(TritonEmitter):
                    for value in op.results if isinstance(value.type, tiled_loop.TileType)):
                 code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [{warps}, 1], "
                                "[1, 0])")
+            if any(isinstance(op, tiled_loop.IfOp) or self.coalesced(op) for op in self.epilogue_ops()):
+                across = min(32, self.block_n // _IO_VECTOR)  # a warp's threads along a row
+                code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
+                               f"[{32 // across}, {across}], [{warps}, 1], [1, 0])")
             self.open_tile_loop(own_tiles=self.pingpong)
             with code.indent():
                 self.last_origin = None

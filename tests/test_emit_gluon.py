@@ -136,13 +136,19 @@ def descriptor(block):
     return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
 
 
-constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages}
+names = emitted.fused_0_kernel.arg_names
+# As Triton's JIT specializes a launch on contiguous rows: a stride of 1 is a constant, and pointers and row strides
+# divisible by 16 say so (without it the compiler cannot prove that a thread's values are contiguous and aligned).
+constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages,
+             **{name: 1 for name in names if name.startswith("stride_") and name.endswith("_1")}}
+aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
+           if name.endswith("_ptr") or (name.startswith("stride_") and name not in constants)}
 descriptors = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]),
                "out0_desc": descriptor([block_m, block_n])}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
 signature = {name: descriptors.get(name, pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr"
-                                   if name in constants else "i32") for name in emitted.fused_0_kernel.arg_names}
-compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants),
+                                   if name in constants else "i32") for name in names}
+compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants, attrs=aligned),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
 print(json.dumps({"ptx": compiled.asm["ptx"], "num_warps": compiled.metadata.num_warps}))
 """
@@ -162,7 +168,8 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma, and the
     producer warp gives its registers to the MMA warps; the ping-pong kernel has its three partitions (12 warps). A
     strip_finish kernel also counts its tiles in with a GPU-scope atomic, behind a barrier of its MMA warps only (a
-    barrier of the whole program would wait for the producer warp forever)."""
+    barrier of the whole program would wait for the producer warp forever), and moves its tiles through global memory
+    in 16-byte accesses."""
     pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
     from triton.backends import backends
 
@@ -188,6 +195,9 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     assert compiled["num_warps"] == warps + (8 if schedule == "pingpong" else 4)
     if strip_finish:
         assert "atom.global.gpu.acq_rel.add" in ptx
+        # the pre-normalization tile and the sweep go through global memory 16 bytes a thread (io_layout), not in
+        # the accumulator's 4-byte pairs
+        assert "st.global.v4.b32" in ptx and "ld.global.cg.v4.b32" in ptx
         # every barrier of the epilogue (the counter's, the reductions' across warps) counts one consumer's threads;
         # the one barrier of the whole program, warp_specialize's own, has id 1
         barriers = re.findall(r"\b(?:bar|barrier)\.sync\s+(\d+)(?:,\s*(\d+))?;", ptx)
