@@ -3,6 +3,7 @@ amk's own reference table, seeded inputs, and the relative L2 error used by amk.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import shutil
@@ -13,9 +14,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import amk
 from amk.environment import default_device, initialize
 
 REPO = Path(__file__).resolve().parent.parent
+
+if importlib.util.find_spec("amk.lowering") is None:
+    # `python -m pytest` from the checkout's root puts the checkout first on sys.path: its amk/ lacks the dialects,
+    # passes and lowering that only an install (setuptools' package-dir) places under amk.
+    pytest.exit(f"amk was imported from {Path(amk.__file__).parent}, which lacks amk.lowering, amk.passes and "
+                "amk.dialects: install the project editable (pip install -e ., as make does) or run pytest from "
+                "tests/", returncode=4)
 
 initialize()  # as amk's entry points do, before any test imports triton (without CUDA: its interpreter)
 if os.environ.get("PYTEST_XDIST_WORKER") and torch.cuda.is_available():
@@ -27,7 +36,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and torch.cuda.is_available():
 # are drawn on the CPU from seeded generators, then moved, so the values are the same on both).
 DEVICE = default_device()
 GPU = DEVICE.type == "cuda"
-# The suite's last run on an H200: benchmarks/results/2026-12-01-h200-gpu-tests.log.
+# The suite's last run on an H200: benchmarks/results/2026-12-02-h200-gpu-tests-6.log.
 # Tests whose point is Triton's interpreter on the CPU say so with this mark.
 CPU_ONLY = pytest.mark.skipif(GPU, reason="checks the CPU interpreter; kernels run on CUDA here")
 
