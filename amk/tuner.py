@@ -728,8 +728,9 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
 def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int, keep_first: int = 0) -> None:
     """Model-guided search with optuna's TPE sampler over the viable configurations' parameters.
 
-    Candidates are asked ``batch`` at a time (TPE's constant liar keeps pending ones apart), prepared together, then
-    timed one by one; the first ``keep_first`` viable configurations are enqueued as the study's first trials.
+    Candidates are asked ``batch`` at a time (:func:`batch_sizes`; TPE's constant liar keeps pending ones apart),
+    prepared together, then timed one by one; the first ``keep_first`` viable configurations are enqueued as the
+    study's first trials.
     """
     try:
         import optuna
@@ -749,10 +750,12 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
         study.enqueue_trial({key: getattr(config, key) for key in values})
     seen: dict[tuple, float] = {}
     wanted = min(budget, len(viable))
+    sizes = iter(batch_sizes(wanted, batch))
     questions = 0  # counted here: ``study.trials`` deep-copies every trial (seconds per build, profiled on the H200)
     while len(seen) < wanted and questions <= 20 * budget:
         pending: dict[tuple, list] = {}
-        while len(pending) < min(batch, wanted - len(seen)) and questions <= 20 * budget:
+        size = next(sizes, batch)
+        while len(pending) < min(size, wanted - len(seen)) and questions <= 20 * budget:
             trial = study.ask()
             questions += 1
             key = tuple(trial.suggest_categorical(name, options) for name, options in values.items())
@@ -768,6 +771,18 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
             seen[key] = elapsed if elapsed is not None else math.inf
             for trial in asked:
                 study.tell(trial, seen[key] if elapsed is not None else 1e9)
+
+
+def batch_sizes(wanted: int, batch: int) -> list[int]:
+    """How many candidates each round of a batched search asks for: ``batch`` (the compile workers) at a time, a last
+    round of fewer than half a batch folded into the one before. Such a round would wait a whole compile for a few
+    candidates (16 on the H200 host's 15 workers: one, compiled alone after the other 15 were timed); folded in, they
+    compile on the first workers to free up while the others are timed."""
+    sizes = [batch] * (wanted // batch) + ([wanted % batch] if wanted % batch else [])
+    if len(sizes) > 1 and 2 * sizes[-1] < batch:
+        last = sizes.pop()
+        sizes[-1] += last
+    return sizes
 
 
 def _configs(views: Sequence[Mapping[str, int]]) -> list[KernelConfig]:

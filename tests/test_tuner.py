@@ -122,6 +122,22 @@ def test_row_resident_searches_rows_and_warps_with_the_whole_row_as_its_tile():
     assert "registers" in prune_reason(spills, "row_resident", False, 2, limits, cols=Dim(4096))
 
 
+@pytest.mark.parametrize(("wanted", "batch", "sizes"), [
+    (16, 15, [16]),  # the H200 host's 15 workers and the default budget: one round, not a second for one candidate
+    (16, 2, [2] * 8), (24, 15, [15, 9]), (13, 4, [4, 4, 5]), (5, 15, [5]), (0, 4, []),
+])
+def test_a_last_round_of_under_half_a_batch_joins_the_one_before(wanted, batch, sizes):
+    assert amk.tuner.batch_sizes(wanted, batch) == sizes
+
+
+def test_the_default_budget_compiles_in_one_round_on_fifteen_workers(clock):
+    kernel = tiled_kernel()
+    recorder = Recorder()
+    tune(kernel, TunerConfig(search="bayesian", search_budget=16), GRID, amk.pipeline.heuristic_config(kernel),
+         recorder.build_and_run, prepare=recorder.prepare, batch=15)
+    assert recorder.batches == [16] and recorder.timed_unprepared == []
+
+
 def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
     kernel = tiled_kernel()
     recorder = Recorder()
