@@ -33,9 +33,10 @@ a layout of its shape: the accumulator's wgmma layout for tiles of its rows and 
 ``[1, BLOCK_N]`` slices, a blocked layout for the strip's ``[BLOCK_M, 64]`` statistics (converted back after their
 reduction). Its stores use pointers (the pre-normalization tile must be visible to the program that finishes the
 strip, which a TMA store in triton 3.6 does not guarantee), and its barrier is the consumer's own warps'. Whole tiles
-go through global memory in a coalesced blocked layout (``io_layout``, 8 contiguous values a thread: 16-byte accesses
-where the wgmma layout's pairs of columns give 4-byte ones), converted to and from the accumulator's; the strip's
-finishing sweep, which only reads, normalizes and writes, keeps its tiles in that layout throughout.
+and vector rows go through global memory in a coalesced blocked layout (``io_layout``, 8 contiguous values a thread:
+16-byte accesses where the wgmma layout's pairs of columns give 4-byte ones), converted to and from the
+accumulator's; a row's statistics are stored from a layout that holds each once (``rows_layout``); the strip's
+finishing sweep, which only reads, normalizes and writes, keeps its tiles in ``io_layout`` throughout.
 
 Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
 as the installed triton spells them (:func:`installed_gluon_api`), so emit where the kernel will be compiled.
@@ -198,7 +199,7 @@ class GluonEmitter(TritonEmitter):
         # writes memory and keeps them in the coalesced ``io_layout``; any other shape (a strip's [BLOCK_M, 64]
         # statistics) in a blocked layout. ``layouts`` records where each tile value was put.
         self.acc_layout, self.stats_layout = self.fresh("acc_layout"), self.fresh("stats_layout")
-        self.io_layout = self.fresh("io_layout")
+        self.io_layout, self.rows_layout = self.fresh("io_layout"), self.fresh("rows_layout")
         self.tile_layout = self.current_layout = self.acc_layout
         self.layouts: dict[SSAValue, str] = {}
         if self.pingpong:  # a consumer's own tiles, and its ring position from the tile's place in the walk
@@ -306,9 +307,10 @@ class GluonEmitter(TritonEmitter):
         return self.layouts.get(value) or self.layout_of(value.type)
 
     def coalesced(self, op: Operation) -> bool:
-        """Whether ``op`` reads or writes a whole tile of global memory with pointers (in ``io_layout``). Not in a
-        kernel that stores its output through TMA: its staging tile takes the shared memory that converting a
-        tile to and from ``io_layout`` needs (B's tiles and ring leave 14 KB of the H200's 227)."""
+        """Whether ``op`` reads or writes a whole tile of global memory with pointers, or reads a ``[1, BLOCK_N]``
+        row of a vector (a bias, a norm's weight): in ``io_layout``. Not in a kernel that stores its output through
+        TMA: its staging tile takes the shared memory that converting a tile to and from ``io_layout`` needs (B's
+        tiles and ring leave 14 KB of the H200's 227)."""
         if self.tma_store:
             return False
         if isinstance(op, memory_staged.LoadOp):
@@ -317,13 +319,27 @@ class GluonEmitter(TritonEmitter):
             tile = op.value.type
         else:
             return False
-        return Dim(1) not in tile.dims and self.layout_of(tile) == self.tile_layout
+        rows, cols = tile.dims
+        whole = rows != Dim(1) or isinstance(op, memory_staged.LoadOp)
+        return whole and cols != Dim(1) and self.layout_of(tile) == self.tile_layout
+
+    def stores_row_values(self, op: Operation) -> bool:
+        """Whether ``op`` stores one value per row of the tile (a ``[BLOCK_M, 1]`` statistic) with pointers: in
+        ``rows_layout``. In the accumulator's layout every thread holding a copy of a row's value stores it, and
+        triton 3.6 does not drop the copies (257 stores a thread for C's two statistics, against 5 in 3.9)."""
+        if not isinstance(op, memory_staged.StoreOp) or op is self.main.store:
+            return False
+        rows, cols = op.value.type.dims
+        return cols == Dim(1) and rows != Dim(1) and self.layout_of(op.value.type) == self.tile_layout
 
     def emit_op(self, op: Operation) -> None:
         """An op in the layout of its result (or of the tile it stores or reduces; a whole tile's pointer load or
-        store in ``io_layout``): a tile operand that lives in another layout is converted first."""
+        store in ``io_layout``, a row statistic's store in ``rows_layout``): a tile operand that lives in another
+        layout is converted first."""
         if self.coalesced(op):
             self.current_layout = self.io_layout
+        elif self.stores_row_values(op):
+            self.current_layout = self.rows_layout
         elif isinstance(op, memory_staged.StoreOp):
             self.current_layout = self.layout_of(op.value.type)
         elif isinstance(op, tiled_loop.ReduceOp):
@@ -504,6 +520,9 @@ class GluonEmitter(TritonEmitter):
                    for value in op.results if isinstance(value.type, tiled_loop.TileType)):
                 code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [{warps}, 1], "
                                "[1, 0])")
+            if any(self.stores_row_values(op) for op in self.epilogue_ops()):
+                code.writeline(f"{self.rows_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [{warps}, 1], "
+                               "[0, 1])")
             if any(isinstance(op, tiled_loop.IfOp) or self.coalesced(op) for op in self.epilogue_ops()):
                 across = min(32, self.block_n // _IO_VECTOR)  # a warp's threads along a row
                 code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "

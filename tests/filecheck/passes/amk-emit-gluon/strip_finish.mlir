@@ -3,9 +3,10 @@
 // Workload C's chain (matmul, residual, RMSNorm over the 4096-wide row) as a strip_finish kernel in Gluon: after the
 // wgmma main loop, the consumer reads the residual tile and stores the pre-normalization tile with pointers in the
 // coalesced io_layout (8 values a thread; converted to and from the accumulator's layout), stores its rows' partial
-// sums of squares (a TMA store would not be visible to the program that finishes the strip), counts the tile in behind
-// a barrier of its own warps, and the strip's last tile merges the partial statistics (a [BLOCK_M, 64] tile in a
-// blocked layout, reduced and converted to io_layout) and normalizes the strip, tile by tile, all in io_layout.
+// sums of squares once per row (rows_layout; a TMA store would not be visible to the program that finishes the strip),
+// counts the tile in behind a barrier of its own warps, and the strip's last tile merges the partial statistics (a
+// [BLOCK_M, 64] tile in a blocked layout, reduced and converted to io_layout) and normalizes the strip, tile by tile,
+// all in io_layout.
 
 func.func @residual_rmsnorm(%x : !tensor_op.tensor<[8192, 4096], bf16>, %w : !tensor_op.tensor<[4096, 4096], bf16>, %r : !tensor_op.tensor<[8192, 4096], bf16>) -> !tensor_op.tensor<[8192, 4096], bf16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[8192, 4096], bf16>, !tensor_op.tensor<[4096, 4096], bf16>) -> !tensor_op.tensor<[8192, 4096], bf16>
@@ -17,6 +18,7 @@ func.func @residual_rmsnorm(%x : !tensor_op.tensor<[8192, 4096], bf16>, %w : !te
 // CHECK:       def fused_0_mma_partition(
 // CHECK:           acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 256, 16])
 // CHECK-NEXT:      stats_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [8, 1], [1, 0])
+// CHECK-NEXT:      rows_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [8, 1], [0, 1])
 // CHECK-NEXT:      io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])
 // CHECK:               acc_1 = warpgroup_mma(x_ring.index(slot), w_ring.index(slot), acc_1, is_async=True)
 // CHECK:               r_rows = BLOCK_M*pid_m + gl.arange(0, BLOCK_M, gl.SliceLayout(1, io_layout))
@@ -25,7 +27,7 @@ func.func @residual_rmsnorm(%x : !tensor_op.tensor<[8192, 4096], bf16>, %w : !te
 // CHECK:               [[STORED:y_rounded_stored]] = gl.convert_layout(y_rounded.to(gl.bfloat16), io_layout)
 // CHECK:               gl.store(out0_ptr + out0_rows[:, None] * stride_out0_0 + out0_cols[None, :] * stride_out0_1, [[STORED]].to(gl.bfloat16))
 // CHECK:               rmsnorm_3 = gl.sum(rmsnorm_2, axis=1, keep_dims=True)
-// CHECK:               partial0_rows = BLOCK_M*pid_m + gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
+// CHECK:               partial0_rows = BLOCK_M*pid_m + gl.arange(0, BLOCK_M, gl.SliceLayout(1, rows_layout))
 // CHECK:               gl.store(partial0_ptr + {{.*}})
 // CHECK:               gl.{{thread_barrier|barrier}}()
 // CHECK-NEXT:          arrived = gl.atomic_add(strip_counters_ptr + (pid_m) * stride_strip_counters_0, 1, sem="acq_rel", scope="gpu")
