@@ -148,7 +148,9 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
              ("kernel_times.py", ["--configs", "128x256"], "expected BLOCK_MxBLOCK_NxBLOCK_K:wWARPSsSTAGES"),
              ("trailing_probe.py", ["--variants", "4"], "a comma-separated list of 1, 2 and 3"),
              ("chunk_recompute_probe.py", ["--variants", "1,0"], "a comma-separated list of 1, 2 and 3"),
-             ("ncu_profile.py", ["--workloads", "A,F"], "no tuned amk configuration of workload(s) F")]
+             ("ncu_profile.py", ["--workloads", "A,F"], "no tuned amk configuration of workload(s) F"),
+             ("host_profile.py", ["--contenders", "eager,inductor"], "--contenders takes a comma-separated list"),
+             ("host_profile.py", ["--rows", "gpt3"], "unknown rows gpt3")]
     for script, args, message in cases:
         result = subprocess.run([sys.executable, str(PROBES / script), *args], capture_output=True,
                                 text=True, timeout=120)

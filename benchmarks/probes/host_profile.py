@@ -1,11 +1,12 @@
 """Diagnostic: where a compiled module's per-call host time goes (issue 18's call overhead), function by function.
 
     python benchmarks/probes/host_profile.py --rows bf16_linear_rmsnorm,fp16_linear_logsumexp [--calls 2000]
-        [--out FILE.json]
+        [--contenders eager,compile,max_autotune,amk] [--out FILE.json]
 
 For each row of ``benchmarks/models.py``, in one process on the same inputs: the per-call host time
-(:func:`amk.benchmarking.host_us`, as the model benchmark measures it) of eager, torch.compile (default) and
-``amk.compile``, then ``--calls`` calls of the amk-compiled module under ``cProfile``: the functions with the most
+(:func:`amk.benchmarking.host_us`, as the model benchmark measures it) of the ``--contenders`` (eager, torch.compile
+default and ``max-autotune-no-cudagraphs``, the mode issue 18 compares host time with, and ``amk.compile``), then
+``--calls`` calls of the amk-compiled module under ``cProfile``: the functions with the most
 own time, and the time per call of each layer of the call (amk's wrapper, TorchDynamo's frame, the subgraph's
 launcher, the PyTorch ops). Without a GPU it runs the rows at their small sizes in Triton's interpreter, where the
 kernels' own time swamps the rest (use it to check the probe, not to read the figures).
@@ -50,7 +51,12 @@ def profile_calls(fn, calls: int, top: int) -> tuple[str, list[dict]]:
     return text.getvalue(), functions[:top]
 
 
-def run_row(name: str, calls: int, top: int, small: bool) -> dict:
+CONTENDERS = {"eager": lambda module: module, "compile": torch.compile,
+              "max_autotune": lambda module: torch.compile(module, mode="max-autotune-no-cudagraphs"),
+              "amk": amk.compile}
+
+
+def run_row(name: str, contenders: list[str], calls: int, top: int, small: bool) -> dict:
     row = ROWS[name]
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -59,12 +65,13 @@ def run_row(name: str, calls: int, top: int, small: bool) -> dict:
     inputs = [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
     result: dict = {"row": name, "host_us": {}}
     with torch.no_grad():
-        contenders = {"eager": module, "compile": torch.compile(module), "amk": amk.compile(module)}
-        for contender, fn in contenders.items():
+        made = {contender: CONTENDERS[contender](module) for contender in contenders}
+        for contender, fn in made.items():
             for _ in range(4):
                 fn(*inputs)
             result["host_us"][contender] = round(host_us(lambda fn=fn: fn(*inputs), calls=200, repeats=5), 2)
-        table, functions = profile_calls(lambda: contenders["amk"](*inputs), calls, top)
+        amk_module = made.get("amk") or amk.compile(module)
+        table, functions = profile_calls(lambda: amk_module(*inputs), calls, top)
     result["amk_profile"] = functions
     print(f"== {name}: host us {result['host_us']}\n{table}", flush=True)
     return result
@@ -74,6 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="bf16_linear_rmsnorm,fp16_linear_logsumexp",
                         help=f"comma-separated rows of benchmarks/models.py: {', '.join(ROWS)}")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help=f"comma-separated, whose host time is measured: {', '.join(CONTENDERS)}")
     parser.add_argument("--calls", type=int, default=2000, help="calls profiled per row")
     parser.add_argument("--top", type=int, default=30, help="functions listed per row")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -82,9 +91,12 @@ def main() -> None:
     unknown = [name for name in names if name not in ROWS]
     if unknown:
         parser.error(f"unknown rows {', '.join(unknown)}; the rows are {', '.join(ROWS)}")
+    contenders = [name for name in args.contenders.split(",") if name]
+    if not contenders or any(name not in CONTENDERS for name in contenders):
+        parser.error(f"--contenders takes a comma-separated list of {', '.join(CONTENDERS)}")
     small = not torch.cuda.is_available()
     report = {"environment": environment(), "command": " ".join(sys.argv), "small_sizes": small,
-              "rows": [run_row(name, args.calls, args.top, small) for name in names]}
+              "rows": [run_row(name, contenders, args.calls, args.top, small) for name in names]}
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 
