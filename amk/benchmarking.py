@@ -22,7 +22,7 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float = 100.0, warmup: int | None = None,
             warmup_ms: float = 25.0, cuda_graph: bool = False, give_up_above: float | None = None,
-            early_stop_runs: int = 5, graph_below: float | None = None) -> float:
+            early_stop_runs: int = 5, graph_below: float | None = None, measure_ms: float | None = None) -> float:
     """Median time of ``fn`` in milliseconds.
 
     On a GPU each launch is timed by a pair of CUDA events after L2 is flushed; the launches are queued behind their
@@ -33,6 +33,8 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
 
     - ``give_up_above`` (ms): when the median of the first ``early_stop_runs`` launches is above it, that median is
       returned (a tuner's candidate that clearly lost is not timed further).
+    - ``measure_ms``: fewer than ``runs`` launches where they would take longer than this, judged from the first
+      ``early_stop_runs`` (:func:`runs_within`).
     - ``graph_below`` (ms): a median below it is measured again as replays of a captured CUDA graph (a decode-sized
       kernel, where launch latency and the cold L2 would otherwise rank configurations by what they do not control);
       a launch that cannot be captured keeps its event timing.
@@ -67,10 +69,11 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
         if (time.perf_counter() - started) * 1e3 > warmup_ms:
             break
     times: list[float] = []
-    if give_up_above is not None and runs > early_stop_runs:
+    if (give_up_above is not None or measure_ms is not None) and runs > early_stop_runs:
         times = _timed(fn, flush, early_stop_runs)
-        if statistics.median(times) > give_up_above:
+        if give_up_above is not None and statistics.median(times) > give_up_above:
             return statistics.median(times)
+        runs = runs_within(runs, statistics.median(times), measure_ms, early_stop_runs)
     times += _timed(fn, flush, runs - len(times))
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
@@ -79,6 +82,14 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
         except RuntimeError:  # a launch that cannot be captured keeps its event timing
             pass
     return median
+
+
+def runs_within(runs: int, per_launch_ms: float, measure_ms: float | None, at_least: int) -> int:
+    """``runs``, or fewer where ``runs`` launches of ``per_launch_ms`` each would take over ``measure_ms`` (None: no
+    bound), never under ``at_least``: the median of 14 launches of a 7 ms GEMM is as steady as that of 30."""
+    if measure_ms is None:
+        return runs
+    return max(at_least, min(runs, int(measure_ms / max(per_launch_ms, 1e-6))))
 
 
 def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[float]:

@@ -51,7 +51,8 @@ class TunerConfig:
     before on this device class and those that won for kernels of the same family in the cache come first; the
     fastest three are then timed in their persistent / TMA variants and against each other, and of those finalists
     within 1% of the fastest the first timed is kept); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
-    while timing (a candidate 30% slower than the best after five launches is not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
+    while timing (at most 100 ms of them, at least five; a candidate 30% slower than the best after five launches is
+    not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, and for fp32 matmuls under
     PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
     PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs and keep the faster (for
@@ -476,8 +477,11 @@ def priors(strategy: str, has_dot: bool, limits: DeviceLimits) -> list[dict[str,
     return strategy_named(strategy).priors(has_dot)
 
 
-# Warm-up launches stop once they have run this long (a 7 ms GEMM needs no ten warm-up launches).
+# Warm-up launches stop once they have run this long (a 7 ms GEMM needs no ten warm-up launches), and a candidate's
+# timed launches once they would run longer than MEASURE_MS (C's 6.7 ms GEMM: 14 launches, not 30; its cold build
+# spent 7.9 s timing, 2026-12-01-h200-build-time-CX).
 WARMUP_MS = 25.0
+MEASURE_MS = 100.0
 # A candidate whose first EARLY_STOP_RUNS timed launches have a median above the bound it was given stops there.
 EARLY_STOP_RUNS = 5
 
@@ -485,7 +489,8 @@ EARLY_STOP_RUNS = 5
 def measure(fn, warmup: int, runs: int, give_up_above: float | None = None) -> float:
     """Median milliseconds of ``fn`` over ``runs`` launches timed with CUDA events, flushing L2 before each.
 
-    Up to ``warmup`` launches run first, fewer when they take over ``WARMUP_MS`` together. With ``give_up_above``
+    Up to ``warmup`` launches run first, fewer when they take over ``WARMUP_MS`` together, and up to ``runs`` are
+    timed, fewer when they would take over ``MEASURE_MS`` (at least ``EARLY_STOP_RUNS``). With ``give_up_above``
     (ms), a candidate clearly slower than that after ``EARLY_STOP_RUNS`` launches is not timed further: its median
     so far is returned (the search only needs to know that it lost).
 
@@ -499,7 +504,7 @@ def measure(fn, warmup: int, runs: int, give_up_above: float | None = None) -> f
 
 def _measure(fn, warmup: int, runs: int, give_up_above: float | None) -> float:
     return time_ms(fn, runs=runs, warmup=warmup, warmup_ms=WARMUP_MS, give_up_above=give_up_above,
-                   early_stop_runs=EARLY_STOP_RUNS, graph_below=GRAPH_TIMING_BELOW_MS)
+                   early_stop_runs=EARLY_STOP_RUNS, graph_below=GRAPH_TIMING_BELOW_MS, measure_ms=MEASURE_MS)
 
 
 def fastest_program(programs: Mapping[str, Callable[[], object]], settings: TunerConfig) -> tuple[str, dict[str, float]]:

@@ -375,3 +375,15 @@ def test_a_launch_bound_kernel_keeps_the_heuristic_without_a_search(tmp_path):
     assert KernelConfig.from_user_view(trial["config"]) == built.compiled.kernels["fused_0"].config
     x, w, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)
     torch.testing.assert_close(built(x, w, b), torch.relu(x @ w + b), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("runs", "per_launch_ms", "measure_ms", "expected"), [
+    (30, 6.7, 100.0, 14),  # C's GEMM: what fits in 100 ms
+    (30, 1.0, 100.0, 30),  # A's: all of them
+    (30, 40.0, 100.0, 5),  # never under the five that judged it
+    (40, 6.7, None, 40),  # no bound
+])
+def test_a_long_kernel_is_timed_for_at_most_the_measuring_time(runs, per_launch_ms, measure_ms, expected):
+    from amk.benchmarking import runs_within
+
+    assert runs_within(runs, per_launch_ms, measure_ms, 5) == expected
