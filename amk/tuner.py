@@ -755,12 +755,12 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
         study.enqueue_trial({key: getattr(config, key) for key in values})
     seen: dict[tuple, float] = {}
     wanted = min(budget, len(viable))
-    sizes = iter(batch_sizes(wanted, batch))
     questions = 0  # counted here: ``study.trials`` deep-copies every trial (seconds per build, profiled on the H200)
-    while len(seen) < wanted and questions <= 20 * budget:
+    for size in batch_sizes(wanted, batch):
+        if questions > 20 * budget:
+            break
         pending: dict[tuple, list] = {}
-        size = next(sizes, batch)
-        while len(pending) < min(size, wanted - len(seen)) and questions <= 20 * budget:
+        while len(pending) < size and questions <= 20 * budget:
             trial = study.ask()
             questions += 1
             key = tuple(trial.suggest_categorical(name, options) for name, options in values.items())

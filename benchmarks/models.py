@@ -21,10 +21,11 @@ Per row and contender, in this order:
 - correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
   error exceeds ``max(amk.verification.TOLERANCES[dtype], 2 x eager's)`` is reported as wrong and not timed.
-- ``host_us``: per-call host time. After a synchronize, N back-to-back calls (200; 100 with ``--quick``) are timed on the host clock without
-  waiting for the GPU at the end; the median over repetitions of elapsed / N. It is what issuing one call costs the
-  host (guards, Python, launches) while the GPU works through the queue, and a launch-bound call's floor; a call that
-  synchronizes shows its GPU time here too.
+- ``host_us``: per-call host time. After a synchronize, N back-to-back calls (100; 50 with ``--quick``) are timed
+  on the host clock without waiting for the GPU at the end; the median over repetitions of elapsed / N. It is what
+  issuing one call costs the host (guards, Python, launches) while the GPU works through the queue, and a
+  launch-bound call's floor; a call that synchronizes shows its GPU time here too, and so would calls that fill
+  CUDA's queue of pending launches (about a thousand: N calls of a few launches each stay under it).
 - ``ms``: median time per call, ``amk.benchmarking.time_ms`` (CUDA events around each call after an L2 flush, as
   ``triton.testing.do_bench(fn, return_mode="median")``). The flush hides a call's host time only up to its own
   length (about 60 µs on the H200): a call whose host time is longer keeps the GPU waiting, and that shows here.
@@ -86,9 +87,9 @@ class Timing:
 
 
 # Host time from 10-20 calls varied by 2x between runs of the same module (2026-12-02-h200-models-4 against
-# -host-profile, 200 calls): a few hundred calls average out the collector and the allocator's first calls.
-FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=200, host_repeats=5)
-QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=100, host_repeats=3)
+# -host-profile, 200 calls): more calls average out the collector and the allocator's first calls.
+FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=100, host_repeats=5)
+QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=50, host_repeats=3)
 INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1)  # CPU: every call is interpreted
 
 

@@ -230,7 +230,7 @@ def save_rows(path, rows: list[dict]) -> None:
                   indent=1)
 
 
-# --- The model benchmark's rows (benchmarks/models.py): modules as people write them ---------------------------------------------------------------------------
+# --- The model benchmark's rows (benchmarks/models.py): modules as people write them ------------------------------
 
 class LinearActivation(nn.Module):
     def __init__(self, features: int, activation: type[nn.Module]):

@@ -35,7 +35,7 @@ reduction). Its stores use pointers (the pre-normalization tile must be visible 
 strip, which a TMA store in triton 3.6 does not guarantee), and its barrier is the consumer's own warps'. Whole tiles
 and vector rows go through global memory in a coalesced blocked layout (``io_layout``, 8 contiguous values a thread:
 16-byte accesses where the wgmma layout's pairs of columns give 4-byte ones), converted to and from the
-accumulator's; a row's statistics are stored from a layout that holds each once (``rows_layout``); the strip's
+accumulator's; a row's statistics are stored from a layout of a row per thread (``rows_layout``); the strip's
 finishing sweep, which only reads, normalizes and writes, keeps its tiles in ``io_layout`` throughout.
 
 Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
@@ -77,7 +77,7 @@ _PRODUCER_WARPS, _PRODUCER_REGISTERS = 1, 40
 # epilogue while the other runs its main loop (CUTLASS's ping-pong kernels).
 SCHEDULES = ("cooperative", "pingpong")
 # Global memory is read and written in a coalesced layout, ``_IO_VECTOR`` contiguous values per thread along the row
-# and a warp's threads along the row: in the accumulator's wgmma layout a thread holds two adjacent columns, so a tile
+# (16 bytes of a 16-bit type) and a warp's threads along the row: in the accumulator's wgmma layout a thread holds two adjacent columns, so a tile
 # read or written there takes a 64-bit pointer per pair (a [128, 256] tile's alone fill 128 registers a thread) and
 # 4-byte accesses; the strip_finish kernels spilled in their epilogue and sweep (1070 bytes a thread for C's).
 _IO_VECTOR = 8
@@ -325,8 +325,9 @@ class GluonEmitter(TritonEmitter):
 
     def stores_row_values(self, op: Operation) -> bool:
         """Whether ``op`` stores one value per row of the tile (a ``[BLOCK_M, 1]`` statistic) with pointers: in
-        ``rows_layout``. In the accumulator's layout every thread holding a copy of a row's value stores it, and
-        triton 3.6 does not drop the copies (257 stores a thread for C's two statistics, against 5 in 3.9)."""
+        ``rows_layout``, a row per thread. In the accumulator's layout every thread holding a copy of a row's value
+        stores it, and triton 3.6 does not drop the copies (257 stores a thread for C's two statistics, against 5 in
+        3.9)."""
         if not isinstance(op, memory_staged.StoreOp) or op is self.main.store:
             return False
         rows, cols = op.value.type.dims
@@ -350,12 +351,13 @@ class GluonEmitter(TritonEmitter):
             super().emit_op(op)
             return
         saved = {}  # operand -> its (name, inline text) before it was converted for this op
-        if isinstance(op, memory_staged.StoreOp) and self.layout_held(op.value) != self.current_layout:
+        if (isinstance(op, memory_staged.StoreOp) and self.name(op.value).isidentifier()
+                and self.layout_held(op.value) != self.current_layout):
             # cast to the buffer's type first: the conversion's shared memory then holds 16-bit values, not fp32
+            cast = self.convert(op.value, op.dest.type.element_type)
             saved[op.value] = (self.names.get(op.value), self.inline.pop(op.value, None))
             stored = self.fresh(f"{self.name(op.value)}_stored")
-            self.code.writeline(f"{stored} = gl.convert_layout({self.convert(op.value, op.dest.type.element_type)}, "
-                                f"{self.current_layout})")
+            self.code.writeline(f"{stored} = gl.convert_layout({cast}, {self.current_layout})")
             self.names[op.value] = stored
         for operand in op.operands:
             text = self.name(operand) if isinstance(operand.type, tiled_loop.TileType) else ""
@@ -387,6 +389,25 @@ class GluonEmitter(TritonEmitter):
         if op.result not in self.inline and self.layout_of(op.result.type) != self.current_layout:
             name = self.name(op.result)
             self.code.writeline(f"{name} = gl.convert_layout({name}, {self.layout_of(op.result.type)})")
+
+    def emit_tiled_loop_for(self, op: tiled_loop.ForOp) -> None:
+        """A loop's carried tiles live in their shape's layout here: an initial value held in another is converted
+        first."""
+        saved = {}
+        for init, arg in zip(op.inits, op.body.block.args):
+            text = self.name(init)
+            if (isinstance(init.type, tiled_loop.TileType) and text.isidentifier() and init not in saved
+                    and self.layout_held(init) != self.layout_of(arg.type)):
+                saved[init] = self.names.get(init)
+                converted = self.fresh(f"{text}_here")
+                self.code.writeline(f"{converted} = gl.convert_layout({text}, {self.layout_of(arg.type)})")
+                self.names[init] = converted
+        super().emit_tiled_loop_for(op)
+        for init, name in saved.items():
+            self.names[init] = name
+        for value in [*op.body.block.args, *op.results]:
+            if isinstance(value.type, tiled_loop.TileType):
+                self.layouts[value] = self.layout_of(value.type)
 
     def emit_tiled_loop_if(self, op: tiled_loop.IfOp) -> None:
         """A strip's finishing sweep (the branch of its last tile) only reads, normalizes and writes tiles: they stay
@@ -524,7 +545,8 @@ class GluonEmitter(TritonEmitter):
                 code.writeline(f"{self.rows_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [{warps}, 1], "
                                "[0, 1])")
             if any(isinstance(op, tiled_loop.IfOp) or self.coalesced(op) for op in self.epilogue_ops()):
-                across = min(32, self.block_n // _IO_VECTOR)  # a warp's threads along a row
+                # a warp's threads along a row: a power of two (the tile's columns may be 192 = 3 x 64)
+                across = 1 << (min(32, self.block_n // _IO_VECTOR).bit_length() - 1)
                 code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
                                f"[{32 // across}, {across}], [{warps}, 1], [1, 0])")
             self.open_tile_loop(own_tiles=self.pingpong)
@@ -544,6 +566,7 @@ class GluonEmitter(TritonEmitter):
         code, main = self.code, self.main
         acc = self.name(main.loop.results[0])
         self.names[main.loop.body.block.args[0]] = acc
+        self.layouts[main.loop.results[0]] = self.acc_layout  # where it is, whichever region reads it
         code.writeline(f"{acc} = {self.name(main.accumulator.result)}")
         if "note" in main.loop.attributes:
             code.writeline(f"# {main.loop.attributes['note'].data}")

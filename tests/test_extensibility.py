@@ -239,4 +239,4 @@ def test_an_op_bound_for_the_hot_path_computes_what_its_reference_does(transpose
     a, b = (torch.randn(shape) for shape in shapes)
     expected = (a.transpose(-1, -2) if transpose_lhs else a) @ (b.t() if transpose_rhs else b)
     torch.testing.assert_close(reference.bound(op)(a, b), expected)
-    torch.testing.assert_close(reference.evaluate(op, [a, b]), expected)
+    assert (reference.bound(op) is torch.nn.functional.linear) == (transpose_rhs and not transpose_lhs)

@@ -177,7 +177,8 @@ class FusedSubgraph(torch.nn.Module):
         return self.launch(args)
 
     # Called by the compiled graph on every call of the model: without nn.Module's hook dispatch (about 1.5 us), as
-    # nothing registers hooks on this internal module.
+    # nothing registers hooks on this internal module; global module hooks (register_module_forward_hook) do not
+    # see it either.
     __call__ = forward
 
     def launch(self, args) -> tuple:

@@ -111,6 +111,7 @@ def run(name: str, shapes, stages: int, pingpong_stages: int) -> dict:
                 call()
                 torch.cuda.synchronize()
                 row["rel_l2_after_timing"] = relative_error(out, reference)[0]
+                row["correct_after_timing"] = row["rel_l2_after_timing"] <= bound
         results[contender] = row
         print(contender, row, flush=True)
     return {"environment": environment(), "command": " ".join(sys.argv), "workload": name, "shapes": shapes,

@@ -3,13 +3,14 @@
     python benchmarks/probes/host_profile.py --rows bf16_linear_rmsnorm,fp16_linear_logsumexp [--calls 2000]
         [--contenders eager,compile,max_autotune,amk] [--out FILE.json]
 
-For each row of ``benchmarks/models.py``, in one process on the same inputs: the per-call host time
-(:func:`amk.benchmarking.host_us`, as the model benchmark measures it) of the ``--contenders`` (eager, torch.compile
-default and ``max-autotune-no-cudagraphs``, the mode issue 18 compares host time with, and ``amk.compile``), then
-``--calls`` calls of the amk-compiled module under ``cProfile``: the functions with the most
-own time, and the time per call of each layer of the call (amk's wrapper, TorchDynamo's frame, the subgraph's
-launcher, the PyTorch ops). Without a GPU it runs the rows at their small sizes in Triton's interpreter, where the
-kernels' own time swamps the rest (use it to check the probe, not to read the figures).
+For each row of the model benchmark (``ROWS`` of ``benchmarks/workloads.py``), in one process on the same inputs: the
+per-call host time (:func:`amk.benchmarking.host_us` over 100 back-to-back calls, as ``models.py`` measures it) of
+the ``--contenders`` (eager, torch.compile default and ``max-autotune-no-cudagraphs``, the mode issue 18 compares
+host time with, and ``amk.compile``), then ``--calls`` calls of the amk-compiled module under ``cProfile``: the
+``--top`` functions by their own time, each with its calls, own and cumulative microseconds per call of the module
+(amk's wrapper, TorchDynamo's frames, the subgraph's launcher and the PyTorch ops appear among them). Without a GPU
+it runs the rows at their small sizes in Triton's interpreter, where the kernels' own time swamps the rest (use it to
+check the probe, not to read the figures).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def run_row(name: str, contenders: list[str], calls: int, top: int, small: bool)
         for contender, fn in made.items():
             for _ in range(4):
                 fn(*inputs)
-            result["host_us"][contender] = round(host_us(lambda fn=fn: fn(*inputs), calls=200, repeats=5), 2)
+            result["host_us"][contender] = round(host_us(lambda fn=fn: fn(*inputs), calls=100, repeats=5), 2)
         amk_module = made.get("amk") or amk.compile(module)
         table, functions = profile_calls(lambda: amk_module(*inputs), calls, top)
     result["amk_profile"] = functions
@@ -80,7 +81,7 @@ def run_row(name: str, contenders: list[str], calls: int, top: int, small: bool)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="bf16_linear_rmsnorm,fp16_linear_logsumexp",
-                        help=f"comma-separated rows of benchmarks/models.py: {', '.join(ROWS)}")
+                        help=f"comma-separated rows of the model benchmark: {', '.join(ROWS)}")
     parser.add_argument("--contenders", default=",".join(CONTENDERS),
                         help=f"comma-separated, whose host time is measured: {', '.join(CONTENDERS)}")
     parser.add_argument("--calls", type=int, default=2000, help="calls profiled per row")
