@@ -593,13 +593,19 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                     for key, value in seed.as_dict().items())]
     # Seeds first: trials reused from the cache are recorded in this order, as a fresh search would time them.
     fresh = unseen(seeds + [config for config in searched if config not in seeds])
-    _search(fresh, settings, build_and_run, trials, prepare, batch, seeds)
     # The dot precision does not interact with the launch switches: it is refined first, on its own, and the launch
     # switches then on the finalists that come out (3 + 3 x 3 variants for an fp32 tile grid on Hopper, not 3 x 7).
-    for group in ({k: v for k, v in switches.items() if k == "TF32X3"},
-                  {k: v for k, v in switches.items() if k != "TF32X3"}):
-        if group:
-            _refine(trials, group, unseen, settings, build_and_run, prepare)
+    groups = [group for group in ({k: v for k, v in switches.items() if k == "TF32X3"},
+                                  {k: v for k, v in switches.items() if k != "TF32X3"}) if group]
+
+    def compile_ahead() -> None:
+        """The first refinement's variants of the finalists so far, handed to the compile workers while the search
+        is still timed (once all its candidates are theirs): most are the refinement's, compiled by then."""
+        prepare([config for config in _variants(trials, groups[0]) if not pruned(config)])
+
+    _search(fresh, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
+    for group in groups:
+        _refine(trials, group, unseen, settings, build_and_run, prepare)
     retimed = _final_round(trials, settings, build_and_run)
     best = _chosen(trials, retimed)
     if best is None:
@@ -630,16 +636,21 @@ def _chosen(trials: list[Trial], retimed: list[Trial]) -> Trial | None:
 FINAL_ROUNDS = 3
 
 
+def _variants(trials: list[Trial], switches: dict[str, list[int]]) -> list[KernelConfig]:
+    """Every setting of ``switches`` on the fastest configurations timed so far (the ``FINALISTS``), less those
+    already tried."""
+    finalists = sorted((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms)[:FINALISTS]
+    tried = {config_key(t.config) for t in trials}
+    variants = dict.fromkeys(replace(trial.config, **dict(zip(switches, values)))
+                             for trial in finalists for values in itertools.product(*switches.values()))
+    return [config for config in variants if config_key(config) not in tried]
+
+
 def _refine(trials: list[Trial], switches: dict[str, list[int]], unseen, settings: TunerConfig, build_and_run,
             prepare) -> None:
     """Time every setting of ``switches`` on the fastest configurations found so far (the ``FINALISTS``)."""
-    finalists = sorted((t for t in trials if t.status == "ok"), key=lambda t: t.time_ms)[:FINALISTS]
-    timed = {config_key(t.config) for t in trials}
-    variants = list(dict.fromkeys(
-        replace(trial.config, **dict(zip(switches, values)))
-        for trial in finalists for values in itertools.product(*switches.values())))
-    candidates = unseen([config for config in variants if config_key(config) not in timed])
-    log.info("refining %d finalists with %s: %d variants", len(finalists), ", ".join(switches), len(candidates))
+    candidates = unseen(_variants(trials, switches))
+    log.info("refining the finalists with %s: %d variants", ", ".join(switches), len(candidates))
     prepare(candidates)
     for config in candidates:
         _time_one(config, settings, build_and_run, trials)
@@ -697,15 +708,22 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
 
 
 def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial], prepare,
-            batch: int, firsts: Sequence[KernelConfig] = ()) -> None:
+            batch: int, firsts: Sequence[KernelConfig] = (), compile_ahead=None) -> None:
     """Time up to the search budget of ``viable``, starting with ``firsts`` (the strategy's default configuration and
     the configurations that won before on this device class) where they are among them. A candidate clearly slower
-    than the best so far (``EARLY_STOP_FACTOR``) is not timed to the end."""
+    than the best so far (``EARLY_STOP_FACTOR``) is not timed to the end. ``compile_ahead()``, when given, is called
+    after each candidate timed once every candidate of the search has been prepared (the compile workers would idle
+    otherwise)."""
     budget = settings.search_budget
     leading = [config for config in dict.fromkeys(firsts) if config in viable]
     viable = leading + [config for config in viable if config not in leading]
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)
     best = [math.inf]
+    all_prepared = [False]
+
+    def prepared(configs: list[KernelConfig], last: bool) -> None:
+        prepare(configs)
+        all_prepared[0] = last
 
     def evaluate(config: KernelConfig) -> float | None:
         elapsed = _time_one(config, settings, build_and_run, trials,
@@ -718,13 +736,15 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
         progress.set_postfix(best_ms=f"{best[0]:.4f}" if best[0] < math.inf else "-",
                              **({"phases": clock.summary()} if clock is not None else {}))
         progress.update(1)
+        if compile_ahead is not None and all_prepared[0]:
+            compile_ahead()
         return elapsed
 
     if settings.search == "bayesian" and len(viable) > budget:
-        _bayesian(viable, budget, evaluate, prepare, batch, len(leading))
+        _bayesian(viable, budget, evaluate, prepared, batch, len(leading))
     else:
         chosen = _select(viable, budget, settings.search, keep_first=len(leading))
-        prepare(chosen)
+        prepared(chosen, True)
         for config in chosen:
             evaluate(config)
     progress.close()
@@ -734,15 +754,15 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     """Model-guided search with optuna's TPE sampler over the viable configurations' parameters.
 
     Candidates are asked ``batch`` at a time (:func:`batch_sizes`; TPE's constant liar keeps pending ones apart),
-    prepared together, then timed one by one; the first ``keep_first`` viable configurations are enqueued as the
-    study's first trials.
+    prepared together (``prepare(configs, last)``, ``last`` for the search's last batch), then timed one by one; the
+    first ``keep_first`` viable configurations are enqueued as the study's first trials.
     """
     try:
         import optuna
     except ImportError:
         log.warning("optuna is not installed; the bayesian search falls back to random search")
         chosen = _select(viable, budget, "random", keep_first=keep_first)
-        prepare(chosen)
+        prepare(chosen, True)
         for config in chosen:
             evaluate(config)
         return
@@ -756,7 +776,8 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     seen: dict[tuple, float] = {}
     wanted = min(budget, len(viable))
     questions = 0  # counted here: ``study.trials`` deep-copies every trial (seconds per build, profiled on the H200)
-    for size in batch_sizes(wanted, batch):
+    sizes = batch_sizes(wanted, batch)
+    for round_index, size in enumerate(sizes):
         if questions > 20 * budget:
             break
         pending: dict[tuple, list] = {}
@@ -770,7 +791,7 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
                 study.tell(trial, seen[key])
             else:
                 pending.setdefault(key, []).append(trial)
-        prepare([by_key[key] for key in pending])
+        prepare([by_key[key] for key in pending], round_index == len(sizes) - 1)
         for key, asked in pending.items():
             elapsed = evaluate(by_key[key])
             seen[key] = elapsed if elapsed is not None else math.inf

@@ -387,3 +387,38 @@ def test_a_long_kernel_is_timed_for_at_most_the_measuring_time(runs, per_launch_
     from amk.benchmarking import runs_within
 
     assert runs_within(runs, per_launch_ms, measure_ms, 5) == expected
+
+
+def test_the_finalists_variants_compile_while_the_search_is_still_timed(monkeypatch):
+    """Once every candidate of the search is with the compile workers, the persistent / TMA variants of the fastest so
+    far are handed to them too, before the search's last candidate is timed: the refinement then finds most compiled
+    (the workers would otherwise idle, then compile them in a round of their own)."""
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current",
+                        staticmethod(lambda: amk.tuner.DeviceLimits("H200", 232448, 132, tma=True)))
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = Recorder.launched
+        return 2.0 - 0.5 * config.PERSISTENT * config.TMA + config.BLOCK_M / 1024
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    events: list[tuple[str, set[str]]] = []
+
+    class Ordered(Recorder):
+        def prepare(self, configs):
+            super().prepare(configs)
+            events.append(("prepare", {config_key(c) for c in configs}))
+
+        def build_and_run(self, config):
+            events.append(("time", {config_key(config)}))
+            return super().build_and_run(config)
+
+    kernel = tiled_kernel(rows=1024)  # a grid of output tiles (64 rows would take skinny_m, without the switches)
+    recorder = Ordered()
+    grid = GRID | {"PERSISTENT": [0, 1], "TMA": [0, 1]}  # the search runs at 0, 0; the refinement sets them
+    best, trials = tune(kernel, TunerConfig(search_budget=8), grid, amk.pipeline.heuristic_config(kernel),
+                        recorder.build_and_run, prepare=recorder.prepare, batch=8)
+    variants = {config_key(t.config) for t in trials if t.status == "ok" and (t.config.PERSISTENT or t.config.TMA)}
+    assert variants and best.PERSISTENT and best.TMA and recorder.timed_unprepared == []
+    first_variant = next(i for i, (kind, keys) in enumerate(events) if kind == "time" and keys & variants)
+    assert any(kind == "prepare" and keys & variants for kind, keys in events[:first_variant - 1])
