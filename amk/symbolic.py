@@ -83,18 +83,25 @@ def canonical(value: int | str | sympy.Expr | Dim) -> str:
         raise ValueError(f"not a dimension: {value!r}")
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, str | sympy.Basic):
+        return _canonical_text(value)
+    raise ValueError(f"not a dimension: {value!r}")
+
+
+@functools.lru_cache(maxsize=16384)
+def _canonical_text(value: str | sympy.Basic) -> str:
+    """:func:`canonical` of a string or a sympy expression, remembered: emitting one kernel makes tens of thousands of
+    dims from a few hundred expressions, and printing one costs tens of microseconds."""
     if isinstance(value, str):
         value = parse_sympy(value)
-    if isinstance(value, sympy.Basic):
-        # Printing and re-parsing can regroup terms; iterate to the fixed point so the text is an identity.
-        text = sympy.sstr(value)
-        for _ in range(4):
-            again = sympy.sstr(parse_sympy(text))
-            if again == text:
-                break
-            text = again
-        return text
-    raise ValueError(f"not a dimension: {value!r}")
+    # Printing and re-parsing can regroup terms; iterate to the fixed point so the text is an identity.
+    text = sympy.sstr(value)
+    for _ in range(4):
+        again = sympy.sstr(parse_sympy(text))
+        if again == text:
+            break
+        text = again
+    return text
 
 
 class Dim:

@@ -18,6 +18,7 @@ then upcast to fp32 first.
 
 from __future__ import annotations
 
+import functools
 import keyword
 import math
 import re
@@ -180,14 +181,22 @@ class TritonEmitter:
     def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
         """Python for ``dim`` inside the kernel (``tl.`` helpers) or, with ``cdiv_name="triton.cdiv"``, the launcher."""
         value = dim.expr
-        for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0])):
-            value = value.subs(Dim(text).expr, sympy.Symbol(param, integer=True, positive=True))
-        leftover = {str(s) for s in value.free_symbols} - self._known_symbols()
+        for dim_expr, param in self._dim_parameters:
+            value = value.subs(dim_expr, param)
+        leftover = {str(s) for s in value.free_symbols} - self._known_symbols
         if leftover:
             raise ValueError(f"kernel {self.kernel.sym_name.data}: no argument provides {', '.join(sorted(leftover))}")
         in_kernel = cdiv_name.startswith("tl.")
         return to_python(value, cdiv_name, "tl.minimum" if in_kernel else "min", "tl.maximum" if in_kernel else "max")
 
+    @functools.cached_property
+    def _dim_parameters(self) -> list[tuple[sympy.Expr, sympy.Symbol]]:
+        """Each symbolic dim the arguments' shapes give, as the kernel parameter holding it (longest text first, so
+        that ``B*S`` is replaced before ``B``)."""
+        return [(Dim(text).expr, sympy.Symbol(param, integer=True, positive=True))
+                for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0]))]
+
+    @functools.cached_property
     def _known_symbols(self) -> set[str]:
         loops = {op.iv.data for op in self.kernel.walk() if isinstance(op, tiled_loop.ForOp)}
         relaunched = {p.data for op in self.kernel.walk() if isinstance(op, tiled_loop.RelaunchOp)
