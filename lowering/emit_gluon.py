@@ -350,24 +350,18 @@ class GluonEmitter(TritonEmitter):
         else:
             super().emit_op(op)
             return
-        saved = {}  # operand -> its (name, inline text) before it was converted for this op
+        saved: dict[SSAValue, tuple] = {}
         if (isinstance(op, memory_staged.StoreOp) and self.name(op.value).isidentifier()
                 and self.layout_held(op.value) != self.current_layout):
             # cast to the buffer's type first: the conversion's shared memory then holds 16-bit values, not fp32
-            cast = self.convert(op.value, op.dest.type.element_type)
-            saved[op.value] = (self.names.get(op.value), self.inline.pop(op.value, None))
-            stored = self.fresh(f"{self.name(op.value)}_stored")
-            self.code.writeline(f"{stored} = gl.convert_layout({cast}, {self.current_layout})")
-            self.names[op.value] = stored
+            self.convert_under_new_name(op.value, self.convert(op.value, op.dest.type.element_type),
+                                        self.current_layout, saved, "stored")
         for operand in op.operands:
             text = self.name(operand) if isinstance(operand.type, tiled_loop.TileType) else ""
             # a literal (an inlined scalar) has no layout; an inlined name (a reduce of one column) has its input's
             if (text.isidentifier() and operand not in saved
                     and self.layout_held(operand) != self.current_layout):
-                saved[operand] = (self.names.get(operand), self.inline.pop(operand, None))
-                converted = self.fresh(f"{text}_here")
-                self.code.writeline(f"{converted} = gl.convert_layout({text}, {self.current_layout})")
-                self.names[operand] = converted
+                self.convert_under_new_name(operand, text, self.current_layout, saved)
         super().emit_op(op)
         if isinstance(op, memory_staged.LoadOp) and self.current_layout != self.layout_of(op.result.type):
             name = self.name(op.result)  # read coalesced, computed on where the accumulator is
@@ -375,13 +369,26 @@ class GluonEmitter(TritonEmitter):
         for result in op.results:
             if isinstance(result.type, tiled_loop.TileType):
                 self.layouts[result] = self.layout_of(result.type)
-        for operand, (name, inline) in saved.items():
+        self.restore_names(saved)
+
+    def convert_under_new_name(self, value: SSAValue, text: str, layout: str, saved: dict, suffix: str = "here"):
+        """Write ``text`` (``value``'s name, or an expression of it) converted to ``layout`` under a fresh name,
+        which the next op reads for ``value``; ``saved`` keeps the name and inline text to put back
+        (:meth:`restore_names`)."""
+        name = self.name(value)
+        saved[value] = (self.names.get(value), self.inline.pop(value, None))
+        converted = self.fresh(f"{name}_{suffix}")
+        self.code.writeline(f"{converted} = gl.convert_layout({text}, {layout})")
+        self.names[value] = converted
+
+    def restore_names(self, saved: dict) -> None:
+        for value, (name, inline) in saved.items():
             if name is None:
-                del self.names[operand]
+                del self.names[value]
             else:
-                self.names[operand] = name
+                self.names[value] = name
             if inline is not None:
-                self.inline[operand] = inline
+                self.inline[value] = inline
 
     def emit_tiled_loop_reduce(self, op: tiled_loop.ReduceOp) -> None:
         """Reduced in the layout of its input; a row statistic of a blocked tile goes to its shape's layout."""
@@ -393,18 +400,14 @@ class GluonEmitter(TritonEmitter):
     def emit_tiled_loop_for(self, op: tiled_loop.ForOp) -> None:
         """A loop's carried tiles live in their shape's layout here: an initial value held in another is converted
         first."""
-        saved = {}
+        saved: dict[SSAValue, tuple] = {}
         for init, arg in zip(op.inits, op.body.block.args):
             text = self.name(init)
             if (isinstance(init.type, tiled_loop.TileType) and text.isidentifier() and init not in saved
                     and self.layout_held(init) != self.layout_of(arg.type)):
-                saved[init] = self.names.get(init)
-                converted = self.fresh(f"{text}_here")
-                self.code.writeline(f"{converted} = gl.convert_layout({text}, {self.layout_of(arg.type)})")
-                self.names[init] = converted
+                self.convert_under_new_name(init, text, self.layout_of(arg.type), saved)
         super().emit_tiled_loop_for(op)
-        for init, name in saved.items():
-            self.names[init] = name
+        self.restore_names(saved)
         for value in [*op.body.block.args, *op.results]:
             if isinstance(value.type, tiled_loop.TileType):
                 self.layouts[value] = self.layout_of(value.type)
