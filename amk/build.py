@@ -34,7 +34,16 @@ from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
-from amk.tuner import TIMED, Trial, TunerConfig, autotune_chooser, config_key, launch_bound_reason, untimed_in_grid
+from amk.tuner import (
+    TIMED,
+    Trial,
+    TunerConfig,
+    autotune_chooser,
+    config_key,
+    launch_bound_reason,
+    start_compile_workers,
+    untimed_in_grid,
+)
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -157,6 +166,8 @@ def _build(request: BuildRequest, save: bool) -> Built:
     from amk.pipeline import compile_module
 
     recorded = store.load_config(key)
+    if request.timed and not recorded:  # kernels will be tuned: their compile workers boot while the passes run
+        start_compile_workers()
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
@@ -198,6 +209,11 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     hit = _load(store, known) if known is not None else None
     module = key = meta = None
     if hit is None:
+        if alias is not None and known is None and request.timed:
+            # A request never built before: the compile workers boot while its module is made (the IR's imports on a
+            # first build) rather than from the first kernel tuned. A request without an alias (a captured subgraph)
+            # starts them once its key is known to miss, so that a warm cache starts none.
+            start_compile_workers()
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
         hit = _load(store, key) if key != known else None

@@ -144,3 +144,45 @@ def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
         assert not slow.done()
     finally:
         pool.close()
+
+
+@pytest.fixture
+def timed_builds(monkeypatch, tmp_path):
+    """Builds as on a GPU, the tuning faked (each kernel gets its heuristic configuration): ``build(ops=...)`` runs
+    one and returns the order in which the compile workers were started and the module was made."""
+    import torch
+
+    import amk.build
+    import amk.oplist
+    from amk.pipeline import heuristic_config
+
+    events: list[str] = []
+    monkeypatch.setattr(amk.build, "start_compile_workers", lambda: events.append("workers"))
+    monkeypatch.setattr(amk.build, "autotune_chooser", lambda *args, **kwargs: heuristic_config)
+    monkeypatch.setattr(amk.build.BuildRequest, "timed", property(lambda self: True))
+    shapes = [(4096, 256), (256, 256), (256,)]
+    settings = amk.TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
+
+    def make_module():
+        events.append("module")
+        return amk.oplist.build_module(["matmul", "add_bias", "relu"], shapes, torch.float16)
+
+    def build(ops):
+        events.clear()
+        amk.build.build(amk.build.BuildRequest(make_module, shapes, torch.float16, tuner_config=settings,
+                                               ops=amk.oplist.normalize_ops(ops) if ops else None))
+        return list(events)
+
+    return build
+
+
+def test_a_new_build_starts_its_compile_workers_before_it_makes_its_module(timed_builds):
+    """They boot (seconds) while the IR is built and its passes run, not from the first kernel tuned."""
+    assert timed_builds(["matmul", "add_bias", "relu"])[:2] == ["workers", "module"]
+    assert timed_builds(["matmul", "add_bias", "relu"]) == [], "a cache hit starts no workers"
+
+
+def test_a_request_without_an_op_list_starts_them_only_once_its_key_misses(timed_builds):
+    """A captured subgraph has no alias: its module is made to find its key, and a warm cache starts no workers."""
+    assert timed_builds(None)[:2] == ["module", "workers"]
+    assert timed_builds(None) == ["module"]

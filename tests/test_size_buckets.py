@@ -146,6 +146,7 @@ def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
 
     monkeypatch.setattr(amk.build, "autotune_chooser", tuner)
     monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
+    monkeypatch.setattr(amk.build, "start_compile_workers", lambda: None)  # the tuning is faked: nothing to compile
     # One program's kernels: fp32 chains under "highest" would also build the vendor-GEMM program to time against it.
     cache = TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
     static = BuildRequest(lambda: amk.oplist.build_module(["matmul", "relu"], [(64, K), (K, 32)], torch.float32),

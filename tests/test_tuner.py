@@ -138,6 +138,35 @@ def test_the_default_budget_compiles_in_one_round_on_fifteen_workers(clock):
     assert recorder.batches == [16] and recorder.timed_unprepared == []
 
 
+def test_a_search_of_one_round_draws_its_candidates_without_optuna(clock, monkeypatch):
+    """Nothing is timed before the last candidate of a single round is drawn: a model would learn nothing, and its
+    sampling cost most of a kernel's search on the CPU. Each parameter is drawn on its own, seeds first."""
+    import optuna
+
+    monkeypatch.setattr(optuna, "create_study", lambda **kwargs: pytest.fail("a one-round search asked optuna"))
+    kernel = tiled_kernel()
+    heuristic = amk.tuner.KernelConfig(BLOCK_M=64, BLOCK_N=16, BLOCK_K=16, num_warps=2)  # a point of GRID
+    recorder = Recorder()
+    _, trials = tune(kernel, TunerConfig(search="bayesian", search_budget=16), GRID, heuristic,
+                     recorder.build_and_run, prepare=recorder.prepare, batch=15)
+    timed = [t.config for t in trials if t.status == "ok"]
+    assert recorder.batches[0] == 16 and timed[0] == heuristic and len(set(timed)) == 16
+    for key, values in GRID.items():  # 16 draws of 36 configurations: every value of every parameter is met
+        assert {getattr(config, key) for config in timed} == set(values), key
+    again = Recorder()
+    tune(kernel, TunerConfig(search="bayesian", search_budget=16), GRID, heuristic, again.build_and_run,
+         prepare=again.prepare, batch=15)
+    assert again.prepared == recorder.prepared, "a build's candidates depend on nothing but its space"
+
+
+def test_independent_draws_fill_a_space_they_rarely_hit():
+    configs = [amk.tuner.KernelConfig(BLOCK_M=m, BLOCK_N=n) for m in (16, 32, 64, 128) for n in (16, 32, 64, 128)
+               if m == n]  # 4 viable configurations among 16 combinations of the parameters' values
+    picked = amk.tuner._independent_picks(configs, 4, keep_first=1)
+    assert picked[0] == configs[0] and sorted(picked, key=lambda c: c.BLOCK_M) == configs
+    assert amk.tuner._independent_picks(configs, 10) and len(amk.tuner._independent_picks(configs, 10)) == 4
+
+
 def test_batched_bayesian_search_still_finds_the_best_of_a_smooth_space(clock):
     kernel = tiled_kernel()
     recorder = Recorder()

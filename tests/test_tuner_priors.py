@@ -173,6 +173,7 @@ def test_a_build_is_seeded_with_what_won_for_an_earlier_build_of_its_family(monk
 
     monkeypatch.setattr(amk.build, "autotune_chooser", tuner)
     monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))
+    monkeypatch.setattr(amk.build, "start_compile_workers", lambda: None)  # the tuning is faked: nothing to compile
     settings = amk.TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
     for rows, dtype in [(2048, torch.float16), (4096, torch.float16), (4096, torch.float32)]:  # not launch-bound
         shapes = [(rows, 256), (256, 256), (256,)]

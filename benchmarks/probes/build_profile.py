@@ -1,0 +1,94 @@
+"""Where a cold build's wall time goes, by function: the building thread's stack sampled every few milliseconds.
+
+    python benchmarks/probes/build_profile.py --build B --out /tmp/build-profile-B.json
+
+cProfile cannot say it: the tuner's dispatching threads interleave with the building thread, and Python 3.12's
+cProfile then charges one thread's time to another's frames (a build of B it put at 10 s ran 18 s). Here a sampling
+thread reads the building thread's stack (``sys._current_frames``) and charges the wall time since its last sample
+to every function on it (inclusive) and to the innermost one (exclusive). The build runs in this process with empty
+amk and Triton caches, as ``benchmarks/build_time.py`` builds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from build_time import BUILDS, build_kernel  # noqa: E402
+
+
+class StackSampler:
+    """Samples ``thread_id``'s stack every ``interval`` seconds while running (a context manager)."""
+
+    def __init__(self, thread_id: int, interval: float = 0.005):
+        self.thread_id, self.interval = thread_id, interval
+        self.inclusive: collections.Counter[str] = collections.Counter()
+        self.exclusive: collections.Counter[str] = collections.Counter()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _name(frame) -> str:
+        path = frame.f_code.co_filename
+        for marker in ("site-packages/", "/lib/python3"):
+            path = path.split(marker)[-1]
+        return f"{path}:{frame.f_code.co_firstlineno}({frame.f_code.co_name})"
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        while not self.stop.wait(self.interval):
+            now = time.perf_counter()
+            frame, seen, innermost = sys._current_frames().get(self.thread_id), set(), True
+            while frame is not None:
+                name = self._name(frame)
+                if innermost:
+                    self.exclusive[name] += now - last
+                    innermost = False
+                if name not in seen:
+                    self.inclusive[name] += now - last
+                    seen.add(name)
+                frame = frame.f_back
+            last = now
+
+    def __enter__(self) -> StackSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", choices=BUILDS, default="B")
+    parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
+    parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="amk-build-profile-")  # empty caches: amk and Triton read these when they build
+    os.environ["AMK_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{scratch}/amk", f"{scratch}/triton"
+    started = time.perf_counter()
+    with StackSampler(threading.get_ident()) as sampler:
+        kernel = build_kernel(args.build)[0]
+    wall = time.perf_counter() - started
+    print(f"{args.build}: {wall:.1f} s from the call (inputs included), phases "
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in kernel.build_phases.items()))
+    print("inclusive s  exclusive s  function")
+    for name, seconds in sampler.inclusive.most_common(args.top):
+        print(f"{seconds:11.2f}  {sampler.exclusive.get(name, 0.0):11.2f}  {name}")
+    if args.out:
+        args.out.write_text(json.dumps({"build": args.build, "wall_s": wall, "phases": kernel.build_phases,
+                                        "inclusive_s": dict(sampler.inclusive.most_common()),
+                                        "exclusive_s": dict(sampler.exclusive.most_common())}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
