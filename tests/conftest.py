@@ -52,9 +52,12 @@ INTERPRETER_WARNINGS = pytest.mark.filterwarnings(
 
 def find_script(name: str) -> str | None:
     """The path of an installed console script (``amk``, ``amk-opt``, ``xdsl-opt``, ``mkdocs``), or None: next to
-    the interpreter in a virtual environment, else on PATH (``pip install --target DIR`` puts them in ``DIR/bin``)."""
-    beside_python = Path(sys.executable).parent / name
-    return str(beside_python) if beside_python.exists() else shutil.which(name)
+    the interpreter in a virtual environment, in ``DIR/bin`` where ``pip install --target DIR`` put amk (and the
+    script) in DIR, else on PATH."""
+    for folder in (Path(sys.executable).parent, Path(amk.__file__).resolve().parents[1] / "bin"):
+        if (folder / name).exists():
+            return str(folder / name)
+    return shutil.which(name)
 
 
 def installed_script(name: str) -> str:
