@@ -69,7 +69,7 @@ def build_one(name: str) -> dict:
     median = triton.testing.do_bench(lambda: kernel(*inputs), return_mode="median")
     return {"build": name, "ops": workload.ops, "shapes": shapes, "dtype": str(workload.dtype), "build_s": build_s,
             "phases": kernel.build_phases, "program": "vendor_gemm" if kernel.torch_ops else "fused",
-            "config": kernel.config, "median_ms": median, "rel_l2": error, "max_abs": max_abs,
+            "config": kernel.config, "program_times_ms": kernel.program_times, "median_ms": median, "rel_l2": error, "max_abs": max_abs,
             "trials": {k: sum(1 for t in log if t["status"] != "pruned") for k, log in kernel.tuning_log.items()},
             "workers": compile_workers(), "compile_jobs_s": sorted((round(s, 2) for s in jobs), reverse=True)}
 
