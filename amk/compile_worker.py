@@ -41,7 +41,10 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
     ``cache_directory``, the build's, as in the tuning process).
 
     The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
-    exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``.
+    exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``. Each
+    compiled kernel is then loaded, which makes Triton build its launcher too: triton 3.6 compiles one with the C
+    compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
+    0.7-1 s of a cold build's tuning process went to them).
     """
     import torch
     from triton.runtime.jit import JITFunction
@@ -53,12 +56,14 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
     jits = {attr: value for attr, value in vars(module).items()
             if attr.endswith("_kernel") and isinstance(value, JITFunction)}
 
+    compiled = []
+
     class CompileOnly:
         def __init__(self, jit):
             self.jit = jit
 
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
+            return lambda *args, **kwargs: compiled.append(self.jit.warmup(*args, grid=grid, **kwargs))
 
     tensors = [torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
     for attr, jit in jits.items():
@@ -68,6 +73,8 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
     finally:
         for attr, jit in jits.items():
             setattr(module, attr, jit)
+    for kernel in compiled:
+        kernel.run  # noqa: B018 - the property loads the kernel and builds its launcher (Triton's _init_handles)
 
 
 def serve(requests, replies) -> None:

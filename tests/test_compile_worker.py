@@ -8,6 +8,7 @@ import textwrap
 import warnings
 
 import pytest
+from conftest import GPU
 
 from amk.compile_worker import CompileWorkers
 
@@ -186,3 +187,34 @@ def test_a_request_without_an_op_list_starts_them_only_once_its_key_misses(timed
     """A captured subgraph has no alias: its module is made to find its key, and a warm cache starts no workers."""
     assert timed_builds(None)[:2] == ["module", "workers"]
     assert timed_builds(None) == ["module"]
+
+
+@pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
+def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp_path, monkeypatch):
+    """The worker leaves the kernel and its launcher (triton 3.6 builds one with the C compiler per signature) in
+    the build's Triton cache: the tuning process's first launch finds both and writes nothing there."""
+    import torch
+    import triton
+    from conftest import tile_level_kernel
+
+    from amk.pipeline import heuristic_config, stage_and_emit
+    from amk.runtime import load_source
+    from amk.tuner import compile_job, kernel_example_arguments
+
+    triton.runtime.driver.active.utils  # noqa: B018 - the driver's own module, built once per process, not here
+    kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(256, 128), (128, 64), (64,)], torch.float16)
+    config = heuristic_config(kernel)
+    source = stage_and_emit(kernel, config).source
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    pool = CompileWorkers(1)
+    try:
+        assert pool.compile([compile_job(kernel, config, source)]) == [None]
+    finally:
+        pool.close()
+    written = sorted(cache.rglob("*"))
+    assert written, "the worker compiled into the build's Triton cache"
+    launch = load_source(source, kernel.sym_name.data, tmp_path / "sources").launch
+    launch(*kernel_example_arguments(kernel, config, torch.device("cuda")))
+    torch.cuda.synchronize()
+    assert sorted(cache.rglob("*")) == written
