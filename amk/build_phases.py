@@ -1,5 +1,6 @@
-"""Where a build's time goes: seconds spent emitting (passes and Triton source), compiling (Triton, in the compile
-workers or at a candidate's first launch), preparing candidates for timing (drawing the random inputs, loading each
+"""Where a build's time goes: seconds spent emitting (passes and Triton source), compiling (waiting for the compile
+workers), at candidates' first launches in the building process (``compile_here``: Triton compiles there what no
+worker compiled, or what its cache did not find under the worker's key, and loads each kernel), preparing candidates for timing (drawing the random inputs, loading each
 candidate's module, allocating its outputs), timing candidates and verifying, for the tuner's progress bar and
 ``FusedKernel.build_phases``.
 
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-PHASES = ("emit", "compile", "prepare", "time", "verify")
+PHASES = ("emit", "compile", "compile_here", "prepare", "time", "verify")
 
 
 class PhaseClock:

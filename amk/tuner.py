@@ -689,7 +689,7 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
               give_up_above: float | None = None) -> float | None:
     try:
         launch, check = build_and_run(config)
-        with phase("compile"):  # unless a compile worker did it, the first launch compiles
+        with phase("compile_here"):  # unless a compile worker did it, the first launch compiles
             launch()
         with phase("verify"):
             problem = check()
@@ -978,7 +978,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 with phase("prepare"):
                     args = kernel_example_arguments(kernel, heuristic, device, bindings, inputs=inputs)
                     launch = load_source(source(heuristic), name).launch
-                with phase("compile"):
+                with phase("compile_here"):
                     launch(*args)
             except Exception as error:
                 failure.append(error)

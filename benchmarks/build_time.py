@@ -104,17 +104,18 @@ def build_fresh(name: str, scratch: str) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| build | wall s | emit | compile | prepare | time | verify | other | program | trials | worker jobs: "
-             "count, slowest s, median s | median ms | rel. L2 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| build | wall s | emit | compile | compile here | prepare | time | verify | other | program | trials | "
+             "worker jobs: count, slowest s, median s | median ms | rel. L2 |", "|---" * 14 + "|"]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['build']} | failed | | | | | | | | | | | |")
+            lines.append(f"| {row['build']} | failed |" + " |" * 12)
             continue
         phases, jobs = row["phases"], row.get("compile_jobs_s", [])
         job_text = f"{len(jobs)}, {jobs[0]:.1f}, {statistics.median(jobs):.1f}" if jobs else "0"
         # outside every phase: the IR's imports, building the module, the cache, the race of whole programs
         other = row["build_s"] - sum(seconds for name, seconds in phases.items() if name != "total")
         lines.append(f"| {row['build']} | {row['build_s']:.1f} | {phases['emit']:.1f} | {phases['compile']:.1f} | "
+                     f"{phases.get('compile_here', 0):.1f} | "
                      f"{phases.get('prepare', 0):.1f} | {phases['time']:.1f} | {phases['verify']:.1f} | {other:.1f} | {row['program']} | "
                      f"{sum(row['trials'].values())} | {job_text} | {row['median_ms']:.4f} | {row['rel_l2']:.1e} |")
     return "\n".join(lines)
