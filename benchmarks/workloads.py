@@ -154,6 +154,31 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
 
 
+# What benchmarks/build_time.py and probes/build_profile.py build: the workloads and the usage examples' chains
+# (examples/usage/), each with the settings its user gives (the defaults, except example 3's).
+EXAMPLE3_TUNER = dict(search_budget=40, warmup_runs=15, measure_runs=40, enable_warp_specialization=True)
+EXAMPLE3_GRID = {"BLOCK_SIZE_M": [32, 64, 128], "BLOCK_SIZE_N": [64, 128, 256], "BLOCK_SIZE_K": [32, 64],
+                 "num_warps": [4, 8, 16], "num_stages": [2, 3, 4, 5], "GROUP_SIZE_M": [8]}
+# The usage examples as (workload whose ops, dtype and eager reference they share, their input shapes, settings).
+EXAMPLES = {
+    "example1": ("A", [(32, 512, 4096), (4096, 4096), (4096,), (4096,), (4096,)], {}),
+    "example2": ("B", [(64, 1024, 4096), (4096, 4096), (4096,)], {}),
+    "example3": ("C", [(16, 2048, 8192), (8192, 8192), (16, 2048, 8192)],
+                 {"tuner": EXAMPLE3_TUNER, "grid": EXAMPLE3_GRID}),
+}
+BUILDS = ["A", "B", "C", "G", *EXAMPLES]
+
+
+def build_kernel(name: str, cache_dir: str | None = None):
+    """``name``'s kernel as its user builds it (in ``cache_dir`` when given), with inputs for it."""
+    base, shapes, settings = EXAMPLES[name] if name in EXAMPLES else (name, WORKLOADS[name].shapes, {})
+    workload = WORKLOADS[base]
+    tuner = amk.TunerConfig(**settings.get("tuner", {}), target_cache_dir=cache_dir)
+    kernel = amk.build_fused_kernel(workload.ops, shapes, workload.dtype, tuner_config=tuner,
+                                    parameter_grid=settings.get("grid"))
+    return kernel, workload, shapes, make_inputs(workload, shapes, "cuda")
+
+
 def baseline_rows(workload: Workload, shapes, budget: int) -> tuple[list[torch.Tensor], torch.Tensor, list[dict]]:
     """For diagnostics that time a hand-written kernel beside the contenders, on the GPU: the inputs, the float64
     reference, and one row per contender (eager, torch.compile, amk tuned with ``budget``, the cuBLAS GEMM alone),

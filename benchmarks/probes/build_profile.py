@@ -6,7 +6,7 @@ cProfile cannot say it: the tuner's dispatching threads interleave with the buil
 cProfile then charges one thread's time to another's frames (a build of B it put at 10 s ran 18 s). Here a sampling
 thread reads the building thread's stack (``sys._current_frames``) and charges the wall time since its last sample
 to every function on it (inclusive) and to the innermost one (exclusive). The build runs in this process with empty
-amk and Triton caches, as ``benchmarks/build_time.py`` builds it.
+amk and Triton caches, as ``benchmarks/build_time.py`` builds it (``workloads.build_kernel``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from build_time import BUILDS, build_kernel  # noqa: E402
+from workloads import BUILDS, build_kernel  # noqa: E402
 
 
 class StackSampler:
