@@ -166,8 +166,6 @@ def _build(request: BuildRequest, save: bool) -> Built:
     from amk.pipeline import compile_module
 
     recorded = store.load_config(key)
-    if request.timed and not recorded:  # kernels will be tuned: their compile workers boot while the passes run
-        start_compile_workers()
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
@@ -210,9 +208,10 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     module = key = meta = None
     if hit is None:
         if alias is not None and known is None and request.timed:
-            # A request never built before: the compile workers boot while its module is made (the IR's imports on a
-            # first build) rather than from the first kernel tuned. A request without an alias (a captured subgraph)
-            # starts them once its key is known to miss, so that a warm cache starts none.
+            # An op list never built before, to be tuned: the compile workers boot while its module is made (the IR's
+            # imports on a first build) and its passes run, not from its first kernel tuned. A captured subgraph's
+            # kernels may all be bound by their launch at its sizes (decode) and tune nothing: its workers start
+            # when a kernel is tuned, so that they do not take CPUs and GPU memory (a CUDA context each) for nothing.
             start_compile_workers()
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)

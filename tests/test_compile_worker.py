@@ -183,9 +183,8 @@ def test_a_new_build_starts_its_compile_workers_before_it_makes_its_module(timed
     assert timed_builds(["matmul", "add_bias", "relu"]) == [], "a cache hit starts no workers"
 
 
-def test_a_request_without_an_op_list_starts_them_only_once_its_key_misses(timed_builds):
-    """A captured subgraph has no alias: its module is made to find its key, and a warm cache starts no workers."""
-    assert timed_builds(None)[:2] == ["module", "workers"]
+def test_a_captured_subgraph_leaves_them_to_its_first_kernel_tuned(timed_builds):
+    """Its kernels may all be bound by their launch and tune nothing (the tuning here is faked, and starts none)."""
     assert timed_builds(None) == ["module"]
 
 
