@@ -77,16 +77,24 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
         kernel.run  # noqa: B018 - the property loads the kernel and builds its launcher (Triton's _init_handles)
 
 
+def triton_environment() -> dict[str, str]:
+    """This process's ``TRITON_*`` variables now. A job is compiled under those of the process that submitted it, not
+    those the worker was started with: they choose Triton's cache folder (a build's own) and make part of its cache
+    key (the ptxas and libdevice that torch.compile points Triton to once Inductor has compiled in the process), and a
+    binary compiled under other ones would be compiled again by the tuning process."""
+    return {name: value for name, value in os.environ.items() if name.startswith("TRITON_")}
+
+
 def serve(requests, replies) -> None:
-    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "triton_cache": dir,
-    "cache_directory": dir}``), one JSON reply per line (``{"error": null}`` or the error's text, and the job's
-    ``seconds``)."""
+    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "environment": {...},
+    "cache_directory": dir}``, the environment the submitter's :func:`triton_environment`), one JSON reply per line
+    (``{"error": null}`` or the error's text, and the job's ``seconds``)."""
     for line in requests:
         request = json.loads(line)
-        if request.get("triton_cache"):
-            os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]
-        else:  # Triton's own cache, not the folder an earlier request named
-            os.environ.pop("TRITON_CACHE_DIR", None)
+        environment = request.get("environment", {})
+        for name in [name for name in os.environ if name.startswith("TRITON_") and name not in environment]:
+            del os.environ[name]
+        os.environ.update(environment)
         started = time.perf_counter()
         try:
             compile_without_launch(*request["job"], request.get("cache_directory"))
@@ -115,10 +123,10 @@ class _Worker:
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
 
-    def request(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> tuple[str | None, float]:
-        """Compile ``job`` into ``triton_cache`` (None: Triton's own cache), its source written under
+    def request(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> tuple[str | None, float]:
+        """Compile ``job`` under the ``TRITON_*`` variables ``environment``, its source written under
         ``cache_directory``; the error's text if it did not compile, and the seconds it took."""
-        request = {"job": job, "triton_cache": triton_cache, "cache_directory": cache_directory}
+        request = {"job": job, "environment": environment, "cache_directory": cache_directory}
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -191,22 +199,22 @@ class CompileWorkers:
         self.start()
         # Where the jobs' sources and binaries go, read now: the dispatching threads do not see this context, and the
         # build's Triton cache folder may have changed by the time a worker comes free.
-        cache_directory, triton_cache = sources_cache_directory(), os.environ.get("TRITON_CACHE_DIR")
+        cache_directory, environment = sources_cache_directory(), triton_environment()
         with self.lock:
             dispatch = self.dispatch
             if dispatch is None or self.broken is not None:
                 return [_done(None) for _ in jobs]
-            return [dispatch.submit(self._run, job, cache_directory, triton_cache) for job in jobs]
+            return [dispatch.submit(self._run, job, cache_directory, environment) for job in jobs]
 
     def compile(self, jobs: Sequence[Job]) -> list[str | None]:
         return [future.result() for future in self.submit(jobs)]
 
-    def _run(self, job: Job, cache_directory: str | None, triton_cache: str | None) -> str | None:
+    def _run(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> str | None:
         if self.broken is not None:
             return None
         worker = self.idle.get()
         try:
-            error, seconds = worker.request(job, cache_directory, triton_cache)
+            error, seconds = worker.request(job, cache_directory, environment)
             self.job_seconds.append(seconds)
             return error
         except WorkerDied as error:

@@ -111,6 +111,25 @@ def test_builds_in_two_threads_get_their_own_replies(tmp_path, monkeypatch):
         assert [f"{name}-{index}" in reply for index, reply in enumerate(replies[name])] == [True] * 4, replies
 
 
+def test_a_job_is_compiled_under_the_triton_variables_of_its_submission(tmp_path, monkeypatch):
+    """Not those the worker started with: torch.compile points Triton to torch's ptxas once Inductor has compiled in
+    the process, and a binary compiled with another ptxas has another cache key, which the tuning process would not
+    find. The job's source reports what it sees."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_STALE_SETTING", "from the worker's start")
+    pool = CompileWorkers(1)
+    source = ("import os\nraise RuntimeError(os.environ.get('TRITON_PTXAS_PATH', 'unset') + '|' + "
+              "os.environ.get('TRITON_STALE_SETTING', 'unset'))\n")
+    try:
+        pool.start()
+        monkeypatch.delenv("TRITON_STALE_SETTING")
+        monkeypatch.setenv("TRITON_PTXAS_PATH", "/set/after/the/start/ptxas")
+        (error,) = pool.compile([(source, "environment", [])])
+    finally:
+        pool.close()
+    assert "/set/after/the/start/ptxas|unset" in error, error
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH (not putting the working directory first) is "
                     "Python 3.11's")
 def test_a_worker_imports_amk_from_where_this_process_did_not_from_its_working_directory(tmp_path, monkeypatch):
