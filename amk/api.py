@@ -32,7 +32,8 @@ class FusedKernel(torch.nn.Module):
     ``.torch_ops`` the ops left to PyTorch and ``.program_times`` the whole programs timed against each other while
     building (``TunerConfig.vendor_gemm``; all four for the shapes it was built for). ``.cache_hit`` tells whether the kernel came from the persistent cache
     (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there. ``.build_phases`` says where the build's
-    seconds went: ``emit`` (passes and Triton source), ``compile`` (Triton), ``time`` (timing candidates and
+    seconds went: ``emit`` (passes and Triton source), ``compile`` (waiting for the compile workers),
+    ``compile_here`` (candidates' first launches in this process), ``prepare``, ``time`` (timing candidates and
     programs), ``verify`` (checking outputs), ``total`` (the whole call, cache look-ups and loading included).
 
     Autograd: when grad mode is on and an input requires grad, the output carries a grad history; its backward

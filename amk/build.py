@@ -21,6 +21,7 @@ own reference is the caller's: :func:`keep_verification` stores a passing report
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
 from amk.tuner import (
+    LAUNCH_BOUND_BYTES,
     TIMED,
     Trial,
     TunerConfig,
@@ -207,11 +209,11 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     hit = _load(store, known) if known is not None else None
     module = key = meta = None
     if hit is None:
-        if alias is not None and known is None and request.timed:
-            # An op list never built before, to be tuned: the compile workers boot while its module is made (the IR's
-            # imports on a first build) and its passes run, not from its first kernel tuned. A captured subgraph's
-            # kernels may all be bound by their launch at its sizes (decode) and tune nothing: its workers start
-            # when a kernel is tuned, so that they do not take CPUs and GPU memory (a CUDA context each) for nothing.
+        if alias is not None and known is None and request.timed and _operands_outgrow_a_launch(request):
+            # An op list never built before, whose kernels will be tuned: the compile workers boot while its module
+            # is made (the IR's imports on a first build) and its passes run, not from its first kernel tuned. Other
+            # builds (a captured subgraph, small operands) may tune nothing, their kernels all bound by their launch:
+            # their workers start at a kernel tuned, not to take CPUs and GPU memory (a CUDA context each) for nothing.
             start_compile_workers()
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
@@ -394,6 +396,15 @@ def _vendor_gemm_may_win(module, dtype: torch.dtype, fp32_dot: str) -> bool:
     if dtype == torch.float32 and fp32_dot == "ieee" and any(rules.is_matmul(op) for op in module.walk()):
         return True
     return _row_reduction_follows_matmul(module)
+
+
+def _operands_outgrow_a_launch(request: BuildRequest) -> bool:
+    """Whether the request's operands alone move more bytes than a kernel bound by its launch may
+    (:data:`amk.tuner.LAUNCH_BOUND_BYTES`): the kernel that reads them is tuned."""
+    shapes = _shapes_at_hints(request)
+    if shapes is None or request.dtype is None:
+        return False
+    return sum(math.prod(shape) for shape in shapes) * request.dtype.itemsize > LAUNCH_BOUND_BYTES
 
 
 def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:

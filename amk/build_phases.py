@@ -1,8 +1,8 @@
 """Where a build's time goes: seconds spent emitting (passes and Triton source), compiling (waiting for the compile
 workers), at candidates' first launches in the building process (``compile_here``: Triton compiles there what no
-worker compiled, or what its cache did not find under the worker's key, and loads each kernel), preparing candidates for timing (drawing the random inputs, loading each
-candidate's module, allocating its outputs), timing candidates and verifying, for the tuner's progress bar and
-``FusedKernel.build_phases``.
+worker compiled, or what its cache did not find under the worker's key, and loads each kernel), preparing
+candidates for timing (drawing the random inputs, loading each candidate's module, allocating its outputs), timing
+candidates and verifying, for the tuner's progress bar and ``FusedKernel.build_phases``.
 
 A build opens a :func:`recording` (``Built.build_phases``, which ``FusedKernel.build_phases`` and ``amk.explain``'s
 size buckets show); the code doing each kind of work wraps it in :func:`phase`. Phases nest (a candidate's first

@@ -42,11 +42,12 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
     The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
     exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``. Each
-    compiled kernel is then loaded, which makes Triton build its launcher too: triton 3.6 compiles one with the C
-    compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
-    0.7-1 s of a cold build's tuning process went to them).
+    compiled kernel's launcher is then built too: triton 3.6 compiles one with the C compiler per kernel signature
+    into the same cache, where the tuning process then finds it (profiled on the H200: 0.7-1 s of a cold build's
+    tuning process went to them). The kernel itself is not loaded on the GPU: a worker compiles hundreds.
     """
     import torch
+    from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
     from amk.runtime import load_source
@@ -74,15 +75,18 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
         for attr, jit in jits.items():
             setattr(module, attr, jit)
     for kernel in compiled:
-        kernel.run  # noqa: B018 - the property loads the kernel and builds its launcher (Triton's _init_handles)
+        driver.active.launcher_cls(kernel.src, kernel.metadata)  # as a first launch makes it (_init_handles)
 
 
 def triton_environment() -> dict[str, str]:
     """This process's ``TRITON_*`` variables now. A job is compiled under those of the process that submitted it, not
-    those the worker was started with: they choose Triton's cache folder (a build's own) and make part of its cache
-    key (the ptxas and libdevice that torch.compile points Triton to once Inductor has compiled in the process), and a
-    binary compiled under other ones would be compiled again by the tuning process."""
-    return {name: value for name, value in os.environ.items() if name.startswith("TRITON_")}
+    those the worker was started with (Inductor's compile pool does the same): they choose Triton's cache folder (a
+    build's own) and settings read at each compile, and a binary compiled under other ones would be compiled again by
+    the tuning process. What Triton caches per process is not reset: the ptxas version in its cache key is the one
+    each process found at its first compile."""
+    # Names first, values read one by one: another build's thread may unset its TRITON_CACHE_DIR meanwhile.
+    return {name: value for name in list(os.environ)
+            if name.startswith("TRITON_") and (value := os.environ.get(name)) is not None}
 
 
 def serve(requests, replies) -> None:

@@ -756,7 +756,7 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
     Candidates are asked ``batch`` at a time (:func:`batch_sizes`; TPE's constant liar keeps pending ones apart),
     prepared together (``prepare(configs, last)``, ``last`` for the search's last batch), then timed one by one; the
     first ``keep_first`` viable configurations are enqueued as the study's first trials. A search of one round (the
-    default budget on 15 workers or more) is drawn as TPE draws before it has results (:func:`_independent_picks`),
+    default budget of 16 on 11 workers or more) is drawn as TPE draws before it has results (:func:`_independent_picks`),
     without its sampling: a hundred asks, most outside the viable configurations, made 0.8 s of a B-sized tile2d
     kernel's search on a CPU (0.05 s without).
     """

@@ -64,8 +64,9 @@ def installed_script(name: str) -> str:
     """:func:`find_script`, failing the test that needs the script when it is not installed."""
     path = find_script(name)
     if path is None:
-        pytest.fail(f"the console script {name} is neither next to {sys.executable} nor on PATH: install the package "
-                    "(pip install -e .), or put the bin folder that pip installed it into on PATH")
+        pytest.fail(f"the console script {name} is neither next to {sys.executable}, nor in the bin folder beside "
+                    "the installed amk, nor on PATH: install the package (pip install -e .), or put the bin folder "
+                    "that pip installed it into on PATH")
     return path
 
 

@@ -180,16 +180,15 @@ def timed_builds(monkeypatch, tmp_path):
     monkeypatch.setattr(amk.build, "start_compile_workers", lambda: events.append("workers"))
     monkeypatch.setattr(amk.build, "autotune_chooser", lambda *args, **kwargs: heuristic_config)
     monkeypatch.setattr(amk.build.BuildRequest, "timed", property(lambda self: True))
-    shapes = [(4096, 256), (256, 256), (256,)]
     settings = amk.TunerConfig(target_cache_dir=tmp_path, vendor_gemm=False)
 
-    def make_module():
-        events.append("module")
-        return amk.oplist.build_module(["matmul", "add_bias", "relu"], shapes, torch.float16)
+    def build(ops, shapes=((4096, 256), (256, 256), (256,))):
+        def make_module():
+            events.append("module")
+            return amk.oplist.build_module(["matmul", "add_bias", "relu"], list(shapes), torch.float16)
 
-    def build(ops):
         events.clear()
-        amk.build.build(amk.build.BuildRequest(make_module, shapes, torch.float16, tuner_config=settings,
+        amk.build.build(amk.build.BuildRequest(make_module, list(shapes), torch.float16, tuner_config=settings,
                                                ops=amk.oplist.normalize_ops(ops) if ops else None))
         return list(events)
 
@@ -202,9 +201,11 @@ def test_a_new_build_starts_its_compile_workers_before_it_makes_its_module(timed
     assert timed_builds(["matmul", "add_bias", "relu"]) == [], "a cache hit starts no workers"
 
 
-def test_a_captured_subgraph_leaves_them_to_its_first_kernel_tuned(timed_builds):
-    """Its kernels may all be bound by their launch and tune nothing (the tuning here is faked, and starts none)."""
+def test_builds_that_may_tune_nothing_leave_them_to_their_first_kernel_tuned(timed_builds):
+    """A captured subgraph, or operands a launch-bound kernel could move: all its kernels may be bound by their launch
+    (the tuning here is faked, and starts none)."""
     assert timed_builds(None) == ["module"]
+    assert timed_builds(["matmul", "add_bias", "relu"], [(4, 256), (256, 256), (256,)]) == ["module"]  # 130 KB
 
 
 @pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
