@@ -75,7 +75,8 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
         for attr, jit in jits.items():
             setattr(module, attr, jit)
     for kernel in compiled:
-        driver.active.launcher_cls(kernel.src, kernel.metadata)  # as a first launch makes it (_init_handles)
+        if kernel is not None:  # None: Triton compiles it asynchronously (its async mode), the launcher comes later
+            driver.active.launcher_cls(kernel.src, kernel.metadata)  # as a first launch makes it (_init_handles)
 
 
 def triton_environment() -> dict[str, str]:
