@@ -16,7 +16,9 @@ in one process) or stop starting rows after ``--time-limit`` seconds.
 Per row and contender, in this order:
 
 - ``first_call_s``: wall time of the first call, synchronized: compilation and tuning for the compiled contenders
-  (caches are fresh temporary directories unless ``--warm-caches``). ``amk_graphs`` wraps ``amk``'s compiled module
+  (caches are fresh temporary directories unless ``--warm-caches``); for ``amk``, also ``compile_worker_jobs``, the
+  candidates amk's compile workers compiled meanwhile, and ``compile_workers_broken``, why they stopped if they did
+  (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s compiled module
   in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only.
 - correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
@@ -65,8 +67,10 @@ from workloads import ROWS, Row, relative_error
 
 import amk
 from amk.benchmarking import environment, host_us, time_ms
+from amk.compile_worker import shared_pool
 from amk.frontend.graphs import cuda_graphed
 from amk.runtime import default_device
+from amk.tuner import compile_workers
 from amk.verification import TOLERANCES
 
 TORCH_COMPILE = ("compile", "max_autotune", "reduce_overhead")
@@ -160,10 +164,16 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         # Eager defines what the dtype can give; the others may be off by twice as much, or the dtype's tolerance.
         eager_error = result["contenders"].get("eager", {}).get("rel_l2", 0.0)
         limit = math.inf if name == "eager" else max(TOLERANCES[row.dtype], 2 * eager_error)
+        workers = shared_pool(compile_workers())  # the process's pool, shared by every amk build
+        jobs_before = len(workers.job_seconds)
         try:
             with torch.no_grad():
                 fn = make_contender(name, module, compiled_amk)
                 result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing)
+            if name == "amk":
+                result["contenders"][name]["compile_worker_jobs"] = len(workers.job_seconds) - jobs_before
+                if workers.broken is not None:
+                    result["contenders"][name]["compile_workers_broken"] = workers.broken
         except Exception as failure:  # a contender that does not compile or run is reported, not fatal
             result["contenders"][name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
         print(f"   {name}: {json.dumps(result['contenders'][name])}", flush=True)
