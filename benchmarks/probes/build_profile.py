@@ -1,6 +1,6 @@
 """Where a cold build's wall time goes, by function: the building thread's stack sampled every few milliseconds.
 
-    python benchmarks/probes/build_profile.py --build B --out /tmp/build-profile-B.json
+    python benchmarks/probes/build_profile.py --build B --out /tmp/build-profile-B.json --log /tmp/build-B.log
 
 cProfile cannot say it: the tuner's dispatching threads interleave with the building thread, and Python 3.12's
 cProfile then charges one thread's time to another's frames (a build of B it put at 10 s ran 18 s). Here a sampling
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -72,7 +73,14 @@ def main() -> None:
     parser.add_argument("--build", choices=BUILDS, default="B")
     parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
     parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
+    parser.add_argument("--log", type=Path, help="write amk's INFO log here, each line with the milliseconds since "
+                        "the start (every candidate's time, the refinements, the race of whole programs)")
     args = parser.parse_args()
+    if args.log:
+        handler = logging.FileHandler(args.log, mode="w")
+        handler.setFormatter(logging.Formatter("%(relativeCreated)9.0f ms  %(message)s"))
+        logging.getLogger("amk").addHandler(handler)
+        logging.getLogger("amk").setLevel(logging.INFO)
     scratch = tempfile.mkdtemp(prefix="amk-build-profile-")  # empty caches: amk and Triton read these when they build
     os.environ["AMK_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{scratch}/amk", f"{scratch}/triton"
     started = time.perf_counter()
