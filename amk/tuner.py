@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import logging
 import math
@@ -740,10 +741,20 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
             compile_ahead()
         return elapsed
 
-    if settings.search == "bayesian" and len(viable) > budget:
+    modelled = settings.search == "bayesian" and len(viable) > budget
+    # Nothing is timed before the last candidate of a single round is drawn: a model would learn nothing, and its
+    # sampling (a hundred asks, most outside the viable configurations) made 0.8 s of a B-sized tile2d kernel's
+    # search on a CPU. Those candidates are drawn as TPE draws before it has results.
+    one_round = modelled and len(batch_sizes(budget, batch)) == 1
+    if modelled and not one_round and importlib.util.find_spec("optuna") is not None:
         _bayesian(viable, budget, evaluate, prepared, batch, len(leading))
     else:
-        chosen = _select(viable, budget, settings.search, keep_first=len(leading))
+        if one_round:
+            chosen = _independent_picks(viable, budget, len(leading))
+        else:
+            if modelled:
+                log.warning("optuna is not installed; the bayesian search falls back to random search")
+            chosen = _select(viable, budget, "random" if modelled else settings.search, keep_first=len(leading))
         prepared(chosen, True)
         for config in chosen:
             evaluate(config)
@@ -755,27 +766,12 @@ def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch:
 
     Candidates are asked ``batch`` at a time (:func:`batch_sizes`; TPE's constant liar keeps pending ones apart),
     prepared together (``prepare(configs, last)``, ``last`` for the search's last batch), then timed one by one; the
-    first ``keep_first`` viable configurations are enqueued as the study's first trials. A search of one round (the
-    default budget of 16 on 11 workers or more) is drawn as TPE draws before it has results (:func:`_independent_picks`),
-    without its sampling: a hundred asks, most outside the viable configurations, made 0.8 s of a B-sized tile2d
-    kernel's search on a CPU (0.05 s without).
+    first ``keep_first`` viable configurations are enqueued as the study's first trials. It runs for searches of more
+    than one round: :func:`_search` draws a search of one (the default budget of 16 on 11 workers or more) itself.
     """
+    import optuna
+
     sizes = batch_sizes(min(budget, len(viable)), batch)
-    if len(sizes) == 1:  # no candidate is timed before the last is asked: the model would learn nothing
-        chosen = _independent_picks(viable, budget, keep_first)
-        prepare(chosen, True)
-        for config in chosen:
-            evaluate(config)
-        return
-    try:
-        import optuna
-    except ImportError:
-        log.warning("optuna is not installed; the bayesian search falls back to random search")
-        chosen = _select(viable, budget, "random", keep_first=keep_first)
-        prepare(chosen, True)
-        for config in chosen:
-            evaluate(config)
-        return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     values = {key: sorted({getattr(c, key) for c in viable}) for key in KernelConfig.__dataclass_fields__}
     by_key = {tuple(c.as_dict().values()): c for c in viable}
