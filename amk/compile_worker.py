@@ -80,14 +80,40 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
 
 def triton_environment() -> dict[str, str]:
-    """This process's ``TRITON_*`` variables now. A job is compiled under those of the process that submitted it, not
-    those the worker was started with (Inductor's compile pool does the same): they choose Triton's cache folder (a
-    build's own) and settings read at each compile, and a binary compiled under other ones would be compiled again by
-    the tuning process. What Triton caches per process is not reset: the ptxas version in its cache key is the one
-    each process found at its first compile."""
+    """This process's ``TRITON_*`` variables now, and the ptxas version it keys its binaries by. A job is compiled
+    under those of the process that submitted it, not those the worker was started with (Inductor's compile pool does
+    the same): they choose Triton's cache folder (a build's own) and settings read at each compile, and a binary
+    compiled under other ones would be compiled again by the tuning process."""
     # Names first, values read one by one: another build's thread may unset its TRITON_CACHE_DIR meanwhile.
-    return {name: value for name in list(os.environ)
-            if name.startswith("TRITON_") and (value := os.environ.get(name)) is not None}
+    environment = {name: value for name in list(os.environ)
+                   if name.startswith("TRITON_") and (value := os.environ.get(name)) is not None}
+    version = ptxas_version_in_cache_keys()
+    if version is not None:
+        environment.setdefault("TRITON_MOCK_PTX_VERSION", version)
+    return environment
+
+
+def ptxas_version_in_cache_keys() -> str | None:
+    """The ptxas version this process's Triton puts into the cache keys of the kernels it compiles for the current
+    GPU (None without a CUDA GPU).
+
+    Triton reads that version once per process, at its first compile, and keeps it: a process that has changed
+    ``TRITON_PTXAS_PATH`` since keys its kernels by the old version while it compiles them with the new ptxas. Inductor
+    does that (it points the variable at torch's own ptxas); after a torch.compile'd model had run, every candidate
+    the workers compiled, keyed by the new version, was compiled again by the tuning process (on the H200, 34.6 s of
+    a model's first call). Given as ``TRITON_MOCK_PTX_VERSION``, Triton's own setting for the version in its keys,
+    the submitter's version makes a worker key its binaries as the submitter would; they are still compiled by the
+    ptxas that ``TRITON_PTXAS_PATH`` names, as in the submitter.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from triton.backends.nvidia.compiler import get_ptxas_version
+    from triton.runtime import driver
+
+    target = driver.active.get_current_target()
+    return get_ptxas_version(target.arch) if target.backend == "cuda" else None
 
 
 def serve(requests, replies) -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 from conftest import GPU
@@ -209,18 +210,28 @@ def test_builds_that_may_tune_nothing_leave_them_to_their_first_kernel_tuned(tim
 
 
 @pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
-def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ptxas_changed", [False, True], ids=["same-ptxas", "ptxas-changed-after-first-compile"])
+def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp_path, monkeypatch, ptxas_changed):
     """The worker leaves the kernel and its launcher (triton 3.6 builds one with the C compiler per signature) in
-    the build's Triton cache: the tuning process's first launch finds both and writes nothing there."""
+    the build's Triton cache: the tuning process's first launch finds both and writes nothing there. Also after the
+    process pointed ``TRITON_PTXAS_PATH`` at another ptxas once Triton had read its version, as Inductor does (Triton
+    keeps keying by the version it read first)."""
     import torch
     import triton
     from conftest import tile_level_kernel
 
+    from amk.compile_worker import ptxas_version_in_cache_keys
     from amk.pipeline import heuristic_config, stage_and_emit
     from amk.runtime import load_source
     from amk.tuner import compile_job, kernel_example_arguments
 
     triton.runtime.driver.active.utils  # noqa: B018 - the driver's own module, built once per process, not here
+    if ptxas_changed:
+        keyed_by = ptxas_version_in_cache_keys()  # read now, as a process's first compile does
+        other = Path(torch.__file__).parent / "bin" / "ptxas"  # Inductor's choice
+        if not other.is_file() or subprocess.run([other, "--version"], capture_output=True, text=True).stdout == keyed_by:
+            pytest.skip("torch ships no ptxas of another version than Triton's")
+        monkeypatch.setenv("TRITON_PTXAS_PATH", str(other))
     kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(256, 128), (128, 64), (64,)], torch.float16)
     config = heuristic_config(kernel)
     source = stage_and_emit(kernel, config).source
