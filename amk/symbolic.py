@@ -133,7 +133,9 @@ class Dim:
 
     def subs(self, bindings: dict[str, int | str | Dim]) -> Dim:
         """Substitute symbols by values (ints or other dims)."""
-        return Dim(self.expr.subs({symbol(k): Dim(v).expr for k, v in bindings.items()}))
+        if self.is_static:
+            return self
+        return Dim(_substituted(self.text, tuple(sorted((name, canonical(value)) for name, value in bindings.items()))))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Dim) and other.text == self.text
@@ -149,12 +151,12 @@ class Dim:
 
 
 def provably_equal(a: Dim, b: Dim) -> bool:
-    return a == b or sympy.simplify(a.expr - b.expr) == 0
+    return a == b or _difference(a.text, b.text) == 0
 
 
 def provably_different(a: Dim, b: Dim) -> bool:
     """True when the two dimensions can never be equal (e.g. 4096 vs 2048)."""
-    difference = sympy.simplify(a.expr - b.expr)
+    difference = _difference(a.text, b.text)
     return difference.is_number and difference != 0
 
 
@@ -163,8 +165,28 @@ def provably_divisible(a: Dim | int | str, b: Dim | int | str) -> bool:
     a, b = Dim(a), Dim(b)
     if b.is_static and b.value == 1:
         return True
-    quotient = sympy.simplify(a.expr / b.expr)
-    return bool(quotient.is_integer)
+    if a.is_static and b.is_static:
+        return a.value % b.value == 0
+    return _divisible(a.text, b.text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _substituted(text: str, bindings: tuple[tuple[str, str], ...]) -> str:
+    """``text`` with each named symbol replaced by a dimension's text, remembered as :func:`_canonical_text` is:
+    staging a candidate substitutes its tile sizes into the same dims as every other candidate of its kernel."""
+    return canonical(parse_sympy(text).subs({symbol(name): parse_sympy(value) for name, value in bindings}))
+
+
+# Remembered by the dims' texts: staging one candidate asks about the same few dozen pairs of dims as every other
+# candidate of its kernel, and sympy's simplify costs milliseconds a call (half of a symbolic kernel's emission).
+@functools.lru_cache(maxsize=16384)
+def _difference(a: str, b: str) -> sympy.Expr:
+    return sympy.simplify(parse_sympy(a) - parse_sympy(b))
+
+
+@functools.lru_cache(maxsize=16384)
+def _divisible(a: str, b: str) -> bool:
+    return bool(sympy.simplify(parse_sympy(a) / parse_sympy(b)).is_integer)
 
 
 def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
