@@ -9,7 +9,8 @@
                     recorded before on this device; kernels of symbolic sizes at the request's size hints)
                          ▼
                     program choice (where a row reduction follows a matmul: the vendor GEMM with the rest
-                    fused, timed against the fully fused program)
+                    fused, built and timed first, raced against the fully fused program, whose kernels that
+                    cannot beat it are not refined)
                          ▼
                     cache store ──▶ Built
 
@@ -179,19 +180,18 @@ def _build(request: BuildRequest, save: bool) -> Built:
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
     # included) is written under the store's directory.
     with store.triton_cache(key), sources_under(store.root):
-        compiled = compile_module(module, config_chooser(request, log_here, store, recorded),
+        # The program with the vendor GEMM is built and timed first: its time tells the fused program's tuning which
+        # kernels cannot win (their refinement is skipped); the two are then raced on the same inputs.
+        vendor, log_vendor = (_vendor_program(request, store) if try_vendor else None), {}
+        if vendor is not None:
+            log_vendor = vendor.tuning_log
+        compiled = compile_module(module, config_chooser(request, log_here, store, recorded,
+                                                         vendor.time_ms if vendor is not None else None),
                                   pipeline=request.pipeline, dumper=request.dumper,
                                   vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
-        if try_vendor:
-            log_vendor: dict[str, list[dict]] = {}
-            vendor = _faster_with_vendor_gemm(
-                compiled, lambda: compile_module(request.make_module(), config_chooser(request, log_vendor, store),
-                                                 pipeline=request.pipeline, vendor_gemm=True,
-                                                 fp32_dot=request.fp32_dot, size_hints=dict(request.size_hints)),
-                request, program_times)
-            if vendor is not None:
-                compiled, log_here, program = vendor, log_vendor, "vendor_gemm"
+        if vendor is not None and _faster_with_vendor_gemm(compiled, vendor, request, program_times):
+            compiled, log_here, program = vendor.compiled, log_vendor, "vendor_gemm"
     built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
                   tuning_log=log_here, program_times=program_times)
     for compiled_kernel in compiled.kernels.values():
@@ -274,14 +274,15 @@ LEARNED_SEEDS = 4
 
 
 def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
-                   recorded: dict | None = None) -> Callable:
+                   recorded: dict | None = None, beaten_at_ms: float | None = None) -> Callable:
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
     and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
     keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes). A kernel, of
     static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too,
     with one ``untimed`` trial in its log saying why. ``recorded``
-    (configs kept or imported for this very build) wins over both."""
+    (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the other program
+    of the build (:func:`amk.tuner.tune`'s)."""
     from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
 
@@ -313,7 +314,7 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
         learned = (lambda kernel: store.winners(family(kernel), LEARNED_SEEDS)) if store is not None else None
         tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot,
-                                 size_hints, learned)
+                                 size_hints, learned, beaten_at_ms)
 
         def chooser(kernel) -> KernelConfig:
             # Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too).
@@ -416,42 +417,70 @@ def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:
         return None
 
 
-def _faster_with_vendor_gemm(fused: CompiledProgram, build_vendor, request: BuildRequest,
-                             times: dict[str, float]) -> CompiledProgram | None:
-    """The program with the vendor GEMM (``build_vendor()``) when it computes what the fused one does on the same
-    random inputs (every output compared) and is faster (both times put in ``times``); else None. A program that
-    cannot be built or run is reported and left out: it is an alternative, the fused program stands."""
-    from amk.tuner import fastest_program
-    from amk.verification import TOLERANCES, input_scales, random_inputs
+@dataclass
+class _VendorProgram:
+    """The build's program with the vendor GEMM: tuned, the random inputs it was timed on, its time."""
 
-    dtype, shapes = request.dtype, _shapes_at_hints(request)
+    compiled: CompiledProgram
+    tuning_log: dict[str, list[dict]]
+    inputs: list[torch.Tensor]
+    time_ms: float
+
+
+def _vendor_program(request: BuildRequest, store: cache.Store) -> _VendorProgram | None:
+    """The program that leaves the matmuls to the vendor library, tuned and timed on random inputs of the request's
+    shapes; None, reported, where it cannot be built or run: it is an alternative, the fused program stands."""
+    from amk.pipeline import compile_module
+    from amk.tuner import measure
+    from amk.verification import input_scales, random_inputs
+
+    shapes, tuning_log = _shapes_at_hints(request), {}
+    settings = request.tuner_config or TunerConfig()
     try:
-        vendor = build_vendor()
+        compiled = compile_module(request.make_module(), config_chooser(request, tuning_log, store),
+                                  pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
+                                  size_hints=dict(request.size_hints))
         # Known op lists scale their matmul weights by 1/sqrt(K); a subgraph's inputs stay at scale 1 (both programs
         # compute on the same values, and K of a few thousands keeps fp16 far from overflow), but its one-element
         # inputs are the constants of its ops (an eps, a divisor): 1, not a random sign that would make NaNs.
         scales = input_scales(request.ops, shapes) if request.ops else None
-        inputs = random_inputs(shapes, dtype, "cuda", scales=scales)
+        inputs = random_inputs(shapes, request.dtype, "cuda", scales=scales)
         if not request.ops:
             for tensor in inputs:
                 if tensor.numel() == 1:
                     tensor.fill_(1.0)
-        expected, got = fused.program(*inputs), vendor.program(*inputs)
+        time_ms = measure(lambda: compiled.program(*inputs), settings.warmup_runs, settings.measure_runs)
     except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
         log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",
                     type(error).__name__, error)
         return None
+    return _VendorProgram(compiled, tuning_log, inputs, time_ms)
+
+
+def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, request: BuildRequest,
+                             times: dict[str, float]) -> bool:
+    """Whether the program with the vendor GEMM computes what the fused one does on its inputs (every output
+    compared) and is faster, both timed again side by side (their times put in ``times``)."""
+    from amk.tuner import fastest_program
+    from amk.verification import TOLERANCES
+
+    try:
+        expected, got = fused.program(*vendor.inputs), vendor.compiled.program(*vendor.inputs)
+    except Exception as error:
+        log.warning("the fused program failed on the vendor program's inputs (%s: %s); keeping the fused program",
+                    type(error).__name__, error)
+        return False
     for want, have in zip(expected, got, strict=True):
         with phase("verify"):
             want, have = want.float(), have.float()
             difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
-        if not difference <= 2 * TOLERANCES.get(dtype, 1e-2):
+        if not difference <= 2 * TOLERANCES.get(request.dtype, 1e-2):
             log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
                         "the fused program", difference)
-            return None
-    faster, measured = fastest_program({"fused": lambda: fused.program(*inputs),
-                                        "vendor_gemm": lambda: vendor.program(*inputs)},
+            return False
+    faster, measured = fastest_program({"fused": lambda: fused.program(*vendor.inputs),
+                                        "vendor_gemm": lambda: vendor.compiled.program(*vendor.inputs)},
                                        request.tuner_config or TunerConfig())
     times.update(measured)
     log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
-    return vendor if faster == "vendor_gemm" else None
+    return faster == "vendor_gemm"

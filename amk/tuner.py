@@ -518,7 +518,8 @@ def fastest_program(programs: Mapping[str, Callable[[], object]], settings: Tune
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
          build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
          batch: int = 1, size_hints: Mapping[str, int] | None = None,
-         fp32_dot: str = "ieee", learned: Sequence[KernelConfig] = ()) -> tuple[KernelConfig, list[Trial]]:
+         fp32_dot: str = "ieee", learned: Sequence[KernelConfig] = (),
+         beaten_at_ms: float | None = None) -> tuple[KernelConfig, list[Trial]]:
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
@@ -534,6 +535,9 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     "highest"): where IEEE, fp32 dots also get the switch ``TF32X3`` (three TF32 products, as accurate).
     ``learned``: configurations that won for kernels of the same family on this device (other shapes, other size
     buckets), timed right after the heuristic and the priors, each with the parameters the space searches.
+    ``beaten_at_ms``: the time of a whole program that computes what the kernel's program does (the one with the
+    vendor GEMM, tuned first); a kernel that the search leaves more than ``OUTRUN_MARGIN`` slower than it is not
+    refined: its program cannot win their race.
     """
     from amk.lowering.stage import kernel_problem
 
@@ -605,14 +609,34 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         prepare([config for config in _variants(trials, groups[0]) if not pruned(config)])
 
     _search(fresh, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
-    for group in groups:
-        _refine(trials, group, unseen, settings, build_and_run, prepare)
-    retimed = _final_round(trials, settings, build_and_run)
+    if _outrun(trials, beaten_at_ms):
+        log.info("%s: its fastest candidate is more than %.0f%% slower than the whole other program (%.4f ms): not "
+                 "refined", kernel.sym_name.data, (OUTRUN_MARGIN - 1) * 100, beaten_at_ms)
+        retimed = []
+    else:
+        for group in groups:
+            _refine(trials, group, unseen, settings, build_and_run, prepare)
+        retimed = _final_round(trials, settings, build_and_run)
     best = _chosen(trials, retimed)
     if best is None:
         log.warning("no candidate of %s ran; using the heuristic configuration", kernel.sym_name.data)
         return heuristic, trials
     return best.config, trials
+
+
+# A kernel whose search leaves it this much slower than a whole program of the same work is not refined (its launch
+# switches and the finalists' re-timing). Its program, which runs it and more, loses their race; refining the
+# finalists' switches has not gained so much (persistent, TMA: a few percent on the H200).
+OUTRUN_MARGIN = 1.15
+
+
+def _outrun(trials: list[Trial], beaten_at_ms: float | None) -> bool:
+    """Whether the fastest trial that ran (none: infinitely slow) is more than ``OUTRUN_MARGIN`` slower than
+    ``beaten_at_ms``."""
+    if beaten_at_ms is None:
+        return False
+    fastest = min((t.time_ms for t in trials if t.status == "ok"), default=math.inf)
+    return fastest > beaten_at_ms * OUTRUN_MARGIN
 
 
 FINALISTS = 3  # the fastest candidates of a search, timed again against each other before one is chosen
@@ -911,12 +935,14 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
 
 
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None,
-                     fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None, learned=None):
+                     fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None, learned=None,
+                     beaten_at_ms: float | None = None):
     """A ``choose_config`` for the pipeline that times candidates on the GPU (``on_tuned(kernel, config, trials)``
     receives each result; ``known(kernel)``, when given, returns the trials measured before, see :func:`tune`;
     ``learned(kernel)`` the configurations, as ``user_view`` dicts, that won for kernels of its family before).
     Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`).
-    A kernel of symbolic sizes is timed at the sizes ``size_hints`` give its symbols (a size bucket's)."""
+    A kernel of symbolic sizes is timed at the sizes ``size_hints`` give its symbols (a size bucket's);
+    ``beaten_at_ms`` is :func:`tune`'s."""
     import torch
 
     from amk.pipeline import heuristic_config, stage_and_emit
@@ -1005,7 +1031,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         try:
             config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
                                   prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot,
-                                  learned=_configs(learned(kernel)) if learned else ())
+                                  learned=_configs(learned(kernel)) if learned else (), beaten_at_ms=beaten_at_ms)
         finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
             for future in compiling.values():
                 future.cancel()

@@ -264,6 +264,31 @@ def test_switches_refine_the_finalists_instead_of_multiplying_the_search(monkeyp
     assert (best.BLOCK_M, best.BLOCK_N, best.PERSISTENT, best.TMA) == (32, 64, 1, 1)
 
 
+@pytest.mark.parametrize(("beaten_at_ms", "refined"), [(None, True), (1.0, True), (0.8, False)])
+def test_a_kernel_that_cannot_beat_the_other_program_is_not_refined(monkeypatch, beaten_at_ms, refined):
+    """Given the time of the build's other program (the vendor GEMM's), a kernel whose search leaves it more than
+    OUTRUN_MARGIN slower is not refined: no switch variants timed, no finalists re-timed; the search's best stands.
+    Within the margin (1.0 ms against 1.0) refinement goes on, as without another program."""
+    hopper = amk.tuner.DeviceLimits("H200", 1 << 20, 132, tma=True)
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: hopper))
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = Recorder.launched
+        return abs(config.BLOCK_M - 32) + 1.0 - 0.5 * config.PERSISTENT - 0.25 * config.TMA
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    kernel = tiled_kernel(rows=1024)
+    recorder = Recorder()
+    grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [64], "BLOCK_K": [32], "PERSISTENT": [0, 1], "TMA": [0, 1]}
+    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, amk.pipeline.heuristic_config(kernel),
+                        recorder.build_and_run, prepare=recorder.prepare, beaten_at_ms=beaten_at_ms)
+    switched = [t for t in trials if t.config.PERSISTENT or t.config.TMA]
+    finalists = [t for t in trials if t.detail.startswith("finalist")]
+    assert bool(switched) == refined and bool(finalists) == refined
+    assert (best.BLOCK_M, best.PERSISTENT, best.TMA) == ((32, 1, 1) if refined else (32, 0, 0))
+
+
 def test_switch_values_are_checked():
     from amk.tuner import validate_grid
 
