@@ -138,7 +138,7 @@ def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
     count has no value to time at, nor one bound by its launch at its hint (both keep the heuristic)."""
     tuned = []
 
-    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned):  # amk.tuner.autotune_chooser's
+    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned, beaten_at_ms):  # autotune_chooser's signature
         def choose(kernel):
             tuned.append(kernel.strategy.data)
             return amk.pipeline.heuristic_config(kernel, size_hints)

@@ -164,7 +164,7 @@ def test_a_build_is_seeded_with_what_won_for_an_earlier_build_of_its_family(monk
     offered = []
     winner = KernelConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_stages=4)
 
-    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned):  # autotune_chooser's signature
+    def tuner(settings, grid, on_tuned, known, fp32_dot, size_hints, learned, beaten_at_ms):  # autotune_chooser's signature
         def choose(kernel):
             offered.append(learned(kernel))
             on_tuned(kernel, winner, [Trial(winner, "ok", 1.0), Trial(KernelConfig(), "ok", 2.0)])

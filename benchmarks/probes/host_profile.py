@@ -6,7 +6,8 @@
 For each row of the model benchmark (``ROWS`` of ``benchmarks/workloads.py``), in one process on the same inputs: the
 per-call host time (:func:`amk.benchmarking.host_us` over 100 back-to-back calls, as ``models.py`` measures it) of
 the ``--contenders`` (eager, torch.compile default and ``max-autotune-no-cudagraphs``, the mode issue 18 compares
-host time with, and ``amk.compile``), then ``--calls`` calls of the amk-compiled module under ``cProfile``: the
+host time with, and ``amk.compile``) and eager's again once they are all built (``eager_after_builds``), the names of
+the process's threads, then ``--calls`` calls of the amk-compiled module under ``cProfile``: the
 ``--top`` functions by their own time, each with its calls, own and cumulative microseconds per call of the module
 (amk's wrapper, TorchDynamo's frames, the subgraph's launcher and the PyTorch ops appear among them). Without a GPU
 it runs the rows at their small sizes in Triton's interpreter, where the kernels' own time swamps the rest (use it to
@@ -21,6 +22,7 @@ import io
 import json
 import pstats
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -71,9 +73,13 @@ def run_row(name: str, contenders: list[str], calls: int, top: int, small: bool)
             for _ in range(4):
                 fn(*inputs)
             result["host_us"][contender] = round(host_us(lambda fn=fn: fn(*inputs), calls=100, repeats=5), 2)
+        # Eager again, now that every contender has been built: a process whose host calls got slower meanwhile
+        # (compile pools' threads, allocator state) slows every contender's measurement, not only amk's.
+        result["host_us"]["eager_after_builds"] = round(host_us(lambda: module(*inputs), calls=100, repeats=5), 2)
         amk_module = made.get("amk") or amk.compile(module)
         table, functions = profile_calls(lambda: amk_module(*inputs), calls, top)
     result["amk_profile"] = functions
+    result["threads"] = sorted(thread.name for thread in threading.enumerate())
     print(f"== {name}: host us {result['host_us']}\n{table}", flush=True)
     return result
 
