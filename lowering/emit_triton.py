@@ -120,6 +120,22 @@ class _Launch:
     ops: list[Operation]
 
 
+
+@functools.lru_cache(maxsize=16384)
+def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str], cdiv_name: str) -> str | set[str]:
+    """Python for the dim ``text`` with each dim of ``parameters`` replaced by its kernel parameter, or the symbols
+    left that no argument, loop or constant provides. Remembered: every candidate of a kernel prints the same
+    expressions, and sympy's substitution and printing made a fifth of a candidate's emission."""
+    value = Dim(text).expr
+    for dim_text, param in parameters:
+        value = value.subs(Dim(dim_text).expr, sympy.Symbol(param, integer=True, positive=True))
+    leftover = {str(s) for s in value.free_symbols} - known
+    if leftover:
+        return leftover
+    in_kernel = cdiv_name.startswith("tl.")
+    return to_python(value, cdiv_name, "tl.minimum" if in_kernel else "min", "tl.maximum" if in_kernel else "max")
+
+
 class TritonEmitter:
     """Generates the source of one kernel and its launcher."""
 
@@ -180,29 +196,24 @@ class TritonEmitter:
 
     def expr(self, dim: Dim, cdiv_name: str = "tl.cdiv") -> str:
         """Python for ``dim`` inside the kernel (``tl.`` helpers) or, with ``cdiv_name="triton.cdiv"``, the launcher."""
-        value = dim.expr
-        for dim_expr, param in self._dim_parameters:
-            value = value.subs(dim_expr, param)
-        leftover = {str(s) for s in value.free_symbols} - self._known_symbols
-        if leftover:
-            raise ValueError(f"kernel {self.kernel.sym_name.data}: no argument provides {', '.join(sorted(leftover))}")
-        in_kernel = cdiv_name.startswith("tl.")
-        return to_python(value, cdiv_name, "tl.minimum" if in_kernel else "min", "tl.maximum" if in_kernel else "max")
+        text = _python_of(dim.text, self._dim_parameters, self._known_symbols, cdiv_name)
+        if isinstance(text, set):
+            raise ValueError(f"kernel {self.kernel.sym_name.data}: no argument provides {', '.join(sorted(text))}")
+        return text
 
     @functools.cached_property
-    def _dim_parameters(self) -> list[tuple[sympy.Expr, sympy.Symbol]]:
-        """Each symbolic dim the arguments' shapes give, as the kernel parameter holding it (longest text first, so
-        that ``B*S`` is replaced before ``B``)."""
-        return [(Dim(text).expr, sympy.Symbol(param, integer=True, positive=True))
-                for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0]))]
+    def _dim_parameters(self) -> tuple[tuple[str, str], ...]:
+        """Each symbolic dim the arguments' shapes give (its text), with the kernel parameter holding it (longest text
+        first, so that ``B*S`` is replaced before ``B``)."""
+        return tuple((text, param) for text, (param, _, _) in sorted(self.dims.items(), key=lambda item: -len(item[0])))
 
     @functools.cached_property
-    def _known_symbols(self) -> set[str]:
+    def _known_symbols(self) -> frozenset[str]:
         loops = {op.iv.data for op in self.kernel.walk() if isinstance(op, tiled_loop.ForOp)}
         relaunched = {p.data for op in self.kernel.walk() if isinstance(op, tiled_loop.RelaunchOp)
                       for p in op.program_ids.data}
-        return (set(self.constants) | {p.data for p in self.kernel.program_ids.data} | relaunched | loops
-                | {p for p, _, _ in self.dims.values()})
+        return frozenset(set(self.constants) | {p.data for p in self.kernel.program_ids.data} | relaunched | loops
+                         | {p for p, _, _ in self.dims.values()})
 
     def comment_origin(self, op: Operation) -> None:
         origin = op.attributes["origin"].data if "origin" in op.attributes else None
