@@ -43,6 +43,7 @@ from amk.tuner import (
     TunerConfig,
     autotune_chooser,
     config_key,
+    first_round_chooser,
     launch_bound_reason,
     start_compile_workers,
     untimed_in_grid,
@@ -182,6 +183,8 @@ def _build(request: BuildRequest, save: bool) -> Built:
     with store.triton_cache(key), sources_under(store.root):
         # The program with the vendor GEMM is built and timed first: its time tells the fused program's tuning which
         # kernels cannot win (their refinement is skipped); the two are then raced on the same inputs.
+        if try_vendor:
+            _compile_first_round(request, module, store)
         vendor, log_vendor = (_vendor_program(request, store) if try_vendor else None), {}
         if vendor is not None:
             log_vendor = vendor.tuning_log
@@ -274,7 +277,8 @@ LEARNED_SEEDS = 4
 
 
 def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
-                   recorded: dict | None = None, beaten_at_ms: float | None = None) -> Callable:
+                   recorded: dict | None = None, beaten_at_ms: float | None = None,
+                   first_round_only: bool = False) -> Callable:
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
     and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
@@ -282,7 +286,9 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too,
     with one ``untimed`` trial in its log saying why. ``recorded``
     (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the other program
-    of the build (:func:`amk.tuner.tune`'s)."""
+    of the build (:func:`amk.tuner.tune`'s). ``first_round_only``: each kernel that would be tuned only has its first
+    round of candidates handed to the compile workers (:func:`amk.tuner.first_round_chooser`), nothing is timed or
+    recorded, and the heuristic is returned."""
     from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
 
@@ -313,8 +319,11 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
 
         known = (lambda kernel: known_trials(store, timings(kernel))) if store is not None else None
         learned = (lambda kernel: store.winners(family(kernel), LEARNED_SEEDS)) if store is not None else None
-        tuned = autotune_chooser(request.tuner_config or TunerConfig(), request.grid, record, known, request.fp32_dot,
-                                 size_hints, learned, beaten_at_ms)
+        settings = request.tuner_config or TunerConfig()
+        tuned = (first_round_chooser(settings, request.grid, known, request.fp32_dot, size_hints, learned)
+                 if first_round_only else
+                 autotune_chooser(settings, request.grid, record, known, request.fp32_dot, size_hints, learned,
+                                  beaten_at_ms))
 
         def chooser(kernel) -> KernelConfig:
             # Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too).
@@ -415,6 +424,20 @@ def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:
         return [ShapeFunction.from_texts([str(size) for size in shape])(hints) for shape in request.shapes]
     except KeyError:  # a symbol without a hint
         return None
+
+
+def _compile_first_round(request: BuildRequest, module, store: cache.Store) -> None:
+    """Hand the first round of each fused kernel's candidates to the compile workers before the program with the
+    vendor GEMM is tuned: their compiles (a tile_stats GEMM's took 1.5-4.6 s each on the H200 host) run while it is,
+    and the fused program's tuning finds them in flight or done. Runs the passes on a copy of ``module``; a failure
+    is the fused build's to report."""
+    from amk.pipeline import compile_module
+
+    try:
+        compile_module(module.clone(), config_chooser(request, {}, store, first_round_only=True),
+                       pipeline=request.pipeline, fp32_dot=request.fp32_dot, size_hints=dict(request.size_hints))
+    except Exception as error:
+        log.debug("the fused program's first round was not compiled ahead: %s: %s", type(error).__name__, error)
 
 
 @dataclass

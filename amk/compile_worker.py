@@ -204,6 +204,12 @@ class CompileWorkers:
         self.broken: str | None = None
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
+        # Jobs handed to the workers and not finished, by what they compile: a job submitted again meanwhile (a build
+        # that compiles its candidates ahead, then tunes them) shares the first one's compile.
+        self.in_flight: dict[str, Future] = {}
+        # Its own lock: a job's future lands (cancelled, by close() while it holds ``lock``, or finished) in whatever
+        # thread ends it.
+        self.in_flight_lock = threading.Lock()
 
     def start(self) -> None:
         """Start the workers (they import torch and triton while the caller goes on)."""
@@ -226,16 +232,34 @@ class CompileWorkers:
 
     def submit(self, jobs: Sequence[Job]) -> list[Future]:
         """Compile ``jobs`` in the workers, in order as workers come free: a future per job, whose result is the
-        job's error text (None where it compiled, or where no worker could take it)."""
+        job's error text (None where it compiled, or where no worker could take it). A job the same as one still in
+        flight (same source, arguments, cache folder and ``TRITON_*`` settings) gets that job's future; one caller's
+        ``cancel`` then cancels it for every caller."""
         self.start()
         # Where the jobs' sources and binaries go, read now: the dispatching threads do not see this context, and the
         # build's Triton cache folder may have changed by the time a worker comes free.
         cache_directory, environment = sources_cache_directory(), triton_environment()
+        futures, started = [], []
         with self.lock:
             dispatch = self.dispatch
             if dispatch is None or self.broken is not None:
                 return [_done(None) for _ in jobs]
-            return [dispatch.submit(self._run, job, cache_directory, environment) for job in jobs]
+            for job in jobs:
+                key = json.dumps([job, cache_directory, sorted(environment.items())])
+                with self.in_flight_lock:
+                    future = self.in_flight.get(key)
+                    if future is None or future.cancelled():
+                        future = self.in_flight[key] = dispatch.submit(self._run, job, cache_directory, environment)
+                        started.append((key, future))
+                futures.append(future)
+        for key, future in started:  # outside the lock: a future already done calls back in this thread
+            future.add_done_callback(lambda done, key=key: self._landed(key, done))
+        return futures
+
+    def _landed(self, key: str, future: Future) -> None:
+        with self.in_flight_lock:
+            if self.in_flight.get(key) is future:
+                del self.in_flight[key]
 
     def compile(self, jobs: Sequence[Job]) -> list[str | None]:
         return [future.result() for future in self.submit(jobs)]

@@ -16,6 +16,7 @@ import random
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -770,19 +771,21 @@ def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, tr
     # sampling (a hundred asks, most outside the viable configurations) made 0.8 s of a B-sized tile2d kernel's
     # search on a CPU. Those candidates are drawn as TPE draws before it has results.
     one_round = modelled and len(batch_sizes(budget, batch)) == 1
-    if modelled and not one_round and importlib.util.find_spec("optuna") is not None:
-        _bayesian(viable, budget, evaluate, prepared, batch, len(leading))
-    else:
-        if one_round:
-            chosen = _independent_picks(viable, budget, len(leading))
+    try:  # the bar goes also when a search is stopped (first_round_chooser stops it at its first timing)
+        if modelled and not one_round and importlib.util.find_spec("optuna") is not None:
+            _bayesian(viable, budget, evaluate, prepared, batch, len(leading))
         else:
-            if modelled:
-                log.warning("optuna is not installed; the bayesian search falls back to random search")
-            chosen = _select(viable, budget, "random" if modelled else settings.search, keep_first=len(leading))
-        prepared(chosen, True)
-        for config in chosen:
-            evaluate(config)
-    progress.close()
+            if one_round:
+                chosen = _independent_picks(viable, budget, len(leading))
+            else:
+                if modelled:
+                    log.warning("optuna is not installed; the bayesian search falls back to random search")
+                chosen = _select(viable, budget, "random" if modelled else settings.search, keep_first=len(leading))
+            prepared(chosen, True)
+            for config in chosen:
+                evaluate(config)
+    finally:
+        progress.close()
 
 
 def _bayesian(viable: list[KernelConfig], budget: int, evaluate, prepare, batch: int, keep_first: int = 0) -> None:
@@ -934,6 +937,68 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
     return tensors
 
 
+class _CandidateCompiles:
+    """A kernel's candidates, each emitted once and handed to the compile workers ahead of its timing."""
+
+    def __init__(self, kernel, fp32_dot: str, bindings: Mapping[str, int], compiler):
+        self.kernel, self.fp32_dot, self.bindings, self.compiler = kernel, fp32_dot, bindings, compiler
+        self.sources: dict[KernelConfig, str] = {}
+        self.compiling: dict[KernelConfig, Future] = {}  # handed to the workers, not timed yet
+
+    def source(self, config: KernelConfig) -> str:
+        from amk.pipeline import stage_and_emit
+
+        if config not in self.sources:
+            self.sources[config] = stage_and_emit(self.kernel, config, self.fp32_dot).source
+        return self.sources[config]
+
+    def prepare(self, configs: list[KernelConfig]) -> None:
+        """Hand ``configs`` to the workers and return: the first are timed while the next compile. Each goes to the
+        workers as soon as it is emitted, so that they compile while the rest are emitted."""
+        ahead = [config for config in dict.fromkeys(configs) if config not in self.compiling]
+        if len(ahead) < 2:  # one candidate compiles as fast in this process, when it is first launched
+            return
+        for config in ahead:
+            try:
+                job = compile_job(self.kernel, config, self.source(config), self.bindings)
+            except Exception as error:  # left to fail, and be recorded, when the candidate is timed
+                log.info("config %s not compiled ahead: %s", config.user_view(), error)
+                continue
+            self.compiling[config] = self.compiler.submit([job])[0]
+
+
+class _FirstRoundHanded(BaseException):
+    """Stops :func:`tune` at its first timing, for :func:`first_round_chooser`: the candidates drawn before it are
+    with the workers. Not an ``Exception``: the tuner records those as failed candidates and goes on."""
+
+
+def first_round_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, known=None, fp32_dot: str = "ieee",
+                        size_hints: Mapping[str, int] | None = None, learned=None):
+    """A ``choose_config`` that hands each kernel's first round of candidates (those :func:`tune` times first, drawn
+    as it draws them) to the compile workers and returns the heuristic configuration at once. A build runs it ahead
+    of work that does not need the workers (tuning another program): the kernel's tuning then finds its first round
+    compiling or compiled. ``known`` and ``learned`` are :func:`autotune_chooser`'s."""
+    from amk.pipeline import heuristic_config
+
+    bindings = dict(size_hints or {})
+
+    def stop(config: KernelConfig):
+        raise _FirstRoundHanded
+
+    def choose(kernel) -> KernelConfig:
+        heuristic = heuristic_config(kernel, bindings)
+        compiler = start_compile_workers()
+        try:
+            tune(kernel, settings, grid, heuristic, stop, known(kernel) if known else None,
+                 _CandidateCompiles(kernel, fp32_dot, bindings, compiler).prepare, batch=max(1, compiler.count),
+                 size_hints=bindings, fp32_dot=fp32_dot, learned=_configs(learned(kernel)) if learned else ())
+        except _FirstRoundHanded:
+            pass
+        return heuristic
+
+    return choose
+
+
 def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, on_tuned=None, known=None,
                      fp32_dot: str = "ieee", size_hints: Mapping[str, int] | None = None, learned=None,
                      beaten_at_ms: float | None = None):
@@ -945,7 +1010,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     ``beaten_at_ms`` is :func:`tune`'s."""
     import torch
 
-    from amk.pipeline import heuristic_config, stage_and_emit
+    from amk.pipeline import heuristic_config
     from amk.runtime import load_source
 
     bindings = dict(size_hints or {})
@@ -957,31 +1022,11 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
         outputs_count = len(kernel.outputs)
         first = kernel.num_inputs.value.data
         expected, failure, ready = [], [], []
-        sources: dict[KernelConfig, str] = {}
         inputs: dict = {}  # drawn once, shared by every candidate
         # Started by the build when it found nothing to reuse (amk.build), else at the first kernel actually tuned.
         compiler = start_compile_workers()
-
-        def source(config: KernelConfig) -> str:
-            if config not in sources:
-                sources[config] = stage_and_emit(kernel, config, fp32_dot).source
-            return sources[config]
-
-        compiling: dict[KernelConfig, Future] = {}  # candidates handed to the workers, not timed yet
-
-        def prepare(configs: list[KernelConfig]) -> None:
-            """Hand ``configs`` to the workers and return: the first are timed while the next compile. Each goes to
-            the workers as soon as it is emitted, so that they compile while the rest are emitted."""
-            ahead = [config for config in dict.fromkeys(configs) if config not in compiling]
-            if len(ahead) < 2:  # one candidate compiles as fast in this process, when it is first launched
-                return
-            for config in ahead:
-                try:
-                    job = compile_job(kernel, config, source(config), bindings)
-                except Exception as error:  # left to fail, and be recorded, when the candidate is timed
-                    log.info("config %s not compiled ahead: %s", config.user_view(), error)
-                    continue
-                compiling[config] = compiler.submit([job])[0]
+        candidates = _CandidateCompiles(kernel, fp32_dot, bindings, compiler)
+        source, compiling = candidates.source, candidates.compiling
 
         def compiled_ahead(config: KernelConfig) -> None:
             """Wait for the worker compiling ``config``, if one is (the wait is the build's compile phase)."""
@@ -989,7 +1034,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             if future is None:
                 return
             with phase("compile"):
-                error = future.result()
+                try:
+                    error = future.result()
+                except CancelledError:  # a build sharing the job stopped it: compiled when first launched
+                    return
             if error is not None:
                 log.info("ahead-of-time compilation of %s failed (the candidate will fail when timed): %s",
                          config.user_view(), error)
@@ -1030,7 +1078,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
         try:
             config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                                  prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot,
+                                  candidates.prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot,
                                   learned=_configs(learned(kernel)) if learned else (), beaten_at_ms=beaten_at_ms)
         finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
             for future in compiling.values():

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -163,6 +164,28 @@ def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
         done, _ = wait([slow, quick], timeout=60, return_when=FIRST_COMPLETED)
         assert done == {quick} and "launch" in quick.result()
         assert not slow.done()
+    finally:
+        pool.close()
+
+
+def test_a_job_submitted_again_while_in_flight_shares_its_compile(tmp_path, monkeypatch):
+    """A build hands its fused kernel's first round to the workers ahead of tuning it (amk.build), then submits the
+    same jobs when it tunes: one compile each. The same source under other Triton settings is another job."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(1)
+    try:
+        job = ("import time\ntime.sleep(1)\n", "slow", [])
+        first, again = pool.submit([job, job])
+        assert again is first
+        monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+        (other,) = pool.submit([job])
+        assert other is not first
+        assert "launch" in first.result(timeout=60) and "launch" in other.result(timeout=60)
+        for _ in range(100):  # a landed job leaves the table (its callback may run just after result() returns)
+            if not pool.in_flight:
+                break
+            time.sleep(0.05)
+        assert not pool.in_flight
     finally:
         pool.close()
 

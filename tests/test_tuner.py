@@ -289,6 +289,31 @@ def test_a_kernel_that_cannot_beat_the_other_program_is_not_refined(monkeypatch,
     assert (best.BLOCK_M, best.PERSISTENT, best.TMA) == ((32, 1, 1) if refined else (32, 0, 0))
 
 
+def test_the_first_round_compiled_ahead_is_the_first_round_the_tuning_times(monkeypatch, clock):
+    """first_round_chooser hands the workers the candidates that tune() prepares first, drawn the same way (the
+    default search: one round of 16 on 15 workers), times none and returns the heuristic at once."""
+    from amk.compile_worker import CompileWorkers
+
+    hopper = amk.tuner.DeviceLimits("H200", 232448, 132, tma=True)
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: hopper))
+    monkeypatch.setattr(amk.tuner, "start_compile_workers", lambda: CompileWorkers(15))  # never started: no job
+    handed: list = []
+    monkeypatch.setattr(amk.tuner._CandidateCompiles, "prepare", lambda self, configs: handed.append(list(configs)))
+    kernel = tiled_kernel(rows=4096, dtype=torch.float16, width=1024)
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    assert amk.tuner.first_round_chooser(TunerConfig(), None)(kernel) == heuristic
+    assert len(handed) == 1 and len(handed[0]) == 16
+
+    recorder, tuned_rounds = Recorder(), []
+
+    def prepare(configs):
+        tuned_rounds.append(list(configs))
+        recorder.prepare(configs)
+
+    tune(kernel, TunerConfig(), None, heuristic, recorder.build_and_run, prepare=prepare, batch=15)
+    assert tuned_rounds[0] == handed[0]
+
+
 def test_switch_values_are_checked():
     from amk.tuner import validate_grid
 
