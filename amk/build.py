@@ -181,20 +181,20 @@ def _build(request: BuildRequest, save: bool) -> Built:
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
     # included) is written under the store's directory.
     with store.triton_cache(key), sources_under(store.root):
-        # The program with the vendor GEMM is built and timed first: its time tells the fused program's tuning which
-        # kernels cannot win (their refinement is skipped); the two are then raced on the same inputs.
+        # The program with the vendor GEMM is built and timed first (while the fused kernels' first candidates
+        # compile): its time tells the fused program's tuning which kernels cannot win (their refinement is
+        # skipped); the two are then raced on the same inputs.
+        vendor = None
         if try_vendor:
             _compile_first_round(request, module, store)
-        vendor, log_vendor = (_vendor_program(request, store) if try_vendor else None), {}
-        if vendor is not None:
-            log_vendor = vendor.tuning_log
+            vendor = _vendor_program(request, store)
         compiled = compile_module(module, config_chooser(request, log_here, store, recorded,
                                                          vendor.time_ms if vendor is not None else None),
                                   pipeline=request.pipeline, dumper=request.dumper,
                                   vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         if vendor is not None and _faster_with_vendor_gemm(compiled, vendor, request, program_times):
-            compiled, log_here, program = vendor.compiled, log_vendor, "vendor_gemm"
+            compiled, log_here, program = vendor.compiled, vendor.tuning_log, "vendor_gemm"
     built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
                   tuning_log=log_here, program_times=program_times)
     for compiled_kernel in compiled.kernels.values():
