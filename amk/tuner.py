@@ -937,20 +937,32 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
     return tensors
 
 
+# Candidates' emitted sources by kernel (its IR's text), configuration, dot precision and interpreter mode: a build
+# that hands a kernel's first round to the workers before tuning it (amk.build) emits each candidate once. At most
+# EMITTED_KEPT are kept (a few MB).
+_EMITTED: dict[tuple[str, KernelConfig, str, bool], str] = {}
+EMITTED_KEPT = 256
+
+
 class _CandidateCompiles:
     """A kernel's candidates, each emitted once and handed to the compile workers ahead of its timing."""
 
     def __init__(self, kernel, fp32_dot: str, bindings: Mapping[str, int], compiler):
         self.kernel, self.fp32_dot, self.bindings, self.compiler = kernel, fp32_dot, bindings, compiler
-        self.sources: dict[KernelConfig, str] = {}
+        self.kernel_text = str(kernel)
         self.compiling: dict[KernelConfig, Future] = {}  # handed to the workers, not timed yet
 
     def source(self, config: KernelConfig) -> str:
         from amk.pipeline import stage_and_emit
 
-        if config not in self.sources:
-            self.sources[config] = stage_and_emit(self.kernel, config, self.fp32_dot).source
-        return self.sources[config]
+        key = (self.kernel_text, config, self.fp32_dot, interpreting())
+        source = _EMITTED.get(key)
+        if source is None:
+            source = stage_and_emit(self.kernel, config, self.fp32_dot).source
+            if len(_EMITTED) >= EMITTED_KEPT:
+                _EMITTED.clear()
+            _EMITTED[key] = source
+        return source
 
     def prepare(self, configs: list[KernelConfig]) -> None:
         """Hand ``configs`` to the workers and return: the first are timed while the next compile. Each goes to the

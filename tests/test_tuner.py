@@ -314,6 +314,22 @@ def test_the_first_round_compiled_ahead_is_the_first_round_the_tuning_times(monk
     assert tuned_rounds[0] == handed[0]
 
 
+def test_a_candidate_is_emitted_once_for_the_first_round_ahead_and_for_its_tuning(monkeypatch):
+    """The build emits a kernel's first round when it hands it to the workers ahead, then tunes the same kernel passed
+    again (another copy of its module): the candidates' sources are not emitted a second time."""
+    monkeypatch.setattr(amk.tuner, "_EMITTED", {})  # nothing emitted by earlier tests
+    emitted = []
+    emit = amk.pipeline.stage_and_emit
+    monkeypatch.setattr(amk.pipeline, "stage_and_emit", lambda *args: emitted.append(args[1]) or emit(*args))
+    kernel = tiled_kernel(rows=512)
+    config = amk.pipeline.heuristic_config(kernel)
+    ahead = amk.tuner._CandidateCompiles(kernel, "ieee", {}, None).source(config)
+    again = amk.tuner._CandidateCompiles(kernel.clone(), "ieee", {}, None).source(config)
+    assert again == ahead and emitted == [config]
+    amk.tuner._CandidateCompiles(kernel, "tf32", {}, None).source(config)  # another dot precision: another source
+    assert len(emitted) == 2
+
+
 def test_switch_values_are_checked():
     from amk.tuner import validate_grid
 
