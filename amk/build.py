@@ -43,8 +43,10 @@ from amk.tuner import (
     TunerConfig,
     autotune_chooser,
     config_key,
+    fastest_program,
     first_round_chooser,
     launch_bound_reason,
+    measure,
     start_compile_workers,
     untimed_in_grid,
 )
@@ -454,7 +456,6 @@ def _vendor_program(request: BuildRequest, store: cache.Store) -> _VendorProgram
     """The program that leaves the matmuls to the vendor library, tuned and timed on random inputs of the request's
     shapes; None, reported, where it cannot be built or run: it is an alternative, the fused program stands."""
     from amk.pipeline import compile_module
-    from amk.tuner import measure
     from amk.verification import input_scales, random_inputs
 
     shapes, tuning_log = _shapes_at_hints(request), {}
@@ -484,7 +485,6 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, req
                              times: dict[str, float]) -> bool:
     """Whether the program with the vendor GEMM computes what the fused one does on its inputs (every output
     compared) and is faster, both timed again side by side (their times put in ``times``)."""
-    from amk.tuner import fastest_program
     from amk.verification import TOLERANCES
 
     try:
