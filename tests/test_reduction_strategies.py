@@ -193,12 +193,14 @@ def test_an_unknown_reduction_strategy_names_the_choices():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuner times programs on a GPU")
 def test_the_tuner_keeps_the_faster_of_the_fused_and_the_vendor_gemm_programs(tmp_path):
     """Either program may win at this size; whichever is kept computes the chain, comes back from the cache as it
-    was built, and is never the vendor one when ``vendor_gemm`` is off."""
+    was built, and is never the vendor one when ``vendor_gemm`` is off. With it on, both programs were built and
+    raced (the vendor one first, the fused kernels' first round compiling meanwhile)."""
     ops, shapes, dtype = CASES[0]
     for vendor_gemm in (True, False):
         settings = amk.TunerConfig(search_budget=2, vendor_gemm=vendor_gemm, target_cache_dir=tmp_path / str(vendor_gemm))
         built = amk.build_fused_kernel(ops, shapes, dtype, tuner_config=settings)
         assert built.torch_ops in ([], ["tensor_op.matmul"]) if vendor_gemm else built.torch_ops == []
+        assert set(built.program_times) == ({"fused", "vendor_gemm"} if vendor_gemm else set())
         assert_matches_pytorch_call_after_call(built.compiled, ops, shapes, dtype)
         again = amk.build_fused_kernel(ops, shapes, dtype, tuner_config=settings)
         assert again.cache_hit and again.torch_ops == built.torch_ops
