@@ -189,7 +189,7 @@ def _build(request: BuildRequest, save: bool) -> Built:
         vendor = None
         if try_vendor:
             _compile_first_round(request, module, store)
-            vendor = _vendor_program(request, store)
+            vendor = _vendor_program(request, module, store)
         compiled = compile_module(module, config_chooser(request, log_here, store, recorded,
                                                          vendor.time_ms if vendor is not None else None),
                                   pipeline=request.pipeline, dumper=request.dumper,
@@ -452,16 +452,17 @@ class _VendorProgram:
     time_ms: float
 
 
-def _vendor_program(request: BuildRequest, store: cache.Store) -> _VendorProgram | None:
-    """The program that leaves the matmuls to the vendor library, tuned and timed on random inputs of the request's
-    shapes; None, reported, where it cannot be built or run: it is an alternative, the fused program stands."""
+def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _VendorProgram | None:
+    """The program that leaves the matmuls to the vendor library (the passes run on a copy of ``module``), tuned and
+    timed on random inputs of the request's shapes; None, reported, where it cannot be built or run: it is an
+    alternative, the fused program stands."""
     from amk.pipeline import compile_module
     from amk.verification import input_scales, random_inputs
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
     try:
-        compiled = compile_module(request.make_module(), config_chooser(request, tuning_log, store),
+        compiled = compile_module(module.clone(), config_chooser(request, tuning_log, store),
                                   pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         # Known op lists scale their matmul weights by 1/sqrt(K); a subgraph's inputs stay at scale 1 (both programs

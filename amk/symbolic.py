@@ -201,18 +201,7 @@ def evaluate(dim: Dim | str | int, bindings: dict[str, int]) -> int:
 def to_python(dim: Dim | str | int | sympy.Expr, cdiv_name: str = "triton.cdiv", min_name: str = "min",
               max_name: str = "max") -> str:
     """Python source for ``dim``: ``cdiv``/``Min``/``Max`` become the given functions; division stays integral."""
-    if not isinstance(dim, sympy.Basic):
-        return _python_text(Dim(dim).text, cdiv_name, min_name, max_name)
-    return _printed(dim, cdiv_name, min_name, max_name)
-
-
-@functools.lru_cache(maxsize=16384)
-def _python_text(text: str, cdiv_name: str, min_name: str, max_name: str) -> str:
-    """:func:`to_python` of a dim's text, remembered: each candidate of a kernel prints the same index expressions."""
-    return _printed(parse_sympy(text), cdiv_name, min_name, max_name)
-
-
-def _printed(expr: sympy.Expr, cdiv_name: str, min_name: str, max_name: str) -> str:
+    expr = dim if isinstance(dim, sympy.Basic) else Dim(dim).expr
     numerator, denominator = sympy.fraction(sympy.together(expr))
     printer = _PythonPrinter(cdiv_name, min_name, max_name)
     if denominator != 1:

@@ -120,7 +120,6 @@ class _Launch:
     ops: list[Operation]
 
 
-
 @functools.lru_cache(maxsize=16384)
 def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str], cdiv_name: str) -> str | set[str]:
     """Python for the dim ``text`` with each dim of ``parameters`` replaced by its kernel parameter, or the symbols
