@@ -14,6 +14,7 @@ with one warning per process; it never fails a build.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from amk.runtime import sources_cache_directory
 
@@ -191,16 +192,20 @@ class CompileWorkers:
 
     :meth:`submit` hands jobs to the workers and returns at once, a future per job (its error text, None where it
     compiled), so that the tuning process times the first candidates while the workers compile the next;
-    :meth:`compile` waits for them all. Builds in several threads share the pool: each job takes an idle worker for
-    itself. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the tuning
-    process when it is timed) and says so once.
+    :meth:`compile` waits for them all. Builds in several threads share the pool. Each worker has a thread that feeds
+    it the next job: jobs someone waits for before jobs compiled ahead of their tuning (``ahead``), each kind in the
+    order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the
+    tuning process when it is timed) and says so once.
     """
 
     def __init__(self, count: int):
         self.count = count
         self.workers: list[_Worker] = []
-        self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self.dispatch: ThreadPoolExecutor | None = None
+        self.feeders: list[threading.Thread] = []
+        # (rank, sequence, (future, job, cache folder, environment)); rank 0: a job someone waits for, 1: ahead of its
+        # tuning; FEEDER_STOP ranks first. The sequence keeps each rank in submission order.
+        self.pending: queue.PriorityQueue = queue.PriorityQueue()
+        self.sequence = itertools.count()
         self.broken: str | None = None
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
@@ -225,32 +230,42 @@ class CompileWorkers:
                 self.workers = []
                 self._give_up(f"could not start {sys.executable!r} -m amk.compile_worker: {error}")
                 return
-            for worker in self.workers:
-                self.idle.put(worker)
-            self.dispatch = ThreadPoolExecutor(self.count, thread_name_prefix="amk-compile")
+            self.feeders = [threading.Thread(target=self._feed, args=(worker,), name=f"amk-compile_{index}",
+                                             daemon=True)
+                            for index, worker in enumerate(self.workers)]
+            for feeder in self.feeders:
+                feeder.start()
             atexit.register(self.close)
 
-    def submit(self, jobs: Sequence[Job]) -> list[Future]:
-        """Compile ``jobs`` in the workers, in order as workers come free: a future per job, whose result is the
-        job's error text (None where it compiled, or where no worker could take it). A job the same as one still in
-        flight (same source, arguments, cache folder and ``TRITON_*`` settings) gets that job's future; one caller's
-        ``cancel`` then cancels it for every caller."""
+    def submit(self, jobs: Sequence[Job], ahead: bool = False) -> list[Future]:
+        """Compile ``jobs`` in the workers, in order as workers come free, after the jobs already submitted that are
+        not ``ahead`` (compiled before their tuning needs them, which waits for nothing yet): a future per job, whose
+        result is the job's error text (None where it compiled, or where no worker could take it). A job the same as
+        one still in flight (same source, arguments, cache folder and ``TRITON_*`` settings) gets that job's future,
+        moved up among the jobs someone waits for if it was submitted ``ahead``; one caller's ``cancel`` then cancels
+        it for every caller."""
         self.start()
-        # Where the jobs' sources and binaries go, read now: the dispatching threads do not see this context, and the
+        # Where the jobs' sources and binaries go, read now: the feeding threads do not see this context, and the
         # build's Triton cache folder may have changed by the time a worker comes free.
         cache_directory, environment = sources_cache_directory(), triton_environment()
+        rank = 1 if ahead else 0
         futures, started = [], []
         with self.lock:
-            dispatch = self.dispatch
-            if dispatch is None or self.broken is not None:
+            if not self.workers or self.broken is not None:
                 return [_done(None) for _ in jobs]
             for job in jobs:
                 key = json.dumps([job, cache_directory, sorted(environment.items())])
                 with self.in_flight_lock:
                     future = self.in_flight.get(key)
                     if future is None or future.cancelled():
-                        future = self.in_flight[key] = dispatch.submit(self._run, job, cache_directory, environment)
+                        future = self.in_flight[key] = Future()
                         started.append((key, future))
+                    elif ahead or future.running():
+                        futures.append(future)
+                        continue
+                    # New, or waited for now after it was submitted ahead: queued at this rank (a second entry of a
+                    # job is skipped by whichever feeder finds it taken).
+                    self.pending.put((rank, next(self.sequence), (future, job, cache_directory, environment)))
                 futures.append(future)
         for key, future in started:  # outside the lock: a future already done calls back in this thread
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
@@ -264,19 +279,26 @@ class CompileWorkers:
     def compile(self, jobs: Sequence[Job]) -> list[str | None]:
         return [future.result() for future in self.submit(jobs)]
 
-    def _run(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> str | None:
-        if self.broken is not None:
-            return None
-        worker = self.idle.get()
-        try:
-            error, seconds = worker.request(job, cache_directory, environment)
-            self.job_seconds.append(seconds)
-            return error
-        except WorkerDied as error:
-            self._give_up(f"a compile worker stopped ({error})")
-            return None
-        finally:
-            self.idle.put(worker)
+    def _feed(self, worker: _Worker) -> None:
+        """A feeding thread: ``worker``'s next jobs, until :meth:`close`."""
+        while True:
+            rank, _, entry = self.pending.get()
+            if rank == FEEDER_STOP:
+                return
+            future, job, cache_directory, environment = entry
+            with self.in_flight_lock:  # the job's other entry may be in another feeder's hands
+                if future.running() or future.done() or not future.set_running_or_notify_cancel():
+                    continue
+            if self.broken is not None:
+                future.set_result(None)
+                continue
+            try:
+                error, seconds = worker.request(job, cache_directory, environment)
+                self.job_seconds.append(seconds)
+            except WorkerDied as died:
+                self._give_up(f"a compile worker stopped ({died})")
+                error = None
+            future.set_result(error)
 
     def _give_up(self, reason: str) -> None:
         if self.broken is None:
@@ -286,14 +308,23 @@ class CompileWorkers:
                           stacklevel=3)
 
     def close(self) -> None:
+        """Stop the workers once their current jobs are done; the jobs still queued are cancelled."""
         with self.lock:
-            if self.dispatch is not None:
-                self.dispatch.shutdown(wait=True, cancel_futures=True)
-                self.dispatch = None
+            for _ in self.feeders:
+                self.pending.put((FEEDER_STOP, next(self.sequence), None))
+            for feeder in self.feeders:
+                feeder.join()
+            self.feeders = []
+            while not self.pending.empty():
+                _, _, (future, *_) = self.pending.get()
+                future.cancel()
             for worker in self.workers:
                 worker.close()
             self.workers = []
-            self.idle = queue.SimpleQueue()
+
+
+# The rank of the entry that stops a feeding thread: before any job.
+FEEDER_STOP = -1
 
 
 def _done(result) -> Future:

@@ -190,6 +190,50 @@ def test_a_job_submitted_again_while_in_flight_shares_its_compile(tmp_path, monk
         pool.close()
 
 
+def test_jobs_waited_for_go_before_jobs_compiled_ahead(tmp_path, monkeypatch):
+    """A build hands the fused kernels' first round to the workers ahead, then tunes the vendor program: that
+    program's jobs, which its tuning waits for, are compiled first; an ahead job submitted again by the tuning that
+    needs it moves up with them."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(1)
+    finished = []
+    try:
+        (busy,) = pool.submit([("import time\ntime.sleep(1)\n", "busy", [])])
+        for _ in range(200):  # the one worker has taken it: what follows queues behind it
+            if busy.running():
+                break
+            time.sleep(0.05)
+        assert busy.running()
+        jobs = {name: (f"{name} = 1\n", name, []) for name in ("ahead_1", "ahead_2", "needed")}
+        futures = dict(zip(["ahead_1", "ahead_2"], pool.submit([jobs["ahead_1"], jobs["ahead_2"]], ahead=True)))
+        (futures["needed"],) = pool.submit([jobs["needed"]])
+        (promoted,) = pool.submit([jobs["ahead_2"]])
+        assert promoted is futures["ahead_2"]
+        for name, future in futures.items():
+            future.add_done_callback(lambda _, name=name: finished.append(name))
+        for future in futures.values():
+            assert "launch" in future.result(timeout=60)
+    finally:
+        pool.close()
+    assert finished == ["needed", "ahead_2", "ahead_1"]
+
+
+def test_closing_the_pool_cancels_the_jobs_still_queued(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(1)
+    busy, queued = pool.submit([("import time\ntime.sleep(1)\n", "busy", []), ("x = 1\n", "queued", [])])
+    for _ in range(200):
+        if busy.running():
+            break
+        time.sleep(0.05)
+    pool.close()
+    assert "launch" in busy.result() and queued.cancelled()
+    try:  # used again, a closed pool starts new workers
+        assert "launch" in pool.submit([("x = 2\n", "after", [])])[0].result(timeout=60)
+    finally:
+        pool.close()
+
+
 @pytest.fixture
 def timed_builds(monkeypatch, tmp_path):
     """Builds as on a GPU, the tuning faked (each kernel gets its heuristic configuration): ``build(ops=...)`` runs
