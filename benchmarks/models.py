@@ -24,7 +24,8 @@ Per row and contender, in this order:
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
   error exceeds ``max(amk.verification.TOLERANCES[dtype], 2 x eager's)`` is reported as wrong and not timed.
 - ``host_us``: per-call host time. After a synchronize, N back-to-back calls (100; 50 with ``--quick``) are timed
-  on the host clock without waiting for the GPU at the end; the median over repetitions of elapsed / N. It is what
+  on the host clock without waiting for the GPU at the end, elapsed / N; the contenders of a row take turns, round
+  after round, once they are all built (10 rounds; 6 with ``--quick``), and each gets its median. It is what
   issuing one call costs the host (guards, Python, launches) while the GPU works through the queue, and a
   launch-bound call's floor; a call that synchronizes shows its GPU time here too, and so would calls that fill
   CUDA's queue of pending launches (about a thousand: N calls of a few launches each stay under it).
@@ -123,6 +124,18 @@ def make_contender(name: str, module: nn.Module, compiled_amk: list) -> Callable
     return amk.compile(module, cuda_graphs=True)
 
 
+def interleaved_host_us(contenders: dict[str, tuple[Callable, list[torch.Tensor]]], timing: Timing) -> dict:
+    """Each contender's per-call host time, measured in turns: round after round, ``host_calls`` calls of each
+    contender (:func:`amk.benchmarking.host_us`), the median over rounds. A process's host calls get slower or faster
+    over its life (compile pools' threads, the allocator, the collector): measured one after the other, the later
+    contenders took that drift (eager itself measured 38 then 57 us in one process, -host-layers-b71ee59)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(2 * timing.host_repeats):
+        for name, (fn, inputs) in contenders.items():
+            samples[name].append(host_us(lambda fn=fn, inputs=inputs: fn(*inputs), calls=timing.host_calls))
+    return {name: round(statistics.median(values), 2) for name, values in samples.items()}
+
+
 def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor, limit: float,
             timing: Timing) -> dict:
     """One contender of a row: first call, correctness, host time, device time (see the module's docstring)."""
@@ -137,8 +150,6 @@ def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torc
     if not result["rel_l2"] <= limit:  # NaN counts as wrong
         result["status"] = "wrong"
         return result
-    result["host_us"] = round(host_us(lambda: fn(*inputs), calls=timing.host_calls,
-                                      repeats=timing.host_repeats), 2)
     result["ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms)
     return result
 
@@ -155,6 +166,7 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
     result = {"row": row.name, "title": row.title, "dtype": str(row.dtype).removeprefix("torch."),
               "input_shapes": shapes, "contenders": {}}
     compiled_amk: list = []
+    measured: dict[str, tuple[Callable, list[torch.Tensor]]] = {}  # the contenders that ran right, for host times
     for name in contenders:
         if name == "reduce_overhead" and not row.decode:
             continue
@@ -170,6 +182,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
             with torch.no_grad():
                 fn = make_contender(name, module, compiled_amk)
                 result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing)
+                if result["contenders"][name]["status"] == "ok":
+                    measured[name] = (fn, own_inputs)
             if name == "amk":
                 result["contenders"][name]["compile_worker_jobs"] = len(workers.job_seconds) - jobs_before
                 if workers.broken is not None:
@@ -177,6 +191,10 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         except Exception as failure:  # a contender that does not compile or run is reported, not fatal
             result["contenders"][name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
         print(f"   {name}: {json.dumps(result['contenders'][name])}", flush=True)
+    with torch.no_grad():
+        for name, value in interleaved_host_us(measured, timing).items():
+            result["contenders"][name]["host_us"] = value
+    del measured
     if compiled_amk:
         result["amk_ran"] = what_amk_ran(amk.explain(compiled_amk[0], print_report=False))
     result["speedup"] = speedup(result["contenders"], TORCH_COMPILE, AMK)

@@ -252,6 +252,31 @@ def test_each_bucket_gets_its_own_build_without_recompiling(tmp_path):
     assert "[skinny_m] BLOCK_M=64" in buckets[2].kernels[0] and "[skinny_m] BLOCK_M=16" in buckets[1].kernels[0]
 
 
+def test_only_calls_that_may_compile_mark_their_leading_dims(tmp_path):
+    """Marking an argument's leading dims dynamic (and the flag that keeps batches of 1 symbolic) matters only when
+    TorchDynamo traces the call, and a marked tensor's guards run longer: a call like the last one is not marked;
+    one with a new batch size, dtype or grad mode is, and a new batch size still compiles nothing."""
+    model = linear_relu()
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+
+    def marked(x: torch.Tensor) -> bool:
+        return 0 in getattr(x, "_dynamo_weak_dynamic_indices", set())
+
+    with torch.no_grad():
+        calls = [batch(8), batch(8), batch(8), batch(5), batch(5)]
+        for x in calls:
+            compiled(x)
+        dynamo_frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        again = batch(9)
+        compiled(again)
+    assert [marked(x) for x in calls] == [True, False, False, True, False]
+    assert marked(again) and torch._dynamo.utils.counters["stats"]["unique_graphs"] == dynamo_frames
+    with torch.enable_grad():
+        graded = batch(9)
+        compiled(graded)
+    assert marked(graded)
+
+
 @pytest.mark.skipif(GPU, reason="checks the untimed report of a CPU build")
 def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
     model = linear_relu()

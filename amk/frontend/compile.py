@@ -74,16 +74,39 @@ def _mark_leading_dims(values) -> None:
             _mark_leading_dims(value.values())
 
 
+def _signature(args: tuple, kwargs: dict) -> tuple | None:
+    """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape, dtype,
+    device and whether it requires grad, each scalar's value, each other value's type, the keywords and the grad
+    mode; None for arguments holding containers (their tensors are not looked into)."""
+    parts: list = [torch.is_grad_enabled(), tuple(kwargs)]
+    for value in (*args, *kwargs.values()):
+        if type(value) is torch.Tensor:
+            parts.append((value.shape, value.dtype, value.device, value.requires_grad))
+        elif isinstance(value, list | tuple | dict):
+            return None
+        else:
+            parts.append(value if value is None or type(value) in (bool, int, float, str) else type(value))
+    return tuple(parts)
+
+
 class _Caller:
     """Calls the Dynamo-compiled callable with amk's dynamic-shape treatment of the arguments: leading dims marked
-    dynamic, and ``backed_size_oblivious`` on while Dynamo may trace the call. The flag is set and put back by hand:
-    ``config.patch`` costs about 30 us a call, more than a compiled graph's call itself."""
+    dynamic, and ``backed_size_oblivious`` on while Dynamo may trace the call (a call whose arguments differ from the
+    last one's, see :func:`_signature`). The flag is set and put back by hand: ``config.patch`` costs about 30 us a
+    call, more than a compiled graph's call itself."""
 
     def __init__(self, compiled: Callable, dynamic: bool | None, module: torch.nn.Module | None = None):
         self.compiled = compiled
+        # A torch.compile'd module's forward, without OptimizedModule.__call__: that only warns of global module hooks
+        # (which then fire as in the module itself) and flags the call for torch.distributed's module tracker, in
+        # about 10 us a call.
+        from torch._dynamo.eval_frame import OptimizedModule
+
+        self.call = compiled.forward if isinstance(compiled, OptimizedModule) else compiled
         self.dynamic = dynamic
         self.module = module
         self.size_oblivious = _size_oblivious_config()
+        self.compiled_for: tuple | None = None  # the last marked call's _signature
 
     @property
     def training(self) -> bool | None:
@@ -92,18 +115,29 @@ class _Caller:
 
     def __call__(self, *args, **kwargs):
         if self.dynamic is False:
-            return self.compiled(*args, **kwargs)
+            return self.call(*args, **kwargs)
+        signature = (self.training, _signature(args, kwargs))
+        if signature[1] is not None and signature == self.compiled_for:
+            # Arguments like the last call's, for which TorchDynamo compiled the frame or found it compiled: it does
+            # not trace this one, so neither the marks nor the flag are needed (together 10-15 us a call: a marked
+            # tensor's guards run longer). What else makes it compile again (global state, an edited module) is rare;
+            # such a compile sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next
+            # change (one compile more).
+            return self.call(*args, **kwargs)
         if self.dynamic is None:
             _mark_leading_dims(args)
             _mark_leading_dims(kwargs.values())
         config = self.size_oblivious
         if config is None or config.backed_size_oblivious:
-            return self.compiled(*args, **kwargs)
-        config.backed_size_oblivious = True
-        try:
-            return self.compiled(*args, **kwargs)
-        finally:
-            config.backed_size_oblivious = False
+            result = self.call(*args, **kwargs)
+        else:
+            config.backed_size_oblivious = True
+            try:
+                result = self.call(*args, **kwargs)
+            finally:
+                config.backed_size_oblivious = False
+        self.compiled_for = signature
+        return result
 
 
 class CompiledModule(torch.nn.Module):

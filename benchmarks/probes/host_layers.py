@@ -3,16 +3,17 @@
     python benchmarks/probes/host_layers.py --rows fp16_linear_layernorm [--out FILE.json]
 
 cProfile's own cost per Python call swamps calls of a few microseconds, so this probe times the layers of one call
-directly, each with :func:`amk.benchmarking.host_us` (50 back-to-back calls, the median of 20 repetitions), in one
-process on the same inputs:
+directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-to-back calls of each layer
+(:func:`amk.benchmarking.host_us`), the median over rounds per layer:
 
 - ``eager``: the module; ``ops``: the same PyTorch ops called directly (the row's ``forward`` without ``nn.Module``);
 - ``dynamo_eager`` and ``dynamo_eager_dynamic``: ``torch.compile(backend="eager")`` (TorchDynamo's guards and frame,
   the floor any backend pays), static and with dynamic shapes (amk marks leading dims dynamic);
 - ``max_autotune``: ``torch.compile(mode="max-autotune-no-cudagraphs")``, the host time issue 18 compares with;
 - ``amk`` and ``amk_static`` (``dynamic=False``): ``amk.compile``;
-- ``amk_subgraph``: each fused subgraph called alone on the arguments it gets; ``amk_launcher``: its launcher (the
-  program's fast path) alone.
+- ``amk_subgraph_<i>``: each fused subgraph called alone on the arguments it gets; ``amk_launcher_<i>``: its
+  launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
+- ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,32 +31,51 @@ import torch
 import amk
 from amk.benchmarking import environment, host_us
 from amk.frontend.subgraph import FusedSubgraph
+from amk.replay import LaunchReplay
 from amk.runtime import default_device
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
 from workloads import ROWS  # noqa: E402
 
 
-def timed(fn) -> float:
-    for _ in range(5):
-        fn()
-    return round(host_us(fn, calls=50, repeats=20), 2)
+def interleaved(layers: dict[str, Callable[[], object]], rounds: int = 20) -> dict[str, float]:
+    """Each layer's host time per call: round after round, 50 calls of each layer in turn, the median over rounds
+    (a process's host calls drift over its life; measured one after the other, the later layers would take it)."""
+    samples: dict[str, list[float]] = {name: [] for name in layers}
+    for fn in layers.values():
+        for _ in range(5):
+            fn()
+    for _ in range(rounds):
+        for name, fn in layers.items():
+            samples[name].append(host_us(fn, calls=50))
+    return {name: round(statistics.median(values), 2) for name, values in samples.items()}
 
 
-def captured_subgraph_calls(compiled, inputs) -> list[tuple[FusedSubgraph, tuple]]:
-    """Run ``compiled`` once with every fused subgraph's ``launch`` wrapped: each subgraph with its arguments."""
-    calls = []
+def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]], list[tuple[LaunchReplay, tuple]]]:
+    """Run ``compiled`` once with every fused subgraph's ``launch`` and every launch replay wrapped: each subgraph
+    with its arguments, each replay with its views."""
+    subgraph_calls, replay_calls = [], []
     subgraphs = [o for o in gc.get_objects() if type(o) is FusedSubgraph]
     for subgraph in subgraphs:
         def recording(args, subgraph=subgraph, launch=subgraph.launch):
-            calls.append((subgraph, tuple(args)))
+            subgraph_calls.append((subgraph, tuple(args)))
             return launch(args)
 
         subgraph.launch = recording
-    compiled(*inputs)
-    for subgraph in subgraphs:
-        del subgraph.launch
-    return calls
+    replay_call = LaunchReplay.__call__
+
+    def recording_replay(self, *views):
+        replay_calls.append((self, views))
+        return replay_call(self, *views)
+
+    LaunchReplay.__call__ = recording_replay
+    try:
+        compiled(*inputs)
+    finally:
+        LaunchReplay.__call__ = replay_call
+        for subgraph in subgraphs:
+            del subgraph.launch
+    return subgraph_calls, replay_calls
 
 
 def run_row(name: str) -> dict:
@@ -63,27 +85,26 @@ def run_row(name: str) -> dict:
     module, shapes = row.build(device.type != "cuda")  # small sizes in Triton's interpreter: a check of the probe
     module = module.to(device=device, dtype=row.dtype).eval()
     inputs = [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
-    result: dict = {"row": name}
+    forward = type(module).forward
+    layers: dict[str, Callable[[], object]] = {"eager": lambda: module(*inputs),
+                                               "ops": lambda: forward(module, *inputs)}
     with torch.no_grad():
-        result["eager"] = timed(lambda: module(*inputs))
-        forward = type(module).forward
-        result["ops"] = timed(lambda: forward(module, *inputs))
         for label, make in (("dynamo_eager", lambda: torch.compile(module, backend="eager")),
                             ("dynamo_eager_dynamic", lambda: torch.compile(module, backend="eager", dynamic=True)),
                             ("max_autotune", lambda: torch.compile(module, mode="max-autotune-no-cudagraphs")),
                             ("amk_static", lambda: amk.compile(module, dynamic=False)),
                             ("amk", lambda: amk.compile(module))):
-            torch._dynamo.reset()
             fn = make()
-            result[label] = timed(lambda fn=fn: fn(*inputs))
-        subgraphs = captured_subgraph_calls(fn, inputs)
-        result["amk_subgraph"] = [timed(lambda s=s, a=a: s(*a)) for s, a in subgraphs]
-        launchers = []
-        for subgraph, args in subgraphs:
+            fn(*inputs)
+            layers[label] = lambda fn=fn: fn(*inputs)
+        subgraphs, replays = captured_calls(fn, inputs)
+        for index, (subgraph, args) in enumerate(subgraphs):
             (run,) = subgraph.launchers.values()
-            launchers.append(timed(lambda run=run, args=args: run(args)))
-        result["amk_launcher"] = launchers
-        result["eager_again"] = timed(lambda: module(*inputs))
+            layers[f"amk_subgraph_{index}"] = lambda s=subgraph, a=args: s(*a)
+            layers[f"amk_launcher_{index}"] = lambda run=run, args=args: run(args)
+        for index, (replay, views) in enumerate(replays):
+            layers[f"amk_kernel_launch_{index}"] = lambda r=replay, v=views: r(*v)
+        result = {"row": name, "host_us": interleaved(layers)}
     print(json.dumps(result), flush=True)
     return result
 
@@ -93,6 +114,7 @@ def main() -> None:
     parser.add_argument("--rows", default="fp16_linear_layernorm", help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
+    torch._dynamo.config.recompile_limit = 64  # one forward compiled five ways, each with its dynamic-shape variants
     results = {"environment": environment(), "command": " ".join(sys.argv),
                "rows": [run_row(name) for name in args.rows.split(",")]}
     if args.out:
