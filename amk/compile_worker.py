@@ -117,10 +117,11 @@ def ptxas_version_in_cache_keys() -> str | None:
     return get_ptxas_version(target.arch) if target.backend == "cuda" else None
 
 
-def serve(requests, replies) -> None:
+def serve(requests, replies, ready: float | None = None) -> None:
     """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "environment": {...},
     "cache_directory": dir}``, the environment the submitter's :func:`triton_environment`), one JSON reply per line
-    (``{"error": null}`` or the error's text, and the job's ``seconds``)."""
+    (``{"error": null}`` or the error's text, the job's ``seconds``, and ``ready``: when the worker's warm-up ended, on
+    the wall clock)."""
     for line in requests:
         request = json.loads(line)
         environment = request.get("environment", {})
@@ -133,7 +134,7 @@ def serve(requests, replies) -> None:
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
-        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started}) + "\n")
+        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started, "ready": ready}) + "\n")
         replies.flush()
 
 
@@ -151,6 +152,8 @@ class _Worker:
         # source checkout there holds ``amk/`` without the folders an installed amk maps into it (amk.lowering).
         path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
         env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
+        self.started = time.time()
+        self.boot_seconds: float | None = None  # from its start to the end of its warm-up, known at its first reply
         self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
@@ -169,6 +172,8 @@ class _Worker:
             raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
         try:
             reply = json.loads(line)
+            if self.boot_seconds is None and reply.get("ready") is not None:
+                self.boot_seconds = float(reply["ready"]) - self.started
             return reply["error"], float(reply["seconds"])
         except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
@@ -209,6 +214,7 @@ class CompileWorkers:
         self.broken: str | None = None
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
+        self.boot_seconds: list[float] = []  # each worker's start (torch, triton, a CUDA context), at its first reply
         # Jobs handed to the workers and not finished, by what they compile: a job submitted again meanwhile (a build
         # that compiles its candidates ahead, then tunes them) shares the first one's compile.
         self.in_flight: dict[str, Future] = {}
@@ -293,8 +299,11 @@ class CompileWorkers:
                 future.set_result(None)
                 continue
             try:
+                booted = worker.boot_seconds is not None
                 error, seconds = worker.request(job, cache_directory, environment)
                 self.job_seconds.append(seconds)
+                if not booted and worker.boot_seconds is not None:
+                    self.boot_seconds.append(worker.boot_seconds)
             except WorkerDied as died:
                 self._give_up(f"a compile worker stopped ({died})")
                 error = None
@@ -370,7 +379,7 @@ def main() -> None:
         warm_up()
     except Exception as error:  # the first job meets the same problem and reports it as its error
         print(f"amk.compile_worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
-    serve(sys.stdin, replies)
+    serve(sys.stdin, replies, time.time())
 
 
 if __name__ == "__main__":

@@ -41,14 +41,16 @@ def build_one(name: str) -> dict:
 
     kernel, workload, shapes, inputs = build_kernel(name)
     build_s = kernel.build_phases["total"]  # the build_fused_kernel call, inputs not included
-    jobs = shared_pool(compile_workers()).job_seconds  # each candidate's compile time in a worker
+    pool = shared_pool(compile_workers())
+    jobs = pool.job_seconds  # each candidate's compile time in a worker
     error, max_abs = relative_error(kernel(*inputs), workload.eager(*[t.float() for t in inputs]))
     median = triton.testing.do_bench(lambda: kernel(*inputs), return_mode="median")
     return {"build": name, "ops": workload.ops, "shapes": shapes, "dtype": str(workload.dtype), "build_s": build_s,
             "phases": kernel.build_phases, "program": "vendor_gemm" if kernel.torch_ops else "fused",
             "config": kernel.config, "program_times_ms": kernel.program_times, "median_ms": median, "rel_l2": error, "max_abs": max_abs,
             "trials": {k: sum(1 for t in log if t["status"] != "pruned") for k, log in kernel.tuning_log.items()},
-            "workers": compile_workers(), "compile_jobs_s": sorted((round(s, 2) for s in jobs), reverse=True)}
+            "workers": compile_workers(), "compile_jobs_s": sorted((round(s, 2) for s in jobs), reverse=True),
+            "workers_boot_s": sorted((round(s, 2) for s in pool.boot_seconds), reverse=True)}
 
 
 def interleaved(name: str, cache_dirs: list[str], rounds: int = 5) -> dict:

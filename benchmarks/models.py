@@ -17,8 +17,9 @@ Per row and contender, in this order:
 
 - ``first_call_s``: wall time of the first call, synchronized: compilation and tuning for the compiled contenders
   (caches are fresh temporary directories unless ``--warm-caches``); for ``amk``, also ``compile_worker_jobs``, the
-  candidates amk's compile workers compiled meanwhile, and ``compile_workers_broken``, why they stopped if they did
-  (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s compiled module
+  candidates amk's compile workers compiled meanwhile, ``compile_workers_boot_s``, the slowest worker's start
+  (importing torch and triton, a CUDA context) when this row's build started the pool, and ``compile_workers_broken``,
+  why they stopped if they did (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s compiled module
   in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only.
 - correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
@@ -186,6 +187,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
                     measured[name] = (fn, own_inputs)
             if name == "amk":
                 result["contenders"][name]["compile_worker_jobs"] = len(workers.job_seconds) - jobs_before
+                if workers.boot_seconds and not jobs_before:  # the pool started during this row's first call
+                    result["contenders"][name]["compile_workers_boot_s"] = round(max(workers.boot_seconds), 2)
                 if workers.broken is not None:
                     result["contenders"][name]["compile_workers_broken"] = workers.broken
         except Exception as failure:  # a contender that does not compile or run is reported, not fatal

@@ -150,6 +150,8 @@ def test_a_worker_imports_amk_from_where_this_process_did_not_from_its_working_d
     finally:
         pool.close()
     assert "launch" in error  # the worker ran the job: the real amk loaded its source
+    (boot,) = pool.boot_seconds  # its start (imports, warm-up), known from its first reply
+    assert 0 < boot < 300
 
 
 def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
