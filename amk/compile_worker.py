@@ -14,6 +14,7 @@ with one warning per process; it never fails a build.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import logging
@@ -166,16 +167,17 @@ class _Worker:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
             line = self.process.stdout.readline()
-        except (BrokenPipeError, OSError) as error:
+        except (BrokenPipeError, OSError, UnicodeDecodeError) as error:
             raise WorkerDied(self.last_words() or str(error)) from error
         if not line:
             raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
         try:
             reply = json.loads(line)
+            error, seconds = reply["error"], float(reply["seconds"])
             if self.boot_seconds is None and reply.get("ready") is not None:
                 self.boot_seconds = float(reply["ready"]) - self.started
-            return reply["error"], float(reply["seconds"])
-        except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
+            return error, seconds
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
 
     def last_words(self) -> str:
@@ -212,6 +214,7 @@ class CompileWorkers:
         self.pending: queue.PriorityQueue = queue.PriorityQueue()
         self.sequence = itertools.count()
         self.broken: str | None = None
+        self.exit_registered = False
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
         self.boot_seconds: list[float] = []  # each worker's start (torch, triton, a CUDA context), at its first reply
@@ -241,7 +244,9 @@ class CompileWorkers:
                             for index, worker in enumerate(self.workers)]
             for feeder in self.feeders:
                 feeder.start()
-            atexit.register(self.close)
+            if not self.exit_registered:
+                atexit.register(self.close)
+                self.exit_registered = True
 
     def submit(self, jobs: Sequence[Job], ahead: bool = False) -> list[Future]:
         """Compile ``jobs`` in the workers, in order as workers come free, after the jobs already submitted that are
@@ -298,6 +303,7 @@ class CompileWorkers:
             if self.broken is not None:
                 future.set_result(None)
                 continue
+            error = None
             try:
                 booted = worker.boot_seconds is not None
                 error, seconds = worker.request(job, cache_directory, environment)
@@ -306,12 +312,17 @@ class CompileWorkers:
                     self.boot_seconds.append(worker.boot_seconds)
             except WorkerDied as died:
                 self._give_up(f"a compile worker stopped ({died})")
-                error = None
-            future.set_result(error)
+            except BaseException as failure:  # this thread goes on serving, and the job's callers get their answer
+                self._give_up(f"a compile worker's feeding thread failed ({type(failure).__name__}: {failure})")
+            finally:
+                future.set_result(error)
 
     def _give_up(self, reason: str) -> None:
-        if self.broken is None:
+        with self.in_flight_lock:  # feeders of other workers may give up at the same time: one warning
+            if self.broken is not None:
+                return
             self.broken = reason
+        with contextlib.suppress(Warning):  # warnings turned into errors must not stop a feeding thread
             warnings.warn(f"amk: {reason}; candidates are compiled in this process from now on (slower tuning). "
                           "Set AMK_COMPILE_WORKERS=0 to compile in this process from the start.", RuntimeWarning,
                           stacklevel=3)
@@ -319,17 +330,20 @@ class CompileWorkers:
     def close(self) -> None:
         """Stop the workers once their current jobs are done; the jobs still queued are cancelled."""
         with self.lock:
-            for _ in self.feeders:
-                self.pending.put((FEEDER_STOP, next(self.sequence), None))
-            for feeder in self.feeders:
-                feeder.join()
-            self.feeders = []
-            while not self.pending.empty():
-                _, _, (future, *_) = self.pending.get()
-                future.cancel()
-            for worker in self.workers:
-                worker.close()
-            self.workers = []
+            try:
+                for _ in self.feeders:
+                    self.pending.put((FEEDER_STOP, next(self.sequence), None))
+                for feeder in self.feeders:
+                    feeder.join()
+                while not self.pending.empty():
+                    rank, _, entry = self.pending.get()
+                    if rank != FEEDER_STOP:
+                        entry[0].cancel()
+            finally:
+                self.feeders = []
+                for worker in self.workers:
+                    worker.close()
+                self.workers = []
 
 
 # The rank of the entry that stops a feeding thread: before any job.

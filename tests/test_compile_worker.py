@@ -220,6 +220,28 @@ def test_jobs_waited_for_go_before_jobs_compiled_ahead(tmp_path, monkeypatch):
     assert finished == ["needed", "ahead_2", "ahead_1"]
 
 
+def test_an_unexpected_failure_feeding_a_worker_answers_every_job(tmp_path, monkeypatch):
+    """Whatever goes wrong while a job is handed to a worker, its callers get an answer (None: compile it in this
+    process), the pool stops compiling with one warning, the jobs after it are answered too, and it closes."""
+    import amk.compile_worker
+
+    def failing_request(self, job, cache_directory, environment):
+        raise LookupError("an unforeseen failure")
+
+    monkeypatch.setattr(amk.compile_worker._Worker, "request", failing_request)
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(1)
+    try:
+        with pytest.warns(RuntimeWarning, match="feeding thread failed"):
+            first, second = pool.submit([("x = 1\n", "first", []), ("x = 2\n", "second", [])])
+            assert first.result(timeout=60) is None and second.result(timeout=60) is None
+        assert "LookupError" in pool.broken
+        assert pool.submit([("x = 3\n", "third", [])])[0].result(timeout=60) is None
+    finally:
+        pool.close()
+    assert pool.workers == [] and pool.feeders == []
+
+
 def test_closing_the_pool_cancels_the_jobs_still_queued(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(1)

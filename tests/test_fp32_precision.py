@@ -105,6 +105,32 @@ def test_tf32x3_is_a_candidate_under_highest_only_and_wins_when_faster(monkeypat
         assert best.TF32X3 == int(tf32x3_faster)
 
 
+def test_the_dot_precision_is_refined_even_behind_the_other_program(monkeypatch):
+    """A search of IEEE fp32 dots may end far behind the vendor GEMM program (beaten_at_ms): its TF32X3 variants,
+    which run on the tensor cores, are timed all the same; only the launch switches and the final round are
+    skipped."""
+    import amk.tuner
+    from amk.tuner import DeviceLimits, tune
+
+    kernel = fp32_kernel(rows=1024)
+    launched = []
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: DeviceLimits("hopper", 232448, 132, True)))
+    monkeypatch.setattr(amk.tuner, "priors", lambda strategy, has_dot, limits: [])  # no seeds with launch switches
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = launched[-1]
+        return (1.0 + config.BLOCK_M / 64) / (4 if config.TF32X3 else 1)  # at best 0.31, over 3x the other program
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    best, trials = tune(kernel, amk.TunerConfig(search_budget=4), None, amk.pipeline.heuristic_config(kernel),
+                        lambda config: ((lambda: launched.append(config)), (lambda: None)), beaten_at_ms=0.1)
+    timed = [t.config for t in trials if t.status == "ok"]
+    assert best.TF32X3 == 1 and any(config.TF32X3 for config in timed)
+    assert not any(config.PERSISTENT or config.TMA for config in timed)
+    assert not any(t.detail.startswith("finalist") for t in trials)
+
+
 def test_timings_of_one_kernel_are_kept_apart_per_fp32_precision():
     """A tile-level kernel's text is the same under every float32 matmul precision; its times are not, so trials
     timed with TF32 dots are never reused for IEEE ones (nor the reverse)."""
