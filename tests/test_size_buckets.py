@@ -255,7 +255,7 @@ def test_each_bucket_gets_its_own_build_without_recompiling(tmp_path):
 def test_only_calls_that_may_compile_mark_their_leading_dims(tmp_path):
     """Marking an argument's leading dims dynamic (and the flag that keeps batches of 1 symbolic) matters only when
     TorchDynamo traces the call, and a marked tensor's guards run longer: a call like the last one is not marked;
-    one with a new batch size, dtype or grad mode is, and a new batch size still compiles nothing."""
+    one with a new batch size, new strides or another grad mode is, and a new batch size still compiles nothing."""
     model = linear_relu()
     compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
 
@@ -271,6 +271,10 @@ def test_only_calls_that_may_compile_mark_their_leading_dims(tmp_path):
         compiled(again)
     assert [marked(x) for x in calls] == [True, False, False, True, False]
     assert marked(again) and torch._dynamo.utils.counters["stats"]["unique_graphs"] == dynamo_frames
+    with torch.no_grad():
+        strided = batch(9).t().contiguous().t()  # the same shape in column-major order
+        compiled(strided)
+    assert marked(strided)
     with torch.enable_grad():
         graded = batch(9)
         compiled(graded)

@@ -75,18 +75,28 @@ def _mark_leading_dims(values) -> None:
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
-    """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape, dtype,
-    device and whether it requires grad, each scalar's value, each other value's type, the keywords and the grad
-    mode; None for arguments holding containers (their tensors are not looked into)."""
-    parts: list = [torch.is_grad_enabled(), tuple(kwargs)]
+    """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape,
+    strides, dtype, device and whether it requires grad, each scalar's type and value, and the keywords; None where an
+    argument is anything else (a container, a tensor subclass, an object whose insides may be guarded)."""
+    parts: list = [tuple(kwargs)]
     for value in (*args, *kwargs.values()):
         if type(value) is torch.Tensor:
-            parts.append((value.shape, value.dtype, value.device, value.requires_grad))
-        elif isinstance(value, list | tuple | dict):
-            return None
+            parts.append((value.shape, value.stride(), value.dtype, value.device, value.requires_grad))
+        elif value is None or type(value) in (bool, int, float, str):
+            parts.append((type(value), value))
         else:
-            parts.append(value if value is None or type(value) in (bool, int, float, str) else type(value))
+            return None
     return tuple(parts)
+
+
+def _global_state():
+    """TorchDynamo's own snapshot of the global state its guards check (grad mode, autocast, default dtype,
+    deterministic algorithms, ...): ``check()`` says whether it still holds. None in a torch without it."""
+    try:
+        from torch._C._dynamo.guards import GlobalStateGuard
+    except ImportError:
+        return None
+    return GlobalStateGuard()
 
 
 class _Caller:
@@ -106,7 +116,8 @@ class _Caller:
         self.dynamic = dynamic
         self.module = module
         self.size_oblivious = _size_oblivious_config()
-        self.compiled_for: tuple | None = None  # the last marked call's _signature
+        self.compiled_for: tuple | None = None  # the last marked call's _signature, with the module's mode
+        self.global_state = None  # TorchDynamo's global state at that call (_global_state)
 
     @property
     def training(self) -> bool | None:
@@ -117,12 +128,13 @@ class _Caller:
         if self.dynamic is False:
             return self.call(*args, **kwargs)
         signature = (self.training, _signature(args, kwargs))
-        if signature[1] is not None and signature == self.compiled_for:
+        if signature[1] is not None and signature == self.compiled_for and self.global_state is not None \
+                and self.global_state.check():
             # Arguments like the last call's, for which TorchDynamo compiled the frame or found it compiled: it does
             # not trace this one, so neither the marks nor the flag are needed (together 10-15 us a call: a marked
-            # tensor's guards run longer). What else makes it compile again (global state, an edited module) is rare;
-            # such a compile sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next
-            # change (one compile more).
+            # tensor's guards run longer). What else makes it compile again (an edited module) is rare; such a compile
+            # sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next change (one
+            # compile more).
             return self.call(*args, **kwargs)
         if self.dynamic is None:
             _mark_leading_dims(args)
@@ -136,7 +148,7 @@ class _Caller:
                 result = self.call(*args, **kwargs)
             finally:
                 config.backed_size_oblivious = False
-        self.compiled_for = signature
+        self.compiled_for, self.global_state = signature, _global_state()
         return result
 
 
