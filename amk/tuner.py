@@ -631,8 +631,8 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 
 
 # A kernel whose search (and dot-precision refinement) leaves it this much slower than a whole program of the same
-# work is not refined further (its launch switches and the finalists' re-timing). Its program, which runs it and more, loses their race; refining the
-# finalists' switches has not gained so much: the largest gain measured on the H200 was B's 1.9% (persistent and TMA,
+# work is not refined further (its launch switches and the finalists' re-timing). Its program, which runs it and
+# more, loses their race; refining the finalists' switches has not gained so much: the largest gain measured on the H200 was B's 1.9% (persistent and TMA,
 # 3.339 -> 3.276 ms); A's fused search ends 9% behind its cuBLAS program and its refinement (3.9 s of its build) has
 # never closed that.
 OUTRUN_MARGIN = 1.05
@@ -1100,8 +1100,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
         try:
             config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                                  candidates.prepare, batch=max(1, compiler.count), size_hints=bindings, fp32_dot=fp32_dot,
-                                  learned=_configs(learned(kernel)) if learned else (), beaten_at_ms=beaten_at_ms)
+                                  candidates.prepare, batch=max(1, compiler.count), size_hints=bindings,
+                                  fp32_dot=fp32_dot, learned=_configs(learned(kernel)) if learned else (),
+                                  beaten_at_ms=beaten_at_ms)
         finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
             for future in compiling.values():
                 future.cancel()

@@ -121,7 +121,8 @@ class _Launch:
 
 
 @functools.lru_cache(maxsize=16384)
-def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str], cdiv_name: str) -> str | set[str]:
+def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str],
+               cdiv_name: str) -> str | set[str]:
     """Python for the dim ``text`` with each dim of ``parameters`` replaced by its kernel parameter, or the symbols
     left that no argument, loop or constant provides. Remembered: every candidate of a kernel prints the same
     expressions, and sympy's substitution and printing made a fifth of a candidate's emission."""
