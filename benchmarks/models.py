@@ -20,7 +20,10 @@ Per row and contender, in this order:
   candidates amk's compile workers compiled meanwhile, ``compile_workers_boot_s``, the slowest worker's start
   (importing torch and triton, a CUDA context) when this row's build started the pool, and ``compile_workers_broken``,
   why they stopped if they did (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s
-  compiled module in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only.
+  compiled module in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only. Each
+  contender is called on the same input tensors every time, so ``amk_graphs`` replays the graph captured on them
+  with no input copy (a loop refilling its buffers in place does the same), where ``reduce_overhead`` copies them
+  in (torch's CUDA-graph trees copy every input not marked static).
 - correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
   error exceeds ``max(amk.verification.TOLERANCES[dtype], 2 x eager's)`` is reported as wrong and not timed.

@@ -1,4 +1,5 @@
-"""``amk.frontend.graphs.cuda_graphed``: one CUDA graph per call signature, replayed with the inputs copied in;
+"""``amk.frontend.graphs.cuda_graphed``: one CUDA graph per call signature, replayed on the first call's own tensors
+while calls pass them again, else captured again on the wrapper's buffers that later calls copy their tensors into;
 outputs are the graph's static tensors; plain calls where a graph cannot serve (no CUDA tensor, autograd, a call that
 cannot be captured). Without a GPU the wrapper calls through, which the CPU tests check; the graph tests need a GPU."""
 
@@ -102,7 +103,8 @@ def test_amk_compile_refuses_a_cuda_graphs_that_is_not_a_bool():
 @NEEDS_GPU
 def test_one_graph_per_signature_replays_new_inputs():
     """Batch 8, 32, then 8 again with new values: two graphs, each call the model's output; after a signature's
-    warm-up and capture the Python of the model no longer runs."""
+    warm-up and capture (and its capture again on the wrapper's buffers, once a call passes new tensors) the Python
+    of the model no longer runs."""
     model = mlp()
     graphed = cuda_graphed(model, warmup_calls=2)
     with torch.no_grad():
@@ -111,7 +113,44 @@ def test_one_graph_per_signature_replays_new_inputs():
             out = graphed(x)
             torch.testing.assert_close(out, model(x))
     assert graphed.graph_count == 2
-    assert model.calls == 2 * (2 + 1) + 4  # two signatures x (2 warm-ups + the capture), and the 4 reference calls
+    # two signatures x (2 warm-ups + the capture + the capture on the wrapper's buffers), and the 4 reference calls
+    assert model.calls == 2 * (2 + 1 + 1) + 4
+
+
+@NEEDS_GPU
+def test_calls_passing_the_first_calls_tensors_replay_without_copying_them():
+    """A loop that refills its input in place replays the graph captured on that very tensor: the model's output
+    of the new values, in the same output tensor, with no capture again; a tensor whose storage was swapped is
+    copied like any other."""
+    model = mlp()
+    graphed = cuda_graphed(model, warmup_calls=2)
+    x = batch(8, 1)
+    with torch.no_grad():
+        first = graphed(x)
+        x.copy_(batch(8, 2))
+        again = graphed(x)
+        assert again is first and graphed._graphs[next(iter(graphed._graphs))].bound
+        torch.testing.assert_close(again, model(x))
+        assert model.calls == 2 + 1 + 1  # warm-ups, the capture, the reference call
+        x.set_(batch(8, 3).untyped_storage())  # the same object, other memory: not what the graph reads
+        torch.testing.assert_close(graphed(x), model(x))
+    assert graphed.graph_count == 1
+
+
+@NEEDS_GPU
+def test_the_warm_up_leaves_the_callers_tensors_alone():
+    """The warm-up calls run on copies: a callable that updates its input in place does so once on the first call,
+    as eager does, not once per warm-up call too."""
+    def bump(x):
+        return x.add_(1)
+
+    graphed = cuda_graphed(bump, warmup_calls=3)
+    x = torch.zeros(4, device="cuda")
+    graphed(x)
+    torch.cuda.synchronize()
+    assert x.tolist() == [1.0] * 4
+    graphed(x)  # the graph bound to x: a replay adds one in place
+    assert x.tolist() == [2.0] * 4
 
 
 @NEEDS_GPU
@@ -120,15 +159,16 @@ def test_outputs_are_overwritten_by_the_next_call_of_their_signature_only():
     graphed = cuda_graphed(model)
     x1, x2, other = batch(8, 1), batch(8, 2), batch(16, 3)
     with torch.no_grad():
-        first = graphed(x1)
-        kept = first.clone()
-        second = graphed(x2)
-        assert second is first  # the graph's static output, now x2's result
-        torch.testing.assert_close(first, model(x2))
-        assert not torch.equal(kept, first)
+        graphed(x1)
+        second = graphed(x2)  # new tensors: captured again on the wrapper's own buffers
+        kept = second.clone()
+        third = graphed(x1)
+        assert third is second  # the graph's static output, now x1's result
+        torch.testing.assert_close(second, model(x1))
+        assert not torch.equal(kept, second)
         graphed(other)  # another signature, another graph and memory pool
-        torch.testing.assert_close(second, model(x2))
-        torch.testing.assert_close(kept, model(x1))
+        torch.testing.assert_close(third, model(x1))
+        torch.testing.assert_close(kept, model(x2))
 
 
 @NEEDS_GPU

@@ -199,9 +199,10 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
 
     ``cuda_graphs=True`` runs each call through a captured CUDA graph, one per call signature (input shapes,
     dtypes, grad mode, ...), as torch.compile's ``mode="reduce-overhead"`` does: the host cost of a call becomes one
-    input copy and one graph launch, the way to run decode steps. The rules (:mod:`amk.frontend.graphs`,
-    docs/cuda-graphs.md): outputs are overwritten by the next call of the same signature (clone what you keep),
-    parameters are read in place, calls that record autograd history or hold no CUDA tensors run without a graph.
+    graph launch (and one input copy, unless the call passes the tensors the graph was captured on), the way to run
+    decode steps. The rules (:mod:`amk.frontend.graphs`, docs/cuda-graphs.md): outputs are overwritten by later calls
+    of the same signature (clone what you keep), parameters are read in place, calls that record autograd history or
+    hold no CUDA tensors run without a graph.
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")

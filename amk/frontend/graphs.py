@@ -6,12 +6,16 @@ launch per kernel. Replaying a captured CUDA graph costs one launch for the whol
 graph per *signature* of the call (the shapes, strides, dtypes, devices and ``requires_grad`` of the tensor
 arguments, the values of the other arguments, the argument structure, the grad, inference and autocast modes, the
 autocast dtype, and the wrapped module's ``training`` flag).
-The first call of a signature warms the callable up on a side stream (``warmup_calls`` calls: compilation, tuning
-and first-call checks happen there, never under capture), captures one call into a graph with static input buffers
-of its own, and replays it; later calls copy their tensors into those buffers and replay.
+The first call of a signature warms the callable up on a side stream (``warmup_calls`` calls on copies of its
+tensors: compilation, tuning and first-call checks happen there, never under capture), then captures one call on the
+caller's own tensors and replays it. Later calls that pass those same tensors (a loop that refills its input buffers
+in place, or the outputs of another graph) replay it as it is; the first call with other tensors captures the
+signature again on static buffers of the wrapper's own, which every later call of the signature copies its tensors
+into before the replay (one ``torch._foreach_copy_``).
 
 The rules (docs/cuda-graphs.md has them in full), as for torch's CUDA-graph trees: outputs are the graph's static
-tensors, overwritten by the next call of the same signature; parameters and buffers are read in place (updating
+tensors, overwritten by later calls of the same signature; a signature's first call's tensors are held while its graph
+reads them; parameters and buffers are read in place (updating
 them in place is seen, replacing them is not until :meth:`CUDAGraphed.reset`); a call that would record autograd
 history, one without CUDA tensors, one with tensors on several devices or an unhashable argument, and one that
 cannot be captured run as the plain call (with one log line per reason, except the CPU case); one wrapper serves
@@ -44,11 +48,23 @@ _UNSEEN = object()  # a signature not called before (``None`` marks one that run
 
 @dataclass
 class _Graph:
-    """One signature's captured call: the graph, the buffers its inputs are copied into, and its static outputs."""
+    """One signature's captured call: the graph, the tensors it reads its inputs from, and its static outputs.
+    ``bound``: those tensors are the capturing call's own (held here), so only a call passing them again may replay
+    without copying; otherwise they are the wrapper's buffers, which each call copies its tensors into."""
 
     graph: torch.cuda.CUDAGraph
     static_inputs: list[torch.Tensor]
     outputs: object
+    bound: bool
+    # the bound tensors' data pointers at capture: a tensor whose storage was swapped since (``set_``, ``.data =``) is
+    # the same Python object but no longer the memory the graph reads
+    pointers: tuple[int, ...] = ()
+
+    def reads(self, tensors) -> bool:
+        """Whether a call passing ``tensors`` may replay this bound graph as it is."""
+        return (len(tensors) == len(self.static_inputs)
+                and all(given is held for given, held in zip(tensors, self.static_inputs))
+                and tuple(tensor.data_ptr() for tensor in tensors) == self.pointers)
 
 
 class CUDAGraphed:
@@ -90,22 +106,34 @@ class CUDAGraphed:
             self._report("a non-tensor argument cannot be hashed")
             return self.fn(*args, **kwargs)
         if entry is _UNSEEN:
-            entry = self._first_call(signature, leaves, structure)
+            entry = self._capture_once(signature, leaves, structure, bound=True)
         if entry is None:
             return self.fn(*args, **kwargs)
         tensors = leaves if isinstance(structure, int) else [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        if entry.bound:
+            if entry.reads(tensors):
+                entry.graph.replay()
+                return entry.outputs
+            entry = self._capture_once(signature, leaves, structure, bound=False)
+            if entry is None:
+                return self.fn(*args, **kwargs)
         torch._foreach_copy_(entry.static_inputs, tensors)
         entry.graph.replay()
         return entry.outputs
 
-    def _first_call(self, signature: tuple, leaves, structure) -> _Graph | None:
+    def _capture_once(self, signature: tuple, leaves, structure, bound: bool) -> _Graph | None:
+        """The signature's graph, captured here unless another thread has meanwhile captured it as asked (``bound``
+        on the first call; a graph on the wrapper's buffers replaces a bound one)."""
         with self._capture_lock:
-            if signature not in self._graphs:
-                self._graphs[signature] = self._capture(leaves, structure)
+            entry = self._graphs.get(signature, _UNSEEN)
+            if entry is _UNSEEN or (not bound and entry is not None and entry.bound):
+                self._graphs[signature] = self._capture(leaves, structure, bound, warm=entry is _UNSEEN)
             return self._graphs[signature]
 
-    def _capture(self, leaves, structure) -> _Graph | None:
-        """Warm up and capture a call on these arguments, or None (and why, in the log) where it must run plainly."""
+    def _capture(self, leaves, structure, bound: bool, warm: bool) -> _Graph | None:
+        """Capture a call on these arguments (``bound``: on the caller's tensors, else on buffers of the wrapper's
+        own), after ``warmup_calls`` calls on copies where ``warm``; None (and why, in the log) where it must run
+        plainly."""
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         devices = {tensor.device for tensor in tensors}
         if not any(device.type == "cuda" for device in devices):
@@ -117,21 +145,21 @@ class CUDAGraphed:
             self._report("an input requires grad (under torch.no_grad() or torch.inference_mode() it would not)")
             return None
         (device,) = devices
-        static_inputs = [torch.empty_like(tensor, memory_format=torch.preserve_format) for tensor in tensors]
-        torch._foreach_copy_(static_inputs, tensors)
-        buffers = iter(static_inputs)
-        static_leaves = [next(buffers) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        if isinstance(structure, int):
-            static_args, static_kwargs = tuple(static_leaves), {}
-        else:
-            static_args, static_kwargs = pytree.tree_unflatten(static_leaves, structure)
+        # The warm-up runs on copies: a callable that updates an input in place must not do so to the caller's
+        # tensors more often than it is called.
+        copies = [torch.empty_like(tensor, memory_format=torch.preserve_format) for tensor in tensors]
+        torch._foreach_copy_(copies, tensors)
+        static_inputs = tensors if bound else copies
         with torch.cuda.device(device):
-            outputs = self._warm_up(static_args, static_kwargs)
-            if any(isinstance(value, torch.Tensor) and value.requires_grad for value in pytree.tree_leaves(outputs)):
-                self._report("its outputs require grad (parameters that require grad, with grad mode on: run it under "
-                             "torch.no_grad() or torch.inference_mode())")
-                return None
-            del outputs
+            if warm:
+                outputs = self._warm_up(*_arguments(leaves, structure, copies))
+                if any(isinstance(value, torch.Tensor) and value.requires_grad
+                       for value in pytree.tree_leaves(outputs)):
+                    self._report("its outputs require grad (parameters that require grad, with grad mode on: run it "
+                                 "under torch.no_grad() or torch.inference_mode())")
+                    return None
+                del outputs
+            static_args, static_kwargs = _arguments(leaves, structure, static_inputs)
             graph = torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(graph, capture_error_mode="thread_local"):
@@ -140,7 +168,8 @@ class CUDAGraphed:
                 end_failed_capture(device)
                 self._report(f"it cannot be captured ({str(error).splitlines()[0][:200]})")
                 return None
-        return _Graph(graph, static_inputs, outputs)
+        pointers = tuple(tensor.data_ptr() for tensor in static_inputs) if bound else ()
+        return _Graph(graph, static_inputs, outputs, bound, pointers)
 
     def _warm_up(self, args, kwargs):
         """``warmup_calls`` calls on a side stream, as capture requires (lazy initialization, compilation and
@@ -160,6 +189,15 @@ class CUDAGraphed:
             name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
             log.warning("amk: CUDA graphs are not used for calls of %s where %s; those calls run as plain calls",
                         name, reason)
+
+
+def _arguments(leaves, structure, tensors: list[torch.Tensor]) -> tuple[tuple, dict]:
+    """The call's positional and keyword arguments with its tensors replaced, in order, by ``tensors``."""
+    replacements = iter(tensors)
+    replaced = [next(replacements) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+    if isinstance(structure, int):
+        return tuple(replaced), {}
+    return pytree.tree_unflatten(replaced, structure)
 
 
 def _signature(leaves, structure, training: bool | None) -> tuple:

@@ -1,12 +1,14 @@
 """Where a cold build's wall time goes, by function: the building thread's stack sampled every few milliseconds.
 
     python benchmarks/probes/build_profile.py --build B --out /tmp/build-profile-B.json --log /tmp/build-B.log
+    python benchmarks/probes/build_profile.py --row fp32_linear_layernorm --log /tmp/row.log  # a model row, first call
 
 cProfile cannot say it: the tuner's dispatching threads interleave with the building thread, and Python 3.12's
 cProfile then charges one thread's time to another's frames (a build of B it put at 10 s ran 18 s). Here a sampling
 thread reads the building thread's stack (``sys._current_frames``) and charges the wall time since its last sample
 to every function on it (inclusive) and to the innermost one (exclusive). The build runs in this process with empty
-amk and Triton caches, as ``benchmarks/build_time.py`` builds it (``workloads.build_kernel``).
+amk and Triton caches, as ``benchmarks/build_time.py`` builds it (``workloads.build_kernel``); with ``--row``, the
+first call of ``amk.compile`` on a row of ``benchmarks/models.py`` instead (its buckets' build phases and what ran).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workloads import BUILDS, build_kernel  # noqa: E402
+from workloads import BUILDS, ROWS, build_kernel  # noqa: E402
 
 
 class StackSampler:
@@ -68,9 +70,33 @@ class StackSampler:
         self.thread.join()
 
 
+def first_row_call(row_name: str) -> tuple[str, dict[str, float]]:
+    """The first call of ``amk.compile`` on a model row (its full sizes) and the build phases of its buckets, summed;
+    prints what ``amk.explain`` says ran."""
+    import torch
+
+    import amk
+
+    module, shapes = ROWS[row_name].build(False)
+    dtype = ROWS[row_name].dtype
+    module = module.to(device="cuda", dtype=dtype).eval()
+    inputs = [torch.randn(shape, device="cuda", dtype=dtype) for shape in shapes]
+    compiled = amk.compile(module)
+    with torch.no_grad():
+        compiled(*inputs)
+    torch.cuda.synchronize()
+    phases: collections.Counter[str] = collections.Counter()
+    for graph in amk.explain(compiled).graphs:
+        for subgraph in graph.subgraphs:
+            for bucket in subgraph.buckets:
+                phases.update(bucket.build_phases)
+    return row_name, dict(phases)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", choices=BUILDS, default="B")
+    parser.add_argument("--row", choices=ROWS, help="profile the first call of amk.compile on this model row instead")
     parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
     parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
     parser.add_argument("--log", type=Path, help="write amk's INFO log here, each line with the milliseconds since "
@@ -85,15 +111,15 @@ def main() -> None:
     os.environ["AMK_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{scratch}/amk", f"{scratch}/triton"
     started = time.perf_counter()
     with StackSampler(threading.get_ident()) as sampler:
-        kernel = build_kernel(args.build)[0]
+        name, phases = first_row_call(args.row) if args.row else (args.build, build_kernel(args.build)[0].build_phases)
     wall = time.perf_counter() - started
-    print(f"{args.build}: {wall:.1f} s from the call (inputs included), phases "
-          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in kernel.build_phases.items()))
+    print(f"{name}: {wall:.1f} s from the call (inputs included), phases "
+          + ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in phases.items()))
     print("inclusive s  exclusive s  function")
     for name, seconds in sampler.inclusive.most_common(args.top):
         print(f"{seconds:11.2f}  {sampler.exclusive.get(name, 0.0):11.2f}  {name}")
     if args.out:
-        args.out.write_text(json.dumps({"build": args.build, "wall_s": wall, "phases": kernel.build_phases,
+        args.out.write_text(json.dumps({"build": name, "wall_s": wall, "phases": phases,
                                         "inclusive_s": dict(sampler.inclusive.most_common()),
                                         "exclusive_s": dict(sampler.exclusive.most_common())}, indent=1))
 
