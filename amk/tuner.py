@@ -599,10 +599,15 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                     for key, value in seed.as_dict().items())]
     # Seeds first: trials reused from the cache are recorded in this order, as a fresh search would time them.
     fresh = unseen(seeds + [config for config in searched if config not in seeds])
-    # The dot precision does not interact with the launch switches: it is refined first, on its own, and the launch
-    # switches then on the finalists that come out (3 + 3 x 3 variants for an fp32 tile grid on Hopper, not 3 x 7).
-    groups = [group for group in ({k: v for k, v in switches.items() if k == "TF32X3"},
-                                  {k: v for k, v in switches.items() if k != "TF32X3"}) if group]
+    # Three TF32 products on the tensor cores can run an fp32 kernel far faster than the IEEE dots the search timed,
+    # but only with the right launch: on the H200 the fp32 LayerNorm row's fused kernel took 0.89-1.02 ms with TF32X3
+    # alone against 0.80 with IEEE dots (2026-12-02-h200-row-profile-fp32-layernorm.log), and 0.52 with TF32X3 and TMA
+    # (-models-4). So the TF32X3 variants of the finalists are timed with every launch setting (3 x 4 on Hopper),
+    # whatever the other program's time; the launch switches alone then refine the finalists that come out.
+    launch = {key: values for key, values in switches.items() if key != "TF32X3"}
+    precision = [{"TF32X3": [1], **launch}] if "TF32X3" in switches else []
+    launch_switches = [launch] if launch else []
+    groups = precision + launch_switches
 
     def compile_ahead() -> None:
         """The first refinement's variants of the finalists so far, handed to the compile workers while the search
@@ -610,9 +615,6 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
         prepare([config for config in _variants(trials, groups[0]) if not pruned(config)])
 
     _search(fresh, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
-    # The dot precision is refined whatever the other program's time: three TF32 products on the tensor cores can run
-    # an fp32 kernel several times faster than its IEEE dots on the CUDA cores, which the search timed.
-    precision, launch_switches = ([groups[0]], groups[1:]) if groups and "TF32X3" in groups[0] else ([], groups)
     for group in precision:
         _refine(trials, group, unseen, settings, build_and_run, prepare)
     if _outrun(trials, beaten_at_ms):
@@ -632,9 +634,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 
 # A kernel whose search (and dot-precision refinement) leaves it this much slower than a whole program of the same
 # work is not refined further (its launch switches and the finalists' re-timing). Its program, which runs it and
-# more, loses their race; refining the finalists' switches has not gained so much: the largest gain measured on the H200 was B's 1.9% (persistent and TMA,
-# 3.339 -> 3.276 ms); A's fused search ends 9% behind its cuBLAS program and its refinement (3.9 s of its build) has
-# never closed that.
+# more, loses their race; refining the finalists' launch switches has not gained so much: the largest gain measured
+# on the H200 was B's 1.9% (persistent and TMA, 3.339 -> 3.276 ms); A's fused search ends 9% behind its cuBLAS
+# program and its refinement (3.9 s of its build) has never closed that. (The dot precision, refined before this
+# check, is another matter: see ``tune``.)
 OUTRUN_MARGIN = 1.05
 
 
