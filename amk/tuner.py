@@ -602,10 +602,12 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     # Three TF32 products on the tensor cores can run an fp32 kernel far faster than the IEEE dots the search timed,
     # but only with the right launch: on the H200 the fp32 LayerNorm row's fused kernel took 0.89-1.02 ms with TF32X3
     # alone against 0.80 with IEEE dots (2026-12-02-h200-row-profile-fp32-layernorm.log), and 0.52 with TF32X3 and TMA
-    # (-models-4). So the TF32X3 variants of the finalists are timed with every launch setting (3 x 4 on Hopper),
-    # whatever the other program's time; the launch switches alone then refine the finalists that come out.
+    # (-models-4). So the TF32X3 variants of the finalists are timed with every setting of PERSISTENT and TMA (3 x 4
+    # on Hopper), whatever the other program's time; the launch switches alone then refine the finalists that come
+    # out. (Each switch's first value is the one the search ran with: the variants take the others.)
     launch = {key: values for key, values in switches.items() if key != "TF32X3"}
-    precision = [{"TF32X3": [1], **launch}] if "TF32X3" in switches else []
+    with_precision = {key: values for key, values in launch.items() if key in ("PERSISTENT", "TMA")}
+    precision = [{"TF32X3": switches["TF32X3"][1:], **with_precision}] if "TF32X3" in switches else []
     launch_switches = [launch] if launch else []
     groups = precision + launch_switches
 

@@ -22,8 +22,8 @@ Per row and contender, in this order:
   why they stopped if they did (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s
   compiled module in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only. Each
   contender is called on the same input tensors every time, so ``amk_graphs`` replays the graph captured on them
-  with no input copy (a loop refilling its buffers in place does the same), where ``reduce_overhead`` copies them
-  in (torch's CUDA-graph trees copy every input not marked static).
+  with no input copy (a loop refilling its buffers in place does the same); ``reduce_overhead``'s inputs are marked
+  static (``torch._dynamo.mark_static_address``) so that torch's CUDA-graph trees do not copy them either.
 - correctness: the output of the fourth call (CUDA-graph contenders replay by then) against the module run in
   float64 on float64 copies of the inputs: relative L2 error and maximum absolute error. A contender whose relative
   error exceeds ``max(amk.verification.TOLERANCES[dtype], 2 x eager's)`` is reported as wrong and not timed.
@@ -177,6 +177,9 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         # Same values, distinct tensors: amk.compile marks its arguments' leading dims dynamic, and reduce-overhead
         # keeps its inputs' addresses; neither may leak into another contender.
         own_inputs = [t.clone() for t in inputs]
+        if name == "reduce_overhead":  # called on the same tensors every time, as amk_graphs: no copy into the graph
+            for tensor in own_inputs:
+                torch._dynamo.mark_static_address(tensor)
         # Eager defines what the dtype can give; the others may be off by twice as much, or the dtype's tolerance.
         eager_error = result["contenders"].get("eager", {}).get("rel_l2", 0.0)
         limit = math.inf if name == "eager" else max(TOLERANCES[row.dtype], 2 * eager_error)

@@ -113,8 +113,9 @@ def test_one_graph_per_signature_replays_new_inputs():
             out = graphed(x)
             torch.testing.assert_close(out, model(x))
     assert graphed.graph_count == 2
-    # two signatures x (2 warm-ups + the capture + the capture on the wrapper's buffers), and the 4 reference calls
-    assert model.calls == 2 * (2 + 1 + 1) + 4
+    # two signatures x (2 warm-ups + the capture, then 1 warm-up + the capture on the wrapper's buffers), and the 4
+    # reference calls
+    assert model.calls == 2 * (2 + 1 + 1 + 1) + 4
 
 
 @NEEDS_GPU
@@ -151,6 +152,59 @@ def test_the_warm_up_leaves_the_callers_tensors_alone():
     assert x.tolist() == [1.0] * 4
     graphed(x)  # the graph bound to x: a replay adds one in place
     assert x.tolist() == [2.0] * 4
+
+
+@NEEDS_GPU
+def test_a_callable_updating_its_argument_runs_plainly_on_other_tensors(caplog):
+    """A replay on the wrapper's buffers would update those, not the caller's tensor (a KV cache passed in): calls
+    on other tensors than the bound ones run as the plain call, with one log line, and update what they are given."""
+    def bump(x):
+        return x.add_(1)
+
+    graphed = cuda_graphed(bump)
+    x, y = torch.zeros(4, device="cuda"), torch.zeros(4, device="cuda")
+    with caplog.at_level(logging.WARNING, logger="amk.frontend"):
+        graphed(x)
+        graphed(y)
+        graphed(y)
+        graphed(x)
+    assert x.tolist() == [2.0] * 4 and y.tolist() == [2.0] * 4
+    assert graphed.graph_count == 1
+    assert sum("updates an argument in place" in r.getMessage() for r in caplog.records) == 1
+
+
+@NEEDS_GPU
+def test_arguments_unlike_their_copies_are_copied_in_from_the_first_call():
+    """The capture may only see what the warm-up saw: a view of a wider tensor (its copy is dense) and one tensor
+    passed twice (its copies are two) are not bound; the graph reads the wrapper's buffers from the first call."""
+    def added(a, b):
+        return a + b
+
+    wide = batch(8, 1).repeat(1, 2)
+    view = wide[:, :64]
+    for args in ((view, batch(8, 2)), (wide[:, 64:].contiguous(),) * 2):
+        graphed = cuda_graphed(added)
+        torch.testing.assert_close(graphed(*args), added(*args))
+        entry = next(iter(graphed._graphs.values()))
+        assert not entry.bound and all(buffer is not arg for buffer, arg in zip(entry.static_inputs, args))
+        torch.testing.assert_close(graphed(*args), added(*args))
+
+
+@NEEDS_GPU
+def test_a_bound_graph_stays_when_its_capture_on_the_buffers_fails(monkeypatch):
+    """Other tensors then run as the plain call; the first call's tensors still replay the bound graph."""
+    model = mlp()
+    graphed = cuda_graphed(model)
+    capture = graphed._capture
+    monkeypatch.setattr(graphed, "_capture", lambda leaves, structure, bind, calls: (
+        capture(leaves, structure, bind, calls) if bind else None))
+    x1, x2 = batch(8, 1), batch(8, 2)
+    with torch.no_grad():
+        first = graphed(x1)
+        torch.testing.assert_close(graphed(x2), model(x2))
+        assert graphed(x1) is first
+        torch.testing.assert_close(first, model(x1))
+    assert graphed.graph_count == 1
 
 
 @NEEDS_GPU

@@ -167,8 +167,8 @@ def test_tf32x3_kernels_say_so_and_compute_the_chain(precision):
 def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
     """On Hopper an fp32 tile grid has TF32X3, PERSISTENT and TMA to refine, and they interact: TF32X3 alone may be
     slower than the IEEE dots while TF32X3 with TMA is the fastest (the fp32 LayerNorm row on the H200). The
-    finalists' TF32X3 variants are timed with every launch setting (four each), then the launch switches alone on
-    the finalists that come out (three each at most), not every combination of the three (seven each)."""
+    finalists' TF32X3 variants are timed with every setting of PERSISTENT and TMA (four each), then the launch
+    switches alone on the finalists that come out (three each at most, fewer where already timed)."""
     import amk.tuner
     from amk.tuner import DeviceLimits, tune
 
@@ -189,5 +189,7 @@ def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
     switched = [t.config for t in trials
                 if t.status == "ok" and (t.config.TF32X3 or t.config.PERSISTENT or t.config.TMA)]
     assert best.TF32X3 == 1 and best.TMA == 1
+    # the finalists' TF32X3 variants under all four settings of PERSISTENT and TMA, those first
+    assert {(config.PERSISTENT, config.TMA) for config in switched if config.TF32X3} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert all(config.TF32X3 for config in switched[:4])
     assert len(switched) <= 3 * 4 + 3 * 3
-    assert not any(config.TF32X3 == 0 and config.TMA for config in switched[:12])  # the precision's variants first

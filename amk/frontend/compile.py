@@ -199,8 +199,8 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
 
     ``cuda_graphs=True`` runs each call through a captured CUDA graph, one per call signature (input shapes,
     dtypes, grad mode, ...), as torch.compile's ``mode="reduce-overhead"`` does: the host cost of a call becomes one
-    graph launch (and one input copy, unless the call passes the tensors the graph was captured on), the way to run
-    decode steps. The rules (:mod:`amk.frontend.graphs`, docs/cuda-graphs.md): outputs are overwritten by later calls
+    graph launch (and one input copy, except while calls pass the first call's own tensors, which the graph then
+    reads in place), the way to run decode steps. The rules (:mod:`amk.frontend.graphs`, docs/cuda-graphs.md): outputs are overwritten by later calls
     of the same signature (clone what you keep), parameters are read in place, calls that record autograd history or
     hold no CUDA tensors run without a graph.
     """

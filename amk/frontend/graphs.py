@@ -8,18 +8,19 @@ arguments, the values of the other arguments, the argument structure, the grad, 
 autocast dtype, and the wrapped module's ``training`` flag).
 The first call of a signature warms the callable up on a side stream (``warmup_calls`` calls on copies of its
 tensors: compilation, tuning and first-call checks happen there, never under capture), then captures one call on the
-caller's own tensors and replays it. Later calls that pass those same tensors (a loop that refills its input buffers
-in place, or the outputs of another graph) replay it as it is; the first call with other tensors captures the
-signature again on static buffers of the wrapper's own, which every later call of the signature copies its tensors
-into before the replay (one ``torch._foreach_copy_``).
+caller's own tensors (where they can stand in for the copies: :func:`_bindable`; else on the copies) and replays it.
+Later calls that pass those same tensors (a loop that refills its input buffers in place, or the outputs of another
+graph) replay it as it is; the first call with other tensors captures the signature again, after one warm-up call,
+on static buffers of the wrapper's own, which every later call of the signature copies its tensors into before the
+replay (one ``torch._foreach_copy_``).
 
 The rules (docs/cuda-graphs.md has them in full), as for torch's CUDA-graph trees: outputs are the graph's static
-tensors, overwritten by later calls of the same signature; a signature's first call's tensors are held while its graph
-reads them; parameters and buffers are read in place (updating
-them in place is seen, replacing them is not until :meth:`CUDAGraphed.reset`); a call that would record autograd
-history, one without CUDA tensors, one with tensors on several devices or an unhashable argument, and one that
-cannot be captured run as the plain call (with one log line per reason, except the CPU case); one wrapper serves
-one thread at a time.
+tensors, overwritten by later calls of the same signature; a bound graph holds the first call's tensors; parameters
+and buffers are read in place (updating them in place is seen, replacing them is not until :meth:`CUDAGraphed.reset`
+or the signature's capture on the wrapper's buffers); a callable that updates an argument in place runs through a
+graph only on the tensors it is bound to; a call that would record autograd history, one without CUDA tensors, one
+with tensors on several devices or an unhashable argument, and one that cannot be captured run as the plain call
+(with one log line per reason, except the CPU case); one wrapper serves one thread at a time.
 
 amk's kernels are safe to capture: under capture they take fresh workspace from the graph's pool
 (:mod:`amk.workspace`).
@@ -59,6 +60,11 @@ class _Graph:
     # the bound tensors' data pointers at capture: a tensor whose storage was swapped since (``set_``, ``.data =``) is
     # the same Python object but no longer the memory the graph reads
     pointers: tuple[int, ...] = ()
+    # the callable updates an argument in place: a replay on the wrapper's buffers would update those, not the
+    # caller's tensors, so calls on other tensors than the bound ones run as the plain call
+    updates_inputs: bool = False
+    # capturing this signature on the wrapper's buffers failed: calls on other tensors run as the plain call
+    copy_failed: bool = False
 
     def reads(self, tensors) -> bool:
         """Whether a call passing ``tensors`` may replay this bound graph as it is."""
@@ -106,7 +112,7 @@ class CUDAGraphed:
             self._report("a non-tensor argument cannot be hashed")
             return self.fn(*args, **kwargs)
         if entry is _UNSEEN:
-            entry = self._capture_once(signature, leaves, structure, bound=True)
+            entry = self._capture_once(signature, leaves, structure)
         if entry is None:
             return self.fn(*args, **kwargs)
         tensors = leaves if isinstance(structure, int) else [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
@@ -114,26 +120,40 @@ class CUDAGraphed:
             if entry.reads(tensors):
                 entry.graph.replay()
                 return entry.outputs
-            entry = self._capture_once(signature, leaves, structure, bound=False)
-            if entry is None:
+            entry = self._capture_once(signature, leaves, structure, on_buffers=True)
+            if entry.bound:  # the signature cannot copy other tensors in: they run as the plain call
                 return self.fn(*args, **kwargs)
         torch._foreach_copy_(entry.static_inputs, tensors)
         entry.graph.replay()
         return entry.outputs
 
-    def _capture_once(self, signature: tuple, leaves, structure, bound: bool) -> _Graph | None:
-        """The signature's graph, captured here unless another thread has meanwhile captured it as asked (``bound``
-        on the first call; a graph on the wrapper's buffers replaces a bound one)."""
+    def _capture_once(self, signature: tuple, leaves, structure, on_buffers: bool = False) -> _Graph | None:
+        """The signature's graph: captured here on its first call (bound to the caller's tensors where they can
+        be), or, ``on_buffers``, captured again on the wrapper's buffers in place of a bound one, unless another
+        thread has meanwhile done so. A bound graph that cannot be captured again stays, marked so."""
         with self._capture_lock:
             entry = self._graphs.get(signature, _UNSEEN)
-            if entry is _UNSEEN or (not bound and entry is not None and entry.bound):
-                self._graphs[signature] = self._capture(leaves, structure, bound, warm=entry is _UNSEEN)
-            return self._graphs[signature]
+            if entry is _UNSEEN:
+                entry = self._graphs[signature] = self._capture(leaves, structure, True, self.warmup_calls)
+            elif on_buffers and entry is not None and entry.bound and not entry.copy_failed:
+                if entry.updates_inputs:
+                    self._report("it updates an argument in place and a call passes other tensors than the first "
+                                 "call's (a replay would update the wrapper's copies, not yours)")
+                    entry.copy_failed = True
+                else:
+                    # One warm-up call on the buffers: whatever changed since the first capture (a replaced
+                    # parameter, the matmul precision) compiles there, not under capture.
+                    copying = self._capture(leaves, structure, False, 1)
+                    if copying is None:
+                        entry.copy_failed = True
+                    else:
+                        entry = self._graphs[signature] = copying
+            return entry
 
-    def _capture(self, leaves, structure, bound: bool, warm: bool) -> _Graph | None:
-        """Capture a call on these arguments (``bound``: on the caller's tensors, else on buffers of the wrapper's
-        own), after ``warmup_calls`` calls on copies where ``warm``; None (and why, in the log) where it must run
-        plainly."""
+    def _capture(self, leaves, structure, bind: bool, warmup_calls: int) -> _Graph | None:
+        """Warm up ``warmup_calls`` calls on copies of these arguments, then capture a call on the caller's tensors
+        where ``bind`` and they can stand in for the copies (:func:`_bindable`), else on the copies, kept as the
+        wrapper's buffers; None (and why, in the log) where it must run plainly."""
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         devices = {tensor.device for tensor in tensors}
         if not any(device.type == "cuda" for device in devices):
@@ -145,20 +165,25 @@ class CUDAGraphed:
             self._report("an input requires grad (under torch.no_grad() or torch.inference_mode() it would not)")
             return None
         (device,) = devices
-        # The warm-up runs on copies: a callable that updates an input in place must not do so to the caller's
+        # The warm-up runs on copies: a callable that updates an argument in place must not do so to the caller's
         # tensors more often than it is called.
         copies = [torch.empty_like(tensor, memory_format=torch.preserve_format) for tensor in tensors]
         torch._foreach_copy_(copies, tensors)
-        static_inputs = tensors if bound else copies
+        bind = bind and _bindable(tensors, copies)
+        versions = [copy._version for copy in copies]
         with torch.cuda.device(device):
-            if warm:
-                outputs = self._warm_up(*_arguments(leaves, structure, copies))
-                if any(isinstance(value, torch.Tensor) and value.requires_grad
-                       for value in pytree.tree_leaves(outputs)):
-                    self._report("its outputs require grad (parameters that require grad, with grad mode on: run it "
-                                 "under torch.no_grad() or torch.inference_mode())")
-                    return None
-                del outputs
+            outputs = self._warm_up(*_arguments(leaves, structure, copies), calls=warmup_calls)
+            if any(isinstance(value, torch.Tensor) and value.requires_grad for value in pytree.tree_leaves(outputs)):
+                self._report("its outputs require grad (parameters that require grad, with grad mode on: run it "
+                             "under torch.no_grad() or torch.inference_mode())")
+                return None
+            del outputs
+            updates_inputs = any(copy._version != version for copy, version in zip(copies, versions))
+            if updates_inputs and not bind:
+                self._report("it updates an argument in place and its tensors cannot be bound (a replay would "
+                             "update the wrapper's copies, not yours)")
+                return None
+            static_inputs = tensors if bind else copies
             static_args, static_kwargs = _arguments(leaves, structure, static_inputs)
             graph = torch.cuda.CUDAGraph()
             try:
@@ -168,17 +193,17 @@ class CUDAGraphed:
                 end_failed_capture(device)
                 self._report(f"it cannot be captured ({str(error).splitlines()[0][:200]})")
                 return None
-        pointers = tuple(tensor.data_ptr() for tensor in static_inputs) if bound else ()
-        return _Graph(graph, static_inputs, outputs, bound, pointers)
+        pointers = tuple(tensor.data_ptr() for tensor in static_inputs) if bind else ()
+        return _Graph(graph, static_inputs, outputs, bind, pointers, updates_inputs)
 
-    def _warm_up(self, args, kwargs):
-        """``warmup_calls`` calls on a side stream, as capture requires (lazy initialization, compilation and
-        tuning happen here); the last call's outputs."""
+    def _warm_up(self, args, kwargs, calls: int):
+        """``calls`` calls on a side stream, as capture requires (lazy initialization, compilation and tuning happen
+        here); the last call's outputs."""
         current = torch.cuda.current_stream()
         side = torch.cuda.Stream()
         side.wait_stream(current)
         with torch.cuda.stream(side):
-            for _ in range(self.warmup_calls):
+            for _ in range(calls):
                 outputs = self.fn(*args, **kwargs)
         current.wait_stream(side)
         return outputs
@@ -189,6 +214,18 @@ class CUDAGraphed:
             name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
             log.warning("amk: CUDA graphs are not used for calls of %s where %s; those calls run as plain calls",
                         name, reason)
+
+
+def _bindable(tensors: list[torch.Tensor], copies: list[torch.Tensor]) -> bool:
+    """Whether a graph may be captured on the caller's ``tensors`` after a warm-up on their ``copies``: TorchDynamo
+    and the kernels must see the same arguments (nothing may compile under capture), so plain tensors that do not
+    require grad, with the copies' strides, 16-byte aligned (Triton specializes on it), each the whole of its own
+    memory (a view would hold its base's, and two arguments sharing memory are traced as aliases)."""
+    storages = {tensor.untyped_storage().data_ptr() for tensor in tensors}
+    return len(storages) == len(tensors) and all(
+        type(tensor) is torch.Tensor and not tensor.requires_grad and tensor.stride() == copy.stride()
+        and tensor.data_ptr() % 16 == 0 and tensor.untyped_storage().nbytes() == copy.untyped_storage().nbytes()
+        for tensor, copy in zip(tensors, copies))
 
 
 def _arguments(leaves, structure, tensors: list[torch.Tensor]) -> tuple[tuple, dict]:
@@ -220,7 +257,7 @@ def _signature(leaves, structure, training: bool | None) -> tuple:
 def cuda_graphed(fn: Callable, *, warmup_calls: int = 3) -> CUDAGraphed:
     """``fn`` (a module compiled by ``amk.compile``, a ``FusedKernel``, any callable) run through CUDA graphs: one
     graph per call signature, captured on that signature's first call after ``warmup_calls`` calls on a side stream,
-    replayed afterwards. Outputs are the graph's static tensors, overwritten by the next call of the same signature;
+    replayed afterwards. Outputs are the graph's static tensors, overwritten by later calls of the same signature;
     the rules are in :mod:`amk.frontend.graphs`. Without CUDA it calls ``fn`` through."""
     if not callable(fn):
         raise InvalidArgumentError(f"cuda_graphed needs a callable (a compiled module, a FusedKernel, a function), "
