@@ -34,9 +34,10 @@ lint: $(STAMP)
 lit: $(STAMP)
 	$(VENV)/bin/lit tests/filecheck -q
 
-# worksteal: an idle worker takes tests queued on a busy one, so that a few long tests do not end the run alone
+# worksteal: an idle worker takes tests queued on a busy one, so that a few long tests do not end the run alone;
+# the slowest tests are listed at the end, to keep `make test` near ten minutes
 pytest: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist worksteal
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20
 
 # The long differential-fuzzing profile: 5,000 fresh random op chains, larger shapes, two workers (`make pytest` runs
 # the fast, derandomized profile of 200). Each worker prints its count of cases at the end.
