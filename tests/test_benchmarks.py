@@ -25,6 +25,39 @@ RUN = BENCHMARKS / "run.py"
 SCRIPTS = sorted([*BENCHMARKS.glob("*.py"), *PROBES.glob("*.py")])
 
 
+# Runs each (script, arguments) of a JSON list on standard input as ``python script arguments`` would (the script's
+# folder first on sys.path, run as __main__), all in this one process, and prints each one's exit status and output.
+_SCRIPTS_DRIVER = r"""
+import contextlib, io, json, os, runpy, sys
+results = []
+for script, arguments in json.load(sys.stdin):
+    sys.argv = [script, *arguments]
+    sys.path.insert(0, os.path.dirname(script))
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+    except Exception as error:
+        status = 1
+        err.write(f"{type(error).__name__}: {error}")
+    finally:
+        sys.path.remove(os.path.dirname(script))
+    results.append({"status": status, "stdout": out.getvalue(), "stderr": err.getvalue()[-2000:]})
+print(json.dumps(results))
+"""
+
+
+def run_scripts(cases: list[tuple[Path, list[str]]]) -> list[dict]:
+    """Each script run with its arguments, all in one Python process (each would import torch again: 5 s here,
+    15-20 s on the H200 host): its exit status, output and error output."""
+    result = subprocess.run([sys.executable, "-c", _SCRIPTS_DRIVER], input=json.dumps(
+        [[str(script), arguments] for script, arguments in cases]), capture_output=True, text=True, timeout=600,
+                            check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
 def run_suite(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(RUN), *args], capture_output=True, text=True, timeout=300, check=True)
 
@@ -64,13 +97,17 @@ def test_the_command_line_check_covers_the_main_scripts():
     assert {"run.py", "build_time.py", "kernel_times.py"} <= {script.name for script in COMMAND_LINE_SCRIPTS}
 
 
-# One test per script: each starts Python and imports torch (15-20 s on the H200 host), so that parallel runs share
-# them out (one test of all of them took 115 s there).
+@pytest.fixture(scope="module")
+def usages() -> dict[Path, dict]:
+    """Every script's ``--help``, run in one process (:func:`run_scripts`)."""
+    return dict(zip(COMMAND_LINE_SCRIPTS, run_scripts([(script, ["--help"]) for script in COMMAND_LINE_SCRIPTS])))
+
+
 @pytest.mark.parametrize("script", COMMAND_LINE_SCRIPTS, ids=lambda script: script.name)
-def test_every_script_documents_its_command_line(script):
+def test_every_script_documents_its_command_line(script, usages):
     """Each script of benchmarks/ and benchmarks/probes/ imports (the GPU-only diagnostics too) and prints its usage."""
-    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "usage:" in result.stdout, (script.name, result.stderr[-500:])
+    result = usages[script]
+    assert result["status"] == 0 and "usage:" in result["stdout"], (script.name, result["stderr"][-500:])
 
 
 def test_scripts_import_the_shared_workloads_module_and_no_other_script():
@@ -151,10 +188,9 @@ def test_diagnostics_reject_bad_arguments_before_looking_for_a_gpu():
              ("ncu_profile.py", ["--workloads", "A,F"], "no tuned amk configuration of workload(s) F"),
              ("host_profile.py", ["--contenders", "eager,inductor"], "--contenders takes a comma-separated list"),
              ("host_profile.py", ["--rows", "gpt3"], "unknown rows gpt3")]
-    for script, args, message in cases:
-        result = subprocess.run([sys.executable, str(PROBES / script), *args], capture_output=True,
-                                text=True, timeout=120)
-        assert result.returncode == 2 and message in result.stderr, (script, args, result.stderr[-300:])
+    results = run_scripts([(PROBES / script, args) for script, args, _ in cases])
+    for (script, args, message), result in zip(cases, results):
+        assert result["status"] == 2 and message in result["stderr"], (script, args, result["stderr"][-300:])
 
 
 def test_the_chunk_recompute_probe_computes_the_softmax():
