@@ -8,9 +8,9 @@
                     each kernel's configuration chosen as it is staged (tuned on a GPU, reusing the timings
                     recorded before on this device; kernels of symbolic sizes at the request's size hints)
                          ▼
-                    program choice (where a row reduction follows a matmul: the vendor GEMM with the rest
-                    fused, built and timed first, raced against the fully fused program, whose kernels that
-                    cannot beat it are not refined)
+                    program choice (where a row reduction follows a matmul, or feeds one of many rows, and for
+                    fp32 matmuls under "highest": the vendor GEMM with the rest fused, built and timed first,
+                    raced against the fully fused program, whose kernels that cannot beat it are not refined)
                          ▼
                     cache store ──▶ Built
 
@@ -177,7 +177,7 @@ def _build(request: BuildRequest, save: bool) -> Built:
     program = recorded.get("program", "fused") if recorded else "fused"
     try_vendor = (not recorded and request.timed and settings["tuner"]["vendor_gemm"] and request.dtype is not None
                   and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
-                  and _vendor_gemm_may_win(module, request.dtype, request.fp32_dot))
+                  and _vendor_gemm_may_win(module, request.dtype, request.fp32_dot, dict(request.size_hints)))
     log_here: dict[str, list[dict]] = {}
     program_times: dict[str, float] = {}
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
@@ -399,15 +399,53 @@ def _row_reduction_follows_matmul(module) -> bool:
     return False
 
 
-def _vendor_gemm_may_win(module, dtype: torch.dtype, fp32_dot: str) -> bool:
+# A norm whose output is a matmul's lhs runs in the fused kernel's K loop, on every tile of the lhs it loads. At decode
+# sizes that saves a launch; at the Llama MLP's prefill (4096 rows) the fused dual GEMM ran at 290 TFLOP/s, 3.3 ms
+# against PyTorch's 2.0-2.2 for the whole MLP (2026-12-02-h200-row-profile-llama-prefill.log). From this many rows
+# the program with the norm as a row kernel before the vendor GEMMs is timed too.
+PROLOGUE_VENDOR_MIN_ROWS = 256
+
+
+def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
+    """Whether a matmul of at least ``PROLOGUE_VENDOR_MIN_ROWS`` rows (at the size hints) reads a row reduction as its
+    lhs, directly or through elementwise ops: the fused kernel then applies the reduction as a prologue."""
+    from xdsl.ir import Operation
+
+    from amk.dialects.tensor_op import tensor_type
+    from amk.lowering import rules
+    from amk.symbolic import evaluate
+
+    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
+        try:
+            rows = math.prod(evaluate(dim, size_hints) for dim in tensor_type(matmul.lhs).dims[:-1])
+        except ValueError:  # a size without a hint
+            continue
+        if rows < PROLOGUE_VENDOR_MIN_ROWS:
+            continue
+        frontier, seen = [matmul.lhs], set()
+        while frontier:
+            producer = frontier.pop().owner
+            if not isinstance(producer, Operation) or producer in seen:
+                continue
+            seen.add(producer)
+            kind = rules.kind_of(producer)
+            if kind == "reduction":
+                return True
+            if kind == "elementwise":
+                frontier.extend(producer.operands)
+    return False
+
+
+def _vendor_gemm_may_win(module, dtype: torch.dtype, fp32_dot: str, size_hints: dict[str, int]) -> bool:
     """Whether the program that leaves the matmuls to the vendor library is worth timing against the fused one: where
-    a row reduction follows a matmul (its epilogue then runs after the fused kernel's MMAs), and for every matmul of
-    fp32 dots under PyTorch's "highest" (IEEE dots run on the CUDA cores; cuBLAS's fp32 GEMM is faster)."""
+    a row reduction follows a matmul (its epilogue then runs after the fused kernel's MMAs), where one precedes a
+    matmul of many rows (:func:`_matmul_reads_a_row_reduction`), and for every matmul of fp32 dots under PyTorch's
+    "highest" (IEEE dots run on the CUDA cores; cuBLAS's fp32 GEMM is faster)."""
     from amk.lowering import rules
 
     if dtype == torch.float32 and fp32_dot == "ieee" and any(rules.is_matmul(op) for op in module.walk()):
         return True
-    return _row_reduction_follows_matmul(module)
+    return _row_reduction_follows_matmul(module) or _matmul_reads_a_row_reduction(module, size_hints)
 
 
 def _operands_outgrow_a_launch(request: BuildRequest) -> bool:

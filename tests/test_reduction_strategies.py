@@ -238,13 +238,38 @@ def test_fp32_matmuls_under_highest_also_try_the_vendor_gemm():
 
     def may_win(dtype, fp32_dot, ops=("matmul", "add_bias", "relu")):
         module = build_module(normalize_ops(list(ops)), [(8, 16), (16, 32), (32,)], dtype)
-        return _vendor_gemm_may_win(module, dtype, fp32_dot)
+        return _vendor_gemm_may_win(module, dtype, fp32_dot, {})
 
     assert may_win(torch.float32, "ieee")
     assert not may_win(torch.float32, "tf32") and not may_win(torch.float16, "ieee")
     layernorm = build_module(normalize_ops(["matmul", "add_bias", "layernorm"]), [(8, 16), (16, 32), (32,), (32,),
                                                                                (32,)], torch.float16)
-    assert _vendor_gemm_may_win(layernorm, torch.float16, "ieee")
+    assert _vendor_gemm_may_win(layernorm, torch.float16, "ieee", {})
+
+
+def test_a_norm_before_a_matmul_of_many_rows_also_tries_the_vendor_gemm():
+    """A norm read as a matmul's lhs runs inside the fused kernel's K loop: at decode sizes that saves a launch, from
+    PROLOGUE_VENDOR_MIN_ROWS rows (at the size hints, for symbolic rows) the vendor program, the norm as a row kernel
+    before cuBLAS's GEMM, is timed too; and it computes the chain."""
+    from xdsl.parser import Parser
+
+    from amk.build import PROLOGUE_VENDOR_MIN_ROWS, _vendor_gemm_may_win
+    from amk.context import make_context
+
+    def may_win(rows, hints=None, ops=("rmsnorm", "matmul", "add")):
+        """``rows`` an int, or a symbol's name (the module's rows made symbolic in its text, as amk.compile's are)."""
+        shapes = [(999, 16), (16,), (16, 32), (999, 32)] if ops[0] == "rmsnorm" else [(999, 16), (16, 32), (32,)]
+        text = str(build_module(normalize_ops(list(ops)), shapes, torch.float16)).replace("[999,", f"[{rows},")
+        return _vendor_gemm_may_win(Parser(make_context(), text).parse_module(), torch.float16, "ieee", hints or {})
+
+    assert may_win(PROLOGUE_VENDOR_MIN_ROWS) and not may_win(PROLOGUE_VENDOR_MIN_ROWS - 1)
+    assert may_win("s0", {"s0": 4096}) and not may_win("s0", {"s0": 16})
+    assert not may_win("s0")  # rows without a hint: not judged
+    assert not may_win(4096, ops=("matmul", "add_bias", "relu"))  # no norm before the matmul
+    ops, shapes = ["rmsnorm", "matmul", "add"], [(37, 100), (100,), (100, 75), (37, 75)]
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float16), vendor_gemm=True)
+    assert [step.kind for step in compiled.program.steps] == ["launch", "op", "launch", "return"]
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, torch.float16, weight=2)
 
 
 def test_a_pipeline_string_takes_the_vendor_gemm_option_too():
