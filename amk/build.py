@@ -415,10 +415,10 @@ def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
     from amk.lowering import rules
     from amk.symbolic import evaluate
 
-    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
+    for matmul in (op for op in module.walk() if rules.is_matmul(op) and not op.lhs_transposed):
         try:
-            rows = math.prod(evaluate(dim, size_hints) for dim in tensor_type(matmul.lhs).dims[:-1])
-        except ValueError:  # a size without a hint
+            rows = math.prod(evaluate(dim, size_hints) for dim in tensor_type(matmul.output).dims[:-1])
+        except (ValueError, ArithmeticError):  # a size without a hint, or none at these hints
             continue
         if rows < PROLOGUE_VENDOR_MIN_ROWS:
             continue
@@ -429,7 +429,7 @@ def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
                 continue
             seen.add(producer)
             kind = rules.kind_of(producer)
-            if kind == "reduction":
+            if kind == "reduction" and rules.ROW_REDUCTIONS[type(producer)].keeps_shape:  # a norm, not a sum
                 return True
             if kind == "elementwise":
                 frontier.extend(producer.operands)
@@ -503,10 +503,10 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
         compiled = compile_module(module.clone(), config_chooser(request, tuning_log, store),
                                   pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
-        # Known op lists scale their matmul weights by 1/sqrt(K); a subgraph's inputs stay at scale 1 (both programs
-        # compute on the same values, and K of a few thousands keeps fp16 far from overflow), but its one-element
-        # inputs are the constants of its ops (an eps, a divisor): 1, not a random sign that would make NaNs.
-        scales = input_scales(request.ops, shapes) if request.ops else None
+        # Matmul weights are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains
+        # (a gated MLP's at scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an
+        # eps, a divisor): 1, not a random sign that would make NaNs.
+        scales = input_scales(request.ops, shapes) if request.ops else _weight_scales(module, shapes)
         inputs = random_inputs(shapes, request.dtype, "cuda", scales=scales)
         if not request.ops:
             for tensor in inputs:
@@ -518,6 +518,22 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
                     type(error).__name__, error)
         return None
     return _VendorProgram(compiled, tuning_log, inputs, time_ms)
+
+
+def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:
+    """Per argument of the module's function: 1/sqrt(K) where it is a matmul's rhs (a weight), else 1."""
+    from xdsl.dialects import func
+
+    from amk.lowering import rules
+
+    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    arguments = list(function.body.block.args)
+    scales = [1.0] * len(shapes)
+    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
+        if matmul.rhs in arguments:
+            index = arguments.index(matmul.rhs)
+            scales[index] = 1.0 / math.sqrt(shapes[index][-1 if matmul.rhs_transposed else 0])
+    return scales
 
 
 def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, request: BuildRequest,

@@ -24,6 +24,7 @@ from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option
 from amk.opt import AMK_PASSES
+from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
 from amk.passes.fuse import FusePass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
@@ -32,11 +33,15 @@ ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
     """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default, or a pipeline string's passes;
-    ``vendor_gemm`` sets that option of its ``amk-fuse``."""
+    ``vendor_gemm`` sets that option of its ``amk-fuse`` and leaves out ``amk-duplicate-norm-prologues``: with the
+    matmuls in the vendor library, a norm cloned per matmul would run as a kernel per clone."""
     if not pipeline:
         return [FusePass(vendor_gemm=vendor_gemm)]
     passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
-    return [replace(p, vendor_gemm=True) if vendor_gemm and isinstance(p, FusePass) else p for p in passes]
+    if not vendor_gemm:
+        return passes
+    return [replace(p, vendor_gemm=True) if isinstance(p, FusePass) else p for p in passes
+            if not isinstance(p, DuplicateNormProloguesPass)]
 
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:

@@ -55,8 +55,8 @@ class TunerConfig:
     within 1% of the fastest the first timed is kept); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
     while timing (at most 100 ms of them, at least five; a candidate 30% slower than the best after five launches is
     not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
-    (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul, and for fp32 matmuls under
-    PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
+    (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul or feeds one of at least 256
+    rows, and for fp32 matmuls under PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
     PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs and keep the faster (for
     ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
     ``target_cache_dir``: the

@@ -33,8 +33,8 @@ pass over the product::
       ... tensor_op.add, tensor_op.gelu, tensor_op.layernorm ...
     }
 
-The autotuner times that program against the fused one where a row reduction follows a matmul (``amk.TunerConfig``'s
-``vendor_gemm``).
+The autotuner times that program against the fused one where a row reduction follows a matmul or feeds one of many
+rows, and for fp32 matmuls under "highest" (``amk.TunerConfig``'s ``vendor_gemm``).
 """
 
 from __future__ import annotations

@@ -272,6 +272,23 @@ def test_a_norm_before_a_matmul_of_many_rows_also_tries_the_vendor_gemm():
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, torch.float16, weight=2)
 
 
+def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():
+    """With the matmuls in the vendor library, amk.compile's pipeline does not clone a norm per matmul (each clone
+    would be a kernel of its own); the random inputs the two programs are raced on scale each weight by 1/sqrt(K),
+    whichever argument it is (a gated MLP at scale 1 overflows fp16)."""
+    from amk.build import _weight_scales
+    from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import fusion_passes
+
+    passes = fusion_passes("amk-duplicate-norm-prologues,amk-fuse", vendor_gemm=True)
+    assert [type(p) for p in passes] == [FusePass] and passes[0].vendor_gemm
+    assert isinstance(fusion_passes("amk-duplicate-norm-prologues,amk-fuse")[0], DuplicateNormProloguesPass)
+    shapes = [(37, 100), (100,), (100, 75), (37, 75)]
+    module = build_module(normalize_ops(["rmsnorm", "matmul", "add"]), shapes, torch.float16)
+    assert _weight_scales(module, shapes) == [1.0, 1.0, 0.1, 1.0]
+
+
 def test_a_pipeline_string_takes_the_vendor_gemm_option_too():
     """amk.compile's subgraphs run a pipeline string (duplicated norm prologues, then amk-fuse): its vendor-GEMM
     program leaves the matmul to PyTorch as the default pipeline's does."""
