@@ -407,8 +407,9 @@ PROLOGUE_VENDOR_MIN_ROWS = 256
 
 
 def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
-    """Whether a matmul of at least ``PROLOGUE_VENDOR_MIN_ROWS`` rows (at the size hints) reads a row reduction as its
-    lhs, directly or through elementwise ops: the fused kernel then applies the reduction as a prologue."""
+    """Whether a matmul of at least ``PROLOGUE_VENDOR_MIN_ROWS`` rows (at the size hints) reads a norm-like row
+    reduction (one that keeps its input's shape) as its lhs, directly or through elementwise ops: the fused kernel
+    then applies it as a prologue."""
     from xdsl.ir import Operation
 
     from amk.dialects.tensor_op import tensor_type

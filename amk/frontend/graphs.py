@@ -63,7 +63,8 @@ class _Graph:
     # the callable updates an argument in place: a replay on the wrapper's buffers would update those, not the
     # caller's tensors, so calls on other tensors than the bound ones run as the plain call
     updates_inputs: bool = False
-    # capturing this signature on the wrapper's buffers failed: calls on other tensors run as the plain call
+    # calls on other tensors run as the plain call: the capture on the wrapper's buffers failed, or the callable
+    # updates an argument in place (``updates_inputs``)
     copy_failed: bool = False
 
     def reads(self, tensors) -> bool:
