@@ -568,7 +568,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                                                               settings.enable_warp_specialization,
                                                               contraction).items() if key in used}
         if tf32x3:
-            space["TF32X3"] = [0, 1]
+            # The search runs three TF32 products (the switch's first value): on tensor cores they are the likely
+            # winner, and the tiles fastest with IEEE dots are not those fastest with TF32X3 (on the H200's fp32
+            # LayerNorm row 64 x 64 won under IEEE, 128 x 64 under TF32X3 by 30%). The IEEE dots are refined.
+            space["TF32X3"] = [1, 0]
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
 
@@ -599,15 +602,14 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                     for key, value in seed.as_dict().items())]
     # Seeds first: trials reused from the cache are recorded in this order, as a fresh search would time them.
     fresh = unseen(seeds + [config for config in searched if config not in seeds])
-    # Three TF32 products on the tensor cores can run an fp32 kernel far faster than the IEEE dots the search timed,
-    # but only with the right launch: on the H200 the fp32 LayerNorm row's fused kernel took 0.89-1.02 ms with TF32X3
-    # alone against 0.80 with IEEE dots (2026-12-02-h200-row-profile-fp32-layernorm.log), and 0.52 with TF32X3 and TMA
-    # (-models-4). So the TF32X3 variants of the finalists are timed with every setting of PERSISTENT and TMA (3 x 4
-    # on Hopper), whatever the other program's time; the launch switches alone then refine the finalists that come
-    # out. (Each switch's first value is the one the search ran with: the variants take the others.)
+    # The dot precision interacts with TMA: on the H200 the fp32 LayerNorm row's fused kernel took 0.89-1.02 ms with
+    # TF32X3 alone against 0.80 with IEEE dots, and 0.64 with TF32X3 and TMA
+    # (2026-12-02-h200-row-profile-fp32-layernorm-b17bc4a.log). So the finalists are timed with every setting of TF32X3
+    # and TMA (3 x 3 variants), whatever the other program's time; the launch switches then refine the finalists that
+    # come out. (Each switch's first value is the one the search ran with.)
     launch = {key: values for key, values in switches.items() if key != "TF32X3"}
-    with_precision = {key: values for key, values in launch.items() if key in ("PERSISTENT", "TMA")}
-    precision = [{"TF32X3": switches["TF32X3"][1:], **with_precision}] if "TF32X3" in switches else []
+    precision = ([{"TF32X3": switches["TF32X3"], **{key: values for key, values in launch.items() if key == "TMA"}}]
+                 if "TF32X3" in switches else [])
     launch_switches = [launch] if launch else []
     groups = precision + launch_switches
 

@@ -106,9 +106,9 @@ def test_tf32x3_is_a_candidate_under_highest_only_and_wins_when_faster(monkeypat
 
 
 def test_the_dot_precision_is_refined_even_behind_the_other_program(monkeypatch):
-    """A search of IEEE fp32 dots may end far behind the vendor GEMM program (beaten_at_ms): its TF32X3 variants,
-    which run on the tensor cores, are timed all the same, with every launch setting; only the launch switches of
-    the IEEE finalists and the final round are skipped."""
+    """A search may end far behind the vendor GEMM program (beaten_at_ms): the finalists are timed with every setting
+    of TF32X3 and TMA all the same (three TF32 products with TMA can be the fastest by far); only the launch
+    switches' own refinement (PERSISTENT) and the final round are skipped."""
     import amk.tuner
     from amk.tuner import DeviceLimits, tune
 
@@ -120,15 +120,15 @@ def test_the_dot_precision_is_refined_even_behind_the_other_program(monkeypatch)
     def measure(fn, warmup, runs, give_up_above=None):
         fn()
         config = launched[-1]
-        return (1.0 + config.BLOCK_M / 64) / (4 if config.TF32X3 else 1)  # at best 0.31, over 3x the other program
+        return (1.0 + config.BLOCK_M / 64) / (4 if config.TF32X3 and config.TMA else 1)  # over 3x the other program
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
     best, trials = tune(kernel, amk.TunerConfig(search_budget=4), None, amk.pipeline.heuristic_config(kernel),
                         lambda config: ((lambda: launched.append(config)), (lambda: None)), beaten_at_ms=0.1)
     timed = [t.config for t in trials if t.status == "ok"]
-    assert best.TF32X3 == 1 and any(config.TF32X3 for config in timed)
-    assert all(config.TF32X3 for config in timed if config.PERSISTENT or config.TMA)
-    assert any(config.TMA for config in timed)
+    assert best.TF32X3 == 1 and best.TMA == 1
+    assert {(config.TF32X3, config.TMA) for config in timed} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert not any(config.PERSISTENT for config in timed)
     assert not any(t.detail.startswith("finalist") for t in trials)
 
 
@@ -165,10 +165,10 @@ def test_tf32x3_kernels_say_so_and_compute_the_chain(precision):
 
 
 def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
-    """On Hopper an fp32 tile grid has TF32X3, PERSISTENT and TMA to refine, and they interact: TF32X3 alone may be
-    slower than the IEEE dots while TF32X3 with TMA is the fastest (the fp32 LayerNorm row on the H200). The
-    finalists' TF32X3 variants are timed with every setting of PERSISTENT and TMA (four each), then the launch
-    switches alone on the finalists that come out (three each at most, fewer where already timed)."""
+    """On Hopper an fp32 tile grid has TF32X3, PERSISTENT and TMA to refine, and TF32X3 interacts with TMA: TF32X3
+    alone may be slower than the IEEE dots while TF32X3 with TMA is the fastest (the fp32 LayerNorm row on the H200).
+    The search runs TF32X3 (the tiles fastest with IEEE dots are not those fastest with it); the finalists are timed
+    with every setting of TF32X3 and TMA (three more each), then with the launch switches (PERSISTENT too)."""
     import amk.tuner
     from amk.tuner import DeviceLimits, tune
 
@@ -184,12 +184,16 @@ def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
         return 1.0 + config.BLOCK_M / 64 + 0.2 * config.TF32X3 - 0.6 * config.TF32X3 * config.TMA
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
-    best, trials = tune(kernel, amk.TunerConfig(search_budget=4), None, amk.pipeline.heuristic_config(kernel),
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, trials = tune(kernel, amk.TunerConfig(search_budget=4), None, heuristic,
                         lambda config: ((lambda: launched.append(config)), (lambda: None)))
-    switched = [t.config for t in trials
-                if t.status == "ok" and (t.config.TF32X3 or t.config.PERSISTENT or t.config.TMA)]
     assert best.TF32X3 == 1 and best.TMA == 1
-    # the finalists' TF32X3 variants under all four settings of PERSISTENT and TMA, those first
-    assert {(config.PERSISTENT, config.TMA) for config in switched if config.TF32X3} == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    assert all(config.TF32X3 for config in switched[:4])
-    assert len(switched) <= 3 * 4 + 3 * 3
+    ran = [t.config for t in trials if t.status == "ok"]
+    searched = [config for config in ran if not (config.PERSISTENT or config.TMA) and config != heuristic]
+    assert searched and all(config.TF32X3 for config in searched[:3])  # the search's own picks run TF32X3
+    refined = [config for config in ran if config.PERSISTENT or config.TMA]
+    # the first refinement: TF32X3 and TMA only, both values of each
+    first = [config for config in refined if not config.PERSISTENT]
+    assert {config.TF32X3 for config in first} == {0, 1} and refined[0].PERSISTENT == 0
+    assert {(config.PERSISTENT, config.TMA) for config in ran if config.TF32X3} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert len(ran) - len(searched) - 1 <= 3 * 3 + 3 * 3
