@@ -39,6 +39,14 @@ GEMM_HOPPER_PRIORS: list[dict[str, int]] = [
     dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=5, PERSISTENT=1, TMA=1),
 ]
 
+# The winners of fp32 tile grids under PyTorch's "highest", their dots as three TF32 products with TMA loads (the
+# fp32 Linear + ReLU / GELU / LayerNorm model rows: benchmarks/results/2026-12-02-h200-models-11, -models-12). A kernel
+# without the switch TF32X3 (fp16 and bf16 dots, TF32 dots) never times them.
+TF32X3_HOPPER_PRIORS: list[dict[str, int]] = [
+    dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, num_warps=8, num_stages=3, TMA=1, TF32X3=1),
+    dict(BLOCK_M=256, BLOCK_N=64, BLOCK_K=32, num_warps=8, num_stages=3, TMA=1, TF32X3=1),
+]
+
 # A static K at most this long makes a cheap GEMM next to the row reductions around it (amk-tile's choices).
 SHORT_CONTRACTION = 256
 

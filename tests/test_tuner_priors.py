@@ -212,3 +212,24 @@ def test_ties_go_to_the_candidate_timed_first(monkeypatch):
     # Four candidates: the three others are the finalists (0.97 in their first pass, 0.995 side by side); the
     # heuristic's first pass, 1.0, is not compared with their 0.995.
     assert chosen_with(lambda c, again: 1.0 if c == heuristic else (0.995 if again else 0.97), 4) != heuristic
+
+
+def test_fp32_tile_grids_time_the_tf32x3_winners_first_and_fp16_ones_never(monkeypatch, timings):
+    """Under "highest" an fp32 tile grid times the TF32X3 priors (three TF32 products with TMA) right after the
+    heuristic and the other priors that fit; an fp16 one, whose dots have no such switch, never times them."""
+    from amk.lowering.configs import TF32X3_HOPPER_PRIORS
+
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
+    runs, build_and_run = timings
+    shapes = [(4096, 4096), (4096, 4096), (4096,)]
+    fp32 = tile_level_kernel(["matmul", "add_bias", "relu"], shapes, torch.float32)
+    heuristic = heuristic_config(fp32)
+    tune(fp32, TunerConfig(search="random", search_budget=8), None, heuristic, build_and_run, fp32_dot="ieee")
+    order = [config for config, _ in runs]
+    tf32x3_priors = [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in TF32X3_HOPPER_PRIORS]
+    first = order[:order.index(tf32x3_priors[-1]) + 1]
+    assert first[-len(tf32x3_priors):] == tf32x3_priors and len(first) <= 1 + len(GEMM_HOPPER_PRIORS) + 2
+    runs.clear()
+    tune(gemm_kernel(), TunerConfig(search="random", search_budget=8), None, heuristic_config(gemm_kernel()),
+         build_and_run)
+    assert runs and not any(config.TF32X3 for config, _ in runs)

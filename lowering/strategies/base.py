@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from amk.lowering.configs import GEMM_HOPPER_PRIORS, SWITCHES, KernelConfig, bounded
+from amk.lowering.configs import GEMM_HOPPER_PRIORS, SWITCHES, TF32X3_HOPPER_PRIORS, KernelConfig, bounded
 from amk.lowering.kernel_lowering import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class TilingStrategy:
         if not has_dot:
             return []
         if self.tile_grid:
-            return GEMM_HOPPER_PRIORS
+            return GEMM_HOPPER_PRIORS + TF32X3_HOPPER_PRIORS
         # persistent and TMA launches are the tile grid's: without one, the tile shapes alone, once each
         tiles = [{key: value for key, value in prior.items() if key not in SWITCHES} for prior in GEMM_HOPPER_PRIORS]
         return [dict(items) for items in dict.fromkeys(tuple(tile.items()) for tile in tiles)]
