@@ -381,22 +381,31 @@ def record_trials(store: cache.Store, key: str, trials, meta: dict | None = None
         store.merge_timings(key, fresh, meta or {})
 
 
+def _reached_through_elementwise(values, forward: bool):
+    """The ops that read ``values`` (``forward``) or produce them, directly or through elementwise ops: each once."""
+    from xdsl.ir import Operation
+
+    from amk.lowering import rules
+
+    frontier, seen = list(values), set()
+    while frontier:
+        value = frontier.pop()
+        for op in [use.operation for use in value.uses] if forward else [value.owner]:
+            if not isinstance(op, Operation) or op in seen:  # a block argument has no producer
+                continue
+            seen.add(op)
+            yield op
+            if rules.kind_of(op) == "elementwise":
+                frontier.extend(op.results if forward else op.operands)
+
+
 def _row_reduction_follows_matmul(module) -> bool:
     """Whether a row reduction reads one of the module's matmuls, directly or through elementwise ops: the fused kernel
     then runs the reduction's epilogue after its MMAs, and the vendor GEMM with the rest fused may be faster."""
     from amk.lowering import rules
 
-    frontier = [result for op in module.walk() if rules.is_matmul(op) for result in op.results]
-    seen = set()
-    while frontier:
-        for use in frontier.pop().uses:
-            kind = rules.kind_of(use.operation)
-            if kind == "reduction":
-                return True
-            if kind == "elementwise" and use.operation not in seen:
-                seen.add(use.operation)
-                frontier.extend(use.operation.results)
-    return False
+    matmul_results = [result for op in module.walk() if rules.is_matmul(op) for result in op.results]
+    return any(rules.kind_of(op) == "reduction" for op in _reached_through_elementwise(matmul_results, forward=True))
 
 
 # A norm whose output is a matmul's lhs runs in the fused kernel's K loop, on every tile of the lhs it loads. At decode
@@ -410,8 +419,6 @@ def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
     """Whether a matmul of at least ``PROLOGUE_VENDOR_MIN_ROWS`` rows (at the size hints) reads a norm-like row
     reduction (one that keeps its input's shape) as its lhs, directly or through elementwise ops: the fused kernel
     then applies it as a prologue."""
-    from xdsl.ir import Operation
-
     from amk.dialects.tensor_op import tensor_type
     from amk.lowering import rules
     from amk.symbolic import evaluate
@@ -423,17 +430,9 @@ def _matmul_reads_a_row_reduction(module, size_hints: dict[str, int]) -> bool:
             continue
         if rows < PROLOGUE_VENDOR_MIN_ROWS:
             continue
-        frontier, seen = [matmul.lhs], set()
-        while frontier:
-            producer = frontier.pop().owner
-            if not isinstance(producer, Operation) or producer in seen:
-                continue
-            seen.add(producer)
-            kind = rules.kind_of(producer)
-            if kind == "reduction" and rules.ROW_REDUCTIONS[type(producer)].keeps_shape:  # a norm, not a sum
-                return True
-            if kind == "elementwise":
-                frontier.extend(producer.operands)
+        producers = _reached_through_elementwise([matmul.lhs], forward=False)
+        if any(rules.kind_of(op) == "reduction" and rules.ROW_REDUCTIONS[type(op)].keeps_shape for op in producers):
+            return True
     return False
 
 
@@ -496,7 +495,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
     timed on random inputs of the request's shapes; None, reported, where it cannot be built or run: it is an
     alternative, the fused program stands."""
     from amk.pipeline import compile_module
-    from amk.verification import input_scales, random_inputs
+    from amk.verification import random_inputs
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
@@ -507,8 +506,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
         # Matmul weights are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains
         # (a gated MLP's at scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an
         # eps, a divisor): 1, not a random sign that would make NaNs.
-        scales = input_scales(request.ops, shapes) if request.ops else _weight_scales(module, shapes)
-        inputs = random_inputs(shapes, request.dtype, "cuda", scales=scales)
+        inputs = random_inputs(shapes, request.dtype, "cuda", scales=_weight_scales(module, shapes))
         if not request.ops:
             for tensor in inputs:
                 if tensor.numel() == 1:
