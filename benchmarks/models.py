@@ -36,6 +36,10 @@ Per row and contender, in this order:
 - ``ms``: median time per call, ``amk.benchmarking.time_ms`` (CUDA events around each call after an L2 flush, as
   ``triton.testing.do_bench(fn, return_mode="median")``). The flush hides a call's host time only up to its own
   length (about 60 µs on the H200): a call whose host time is longer keeps the GPU waiting, and that shows here.
+- ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves): median time per call
+  as back-to-back replays of one captured CUDA graph of the calls (``amk.benchmarking.time_ms(cuda_graph=True)``,
+  ``triton.testing.do_bench_cudagraph``), the way ``benchmarks/run.py`` times D, E and F under graphs, so that a
+  decode row compares with those figures; ``replay_error`` where the calls cannot be captured.
 
 Per row, ``amk_ran`` records what ``amk.explain`` says of the compiled module after its calls: each size bucket of
 each fused subgraph, whether amk's kernels or the subgraph's PyTorch ops ran it, with the times (or the failed check)
@@ -81,6 +85,9 @@ from amk.verification import TOLERANCES
 TORCH_COMPILE = ("compile", "max_autotune", "reduce_overhead")
 AMK = ("amk", "amk_graphs")
 CONTENDERS = ("eager", *TORCH_COMPILE, *AMK)
+# The contenders that are not CUDA graphs themselves: on decode rows each is also timed as replays of one captured
+# graph of its calls (``replay_ms``), the way benchmarks/run.py times D, E and F under graphs.
+REPLAYED = ("eager", "compile", "max_autotune", "amk")
 LABELS = {"eager": "eager", "compile": "torch.compile", "max_autotune": "max-autotune-no-cudagraphs",
           "reduce_overhead": "reduce-overhead", "amk": "amk.compile", "amk_graphs": "amk.compile + CUDA graphs"}
 
@@ -141,8 +148,9 @@ def interleaved_host_us(contenders: dict[str, tuple[Callable, list[torch.Tensor]
 
 
 def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor, limit: float,
-            timing: Timing) -> dict:
-    """One contender of a row: first call, correctness, host time, device time (see the module's docstring)."""
+            timing: Timing, replay: bool) -> dict:
+    """One contender of a row: first call, correctness, host time, device time, and with ``replay`` (a decode row on a
+    GPU) the time per call as replays of a captured graph (see the module's docstring)."""
     result: dict = {"status": "ok"}
     start = time.perf_counter()
     fn(*inputs)
@@ -155,6 +163,11 @@ def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torc
         result["status"] = "wrong"
         return result
     result["ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms)
+    if replay and name in REPLAYED:
+        try:
+            result["replay_ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, cuda_graph=True)
+        except Exception as failure:  # not capturable: reported, the row's other figures stand
+            result["replay_error"] = f"{type(failure).__name__}: {failure}"[:200]
     return result
 
 
@@ -188,7 +201,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         try:
             with torch.no_grad():
                 fn = make_contender(name, module, compiled_amk)
-                result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing)
+                result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing,
+                                                     replay=row.decode and torch.cuda.is_available())
                 if result["contenders"][name]["status"] == "ok":
                     measured[name] = (fn, own_inputs)
             if name == "amk":
@@ -284,6 +298,16 @@ def tables(document: dict) -> str:
         lines += [f"\n{title}.\n", f"| row | {header} |", rule]
         lines += [f"| {r['row']} | " + " | ".join(cell(r["contenders"].get(c), key, digits) for c in present) + " |"
                   for r in rows]
+    replayed = [r for r in rows if any("replay_ms" in c for c in r["contenders"].values())]
+    if replayed:
+        names = [c for c in REPLAYED if any(c in r["contenders"] for r in replayed)]
+        lines += ["\nDecode rows, ms per call as back-to-back replays of one captured CUDA graph "
+                  "(`triton.testing.do_bench_cudagraph`, as `benchmarks/run.py` times D, E and F under graphs; no L2 "
+                  "flush between calls).\n", "| row | " + " | ".join(LABELS[c] for c in names) + " |",
+                  "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {r['row']} | " + " | ".join("not capturable" if "replay_error" in r["contenders"].get(c, {})
+                                                   else cell(r["contenders"].get(c), "replay_ms", 4) for c in names)
+                  + " |" for r in replayed]
     lines += ["\nRelative L2 error against float64 (maximum absolute error).\n", f"| row | {header} |", rule]
     for r in rows:
         errors = []

@@ -99,3 +99,21 @@ def test_speedups_compare_the_best_correct_contenders_of_each_side():
     assert models.speedup({"compile": {"status": "ok", "ms": 1.0}, "amk": {"status": "failed"}},
                           models.TORCH_COMPILE, models.AMK) is None
     assert models.geomean([1.25, None, 0.8]) == 1.0
+
+
+def test_decode_rows_list_their_graph_replay_times():
+    """Decode rows timed as graph replays (how run.py times D, E and F) get a table of their own; a contender whose
+    calls could not be captured says so, one not run is a dash, rows without replays are left out."""
+    models = models_module()
+    ok = {"status": "ok", "ms": 0.2, "host_us": 9.0, "first_call_s": 1.0, "rel_l2": 1e-3, "max_abs": 1e-2}
+    decode = {"row": "llama_mlp_decode_m1", "title": "decode", "speedup": None, "speedup_no_graphs": None,
+              "contenders": {"eager": {**ok, "replay_ms": 0.1234}, "amk": {**ok, "replay_ms": 0.0851},
+                             "max_autotune": {**ok, "replay_error": "RuntimeError: capture failed"}}}
+    plain = {"row": "gpt2_mlp", "title": "GPT-2", "speedup": None, "speedup_no_graphs": None,
+             "contenders": {"eager": ok, "amk": ok}}
+    document = {"rows": [plain, decode], "geomean": {"speedup": None}}
+    table = models.tables(document)
+    assert ("| row | eager | max-autotune-no-cudagraphs | amk.compile |\n|---|---|---|---|\n"
+            "| llama_mlp_decode_m1 | 0.1234 | not capturable | 0.0851 |\n") in table
+    assert "| gpt2_mlp | 0.2000" not in table.split("back-to-back replays")[1].split("Relative L2")[0]
+    assert "back-to-back replays" not in models.tables({"rows": [plain], "geomean": {"speedup": None}})
