@@ -568,9 +568,10 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
                                                               settings.enable_warp_specialization,
                                                               contraction).items() if key in used}
         if tf32x3:
-            # The search runs three TF32 products (the switch's first value): on tensor cores they are the likely
-            # winner, and the tiles fastest with IEEE dots are not those fastest with TF32X3 (on the H200's fp32
-            # LayerNorm row 64 x 64 won under IEEE, 128 x 64 under TF32X3 by 30%). The IEEE dots are refined.
+            # The search's own picks run three TF32 products (the switch's first value; the heuristic, a seed, keeps
+            # IEEE dots): on tensor cores they are the likely winner, and the tiles fastest with IEEE dots are not
+            # those fastest with TF32X3 (on the H200's fp32 LayerNorm row 64 x 64 won under IEEE, 128 x 64 under
+            # TF32X3 by 30%). The IEEE dots are refined. (TMA stays off in the search: small GEMMs prune it.)
             space["TF32X3"] = [1, 0]
     trials: list[Trial] = []
     prepare = prepare or (lambda configs: None)
