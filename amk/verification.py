@@ -19,6 +19,7 @@ from amk import reference
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
 from amk.errors import InvalidArgumentError, VerificationError
+from amk.oplist import bind_operands
 
 # Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float8_e4m3fn: 1.2e-1}
@@ -209,12 +210,14 @@ def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor],
 
 
 def input_scales(ops, shapes) -> list[float]:
-    """Matmul weights are scaled by 1/sqrt(K) so that outputs stay O(1) in every dtype (``ops`` as normalized:
-    ``(name, params)`` pairs)."""
-    names = [name for name, _ in ops]
+    """Each matmul's weight (whichever input it is: a chain may start with a norm and its weight) is scaled by
+    1/sqrt(K) so that outputs stay O(1) in every dtype (``ops`` as normalized: ``(name, params)`` pairs)."""
     scales = [1.0] * len(shapes)
-    if "matmul" in names and len(shapes) > 1:
-        scales[1] = 1.0 / math.sqrt(shapes[1][0])
+    position = 1  # the chain's input is input 0; each op then takes its own operands in order
+    for (name, params), count in zip(ops, bind_operands(list(ops), len(shapes))):
+        if name == "matmul":
+            scales[position] = 1.0 / math.sqrt(shapes[position][-1 if params.get("transpose_b") else 0])
+        position += count
     return scales
 
 

@@ -88,13 +88,20 @@ def main(argv=None) -> dict:
 
 
 def _subgraph_arguments(subgraph: FusedSubgraph, call) -> tuple:
-    """The arguments the graph passes its fused subgraph, recorded from one ``call`` of the compiled module."""
+    """The arguments the graph passes its fused subgraph, recorded from one ``call`` of the compiled module (at its
+    ``launch``: the graph calls the subgraph's ``forward`` without nn.Module's hook dispatch)."""
     seen = []
-    handle = subgraph.register_forward_pre_hook(lambda module, arguments: seen.append(arguments))
+    launch = subgraph.launch
+
+    def recording(arguments):
+        seen.append(tuple(arguments))
+        return launch(arguments)
+
+    subgraph.launch = recording
     try:
         call()
     finally:
-        handle.remove()
+        del subgraph.launch
     return seen[0]
 
 

@@ -289,6 +289,24 @@ def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():
     assert _weight_scales(module, shapes) == [1.0, 1.0, 0.1, 1.0]
 
 
+@pytest.mark.parametrize(("ops", "shapes"), [
+    (["rmsnorm", "matmul", "add"], [(37, 100), (100,), (100, 75), (37, 75)]),
+    (["layernorm", "matmul"], [(8, 64), (64,), (64,), (64, 32)]),
+    ([("matmul", {"transpose_b": True}), "relu"], [(8, 64), (32, 64)]),
+    (["add", "matmul", "matmul"], [(8, 64), (8, 64), (64, 16), (16, 4)]),
+])
+def test_op_lists_scale_their_matmul_weights_as_the_vendor_race_does(ops, shapes):
+    """amk.verify's random inputs for an op list scale each matmul's weight by 1/sqrt(K), whichever input it is, as
+    the vendor race scales the weights it reads from the module."""
+    from amk.build import _weight_scales
+    from amk.verification import input_scales
+
+    normalized = normalize_ops(ops)
+    scales = input_scales(normalized, shapes)
+    assert scales == _weight_scales(build_module(normalized, shapes, torch.float16), shapes)
+    assert sum(scale != 1.0 for scale in scales) == sum(name == "matmul" for name, _ in normalized)
+
+
 def test_a_pipeline_string_takes_the_vendor_gemm_option_too():
     """amk.compile's subgraphs run a pipeline string (duplicated norm prologues, then amk-fuse): its vendor-GEMM
     program leaves the matmul to PyTorch as the default pipeline's does."""
