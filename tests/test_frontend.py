@@ -230,6 +230,68 @@ def test_batch_sizes_compile_once(kind):
     assert after["kernel_calls"] - stats["kernel_calls"] == 4
 
 
+class RotaryProjection(nn.Module):
+    """A Llama attention input as people write it: RMSNorm, a projection split into heads, rotary embeddings whose
+    cos and sin ([1, 1, T, D]) broadcast over the batch and the heads."""
+
+    def __init__(self, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.RMSNorm(HIDDEN, eps=1e-6)
+        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin):
+        batch, tokens, _ = x.shape
+        q = self.q(self.norm(x)).view(batch, tokens, self.heads, -1).transpose(1, 2)
+        first, second = q.chunk(2, dim=-1)
+        return q * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def rotary_inputs(batch: int, tokens: int = 5, heads: int = 4):
+    angles = torch.arange(tokens)[:, None] * torch.linspace(0.1, 1.0, HIDDEN // heads // 2)[None]
+    angles = torch.cat([angles, angles], dim=-1)[None, None]
+    return inputs(batch, tokens), angles.cos().to(DEVICE), angles.sin().to(DEVICE)
+
+
+def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batch():
+    """A dim of size 1 marked dynamic is traced as "not 1", so RoPE's cos [1, 1, T, D] could not broadcast against
+    [B, H, T, D] (TorchDynamo raised). The trace is made again with only the first tensor argument's size-1 dims
+    dynamic: the batch of 1 of the first call still serves batch 3 without another compile."""
+    model = RotaryProjection().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    stats = frontend.STATS.as_dict()
+    for batch in (1, 3):
+        arguments = rotary_inputs(batch)
+        torch.testing.assert_close(compiled(*arguments), model(*arguments), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.as_dict()["graphs"] - stats["graphs"] == 1
+    assert amk.explain(compiled, print_report=False).graphs[0].subgraphs  # the norm and the projection fused
+
+
+def test_tensor_indexing_after_a_fused_subgraph_stays_pytorchs():
+    """x[:, 0] is an operator.getitem node, which torch's partitioner moves into its producer's partition as if it
+    took a tuple apart; amk keeps such nodes out of its subgraphs (the import failed with a TypeError)."""
+
+    class ClassHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(HIDDEN)
+            self.mlp = nn.Sequential(nn.Linear(HIDDEN, INTERMEDIATE), nn.GELU(), nn.Linear(INTERMEDIATE, HIDDEN))
+            self.head = nn.Linear(HIDDEN, 10)
+
+        def forward(self, x):
+            x = x + self.mlp(self.norm(x))
+            return self.head(x[:, 0]).log_softmax(-1)
+
+    model = ClassHead().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        x = inputs(batch)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    report = amk.explain(compiled, print_report=False)
+    assert any("getitem" in node.name for node in report.graphs[0].pytorch)
+    assert all(subgraph.buckets for subgraph in report.graphs[0].subgraphs)
+
+
 def test_symbolic_dims_in_ir(tmp_path):
     amk.compile(make("gpt2"), (inputs(2),), dump_ir=tmp_path, autotune=False)
     text = next(tmp_path.rglob("00-input.mlir")).read_text()

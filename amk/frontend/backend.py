@@ -79,9 +79,11 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
     partitions = []
     for partition in partitioner.propose_partitions():
-        # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes.
+        # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes. The
+        # partitioner also moves every operator.getitem user of a node into the node's partition (for tuple outputs),
+        # tensor indexing such as x[:, 0] included: such nodes are not amk's and stay out, as they were before.
         by_epoch: dict[int, list[Node]] = {}
-        for node in sorted(partition.nodes, key=order.__getitem__):
+        for node in sorted((n for n in partition.nodes if n in supported), key=order.__getitem__):
             by_epoch.setdefault(analysis.epochs.get(node, 0), []).append(node)
         for nodes in by_epoch.values():
             if any(analysis.infos[n].kind == "compute" for n in nodes):

@@ -28,6 +28,7 @@ bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 import torch
@@ -39,6 +40,8 @@ from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
+
+log = logging.getLogger("amk.frontend")
 
 # Kept importable from here: the ``torch_dynamo_backends`` entry point names ``amk.frontend.compile:amk_backend``.
 __all__ = ["STATS", "CompiledModule", "ExplainReport", "amk_backend", "clear_cache", "compile", "explain",
@@ -63,15 +66,44 @@ def _size_oblivious_config():
     return config if config is not None and hasattr(config, "backed_size_oblivious") else None
 
 
-def _mark_leading_dims(values) -> None:
+def _leading_dims(values):
+    """``(tensor, axis)`` for every leading dim (all but the last) of the tensor arguments in ``values`` (nested in
+    lists, tuples and dicts too), parameters aside."""
     for value in values:
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and not isinstance(value, torch.nn.Parameter):
             for axis in range(value.dim() - 1):
-                torch._dynamo.maybe_mark_dynamic(value, axis)
+                yield value, axis
         elif isinstance(value, list | tuple):
-            _mark_leading_dims(value)
+            yield from _leading_dims(value)
         elif isinstance(value, dict):
-            _mark_leading_dims(value.values())
+            yield from _leading_dims(value.values())
+
+
+# Which leading dims of size 1 amk.compile marks dynamic, most first: a dim marked dynamic is traced as "not 1" and
+# cannot broadcast, so a call whose trace fails with them marked is traced again with fewer (see _Caller).
+SIZE_ONE_MARKS = ("every argument's", "the first tensor argument's", "none")
+
+
+def _mark_leading_dims(values, size_one: str) -> bool:
+    """Mark the leading dims of the tensor arguments dynamic, those of size 1 as ``size_one`` (one of
+    ``SIZE_ONE_MARKS``) says; whether one of size 1 was marked."""
+    marked_size_one = False
+    first = None
+    for tensor, axis in _leading_dims(values):
+        first = tensor if first is None else first
+        one = tensor.shape[axis] == 1
+        if not one or size_one == SIZE_ONE_MARKS[0] or (size_one == SIZE_ONE_MARKS[1] and tensor is first):
+            torch._dynamo.maybe_mark_dynamic(tensor, axis)
+            marked_size_one = marked_size_one or one
+    return marked_size_one
+
+
+def _unmark_size_one_dims(values) -> None:
+    """Take back the dynamic marks of the leading dims of size 1 (``maybe_mark_dynamic`` keeps its marks in this set;
+    torch has no call that removes one)."""
+    for tensor, axis in _leading_dims(values):
+        if tensor.shape[axis] == 1:
+            getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -118,6 +150,10 @@ class _Caller:
         self.size_oblivious = _size_oblivious_config()
         self.compiled_for: tuple | None = None  # the last marked call's _signature, with the module's mode
         self.global_state = None  # TorchDynamo's global state at that call (_global_state)
+        # Which dims of size 1 are marked dynamic too (so that a first call with a batch of 1 serves every batch):
+        # fewer once a trace failed with them, as one that broadcasts (RoPE's cos [1, 1, T, D] times q [B, H, T, D])
+        # then does: a marked dim is traced as "not 1" and cannot broadcast.
+        self.size_one_marks = SIZE_ONE_MARKS[0]
 
     @property
     def training(self) -> bool | None:
@@ -136,20 +172,34 @@ class _Caller:
             # sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next change (one
             # compile more).
             return self.call(*args, **kwargs)
-        if self.dynamic is None:
-            _mark_leading_dims(args)
-            _mark_leading_dims(kwargs.values())
-        config = self.size_oblivious
-        if config is None or config.backed_size_oblivious:
-            result = self.call(*args, **kwargs)
-        else:
-            config.backed_size_oblivious = True
+        while True:
+            marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.size_one_marks)
             try:
-                result = self.call(*args, **kwargs)
-            finally:
-                config.backed_size_oblivious = False
+                result = self._traced_call(args, kwargs)
+                break
+            except torch._dynamo.exc.TorchRuntimeError as error:
+                # Raised while TorchDynamo traced the call on fake tensors: nothing ran. Traced again with fewer dims
+                # of size 1 dynamic (those left static specialize: a batch of 1, then another, compiles twice).
+                if not marked_size_one:
+                    raise
+                fewer = SIZE_ONE_MARKS[SIZE_ONE_MARKS.index(self.size_one_marks) + 1]
+                log.info("amk.compile: the trace with %s size-1 dims dynamic failed (%s); tracing again with %s",
+                         self.size_one_marks, str(error).splitlines()[0], fewer)
+                self.size_one_marks = fewer
+                _unmark_size_one_dims((args, kwargs))
         self.compiled_for, self.global_state = signature, _global_state()
         return result
+
+    def _traced_call(self, args, kwargs):
+        """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
+        config = self.size_oblivious
+        if config is None or config.backed_size_oblivious:
+            return self.call(*args, **kwargs)
+        config.backed_size_oblivious = True
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            config.backed_size_oblivious = False
 
 
 class CompiledModule(torch.nn.Module):
