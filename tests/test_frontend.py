@@ -267,6 +267,30 @@ def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batc
     assert amk.explain(compiled, print_report=False).graphs[0].subgraphs  # the norm and the projection fused
 
 
+def test_token_ids_of_every_sequence_length_compile_once():
+    """Token ids [B, T] are integers: their last dim is the sequence, not features, and is dynamic too (it was
+    specialized, so each new prompt length compiled the graph again until TorchDynamo made it dynamic)."""
+
+    class TokenMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, HIDDEN)
+            self.positions = nn.Embedding(16, HIDDEN)
+            self.mlp = GPT2MLP()
+
+        def forward(self, ids):
+            return self.mlp(self.embed(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device)))
+
+    model = TokenMLP().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    stats = frontend.STATS.as_dict()
+    generator = torch.Generator().manual_seed(0)
+    for batch, tokens in ((2, 4), (2, 7), (3, 9)):
+        ids = torch.randint(0, 50, (batch, tokens), generator=generator).to(DEVICE)
+        torch.testing.assert_close(compiled(ids), model(ids), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.as_dict()["graphs"] - stats["graphs"] == 1, "a new sequence length recompiled the graph"
+
+
 def test_tensor_indexing_after_a_fused_subgraph_stays_pytorchs():
     """x[:, 0] is an operator.getitem node, which torch's partitioner moves into its producer's partition as if it
     took a tuple apart; amk keeps such nodes out of its subgraphs (the import failed with a TypeError)."""

@@ -17,8 +17,10 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 (the :class:`~amk.frontend.subgraph.FusedSubgraph` that runs the kernels, with its backward and fallback) and
 :mod:`~amk.frontend.backend` (the graph compiler and :func:`amk_backend`). This module holds the entry points.
 
-Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``)
-and traces with ``backed_size_oblivious`` so that a size of 1 is not specialized; the imported IR then has
+Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``;
+every dim of integer and boolean ones: token ids, positions, masks) and traces with ``backed_size_oblivious`` so
+that a size of 1 is not specialized (where a size-1 dim must broadcast, the trace is made again with fewer of them
+dynamic: ``SIZE_ONE_MARKS``); the imported IR then has
 symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
 size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
 time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
@@ -67,11 +69,13 @@ def _size_oblivious_config():
 
 
 def _leading_dims(values):
-    """``(tensor, axis)`` for every leading dim (all but the last) of the tensor arguments in ``values`` (nested in
-    lists, tuples and dicts too), parameters aside."""
+    """``(tensor, axis)`` for every leading dim (all but the last: features) of the floating-point tensor arguments in
+    ``values`` (nested in lists, tuples and dicts too), parameters aside, and every dim of the integer and boolean
+    ones (token ids [B, T], positions [T], padding masks [B, S]: their last dim is a sequence, not features)."""
     for value in values:
-        if isinstance(value, torch.Tensor) and value.dim() >= 2 and not isinstance(value, torch.nn.Parameter):
-            for axis in range(value.dim() - 1):
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            numbers = value.is_floating_point() or value.is_complex()
+            for axis in range(value.dim() - 1 if numbers else value.dim()):
                 yield value, axis
         elif isinstance(value, list | tuple):
             yield from _leading_dims(value)
@@ -228,9 +232,9 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
 
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one). Supported
     runs of ops (Linear/matmul, norms, activations, residual adds, scaling, casts, softmax) become fused Triton
-    kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the tensor
-    arguments symbolic, so that changing the batch or sequence length does not recompile; ``True`` makes every dim
-    symbolic, ``False`` none.
+    kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
+    tensor arguments symbolic (every dim of integer and boolean ones, such as token ids), so that changing the batch
+    or sequence length does not recompile; ``True`` makes every dim symbolic, ``False`` none.
 
     Size buckets: the kernels of a subgraph with dynamic sizes are built per bucket of its row count M (the product
     of its batch and sequence sizes: ``M = 1``, ``2..16``, ``17..64``, then each power of two), with the tiling
