@@ -232,7 +232,7 @@ def test_batch_sizes_compile_once(kind):
 
 class RotaryProjection(nn.Module):
     """A Llama attention input as people write it: RMSNorm, a projection split into heads, rotary embeddings whose
-    cos and sin ([1, 1, T, D]) broadcast over the batch and the heads."""
+    cos and sin ([1, 1, T, D]) broadcast over the batch and the heads, and a mask of tokens [1, 1, T, 1] likewise."""
 
     def __init__(self, heads: int = 4):
         super().__init__()
@@ -240,23 +240,24 @@ class RotaryProjection(nn.Module):
         self.norm = nn.RMSNorm(HIDDEN, eps=1e-6)
         self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, mask):
         batch, tokens, _ = x.shape
         q = self.q(self.norm(x)).view(batch, tokens, self.heads, -1).transpose(1, 2)
         first, second = q.chunk(2, dim=-1)
-        return q * cos + torch.cat((-second, first), dim=-1) * sin
+        return (q * cos + torch.cat((-second, first), dim=-1) * sin).masked_fill(mask == 0, 0.0)
 
 
 def rotary_inputs(batch: int, tokens: int = 5, heads: int = 4):
     angles = torch.arange(tokens)[:, None] * torch.linspace(0.1, 1.0, HIDDEN // heads // 2)[None]
     angles = torch.cat([angles, angles], dim=-1)[None, None]
-    return inputs(batch, tokens), angles.cos().to(DEVICE), angles.sin().to(DEVICE)
+    mask = (torch.arange(tokens) < tokens - 1).float()[None, None, :, None]
+    return inputs(batch, tokens), angles.cos().to(DEVICE), angles.sin().to(DEVICE), mask.to(DEVICE)
 
 
 def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batch():
     """A dim of size 1 marked dynamic is traced as "not 1", so RoPE's cos [1, 1, T, D] could not broadcast against
-    [B, H, T, D] (TorchDynamo raised). The trace is made again with only the first tensor argument's size-1 dims
-    dynamic: the batch of 1 of the first call still serves batch 3 without another compile."""
+    [B, H, T, D] (TorchDynamo raised). Only the first tensor argument's size-1 dims are dynamic: the batch of 1 of
+    the first call still serves batch 3 without another compile."""
     model = RotaryProjection().to(DEVICE)
     compiled = amk.compile(model, autotune=False)
     stats = frontend.STATS.as_dict()
@@ -265,6 +266,30 @@ def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batc
         torch.testing.assert_close(compiled(*arguments), model(*arguments), atol=ATOL, rtol=RTOL)
     assert frontend.STATS.as_dict()["graphs"] - stats["graphs"] == 1
     assert amk.explain(compiled, print_report=False).graphs[0].subgraphs  # the norm and the projection fused
+
+
+def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_them_static():
+    """The first tensor argument's size-1 dims are marked dynamic; where one broadcasts against a parameter's dim, the
+    trace fails (nothing has run) and is made again with no size-1 dim dynamic."""
+
+    class Gain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(4, HIDDEN))
+            self.proj = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, gain, x):
+            return self.proj(x + (gain * self.table).sum(1))
+
+    model = Gain().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    stats = frontend.STATS.as_dict()
+    gain = torch.randn(1, 1, HIDDEN).to(DEVICE)
+    for batch in (3, 5):
+        x = inputs(batch)[:, 0].contiguous()
+        torch.testing.assert_close(compiled(gain, x), model(gain, x), atol=ATOL, rtol=RTOL)
+    assert frontend.STATS.as_dict()["graphs"] - stats["graphs"] == 1
+    assert compiled._amk_caller.size_one_marks == frontend.SIZE_ONE_MARKS[-1]
 
 
 def test_token_ids_of_every_sequence_length_compile_once():

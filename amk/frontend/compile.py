@@ -19,8 +19,8 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 
 Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``;
 every dim of integer and boolean ones: token ids, positions, masks) and traces with ``backed_size_oblivious`` so
-that a size of 1 is not specialized (where a size-1 dim must broadcast, the trace is made again with fewer of them
-dynamic: ``SIZE_ONE_MARKS``); the imported IR then has
+that a size of 1 is not specialized (the first tensor argument's only, as other arguments' size-1 dims usually
+broadcast: ``SIZE_ONE_MARKS``); the imported IR then has
 symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
 size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
 time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
@@ -83,9 +83,11 @@ def _leading_dims(values):
             yield from _leading_dims(value.values())
 
 
-# Which leading dims of size 1 amk.compile marks dynamic, most first: a dim marked dynamic is traced as "not 1" and
-# cannot broadcast, so a call whose trace fails with them marked is traced again with fewer (see _Caller).
-SIZE_ONE_MARKS = ("every argument's", "the first tensor argument's", "none")
+# Which leading dims of size 1 amk.compile marks dynamic, most first. The first tensor argument's (a batch of 1 of the
+# model's input then serves every batch), not the others': a dim marked dynamic is traced as "not 1", so one that
+# broadcasts (RoPE's cos [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the
+# batch, a compile more for every new batch. A call whose trace fails with them marked is traced again with none.
+SIZE_ONE_MARKS = ("the first tensor argument's", "none")
 
 
 def _mark_leading_dims(values, size_one: str) -> bool:
@@ -96,7 +98,7 @@ def _mark_leading_dims(values, size_one: str) -> bool:
     for tensor, axis in _leading_dims(values):
         first = tensor if first is None else first
         one = tensor.shape[axis] == 1
-        if not one or size_one == SIZE_ONE_MARKS[0] or (size_one == SIZE_ONE_MARKS[1] and tensor is first):
+        if not one or (size_one == SIZE_ONE_MARKS[0] and tensor is first):
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
             marked_size_one = marked_size_one or one
     return marked_size_one
@@ -154,9 +156,7 @@ class _Caller:
         self.size_oblivious = _size_oblivious_config()
         self.compiled_for: tuple | None = None  # the last marked call's _signature, with the module's mode
         self.global_state = None  # TorchDynamo's global state at that call (_global_state)
-        # Which dims of size 1 are marked dynamic too (so that a first call with a batch of 1 serves every batch):
-        # fewer once a trace failed with them, as one that broadcasts (RoPE's cos [1, 1, T, D] times q [B, H, T, D])
-        # then does: a marked dim is traced as "not 1" and cannot broadcast.
+        # Which dims of size 1 are marked dynamic too (SIZE_ONE_MARKS): fewer once a trace failed with them.
         self.size_one_marks = SIZE_ONE_MARKS[0]
 
     @property
