@@ -292,6 +292,48 @@ def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_the
     assert compiled._amk_caller.size_one_marks == frontend.SIZE_ONE_MARKS[-1]
 
 
+class Conv1D(nn.Module):
+    """Hugging Face GPT-2's projection, as its modeling code writes it."""
+
+    def __init__(self, outputs: int, inputs: int):
+        super().__init__()
+        self.outputs = outputs
+        self.weight = nn.Parameter(torch.randn(inputs, outputs) / inputs**0.5)
+        self.bias = nn.Parameter(torch.randn(outputs) / 10)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.outputs,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+def test_a_matmul_over_rows_merged_by_a_view_fuses_with_its_neighbours():
+    """x.view(-1, K) -> addmm -> .view(*x.shape[:-1], N) is imported as the matmul of x itself: Hugging Face GPT-2's
+    MLP (LayerNorm, Conv1D, gelu_new written out, Conv1D, residual) becomes one subgraph, its norm a prologue."""
+
+    class HuggingFaceGPT2MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = nn.LayerNorm(HIDDEN)
+            self.c_fc = Conv1D(INTERMEDIATE, HIDDEN)
+            self.c_proj = Conv1D(HIDDEN, INTERMEDIATE)
+
+        def forward(self, x):
+            h = self.c_fc(self.ln(x))
+            h = 0.5 * h * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (h + 0.044715 * torch.pow(h, 3.0))))
+            return x + self.c_proj(h)
+
+    model = HuggingFaceGPT2MLP().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (1, 3):
+        x = inputs(batch)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    (subgraph,) = graph.subgraphs
+    assert "layer_norm" in subgraph.nodes and len(subgraph.nodes) >= 14, subgraph.nodes
+    assert all(node.target == "torch.Size" for node in graph.pytorch), graph.pytorch  # x.size() alone stays outside
+
+
 def test_token_ids_of_every_sequence_length_compile_once():
     """Token ids [B, T] are integers: their last dim is the sequence, not features, and is dynamic too (it was
     specialized, so each new prompt length compiled the graph again until TorchDynamo made it dynamic)."""

@@ -20,7 +20,7 @@ from amk.dialects import tensor_op
 from amk.dtypes import to_ir
 from amk.frontend.importer import SubgraphImporter, Transposed
 from amk.frontend.nodes import FLOAT_DTYPES, Unsupported, bind_arguments, describe_target, dim_of, fake_tensor
-from amk.frontend.spellings import ADD, ADDMM, DIV, MATMUL, MUL, POW, SQUARE, SUB, key_of, spellings
+from amk.frontend.spellings import ADD, ADDMM, DIV, LINEAR, MATMUL, MUL, POW, SQUARE, SUB, key_of, spellings
 from amk.symbolic import provably_equal
 
 
@@ -343,7 +343,7 @@ def _matmul_value(b, lhs_node, rhs_node, what: str) -> SSAValue:
     return b.add(tensor_op.MatmulOp(lhs, rhs), "mm" if what != "matmul" else None)
 
 
-@register(spellings([F.linear, torch._C._nn.linear], []), "linear")
+@register(LINEAR, "linear")
 def _linear(b, node):
     a = bind_arguments(node, ("input", "weight", "bias"), {"bias": None})
     x, weight = b.tensor(a["input"]), b.tensor(a["weight"])

@@ -1,7 +1,9 @@
 """Patterns: several FX nodes imported as one ``tensor_op`` op. :func:`match_patterns` finds the hand-written RMSNorm
 ``x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`` (and ``x / sqrt(...)``, with or without the weight) and
 returns it as a :class:`Pattern` whose root becomes one ``tensor_op.rmsnorm`` and whose other nodes are absorbed, so
-that the norm fuses as a matmul prologue like ``torch.rms_norm`` does."""
+that the norm fuses as a matmul prologue like ``torch.rms_norm`` does; and a matmul of rows merged by a view and
+split again (Hugging Face GPT-2's ``Conv1D``: ``torch.addmm(b, x.view(-1, K), w).view(*x.shape[:-1], N)``), imported
+as the matmul of ``x`` itself, so that it fuses with the ops around it (amk has no view between leading dims)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,24 @@ import torch
 from torch.fx import GraphModule, Node
 
 from amk.dialects import tensor_op
+from amk.frontend.converters import CONVERTERS
 from amk.frontend.nodes import fake_tensor, meta_value
-from amk.frontend.spellings import ADD, DIV, MEAN, MUL, POW, RSQRT, SQRT, SQUARE, is_
+from amk.frontend.spellings import (
+    ADD,
+    ADDMM,
+    DIV,
+    LINEAR,
+    MATMUL,
+    MEAN,
+    MUL,
+    POW,
+    RESHAPES,
+    RSQRT,
+    SQRT,
+    SQUARE,
+    is_,
+    key_of,
+)
 
 
 @dataclass
@@ -105,11 +123,63 @@ def _rms_weight(root: Node):
     return user, weight
 
 
+def _dims(shape) -> list[str]:
+    """A shape's sizes as text: symbolic sizes read from the same input print alike, with no guard installed."""
+    return [str(size) for size in shape]
+
+
+def _rows_merged(node) -> Node | None:
+    """``x.view(-1, K)`` / ``x.reshape(M, K)`` / ``torch.reshape(x, ...)`` of an ``x`` of rank 3 or more: its leading
+    dims merged into rows, its last dim kept. Returns ``x``."""
+    if not is_(node, RESHAPES) or not node.args or node.kwargs:
+        return None
+    if not isinstance(meta_value(node.args[0]), torch.Tensor):
+        return None
+    before, after = fake_tensor(node.args[0]), fake_tensor(node)
+    if before.dim() < 3 or after.dim() != 2 or _dims(after.shape)[-1] != _dims(before.shape)[-1]:
+        return None
+    return node.args[0]
+
+
+def _match_merged_rows_matmul(root: Node) -> tuple[Node, Node, Node] | None:
+    """``root`` = ``product.view(*x.shape[:-1], N)`` where ``product`` is a matmul (``addmm``, ``mm``, ``@``,
+    ``linear``) of ``flat`` = the rows of ``x`` merged (:func:`_rows_merged`), each read only there. Returns
+    ``(x, flat, product)``."""
+    if not is_(root, RESHAPES) or not root.args or root.kwargs:
+        return None
+    product = root.args[0]
+    if not (is_(product, ADDMM) or is_(product, MATMUL) or is_(product, LINEAR)) or not _single_user(product, root):
+        return None
+    lhs_position = 1 if is_(product, ADDMM) else 0
+    if len(product.args) <= lhs_position:
+        return None
+    flat = product.args[lhs_position]
+    x = _rows_merged(flat)
+    if x is None or not _single_user(flat, product):
+        return None
+    split, source = fake_tensor(root), fake_tensor(x)
+    if split.dim() != source.dim() or _dims(split.shape)[:-1] != _dims(source.shape)[:-1]:
+        return None
+    return x, flat, product
+
+
 def match_patterns(gm: GraphModule) -> list[Pattern]:
     patterns = []
     taken: set[Node] = set()
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method"):
+            continue
+        merged = _match_merged_rows_matmul(node)
+        if merged is not None and not taken.intersection(merged[1:]):
+            x, flat, product = merged
+
+            def build_matmul(b, _node, x=x, flat=flat, product=product):
+                b.values[flat] = b.tensor(x)  # the merged rows are x's: the matmul takes x as it is
+                return CONVERTERS[key_of(product)].build(b, product)
+
+            patterns.append(Pattern(node, [flat, product], "matmul of merged rows (x.view(-1, K) @ w, viewed back)",
+                                    build_matmul))
+            taken.update([flat, product, node])
             continue
         core = _match_rms_core(node)
         if core is None:

@@ -36,6 +36,8 @@ RSQRT = spellings([torch.rsqrt], ["rsqrt"])
 SQRT = spellings([torch.sqrt], ["sqrt"])
 MATMUL = spellings([operator.matmul, torch.matmul, torch.mm], ["matmul", "mm", "__matmul__"])
 ADDMM = spellings([torch.addmm], ["addmm"])
+LINEAR = spellings([torch.nn.functional.linear, torch._C._nn.linear], [])
+RESHAPES = spellings([torch.reshape], ["view", "reshape"])
 
 
 def is_(node: object, family: frozenset) -> bool:
