@@ -270,7 +270,8 @@ def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batc
 
 def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_them_static():
     """The first tensor argument's size-1 dims are marked dynamic; where one broadcasts against a parameter's dim, the
-    trace fails (nothing has run) and is made again with no size-1 dim dynamic."""
+    trace fails, on the module's first call and in its first frame (nothing of the call has run), and is made again
+    with no size-1 dim dynamic."""
 
     class Gain(nn.Module):
         def __init__(self):
@@ -332,6 +333,34 @@ def test_a_matmul_over_rows_merged_by_a_view_fuses_with_its_neighbours():
     (subgraph,) = graph.subgraphs
     assert "layer_norm" in subgraph.nodes and len(subgraph.nodes) >= 14, subgraph.nodes
     assert all(node.target == "torch.Size" for node in graph.pytorch), graph.pytorch  # x.size() alone stays outside
+
+
+def test_a_failed_trace_after_a_graph_break_is_not_made_again():
+    """Where the failed trace follows a graph break, the code before it has run (here a call the model logs): making
+    the call again would repeat it. The error is raised once, and the next call traces with no size-1 dim dynamic."""
+    calls = []
+
+    @torch._dynamo.disable
+    def note():
+        calls.append(1)
+
+    class Logged(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(4, HIDDEN))
+
+        def forward(self, x):
+            note()
+            return (x * self.table).sum(1)
+
+    model = Logged().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(1, 1)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
+        compiled(x)
+    assert len(calls) == 1
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert len(calls) == 3
 
 
 def test_token_ids_of_every_sequence_length_compile_once():

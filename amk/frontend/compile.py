@@ -112,6 +112,11 @@ def _unmark_size_one_dims(values) -> None:
             getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
 
 
+def _frames_traced() -> int:
+    """How many frames TorchDynamo has started to trace in this process (failed traces included)."""
+    return torch._dynamo.utils.counters["frames"]["total"]
+
+
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape,
     strides, dtype, device and whether it requires grad, each scalar's type and value, and the keywords; None where an
@@ -178,19 +183,27 @@ class _Caller:
             return self.call(*args, **kwargs)
         while True:
             marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.size_one_marks)
+            frames_before = _frames_traced()
             try:
                 result = self._traced_call(args, kwargs)
                 break
             except torch._dynamo.exc.TorchRuntimeError as error:
-                # Raised while TorchDynamo traced the call on fake tensors: nothing ran. Traced again with fewer dims
-                # of size 1 dynamic (those left static specialize: a batch of 1, then another, compiles twice).
+                # Raised while TorchDynamo traced a frame on fake tensors. Later calls trace with no size-1 dim dynamic
+                # (those left static specialize: a batch of 1, then another, compiles twice). This call is traced
+                # again only where nothing of it can have run: the module's first call, whose first frame failed (a
+                # graph before a graph break would have run, from the cache too once a call succeeded).
                 if not marked_size_one:
                     raise
                 fewer = SIZE_ONE_MARKS[SIZE_ONE_MARKS.index(self.size_one_marks) + 1]
-                log.info("amk.compile: the trace with %s size-1 dims dynamic failed (%s); tracing again with %s",
-                         self.size_one_marks, str(error).splitlines()[0], fewer)
                 self.size_one_marks = fewer
                 _unmark_size_one_dims((args, kwargs))
+                if self.compiled_for is not None or _frames_traced() - frames_before != 1:
+                    log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument "
+                                "dynamic, after part of the call may have run, so the call is not made again; later "
+                                "calls trace with %s size-1 dims dynamic: %s", fewer, str(error).splitlines()[0])
+                    raise
+                log.info("amk.compile: the trace with %s size-1 dims dynamic failed (%s); tracing again with %s",
+                         SIZE_ONE_MARKS[SIZE_ONE_MARKS.index(fewer) - 1], str(error).splitlines()[0], fewer)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
@@ -233,8 +246,9 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one). Supported
     runs of ops (Linear/matmul, norms, activations, residual adds, scaling, casts, softmax) become fused Triton
     kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
-    tensor arguments symbolic (every dim of integer and boolean ones, such as token ids), so that changing the batch
-    or sequence length does not recompile; ``True`` makes every dim symbolic, ``False`` none.
+    tensor arguments symbolic (every dim of integer and boolean ones, such as token ids; dims of size 1 on the first
+    tensor argument only, as other arguments' usually broadcast), so that changing the batch or sequence length does
+    not recompile; ``True`` makes every dim symbolic, ``False`` none.
 
     Size buckets: the kernels of a subgraph with dynamic sizes are built per bucket of its row count M (the product
     of its batch and sequence sizes: ``M = 1``, ``2..16``, ``17..64``, then each power of two), with the tiling
