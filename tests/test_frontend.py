@@ -363,6 +363,30 @@ def test_a_failed_trace_after_a_graph_break_is_not_made_again():
     assert len(calls) == 3
 
 
+def test_a_subgraph_that_casts_to_bf16_inside_is_checked_with_bf16s_tolerance(capfd):
+    """An fp32 block whose Linear runs in bf16 (casts written in the model): its fp32 outputs carry bf16's rounding in
+    PyTorch and in the kernels alike, so the bucket's check allows bf16's tolerance (with fp32's it failed and the
+    bucket ran PyTorch); the float64 reference, which cannot run (a bf16 weight meets float64 inputs), prints
+    nothing."""
+
+    class CastLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN).to(torch.bfloat16)
+            self.norm = nn.LayerNorm(HIDDEN)
+
+        def forward(self, x):
+            return self.norm(self.fc(x.to(torch.bfloat16)).float() + x)
+
+    model = CastLinear().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(3)
+    torch.testing.assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+    (bucket,) = amk.explain(compiled, print_report=False).graphs[0].subgraphs[0].buckets
+    assert bucket.runs == "amk", bucket.note
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_token_ids_of_every_sequence_length_compile_once():
     """Token ids [B, T] are integers: their last dim is the sequence, not features, and is dynamic too (it was
     specialized, so each new prompt length compiled the graph again until TorchDynamo made it dynamic)."""

@@ -28,9 +28,11 @@ from amk.autograd import recomputed_gradients
 from amk.build import Built
 from amk.environment import default_device
 from amk.frontend.buckets import SizeBuckets
+from amk.frontend.nodes import meta_value
 from amk.frontend.reports import AMK, PYTORCH, BucketReport, SubgraphReport, kernel_descriptions
 from amk.frontend.stats import STATS
 from amk.tuner import TunerConfig, fastest_program
+from amk.verification import TOLERANCES, compare_with_pytorch
 
 log = logging.getLogger("amk.frontend")
 
@@ -281,17 +283,17 @@ class FusedSubgraph(torch.nn.Module):
         """The first call of a bucket (``run(args)``; ``launch()`` runs its kernels alone on this call's operands):
         the kernels' outputs checked against PyTorch (``verify``), and on a GPU with autotuning both timed on this
         call's inputs; the bucket's report records what runs from now on and why."""
-        from amk.verification import compare_with_pytorch
-
         with torch.no_grad():
             outputs = run(args)
             fallback_args = args[:self.fallback_arity]
             if self.verify:
                 expected = self.fallback(*fallback_args)
                 precise = _in_float64(self.fallback, fallback_args)
+                coarsest = _coarsest_float(self.fallback)
                 for index, (have, want) in enumerate(zip(outputs, expected)):
                     reference = (lambda index=index: precise(index)) if want.is_floating_point() else None
-                    result = compare_with_pytorch(have, want, want.dtype, reference)
+                    judged_in = max((want.dtype, coarsest or want.dtype), key=lambda dtype: TOLERANCES.get(dtype, 0))
+                    result = compare_with_pytorch(have, want, judged_in, reference)
                     if not result.passed:
                         STATS.verification_failures += 1
                         self._leave_to_pytorch(
@@ -311,6 +313,15 @@ class FusedSubgraph(torch.nn.Module):
         return f"name={self.name!r}, buckets={[bucket.report.sizes for bucket in self.buckets.values()]}"
 
 
+def _coarsest_float(fallback: GraphModule) -> torch.dtype | None:
+    """The least precise floating dtype the replaced nodes compute in, or None: an fp32 output computed through a
+    bf16 Linear (``x.to(torch.bfloat16)`` in the model) carries bf16's rounding, in PyTorch and in the kernels alike,
+    and is checked with bf16's tolerance."""
+    dtypes = {value.dtype for node in fallback.graph.nodes for value in [meta_value(node)]
+              if isinstance(value, torch.Tensor) and value.is_floating_point()}
+    return max(dtypes, key=lambda dtype: TOLERANCES.get(dtype, 0), default=None)
+
+
 def _in_float64(fallback: GraphModule, args) -> Callable[[int], torch.Tensor | None]:
     """Output ``index`` of the replaced nodes run on float64 copies of the floating-point arguments (run once, when
     first asked): the reference that a bucket's check falls back on where PyTorch's own low-precision result is too
@@ -323,8 +334,9 @@ def _in_float64(fallback: GraphModule, args) -> Callable[[int], torch.Tensor | N
     def output(index: int) -> torch.Tensor | None:
         if not outputs and not failed:
             try:
-                outputs.extend(fallback(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                                          for a in args]))
+                # forward itself: GraphModule's __call__ prints the traceback of an error it re-raises
+                outputs.extend(fallback.forward(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point()
+                                                  else a for a in args]))
             except Exception as error:  # the check keeps PyTorch's own result
                 failed.append(f"{type(error).__name__}: {error}")
                 log.debug("the replaced nodes do not run in float64: %s", failed[0])
