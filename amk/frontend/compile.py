@@ -20,7 +20,7 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``;
 every dim of integer and boolean ones: token ids, positions, masks) and traces with ``backed_size_oblivious`` so
 that a size of 1 is not specialized (the first tensor argument's only, as other arguments' size-1 dims usually
-broadcast: ``SIZE_ONE_MARKS``); the imported IR then has
+broadcast: ``_mark_leading_dims``); the imported IR then has
 symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
 size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
 time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
@@ -83,22 +83,21 @@ def _leading_dims(values):
             yield from _leading_dims(value.values())
 
 
-# Which leading dims of size 1 amk.compile marks dynamic, most first. The first tensor argument's (a batch of 1 of the
-# model's input then serves every batch), not the others': a dim marked dynamic is traced as "not 1", so one that
-# broadcasts (RoPE's cos [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the
-# batch, a compile more for every new batch. A call whose trace fails with them marked is traced again with none.
-SIZE_ONE_MARKS = ("the first tensor argument's", "none")
+# Dims of size 1 are marked dynamic on the first tensor argument only (a batch of 1 of the model's input then serves
+# every batch), not on the others: a dim marked dynamic is traced as "not 1", so one that broadcasts (RoPE's cos
+# [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a compile more
+# for every new batch. A call whose trace fails with them marked is traced again with none (see _Caller).
 
 
-def _mark_leading_dims(values, size_one: str) -> bool:
-    """Mark the leading dims of the tensor arguments dynamic, those of size 1 as ``size_one`` (one of
-    ``SIZE_ONE_MARKS``) says; whether one of size 1 was marked."""
+def _mark_leading_dims(values, first_size_one: bool) -> bool:
+    """Mark the leading dims of the tensor arguments dynamic, those of size 1 on the first tensor argument too where
+    ``first_size_one``; whether one of size 1 was marked."""
     marked_size_one = False
     first = None
     for tensor, axis in _leading_dims(values):
         first = tensor if first is None else first
         one = tensor.shape[axis] == 1
-        if not one or (size_one == SIZE_ONE_MARKS[0] and tensor is first):
+        if not one or (first_size_one and tensor is first):
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
             marked_size_one = marked_size_one or one
     return marked_size_one
@@ -161,8 +160,8 @@ class _Caller:
         self.size_oblivious = _size_oblivious_config()
         self.compiled_for: tuple | None = None  # the last marked call's _signature, with the module's mode
         self.global_state = None  # TorchDynamo's global state at that call (_global_state)
-        # Which dims of size 1 are marked dynamic too (SIZE_ONE_MARKS): fewer once a trace failed with them.
-        self.size_one_marks = SIZE_ONE_MARKS[0]
+        # Whether the first tensor argument's dims of size 1 are marked dynamic too: not once a trace failed with them.
+        self.mark_size_one = True
 
     @property
     def training(self) -> bool | None:
@@ -181,29 +180,27 @@ class _Caller:
             # sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next change (one
             # compile more).
             return self.call(*args, **kwargs)
-        while True:
-            marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.size_one_marks)
-            frames_before = _frames_traced()
-            try:
-                result = self._traced_call(args, kwargs)
-                break
-            except torch._dynamo.exc.TorchRuntimeError as error:
-                # Raised while TorchDynamo traced a frame on fake tensors. Later calls trace with no size-1 dim dynamic
-                # (those left static specialize: a batch of 1, then another, compiles twice). This call is traced
-                # again only where nothing of it can have run: the module's first call, whose first frame failed (a
-                # graph before a graph break would have run, from the cache too once a call succeeded).
-                if not marked_size_one:
-                    raise
-                fewer = SIZE_ONE_MARKS[SIZE_ONE_MARKS.index(self.size_one_marks) + 1]
-                self.size_one_marks = fewer
-                _unmark_size_one_dims((args, kwargs))
-                if self.compiled_for is not None or _frames_traced() - frames_before != 1:
-                    log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument "
-                                "dynamic, after part of the call may have run, so the call is not made again; later "
-                                "calls trace with %s size-1 dims dynamic: %s", fewer, str(error).splitlines()[0])
-                    raise
-                log.info("amk.compile: the trace with %s size-1 dims dynamic failed (%s); tracing again with %s",
-                         SIZE_ONE_MARKS[SIZE_ONE_MARKS.index(fewer) - 1], str(error).splitlines()[0], fewer)
+        marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.mark_size_one)
+        frames_before = _frames_traced()
+        try:
+            result = self._traced_call(args, kwargs)
+        except torch._dynamo.exc.TorchRuntimeError as error:
+            # Raised while TorchDynamo traced a frame on fake tensors. Later calls trace with no size-1 dim dynamic
+            # (those left static specialize: a batch of 1, then another, compiles twice). This call is traced again
+            # only where nothing of it can have run: the module's first call, whose first frame failed (a graph
+            # before a graph break would have run, from the cache too once a call succeeded).
+            if not marked_size_one:
+                raise
+            self.mark_size_one = False
+            _unmark_size_one_dims((args, kwargs))
+            if self.compiled_for is not None or _frames_traced() - frames_before != 1:
+                log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument dynamic, "
+                            "after part of the call may have run, so the call is not made again; later calls trace "
+                            "with them static: %s", str(error).splitlines()[0])
+                raise
+            log.info("amk.compile: the trace with the first argument's size-1 dims dynamic failed (%s); tracing again "
+                     "with them static", str(error).splitlines()[0])
+            result = self._traced_call(args, kwargs)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
