@@ -495,7 +495,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
     timed on random inputs of the request's shapes; None, reported, where it cannot be built or run: it is an
     alternative, the fused program stands."""
     from amk.pipeline import compile_module
-    from amk.verification import random_inputs, weight_scales
+    from amk.verification import random_inputs
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
@@ -506,7 +506,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
         # Matmul weights are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains
         # (a gated MLP's at scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an
         # eps, a divisor): 1, not a random sign that would make NaNs.
-        inputs = random_inputs(shapes, request.dtype, "cuda", scales=weight_scales(module, shapes))
+        inputs = random_inputs(shapes, request.dtype, "cuda", scales=_weight_scales(module, shapes))
         if not request.ops:
             for tensor in inputs:
                 if tensor.numel() == 1:
@@ -517,6 +517,22 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
                     type(error).__name__, error)
         return None
     return _VendorProgram(compiled, tuning_log, inputs, time_ms)
+
+
+def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:
+    """Per argument of the module's function: 1/sqrt(K) where it is a matmul's rhs (a weight), else 1."""
+    from xdsl.dialects import func
+
+    from amk.lowering import rules
+
+    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    arguments = list(function.body.block.args)
+    scales = [1.0] * len(shapes)
+    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
+        if matmul.rhs in arguments:
+            index = arguments.index(matmul.rhs)
+            scales[index] = 1.0 / math.sqrt(shapes[index][-1 if matmul.rhs_transposed else 0])
+    return scales
 
 
 def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, request: BuildRequest,

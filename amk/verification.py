@@ -19,7 +19,7 @@ from amk import reference
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
 from amk.errors import InvalidArgumentError, VerificationError
-from amk.oplist import build_module
+from amk.oplist import bind_operands
 
 # Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float8_e4m3fn: 1.2e-1}
@@ -209,24 +209,16 @@ def evaluate_function(function: func.FuncOp, tensors: Sequence[torch.Tensor],
     raise AssertionError("function without func.return")
 
 
-def weight_scales(module, shapes) -> list[float]:
-    """Per argument of the module's function: 1/sqrt(K) where it is a matmul's rhs (a weight, whichever argument),
-    else 1, so that outputs stay O(1) in every dtype however many matmuls the module chains."""
-    from amk.lowering import rules
-
-    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    arguments = list(function.body.block.args)
-    scales = [1.0] * len(shapes)
-    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
-        if matmul.rhs in arguments:
-            index = arguments.index(matmul.rhs)
-            scales[index] = 1.0 / math.sqrt(shapes[index][-1 if matmul.rhs_transposed else 0])
-    return scales
-
-
 def input_scales(ops, shapes) -> list[float]:
-    """:func:`weight_scales` of an op list (``ops`` as normalized: ``(name, params)`` pairs)."""
-    return weight_scales(build_module(ops, shapes, torch.float32), shapes)
+    """Each matmul's weight (whichever input it is: a chain may start with a norm and its weight) is scaled by
+    1/sqrt(K) so that outputs stay O(1) in every dtype (``ops`` as normalized: ``(name, params)`` pairs)."""
+    scales = [1.0] * len(shapes)
+    position = 1  # the chain's input is input 0; each op then takes its own operands in order
+    for (name, params), count in zip(ops, bind_operands(list(ops), len(shapes))):
+        if name == "matmul":
+            scales[position] = 1.0 / math.sqrt(shapes[position][-1 if params.get("transpose_b") else 0])
+        position += count
+    return scales
 
 
 def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None = None,

@@ -276,17 +276,17 @@ def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():
     """With the matmuls in the vendor library, amk.compile's pipeline does not clone a norm per matmul (each clone
     would be a kernel of its own); the random inputs the two programs are raced on scale each weight by 1/sqrt(K),
     whichever argument it is (a gated MLP at scale 1 overflows fp16)."""
+    from amk.build import _weight_scales
     from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
     from amk.passes.fuse import FusePass
     from amk.pipeline import fusion_passes
-    from amk.verification import weight_scales
 
     passes = fusion_passes("amk-duplicate-norm-prologues,amk-fuse", vendor_gemm=True)
     assert [type(p) for p in passes] == [FusePass] and passes[0].vendor_gemm
     assert isinstance(fusion_passes("amk-duplicate-norm-prologues,amk-fuse")[0], DuplicateNormProloguesPass)
     shapes = [(37, 100), (100,), (100, 75), (37, 75)]
     module = build_module(normalize_ops(["rmsnorm", "matmul", "add"]), shapes, torch.float16)
-    assert weight_scales(module, shapes) == [1.0, 1.0, 0.1, 1.0]
+    assert _weight_scales(module, shapes) == [1.0, 1.0, 0.1, 1.0]
 
 
 @pytest.mark.parametrize(("ops", "shapes"), [
@@ -298,11 +298,12 @@ def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():
 def test_op_lists_scale_their_matmul_weights_as_the_vendor_race_does(ops, shapes):
     """amk.verify's random inputs for an op list scale each matmul's weight by 1/sqrt(K), whichever input it is, as
     the vendor race scales the weights it reads from the module."""
-    from amk.verification import input_scales, weight_scales
+    from amk.build import _weight_scales
+    from amk.verification import input_scales
 
     normalized = normalize_ops(ops)
     scales = input_scales(normalized, shapes)
-    assert scales == weight_scales(build_module(normalized, shapes, torch.float16), shapes)
+    assert scales == _weight_scales(build_module(normalized, shapes, torch.float16), shapes)
     assert sum(scale != 1.0 for scale in scales) == sum(name == "matmul" for name, _ in normalized)
 
 
