@@ -97,7 +97,10 @@ def run_child(budget: int, cache_dir: str, bytecode_dir: str, mode: str, sizes: 
     environment = os.environ | {"PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", bytecode_dir)}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run([sys.executable, "-c", CHILD, str(budget), cache_dir, mode, json.dumps(sizes)],
-                            capture_output=True, text=True, check=True, env=environment)
+                            capture_output=True, text=True, env=environment,
+                            cwd=bytecode_dir)  # not the checkout: `-c` would import its uninstalled `amk` folder
+    if result.returncode != 0:
+        sys.exit(f"the {mode} process failed (exit status {result.returncode}):\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
