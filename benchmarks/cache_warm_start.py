@@ -52,13 +52,15 @@ class ResidualRMSNorm(torch.nn.Module):
         return self.norm(self.proj(x) + r)
 
 
+# The module is the user's, built before the timer like the inputs: initializing an 8192 x 8192 Linear on the CPU
+# is not amk's time.
+module = ResidualRMSNorm().to(device=device, dtype=torch.bfloat16).eval()
+with torch.no_grad():
+    module.proj.weight.copy_(w.t())
 profiler = cProfile.Profile()
 start = time.perf_counter()
 profiler.enable()
 if sys.argv[3] == "compile":
-    module = ResidualRMSNorm().to(device=device, dtype=torch.bfloat16).eval()
-    with torch.no_grad():
-        module.proj.weight.copy_(w.t())
     kernel = amk.compile(module, tuner_config=settings)
     call, arguments = kernel, (x, r)
 else:
