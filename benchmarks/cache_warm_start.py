@@ -52,11 +52,10 @@ class ResidualRMSNorm(torch.nn.Module):
         return self.norm(self.proj(x) + r)
 
 
-# The module is the user's, built before the timer like the inputs: initializing an 8192 x 8192 Linear on the CPU
-# is not amk's time.
-module = ResidualRMSNorm().to(device=device, dtype=torch.bfloat16).eval()
-with torch.no_grad():
-    module.proj.weight.copy_(w.t())
+if sys.argv[3] == "compile":  # the user's module, built before the timer as the inputs are: not amk's time
+    module = ResidualRMSNorm().to(device=device, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        module.proj.weight.copy_(w.t())
 profiler = cProfile.Profile()
 start = time.perf_counter()
 profiler.enable()
