@@ -258,6 +258,28 @@ def keep_verification(request: BuildRequest, built: Built, report) -> None:
     request.store.save(entry_of(built, report.to_dict()))
 
 
+def recorded_race(built: Built, tuner_config: TunerConfig) -> dict | None:
+    """How ``built``'s program fared against the PyTorch ops it replaces when a first call on this device checked
+    it (``{"amk_ms", "pytorch_ms", "verified"}``; see :func:`record_race`), or None: only a program that came from
+    the cache has one, as the same program raced before."""
+    if not built.cache_hit:
+        return None
+    race = cache.store_for(tuner_config.target_cache_dir).timings(cache.race_key(built.key)).get("race")
+    try:
+        return {"amk_ms": float(race["amk_ms"]), "pytorch_ms": float(race["pytorch_ms"]),
+                "verified": bool(race["verified"])}
+    except (KeyError, TypeError, ValueError):  # none recorded, or a record this version does not read
+        return None
+
+
+def record_race(built: Built, tuner_config: TunerConfig, amk_ms: float, pytorch_ms: float, verified: bool) -> None:
+    """Keep the times of ``built``'s program and of the PyTorch ops it replaces, timed on a first call, and whether
+    that call checked its outputs against theirs: a later process that loads the program from the cache decides
+    with them instead of timing (and checking) it again."""
+    cache.store_for(tuner_config.target_cache_dir).merge_timings(cache.race_key(built.key), {"race": {
+        "amk_ms": amk_ms, "pytorch_ms": pytorch_ms, "verified": verified}}, {"program": built.key})
+
+
 def anonymous_text(module: ModuleOp) -> str:
     """The module's text without value names: the same ops on the same types make the same key (the identical
     layers of a model share one entry)."""

@@ -172,6 +172,16 @@ def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = Non
                                     "fp32_dot": fp32_dot, **sizes}))
 
 
+def race_key(entry_key: str) -> str:
+    """The key of the race of entry ``entry_key``'s program against the PyTorch ops it replaces (a bucket of
+    ``amk.compile``): the entry's key names the device and versions; PyTorch's float32 matmul precision decides
+    what those ops compute in."""
+    import torch
+
+    return _sha256(_canonical_json({"format": FORMAT, "race": entry_key,
+                                    "float32_matmul_precision": torch.get_float32_matmul_precision()}))
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Entries
 # ----------------------------------------------------------------------------------------------------------------------

@@ -365,6 +365,31 @@ def test_a_bucket_runs_what_won_its_race(monkeypatch, tmp_path):
     assert frontend.STATS.fallbacks - fallbacks == (not second_call_ran_kernels)
 
 
+@pytest.mark.skipif(GPU, reason="times the CPU interpreter, which a GPU does not use")
+def test_a_cached_bucket_is_decided_by_its_recorded_race(monkeypatch, tmp_path):
+    """A later compile loading the bucket's program from the cache (a warm start) takes the race's times as the
+    first call recorded them, without timing or checking again; a record made without checking does not spare a
+    verifying compile its check."""
+    monkeypatch.setattr(amk.frontend.backend, "_untimed_reason", lambda settings: None)
+    model, config = linear_relu(), TunerConfig(target_cache_dir=tmp_path)
+
+    def first_bucket(verify: bool):
+        compiled = amk.compile(model, tuner_config=config, verify=verify)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(batch(4)), model(batch(4)), atol=1e-5, rtol=1e-5)
+        (bucket,) = only_subgraph(compiled).buckets
+        return bucket
+
+    unchecked = first_bucket(verify=False)
+    assert not unchecked.cached and unchecked.note.startswith("timed on its first call")
+    checked = first_bucket(verify=True)  # from the cache, but its record says nothing about the outputs
+    assert checked.cached and checked.note.startswith("timed on its first call")
+    assert checked.amk_ms != unchecked.amk_ms
+    warm = first_bucket(verify=True)
+    assert warm.cached and warm.note.startswith("timed on a first call before, as recorded: amk ")
+    assert (warm.amk_ms, warm.pytorch_ms, warm.runs) == (checked.amk_ms, checked.pytorch_ms, checked.runs)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # The call path
 # --------------------------------------------------------------------------------------------------------------------

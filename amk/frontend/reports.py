@@ -83,10 +83,11 @@ class BucketReport:
     note: str = "not called yet: checked on the first call of these sizes"
     build_phases: dict[str, float] = field(default_factory=dict)
 
-    def timed(self, amk_ms: float, pytorch_ms: float) -> None:
-        """Record the times of the bucket's first call and run the faster from then on."""
+    def timed(self, amk_ms: float, pytorch_ms: float, when: str = "on its first call") -> None:
+        """Record the times of the bucket's program and PyTorch ops (``when`` they were timed) and run the faster
+        from then on."""
         self.amk_ms, self.pytorch_ms, self.runs = amk_ms, pytorch_ms, decide(amk_ms, pytorch_ms)
-        self.note = (f"timed on its first call: amk {amk_ms:.4f} ms, PyTorch {pytorch_ms:.4f} ms: "
+        self.note = (f"timed {when}: amk {amk_ms:.4f} ms, PyTorch {pytorch_ms:.4f} ms: "
                      f"{'the kernels are' if self.runs == AMK else 'PyTorch is'} faster")
 
     def leave_to_pytorch(self, reason: str) -> None:

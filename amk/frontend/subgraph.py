@@ -25,7 +25,7 @@ import torch
 from torch.fx import GraphModule
 
 from amk.autograd import recomputed_gradients
-from amk.build import Built
+from amk.build import Built, record_race, recorded_race
 from amk.environment import default_device
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.nodes import meta_value
@@ -282,7 +282,13 @@ class FusedSubgraph(torch.nn.Module):
     def _check(self, bucket: Bucket, run: Callable, launch: Callable[[], object], args) -> tuple:
         """The first call of a bucket (``run(args)``; ``launch()`` runs its kernels alone on this call's operands):
         the kernels' outputs checked against PyTorch (``verify``), and on a GPU with autotuning both timed on this
-        call's inputs; the bucket's report records what runs from now on and why."""
+        call's inputs; the bucket's report records what runs from now on and why. A program from the cache that
+        a first call raced (and checked, where ``verify`` asks for it) before on this device is decided by those
+        times, as it would be again: None, this call is left to run."""
+        recorded = None if self.time_with is None else recorded_race(bucket.built, self.time_with)
+        if recorded is not None and (recorded["verified"] or not self.verify):
+            bucket.report.timed(recorded["amk_ms"], recorded["pytorch_ms"], "on a first call before, as recorded")
+            return None
         with torch.no_grad():
             outputs = run(args)
             fallback_args = args[:self.fallback_arity]
@@ -306,6 +312,7 @@ class FusedSubgraph(torch.nn.Module):
             _, times = fastest_program({AMK: launch, PYTORCH: lambda: self.fallback.forward(*fallback_args)},
                                        self.time_with)
         bucket.report.timed(times[AMK], times[PYTORCH])
+        record_race(bucket.built, self.time_with, times[AMK], times[PYTORCH], verified=self.verify)
         log.info("amk: %s, %s: %s", self.name, bucket.report.sizes, bucket.report.note)
         return outputs
 
