@@ -3,8 +3,9 @@ same kernel and gets its first result. Writes a JSON results file. With ``--comp
 written as people write it (``nn.Linear`` without bias, the residual, ``nn.RMSNorm``) given to ``amk.compile``: the
 second process's first output then also pays TorchDynamo's trace, which no cache keeps across processes (issue 18
 asks for at most 2 s after imports), and two more processes time torch.compile (``max-autotune-no-cudagraphs``, with
-its own caches) on the same module the same way. Both compilers import TorchDynamo when first called, amk its front
-end too: those imports (``front_end_imports_s``) run before the timer.
+its own caches) on the same module the same way. Both compilers import TorchDynamo and the modules ``torch.compile()``
+imports when first called (AOTAutograd's among them), amk its front end too: those imports
+(``front_end_imports_s``) run before the timer.
 
 Each process imports torch and amk and puts its inputs on the device first (CUDA context creation is a cost of the
 process, not of amk); ``first_result_s`` runs from the ``build_fused_kernel`` call to the synchronized output, and
@@ -59,10 +60,11 @@ if sys.argv[3] != "kernel":  # the user's module, built before the timer as the 
     module = ResidualRMSNorm().to(device=device, dtype=torch.bfloat16).eval()
     with torch.no_grad():
         module.proj.weight.copy_(w.t())
-    # Both compilers import TorchDynamo (2.6 s on a 2-core CPU) when first called, amk its front end too: Python's
-    # import time, the same with a cold or a warm cache, reported apart from the time to the first output.
+    # Both compilers import TorchDynamo (2.6 s on a 2-core CPU) when first called, amk its front end too, and
+    # torch.compile() itself imports its debugging wrappers, AOTAutograd's with them (1.5 s on the H200 host):
+    # Python's import time, the same with a cold or a warm cache, reported apart from the time to the first output.
     started = time.perf_counter()
-    import torch._dynamo
+    import torch._dynamo.repro.after_dynamo
     amk.compile
     front_end_imports = time.perf_counter() - started
 profiler = cProfile.Profile()
