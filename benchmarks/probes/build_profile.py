@@ -97,6 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", choices=BUILDS, default="B")
     parser.add_argument("--row", choices=ROWS, help="profile the first call of amk.compile on this model row instead")
+    parser.add_argument("--after", choices=ROWS, help="with --row: first call this row, unprofiled, so that the "
+                        "profiled row finds the compile workers running, as the rows after the first of "
+                        "benchmarks/models.py do")
     parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
     parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
     parser.add_argument("--log", type=Path, help="write amk's INFO log here, each line with the milliseconds since "
@@ -109,6 +112,8 @@ def main() -> None:
         logging.getLogger("amk").setLevel(logging.INFO)
     scratch = tempfile.mkdtemp(prefix="amk-build-profile-")  # empty caches: amk and Triton read these when they build
     os.environ["AMK_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{scratch}/amk", f"{scratch}/triton"
+    if args.after:
+        first_row_call(args.after)
     started = time.perf_counter()
     with StackSampler(threading.get_ident()) as sampler:
         name, phases = first_row_call(args.row) if args.row else (args.build, build_kernel(args.build)[0].build_phases)
