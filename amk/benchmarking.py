@@ -22,7 +22,8 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float = 100.0, warmup: int | None = None,
             warmup_ms: float = 25.0, cuda_graph: bool = False, give_up_above: float | None = None,
-            early_stop_runs: int = 5, graph_below: float | None = None, measure_ms: float | None = None) -> float:
+            early_stop_runs: int = 5, graph_below: float | None = None, measure_ms: float | None = None,
+            graph_rep_ms: float = 20.0) -> float:
     """Median time of ``fn`` in milliseconds.
 
     On a GPU each launch is timed by a pair of CUDA events after L2 is flushed; the launches are queued behind their
@@ -37,7 +38,8 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
       ``early_stop_runs`` (:func:`runs_within`).
     - ``graph_below`` (ms): a median below it is measured again as replays of a captured CUDA graph (a decode-sized
       kernel, where launch latency and the cold L2 would otherwise rank configurations by what they do not control);
-      a launch that cannot be captured keeps its event timing.
+      a launch that cannot be captured keeps its event timing; the graph holds the launches of about
+      ``graph_rep_ms``.
     - ``cuda_graph=True``: replays of a captured CUDA graph only (``triton.testing.do_bench_cudagraph``), how a
       decode step runs its kernels.
 
@@ -78,7 +80,7 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
         try:
-            return _graph_ms(fn, 20.0)
+            return _graph_ms(fn, graph_rep_ms)
         except RuntimeError:  # a launch that cannot be captured keeps its event timing
             pass
     return median

@@ -467,6 +467,10 @@ def _select(candidates: list[KernelConfig], budget: int, search: str, seed: int 
 
 
 GRAPH_TIMING_BELOW_MS = 0.05
+# The launches such a graph holds, in ms of the kernel's time (each of the ten replays runs them all). With Triton's
+# 20 ms, each candidate of a 4-5 us row kernel cost 85 ms on the H200 (capturing and replaying them), and the first
+# call of a Linear + RMSNorm row spent 2.0 s timing; with 5 ms, 28 ms and 0.7 s, still 150 or more launches a replay.
+GRAPH_REP_MS = 5.0
 EARLY_STOP_FACTOR = 1.3
 
 
@@ -506,7 +510,8 @@ def measure(fn, warmup: int, runs: int, give_up_above: float | None = None) -> f
 
 def _measure(fn, warmup: int, runs: int, give_up_above: float | None) -> float:
     return time_ms(fn, runs=runs, warmup=warmup, warmup_ms=WARMUP_MS, give_up_above=give_up_above,
-                   early_stop_runs=EARLY_STOP_RUNS, graph_below=GRAPH_TIMING_BELOW_MS, measure_ms=MEASURE_MS)
+                   early_stop_runs=EARLY_STOP_RUNS, graph_below=GRAPH_TIMING_BELOW_MS, measure_ms=MEASURE_MS,
+                   graph_rep_ms=GRAPH_REP_MS)
 
 
 def fastest_program(programs: Mapping[str, Callable[[], object]], settings: TunerConfig) -> tuple[str, dict[str, float]]:
