@@ -282,6 +282,11 @@ class CompileWorkers:
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
         return futures
 
+    def producing(self) -> bool:
+        """Whether a job has come back from a worker: until then the workers may still be starting (importing torch
+        and triton, creating a CUDA context: 4-5 s on the H200 host before the first candidate came back)."""
+        return bool(self.job_seconds) or self.broken is not None
+
     def _landed(self, key: str, future: Future) -> None:
         with self.in_flight_lock:
             if self.in_flight.get(key) is future:

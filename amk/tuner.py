@@ -1068,6 +1068,11 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             future = compiling.pop(config, None)
             if future is None:
                 return
+            if not future.done() and not compiler.producing():
+                # The workers are starting (the process's first tuned kernel): rather than wait seconds for them,
+                # this candidate compiles here, at its first launch; later ones find theirs compiled by then.
+                future.cancel()
+                return
             with phase("compile"):
                 try:
                     error = future.result()

@@ -170,6 +170,23 @@ def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
         pool.close()
 
 
+def test_the_pool_is_producing_once_a_job_came_back(tmp_path, monkeypatch):
+    """Until a first job comes back the workers may still be starting, and the tuner compiles its candidates itself
+    rather than wait for them; a pool that gave up compiles nothing, which nobody need wait for either."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(1)
+    try:
+        (job,) = pool.submit([("x = 1\n", "quick", [])])
+        assert not pool.producing() or job.done()
+        job.result(timeout=120)
+        assert pool.producing()
+    finally:
+        pool.close()
+    broken = CompileWorkers(1)
+    broken.broken = "a compile worker stopped"
+    assert broken.producing()
+
+
 def test_a_job_submitted_again_while_in_flight_shares_its_compile(tmp_path, monkeypatch):
     """A build hands its fused kernel's first round to the workers ahead of tuning it (amk.build), then submits the
     same jobs when it tunes: one compile each. The same source under other Triton settings is another job."""
