@@ -363,6 +363,31 @@ class LlamaMLP(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+class SwiGLUResidual(nn.Module):
+    """Workload F's computation as a module: SiLU(gate) * up, down projection, residual, without a norm."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        return x + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class NormLinearResidual(nn.Module):
+    """Workloads D and E as a module: RMSNorm with weight, a projection without bias, a residual input."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.norm = nn.RMSNorm(hidden)
+        self.proj = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x, residual):
+        return self.proj(self.norm(x)) + residual
+
+
 class AttentionScores(nn.Module):
     """Multi-head attention probabilities: softmax(q k^T / sqrt(head_dim))."""
 
@@ -434,6 +459,14 @@ ROWS = {row.name: row for row in [
       for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
                                       ("decode_m1", 1, 1, "decode, 1 sequence"),
                                       ("decode_m16", 16, 1, "decode, 16 sequences"))],
+    # benchmarks/run.py's decode workloads written as modules: amk.compile against build_fused_kernel's D, E, F
+    *[Row(f"norm_linear_residual_m{rows}", f"RMSNorm + Linear + residual (workload {workload} as a module), decode, "
+          f"{rows} row{'s' if rows > 1 else ''}, bf16", torch.bfloat16, lambda rows, d: NormLinearResidual(d),
+          {"rows": rows, "d": 4096}, lambda rows, d: [(rows, d), (rows, d)], {"rows": rows, "d": 32}, decode=True)
+      for rows, workload in ((16, "D"), (1, "E"))],
+    Row("swiglu_decode_m16", "SwiGLU MLP + residual, no norm (workload F as a module), decode, 16 rows, bf16",
+        torch.bfloat16, lambda rows, d, inner: SwiGLUResidual(d, inner), {"rows": 16, "d": 4096, "inner": 14336},
+        lambda rows, d, inner: [(rows, d)], {"rows": 16, "d": 32, "inner": 64}, decode=True),
     Row("attention_scores", "attention probabilities softmax(q k^T / 8), 8 x 16 heads x 512 x 64, fp16",
         torch.float16, lambda batch, heads, seq, head_dim: AttentionScores(head_dim),
         {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
