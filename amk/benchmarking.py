@@ -20,11 +20,23 @@ from amk.graph_capture import end_failed_capture
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
-def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float = 100.0, warmup: int | None = None,
-            warmup_ms: float = 25.0, cuda_graph: bool = False, give_up_above: float | None = None,
-            early_stop_runs: int = 5, graph_below: float | None = None, measure_ms: float | None = None,
-            graph_rep_ms: float = 20.0) -> float:
-    """Median time of ``fn`` in milliseconds.
+# How a time was measured (:func:`timed_by`): one captured CUDA graph's replays, CUDA events around flushed launches,
+# or the host's clock (no GPU).
+GRAPH, EVENTS, WALL_CLOCK = "graph replays", "events", "wall clock"
+
+
+def time_ms(fn: Callable[[], object], **options) -> float:
+    """Median time of ``fn`` in milliseconds (:func:`timed_by`, which says how it was measured, takes the same
+    options)."""
+    return timed_by(fn, **options)[0]
+
+
+def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float = 100.0, warmup: int | None = None,
+             warmup_ms: float = 25.0, cuda_graph: bool = False, give_up_above: float | None = None,
+             early_stop_runs: int = 5, graph_below: float | None = None, measure_ms: float | None = None,
+             graph_rep_ms: float = 20.0) -> tuple[float, str]:
+    """Median time of ``fn`` in milliseconds, and how it was measured (:data:`GRAPH`, :data:`EVENTS` or
+    :data:`WALL_CLOCK`).
 
     On a GPU each launch is timed by a pair of CUDA events after L2 is flushed; the launches are queued behind their
     flushes (no synchronization between them), so the host's launch latency hides behind the flush and the events
@@ -53,9 +65,9 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
             start = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(samples)
+        return statistics.median(samples), WALL_CLOCK
     if cuda_graph:
-        return _graph_ms(fn, rep_ms)
+        return _graph_ms(fn, rep_ms), GRAPH
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     fn()
     torch.cuda.synchronize()
@@ -74,16 +86,16 @@ def time_ms(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float 
     if (give_up_above is not None or measure_ms is not None) and runs > early_stop_runs:
         times = _timed(fn, flush, early_stop_runs)
         if give_up_above is not None and statistics.median(times) > give_up_above:
-            return statistics.median(times)
+            return statistics.median(times), EVENTS
         runs = runs_within(runs, statistics.median(times), measure_ms, early_stop_runs)
     times += _timed(fn, flush, runs - len(times))
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
         try:
-            return _graph_ms(fn, graph_rep_ms)
+            return _graph_ms(fn, graph_rep_ms), GRAPH
         except RuntimeError:  # a launch that cannot be captured keeps its event timing
             pass
-    return median
+    return median, EVENTS
 
 
 def runs_within(runs: int, per_launch_ms: float, measure_ms: float | None, at_least: int) -> int:

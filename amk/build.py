@@ -37,6 +37,7 @@ from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
 from amk.tuner import (
+    GRAPH_TIMING_BELOW_MS,
     LAUNCH_BOUND_BYTES,
     OUTRUN_MARGIN,
     TIMED,
@@ -563,7 +564,11 @@ def _outrun_by_vendor(fused_log: dict[str, list[dict]], vendor: _VendorProgram, 
     """Whether the fused program's kernels, at the best time each was measured at while tuned, already take more than
     ``OUTRUN_MARGIN`` times the program with the vendor GEMM: the fused program, which runs them all, loses their race,
     which is not run (it would compile the fused program's untuned kernels first: 1.2-1.8 s of a Linear + norm row's
-    first call on the H200). ``times`` receives both."""
+    first call on the H200). ``times`` receives both. Only where the vendor program takes ``GRAPH_TIMING_BELOW_MS``
+    or more: then it and every kernel slower than it were timed alike, by events (below, a kernel may have been timed
+    as graph replays and another not, which the race evens out)."""
+    if vendor.time_ms < GRAPH_TIMING_BELOW_MS:
+        return False
     floor = sum(min((trial["time_ms"] for trial in trials if trial.get("status") == "ok"), default=0.0)
                 for trials in fused_log.values())
     if floor <= vendor.time_ms * OUTRUN_MARGIN:

@@ -275,7 +275,8 @@ def test_a_norm_before_a_matmul_of_many_rows_also_tries_the_vendor_gemm():
 def test_a_fused_program_whose_kernels_alone_lose_is_not_raced():
     """The fused program runs every kernel it tuned, so the sum of their best times bounds it from below: more than
     OUTRUN_MARGIN times the vendor program's time, and the vendor program is kept without racing (or compiling) the
-    fused one; within the margin, they race. Untimed kernels (launch-bound, heuristic) count nothing."""
+    fused one; within the margin, they race. Untimed kernels (launch-bound, heuristic) count nothing; below
+    GRAPH_TIMING_BELOW_MS, where kernels may have been timed in two ways, they race."""
     from amk.build import _outrun_by_vendor, _VendorProgram
     from amk.tuner import OUTRUN_MARGIN
 
@@ -288,6 +289,8 @@ def test_a_fused_program_whose_kernels_alone_lose_is_not_raced():
     fused_log["fused_2"] = [{"status": "ok", "time_ms": 0.050 * OUTRUN_MARGIN - 0.045 + 1e-4}]
     assert _outrun_by_vendor(fused_log, vendor, times)
     assert times == {"fused_kernels_at_least": pytest.approx(0.050 * OUTRUN_MARGIN + 1e-4), "vendor_gemm": 0.050}
+    decode = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.010)  # kernels maybe graph-timed
+    assert not _outrun_by_vendor({"fused_0": [{"status": "ok", "time_ms": 0.020}]}, decode, {})
 
 
 def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():

@@ -519,3 +519,29 @@ def test_the_finalists_variants_compile_while_the_search_is_still_timed(monkeypa
     assert variants and best.PERSISTENT and best.TMA and recorder.timed_unprepared == []
     first_variant = next(i for i, (kind, keys) in enumerate(events) if kind == "time" and keys & variants)
     assert any(kind == "prepare" and keys & variants for kind, keys in events[:first_variant - 1])
+
+
+def test_whole_programs_are_raced_on_equal_terms(monkeypatch):
+    """A program a CUDA graph could not capture keeps its event timing, which counts launch latency that another's
+    graph replays leave out: then every program is timed again by events, and those times decide."""
+    from amk.benchmarking import EVENTS, GRAPH
+
+    calls = []
+
+    def timed_by(fn, graph_below=None, **options):
+        name = fn()
+        calls.append((name, graph_below))
+        if graph_below is None:  # events only: launch latency counted for both
+            return {"amk": 0.019, "pytorch": 0.029}[name], EVENTS
+        return {"amk": (0.019, EVENTS), "pytorch": (0.015, GRAPH)}[name]
+
+    monkeypatch.setattr(amk.tuner, "timed_by", timed_by)
+    programs = {"amk": lambda: "amk", "pytorch": lambda: "pytorch"}
+    faster, times = amk.tuner.fastest_program(programs, TunerConfig())
+    assert (faster, times) == ("amk", {"amk": 0.019, "pytorch": 0.029})
+    assert [below for _, below in calls] == [amk.tuner.GRAPH_TIMING_BELOW_MS] * 2 + [None] * 2
+
+    calls.clear()
+    monkeypatch.setattr(amk.tuner, "timed_by", lambda fn, **options: (calls.append(fn()) or 0.01, GRAPH))
+    assert amk.tuner.fastest_program(programs, TunerConfig()) == ("amk", {"amk": 0.01, "pytorch": 0.01})
+    assert calls == ["amk", "pytorch"]  # timed alike the first time: not again
