@@ -599,7 +599,7 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, req
             log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
                         "the fused program", difference)
             return False
-    faster, measured = fastest_program({"fused": lambda: fused.program(*vendor.inputs),
+    faster, measured, _ = fastest_program({"fused": lambda: fused.program(*vendor.inputs),
                                         "vendor_gemm": lambda: vendor.compiled.program(*vendor.inputs)},
                                        request.tuner_config or TunerConfig())
     times.update(measured)

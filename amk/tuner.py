@@ -515,11 +515,12 @@ def _measure(fn, warmup: int, runs: int, give_up_above: float | None = None,
                         graph_rep_ms=GRAPH_REP_MS)
 
 
-def fastest_program(programs: Mapping[str, Callable[[], object]], settings: TunerConfig) -> tuple[str, dict[str, float]]:
-    """Time whole programs (each a call on prepared inputs) as candidates are timed; the fastest's name and every
-    median in milliseconds. All are timed the same way: where one could be timed as CUDA-graph replays and another
-    could not be captured (its event timing counts the launch latency the replays leave out), all are timed again
-    by events."""
+def fastest_program(programs: Mapping[str, Callable[[], object]],
+                    settings: TunerConfig) -> tuple[str, dict[str, float], str]:
+    """Time whole programs (each a call on prepared inputs) as candidates are timed; the fastest's name, every
+    median in milliseconds, and how they were timed (:data:`~amk.benchmarking.GRAPH`, ``EVENTS``, ``WALL_CLOCK``).
+    All are timed the same way: where one could be timed as CUDA-graph replays and another could not be captured
+    (its event timing counts the launch latency the replays leave out), all are timed again by events."""
     timed = {name: _measure(run, settings.warmup_runs, settings.measure_runs) for name, run in programs.items()}
     if len({how for _, how in timed.values()}) > 1:
         log.info("whole programs timed unevenly (%s): all timed again by CUDA events",
@@ -527,7 +528,8 @@ def fastest_program(programs: Mapping[str, Callable[[], object]], settings: Tune
         timed = {name: _measure(run, settings.warmup_runs, settings.measure_runs, graph_below=None)
                  for name, run in programs.items()}
     times = {name: ms for name, (ms, _) in timed.items()}
-    return min(times, key=times.__getitem__), times
+    (how,) = {how for _, how in timed.values()}
+    return min(times, key=times.__getitem__), times, how
 
 
 def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,

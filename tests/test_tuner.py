@@ -537,11 +537,10 @@ def test_whole_programs_are_raced_on_equal_terms(monkeypatch):
 
     monkeypatch.setattr(amk.tuner, "timed_by", timed_by)
     programs = {"amk": lambda: "amk", "pytorch": lambda: "pytorch"}
-    faster, times = amk.tuner.fastest_program(programs, TunerConfig())
-    assert (faster, times) == ("amk", {"amk": 0.019, "pytorch": 0.029})
+    assert amk.tuner.fastest_program(programs, TunerConfig()) == ("amk", {"amk": 0.019, "pytorch": 0.029}, EVENTS)
     assert [below for _, below in calls] == [amk.tuner.GRAPH_TIMING_BELOW_MS] * 2 + [None] * 2
 
     calls.clear()
     monkeypatch.setattr(amk.tuner, "timed_by", lambda fn, **options: (calls.append(fn()) or 0.01, GRAPH))
-    assert amk.tuner.fastest_program(programs, TunerConfig()) == ("amk", {"amk": 0.01, "pytorch": 0.01})
+    assert amk.tuner.fastest_program(programs, TunerConfig()) == ("amk", {"amk": 0.01, "pytorch": 0.01}, GRAPH)
     assert calls == ["amk", "pytorch"]  # timed alike the first time: not again

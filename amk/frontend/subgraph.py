@@ -309,9 +309,9 @@ class FusedSubgraph(torch.nn.Module):
             if self.time_with is None:
                 bucket.report.note = f"not timed: {self.untimed}"
                 return outputs
-            _, times = fastest_program({AMK: launch, PYTORCH: lambda: self.fallback.forward(*fallback_args)},
-                                       self.time_with)
-        bucket.report.timed(times[AMK], times[PYTORCH])
+            _, times, how = fastest_program({AMK: launch, PYTORCH: lambda: self.fallback.forward(*fallback_args)},
+                                            self.time_with)
+        bucket.report.timed(times[AMK], times[PYTORCH], f"on its first call ({how})")
         record_race(bucket.built, self.time_with, times[AMK], times[PYTORCH], verified=self.verify)
         log.info("amk: %s, %s: %s", self.name, bucket.report.sizes, bucket.report.note)
         return outputs
