@@ -30,8 +30,8 @@ class FusedKernel(torch.nn.Module):
     ``.source`` is the Triton code (Gluon for a kernel built with ``GLUON``), ``.ir`` the IR text at every level
     (``tensor_op``, ``fused``, ``tiled_loop``, ``memory_staged``, ``triton``), ``.config`` the tile parameters in use,
     ``.torch_ops`` the ops left to PyTorch and ``.program_times`` the whole programs timed against each other while
-    building (``TunerConfig.vendor_gemm``; all four for the shapes it was built for; ``fused_kernels_at_least``
-    where the fused program's kernels alone were slower than the other program, which was then kept unraced). ``.cache_hit`` tells whether the kernel came from the persistent cache
+    building (``TunerConfig.vendor_gemm``; all four for the shapes it was built for; ``fused_kernel_alone``
+    where a kernel of the fused program alone was slower than the other program, which was then kept unraced). ``.cache_hit`` tells whether the kernel came from the persistent cache
     (no tuning, no pass, no emission ran) and ``.cache_key`` is its key there. ``.build_phases`` says where the build's
     seconds went: ``emit`` (passes and Triton source), ``compile`` (waiting for the compile workers),
     ``compile_here`` (candidates' first launches in this process), ``prepare``, ``time`` (timing candidates and

@@ -172,13 +172,14 @@ def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = Non
                                     "fp32_dot": fp32_dot, **sizes}))
 
 
-def race_key(entry_key: str) -> str:
-    """The key of the race of entry ``entry_key``'s program against the PyTorch ops it replaces (a bucket of
-    ``amk.compile``): the entry's key names the device and versions; PyTorch's float32 matmul precision decides
-    what those ops compute in."""
+def race_key(entry_key: str, configs: dict[str, dict]) -> str:
+    """The key of the race of entry ``entry_key``'s program, with its kernels configured as ``configs`` say, against
+    the PyTorch ops it replaces (a bucket of ``amk.compile``): the entry's key names the device and versions, but
+    not the configurations, which another tuning of the same key may choose otherwise; PyTorch's float32 matmul
+    precision decides what its ops compute in."""
     import torch
 
-    return _sha256(_canonical_json({"format": FORMAT, "race": entry_key,
+    return _sha256(_canonical_json({"format": FORMAT, "race": entry_key, "configs": configs,
                                     "float32_matmul_precision": torch.get_float32_matmul_precision()}))
 
 
@@ -280,7 +281,7 @@ class Store:
         self.root = Path(root)
         self.strict = strict
         self.memory_only = False
-        self._memory: dict[str, dict] = {"entries": {}, "configs": {}, "timings": {}, "index": {}}
+        self._memory: dict[str, dict] = {"entries": {}, "configs": {}, "timings": {}, "index": {}, "races": {}}
         self._swept: set[Path] = set()  # folders already rid of stale temporary files by this store
         self._writable: set[Path] = set()  # Triton folders a file was written to (see triton_directory)
 
@@ -608,6 +609,33 @@ class Store:
         if not self._writing(f"timings {key[:12]}", write):
             self._memory["timings"][key] = merged()
 
+    # -- races ---------------------------------------------------------------------------------------------------------
+
+    def race(self, key: str) -> dict | None:
+        """The race recorded under ``key`` (:func:`race_key`) as :meth:`save_race` kept it, or None."""
+        if key in self._memory["races"]:
+            return self._memory["races"][key]
+        path = self.root / "races" / f"{key}.json"
+        try:
+            return _unsealed(path.read_bytes(), path.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (CorruptEntry, OSError) as error:
+            log.warning("race %s in %s is unusable (%s); ignoring it", key[:12], self.root, error)
+            return None
+
+    def save_race(self, key: str, record: dict) -> None:
+        """Keep ``record``, a size bucket's race against PyTorch, under ``key``. Races go with the entries (``amk
+        cache clear``) and stay out of exports: they were measured on this machine, for programs it holds."""
+        doc = {"format": FORMAT, "key": key, **record}
+
+        def write() -> None:
+            with self._lock(f"race-{key}", writing=True):
+                self._write_file(self.root / "races" / f"{key}.json", _sealed(doc))
+
+        if not self._writing(f"race {key[:12]}", write):
+            self._memory["races"][key] = doc
+
     def winners(self, match: dict, limit: int) -> list[dict[str, int]]:
         """The fastest configuration (its ``user_view``) of each kernel timed before whose timings' metadata has every
         item of ``match``, the most recently timed first, at most ``limit`` distinct ones: the tuner seeds a new
@@ -674,10 +702,11 @@ class Store:
         return matches[0]
 
     def clear(self, everything: bool = False) -> int:
-        """Removes every entry (and the imported sources); with ``everything``, tuned configs and timings too. Stale
+        """Removes every entry (with the imported sources and the races of their programs); with ``everything``,
+        tuned configs and timings too. Stale
         temporary files (:meth:`remove_stale_temporaries`) go from the folders it keeps."""
         count = len(self._keys("entries"))
-        folders = ["entries", "index", "sources"] + (["configs", "timings"] if everything else [])
+        folders = ["entries", "index", "sources", "races"] + (["configs", "timings"] if everything else [])
         for folder in folders:
             try:
                 shutil.rmtree(self.root / folder)
@@ -690,6 +719,7 @@ class Store:
         self._swept.clear()
         self._memory["entries"].clear()
         self._memory["index"].clear()
+        self._memory["races"].clear()
         if everything:
             self._memory["configs"].clear()
             self._memory["timings"].clear()

@@ -283,8 +283,9 @@ class CompileWorkers:
         return futures
 
     def producing(self) -> bool:
-        """Whether a job has come back from a worker: until then the workers may still be starting (importing torch
-        and triton, creating a CUDA context: 4-5 s on the H200 host before the first candidate came back)."""
+        """Whether a job has come back from a worker, or the pool gave up (it compiles nothing then, so nobody waits
+        for it): until then the workers may still be starting (importing torch and triton, creating a CUDA context:
+        4-5 s on the H200 host before the first candidate came back)."""
         return bool(self.job_seconds) or self.broken is not None
 
     def _landed(self, key: str, future: Future) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from amk import build_phases
-from amk.benchmarking import timed_by  # the one timer, the benchmarks' too
+from amk.benchmarking import EVENTS, timed_by  # the one timer, the benchmarks' too
 from amk.build_phases import phase
 from amk.environment import interpreting
 from amk.errors import InvalidArgumentError
@@ -519,14 +519,15 @@ def fastest_program(programs: Mapping[str, Callable[[], object]],
                     settings: TunerConfig) -> tuple[str, dict[str, float], str]:
     """Time whole programs (each a call on prepared inputs) as candidates are timed; the fastest's name, every
     median in milliseconds, and how they were timed (:data:`~amk.benchmarking.GRAPH`, ``EVENTS``, ``WALL_CLOCK``).
-    All are timed the same way: where one could be timed as CUDA-graph replays and another could not be captured
-    (its event timing counts the launch latency the replays leave out), all are timed again by events."""
+    All are timed the same way: a program under ``GRAPH_TIMING_BELOW_MS`` is timed as CUDA-graph replays where it can
+    be captured, one above it or one that cannot be captured keeps its event timing, which counts launch latency the
+    replays leave out; where their ways differ, those replayed are timed again by events."""
     timed = {name: _measure(run, settings.warmup_runs, settings.measure_runs) for name, run in programs.items()}
     if len({how for _, how in timed.values()}) > 1:
-        log.info("whole programs timed unevenly (%s): all timed again by CUDA events",
+        log.info("whole programs timed unevenly (%s): timed again by CUDA events",
                  ", ".join(f"{name} by {how}" for name, (_, how) in timed.items()))
-        timed = {name: _measure(run, settings.warmup_runs, settings.measure_runs, graph_below=None)
-                 for name, run in programs.items()}
+        timed = {name: _measure(programs[name], settings.warmup_runs, settings.measure_runs, graph_below=None)
+                 if how != EVENTS else (ms, how) for name, (ms, how) in timed.items()}
     times = {name: ms for name, (ms, _) in timed.items()}
     (how,) = {how for _, how in timed.values()}
     return min(times, key=times.__getitem__), times, how
@@ -1079,10 +1080,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
             future = compiling.pop(config, None)
             if future is None:
                 return
-            if not future.done() and not compiler.producing():
-                # The workers are starting (the process's first tuned kernel): rather than wait seconds for them,
-                # this candidate compiles here, at its first launch; later ones find theirs compiled by then.
-                future.cancel()
+            if not future.done() and not compiler.producing() and future.cancel():
+                # The workers are starting (the process's first tuned kernel) and none has taken this job: rather
+                # than wait seconds for them, it compiles here, at its first launch; later ones find theirs
+                # compiled by then.
                 return
             with phase("compile"):
                 try:

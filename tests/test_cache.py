@@ -531,3 +531,44 @@ def test_cache_root_precedence(tmp_path, monkeypatch):
     assert cache.resolve_root(tmp_path / "explicit") == tmp_path / "explicit"
     monkeypatch.delenv("AMK_CACHE_DIR")
     assert cache.resolve_root().name == "amk"
+
+
+def test_races_stay_with_their_program_and_out_of_exports(tmp_path):
+    """A bucket's race is kept per entry key and kernel configurations (another tuning of the same key gets none),
+    read back only as written (a damaged or odd record is none), cleared with the entries, and never exported, so
+    that an export of a cache that raced buckets still imports."""
+    store = cache.Store(tmp_path)
+    configs = {"fused_0": {"BLOCK_SIZE_M": 16}}
+    key = cache.race_key("a" * 64, configs)
+    assert key != cache.race_key("a" * 64, {"fused_0": {"BLOCK_SIZE_M": 32}})
+    store.save_race(key, {"program": "a" * 64, "amk_ms": 0.02, "pytorch_ms": 0.03, "verified": True})
+    assert cache.Store(tmp_path).race(key)["amk_ms"] == 0.02
+    record_trials(store, "b" * 64, [amk.tuner.Trial(amk.tuner.KernelConfig(BLOCK_M=16), "ok", 0.01)], {"kernel": "k"})
+    document = store.export()
+    assert [doc["key"] for doc in document["timings"]] == ["b" * 64]
+    elsewhere = cache.Store(tmp_path / "elsewhere")
+    assert elsewhere.import_(json.loads(json.dumps(document)))[1] == 1
+    (tmp_path / "races" / f"{key}.json").write_text("{}")
+    assert cache.Store(tmp_path).race(key) is None
+    store.save_race(key, {"amk_ms": 0.02})
+    store.clear()
+    assert cache.Store(tmp_path).race(key) is None and not (tmp_path / "races").exists()
+
+
+def test_a_recorded_race_is_read_only_when_it_reads_as_one(tmp_path):
+    """recorded_race gives the times and the verification as record_race kept them, for a program from the cache;
+    a record with times that are not positive finite numbers, or a verification that is not a boolean, is none."""
+    from types import SimpleNamespace
+
+    from amk.build import record_race, recorded_race
+
+    compiled = SimpleNamespace(kernels={"fused_0": SimpleNamespace(config=amk.tuner.KernelConfig(BLOCK_M=16))})
+    built = Built(compiled, "c" * 64, {}, entry=object())  # an entry: it came from the cache
+    config = TunerConfig(target_cache_dir=tmp_path)
+    assert recorded_race(built, config) is None
+    record_race(built, config, 0.02, 0.03, verified=True)
+    assert recorded_race(built, config) == {"amk_ms": 0.02, "pytorch_ms": 0.03, "verified": True}
+    assert recorded_race(Built(compiled, "c" * 64, {}), config) is None  # built here: raced on its first call
+    for odd in ({"amk_ms": float("nan")}, {"pytorch_ms": -1.0}, {"verified": "false"}):
+        record_race(built, config, **{"amk_ms": 0.02, "pytorch_ms": 0.03, "verified": True, **odd})
+        assert recorded_race(built, config) is None, odd

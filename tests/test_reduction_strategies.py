@@ -272,23 +272,24 @@ def test_a_norm_before_a_matmul_of_many_rows_also_tries_the_vendor_gemm():
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, torch.float16, weight=2)
 
 
-def test_a_fused_program_whose_kernels_alone_lose_is_not_raced():
-    """The fused program runs every kernel it tuned, so the sum of their best times bounds it from below: more than
-    OUTRUN_MARGIN times the vendor program's time, and the vendor program is kept without racing (or compiling) the
-    fused one; within the margin, they race. Untimed kernels (launch-bound, heuristic) count nothing; below
-    GRAPH_TIMING_BELOW_MS, where kernels may have been timed in two ways, they race."""
+def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():
+    """The fused program runs every kernel it tuned: one of them, at its best time, more than OUTRUN_MARGIN times the
+    vendor program's time, and the vendor program is kept without racing (or compiling) the fused one; within the
+    margin, they race, however many kernels (each timed from a cold L2, which the program may not pay). Untimed
+    kernels (launch-bound, heuristic) count nothing; below GRAPH_TIMING_BELOW_MS, where kernels may have been timed
+    in two ways, they race."""
     from amk.build import _outrun_by_vendor, _VendorProgram
     from amk.tuner import OUTRUN_MARGIN
 
     vendor = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.050)
     fused_log = {"fused_0": [{"status": "ok", "time_ms": 0.060}, {"status": "ok", "time_ms": 0.045},
                              {"status": "failed"}],
-                 "fused_1": [{"status": "untimed"}]}
+                 "fused_1": [{"status": "untimed"}], "fused_2": [{"status": "ok", "time_ms": 0.040}]}
     times: dict[str, float] = {}
     assert not _outrun_by_vendor(fused_log, vendor, times) and times == {}
-    fused_log["fused_2"] = [{"status": "ok", "time_ms": 0.050 * OUTRUN_MARGIN - 0.045 + 1e-4}]
+    fused_log["fused_3"] = [{"status": "ok", "time_ms": 0.050 * OUTRUN_MARGIN + 1e-4}]
     assert _outrun_by_vendor(fused_log, vendor, times)
-    assert times == {"fused_kernels_at_least": pytest.approx(0.050 * OUTRUN_MARGIN + 1e-4), "vendor_gemm": 0.050}
+    assert times == {"fused_kernel_alone": pytest.approx(0.050 * OUTRUN_MARGIN + 1e-4), "vendor_gemm": 0.050}
     decode = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.010)  # kernels maybe graph-timed
     assert not _outrun_by_vendor({"fused_0": [{"status": "ok", "time_ms": 0.020}]}, decode, {})
 

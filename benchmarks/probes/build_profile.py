@@ -98,13 +98,15 @@ def main() -> None:
     parser.add_argument("--build", choices=BUILDS, default="B")
     parser.add_argument("--row", choices=ROWS, help="profile the first call of amk.compile on this model row instead")
     parser.add_argument("--after", choices=ROWS, help="with --row: first call this row, unprofiled, so that the "
-                        "profiled row finds the compile workers running, as the rows after the first of "
-                        "benchmarks/models.py do")
+                        "profiled row finds the compile workers running (and the same caches), as the rows after "
+                        "the first of benchmarks/models.py do")
     parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
     parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
     parser.add_argument("--log", type=Path, help="write amk's INFO log here, each line with the milliseconds since "
                         "the start (every candidate's time, the refinements, the race of whole programs)")
     args = parser.parse_args()
+    if args.after and not args.row:
+        parser.error("--after goes with --row")
     if args.log:
         handler = logging.FileHandler(args.log, mode="w")
         handler.setFormatter(logging.Formatter("%(relativeCreated)9.0f ms  %(message)s"))
