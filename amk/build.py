@@ -250,7 +250,7 @@ def _load(store: cache.Store, key: str) -> Built | None:
 def entry_of(built: Built, verification: dict | None = None) -> cache.Entry:
     """What the cache keeps of a built program: plain data (configs, sources, launch plan, IR, tuning log)."""
     kernels = built.compiled.kernels
-    return cache.Entry(built.key, dict(built.meta), {name: k.config.as_dict() for name, k in kernels.items()},
+    return cache.Entry(built.key, dict(built.meta), _kernel_configs(built),
                        {name: k.source for name, k in kernels.items()}, built.compiled.program.plan(),
                        dict(built.compiled.ir), {name: log_ for name, log_ in built.tuning_log.items() if name in kernels},
                        verification)
@@ -287,7 +287,12 @@ def record_race(built: Built, tuner_config: TunerConfig, amk_ms: float, pytorch_
 
 
 def _race_key(built: Built) -> str:
-    return cache.race_key(built.key, {name: kernel.config.as_dict() for name, kernel in built.compiled.kernels.items()})
+    return cache.race_key(built.key, _kernel_configs(built))
+
+
+def _kernel_configs(built: Built) -> dict[str, dict]:
+    """Each kernel's configuration, by kernel name, as the cache keeps it."""
+    return {name: kernel.config.as_dict() for name, kernel in built.compiled.kernels.items()}
 
 
 def anonymous_text(module: ModuleOp) -> str:

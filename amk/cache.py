@@ -574,20 +574,25 @@ class Store:
 
     # -- timings -------------------------------------------------------------------------------------------------------
 
-    def _read_timings(self, key: str) -> dict:
-        if key in self._memory["timings"]:
-            return self._memory["timings"][key]
-        path = self.root / "timings" / f"{key}.json"
+    def _read_sealed(self, folder: str, key: str, required: str | None = None) -> dict:
+        """The document ``<folder>/<key>.json`` (or the one kept in memory where the folder could not be written),
+        {} where there is none; a damaged one, or one without the object ``required``, is logged and {}."""
+        if key in self._memory[folder]:
+            return self._memory[folder][key]
+        path = self.root / folder / f"{key}.json"
         try:
             doc = _unsealed(path.read_bytes(), path.name)
-            if not isinstance(doc.get("trials"), dict):
-                raise CorruptEntry("no trials")
+            if required is not None and not isinstance(doc.get(required), dict):
+                raise CorruptEntry(f"no {required}")
             return doc
         except (FileNotFoundError, NotADirectoryError):
             return {}
         except (CorruptEntry, OSError) as error:
-            log.warning("timings %s in %s are unusable (%s); ignoring them", key[:12], self.root, error)
+            log.warning("%s %s in %s unusable (%s); ignoring it", folder, key[:12], self.root, error)
             return {}
+
+    def _read_timings(self, key: str) -> dict:
+        return self._read_sealed("timings", key, required="trials")
 
     def timings(self, key: str) -> dict[str, dict]:
         """The trials timed before for a timing key, as the store keeps them: ``{config key: trial data}``."""
@@ -613,16 +618,7 @@ class Store:
 
     def race(self, key: str) -> dict | None:
         """The race recorded under ``key`` (:func:`race_key`) as :meth:`save_race` kept it, or None."""
-        if key in self._memory["races"]:
-            return self._memory["races"][key]
-        path = self.root / "races" / f"{key}.json"
-        try:
-            return _unsealed(path.read_bytes(), path.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except (CorruptEntry, OSError) as error:
-            log.warning("race %s in %s is unusable (%s); ignoring it", key[:12], self.root, error)
-            return None
+        return self._read_sealed("races", key) or None
 
     def save_race(self, key: str, record: dict) -> None:
         """Keep ``record``, a size bucket's race against PyTorch, under ``key``. Races go with the entries (``amk
@@ -703,8 +699,8 @@ class Store:
 
     def clear(self, everything: bool = False) -> int:
         """Removes every entry (with the imported sources and the races of their programs); with ``everything``,
-        tuned configs and timings too. Stale
-        temporary files (:meth:`remove_stale_temporaries`) go from the folders it keeps."""
+        tuned configs and timings too. Stale temporary files (:meth:`remove_stale_temporaries`) go from the folders
+        it keeps."""
         count = len(self._keys("entries"))
         folders = ["entries", "index", "sources", "races"] + (["configs", "timings"] if everything else [])
         for folder in folders:
