@@ -106,16 +106,62 @@ def runs_within(runs: int, per_launch_ms: float, measure_ms: float | None, at_le
     return max(at_least, min(runs, int(measure_ms / max(per_launch_ms, 1e-6))))
 
 
+# Launches queued behind one GPU sleep (the driver's queue holds about a thousand; each launch takes a few slots: the
+# flush, two events and the timed call's kernels). The first batch of a call is small: its host time is not known yet.
+QUEUED_LAUNCHES, FIRST_BATCH = 64, 8
+# Before the first batch, the host time per launch assumed (a loaded host's amk.compile call path measured ~120 us).
+HOST_US_GUESS = 150.0
+# Clock cycles per microsecond of any GPU amk times at or above its clock (the H200's SMs run at up to 1.98 GHz): a
+# sleep of ``us * SLEEP_CYCLES_PER_US`` cycles lasts at least ``us`` microseconds.
+SLEEP_CYCLES_PER_US = 2000
+# Batches issued again when the GPU caught up with the host; after that many, the call's
+# launches are not gated (a call that synchronizes the GPU itself, e.g. reading a value back, waits for any sleep).
+RETRIES = 2
+
+
+def sleep_us(launches: int, host_us: float, device_us: float) -> float:
+    """How long the GPU must sleep before ``launches`` launches, each taking ``host_us`` of the host's time to issue
+    and ``device_us`` of the GPU's to run (flush included), so that it never waits for the host: the host's lag over
+    the whole batch, with a quarter more for its jitter, and 20 us for the first launch."""
+    return 20.0 + 1.25 * launches * max(host_us - device_us, 0.0)
+
+
 def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[float]:
-    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events; their times in ms."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
-    for start, end in events:
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
+    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events; their times in ms.
+
+    Each batch of launches is queued behind a GPU sleep (:func:`sleep_us`) as long as the host lags behind the GPU
+    in issuing them, so that no launch waits for the host: a loaded or slow host cannot enter the times. (Without
+    it the flush alone hid about 60 us of host time per launch; a decode-sized program whose call took longer, as on
+    a host busy with compile workers, was timed at its host latency: 0.066 ms for a 0.012 ms kernel.) A batch whose
+    last launch the GPU had reached before the host finished issuing it is issued again, with the host time measured."""
+    times: list[float] = []
+    host_us, device_us, retries, gated = HOST_US_GUESS, 0.0, 0, True
+    while len(times) < count:
+        launches = min(count - len(times), QUEUED_LAUNCHES if times or retries else FIRST_BATCH)
+        # (before the flush, start, end) of each launch: the GPU's own time per launch is flush to end.
+        events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(launches)]
+        if gated:
+            torch.cuda._sleep(int(sleep_us(launches, host_us, device_us) * SLEEP_CYCLES_PER_US))
+        started = time.perf_counter()
+        for before, start, end in events:
+            before.record()
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        host_us = (time.perf_counter() - started) * 1e6 / launches
+        # The GPU already past the last launch's start when the host has just issued it: it was waiting for the host.
+        caught_up = events[-1][1].query()
+        torch.cuda.synchronize()
+        if not caught_up:  # else the GPU's times hold its waits for the host
+            device_us = statistics.fmean(before.elapsed_time(end) for before, _, end in events) * 1e3
+        if caught_up and gated:
+            if retries < RETRIES:
+                retries += 1
+                continue
+            gated = False
+        times += [start.elapsed_time(end) for _, start, end in events]
+    return times
 
 
 def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:

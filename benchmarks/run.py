@@ -22,35 +22,22 @@ import time
 from pathlib import Path
 
 import torch
-from workloads import PEAK_BYTES, PEAK_FLOPS, WORKLOADS, Workload, make_inputs, relative_error, tensor_bytes
+from workloads import (
+    PEAK_BYTES,
+    PEAK_FLOPS,
+    WORKLOADS,
+    ModuleKernel,
+    Workload,
+    make_inputs,
+    relative_error,
+    tensor_bytes,
+)
 
 import amk
 from amk.benchmarking import environment, time_ms
 from amk.runtime import default_device
 
 CONTENDERS = ("eager", "compile", "compile_max_autotune", "cublas", "amk")
-
-
-class ModuleKernel:
-    """A compiled tensor_op module called like a FusedKernel (for workloads that are not op chains)."""
-
-    def __init__(self, workload: Workload, shapes, budget: int):
-        from amk.pipeline import compile_module
-        from amk.runtime import interpreting
-        from amk.tuner import autotune_chooser
-
-        self.tuning_log: dict = {}
-        chooser = None
-        if torch.cuda.is_available() and not interpreting():
-            chooser = autotune_chooser(amk.TunerConfig(search_budget=budget), None,
-                                       lambda k, c, t: self.tuning_log.update({k.sym_name.data: [x.as_dict() for x in t]}))
-        self.compiled = (compile_module(workload.module(shapes, workload.dtype), chooser) if chooser
-                         else compile_module(workload.module(shapes, workload.dtype)))
-        self.num_kernels = len(self.compiled.kernels)
-        self.config = {name: k.config.user_view() for name, k in self.compiled.kernels.items()}
-
-    def __call__(self, *tensors):
-        return self.compiled.program(*tensors)[0]
 
 
 def run_workload(workload: Workload, contenders: list[str], small: bool, graphs: bool, budget: int) -> dict:

@@ -179,6 +179,28 @@ def build_kernel(name: str, cache_dir: str | None = None):
     return kernel, workload, shapes, make_inputs(workload, shapes, "cuda")
 
 
+class ModuleKernel:
+    """A compiled tensor_op module called like a FusedKernel (for workloads that are not op chains)."""
+
+    def __init__(self, workload: Workload, shapes, budget: int, cache_dir: str | None = None):
+        from amk.pipeline import compile_module
+        from amk.runtime import interpreting
+        from amk.tuner import autotune_chooser
+
+        self.tuning_log: dict = {}
+        chooser = None
+        if torch.cuda.is_available() and not interpreting():
+            chooser = autotune_chooser(amk.TunerConfig(search_budget=budget, target_cache_dir=cache_dir), None,
+                                       lambda k, c, t: self.tuning_log.update({k.sym_name.data: [x.as_dict() for x in t]}))
+        self.compiled = (compile_module(workload.module(shapes, workload.dtype), chooser) if chooser
+                         else compile_module(workload.module(shapes, workload.dtype)))
+        self.num_kernels = len(self.compiled.kernels)
+        self.config = {name: k.config.user_view() for name, k in self.compiled.kernels.items()}
+
+    def __call__(self, *tensors):
+        return self.compiled.program(*tensors)[0]
+
+
 def baseline_rows(workload: Workload, shapes, budget: int) -> tuple[list[torch.Tensor], torch.Tensor, list[dict]]:
     """For diagnostics that time a hand-written kernel beside the contenders, on the GPU: the inputs, the float64
     reference, and one row per contender (eager, torch.compile, amk tuned with ``budget``, the cuBLAS GEMM alone),

@@ -25,6 +25,8 @@ from amk.lowering.rules import TileBuilder
 from amk.symbolic import Dim
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from amk.lowering.strategies.base import TilingStrategy
 
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"
@@ -57,8 +59,10 @@ class KernelLowering:
 
     def __init__(self, plan: GroupPlan, strategy: TilingStrategy, kernel: tiled_loop.KernelOp,
                  arg_of: dict[SSAValue, SSAValue], output_arg: dict[SSAValue, SSAValue], workspace: Workspace,
-                 merge_chunk: int = 1):
+                 merge_chunk: int = 1, size_hints: Mapping[str, int] | None = None):
         self.plan = plan
+        # The values of the size bucket being built: choices that only make the kernel faster may assume them.
+        self.size_hints = dict(size_hints or {})
         self.strategy = strategy
         # A norm prologue whose per-row scale is applied to the accumulator, its statistics gathered in the K loop.
         self.row_scaled = row_scaled_prologue(plan, strategy)
@@ -292,9 +296,10 @@ class KernelLowering:
         """Whether a row-scaled norm's sums of squares may come from ``x @ x^T``: its input is a 16-bit kernel
         operand, loaded as it is (each product is then exact in fp32 on the tensor cores; an fp32 dot would leave
         them or round to tf32), and the rows are few (timed with 1 to 32 rows; the ``[BLOCK_M, BLOCK_M]``
-        accumulator and its MMAs grow with the square of the rows)."""
+        accumulator and its MMAs grow with the square of the rows). Symbolic rows count as the size bucket's (its
+        upper bound, ``size_hints``): the statistics are right for any row count, only their speed needs few."""
         source = rules.reduction_input(norm)
-        rows = self.plan.rows
+        rows = self.plan.rows.subs(self.size_hints)
         return (source in self.arg_of and source.type.element_type in (f16, bf16) and rows.is_static
                 and rows.value <= GRAM_MAX_ROWS)
 

@@ -141,7 +141,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
     if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
                                                                                 or phase_two):
         workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
-    KernelLowering(plan, tiling, kernel, arg_of, output_arg, workspace, merge_chunk or DEFAULT_MERGE_CHUNK).build()
+    KernelLowering(plan, tiling, kernel, arg_of, output_arg, workspace, merge_chunk or DEFAULT_MERGE_CHUNK,
+                   size_hints).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])
     return kernel, launch
 
