@@ -119,11 +119,11 @@ SLEEP_CYCLES_PER_US = 2000
 RETRIES = 2
 
 
-def sleep_us(launches: int, host_us: float, device_us: float) -> float:
+def sleep_us(launches: int, host_us: float, device_us: float, margin: float = 1.25) -> float:
     """How long the GPU must sleep before ``launches`` launches, each taking ``host_us`` of the host's time to issue
     and ``device_us`` of the GPU's to run (flush included), so that it never waits for the host: the host's lag over
-    the whole batch, with a quarter more for its jitter, and 20 us for the first launch."""
-    return 20.0 + 1.25 * launches * max(host_us - device_us, 0.0)
+    the whole batch, its time taken ``margin`` times for its jitter, and 20 us for the first launch."""
+    return 20.0 + launches * max(margin * host_us - device_us, 0.0)
 
 
 def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[float]:
@@ -141,7 +141,8 @@ def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[fl
         # (before the flush, start, end) of each launch: the GPU's own time per launch is flush to end.
         events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(launches)]
         if gated:
-            torch.cuda._sleep(int(sleep_us(launches, host_us, device_us) * SLEEP_CYCLES_PER_US))
+            margin = 1.25 * 2 ** retries  # each batch issued again waits longer
+            torch.cuda._sleep(int(sleep_us(launches, host_us, device_us, margin) * SLEEP_CYCLES_PER_US))
         started = time.perf_counter()
         for before, start, end in events:
             before.record()
