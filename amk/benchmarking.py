@@ -7,6 +7,7 @@ A leaf module: it imports torch, and Triton only to replay CUDA graphs, nothing 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -72,8 +73,9 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
     fn()
     torch.cuda.synchronize()
     if runs is None or warmup is None:
-        estimate = _timed(fn, flush, 5)
-        per_launch = max(statistics.fmean(estimate), 1e-6)
+        estimate, host_ms = _timed(fn, flush, 5)
+        # A launch takes the host's time where that is the longer: the runs fill rep_ms of the clock either way.
+        per_launch = max(statistics.fmean(estimate), host_ms, 1e-6)
         runs = runs if runs is not None else max(1, int(rep_ms / per_launch))
         warmup = warmup if warmup is not None else max(1, int(warmup_ms / per_launch))
     started = time.perf_counter()
@@ -84,11 +86,11 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
             break
     times: list[float] = []
     if (give_up_above is not None or measure_ms is not None) and runs > early_stop_runs:
-        times = _timed(fn, flush, early_stop_runs)
+        times = _timed(fn, flush, early_stop_runs)[0]
         if give_up_above is not None and statistics.median(times) > give_up_above:
             return statistics.median(times), EVENTS
         runs = runs_within(runs, statistics.median(times), measure_ms, early_stop_runs)
-    times += _timed(fn, flush, runs - len(times))
+    times += _timed(fn, flush, runs - len(times))[0]
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
         try:
@@ -107,15 +109,19 @@ def runs_within(runs: int, per_launch_ms: float, measure_ms: float | None, at_le
 
 
 # Launches queued behind one GPU sleep (the driver's queue holds about a thousand; each launch takes a few slots: the
-# flush, two events and the timed call's kernels). The first batch of a call is small: its host time is not known yet.
+# flush, three events and the timed call's kernels; a fuller queue only makes the host wait, which the GPU does not
+# see). The first batch of a call is small: its host time is not known yet.
 QUEUED_LAUNCHES, FIRST_BATCH = 64, 8
 # Before the first batch, the host time per launch assumed (a loaded host's amk.compile call path measured ~120 us).
 HOST_US_GUESS = 150.0
+# The longest sleep: a batch whose host lag needs more is cut to fewer launches.
+MAX_SLEEP_US = 50_000.0
 # Clock cycles per microsecond of any GPU amk times at or above its clock (the H200's SMs run at up to 1.98 GHz): a
-# sleep of ``us * SLEEP_CYCLES_PER_US`` cycles lasts at least ``us`` microseconds.
+# sleep of ``us * SLEEP_CYCLES_PER_US`` cycles lasts at least ``us`` microseconds. (A faster clock sleeps shorter:
+# the batch is caught up with and issued again behind a longer sleep.)
 SLEEP_CYCLES_PER_US = 2000
-# Batches issued again when the GPU caught up with the host; after that many, the call's
-# launches are not gated (a call that synchronizes the GPU itself, e.g. reading a value back, waits for any sleep).
+# Batches issued again when the GPU caught up with the host, each behind a sleep with twice the margin (kept for the
+# rest of the call: a host that lagged once will again); after that many, the call's launches are not gated.
 RETRIES = 2
 
 
@@ -126,43 +132,64 @@ def sleep_us(launches: int, host_us: float, device_us: float, margin: float = 1.
     return 20.0 + launches * max(margin * host_us - device_us, 0.0)
 
 
-def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> list[float]:
-    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events; their times in ms.
+def gated_launches(launches: int, host_us: float, device_us: float, margin: float) -> int:
+    """At most ``launches``, as many as one sleep of at most ``MAX_SLEEP_US`` covers (at least one)."""
+    lag = max(margin * host_us - device_us, 1e-3)
+    return max(1, min(launches, int((MAX_SLEEP_US - 20.0) / lag)))
+
+
+def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> tuple[list[float], float]:
+    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events: their times in ms, and
+    the host's time to issue one launch (ms, of the last batch: :func:`_trimmed_mean`).
 
     Each batch of launches is queued behind a GPU sleep (:func:`sleep_us`) as long as the host lags behind the GPU
     in issuing them, so that no launch waits for the host: a loaded or slow host cannot enter the times. (Without
     it the flush alone hid about 60 us of host time per launch; a decode-sized program whose call took longer, as on
-    a host busy with compile workers, was timed at its host latency: 0.066 ms for a 0.012 ms kernel.) A batch whose
-    last launch the GPU had reached before the host finished issuing it is issued again, with the host time measured."""
+    a host busy with compile workers, was timed at its host latency: 0.066 ms for a 0.012 ms kernel.) A batch with a
+    launch that the GPU had reached before the host finished issuing it is issued again behind a longer sleep. A call
+    that waits for the GPU itself (it reads a value back: its first launch has run when it returns) is not gated: it
+    would wait out every sleep."""
     times: list[float] = []
     host_us, device_us, retries, gated = HOST_US_GUESS, 0.0, 0, True
     while len(times) < count:
         launches = min(count - len(times), QUEUED_LAUNCHES if times or retries else FIRST_BATCH)
+        if gated:
+            margin = 1.25 * 2 ** retries
+            launches = gated_launches(launches, host_us, device_us, margin)
+            torch.cuda._sleep(int(sleep_us(launches, host_us, device_us, margin) * SLEEP_CYCLES_PER_US))
         # (before the flush, start, end) of each launch: the GPU's own time per launch is flush to end.
         events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(launches)]
-        if gated:
-            margin = 1.25 * 2 ** retries  # each batch issued again waits longer
-            torch.cuda._sleep(int(sleep_us(launches, host_us, device_us, margin) * SLEEP_CYCLES_PER_US))
-        started = time.perf_counter()
+        issued, caught_up = [time.perf_counter()], False
         for before, start, end in events:
             before.record()
             flush.zero_()
             start.record()
             fn()
+            # The GPU already past this launch's start when the host has just issued it: it waited for the host.
+            caught_up = caught_up or (gated and start.query())
             end.record()
-        host_us = (time.perf_counter() - started) * 1e6 / launches
-        # The GPU already past the last launch's start when the host has just issued it: it was waiting for the host.
-        caught_up = events[-1][1].query()
+            issued.append(time.perf_counter())
+            if gated and len(issued) == 2 and end.query():
+                gated, caught_up = False, False  # the first launch ran before the sleep could end: fn waited for the GPU
+        host_us = _trimmed_mean([b - a for a, b in zip(issued, issued[1:])]) * 1e6
         torch.cuda.synchronize()
         if not caught_up:  # else the GPU's times hold its waits for the host
             device_us = statistics.fmean(before.elapsed_time(end) for before, _, end in events) * 1e3
-        if caught_up and gated:
+        if caught_up:
             if retries < RETRIES:
                 retries += 1
                 continue
             gated = False
         times += [start.elapsed_time(end) for _, start, end in events]
-    return times
+    return times, host_us / 1e3
+
+
+def _trimmed_mean(gaps: list[float]) -> float:
+    """The mean of the host's times between launches, the longest tenth left out: the host's time per launch without
+    the one launch that waited for the GPU (a full launch queue frees its first slot only when the sleep ends), which
+    would lengthen every later sleep; a host that is often slow (every fourth call) still counts."""
+    kept = sorted(gaps)[:max(1, math.ceil(0.9 * len(gaps)))]
+    return statistics.fmean(kept)
 
 
 def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:

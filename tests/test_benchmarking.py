@@ -4,6 +4,8 @@ itself must still be timed, without sleeping ever longer."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -14,15 +16,23 @@ FLUSH_US = 55.0  # an L2 flush of 256 MB on the H200
 
 class SimulatedGPU:
     """One stream: the host's clock (``host``, microseconds) advances with what the host does, the GPU's (``busy``)
-    with the work queued; a queued item starts when both the GPU is free and the host has issued it."""
+    with the work queued; a queued item starts when both the GPU is free and the host has issued it. The launch queue
+    holds ``capacity`` items: the host waits for a free slot."""
 
-    def __init__(self):
+    def __init__(self, capacity: int = 1024):
         self.host = 0.0
         self.busy = 0.0
         self.slept_us: list[float] = []
+        self.capacity = capacity
+        self.pending: collections.deque[float] = collections.deque()  # completion times of the queued items
 
     def enqueue(self, duration_us: float) -> float:
+        while self.pending and self.pending[0] <= self.host:
+            self.pending.popleft()
+        if len(self.pending) >= self.capacity:
+            self.host = self.pending.popleft()
         self.busy = max(self.busy, self.host) + duration_us
+        self.pending.append(self.busy)
         return self.busy
 
     def install(self, monkeypatch) -> None:
@@ -63,23 +73,28 @@ class Flush:
         self.gpu.enqueue(FLUSH_US)
 
 
-def launch(gpu: SimulatedGPU, host_us: float, kernel_us: float, waits: bool = False):
+def launch(gpu: SimulatedGPU, host_us: float, kernel_us: float, waits: bool = False, kernels: int = 1):
     def fn():
         gpu.host += host_us
-        gpu.enqueue(kernel_us)
+        for _ in range(kernels):
+            gpu.enqueue(kernel_us / kernels)
         if waits:  # reads a value back, as a PyTorch fallback with .item() would
             gpu.host = max(gpu.host, gpu.busy)
 
     return fn
 
 
-@pytest.mark.parametrize("host_us", [10.0, 120.0, 400.0])
-def test_a_slow_host_does_not_enter_the_times(monkeypatch, host_us):
+@pytest.mark.parametrize("host_us,batches", [(10.0, 4), (120.0, 4), (400.0, 5)])
+def test_a_slow_host_does_not_enter_the_times(monkeypatch, host_us, batches):
+    """200 launches: a first batch of 8, then batches of 64; only a host slower than the first guess has its first
+    batch issued again."""
     gpu = SimulatedGPU()
     gpu.install(monkeypatch)
-    times = benchmarking._timed(launch(gpu, host_us, kernel_us=12.0), Flush(gpu), 200)
+    times, host_ms = benchmarking._timed(launch(gpu, host_us, kernel_us=12.0), Flush(gpu), 200)
     assert len(times) == 200
     assert max(times) == pytest.approx(0.012)
+    assert host_ms * 1e3 == pytest.approx(host_us + 5.0)  # the call and the flush
+    assert len(gpu.slept_us) == batches
 
 
 def test_without_the_sleep_the_host_would_have_been_timed(monkeypatch):
@@ -88,32 +103,52 @@ def test_without_the_sleep_the_host_would_have_been_timed(monkeypatch):
     gpu.install(monkeypatch)
     monkeypatch.setattr(benchmarking, "sleep_us", lambda *args: 0.0)
     monkeypatch.setattr(benchmarking, "RETRIES", 0)
-    times = benchmarking._timed(launch(gpu, 120.0, kernel_us=12.0), Flush(gpu), 50)
+    times, _ = benchmarking._timed(launch(gpu, 120.0, kernel_us=12.0), Flush(gpu), 50)
     assert max(times) > 0.05
 
 
 def test_a_call_that_waits_for_the_gpu_is_timed_without_ever_longer_sleeps(monkeypatch):
     gpu = SimulatedGPU()
     gpu.install(monkeypatch)
-    times = benchmarking._timed(launch(gpu, 30.0, kernel_us=12.0, waits=True), Flush(gpu), 300)
+    times, _ = benchmarking._timed(launch(gpu, 30.0, kernel_us=12.0, waits=True), Flush(gpu), 300)
     assert len(times) == 300
     assert max(times) == pytest.approx(0.012)
-    assert len(gpu.slept_us) == 1 + benchmarking.RETRIES  # then its launches are no longer gated
+    assert len(gpu.slept_us) == 1 and sum(gpu.slept_us) < 2000  # its first launch ran at once: no more sleeps
+
+
+def test_a_full_launch_queue_does_not_lengthen_the_sleeps(monkeypatch):
+    """30 kernels a call: 64 calls overflow a queue of 1024 items, and the host waits for slots during the sleep;
+    that wait is not host time per launch, so the sleeps stay as long as the lag needs."""
+    gpu = SimulatedGPU(capacity=1024)
+    gpu.install(monkeypatch)
+    times, host_ms = benchmarking._timed(launch(gpu, 300.0, kernel_us=150.0, kernels=30), Flush(gpu), 1500)
+    assert max(times) == pytest.approx(0.150)
+    assert max(gpu.slept_us) < 64 * 1.25 * 2 * 305
+    assert gpu.host < 2 * 1500 * 305  # the whole call: about as long as the host takes to issue the launches
+
+
+def test_a_sleep_is_never_longer_than_its_cap(monkeypatch):
+    gpu = SimulatedGPU()
+    gpu.install(monkeypatch)
+    times, _ = benchmarking._timed(launch(gpu, 2000.0, kernel_us=12.0), Flush(gpu), 100)
+    assert max(times) == pytest.approx(0.012)
+    assert max(gpu.slept_us) <= benchmarking.MAX_SLEEP_US
 
 
 def test_a_jittery_host_does_not_enter_the_times(monkeypatch):
-    """Host time per call between 80 and 200 us (a collector's pause, a guard that misses), the GPU's 67 us a
-    launch: batches the GPU catches up with are issued again behind longer sleeps."""
+    """Host time per call 60 us, every tenth 1000 (a collector's pause, a guard that misses), the GPU's 67 us a
+    launch: the trimmed host time misses the pauses, the GPU catches up with the batch, and it is issued again behind
+    a sleep with a wider margin."""
     gpu = SimulatedGPU()
     gpu.install(monkeypatch)
     calls = []
 
     def fn():
         calls.append(None)
-        gpu.host += 200.0 if len(calls) % 7 == 0 else 80.0
+        gpu.host += 1000.0 if len(calls) % 10 == 0 else 60.0
         gpu.enqueue(12.0)
 
-    times = benchmarking._timed(fn, Flush(gpu), 300)
+    times, _ = benchmarking._timed(fn, Flush(gpu), 300)
     assert max(times) == pytest.approx(0.012)
 
 
