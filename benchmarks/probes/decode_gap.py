@@ -7,7 +7,8 @@ For each decode workload, in one process, on the same weights, every variant tim
 (``time_ms(..., cuda_graph=True)``, median) after its output is checked against a float64 reference:
 
 - ``build_fused_kernel`` at the search budgets ``--budgets`` (``run.py`` tunes with 24, ``amk.compile`` with
-  ``TunerConfig``'s default 16);
+  ``TunerConfig``'s default 16); for F, which is not an op chain, the row of that name is ``run.py``'s build of its
+  tensor_op module (``workloads.ModuleKernel``), the figure ``run.py`` reports for F;
 - ``amk.compile`` on the module (``benchmarks/workloads.py`` ``NormLinearResidual`` / ``SwiGLUResidual``) at the
   same budgets, with the weights as ``nn.Linear`` keeps them (``[N, K]``: the matmul reads ``W.T``, K-contiguous);
 - ``amk.compile`` on the module whose weights are views ``W_kn.t()`` of the workload's contiguous ``[K, N]`` weights,
@@ -80,10 +81,12 @@ def probe(name: str, budgets: list[int]) -> list[dict]:
     rows = [timed_row(f"{name} eager", lambda: workload.eager(*inputs), reference)]
     for budget in budgets:
         with tempfile.TemporaryDirectory() as cache:
-            tuner = amk.TunerConfig(search_budget=budget, target_cache_dir=cache)
-            # F is not an op chain: run.py builds its tensor_op module through the same pipeline
-            kernel = (ModuleKernel(workload, workload.shapes, budget, cache) if workload.module is not None else
-                      amk.build_fused_kernel(workload.ops, workload.shapes, workload.dtype, tuner_config=tuner))
+            if workload.module is not None:  # F is not an op chain: run.py builds its tensor_op module
+                kernel = ModuleKernel(workload, workload.shapes, budget, cache)
+            else:
+                kernel = amk.build_fused_kernel(workload.ops, workload.shapes, workload.dtype,
+                                                tuner_config=amk.TunerConfig(search_budget=budget,
+                                                                             target_cache_dir=cache))
             rows.append(timed_row(f"{name} build_fused_kernel budget {budget}", lambda kernel=kernel: kernel(*inputs), reference,
                                   config=kernel.config))
         for kn_layout in (False, True):
