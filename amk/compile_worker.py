@@ -5,7 +5,8 @@ The workers are plain subprocesses, not a ``multiprocessing`` pool: a "spawn" or
 parent's ``__main__``, which re-runs a user script that has no ``if __name__ == "__main__":`` guard and fails outright
 for a script read from standard input or given with ``python -c``. A ``python -m`` process has this module as its
 main module, whatever started the parent (a script, a notebook, an embedded interpreter); Inductor's compile workers
-are started the same way. Requests and replies are JSON lines on the worker's standard input and output.
+are started the same way. Requests and replies are JSON lines on the worker's standard input and output; a worker's
+first line says it is ready (its imports and warm-up done), and it is handed no job before.
 
 A worker that cannot start or dies leaves the candidates to be compiled in the tuning process when they are timed,
 with one warning per process; it never fails a build.
@@ -118,11 +119,10 @@ def ptxas_version_in_cache_keys() -> str | None:
     return get_ptxas_version(target.arch) if target.backend == "cuda" else None
 
 
-def serve(requests, replies, ready: float | None = None) -> None:
+def serve(requests, replies) -> None:
     """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "environment": {...},
     "cache_directory": dir}``, the environment the submitter's :func:`triton_environment`), one JSON reply per line
-    (``{"error": null}`` or the error's text, the job's ``seconds``, and ``ready``: when the worker's warm-up ended, on
-    the wall clock)."""
+    (``{"error": null}`` or the error's text, and the job's ``seconds``)."""
     for line in requests:
         request = json.loads(line)
         environment = request.get("environment", {})
@@ -135,7 +135,7 @@ def serve(requests, replies, ready: float | None = None) -> None:
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
-        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started, "ready": ready}) + "\n")
+        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started}) + "\n")
         replies.flush()
 
 
@@ -154,29 +154,41 @@ class _Worker:
         path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
         env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
         self.started = time.time()
-        self.boot_seconds: float | None = None  # from its start to the end of its warm-up, known at its first reply
+        self.boot_seconds: float | None = None  # from its start to the end of its warm-up, once it said it is ready
         self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
+
+    def wait_ready(self) -> float:
+        """Wait for the worker's first line, sent once its warm-up is done; the seconds from its start to then."""
+        line = self._reply()
+        try:
+            self.boot_seconds = float(json.loads(line)["ready"]) - self.started
+        except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
+            raise WorkerDied(f"unreadable first line {line[:200]!r} ({error})") from None
+        return self.boot_seconds
+
+    def _reply(self, request: str | None = None) -> str:
+        """The worker's next line (after sending ``request``, when given)."""
+        try:
+            if request is not None:
+                self.process.stdin.write(request)
+                self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except (BrokenPipeError, OSError, UnicodeDecodeError, ValueError) as error:
+            raise WorkerDied(self.last_words() or str(error)) from error
+        if not line:
+            raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
+        return line
 
     def request(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> tuple[str | None, float]:
         """Compile ``job`` under the ``TRITON_*`` variables ``environment``, its source written under
         ``cache_directory``; the error's text if it did not compile, and the seconds it took."""
         request = {"job": job, "environment": environment, "cache_directory": cache_directory}
-        try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            line = self.process.stdout.readline()
-        except (BrokenPipeError, OSError, UnicodeDecodeError) as error:
-            raise WorkerDied(self.last_words() or str(error)) from error
-        if not line:
-            raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
+        line = self._reply(json.dumps(request) + "\n")
         try:
             reply = json.loads(line)
-            error, seconds = reply["error"], float(reply["seconds"])
-            if self.boot_seconds is None and reply.get("ready") is not None:
-                self.boot_seconds = float(reply["ready"]) - self.started
-            return error, seconds
+            return reply["error"], float(reply["seconds"])
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
 
@@ -191,6 +203,7 @@ class _Worker:
             self.process.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
+        self.process.stdout.close()
         self.stderr.close()
 
 
@@ -200,8 +213,8 @@ class CompileWorkers:
     :meth:`submit` hands jobs to the workers and returns at once, a future per job (its error text, None where it
     compiled), so that the tuning process times the first candidates while the workers compile the next;
     :meth:`compile` waits for them all. Builds in several threads share the pool. Each worker has a thread that feeds
-    it the next job: jobs someone waits for before jobs compiled ahead of their tuning (``ahead``), each kind in the
-    order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the
+    it the next job once it is ready: jobs someone waits for before jobs compiled ahead of their tuning (``ahead``),
+    each kind in the order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the
     tuning process when it is timed) and says so once.
     """
 
@@ -214,10 +227,11 @@ class CompileWorkers:
         self.pending: queue.PriorityQueue = queue.PriorityQueue()
         self.sequence = itertools.count()
         self.broken: str | None = None
+        self.closing = False  # close() is stopping the workers: one that stops before it is ready is no failure
         self.exit_registered = False
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
-        self.boot_seconds: list[float] = []  # each worker's start (torch, triton, a CUDA context), at its first reply
+        self.boot_seconds: list[float] = []  # each worker's start (torch, triton, a CUDA context), once it is ready
         # Jobs handed to the workers and not finished, by what they compile: a job submitted again meanwhile (a build
         # that compiles its candidates ahead, then tunes them) shares the first one's compile.
         self.in_flight: dict[str, Future] = {}
@@ -283,10 +297,11 @@ class CompileWorkers:
         return futures
 
     def producing(self) -> bool:
-        """Whether a job has come back from a worker, or the pool gave up (it compiles nothing then, so nobody waits
-        for it): until then the workers may still be starting (importing torch and triton, creating a CUDA context:
-        4-5 s on the H200 host before the first candidate came back)."""
-        return bool(self.job_seconds) or self.broken is not None
+        """Whether a worker is ready to compile, or the pool gave up (it compiles nothing then, so nobody waits for
+        it): until then the workers are starting (importing torch and triton, creating a CUDA context: about 7 s on
+        the H200 host, 15 at once), and no job has left the queue, so a caller can take its own back
+        (``Future.cancel``) and compile it itself."""
+        return bool(self.boot_seconds) or self.broken is not None
 
     def _landed(self, key: str, future: Future) -> None:
         with self.in_flight_lock:
@@ -297,7 +312,14 @@ class CompileWorkers:
         return [future.result() for future in self.submit(jobs)]
 
     def _feed(self, worker: _Worker) -> None:
-        """A feeding thread: ``worker``'s next jobs, until :meth:`close`."""
+        """A feeding thread: ``worker``'s next jobs, until :meth:`close`. It takes none before the worker is ready:
+        meanwhile they stay queued, where their callers may take them back."""
+        try:
+            self.boot_seconds.append(worker.wait_ready())
+        except WorkerDied as died:
+            if self.closing:  # close() stopped a worker still starting
+                return
+            self._give_up(f"a compile worker stopped before it was ready ({died})")
         while True:
             rank, _, entry = self.pending.get()
             if rank == FEEDER_STOP:
@@ -311,11 +333,8 @@ class CompileWorkers:
                 continue
             error = None
             try:
-                booted = worker.boot_seconds is not None
                 error, seconds = worker.request(job, cache_directory, environment)
                 self.job_seconds.append(seconds)
-                if not booted and worker.boot_seconds is not None:
-                    self.boot_seconds.append(worker.boot_seconds)
             except WorkerDied as died:
                 self._give_up(f"a compile worker stopped ({died})")
             except BaseException as failure:  # this thread goes on serving, and the job's callers get their answer
@@ -334,11 +353,16 @@ class CompileWorkers:
                           stacklevel=3)
 
     def close(self) -> None:
-        """Stop the workers once their current jobs are done; the jobs still queued are cancelled."""
+        """Stop the workers once their current jobs are done (those still starting at once); the jobs still queued
+        are cancelled."""
         with self.lock:
             try:
+                self.closing = True
                 for _ in self.feeders:
                     self.pending.put((FEEDER_STOP, next(self.sequence), None))
+                for worker in self.workers:
+                    if worker.boot_seconds is None:  # its feeder waits for it to be ready: no job of its to finish
+                        worker.process.kill()
                 for feeder in self.feeders:
                     feeder.join()
                 while not self.pending.empty():
@@ -350,6 +374,7 @@ class CompileWorkers:
                 for worker in self.workers:
                     worker.close()
                 self.workers = []
+                self.closing = False
 
 
 # The rank of the entry that stops a feeding thread: before any job.
@@ -399,7 +424,11 @@ def main() -> None:
         warm_up()
     except Exception as error:  # the first job meets the same problem and reports it as its error
         print(f"amk.compile_worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
-    serve(sys.stdin, replies, time.time())
+    # Ready: the pool hands this worker jobs from now on (until then they wait in its queue, where the tuning process
+    # may still take them back and compile them itself).
+    replies.write(json.dumps({"ready": time.time()}) + "\n")
+    replies.flush()
+    serve(sys.stdin, replies)
 
 
 if __name__ == "__main__":

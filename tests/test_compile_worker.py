@@ -187,6 +187,31 @@ def test_the_pool_is_producing_once_a_job_came_back(tmp_path, monkeypatch):
     assert broken.producing()
 
 
+def test_no_job_leaves_the_queue_before_a_worker_is_ready(tmp_path, monkeypatch):
+    """A starting worker (importing torch and triton: seconds) takes no job: its caller can still take it back and
+    compile it itself (the tuner does, for the process's first kernel); 15 workers used to take the first 15 jobs
+    at once and hold them until they had started (7 s on the H200 host). Closing the pool meanwhile stops the
+    starting workers at once, without a warning."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(2)
+    try:
+        first, second = pool.submit([("x = 1\n", "first", []), ("x = 2\n", "second", [])])
+        assert not pool.producing()
+        assert first.cancel() and not second.running()
+        assert "launch" in second.result(timeout=120)
+        assert pool.producing() and len(pool.boot_seconds) >= 1
+    finally:
+        pool.close()
+    starting = CompileWorkers(2)
+    starting.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        started = time.perf_counter()
+        starting.close()
+    assert starting.workers == [] and starting.broken is None
+    assert time.perf_counter() - started < 1.0
+
+
 def test_a_job_submitted_again_while_in_flight_shares_its_compile(tmp_path, monkeypatch):
     """A build hands its fused kernel's first round to the workers ahead of tuning it (amk.build), then submits the
     same jobs when it tunes: one compile each. The same source under other Triton settings is another job."""
