@@ -155,6 +155,7 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
         self.started = time.time()
         self.boot_seconds: float | None = None  # from its start to the end of its warm-up, once it said it is ready
+        self.stopping = False  # stopped by the pool's close() while it was starting: its end is no failure
         self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
                                         start_new_session=True)
@@ -227,7 +228,6 @@ class CompileWorkers:
         self.pending: queue.PriorityQueue = queue.PriorityQueue()
         self.sequence = itertools.count()
         self.broken: str | None = None
-        self.closing = False  # close() is stopping the workers: one that stops before it is ready is no failure
         self.exit_registered = False
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
@@ -301,7 +301,7 @@ class CompileWorkers:
         it): until then the workers are starting (importing torch and triton, creating a CUDA context: about 7 s on
         the H200 host, 15 at once), and no job has left the queue, so a caller can take its own back
         (``Future.cancel``) and compile it itself."""
-        return bool(self.boot_seconds) or self.broken is not None
+        return any(worker.boot_seconds is not None for worker in self.workers) or self.broken is not None
 
     def _landed(self, key: str, future: Future) -> None:
         with self.in_flight_lock:
@@ -316,10 +316,10 @@ class CompileWorkers:
         meanwhile they stay queued, where their callers may take them back."""
         try:
             self.boot_seconds.append(worker.wait_ready())
-        except WorkerDied as died:
-            if self.closing:  # close() stopped a worker still starting
+        except BaseException as failure:  # the jobs are still answered below (the pool compiles nothing then)
+            if worker.stopping:  # close() stopped it while it was starting
                 return
-            self._give_up(f"a compile worker stopped before it was ready ({died})")
+            self._give_up(f"a compile worker did not start ({type(failure).__name__}: {failure})")
         while True:
             rank, _, entry = self.pending.get()
             if rank == FEEDER_STOP:
@@ -357,24 +357,24 @@ class CompileWorkers:
         are cancelled."""
         with self.lock:
             try:
-                self.closing = True
                 for _ in self.feeders:
                     self.pending.put((FEEDER_STOP, next(self.sequence), None))
                 for worker in self.workers:
                     if worker.boot_seconds is None:  # its feeder waits for it to be ready: no job of its to finish
+                        worker.stopping = True
                         worker.process.kill()
                 for feeder in self.feeders:
                     feeder.join()
+            finally:
+                # Also after an interrupted join: a stop entry left queued would stop a feeder of the next start.
                 while not self.pending.empty():
                     rank, _, entry = self.pending.get()
                     if rank != FEEDER_STOP:
                         entry[0].cancel()
-            finally:
                 self.feeders = []
                 for worker in self.workers:
                     worker.close()
                 self.workers = []
-                self.closing = False
 
 
 # The rank of the entry that stops a feeding thread: before any job.

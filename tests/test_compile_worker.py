@@ -170,9 +170,10 @@ def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
         pool.close()
 
 
-def test_the_pool_is_producing_once_a_job_came_back(tmp_path, monkeypatch):
-    """Until a first job comes back the workers may still be starting, and the tuner compiles its candidates itself
-    rather than wait for them; a pool that gave up compiles nothing, which nobody need wait for either."""
+def test_the_pool_is_producing_once_a_worker_is_ready(tmp_path, monkeypatch):
+    """Until a worker is ready the workers are starting, and the tuner compiles its candidates itself rather than
+    wait for them; a pool that gave up compiles nothing, which nobody need wait for either; a pool started again
+    after close() is starting again."""
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(1)
     try:
@@ -180,6 +181,11 @@ def test_the_pool_is_producing_once_a_job_came_back(tmp_path, monkeypatch):
         (job,) = pool.submit([("x = 1\n", "quick", [])])
         job.result(timeout=120)
         assert pool.producing()
+    finally:
+        pool.close()
+    try:
+        pool.start()
+        assert not pool.producing()
     finally:
         pool.close()
     broken = CompileWorkers(1)
@@ -288,10 +294,11 @@ def test_closing_the_pool_cancels_the_jobs_still_queued(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(1)
     busy, queued = pool.submit([("import time\ntime.sleep(1)\n", "busy", []), ("x = 1\n", "queued", [])])
-    for _ in range(200):
+    for _ in range(2400):  # the worker takes it once it has started (torch and triton imported)
         if busy.running():
             break
         time.sleep(0.05)
+    assert busy.running()
     pool.close()
     assert "launch" in busy.result() and queued.cancelled()
     try:  # used again, a closed pool starts new workers
