@@ -72,6 +72,7 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     fn()
     torch.cuda.synchronize()
+    host_ms = None  # the host's time per launch, once measured: the next batches' sleeps start from it
     if runs is None or warmup is None:
         estimate, host_ms = _timed(fn, flush, 5)
         # A launch takes the host's time where that is the longer: the runs fill rep_ms of the clock either way.
@@ -86,11 +87,11 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
             break
     times: list[float] = []
     if (give_up_above is not None or measure_ms is not None) and runs > early_stop_runs:
-        times = _timed(fn, flush, early_stop_runs)[0]
+        times, host_ms = _timed(fn, flush, early_stop_runs, host_ms)
         if give_up_above is not None and statistics.median(times) > give_up_above:
             return statistics.median(times), EVENTS
         runs = runs_within(runs, statistics.median(times), measure_ms, early_stop_runs)
-    times += _timed(fn, flush, runs - len(times))[0]
+    times += _timed(fn, flush, runs - len(times), host_ms)[0]
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
         try:
@@ -138,9 +139,11 @@ def gated_launches(launches: int, host_us: float, device_us: float, margin: floa
     return max(1, min(launches, int((MAX_SLEEP_US - 20.0) / lag)))
 
 
-def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> tuple[list[float], float]:
+def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int,
+           host_ms: float | None = None) -> tuple[list[float], float]:
     """``count`` launches of ``fn``, each after an L2 flush between its own pair of events: their times in ms, and
-    the host's time to issue one launch (ms, of the last batch: :func:`_trimmed_mean`).
+    the host's time to issue one launch (ms, of the last batch: :func:`_trimmed_mean`; ``host_ms``, that of an
+    earlier call, saves the first batch's guess).
 
     Each batch of launches is queued behind a GPU sleep (:func:`sleep_us`) as long as the host lags behind the GPU
     in issuing them, so that no launch waits for the host: a loaded or slow host cannot enter the times. (Without
@@ -150,9 +153,11 @@ def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int) -> tuple[l
     that waits for the GPU itself (it reads a value back: its first launch has run when it returns) is not gated: it
     would wait out every sleep."""
     times: list[float] = []
-    host_us, device_us, retries, gated = HOST_US_GUESS, 0.0, 0, True
+    host_us = HOST_US_GUESS if host_ms is None else host_ms * 1e3
+    device_us, retries, gated = 0.0, 0, True
     while len(times) < count:
-        launches = min(count - len(times), QUEUED_LAUNCHES if times or retries else FIRST_BATCH)
+        known = times or retries or host_ms is not None
+        launches = min(count - len(times), QUEUED_LAUNCHES if known else FIRST_BATCH)
         if gated:
             margin = 1.25 * 2 ** retries
             launches = gated_launches(launches, host_us, device_us, margin)

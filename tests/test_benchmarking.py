@@ -156,3 +156,15 @@ def test_the_sleep_covers_the_hosts_lag_over_the_batch():
     assert benchmarking.sleep_us(64, host_us=100.0, device_us=60.0) == pytest.approx(20.0 + 64 * (125.0 - 60.0))
     assert benchmarking.sleep_us(64, host_us=30.0, device_us=60.0) == 20.0  # the GPU is the slower: no lag
     assert benchmarking.sleep_us(8, host_us=100.0, device_us=60.0, margin=2.5) == pytest.approx(20.0 + 8 * 190.0)
+
+
+def test_a_host_time_measured_before_saves_the_first_small_batch(monkeypatch):
+    """timed_by passes the host time its first launches measured to the next: 128 launches in two full batches,
+    where a first call needs three (a first batch of 8 behind a guessed sleep)."""
+    gpu = SimulatedGPU()
+    gpu.install(monkeypatch)
+    times, host_ms = benchmarking._timed(launch(gpu, 120.0, kernel_us=12.0), Flush(gpu), 128)
+    assert len(gpu.slept_us) == 3
+    gpu.slept_us.clear()
+    times, _ = benchmarking._timed(launch(gpu, 120.0, kernel_us=12.0), Flush(gpu), 128, host_ms)
+    assert len(gpu.slept_us) == 2 and max(times) == pytest.approx(0.012)
