@@ -141,7 +141,7 @@ def gated_launches(launches: int, host_us: float, device_us: float, margin: floa
 
 def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int,
            host_ms: float | None = None) -> tuple[list[float], float]:
-    """``count`` launches of ``fn``, each after an L2 flush between its own pair of events: their times in ms, and
+    """``count`` launches of ``fn``, each after an L2 flush and timed by its own CUDA events: their times in ms, and
     the host's time to issue one launch (ms, of the last batch: :func:`_trimmed_mean`; ``host_ms``, that of an
     earlier call, saves the first batch's guess).
 
@@ -174,16 +174,16 @@ def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int,
             caught_up = caught_up or (gated and start.query())
             end.record()
             issued.append(time.perf_counter())
-            if gated and len(issued) == 2 and end.query():
-                gated, caught_up = False, False  # the first launch ran before the sleep could end: fn waited for the GPU
+            if gated and len(issued) == 2 and end.query():  # it ran before the sleep could end: fn waited for the GPU
+                gated, caught_up = False, False
         host_us = _trimmed_mean([b - a for a, b in zip(issued, issued[1:])]) * 1e6
         torch.cuda.synchronize()
-        if not caught_up:  # else the GPU's times hold its waits for the host
+        if not caught_up:  # (else the GPU's times hold its waits for the host)
             device_us = statistics.fmean(before.elapsed_time(end) for before, _, end in events) * 1e3
-        if caught_up:
-            if retries < RETRIES:
-                retries += 1
-                continue
+        elif retries < RETRIES:
+            retries += 1
+            continue
+        else:
             gated = False
         times += [start.elapsed_time(end) for _, start, end in events]
     return times, host_us / 1e3

@@ -215,8 +215,8 @@ class CompileWorkers:
     compiled), so that the tuning process times the first candidates while the workers compile the next;
     :meth:`compile` waits for them all. Builds in several threads share the pool. Each worker has a thread that feeds
     it the next job once it is ready: jobs someone waits for before jobs compiled ahead of their tuning (``ahead``),
-    each kind in the order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then compiles in the
-    tuning process when it is timed) and says so once.
+    each kind in the order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then
+    compiles in the tuning process when it is timed) and says so once.
     """
 
     def __init__(self, count: int):
