@@ -126,17 +126,21 @@ SLEEP_CYCLES_PER_US = 2000
 RETRIES = 2
 
 
+def _lag_us(host_us: float, device_us: float, margin: float) -> float:
+    """How far the host falls behind the GPU per launch: ``host_us`` to issue one (taken ``margin`` times for its
+    jitter) against ``device_us`` to run it (flush included); 0 where the GPU is the slower."""
+    return max(margin * host_us - device_us, 0.0)
+
+
 def sleep_us(launches: int, host_us: float, device_us: float, margin: float = 1.25) -> float:
-    """How long the GPU must sleep before ``launches`` launches, each taking ``host_us`` of the host's time to issue
-    and ``device_us`` of the GPU's to run (flush included), so that it never waits for the host: the host's lag over
-    the whole batch, its time taken ``margin`` times for its jitter, and 20 us for the first launch."""
-    return 20.0 + launches * max(margin * host_us - device_us, 0.0)
+    """How long the GPU must sleep before ``launches`` launches so that it never waits for the host: the host's lag
+    over the whole batch (:func:`_lag_us`), and 20 us for the first launch."""
+    return 20.0 + launches * _lag_us(host_us, device_us, margin)
 
 
 def gated_launches(launches: int, host_us: float, device_us: float, margin: float) -> int:
     """At most ``launches``, as many as one sleep of at most ``MAX_SLEEP_US`` covers (at least one)."""
-    lag = max(margin * host_us - device_us, 1e-3)
-    return max(1, min(launches, int((MAX_SLEEP_US - 20.0) / lag)))
+    return max(1, min(launches, int((MAX_SLEEP_US - 20.0) / max(_lag_us(host_us, device_us, margin), 1e-3))))
 
 
 def _timed(fn: Callable[[], object], flush: torch.Tensor, count: int,

@@ -614,8 +614,8 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, req
                         "the fused program", difference)
             return False
     faster, measured, _ = fastest_program({"fused": lambda: fused.program(*vendor.inputs),
-                                        "vendor_gemm": lambda: vendor.compiled.program(*vendor.inputs)},
-                                       request.tuner_config or TunerConfig())
+                                           "vendor_gemm": lambda: vendor.compiled.program(*vendor.inputs)},
+                                          request.tuner_config or TunerConfig())
     times.update(measured)
     log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])
     return faster == "vendor_gemm"
