@@ -39,9 +39,9 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
     """Median time of ``fn`` in milliseconds, and how it was measured (:data:`GRAPH`, :data:`EVENTS` or
     :data:`WALL_CLOCK`).
 
-    On a GPU each launch is timed by a pair of CUDA events after L2 is flushed; the launches are queued behind their
-    flushes (no synchronization between them), so the host's launch latency hides behind the flush and the events
-    time the device, as ``triton.testing.do_bench`` does. ``runs`` launches are timed, or by default as many as fill
+    On a GPU each launch is timed by a pair of CUDA events after L2 is flushed, as ``triton.testing.do_bench`` does;
+    the launches are queued in batches behind a GPU sleep as long as the host's time to issue them (:func:`_timed`),
+    so the events time the device whatever the host's speed. ``runs`` launches are timed, or by default as many as fill
     ``rep_ms`` (estimated from five launches). Warm-up first: up to ``warmup`` launches (by default as many as fill
     ``warmup_ms``), stopping once ``warmup_ms`` has passed.
 

@@ -34,8 +34,9 @@ Per row and contender, in this order:
   launch-bound call's floor; a call that synchronizes shows its GPU time here too, and so would calls that fill
   CUDA's queue of pending launches (about a thousand: N calls of a few launches each stay under it).
 - ``ms``: median time per call, ``amk.benchmarking.time_ms`` (CUDA events around each call after an L2 flush, as
-  ``triton.testing.do_bench(fn, return_mode="median")``). The flush hides a call's host time only up to its own
-  length (about 60 µs on the H200): a call whose host time is longer keeps the GPU waiting, and that shows here.
+  ``triton.testing.do_bench(fn, return_mode="median")``), the calls queued behind a GPU sleep as long as the host's
+  time to issue them: the GPU's time per call from a cold L2, whatever the host's speed (``host_us`` says what the
+  host takes; a call is launch-bound where that is the longer).
 - ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves): median time per call
   as back-to-back replays of one captured CUDA graph of the calls (``amk.benchmarking.time_ms(cuda_graph=True)``,
   ``triton.testing.do_bench_cudagraph``), the way ``benchmarks/run.py`` times D, E and F under graphs, so that a
