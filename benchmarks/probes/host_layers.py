@@ -1,6 +1,6 @@
 """Diagnostic: a compiled module's per-call host time, layer by layer (issue 18's call overhead), without a profiler.
 
-    python benchmarks/probes/host_layers.py --rows fp16_linear_layernorm [--out FILE.json]
+    python benchmarks/probes/host_layers.py --rows fp16_linear_layernorm [--dynamo] [--out FILE.json]
 
 cProfile's own cost per Python call swamps calls of a few microseconds, so this probe times the layers of one call
 directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-to-back calls of each layer
@@ -14,13 +14,21 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
 - ``amk_subgraph_<i>``: each fused subgraph called alone on the arguments it gets; ``amk_launcher_<i>``: its
   launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
 - ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone.
+
+With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
+with ``dynamic=True`` and with amk's marks (with TorchDynamo's C++ symbolic-shape guards on and off where the torch has
+the switch), each compiled after ``torch._dynamo.reset()`` so that no other variant's cache entries are in the way,
+then a cProfile of the marked variant's calls: the Python functions such a call runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import json
+import pstats
 import statistics
 import sys
 from collections.abc import Callable
@@ -109,14 +117,81 @@ def run_row(name: str) -> dict:
     return result
 
 
+def mark_leading(inputs):
+    """amk.compile's marks: every dim but the last of each input dynamic."""
+    for tensor in inputs:
+        for axis in range(tensor.dim() - 1):
+            torch._dynamo.maybe_mark_dynamic(tensor, axis)
+
+
+def timed(fn, rounds: int = 15) -> float:
+    """One layer's host time per call, alone (:func:`interleaved`'s measure)."""
+    return interleaved({"fn": fn}, rounds)["fn"]
+
+
+def dynamo_variants(name: str) -> dict:
+    row = ROWS[name]
+    torch.manual_seed(0)
+    device = default_device()
+    module, shapes = row.build(device.type != "cuda")
+    module = module.to(device=device, dtype=row.dtype).eval()
+    inputs = [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
+    config = torch._dynamo.config
+    result: dict = {"row": name, "dynamo_host_us": {}, "cpp_symbolic_shape_guards": getattr(
+        config, "enable_cpp_symbolic_shape_guards", None)}
+    variants = {"eager_module": (None, False, {}), "static": ("eager", False, {}), "dynamic_true": ("eager", True, {}),
+                "marked": ("eager", None, {}), "marked_no_cpp_guards": ("eager", None, {"cpp": False}),
+                "marked_cpp_guards": ("eager", None, {"cpp": True})}
+    profile_text = ""
+    with torch.no_grad():
+        for label, (backend, dynamic, options) in variants.items():
+            torch._dynamo.reset()
+            args = [x.clone() for x in inputs]
+            if backend is None:
+                result["dynamo_host_us"][label] = timed(lambda args=args: module(*args))
+                continue
+            if "cpp" in options:
+                if not hasattr(config, "enable_cpp_symbolic_shape_guards"):
+                    continue
+                saved = config.enable_cpp_symbolic_shape_guards
+                config.enable_cpp_symbolic_shape_guards = options["cpp"]
+            try:
+                fn = torch.compile(module, backend=backend, dynamic=dynamic)
+                if dynamic is None:
+                    mark_leading(args)
+                fn(*args)
+                result["dynamo_host_us"][label] = timed(lambda fn=fn, args=args: fn(*args))
+                if label == "marked":
+                    profile = cProfile.Profile()
+                    profile.enable()
+                    for _ in range(2000):
+                        fn(*args)
+                    profile.disable()
+                    stream = io.StringIO()
+                    pstats.Stats(profile, stream=stream).sort_stats("tottime").print_stats(25)
+                    profile_text = stream.getvalue()
+            except Exception as error:  # a variant this torch cannot run
+                result["dynamo_host_us"][label] = f"failed: {type(error).__name__}: {error}"[:300]
+            finally:
+                if "cpp" in options:
+                    config.enable_cpp_symbolic_shape_guards = saved
+    result["profile_marked"] = profile_text
+    print(json.dumps(result["dynamo_host_us"]), flush=True)
+    print(profile_text, flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="fp16_linear_layernorm", help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="TorchDynamo's frame alone, static against amk's dynamic marks, each variant compiled "
+                             "after a reset (dynamo_variants), instead of the layers")
     args = parser.parse_args()
     torch._dynamo.config.recompile_limit = 64  # one forward compiled five ways, each with its dynamic-shape variants
     results = {"environment": environment(), "command": " ".join(sys.argv),
-               "rows": [run_row(name) for name in args.rows.split(",")]}
+               "rows": [(dynamo_variants if args.dynamo else run_row)(name) for name in args.rows.split(",")]}
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 
