@@ -57,12 +57,14 @@ geomeans are over the rows that have them. Writes ``<out>/<date>-<gpu>-models.js
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
 import math
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -415,11 +417,31 @@ def main(argv=None) -> None:
     on_gpu = default_device().type == "cuda"
     if not on_gpu and not args.small:
         parser.error("without a GPU the kernels run in Triton's interpreter: use --small (tiny shapes)")
-    if not args.warm_caches:
-        caches = Path(tempfile.mkdtemp(prefix="amk-models-"))
-        for variable, folder in (("AMK_CACHE_DIR", "amk"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                                 ("TRITON_CACHE_DIR", "triton")):
-            os.environ[variable] = str(caches / folder)
+    with contextlib.nullcontext() if args.warm_caches else fresh_caches():
+        run_rows(args, names, chosen, on_gpu, argv)
+
+
+@contextlib.contextmanager
+def fresh_caches():
+    """amk's, Inductor's and Triton's caches in a new temporary folder while the rows run (so that first calls are
+    cold), the environment put back and the folder removed afterwards."""
+    caches = Path(tempfile.mkdtemp(prefix="amk-models-"))
+    variables = {"AMK_CACHE_DIR": "amk", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+    saved = {variable: os.environ.get(variable) for variable in variables}
+    os.environ.update({variable: str(caches / folder) for variable, folder in variables.items()})
+    try:
+        yield caches
+    finally:
+        for variable, value in saved.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+        shutil.rmtree(caches, ignore_errors=True)
+
+
+def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_gpu: bool, argv) -> None:
+    """Measure the rows ``names`` with the ``chosen`` contenders and write the results files (:func:`main`)."""
     # torch.compile on the CPU needs a C++ compiler, and CUDA graphs a GPU: without one, eager and amk only.
     contenders = [name for name in CONTENDERS if name in chosen and (on_gpu or name in ("eager", "amk"))]
     timing = INTERPRETER if not on_gpu else QUICK if args.quick else FULL
