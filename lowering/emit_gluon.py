@@ -59,6 +59,7 @@ from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
 from amk.lowering.emit_triton import _SM_COUNT, KernelSourceTarget, TritonEmitter
 from amk.lowering.indented_writer import IndentedWriter
+from amk.lowering.stage import element_size
 from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim
 
@@ -144,6 +145,31 @@ def wgmma_tile_problem(block_m: int, block_n: int, warps: int, schedule: str = "
     return None
 
 
+# Shared memory a block may take on Hopper (227 KB on every sm_90 part, the only GPUs these kernels run on): the ring
+# of operand tiles and the output tile staged for its TMA store share it.
+HOPPER_SHARED_MEMORY = 232448
+# The columns of each piece of an output tile stored piecewise (:func:`store_pieces`).
+PIECE_COLUMNS = 64
+
+
+def store_pieces(block_m: int, block_n: int, block_k: int, stages: int, operand_bytes: int, output_bytes: int,
+                 schedule: str = "cooperative", shared_memory: int = HOPPER_SHARED_MEMORY) -> int | None:
+    """Into how many pieces of columns a kernel's output tile goes to its TMA store: 1 (staged whole) where the ring
+    of ``stages`` operand tiles and the whole tile fit in ``shared_memory``; else pieces of ``PIECE_COLUMNS`` columns
+    through two staging buffers, one piece being stored while the next is written (as CUTLASS's epilogues do; a
+    128 x 256 tile's 4 stages then fit: 192 KB of ring and 32 KB of staging, not 64); None where neither fits. In
+    ping-pong each consumer stages its tile whole."""
+    ring = stages * (block_m + block_n) * block_k * operand_bytes
+    whole = block_m * block_n * output_bytes * (2 if schedule == "pingpong" else 1)
+    if ring + whole <= shared_memory:
+        return 1
+    pieces = block_n // PIECE_COLUMNS
+    if (schedule == "cooperative" and pieces > 1 and pieces & (pieces - 1) == 0 and block_n % PIECE_COLUMNS == 0
+            and ring + 2 * block_m * PIECE_COLUMNS * output_bytes <= shared_memory):
+        return pieces
+    return None
+
+
 def _gluon(text: str) -> str:
     """Triton code printed by the inherited tile-op handlers, in Gluon: ``gl`` re-exports ``tl``'s elementwise
     functions and dtypes; ``tl.PropagateNan`` (a constant) has no ``gl`` name and stays; ``tl.math.div_rn`` is
@@ -189,6 +215,7 @@ class GluonEmitter(TritonEmitter):
         self.rings = {stage: self.fresh(f"{self.names[stage.source]}_ring") for stage in self.main.stages}
         self.output_tile, self.ready, self.empty = self.fresh("output_tile"), self.fresh("ready"), self.fresh("empty")
         self.tma_store = self.main.store is not None
+        self.pieces = self.output_pieces() if self.tma_store else 1
         # ping-pong: turn[c] completes when the other consumer has issued its main loop, so that the two consumers'
         # main loops alternate (their epilogues overlap the other's main loop) and each consumer waits on the ring's
         # barriers at most one phase ahead of them, as their parity-only waits require
@@ -280,6 +307,21 @@ class GluonEmitter(TritonEmitter):
                                      "pingpong" if self.pingpong else "cooperative")
         if problem:
             raise self.refuse(problem)
+
+    def output_pieces(self) -> int:
+        """:func:`store_pieces` of this kernel's output tile (refused where even pieces leave no room)."""
+        main = self.main
+        block_k = self.constant(main.stages[0].result.type.dims[1])
+        stages = self.kernel.num_stages.value.data
+        operand_bytes = element_size(main.dot.lhs.type.element_type)
+        output_bytes = element_size(main.store.dest.type.element_type)
+        schedule = "pingpong" if self.pingpong else "cooperative"
+        pieces = store_pieces(self.block_m, self.block_n, block_k, stages, operand_bytes, output_bytes, schedule)
+        if pieces is None:
+            raise self.refuse(f"{stages} stages of {self.block_m} x {block_k} and {block_k} x {self.block_n} tiles "
+                              f"leave no room in Hopper's {HOPPER_SHARED_MEMORY} bytes of shared memory for the "
+                              "output tile's staging")
+        return pieces
 
     # -- Gluon's versions of the inherited printers (the writers spell ``tl`` as ``gl``) ----------------------------
     def arange(self, size: str, axis: int) -> str:
@@ -609,14 +651,39 @@ class GluonEmitter(TritonEmitter):
             super().emit_memory_staged_store(op)
             return
         code = self.code
-        offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
-        code.writeline("# the previous tile's TMA store must have read the staging tile (only its issuing thread "
-                       "waits, hence the barrier)")
-        code.writeline("tma.store_wait(0)")
-        code.writeline(f"{self.api.thread_barrier}()")
-        code.writeline(f"{self.staging}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
-        code.writeline("fence_async_shared()")
-        code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {self.staging})")
+        row, column = (self.expr(d) for d in op.offsets.dims)
+        value = _gluon(self.convert(op.value, op.dest.type.element_type))
+        if self.pieces == 1:
+            code.writeline("# the previous tile's TMA store must have read the staging tile (only its issuing thread "
+                           "waits, hence the barrier)")
+            code.writeline("tma.store_wait(0)")
+            code.writeline(f"{self.api.thread_barrier}()")
+            code.writeline(f"{self.staging}.store({value})")
+            code.writeline("fence_async_shared()")
+            code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{row}, {column}], {self.staging})")
+            return
+        pieces, width = [self.fresh("piece")], self.block_n
+        code.writeline(f"{pieces[0]} = {value}")
+        code.writeline(f"# stored in {self.pieces} pieces of {self.block_n // self.pieces} columns (the whole tile "
+                       "leaves the ring too little shared memory), each cut in halves of columns")
+        while len(pieces) < self.pieces:
+            width //= 2
+            halves = []
+            for piece in pieces:
+                halves += [f"{piece}_0", f"{piece}_1"]
+                code.writeline(f"{halves[-2]}, {halves[-1]} = {piece}.reshape([{self.block_m}, 2, {width}])"
+                               ".permute(0, 2, 1).split()")
+            pieces = halves
+        code.writeline("# the pieces alternate between two buffers: before writing one, the store that read it two "
+                       "stores back must be done (only its issuing thread waits, hence the barrier)")
+        for index, piece in enumerate(pieces):
+            buffer = f"{self.staging}.index({index % 2})"
+            code.writeline("tma.store_wait(1)")
+            code.writeline(f"{self.api.thread_barrier}()")
+            code.writeline(f"{buffer}.store({piece})")
+            code.writeline("fence_async_shared()")
+            offset = f"{column} + {index * width}" if index else column
+            code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{row}, {offset}], {buffer})")
 
     def emit_gluon_kernel(self) -> IndentedWriter:
         code = self.code = _GluonWriter()
@@ -631,7 +698,9 @@ class GluonEmitter(TritonEmitter):
                                f"{desc}.layout)")
             if self.tma_store:
                 out = self.descriptor(self.main.store.dest)
-                shape = f"[2] + {out}.block_type.shape" if self.pingpong else f"{out}.block_type.shape"
+                # one staging tile per consumer in ping-pong; two buffers for a tile stored in pieces
+                shape = (f"[2] + {out}.block_type.shape" if self.pingpong or self.pieces > 1
+                         else f"{out}.block_type.shape")
                 code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {shape}, {out}.layout)")
             code.writeline("# ready[s]: slot s holds its operand tiles; empty[s]: the MMAs are done reading it")
             for barriers in (self.ready, self.empty):
@@ -683,7 +752,10 @@ class GluonEmitter(TritonEmitter):
             if self.tma_store:
                 tiles[self.main.store.dest] = self.main.store.value.type.dims
             for buffer, dims in tiles.items():
-                block = ", ".join(str(self.constant(d)) for d in dims)
+                block = [self.constant(d) for d in dims]
+                if self.tma_store and buffer is self.main.store.dest:
+                    block[-1] //= self.pieces
+                block = ", ".join(map(str, block))
                 output = ", output=True" if self.tma_store and buffer is self.main.store.dest else ""
                 code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, [{block}], "
                                f"gl.{triton_name(buffer.type.element_type)}{output})")

@@ -20,11 +20,13 @@ from xdsl.utils.exceptions import PassFailedException
 from amk.context import make_context
 from amk.dialects import memory_staged
 from amk.lowering.emit_gluon import (
+    HOPPER_SHARED_MEMORY,
     TRITON_3_6_API,
     TRITON_3_9_API,
     EmitGluonPass,
     emit_gluon,
     installed_gluon_api,
+    store_pieces,
 )
 from amk.opt import AMK_PASSES
 
@@ -117,7 +119,8 @@ def test_spells_the_tma_copies_and_barrier_of_each_triton(api, absent):
     assert absent not in source
 
 
-# Compiles the emitted kernel of argv[1] for sm_90 (tile sizes, stages and warps in argv[2]); prints its PTX and warps.
+# Compiles the emitted kernel of argv[1] for sm_90 (tile sizes, stages, warps and the output's TMA block columns in
+# argv[2]); prints its PTX, warps and shared memory.
 _COMPILE_FOR_SM90 = """
 import importlib.util, json, sys
 import triton
@@ -128,7 +131,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
 emitted = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(emitted)
-block_m, block_n, block_k, stages, warps = json.loads(sys.argv[2])
+block_m, block_n, block_k, stages, warps, output_columns = json.loads(sys.argv[2])
 
 
 def descriptor(block):
@@ -146,13 +149,14 @@ constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_
 aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
            if name.endswith("_ptr") or (name.startswith("stride_") and name not in constants)}
 descriptors = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]),
-               "out0_desc": descriptor([block_m, block_n])}
+               "out0_desc": descriptor([block_m, output_columns])}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
 signature = {name: descriptors.get(name, pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr"
                                    if name in constants else "i32") for name in names}
 compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants, attrs=aligned),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-print(json.dumps({"ptx": compiled.asm["ptx"], "num_warps": compiled.metadata.num_warps}))
+print(json.dumps({"ptx": compiled.asm["ptx"], "num_warps": compiled.metadata.num_warps,
+                  "shared": compiled.metadata.shared}))
 """
 
 
@@ -161,6 +165,8 @@ STRIP_FINISH = "{reduction_strategy=strip_finish}"
 
 @pytest.mark.parametrize(("config", "schedule", "tile", "warps", "epilogue"), [
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "relu"),
+    # 4 stages: the output tile is stored in 4 pieces of 64 columns (store_pieces)
+    (B_CONFIG.replace("num_stages=3", "num_stages=4"), "cooperative", (128, 256, 64), 8, "relu"),
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "add"),  # a residual tile: x is TMA-staged and read with pointers
     (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "silu"),
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "rmsnorm"),  # strip_finish: statistics, counter, merge and sweep
@@ -182,10 +188,12 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     path.write_text(emit_gluon(staged_kernel(chain(epilogue=epilogue), config, STRIP_FINISH if strip_finish else ""),
                                schedule=schedule))
     stages = int(config.split("num_stages=")[1].split()[0])
+    # the output tile's TMA block: the whole tile, or one piece where the tile is stored in pieces
+    pieces = 1 if strip_finish else store_pieces(*tile, stages, 2, 2, schedule)
     # In a process of its own: this one runs Triton's interpreter, where gl.sum and the other reductions are
     # interpreted functions that the compiler refuses.
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps])],
+    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps, tile[1] // pieces])],
                             capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = json.loads(result.stdout.splitlines()[-1])
@@ -193,6 +201,10 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
+    assert compiled["shared"] <= HOPPER_SHARED_MEMORY
+    consumers = 2 if schedule == "pingpong" else 1
+    if not strip_finish:  # a TMA store per piece of the output tile, in each consumer
+        assert ptx.count("cp.async.bulk.tensor.2d.global.shared") == pieces * consumers
     # the kernel's warps (the default partition), the producer's warpgroup and in ping-pong the second consumer's
     assert compiled["num_warps"] == warps + (8 if schedule == "pingpong" else 4)
     if strip_finish:
@@ -200,7 +212,7 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
         # the pre-normalization tile and the sweep go through global memory 16 bytes a thread (io_layout), not in
         # the accumulator's 4-byte pairs, and each row's statistics are stored once, not by every thread holding them
         assert "st.global.v4.b32" in ptx and "ld.global.cg.v4.b32" in ptx
-        consumers = 2 if schedule == "pingpong" else 1  # each stores two statistics and resets the counter
+        # each consumer stores two statistics and resets the counter
         assert len(re.findall(r"\bst\.global\.b32\b", ptx)) == 3 * consumers
         # every barrier of the epilogue (the counter's, the reductions' across warps) counts one consumer's threads;
         # the one barrier of the whole program, warp_specialize's own, has id 1
