@@ -364,7 +364,7 @@ def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_byt
                         limits: DeviceLimits, fit: GluonFit | None) -> str | None:
     """Why ``config``'s ``GLUON=1`` cannot be emitted (amk-emit-gluon's own checks of the tiles) or is not worth it
     (``fit``, the kernel's), or None."""
-    from amk.lowering.emit_gluon import store_pieces, wgmma_tile_problem
+    from amk.lowering.emit_gluon import ring_bytes, store_pieces, wgmma_tile_problem
 
     if not (limits.gluon and tiling.gluon and has_dot):
         return (f"GLUON applies to the GEMM kernels of {', '.join(_gluon_strategies())} on Hopper (compute capability "
@@ -381,7 +381,7 @@ def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_byt
     # the ring of operand tiles and the output tile staged for its TMA store, whole or in pieces
     if store_pieces(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, operand_bytes, output_bytes,
                     shared_memory=limits.shared_memory) is None:
-        ring = config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * operand_bytes
+        ring = ring_bytes(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, operand_bytes)
         return (f"shared memory: {config.num_stages} stages x tiles = {ring} bytes leave too little of "
                 f"{limits.shared_memory} for the output tile's staging, even in pieces")
     return wgmma_tile_problem(config.BLOCK_M, config.BLOCK_N, config.num_warps)

@@ -152,6 +152,11 @@ HOPPER_SHARED_MEMORY = 232448
 PIECE_COLUMNS = 64
 
 
+def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, operand_bytes: int) -> int:
+    """Shared memory of the ring: ``stages`` slots, each a ``block_m x block_k`` and a ``block_k x block_n`` tile."""
+    return stages * (block_m + block_n) * block_k * operand_bytes
+
+
 def store_pieces(block_m: int, block_n: int, block_k: int, stages: int, operand_bytes: int, output_bytes: int,
                  schedule: str = "cooperative", shared_memory: int = HOPPER_SHARED_MEMORY) -> int | None:
     """Into how many pieces of columns a kernel's output tile goes to its TMA store: 1 (staged whole) where the ring
@@ -159,7 +164,7 @@ def store_pieces(block_m: int, block_n: int, block_k: int, stages: int, operand_
     through two staging buffers, one piece being stored while the next is written (as CUTLASS's epilogues do; a
     128 x 256 tile's 4 stages then fit: 192 KB of ring and 32 KB of staging, not 64); None where neither fits. In
     ping-pong each consumer stages its tile whole."""
-    ring = stages * (block_m + block_n) * block_k * operand_bytes
+    ring = ring_bytes(block_m, block_n, block_k, stages, operand_bytes)
     whole = block_m * block_n * output_bytes * (2 if schedule == "pingpong" else 1)
     if ring + whole <= shared_memory:
         return 1
@@ -752,13 +757,13 @@ class GluonEmitter(TritonEmitter):
             if self.tma_store:
                 tiles[self.main.store.dest] = self.main.store.value.type.dims
             for buffer, dims in tiles.items():
+                output = self.tma_store and buffer is self.main.store.dest
                 block = [self.constant(d) for d in dims]
-                if self.tma_store and buffer is self.main.store.dest:
+                if output:  # the TMA store moves one piece of the tile at a time
                     block[-1] //= self.pieces
-                block = ", ".join(map(str, block))
-                output = ", output=True" if self.tma_store and buffer is self.main.store.dest else ""
-                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, [{block}], "
-                               f"gl.{triton_name(buffer.type.element_type)}{output})")
+                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, "
+                               f"[{', '.join(map(str, block))}], gl.{triton_name(buffer.type.element_type)}"
+                               f"{', output=True' if output else ''})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
             args = [value for _, value in self.buffer_arguments()] + [p for p, _, _ in self.dims.values()]

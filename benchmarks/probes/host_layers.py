@@ -86,13 +86,18 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
     return subgraph_calls, replay_calls
 
 
-def run_row(name: str) -> dict:
+def row_module(name: str) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The row's module and inputs on the default device (small sizes in Triton's interpreter: a check of the probe)."""
     row = ROWS[name]
     torch.manual_seed(0)
     device = default_device()
-    module, shapes = row.build(device.type != "cuda")  # small sizes in Triton's interpreter: a check of the probe
+    module, shapes = row.build(device.type != "cuda")
     module = module.to(device=device, dtype=row.dtype).eval()
-    inputs = [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
+    return module, [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
+
+
+def run_row(name: str) -> dict:
+    module, inputs = row_module(name)
     forward = type(module).forward
     layers: dict[str, Callable[[], object]] = {"eager": lambda: module(*inputs),
                                                "ops": lambda: forward(module, *inputs)}
@@ -129,32 +134,32 @@ def timed(fn, rounds: int = 15) -> float:
     return interleaved({"fn": fn}, rounds)["fn"]
 
 
+# TorchDynamo variants: (backend, dynamic, C++ symbolic-shape guards: None leaves torch's setting); no backend: the
+# module itself.
+DYNAMO_VARIANTS = {"eager_module": (None, False, None), "static": ("eager", False, None),
+                   "dynamic_true": ("eager", True, None), "marked": ("eager", None, None),
+                   "marked_no_cpp_guards": ("eager", None, False), "marked_cpp_guards": ("eager", None, True)}
+
+
 def dynamo_variants(name: str) -> dict:
-    row = ROWS[name]
-    torch.manual_seed(0)
-    device = default_device()
-    module, shapes = row.build(device.type != "cuda")
-    module = module.to(device=device, dtype=row.dtype).eval()
-    inputs = [torch.randn(shape, device=device).to(row.dtype) for shape in shapes]
+    module, inputs = row_module(name)
     config = torch._dynamo.config
-    result: dict = {"row": name, "dynamo_host_us": {}, "cpp_symbolic_shape_guards": getattr(
-        config, "enable_cpp_symbolic_shape_guards", None)}
-    variants = {"eager_module": (None, False, {}), "static": ("eager", False, {}), "dynamic_true": ("eager", True, {}),
-                "marked": ("eager", None, {}), "marked_no_cpp_guards": ("eager", None, {"cpp": False}),
-                "marked_cpp_guards": ("eager", None, {"cpp": True})}
+    has_cpp_switch = hasattr(config, "enable_cpp_symbolic_shape_guards")
+    result: dict = {"row": name, "dynamo_host_us": {},
+                    "cpp_symbolic_shape_guards": config.enable_cpp_symbolic_shape_guards if has_cpp_switch else None}
     profile_text = ""
     with torch.no_grad():
-        for label, (backend, dynamic, options) in variants.items():
+        for label, (backend, dynamic, cpp_guards) in DYNAMO_VARIANTS.items():
             torch._dynamo.reset()
             args = [x.clone() for x in inputs]
             if backend is None:
                 result["dynamo_host_us"][label] = timed(lambda args=args: module(*args))
                 continue
-            if "cpp" in options:
-                if not hasattr(config, "enable_cpp_symbolic_shape_guards"):
-                    continue
-                saved = config.enable_cpp_symbolic_shape_guards
-                config.enable_cpp_symbolic_shape_guards = options["cpp"]
+            if cpp_guards is not None and not has_cpp_switch:
+                continue
+            saved = config.enable_cpp_symbolic_shape_guards if has_cpp_switch else None
+            if cpp_guards is not None:
+                config.enable_cpp_symbolic_shape_guards = cpp_guards
             try:
                 fn = torch.compile(module, backend=backend, dynamic=dynamic)
                 if dynamic is None:
@@ -173,7 +178,7 @@ def dynamo_variants(name: str) -> dict:
             except Exception as error:  # a variant this torch cannot run
                 result["dynamo_host_us"][label] = f"failed: {type(error).__name__}: {error}"[:300]
             finally:
-                if "cpp" in options:
+                if has_cpp_switch:
                     config.enable_cpp_symbolic_shape_guards = saved
     result["profile_marked"] = profile_text
     print(json.dumps(result["dynamo_host_us"]), flush=True)
