@@ -8,6 +8,12 @@ runs the emitted launcher once through Triton, records what it launched (the com
 argument list) and afterwards launches that compiled kernel directly with the new tensors put in. What else Triton
 specializes on, the strides and the 16-byte alignment of the tensors, keys the recordings: each such layout is
 recorded once (when nothing can be recorded, the emitted launcher runs as before).
+
+A replayed launch goes, where it can, through the C++ launcher PyTorch's Inductor launches its own Triton kernels with
+(``torch._C._StaticCudaLauncher``: the loaded CUDA function, its grid and its arguments handed to ``cuLaunchKernel``),
+which skips the Python of Triton's compiled-kernel launcher (its stream lookup, launch metadata and scratch
+allocation); kernels that need more than that launcher offers (tensor-descriptor arguments, scratch memory, clusters,
+launch hooks) are launched through Triton's compiled kernel as before.
 """
 
 from __future__ import annotations
@@ -105,14 +111,82 @@ class LaunchReplay:
                for _, _, arguments in launches):
             # The emitted launchers pass their tensors first and in order; a launch that does not is left to Triton.
             return None
-        runs = []
-        for compiled, grid, arguments in launches:
-            # The first ``count`` arguments are refilled on every call (and the first call's tensors not kept alive).
-            runs.append((compiled[grid + (1,) * (3 - len(grid))], arguments[count:]))
+        # The first ``count`` arguments are refilled on every call (and the first call's tensors not kept alive).
+        runs = [direct_launch(compiled, grid + (1,) * (3 - len(grid)), arguments, count)
+                for compiled, grid, arguments in launches]
         log.debug("launching %s directly from now on", ", ".join(c.name for c, _, _ in launches))
+        if len(runs) == 1:
+            return runs[0]
 
         def replay(views: Sequence[torch.Tensor]) -> None:
-            for runner, rest in runs:
-                runner(*views, *rest)
+            for run in runs:
+                run(views)
 
         return replay
+
+
+# Triton's parameter types as the C++ launcher's argument codes (Inductor's table): pointers are "O".
+_ARGUMENT_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
+                   "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d"}
+# Metadata a kernel launched by the C++ launcher must not need: scratch memory allocated per launch, clusters,
+# cooperative or programmatic-dependent launches.
+_NEEDS_TRITONS_LAUNCHER = ("global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+
+
+def direct_launch(compiled, grid: tuple[int, int, int], arguments: list, count: int) -> Callable[[Sequence], None]:
+    """A launch of ``compiled`` on ``grid`` with new values of its first ``count`` arguments (``arguments``: all of
+    them as bound when recorded, constexprs included): through PyTorch's C++ launcher where the kernel allows it
+    (:func:`_direct_codes`), else through the compiled kernel's own launcher."""
+    runner = compiled[grid]  # also loads the kernel's CUDA function, which the C++ launcher launches
+    rest = arguments[count:]
+    codes = _direct_codes(compiled)
+    launcher = getattr(torch._C, "_StaticCudaLauncher", None)
+    if codes is None or len(codes) != len(arguments) or launcher is None or not compiled.function:
+        return lambda views: runner(*views, *rest)
+    kept = [value for value, code in zip(arguments, codes) if code][count:]
+    scratch = [None for name in ("global_scratch_size", "profile_scratch_size") if hasattr(compiled.metadata, name)]
+    types = "".join(codes) + "O" * len(scratch)
+    tail = (*kept, *scratch)
+    launch, function = launcher._launch_kernel, compiled.function
+    warps, shared = compiled.metadata.num_warps, compiled.metadata.shared
+    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+    (x, y, z) = grid
+
+    def run(views: Sequence) -> None:
+        launch(function, x, y, z, warps, shared, types, (*views, *tail), current_stream(current_device()))
+
+    return run
+
+
+def _direct_codes(compiled) -> list[str] | None:
+    """Per parameter of ``compiled``, in order, its argument code for the C++ launcher ('' for a constexpr, which is
+    not passed); None where the kernel needs Triton's launcher: a parameter of another type (a tensor descriptor),
+    scratch memory, more than one CTA per program, a cooperative or PDL launch, or launch hooks installed."""
+    from triton import knobs
+
+    metadata = compiled.metadata
+    if (any(getattr(metadata, name, 0) for name in _NEEDS_TRITONS_LAUNCHER) or getattr(metadata, "num_ctas", 1) != 1
+            or getattr(metadata, "tensordesc_meta", None)
+            or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)):
+        return None
+    source = getattr(compiled, "src", None)
+    if source is None or not hasattr(source, "fn"):
+        return None
+    constants = {key[0] if isinstance(key, tuple) else key for key in getattr(source, "constants", {})}
+    codes: list[str] = []
+    for index, name in enumerate(source.fn.arg_names):
+        kind = source.signature.get(name)
+        if kind == "constexpr" or index in constants:
+            codes.append("")
+        elif isinstance(kind, str) and kind.startswith("*"):
+            codes.append("O")
+        elif kind in _ARGUMENT_CODES:
+            codes.append(_ARGUMENT_CODES[kind])
+        else:
+            return None
+    return codes
+
+
+def _hooked(hook) -> bool:
+    """Whether a Triton launch hook is installed: a function (Triton 3.4), or a chain with calls in it (3.5 on)."""
+    return hook is not None and bool(getattr(hook, "calls", True))

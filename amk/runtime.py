@@ -31,7 +31,7 @@ from amk.environment import interpreting as interpreting
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
 from amk.replay import LaunchReplay
-from amk.workspace import Workspace, serialized
+from amk.workspace import Workspace, contiguous_strides, output_allocator, serialized
 
 if TYPE_CHECKING:
     from xdsl.dialects import func
@@ -354,7 +354,8 @@ class Program:
                 plans.append((reference.bound(op), step.operands, step.outputs, None, None, None))
                 continue
             kernel = self.kernels[step.kernel]
-            outputs = [(self.result_shapes[value](bindings), spec.dtype) for value, spec in zip(step.outputs, kernel.outputs)]
+            shapes = [self.result_shapes[value](bindings) for value in step.outputs]
+            outputs = [(shape, contiguous_strides(shape), spec.dtype) for shape, spec in zip(shapes, kernel.outputs)]
             views = [None if same else _operand_view(spec, bindings)
                      for spec, same in zip(kernel.inputs + kernel.outputs, self.as_is[id(step)])]
             workspace = self.workspace(kernel, bindings, device)
@@ -363,12 +364,13 @@ class Program:
             plans.append((launch, step.operands, step.outputs, outputs, workspace,
                           views if any(view is not None for view in views) else None))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
+        allocate = output_allocator(device)
         if len(plans) == 1 and plans[0][3] is not None and plans[0][1] == arg_ids and plans[0][2] == returned:
             # One kernel on the arguments (most op chains): no value table, ~1 us less per call.
             ((launch, _, _, outputs, workspace, views),) = plans
 
             def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-                results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+                results = [allocate(shape, strides, dtype) for shape, strides, dtype in outputs]
                 arguments = (*tensors, *results)
                 launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())
                 return results
@@ -381,7 +383,7 @@ class Program:
                 if outputs is None:  # an op run in PyTorch: it allocates its own result
                     values[ids[0]] = launch(*[values[value] for value in operands])
                     continue
-                results = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+                results = [allocate(shape, strides, dtype) for shape, strides, dtype in outputs]
                 values.update(zip(ids, results))
                 arguments = [*(values[value] for value in operands), *results]
                 launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())

@@ -30,6 +30,36 @@ import torch
 INTERPRETER_LOCK = threading.RLock()
 
 
+def output_allocator(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:
+    """``allocate(shape, strides, dtype)``: a call's new output tensor on ``device``. On a GPU it is the allocation
+    Inductor's compiled code makes its buffers with (``torch._C._dynamo.guards._empty_strided_cuda``: the caching
+    allocator without the dispatcher, on the current device; about 6 µs less than ``torch.empty`` on the H200's host)
+    whenever the current device is ``device``; ``torch.empty_strided`` otherwise, and where this torch lacks it."""
+
+    def portable(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+    fast = getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None) if device.type == "cuda" else None
+    if fast is None:
+        return portable
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    current_device = torch._C._cuda_getDevice
+
+    def allocate(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+        return fast(shape, strides, dtype) if current_device() == index else portable(shape, strides, dtype)
+
+    return allocate
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def serialized(launch: Callable) -> Callable:
     """``launch`` as kernels run in Triton's interpreter: one at a time (:data:`INTERPRETER_LOCK`), with numpy's
     floating-point reports off. The interpreter computes the padding lanes of partial tiles too, which a GPU computes

@@ -16,7 +16,7 @@ from conftest import eager, make_inputs, rel_l2
 from triton.runtime.jit import JITFunction
 
 import amk
-from amk.replay import LaunchReplay
+from amk.replay import LaunchReplay, direct_launch
 
 LAUNCHER = '''
 def launch(x, y, out):
@@ -132,6 +132,76 @@ def test_without_a_compiled_kernel_the_launcher_keeps_running():
     assert list(replay.replays.values()) == [None] and jit.launches == 3
 
 
+class CppLauncherStandIn:
+    """PyTorch's C++ launcher of Inductor's kernels (``torch._C._StaticCudaLauncher``), recording its launches."""
+
+    launches: list = []
+
+    @staticmethod
+    def _launch_kernel(function, x, y, z, warps, shared, types, arguments, stream):
+        CppLauncherStandIn.launches.append((function, (x, y, z), warps, shared, types, arguments, stream))
+
+
+def compiled_kernel(signature: dict[str, str], **metadata):
+    """A compiled kernel as Triton 3.6 describes one: its source's parameters and types, its loaded function and its
+    metadata (no scratch, one CTA, unless ``metadata`` says otherwise)."""
+    fields = {"num_warps": 4, "shared": 1024, "global_scratch_size": 0, "profile_scratch_size": 0,
+              "launch_cooperative_grid": False, "launch_pdl": False, "num_ctas": 1, **metadata}
+    kernel = CompiledStandIn()
+    kernel.metadata = SimpleNamespace(**fields)
+    kernel.function = 0x7F00
+    kernel.src = SimpleNamespace(fn=SimpleNamespace(arg_names=list(signature)), signature=signature, constants={})
+    return kernel
+
+
+@pytest.fixture
+def cpp_launcher(monkeypatch):
+    CppLauncherStandIn.launches = []
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", CppLauncherStandIn, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    return CppLauncherStandIn.launches
+
+
+def test_a_replayed_launch_goes_through_pytorchs_launcher_without_the_constexprs(cpp_launcher):
+    """The C++ launcher gets the loaded function, the grid, the non-constexpr arguments with their type codes, one
+    null pointer per scratch parameter Triton appends, and the current stream."""
+    kernel = compiled_kernel({"x": "*fp32", "y": "*fp32", "out": "*fp32", "stride_0": "i32", "stride_1": "constexpr",
+                              "SCALE": "constexpr"})
+    launch = direct_launch(kernel, (4, 1, 1), ["x0", "y0", "out0", 6, 1, 3], count=3)
+    x, y, out = operands()
+    launch((x, y, out))
+    assert cpp_launcher == [(0x7F00, (4, 1, 1), 4, 1024, "OOOiOO", (x, y, out, 6, None, None), 77)]
+    assert kernel.direct_launches == []
+
+
+@pytest.mark.parametrize("reason", ["tensor descriptor", "global scratch", "cluster", "launch hook"])
+def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_launcher, monkeypatch, reason):
+    from triton import knobs
+
+    signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "stride_0": "i32", "stride_1": "i32",
+                 "SCALE": "constexpr"}
+    metadata = {}
+    if reason == "tensor descriptor":
+        signature["x"] = "tensordesc<fp32[16, 16]>"
+    elif reason == "global scratch":
+        metadata["global_scratch_size"] = 256
+    elif reason == "cluster":
+        metadata["num_ctas"] = 2
+    else:
+        hook = knobs.HookChain() if hasattr(knobs, "HookChain") else None
+        if hook is None:
+            pytest.skip("this Triton has no launch hook chain")
+        hook.add(lambda *args: None)
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    kernel = compiled_kernel(signature, **metadata)
+    launch = direct_launch(kernel, (4, 1, 1), ["x0", "y0", "out0", 6, 1, 3], count=3)
+    x, y, out = operands()
+    launch((x, y, out))
+    torch.testing.assert_close(out, (x + y) * 3)
+    assert cpp_launcher == [] and kernel.direct_launches == [(4, 1, 1)]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
 def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     """D-like chain (RMSNorm prologue, split-K GEMM, residual): after the recording call Triton's launch path is not
@@ -188,3 +258,42 @@ def test_a_kernel_of_two_launches_replays_both():
     for seed in range(4):
         inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=seed)]
         assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
+def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch):
+    """Where this torch has Inductor's C++ launcher, a replayed launch of an ordinary kernel goes through it, with
+    correct results; a CUDA graph captures it."""
+    real = getattr(torch._C, "_StaticCudaLauncher", None)
+    if real is None:
+        pytest.skip("this torch has no C++ launcher for Triton kernels")
+    launches = []
+
+    class Counting:
+        @staticmethod
+        def _launch_kernel(*arguments):
+            launches.append(arguments[0])
+            return real._launch_kernel(*arguments)
+
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", Counting)
+    ops = ["matmul", "add_bias", "relu"]
+    shapes = [(64, 256), (256, 128), (128,)]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, autotune=False)
+    for seed in range(4):
+        inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=seed)]
+        assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
+    replayed = len(launches)
+    assert replayed >= 1  # the first calls set up the hot path and record its launch through Triton
+    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=4)]
+    assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
+    assert len(launches) == replayed + 1  # every later call
+    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=5)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(*inputs)
+    fresh = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=6)]
+    for tensor, new in zip(inputs, fresh):
+        tensor.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < 2e-3

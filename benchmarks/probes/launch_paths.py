@@ -1,0 +1,112 @@
+"""Diagnostic: the host time of one Triton kernel launch by each path a hot path could take (issue 18's overhead).
+
+    python benchmarks/probes/launch_paths.py [--out FILE.json]
+
+One small elementwise kernel of a fused epilogue's shape (five tensors, two sizes) launched, in one process on the same
+tensors, taking turns (20 rounds of 50 calls each, the median over rounds, :func:`amk.benchmarking.host_us`):
+
+- ``jit``: ``kernel[grid](...)``, Triton's JIT path (binding, specialization key, cache lookup);
+- ``launch_replay``: amk's :class:`~amk.replay.LaunchReplay` of a launcher calling it (what amk's hot path runs);
+- ``compiled_runner``: the compiled kernel's ``compiled[grid](*args)`` (what a replay calls);
+- ``static_launcher``: PyTorch's C++ launcher of Inductor's kernels (``torch._C._StaticCudaLauncher``) on the
+  compiled kernel's loaded function, the tensors passed as they are;
+- the pieces around a launch on amk's path: ``empty`` (one output), ``reshape`` (one view), ``layout_key`` (the
+  strides and alignment of five tensors, what a replay keys on), ``raw_stream``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from amk.benchmarking import environment, host_us
+from amk.replay import LaunchReplay
+
+
+@triton.jit
+def _bias_gelu_residual(x_ptr, bias_ptr, residual_ptr, out_ptr, aux_ptr, rows, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < rows * cols
+    x = tl.load(x_ptr + offsets, mask=mask) + tl.load(bias_ptr + offsets % cols, mask=mask)
+    y = 0.5 * x * (1 + tl.sigmoid(1.5958 * x)) + tl.load(residual_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, y, mask=mask)
+    tl.store(aux_ptr + offsets, x, mask=mask)
+
+
+def _launcher(x, bias, residual, out, aux):
+    rows, cols = x.shape
+    _bias_gelu_residual[(triton.cdiv(rows * cols, 1024),)](x, bias, residual, out, aux, rows, cols, BLOCK=1024)
+
+
+def launch_paths(rows: int = 16, cols: int = 1024) -> dict[str, float]:
+    device = torch.device("cuda")
+    x, residual, out, aux = (torch.randn(rows, cols, device=device) for _ in range(4))
+    bias = torch.randn(cols, device=device)
+    tensors = (x, bias, residual, out, aux)
+    grid = (triton.cdiv(rows * cols, 1024),)
+    compiled = _bias_gelu_residual[grid](*tensors, rows, cols, BLOCK=1024)
+    runner = compiled[grid + (1, 1)]
+    replay = LaunchReplay(_launcher, len(tensors))
+    layers = {
+        "jit": lambda: _bias_gelu_residual[grid](*tensors, rows, cols, BLOCK=1024),
+        "launch_replay": lambda: replay(*tensors),
+        "compiled_runner": lambda: runner(*tensors, rows, cols, 1024),  # constexprs included, as bound
+    }
+    static = getattr(torch._C, "_StaticCudaLauncher", None)
+    if static is not None:
+        index = device.index or 0
+        function, warps, shared = compiled.function, compiled.metadata.num_warps, compiled.metadata.shared
+        # Triton 3.3+ appends a global (and 3.5+ a profile) scratch pointer to every kernel's parameters.
+        scratch = [None for name in ("global_scratch_size", "profile_scratch_size") if hasattr(compiled.metadata, name)]
+        types = "OOOOOii" + "O" * len(scratch)
+        arguments = (*tensors, rows, cols, *scratch)
+        expected = x + bias
+        expected = 0.5 * expected * (1 + torch.sigmoid(1.5958 * expected)) + residual
+        out.zero_()
+        try:
+            static._launch_kernel(function, grid[0], 1, 1, warps, shared, types, arguments,
+                                  torch._C._cuda_getCurrentRawStream(index))
+            torch.cuda.synchronize()
+            error = (out - expected).abs().max().item()
+        except Exception as failure:  # the private API differs in this torch: reported, the rest still timed
+            print(f"static launcher failed: {type(failure).__name__}: {failure}")
+        else:
+            print(f"static launcher's max abs error: {error:.2e}")
+            layers["static_launcher"] = lambda: static._launch_kernel(
+                function, grid[0], 1, 1, warps, shared, types, arguments, torch._C._cuda_getCurrentRawStream(index))
+    layers |= {
+        "empty": lambda: torch.empty((rows, cols), device=device),
+        "reshape": lambda: x.reshape(rows * cols),
+        "layout_key": lambda: tuple((t.stride(), t.data_ptr() % 16 == 0) for t in tensors),
+        "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in layers}
+    for fn in layers.values():
+        for _ in range(5):
+            fn()
+    for _ in range(20):
+        for name, fn in layers.items():
+            samples[name].append(host_us(fn, calls=50))
+    return {name: round(statistics.median(values), 2) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("launch_paths.py times CUDA launches: it needs a GPU")
+    result = {"environment": environment(), "host_us": launch_paths()}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
