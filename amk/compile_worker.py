@@ -34,17 +34,17 @@ from amk.runtime import sources_cache_directory
 
 log = logging.getLogger("amk")
 
-# One compile job: the emitted source, the kernel's name, and each launch argument's (shape, torch dtype name).
-Job = tuple[str, str, list[tuple[tuple[int, ...], str]]]
+# One compile job: the emitted source, the kernel's name, and each launch argument's (shape, torch dtype name, strides).
+Job = tuple[str, str, list[tuple[tuple[int, ...], str, tuple[int, ...]]]]
 
 
-def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str]],
+def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str, Sequence[int]]],
                            cache_directory: str | None = None) -> None:
     """Compile one emitted kernel into Triton's cache, without running it (its source is written under
     ``cache_directory``, the build's, as in the tuning process).
 
     The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
-    exactly as in the timing process) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``. Each
+    exactly as in the timing process and in a program's calls) with each kernel's ``[grid]`` launch replaced by Triton's ``warmup``. Each
     compiled kernel's launcher is then built too: triton 3.6 compiles one with the C compiler per kernel signature
     into the same cache, where the tuning process then finds it (profiled on the H200: 0.7-1 s of a cold build's
     tuning process went to them). The kernel itself is not loaded on the GPU: a worker compiles hundreds.
@@ -69,7 +69,8 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
         def __getitem__(self, grid):
             return lambda *args, **kwargs: compiled.append(self.jit.warmup(*args, grid=grid, **kwargs))
 
-    tensors = [torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="cuda") for shape, dtype in arguments]
+    tensors = [torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="cuda")
+               for shape, dtype, strides in arguments]
     for attr, jit in jits.items():
         setattr(module, attr, CompileOnly(jit))
     try:

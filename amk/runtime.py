@@ -421,6 +421,17 @@ class Program:
         return workspace
 
 
+def call_strides(spec: KernelArgument, shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of the tensor a program's call hands a kernel as ``spec``'s argument (of ``shape``), its operands
+    contiguous: a transposed view's are swapped (``nn.Linear``'s weight ``[N, K]`` read as ``W^T``, ``[K, N]`` with
+    strides ``(1, K)``); a reshaped operand, an output and workspace are contiguous. Triton specializes a kernel on
+    its strides (a stride of 1 becomes a constant): candidates timed or compiled ahead on other strides are another
+    binary from the one the calls run."""
+    if spec.view == "transpose":
+        return (1, shape[0])
+    return contiguous_strides(shape)
+
+
 def _operand_view(spec: KernelArgument, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
     """How a launch hands a tensor to a kernel that views it otherwise (as :meth:`Program.launch` does per call):
     transposed, or reshaped to the kernel's dims (found here, for ``bindings``)."""

@@ -282,6 +282,13 @@ class TritonEmitter:
         """One descriptor per (buffer, tile shape): ``x_desc``."""
         return self.descriptors[(op.source, op.result.type.dims)]
 
+    def read_transposed(self, buffer: SSAValue) -> bool:
+        """Whether the kernel argument ``buffer`` is a transposed view (``nn.Linear``'s weight ``[N, K]`` read as
+        ``W^T``, strides ``(1, K)``): TMA reads such a tile through a descriptor of the operand's own rows, then
+        transposes it (as Hopper GEMMs read a K-major B)."""
+        views = self.kernel.arg_views
+        return views is not None and views.data[self.args.index(buffer)].data == "transpose"
+
     def emit_descriptors(self, launch: _Launch) -> None:
         self.descriptors = {}
         stages = self.descriptor_stages(launch.ops)
@@ -299,10 +306,14 @@ class TritonEmitter:
                 buffer: BufferType = op.source.type
                 name = self.descriptors[key] = self.fresh(f"{self.names[op.source]}_desc")
                 arg_index = self.args.index(op.source)
-                shape = ", ".join(self.expr(d) for d in buffer.dims)
-                block = ", ".join(self.expr(d) for d in op.result.type.dims)
+                dims, tile = list(buffer.dims), list(op.result.type.dims)
+                row_stride = self.stride(arg_index, 0)
+                if self.read_transposed(op.source):  # the descriptor of W [N, K]: its tiles are [BLOCK_N, BLOCK_K]
+                    dims, tile, row_stride = dims[::-1], tile[::-1], self.stride(arg_index, 1)
+                shape = ", ".join(self.expr(d) for d in dims)
+                block = ", ".join(self.expr(d) for d in tile)
                 code.writeline(f"{name} = tl.make_tensor_descriptor({self.names[op.source]}_ptr, shape=[{shape}], "
-                               f"strides=[{self.stride(arg_index, 0)}, 1], block_shape=[{block}])")
+                               f"strides=[{row_stride}, 1], block_shape=[{block}])")
 
     def describe(self) -> str:
         strategy = self.kernel.strategy.data
@@ -517,11 +528,14 @@ class TritonEmitter:
         if op.descriptor is None:
             self.emit_load(op, op.source, op.result.type.dims)
             return
-        offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
+        offsets = [self.expr(d) for d in op.offsets.dims]
+        load = f"{self.descriptor_name(op)}.load([{', '.join(offsets)}])"
+        if self.read_transposed(op.source):
+            load = f"tl.trans({self.descriptor_name(op)}.load([{', '.join(offsets[::-1])}]))"
         code = self.code
         code.writeline("if USE_TMA:")
         with code.indent():
-            self.assign(op.result, f"{self.descriptor_name(op)}.load([{offsets}])")
+            self.assign(op.result, load)
         code.writeline("else:")
         with code.indent():
             self.emit_load(op, op.source, op.result.type.dims)
@@ -606,7 +620,9 @@ class TritonEmitter:
         args += [p for p, _, _ in self.dims.values()]
         args += [f"{c}={v}" for c, v in self.constants.items()]
         args += [f"num_warps={self.kernel.num_warps.value.data}", f"num_stages={self.kernel.num_stages.value.data}"]
-        staged = list(dict.fromkeys(names[self.args.index(op.source)] for op in self.descriptor_stages()))
+        # What TMA reads of each staged operand: a transposed view's operand rows (the view transposed back).
+        staged = list(dict.fromkeys(f"{names[self.args.index(op.source)]}.t()" if self.read_transposed(op.source)
+                                    else names[self.args.index(op.source)] for op in self.descriptor_stages()))
         code = IndentedWriter()
         code.writeline(f"def launch({', '.join(names)}):")
         with code.indent():

@@ -372,7 +372,9 @@ def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp
         if not other.is_file() or subprocess.run([other, "--version"], capture_output=True, text=True).stdout == keyed_by:
             pytest.skip("torch ships no ptxas of another version than Triton's")
         monkeypatch.setenv("TRITON_PTXAS_PATH", str(other))
-    kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(256, 128), (128, 64), (64,)], torch.float16)
+    # nn.Linear's weight, read transposed: the calls hand the kernel W^T (strides (1, K)), as the worker compiles it.
+    kernel = tile_level_kernel([("matmul", {"transpose_b": True}), "add_bias", "relu"],
+                               [(256, 128), (64, 128), (64,)], torch.float16)
     config = heuristic_config(kernel)
     source = stage_and_emit(kernel, config).source
     cache = tmp_path / "triton"
@@ -385,6 +387,11 @@ def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp
     written = sorted(cache.rglob("*"))
     assert written, "the worker compiled into the build's Triton cache"
     launch = load_source(source, kernel.sym_name.data, tmp_path / "sources").launch
-    launch(*kernel_example_arguments(kernel, config, torch.device("cuda")))
+    arguments = kernel_example_arguments(kernel, config, torch.device("cuda"))
+    launch(*arguments)
+    arguments[1] = torch.randn(64, 128, device="cuda", dtype=torch.float16).t()  # as a program's call views W
+    launch(*arguments)
     torch.cuda.synchronize()
+    x, weight, bias, out = arguments[:4]
+    torch.testing.assert_close(out, torch.relu(x @ weight + bias), atol=2e-2, rtol=2e-2)
     assert sorted(cache.rglob("*")) == written

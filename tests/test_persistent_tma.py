@@ -77,6 +77,26 @@ def test_layouts_tma_cannot_read_take_the_pointer_loads():
                                            transform=lambda i, t: t.t().contiguous().t() if i == 1 else t)
 
 
+@pytest.mark.parametrize("persistent", [1, 0])
+def test_a_weight_read_transposed_goes_through_a_descriptor_of_its_own_rows(persistent):
+    """``nn.Linear``'s weight ``[N, K]`` reaches the kernel as ``W^T`` (strides ``(1, K)``), a layout TMA cannot read
+    as it is: the descriptor is built on W's rows (``[BLOCK_N, BLOCK_K]`` tiles), each tile transposed for the dot
+    (as Hopper GEMMs read a K-major B), so such calls take TMA too; a weight stored column-major (``W^T``
+    contiguous) takes the pointer loads. Both match PyTorch."""
+    ops, shapes, dtype = [("matmul", {"transpose_b": True}), "add_bias", "relu"], [(70, 96), (80, 96), (80,)], torch.float16
+    compiled = compile_module(build_module(ops, shapes, dtype), config_with(persistent, 1))
+    source = compiled.ir["triton"]
+    assert "shape=[80, 96], strides=[stride_w_1, 1], block_shape=[BLOCK_N, BLOCK_K]" in source
+    assert "tl.trans(w_desc.load([" in source and "_tma_readable(w.t())" in source
+    (kernel,) = compiled.kernels.values()
+    readable = kernel.launch.__globals__["_tma_readable"]
+    weight = torch.randn(shapes[1], dtype=dtype)
+    assert readable(weight) and not readable(weight.t().contiguous().t())  # what the launcher asks of W = (W^T).t()
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
+    assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype,
+                                           transform=lambda i, t: t.t().contiguous().t() if i == 1 else t)
+
+
 def staged_kernel(ops, shapes, config: KernelConfig):
     compiled = compile_module(build_module(ops, shapes, torch.float16), lambda kernel: config)
     return compiled.ir["memory_staged"]

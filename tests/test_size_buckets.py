@@ -201,7 +201,7 @@ def test_the_tuner_searches_a_symbolic_kernel_at_the_hints(monkeypatch):
     _, trials = tune(kernel, TunerConfig(search="random", search_budget=6), None, heuristic, build_and_run)
     assert {t.config.BLOCK_M for t in trials if t.status == "ok"} == {16}  # without hints: the symbolic default
     _, _, shapes = compile_job(kernel, heuristic, "source", hints)
-    assert shapes[0] == ((64, K), "float32") and shapes[2] == ((64, 32), "float32")
+    assert shapes[0] == ((64, K), "float32", (K, 1)) and shapes[2] == ((64, 32), "float32", (32, 1))
     x = amk.tuner.kernel_example_arguments(kernel, heuristic, DEVICE, hints)[0]
     assert tuple(x.shape) == (64, K)
 

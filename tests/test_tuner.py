@@ -555,3 +555,32 @@ def test_whole_programs_are_raced_on_equal_terms(monkeypatch):
     monkeypatch.setattr(amk.tuner, "timed_by", lambda fn, **options: (calls.append(fn()) or 0.01, GRAPH))
     assert amk.tuner.fastest_program(programs, TunerConfig()) == ("amk", {"amk": 0.01, "pytorch": 0.01}, GRAPH)
     assert calls == ["amk", "pytorch"]  # timed alike the first time: not again
+
+
+def test_candidates_get_their_operands_laid_out_as_a_programs_calls_lay_them_out():
+    """A weight read transposed (``nn.Linear``'s ``[N, K]``) reaches the kernel as ``W^T``, strides ``(1, K)``. The
+    tuner's example operands and the compile workers' jobs have the strides a call hands the kernel: Triton
+    specializes on a stride of 1, and candidates timed on a contiguous ``[K, N]`` weight were another binary, timed
+    for a layout no call has, and compiled again at the program's first call."""
+    from conftest import DEVICE, tile_level_kernel
+
+    from amk.pipeline import heuristic_config
+    from amk.tuner import compile_job, kernel_example_arguments
+
+    ops = [("matmul", {"transpose_b": True}), "add_bias", "relu"]
+    shapes = [(64, 32), (48, 32), (48,)]
+    kernel = tile_level_kernel(ops, shapes, torch.float32)
+    config = heuristic_config(kernel)
+    examples = kernel_example_arguments(kernel, config, DEVICE)
+    _, _, job = compile_job(kernel, config, "source")
+    assert [tensor.stride() for tensor in examples] == [strides for _, _, strides in job]
+    assert examples[1].shape == (32, 48) and examples[1].stride() == (1, 32)
+
+    fused = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False)
+    (compiled,) = fused.compiled.kernels.values()
+    launched, launch = [], compiled.launch
+    compiled.launch = lambda *views: launched.append([view.stride() for view in views]) or launch(*views)
+    generator = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes)
+    torch.testing.assert_close(fused(x, w, b), torch.relu(x @ w.t() + b), atol=1e-5, rtol=1e-5)
+    assert launched == [[tensor.stride() for tensor in examples]]
