@@ -202,6 +202,20 @@ def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_l
     assert cpp_launcher == [] and kernel.direct_launches == [(4, 1, 1)]
 
 
+def assert_a_captured_graph_replays_new_inputs(kernel, ops, shapes, dtype, tolerance: float) -> None:
+    """A CUDA graph captures a call of ``kernel``; new inputs copied into the captured ones, a replay computes them."""
+    inputs = [t.cuda() for t in make_inputs(ops, shapes, dtype, seed=6)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(*inputs)
+    fresh = [t.cuda() for t in make_inputs(ops, shapes, dtype, seed=7)]
+    for tensor, new in zip(inputs, fresh):
+        tensor.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < tolerance
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
 def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
     """D-like chain (RMSNorm prologue, split-K GEMM, residual): after the recording call Triton's launch path is not
@@ -235,16 +249,7 @@ def test_decode_kernel_replays_correctly_on_the_gpu(monkeypatch):
             recorded_both = len(jit_runs)
     assert len(jit_runs) == recorded_both
 
-    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=6)]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = kernel(*inputs)
-    fresh = [t.cuda() for t in make_inputs(ops, shapes, torch.bfloat16, seed=7)]
-    for tensor, new in zip(inputs, fresh):
-        tensor.copy_(new)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < 1e-2
+    assert_a_captured_graph_replays_new_inputs(kernel, ops, shapes, torch.bfloat16, 1e-2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
@@ -287,13 +292,4 @@ def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch):
     inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=4)]
     assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
     assert len(launches) == replayed + 1  # every later call
-    inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=5)]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = kernel(*inputs)
-    fresh = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=6)]
-    for tensor, new in zip(inputs, fresh):
-        tensor.copy_(new)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert rel_l2(captured, eager(ops, [t.double() for t in fresh])) < 2e-3
+    assert_a_captured_graph_replays_new_inputs(kernel, ops, shapes, torch.float16, 2e-3)

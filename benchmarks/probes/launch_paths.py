@@ -6,7 +6,8 @@ One small elementwise kernel of a fused epilogue's shape (five tensors, two size
 tensors, taking turns (20 rounds of 50 calls each, the median over rounds, :func:`amk.benchmarking.host_us`):
 
 - ``jit``: ``kernel[grid](...)``, Triton's JIT path (binding, specialization key, cache lookup);
-- ``launch_replay``: amk's :class:`~amk.replay.LaunchReplay` of a launcher calling it (what amk's hot path runs);
+- ``launch_replay``: amk's :class:`~amk.replay.LaunchReplay` of a launcher calling it (what amk's hot path runs:
+  its layout key, then PyTorch's C++ launcher where the kernel allows it, :func:`amk.replay.direct_launch`);
 - ``compiled_runner``: the compiled kernel's ``compiled[grid](*args)`` (what a replay calls);
 - ``static_launcher``: PyTorch's C++ launcher of Inductor's kernels (``torch._C._StaticCudaLauncher``) on the
   compiled kernel's loaded function, the tensors passed as they are;
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -102,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("launch_paths.py times CUDA launches: it needs a GPU")
-    result = {"environment": environment(), "host_us": launch_paths()}
+    result = {"environment": environment(), "command": " ".join(sys.argv), "host_us": launch_paths()}
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
