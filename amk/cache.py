@@ -167,8 +167,8 @@ def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = Non
     same under every float32 matmul precision, its times are not)."""
     v = versions()
     sizes = {"size_hints": size_hints} if size_hints else {}
-    # "operands": candidates are timed on operands laid out as a program's calls lay them out (a transposed weight
-    # transposed); times recorded before, on contiguous operands, timed another binary and are not reused.
+    # "operands": candidates are timed on operands laid out as a program's calls hand them over (nn.Linear's weight
+    # as the view W^T); times recorded before, on contiguous operands only, timed another binary and are not reused.
     return _sha256(_canonical_json({"format": FORMAT, "kernel": kernel_text, "shapes": [list(s) for s in shapes],
                                     "device": device_descriptor(), "triton": v["triton"], "amk": v["amk"],
                                     "fp32_dot": fp32_dot, "operands": "as called", **sizes}))

@@ -11,9 +11,12 @@ recorded once (when nothing can be recorded, the emitted launcher runs as before
 
 A replayed launch goes, where it can, through the C++ launcher PyTorch's Inductor launches its own Triton kernels with
 (``torch._C._StaticCudaLauncher``: the loaded CUDA function, its grid and its arguments handed to ``cuLaunchKernel``),
-which skips the Python of Triton's compiled-kernel launcher (its stream lookup, launch metadata and scratch
-allocation); kernels that need more than that launcher offers (tensor-descriptor arguments, scratch memory, clusters,
-launch hooks) are launched through Triton's compiled kernel as before.
+which skips the Python of Triton's compiled-kernel launcher (its stream lookup, launch metadata and allocator
+lookup); a kernel's global scratch (device-side tensor descriptors) is allocated for each launch as Triton allocates
+it. Kernels that need more than that launcher offers (tensor-descriptor arguments, fp16 scalars, profiling scratch,
+instrumentation, clusters) are launched through Triton's compiled kernel, or, with global scratch, are not replayed
+(the emitted launcher installs the allocator Triton's launcher then needs). While a Triton launch hook is installed
+(a profiler's), replayed calls go through the emitted launcher, so that Triton calls the hook.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import types
 from collections.abc import Callable, Sequence
 
 import torch
+
+from amk.workspace import output_allocator
 
 log = logging.getLogger("amk")
 
@@ -100,12 +105,11 @@ class LaunchReplay:
 
     def _record(self, views: Sequence[torch.Tensor]) -> Callable | None:
         """Launch ``views`` through Triton, recording; the replay of what was launched, or None."""
+        from triton import knobs
+
         launches = record(self.launch, views)
         if not launches or any(compiled is None for compiled, _, _ in launches):
             return None  # Triton's interpreter returns no compiled kernel
-        if any(getattr(compiled.metadata, "global_scratch_size", 0) for compiled, _, _ in launches):
-            # Device-side tensor descriptors need the allocator the emitted launcher installs on every call.
-            return None
         count = len(views)
         if any(len(arguments) < count or any(a is not v for a, v in zip(arguments, views))
                for _, _, arguments in launches):
@@ -114,59 +118,83 @@ class LaunchReplay:
         # The first ``count`` arguments are refilled on every call (and the first call's tensors not kept alive).
         runs = [direct_launch(compiled, grid + (1,) * (3 - len(grid)), arguments, count)
                 for compiled, grid, arguments in launches]
+        if any(run is None for run in runs):
+            return None
         log.debug("launching %s directly from now on", ", ".join(c.name for c, _, _ in launches))
-        if len(runs) == 1:
-            return runs[0]
+        launch, runtime = self.launch, knobs.runtime
 
         def replay(views: Sequence[torch.Tensor]) -> None:
+            if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
+                launch(*views)  # a profiler's hooks, installed since: Triton's launch calls them
+                return
             for run in runs:
                 run(views)
 
         return replay
 
 
-# Triton's parameter types as the C++ launcher's argument codes (Inductor's table): pointers are "O".
+# Triton's parameter types as the C++ launcher's argument codes: pointers are "O". (Inductor's table also maps fp16
+# and bf16 scalars to "f", a 4-byte float where the kernel reads 2 bytes: such kernels keep Triton's launcher.)
 _ARGUMENT_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
-                   "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d"}
-# Metadata a kernel launched by the C++ launcher must not need: scratch memory allocated per launch, clusters,
-# cooperative or programmatic-dependent launches.
-_NEEDS_TRITONS_LAUNCHER = ("global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+                   "u32": "I", "u64": "K", "fp32": "f", "f32": "f", "fp64": "d"}
+# Metadata a kernel launched by the C++ launcher must not need: profiling scratch, cooperative or
+# programmatic-dependent launches.
+_NEEDS_TRITONS_LAUNCHER = ("profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
 
 
-def direct_launch(compiled, grid: tuple[int, int, int], arguments: list, count: int) -> Callable[[Sequence], None]:
+def direct_launch(compiled, grid: tuple[int, int, int], arguments: list, count: int) -> Callable[[Sequence], None] | None:
     """A launch of ``compiled`` on ``grid`` with new values of its first ``count`` arguments (``arguments``: all of
     them as bound when recorded, constexprs included): through PyTorch's C++ launcher where the kernel allows it
-    (:func:`_direct_codes`), else through the compiled kernel's own launcher."""
+    (:func:`_direct_codes`), else through the compiled kernel's own launcher; None for a kernel that needs global
+    scratch memory (device-side tensor descriptors) and cannot take the C++ launcher: its own launcher would need the
+    allocator that the emitted launcher installs on every call."""
     runner = compiled[grid]  # also loads the kernel's CUDA function, which the C++ launcher launches
     rest = arguments[count:]
+    metadata = compiled.metadata
+    scratch_size = getattr(metadata, "global_scratch_size", 0)
     codes = _direct_codes(compiled)
     launcher = getattr(torch._C, "_StaticCudaLauncher", None)
     if codes is None or len(codes) != len(arguments) or launcher is None or not compiled.function:
-        return lambda views: runner(*views, *rest)
-    kept = [value for value, code in zip(arguments, codes) if code][count:]
-    scratch = [None for name in ("global_scratch_size", "profile_scratch_size") if hasattr(compiled.metadata, name)]
-    types = "".join(codes) + "O" * len(scratch)
-    tail = (*kept, *scratch)
-    launch, function = launcher._launch_kernel, compiled.function
-    warps, shared = compiled.metadata.num_warps, compiled.metadata.shared
+        return None if scratch_size else lambda views: runner(*views, *rest)
+    kept = tuple(value for value, code in zip(arguments, codes) if code)[count:]
+    # Triton appends a global (3.3 on) and a profile (3.5 on) scratch pointer to every kernel's parameters: null
+    # where unused; global scratch, where used, is allocated for each launch as Triton's launcher allocates it.
+    has_global, has_profile = (hasattr(metadata, name) for name in ("global_scratch_size", "profile_scratch_size"))
+    types = "".join(codes) + "O" * (has_global + has_profile)
+    profile = (None,) if has_profile else ()
+    launch, warps, shared = launcher._launch_kernel, metadata.num_warps, metadata.shared
     current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
     (x, y, z) = grid
+    # ``compiled.function`` is read per launch, not kept as a bare handle: the kernel object, which unloads its module
+    # when collected, stays alive with the replay.
+    if not scratch_size:
+        tail = (*kept, *((None,) if has_global else ()), *profile)
 
-    def run(views: Sequence) -> None:
-        launch(function, x, y, z, warps, shared, types, (*views, *tail), current_stream(current_device()))
+        def run(views: Sequence) -> None:
+            launch(compiled.function, x, y, z, warps, shared, types, (*views, *tail), current_stream(current_device()))
 
-    return run
+        return run
+    scratch_shape = (x * y * z * getattr(metadata, "num_ctas", 1) * scratch_size,)
+    allocate = output_allocator(torch.device("cuda", current_device()))
+
+    def run_with_scratch(views: Sequence) -> None:
+        scratch = allocate(scratch_shape, (1,), torch.uint8)
+        launch(compiled.function, x, y, z, warps, shared, types, (*views, *kept, scratch, *profile),
+               current_stream(current_device()))
+
+    return run_with_scratch
 
 
 def _direct_codes(compiled) -> list[str] | None:
     """Per parameter of ``compiled``, in order, its argument code for the C++ launcher ('' for a constexpr, which is
-    not passed); None where the kernel needs Triton's launcher: a parameter of another type (a tensor descriptor),
-    scratch memory, more than one CTA per program, a cooperative or PDL launch, or launch hooks installed."""
+    not passed); None where the kernel needs Triton's launcher: a parameter of another type (a tensor descriptor, an
+    fp16 scalar), profiling scratch, instrumentation (GSan's extra parameters), more than one CTA per program, a
+    cooperative or PDL launch, or launch hooks installed."""
     from triton import knobs
 
     metadata = compiled.metadata
     if (any(getattr(metadata, name, 0) for name in _NEEDS_TRITONS_LAUNCHER) or getattr(metadata, "num_ctas", 1) != 1
-            or getattr(metadata, "tensordesc_meta", None)
+            or getattr(metadata, "tensordesc_meta", None) or getattr(metadata, "instrumentation_mode", "")
             or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)):
         return None
     source = getattr(compiled, "src", None)

@@ -428,7 +428,7 @@ def call_strides(spec: KernelArgument, shape: Sequence[int]) -> tuple[int, ...]:
     its strides (a stride of 1 becomes a constant): candidates timed or compiled ahead on other strides are another
     binary from the one the calls run."""
     if spec.view == "transpose":
-        return (1, shape[0])
+        return contiguous_strides(shape[::-1])[::-1]
     return contiguous_strides(shape)
 
 

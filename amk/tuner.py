@@ -347,9 +347,11 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
         return GluonFit(refusal, operand_bytes, output_bytes)
 
     views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else []
-    if "transpose" in views[:num_inputs]:
-        # TMA loads row-major tiles: a transposed weight (nn.Linear's) would be copied on every call
-        return fit("GLUON kernels load row-major operands; this kernel reads a transposed one")
+    # A transposed weight (nn.Linear's) is loaded as tiles of its own rows, which wgmma reads as a K-major B; a
+    # transposed lhs is not taken.
+    weight = dot.rhs.owner.source if dot is not None and isinstance(dot.rhs.owner, tiled_loop.LoadOp) else None
+    if any(view == "transpose" and arg is not weight for arg, view in zip(args[:num_inputs], views)):
+        return fit("GLUON kernels read only the weight (the dot's rhs) transposed; this kernel reads another operand so")
     if any(d is not None and d.is_static and d.value * size % 16
            for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")

@@ -1,5 +1,5 @@
-"""Kernel workspace (partial row statistics, split-K partial sums, completion counters) that is never shared by two
-calls in flight.
+"""Memory for kernel launches: each call's new outputs (:func:`output_allocator`), and kernel workspace (partial row
+statistics, split-K partial sums, completion counters) that is never shared by two calls in flight.
 
 A kernel's workspace is scratch memory for one call. Allocating it on every call would cost a counter's zeroing
 launch each time, so a :class:`Workspace` keeps one set of buffers per thread and per CUDA stream and hands that set
@@ -33,7 +33,7 @@ INTERPRETER_LOCK = threading.RLock()
 def output_allocator(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:
     """``allocate(shape, strides, dtype)``: a call's new output tensor on ``device``. On a GPU it is the allocation
     Inductor's compiled code makes its buffers with (``torch._C._dynamo.guards._empty_strided_cuda``: the caching
-    allocator without the dispatcher, on the current device; about 6 µs less than ``torch.empty`` on the H200's host)
+    allocator without the dispatcher, on the current device; ``benchmarks/probes/launch_paths.py`` times both)
     whenever the current device is ``device``; ``torch.empty_strided`` otherwise, and where this torch lacks it."""
 
     def portable(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:

@@ -25,7 +25,9 @@ operand tiles into a ring of ``num_stages`` shared-memory slots, each guarded by
 mbarrier; the default partition (the kernel's ``num_warps`` warps) walks the same tiles, issues asynchronous
 ``warpgroup_mma`` on each ready slot with the fp32 accumulator in registers (``NVMMADistributedLayout``), releases the
 slot, then applies the epilogue to the accumulator in that layout and writes the tile through shared memory and a
-TMA store, which overlaps the next tile's main loop. Anything else is refused with what is accepted.
+TMA store, which overlaps the next tile's main loop. A weight read transposed (``nn.Linear``'s ``[N, K]``, the
+kernel's argument the view ``W^T``) is loaded as ``[BLOCK_N, BLOCK_K]`` tiles of its own rows, through a descriptor
+of W itself, and ``wgmma`` reads each slot permuted (a K-major B). Anything else is refused with what is accepted.
 
 Milestone 3: a ``strip_finish`` kernel (a GEMM whose epilogue ends in a LayerNorm / RMSNorm over the whole row) goes
 the same way up to its epilogue, which the consumer runs as the Triton emitter's handlers write it, each tile value in
@@ -64,7 +66,8 @@ from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim
 
 _ACCEPTED = ("amk-emit-gluon emits persistent tile-grid GEMM kernels (tile2d, strip_finish): a K loop whose body stages "
-             "two fp16/bf16 operands through tensor descriptors into one memory_staged.dot, then an epilogue of tiled_loop "
+             "two fp16/bf16 operands (the rhs possibly a transposed view) through tensor descriptors into one "
+             "memory_staged.dot, then an epilogue of tiled_loop "
              "ops (binary, unary, select, cast, full, reduce, in_bounds; a strip's last_arrival with an if and for "
              "loops under it) and pointer loads and stores, the output tile stored last through TMA or with pointers "
              "(lower with amk-stage{persistent=1 tma=1})")
@@ -278,6 +281,8 @@ class GluonEmitter(TritonEmitter):
             raise self.refuse("its dot does not accumulate the product of the two staged tiles")
         if any(stage.descriptor is None for stage in stages):
             raise self.refuse("an operand is not staged through a tensor descriptor")
+        if self.read_transposed(stages[0].source):
+            raise self.refuse("its lhs is read transposed (only the weight, the dot's rhs, may be)")
         if triton_name(dot.lhs.type.element_type) not in ("float16", "bfloat16"):
             raise self.refuse(f"its operands are {triton_name(dot.lhs.type.element_type)}, not fp16 or bf16")
         if kernel.num_stages.value.data < 2:
@@ -558,8 +563,10 @@ class GluonEmitter(TritonEmitter):
                     nbytes = " + ".join(f"{self.descriptor(s.source)}.block_type.nbytes" for s in self.main.stages)
                     code.writeline(f"mbarrier.expect({self.ready}.index({self.slot}), {nbytes})")
                     for stage in self.main.stages:
-                        offsets = ", ".join(self.expr(d) for d in stage.offsets.dims)
-                        code.writeline(f"{self.api.tma_load}({self.descriptor(stage.source)}, [{offsets}], "
+                        offsets = [self.expr(d) for d in stage.offsets.dims]
+                        if self.read_transposed(stage.source):  # a tile of W's rows: [n, k]
+                            offsets.reverse()
+                        code.writeline(f"{self.api.tma_load}({self.descriptor(stage.source)}, [{', '.join(offsets)}], "
                                        f"{self.ready}.index({self.slot}), {self.rings[stage]}.index({self.slot}))")
                     code.writeline(f"{self.step} += 1")
         return code
@@ -630,6 +637,9 @@ class GluonEmitter(TritonEmitter):
             code.writeline(f"mbarrier.wait({self.ready}.index({self.slot}), {self.phase})")
             self.comment_origin(main.dot)
             lhs, rhs = (f"{self.rings[s]}.index({self.slot})" for s in main.stages)
+            if self.read_transposed(main.stages[1].source):
+                # W's [BLOCK_N, BLOCK_K] tile viewed as the [BLOCK_K, BLOCK_N] operand: wgmma reads a K-major B
+                rhs = f"{rhs}.permute((1, 0))"
             code.writeline(f"{acc} = warpgroup_mma({lhs}, {rhs}, {acc}, is_async=True)")
             code.writeline("# one wgmma stays in flight: once the previous one is done, its slot goes back to the "
                            "producer")
@@ -761,7 +771,10 @@ class GluonEmitter(TritonEmitter):
                 block = [self.constant(d) for d in dims]
                 if output:  # the TMA store moves one piece of the tile at a time
                     block[-1] //= self.pieces
-                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({self.names[buffer]}, "
+                tensor = self.names[buffer]
+                if self.read_transposed(buffer):  # the descriptor of W itself: the view transposed back
+                    block, tensor = block[::-1], f"{tensor}.t()"
+                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({tensor}, "
                                f"[{', '.join(map(str, block))}], gl.{triton_name(buffer.type.element_type)}"
                                f"{', output=True' if output else ''})")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]

@@ -34,15 +34,17 @@ B_CONFIG = "block_m=128 block_n=256 block_k=64 num_warps=8 num_stages=3 persiste
 PINGPONG_CONFIG = "block_m=128 block_n=128 block_k=64 num_warps=4 num_stages=4 persistent=1 tma=1"
 
 
-def chain(dtype: str = "f16", epilogue: str = "relu") -> str:
+def chain(dtype: str = "f16", epilogue: str = "relu", weight_transposed: bool = False) -> str:
     """Workload B's chain at a small width: matmul, bias, then ``epilogue`` (an elementwise op, ``add`` of a
-    residual tile, or ``rmsnorm`` over the row: a strip's statistics)."""
+    residual tile, or ``rmsnorm`` over the row: a strip's statistics); with ``weight_transposed`` the weight is
+    ``nn.Linear``'s ``[N, K]``, read transposed."""
     x, w, b = (f"!tensor_op.tensor<[{shape}], {dtype}>" for shape in ("M, 512", "512, 512", "512"))
+    transpose = " {transpose_rhs = true}" if weight_transposed else ""
     last = (f"%2 = tensor_op.add %1, %x : ({x}, {x}) -> {x}" if epilogue == "add"
             else f"%2 = tensor_op.rmsnorm %1 {{eps = 1.0e-05 : f64}} : {x} -> {x}" if epilogue == "rmsnorm"
             else f"%2 = tensor_op.{epilogue} %1 : {x}")
     return f"""func.func @linear(%x : {x}, %w : {w}, %b : {b}) -> {x} {{
-  %0 = tensor_op.matmul %x, %w : ({x}, {w}) -> {x}
+  %0 = tensor_op.matmul %x, %w{transpose} : ({x}, {w}) -> {x}
   %1 = tensor_op.add %0, %b : ({x}, {b}) -> {x}
   {last}
   func.return %2 : {x}
@@ -81,6 +83,15 @@ def test_a_residual_tile_is_read_in_the_accumulators_layout():
     assert "x_cols = BLOCK_N*pid_n + gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))" in source
     assert "x_ptr + x_rows.to(gl.int64)[:, None] * stride_x_0 + x_cols.to(gl.int64)[None, :] * stride_x_1" in source
     assert "        x_desc,\n        x,\n        w_desc," in source and "x.stride(1)," in source
+
+
+def test_a_transposed_weight_is_loaded_as_tiles_of_its_own_rows():
+    """nn.Linear's weight W [N, K] reaches the kernel as W^T: its descriptor is W's own (the view transposed back,
+    [BLOCK_N, BLOCK_K] tiles loaded at [n, k]) and wgmma reads each ring slot permuted, a K-major B."""
+    source = emit_gluon(staged_kernel(chain(weight_transposed=True)), TRITON_3_9_API)
+    assert "w_desc = _tma_descriptor(w.t(), [256, 64], gl.float16)" in source
+    assert f"{TRITON_3_9_API.tma_load}(w_desc, [BLOCK_N*pid_n, k], ready.index(slot), w_ring.index(slot))" in source
+    assert "= warpgroup_mma(x_ring.index(slot), w_ring.index(slot).permute((1, 0)), " in source
 
 
 def test_writes_out_what_gluon_does_not_name():
@@ -131,7 +142,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
 emitted = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(emitted)
-block_m, block_n, block_k, stages, warps, output_columns = json.loads(sys.argv[2])
+block_m, block_n, block_k, stages, warps, output_columns, weight_transposed = json.loads(sys.argv[2])
 
 
 def descriptor(block):
@@ -148,7 +159,8 @@ constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_
              **dict.fromkeys(unit_strides, 1)}
 aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
            if name.endswith("_ptr") or (name.startswith("stride_") and name not in constants)}
-descriptors = {"x_desc": descriptor([block_m, block_k]), "w_desc": descriptor([block_k, block_n]),
+descriptors = {"x_desc": descriptor([block_m, block_k]),
+               "w_desc": descriptor([block_n, block_k] if weight_transposed else [block_k, block_n]),
                "out0_desc": descriptor([block_m, output_columns])}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
 signature = {name: descriptors.get(name, pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr"
@@ -171,6 +183,9 @@ STRIP_FINISH = "{reduction_strategy=strip_finish}"
     (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "silu"),
     (B_CONFIG, "cooperative", (128, 256, 64), 8, "rmsnorm"),  # strip_finish: statistics, counter, merge and sweep
     (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "rmsnorm"),
+    # nn.Linear's weight read transposed: tiles of its own rows, a K-major B
+    (B_CONFIG, "cooperative", (128, 256, 64), 8, "linear-relu"),
+    (PINGPONG_CONFIG, "pingpong", (128, 128, 64), 4, "linear-silu"),
 ])
 def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, warps, epilogue):
     """``GluonASTSource`` + ``triton.compile`` for sm_90 (no driver needed): the PTX has TMA copies and wgmma, and the
@@ -185,15 +200,16 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
         pytest.skip("this triton has no CUDA backend to compile for sm_90")
     path = tmp_path / "kernel.py"
     strip_finish = epilogue == "rmsnorm"
-    path.write_text(emit_gluon(staged_kernel(chain(epilogue=epilogue), config, STRIP_FINISH if strip_finish else ""),
-                               schedule=schedule))
+    weight_transposed = epilogue.startswith("linear-")
+    text = chain(epilogue=epilogue.removeprefix("linear-"), weight_transposed=weight_transposed)
+    path.write_text(emit_gluon(staged_kernel(text, config, STRIP_FINISH if strip_finish else ""), schedule=schedule))
     stages = int(config.split("num_stages=")[1].split()[0])
     # the output tile's TMA block: the whole tile, or one piece where the tile is stored in pieces
     pieces = 1 if strip_finish else store_pieces(*tile, stages, 2, 2, schedule)
     # In a process of its own: this one runs Triton's interpreter, where gl.sum and the other reductions are
     # interpreted functions that the compiler refuses.
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps, tile[1] // pieces])],
+    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps, tile[1] // pieces, weight_transposed])],
                             capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = json.loads(result.stdout.splitlines()[-1])
@@ -277,3 +293,25 @@ def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
     for x in (sliced, unaligned):
         expected = torch.relu(x.double() @ w.double() + b.double())
         assert ((kernel(x, w, b).double() - expected).norm() / expected.norm()).item() < 1e-3
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+                    reason="Gluon's wgmma kernels run on Hopper GPUs only")
+def test_a_gluon_kernel_on_nn_linears_weight_runs_through_the_build_service(tmp_path):
+    """nn.Linear's layout (``transpose_b``: W is [N, K], read as W^T): the Gluon kernel loads tiles of W's rows and
+    wgmma reads them as a K-major B; the output matches PyTorch's F.linear on fresh inputs, ragged M and N."""
+    import torch.nn.functional as F
+
+    import amk
+
+    grid = {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [128, 256], "BLOCK_SIZE_K": [64], "num_warps": [8],
+            "num_stages": [3], "PERSISTENT": [1], "TMA": [1], "GLUON": [1]}
+    shapes = [(16001, 1024), (1152, 1024), (1152,)]
+    ops = [("matmul", {"transpose_b": True}), "add_bias", "relu"]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, parameter_grid=grid,
+                                    tuner_config=amk.TunerConfig(target_cache_dir=str(tmp_path)))
+    assert kernel.config["GLUON"] == 1, kernel.tuning_log
+    assert ".permute((1, 0))" in kernel.source
+    x, w, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)
+    expected = torch.relu(F.linear(x.double(), w.double(), b.double()))
+    assert ((kernel(x, w, b).double() - expected).norm() / expected.norm()).item() < 1e-3

@@ -16,6 +16,7 @@ from xdsl.utils.exceptions import VerifyException
 from amk.lowering.configs import KernelConfig
 from amk.oplist import build_module
 from amk.pipeline import compile_module
+from amk.runtime import default_device
 from amk.tuner import DeviceLimits, default_space, prune_reason
 
 pytestmark = INTERPRETER_WARNINGS
@@ -95,6 +96,29 @@ def test_a_weight_read_transposed_goes_through_a_descriptor_of_its_own_rows(pers
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype,
                                            transform=lambda i, t: t.t().contiguous().t() if i == 1 else t)
+
+
+def test_a_transposed_lhs_goes_through_a_descriptor_of_its_own_rows():
+    """``x^T @ w`` (x stored [K, M]): the lhs view [M, K] has strides (1, M); its descriptor is x's own ([BLOCK_K,
+    BLOCK_M] tiles at [k, m]), each tile transposed, and the result matches PyTorch."""
+    from xdsl.parser import Parser
+
+    from amk.context import make_context
+
+    text = """func.func @xt_w(%x : !tensor_op.tensor<[96, 70], f16>, %w : !tensor_op.tensor<[96, 80], f16>) -> !tensor_op.tensor<[70, 80], f16> {
+      %0 = tensor_op.matmul %x, %w {transpose_lhs = true} : (!tensor_op.tensor<[96, 70], f16>, !tensor_op.tensor<[96, 80], f16>) -> !tensor_op.tensor<[70, 80], f16>
+      func.return %0 : !tensor_op.tensor<[70, 80], f16>
+    }"""
+    compiled = compile_module(Parser(make_context(), text).parse_module(), config_with(1, 1))
+    source = compiled.ir["triton"]
+    assert "shape=[96, 70], strides=[stride_x_1, 1], block_shape=[BLOCK_K, BLOCK_M]" in source
+    assert "tl.trans(x_desc.load([" in source and "_tma_readable(x.t())" in source
+    generator = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(shape, generator=generator).to(default_device(), torch.float16) for shape in [(96, 70), (96, 80)])
+    expected = x.double().t() @ w.double()
+    for _ in range(2):
+        got = compiled.program(x, w)[0].double()
+        assert ((got - expected).norm() / expected.norm()).item() < 2e-3
 
 
 def staged_kernel(ops, shapes, config: KernelConfig):

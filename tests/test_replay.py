@@ -73,6 +73,27 @@ def operands():
     return torch.randn(4, 6), torch.randn(4, 6), torch.empty(4, 6)
 
 
+def test_while_a_launch_hook_is_installed_calls_go_through_the_emitted_launcher(monkeypatch):
+    """A profiler's hook installed after a layout was recorded: Triton's launch, which calls it, runs those calls;
+    once it is removed, the replay resumes."""
+    from triton import knobs
+
+    if not hasattr(knobs, "HookChain"):
+        pytest.skip("this Triton has no launch hook chain")
+    replay, jit = make_replay()
+    x, y, out = operands()
+    replay(x, y, out)
+    hook = knobs.HookChain()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    hook.add(lambda *args: None)
+    replay(x, y, out)
+    assert jit.launches == 2 and jit.compiled.direct_launches == []
+    hook.calls.clear()
+    replay(x, y, out)
+    torch.testing.assert_close(out, (x + y) * 3)
+    assert jit.launches == 2 and jit.compiled.direct_launches == [(4, 1, 1)]
+
+
 def test_the_first_call_records_and_later_calls_launch_directly_with_their_own_tensors():
     replay, jit = make_replay()
     for _ in range(4):
@@ -160,6 +181,8 @@ def cpp_launcher(monkeypatch):
     monkeypatch.setattr(torch._C, "_StaticCudaLauncher", CppLauncherStandIn, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    monkeypatch.setattr(torch._C._dynamo.guards, "_empty_strided_cuda",
+                        lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype), raising=False)
     return CppLauncherStandIn.launches
 
 
@@ -175,7 +198,22 @@ def test_a_replayed_launch_goes_through_pytorchs_launcher_without_the_constexprs
     assert kernel.direct_launches == []
 
 
-@pytest.mark.parametrize("reason", ["tensor descriptor", "global scratch", "cluster", "launch hook"])
+def test_a_kernels_global_scratch_is_allocated_for_each_launch(cpp_launcher):
+    """Device-side tensor descriptors live in global scratch: grid x CTAs x the kernel's bytes, a new buffer per launch
+    (a launch in flight keeps its own), passed where Triton's launcher passes it, before the profile scratch."""
+    kernel = compiled_kernel({"x": "*fp32", "y": "*fp32", "out": "*fp32", "SCALE": "constexpr"},
+                             global_scratch_size=128)
+    launch = direct_launch(kernel, (4, 2, 1), ["x0", "y0", "out0", 3], count=3)
+    x, y, out = operands()
+    launch((x, y, out))
+    launch((x, y, out))
+    (first, second) = [arguments for *_, types, arguments, _ in cpp_launcher]
+    assert cpp_launcher[0][4] == "OOOOO" and first[:3] == (x, y, out) and first[4] is None
+    assert first[3].dtype == torch.uint8 and first[3].shape == (4 * 2 * 128,) and second[3] is not first[3]
+
+
+@pytest.mark.parametrize("reason", ["tensor descriptor", "fp16 scalar", "profile scratch", "instrumented", "cluster",
+                                    "launch hook"])
 def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_launcher, monkeypatch, reason):
     from triton import knobs
 
@@ -184,8 +222,12 @@ def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_l
     metadata = {}
     if reason == "tensor descriptor":
         signature["x"] = "tensordesc<fp32[16, 16]>"
-    elif reason == "global scratch":
-        metadata["global_scratch_size"] = 256
+    elif reason == "fp16 scalar":  # the C++ launcher would pass 4 bytes of float where the kernel reads 2
+        signature["stride_1"] = "fp16"
+    elif reason == "profile scratch":
+        metadata["profile_scratch_size"] = 64
+    elif reason == "instrumented":  # GSan appends parameters of its own
+        metadata["instrumentation_mode"] = "gsan"
     elif reason == "cluster":
         metadata["num_ctas"] = 2
     else:

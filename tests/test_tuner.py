@@ -371,16 +371,30 @@ def test_gluon_candidates_the_emitter_cannot_take_are_pruned(change, strategy, e
     assert got is None if reason is None else reason in got
 
 
-def test_gluon_is_not_offered_for_transposed_weights_or_small_gemms():
-    """nn.Linear's weight is read transposed (TMA loads row-major tiles: a copy per call), and a small GEMM's host-side
-    launch of a Gluon kernel would cost more than its kernel saves; the output tile is staged at the output's size, whole
-    or in pieces."""
+TRANSPOSED_LHS = """
+func.func @xt_w(%x : !tensor_op.tensor<[4096, 65536], f16>, %w : !tensor_op.tensor<[4096, 4096], f16>) -> !tensor_op.tensor<[65536, 4096], f16> {
+  %0 = tensor_op.matmul %x, %w {transpose_lhs = true} : (!tensor_op.tensor<[4096, 65536], f16>, !tensor_op.tensor<[4096, 4096], f16>) -> !tensor_op.tensor<[65536, 4096], f16>
+  func.return %0 : !tensor_op.tensor<[65536, 4096], f16>
+}
+"""
+
+
+def parse_module(text: str):
+    from xdsl.parser import Parser
+
+    return Parser(make_context(), text).parse_module()
+
+
+def test_gluon_is_offered_for_transposed_weights_but_not_a_transposed_lhs_or_small_gemms():
+    """nn.Linear's weight, read transposed, is loaded as tiles of its own rows (a K-major B for wgmma); a transposed
+    lhs is not taken, and a small GEMM's host-side launch of a Gluon kernel would cost more than its kernel saves; the
+    output tile is staged at the output's size, whole or in pieces."""
     from amk.lowering.tile import TilePass
     from amk.symbolic import Dim
     from amk.tuner import KernelConfig, gluon_fit, prune_reason
 
     def fit(ops, shapes):
-        module = build_module(ops, shapes, torch.float16)
+        module = build_module(ops, shapes, torch.float16) if isinstance(ops, list) else parse_module(ops)
         FusePass().apply(make_context(), module)
         TilePass().apply(make_context(), module)
         kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
@@ -390,11 +404,14 @@ def test_gluon_is_not_offered_for_transposed_weights_or_small_gemms():
     big = [(1 << 16, 4096), (4096, 4096), (4096,)]
     assert fit(["matmul", "add_bias", "relu"], big) == amk.tuner.GluonFit(None, 2, 2)
     linear = fit([("matmul", {"transpose_b": True}), "relu"], [(1 << 16, 4096), (4096, 4096)])
-    assert "transposed" in linear.refusal
+    assert linear == amk.tuner.GluonFit(None, 2, 2)
+    transposed_lhs = fit(TRANSPOSED_LHS, [(1 << 16, 4096), (4096,)])
+    assert "transposed" in transposed_lhs.refusal
     small = fit(["matmul", "add_bias", "relu"], [(512, 4096), (4096, 4096), (4096,)])
     assert "too small" in small.refusal
     config = KernelConfig(**B_GLUON)
-    assert "transposed" in prune_reason(config, "tile2d", True, 2, HOPPER, gluon=linear)
+    assert prune_reason(config, "tile2d", True, 2, HOPPER, gluon=linear) is None
+    assert "transposed" in prune_reason(config, "tile2d", True, 2, HOPPER, gluon=transposed_lhs)
     # An fp32 output tile does not fit whole beside 3 stages (147456 + 131072 bytes > 232448), but in pieces of 64
     # columns through two buffers (+ 65536); 4 stages leave too little even for those.
     fp32_output = amk.tuner.GluonFit(None, 2, 4)

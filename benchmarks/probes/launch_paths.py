@@ -8,11 +8,13 @@ tensors, taking turns (20 rounds of 50 calls each, the median over rounds, :func
 - ``jit``: ``kernel[grid](...)``, Triton's JIT path (binding, specialization key, cache lookup);
 - ``launch_replay``: amk's :class:`~amk.replay.LaunchReplay` of a launcher calling it (what amk's hot path runs:
   its layout key, then PyTorch's C++ launcher where the kernel allows it, :func:`amk.replay.direct_launch`);
-- ``compiled_runner``: the compiled kernel's ``compiled[grid](*args)`` (what a replay calls);
-- ``static_launcher``: PyTorch's C++ launcher of Inductor's kernels (``torch._C._StaticCudaLauncher``) on the
-  compiled kernel's loaded function, the tensors passed as they are;
-- the pieces around a launch on amk's path: ``empty`` (one output), ``reshape`` (one view), ``layout_key`` (the
-  strides and alignment of five tensors, what a replay keys on), ``raw_stream``.
+- ``compiled_runner``: the compiled kernel's ``compiled[grid](*args)`` (what a replay calls where the C++ launcher
+  does not apply);
+- ``direct_launch``: :func:`amk.replay.direct_launch`, PyTorch's C++ launcher of Inductor's kernels
+  (``torch._C._StaticCudaLauncher``) on the compiled kernel's loaded function where the kernel allows it;
+- the pieces around a launch on amk's path: ``empty`` (``torch.empty``, one output) and ``output_allocator`` (what
+  the hot path allocates outputs with, :func:`amk.workspace.output_allocator`), ``reshape`` (one view),
+  ``layout_key`` (the strides and alignment of five tensors, what a replay keys on), ``raw_stream``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import triton
 import triton.language as tl
 
 from amk.benchmarking import environment, host_us
-from amk.replay import LaunchReplay
+from amk.replay import LaunchReplay, direct_launch
+from amk.workspace import output_allocator
 
 
 @triton.jit
@@ -55,35 +58,23 @@ def launch_paths(rows: int = 16, cols: int = 1024) -> dict[str, float]:
     compiled = _bias_gelu_residual[grid](*tensors, rows, cols, BLOCK=1024)
     runner = compiled[grid + (1, 1)]
     replay = LaunchReplay(_launcher, len(tensors))
+    allocate = output_allocator(device)
     layers = {
         "jit": lambda: _bias_gelu_residual[grid](*tensors, rows, cols, BLOCK=1024),
         "launch_replay": lambda: replay(*tensors),
         "compiled_runner": lambda: runner(*tensors, rows, cols, 1024),  # constexprs included, as bound
     }
-    static = getattr(torch._C, "_StaticCudaLauncher", None)
-    if static is not None:
-        index = device.index or 0
-        function, warps, shared = compiled.function, compiled.metadata.num_warps, compiled.metadata.shared
-        # Triton 3.3+ appends a global (and 3.5+ a profile) scratch pointer to every kernel's parameters.
-        scratch = [None for name in ("global_scratch_size", "profile_scratch_size") if hasattr(compiled.metadata, name)]
-        types = "OOOOOii" + "O" * len(scratch)
-        arguments = (*tensors, rows, cols, *scratch)
-        expected = x + bias
-        expected = 0.5 * expected * (1 + torch.sigmoid(1.5958 * expected)) + residual
-        out.zero_()
-        try:
-            static._launch_kernel(function, grid[0], 1, 1, warps, shared, types, arguments,
-                                  torch._C._cuda_getCurrentRawStream(index))
-            torch.cuda.synchronize()
-            error = (out - expected).abs().max().item()
-        except Exception as failure:  # the private API differs in this torch: reported, the rest still timed
-            print(f"static launcher failed: {type(failure).__name__}: {failure}")
-        else:
-            print(f"static launcher's max abs error: {error:.2e}")
-            layers["static_launcher"] = lambda: static._launch_kernel(
-                function, grid[0], 1, 1, warps, shared, types, arguments, torch._C._cuda_getCurrentRawStream(index))
+    direct = direct_launch(compiled, grid + (1, 1), [*tensors, rows, cols, 1024], len(tensors))
+    expected = x + bias
+    expected = 0.5 * expected * (1 + torch.sigmoid(1.5958 * expected)) + residual
+    out.zero_()
+    direct(tensors)
+    torch.cuda.synchronize()
+    print(f"the direct launch's max abs error: {(out - expected).abs().max().item():.2e}")
+    layers["direct_launch"] = lambda: direct(tensors)
     layers |= {
         "empty": lambda: torch.empty((rows, cols), device=device),
+        "output_allocator": lambda: allocate((rows, cols), (cols, 1), torch.float32),
         "reshape": lambda: x.reshape(rows * cols),
         "layout_key": lambda: tuple((t.stride(), t.data_ptr() % 16 == 0) for t in tensors),
         "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(0),
