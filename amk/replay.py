@@ -188,14 +188,11 @@ def direct_launch(compiled, grid: tuple[int, int, int], arguments: list, count: 
 def _direct_codes(compiled) -> list[str] | None:
     """Per parameter of ``compiled``, in order, its argument code for the C++ launcher ('' for a constexpr, which is
     not passed); None where the kernel needs Triton's launcher: a parameter of another type (a tensor descriptor, an
-    fp16 scalar), profiling scratch, instrumentation (GSan's extra parameters), more than one CTA per program, a
-    cooperative or PDL launch, or launch hooks installed."""
-    from triton import knobs
-
+    fp16 scalar), profiling scratch, instrumentation (GSan's extra parameters), more than one CTA per program, or a
+    cooperative or PDL launch. (Launch hooks are the replay's to check, on every call.)"""
     metadata = compiled.metadata
     if (any(getattr(metadata, name, 0) for name in _NEEDS_TRITONS_LAUNCHER) or getattr(metadata, "num_ctas", 1) != 1
-            or getattr(metadata, "tensordesc_meta", None) or getattr(metadata, "instrumentation_mode", "")
-            or _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)):
+            or getattr(metadata, "tensordesc_meta", None) or getattr(metadata, "instrumentation_mode", "")):
         return None
     source = getattr(compiled, "src", None)
     if source is None or not hasattr(source, "fn"):

@@ -73,19 +73,26 @@ def operands():
     return torch.randn(4, 6), torch.randn(4, 6), torch.empty(4, 6)
 
 
-def test_while_a_launch_hook_is_installed_calls_go_through_the_emitted_launcher(monkeypatch):
-    """A profiler's hook installed after a layout was recorded: Triton's launch, which calls it, runs those calls;
-    once it is removed, the replay resumes."""
+@pytest.mark.parametrize("hooked_when_recorded", [False, True])
+def test_while_a_launch_hook_is_installed_calls_go_through_the_emitted_launcher(monkeypatch, hooked_when_recorded):
+    """A profiler's hook, installed before or after a layout was recorded: Triton's launch, which calls it, runs the
+    calls made while it is; once it is removed, the replay runs them (a recording made under a hook is not pinned to
+    Triton's launch)."""
     from triton import knobs
 
     if not hasattr(knobs, "HookChain"):
         pytest.skip("this Triton has no launch hook chain")
+    def profiler_hook(*args) -> None:
+        pass
+
     replay, jit = make_replay()
-    x, y, out = operands()
-    replay(x, y, out)
     hook = knobs.HookChain()
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
-    hook.add(lambda *args: None)
+    if hooked_when_recorded:
+        hook.add(profiler_hook)
+    x, y, out = operands()
+    replay(x, y, out)
+    hook.add(profiler_hook)
     replay(x, y, out)
     assert jit.launches == 2 and jit.compiled.direct_launches == []
     hook.calls.clear()
@@ -212,11 +219,8 @@ def test_a_kernels_global_scratch_is_allocated_for_each_launch(cpp_launcher):
     assert first[3].dtype == torch.uint8 and first[3].shape == (4 * 2 * 128,) and second[3] is not first[3]
 
 
-@pytest.mark.parametrize("reason", ["tensor descriptor", "fp16 scalar", "profile scratch", "instrumented", "cluster",
-                                    "launch hook"])
-def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_launcher, monkeypatch, reason):
-    from triton import knobs
-
+@pytest.mark.parametrize("reason", ["tensor descriptor", "fp16 scalar", "profile scratch", "instrumented", "cluster"])
+def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_launcher, reason):
     signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "stride_0": "i32", "stride_1": "i32",
                  "SCALE": "constexpr"}
     metadata = {}
@@ -228,14 +232,8 @@ def test_kernels_needing_more_than_pytorchs_launcher_replay_through_triton(cpp_l
         metadata["profile_scratch_size"] = 64
     elif reason == "instrumented":  # GSan appends parameters of its own
         metadata["instrumentation_mode"] = "gsan"
-    elif reason == "cluster":
-        metadata["num_ctas"] = 2
     else:
-        hook = knobs.HookChain() if hasattr(knobs, "HookChain") else None
-        if hook is None:
-            pytest.skip("this Triton has no launch hook chain")
-        hook.add(lambda *args: None)
-        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+        metadata["num_ctas"] = 2
     kernel = compiled_kernel(signature, **metadata)
     launch = direct_launch(kernel, (4, 1, 1), ["x0", "y0", "out0", 6, 1, 3], count=3)
     x, y, out = operands()
@@ -307,13 +305,24 @@ def test_a_kernel_of_two_launches_replays_both():
         assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
 
 
+# A TMA kernel (device-side tensor descriptors in global scratch) on nn.Linear's weight, read transposed.
+TMA_GRID = {"BLOCK_SIZE_M": [64], "BLOCK_SIZE_N": [64], "BLOCK_SIZE_K": [64], "GROUP_SIZE_M": [8], "num_warps": [4],
+            "num_stages": [3], "PERSISTENT": [1], "TMA": [1]}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
-def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch):
-    """Where this torch has Inductor's C++ launcher, a replayed launch of an ordinary kernel goes through it, with
-    correct results; a CUDA graph captures it."""
+@pytest.mark.parametrize(("ops", "shapes", "grid"), [
+    (["matmul", "add_bias", "relu"], [(64, 256), (256, 128), (128,)], None),
+    ([("matmul", {"transpose_b": True}), "add_bias", "relu"], [(200, 256), (192, 256), (192,)], TMA_GRID),
+], ids=["plain", "tma-scratch-transposed-weight"])
+def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch, ops, shapes, grid):
+    """Where this torch has Inductor's C++ launcher, a replayed launch goes through it, with correct results; a CUDA
+    graph captures it. Also a TMA kernel, whose global scratch each launch allocates, on a transposed weight."""
     real = getattr(torch._C, "_StaticCudaLauncher", None)
     if real is None:
         pytest.skip("this torch has no C++ launcher for Triton kernels")
+    if grid is not None and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("device-side tensor descriptors need compute capability 9.0")
     launches = []
 
     class Counting:
@@ -323,9 +332,9 @@ def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch):
             return real._launch_kernel(*arguments)
 
     monkeypatch.setattr(torch._C, "_StaticCudaLauncher", Counting)
-    ops = ["matmul", "add_bias", "relu"]
-    shapes = [(64, 256), (256, 128), (128,)]
-    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, autotune=False)
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, autotune=grid is not None, parameter_grid=grid)
+    if grid is not None:
+        assert kernel.config["TMA"] == 1 and "_tma_readable(w.t())" in kernel.source, kernel.tuning_log
     for seed in range(4):
         inputs = [t.cuda() for t in make_inputs(ops, shapes, torch.float16, seed=seed)]
         assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
