@@ -563,11 +563,9 @@ class GluonEmitter(TritonEmitter):
                     nbytes = " + ".join(f"{self.descriptor(s.source)}.block_type.nbytes" for s in self.main.stages)
                     code.writeline(f"mbarrier.expect({self.ready}.index({self.slot}), {nbytes})")
                     for stage in self.main.stages:
-                        offsets = [self.expr(d) for d in stage.offsets.dims]
-                        if self.read_transposed(stage.source):  # a tile of W's rows: [n, k]
-                            offsets.reverse()
-                        code.writeline(f"{self.api.tma_load}({self.descriptor(stage.source)}, [{', '.join(offsets)}], "
-                                       f"{self.ready}.index({self.slot}), {self.rings[stage]}.index({self.slot}))")
+                        code.writeline(f"{self.api.tma_load}({self.descriptor(stage.source)}, "
+                                       f"[{self.descriptor_offsets(stage)}], {self.ready}.index({self.slot}), "
+                                       f"{self.rings[stage]}.index({self.slot}))")
                     code.writeline(f"{self.step} += 1")
         return code
 

@@ -289,6 +289,12 @@ class TritonEmitter:
         views = self.kernel.arg_views
         return views is not None and views.data[self.args.index(buffer)].data == "transpose"
 
+    def descriptor_offsets(self, op: memory_staged.StageOp) -> str:
+        """Where the descriptor load of ``op``'s tile starts: its offsets, reversed for a transposed view (a tile of
+        the operand's own rows)."""
+        offsets = [self.expr(d) for d in op.offsets.dims]
+        return ", ".join(offsets[::-1] if self.read_transposed(op.source) else offsets)
+
     def emit_descriptors(self, launch: _Launch) -> None:
         self.descriptors = {}
         stages = self.descriptor_stages(launch.ops)
@@ -528,10 +534,9 @@ class TritonEmitter:
         if op.descriptor is None:
             self.emit_load(op, op.source, op.result.type.dims)
             return
-        offsets = [self.expr(d) for d in op.offsets.dims]
-        load = f"{self.descriptor_name(op)}.load([{', '.join(offsets)}])"
+        load = f"{self.descriptor_name(op)}.load([{self.descriptor_offsets(op)}])"
         if self.read_transposed(op.source):
-            load = f"tl.trans({self.descriptor_name(op)}.load([{', '.join(offsets[::-1])}]))"
+            load = f"tl.trans({load})"
         code = self.code
         code.writeline("if USE_TMA:")
         with code.indent():
