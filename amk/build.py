@@ -217,17 +217,19 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     hit = _load(store, known) if known is not None else None
     module = key = meta = None
     if hit is None:
-        if alias is not None and known is None and request.timed and _operands_outgrow_a_launch(request):
-            # An op list never built before, whose kernels will be tuned: the compile workers boot while its module
-            # is made (the IR's imports on a first build) and its passes run, not from its first kernel tuned. Other
-            # builds (a captured subgraph, small operands) may tune nothing, their kernels all bound by their launch:
-            # their workers start at a kernel tuned, not to take CPUs and GPU memory (a CUDA context each) for nothing.
-            start_compile_workers()
+        # A build whose kernels will be tuned has its compile workers boot (seconds) while its passes run, not from
+        # its first kernel tuned. Builds of small operands may tune nothing, their kernels all bound by their launch:
+        # their workers start at a kernel tuned, not to take CPUs and GPU memory (a CUDA context each) for nothing.
+        tuned = request.timed and _operands_outgrow_a_launch(request)
+        if alias is not None and known is None and tuned:
+            start_compile_workers()  # an op list never built before: they also boot while its module is made
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
         hit = _load(store, key) if key != known else None
         if hit is not None and alias is not None:
             store.save_alias(alias, key)
+        elif hit is None and tuned:
+            start_compile_workers()  # a captured subgraph's miss is known from its module's key
     return hit if hit is not None else (key, meta, module)
 
 

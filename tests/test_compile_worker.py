@@ -342,11 +342,19 @@ def test_a_new_build_starts_its_compile_workers_before_it_makes_its_module(timed
     assert timed_builds(["matmul", "add_bias", "relu"]) == [], "a cache hit starts no workers"
 
 
+def test_a_captured_subgraph_starts_them_once_its_module_misses_the_cache(timed_builds):
+    """A subgraph amk.compile captured has no op list to look up: whether it is built before is known from its
+    module's key, and a miss starts the workers before its passes run."""
+    assert timed_builds(None) == ["module", "workers"]
+    assert timed_builds(None) == ["module"], "a cache hit starts no workers"
+
+
 def test_builds_that_may_tune_nothing_leave_them_to_their_first_kernel_tuned(timed_builds):
-    """A captured subgraph, or operands a launch-bound kernel could move: all its kernels may be bound by their launch
-    (the tuning here is faked, and starts none)."""
-    assert timed_builds(None) == ["module"]
-    assert timed_builds(["matmul", "add_bias", "relu"], [(4, 256), (256, 256), (256,)]) == ["module"]  # 130 KB
+    """Operands a launch-bound kernel could move: all its kernels may be bound by their launch (the tuning here is
+    faked, and starts none)."""
+    small = [(4, 256), (256, 256), (256,)]  # 130 KB
+    assert timed_builds(["matmul", "add_bias", "relu"], small) == ["module"]
+    assert timed_builds(None, small) == ["module"]
 
 
 @pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
