@@ -183,6 +183,24 @@ class KernelArgument:
     kind: str = "input"
     dtype: torch.dtype | None = None
 
+    def viewer(self, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """How a call hands the kernel a tensor it views otherwise: transposed (``nn.Linear``'s weight ``[N, K]``
+        read as ``W^T``), or reshaped to the kernel's dims (found here, for ``bindings``)."""
+        if self.view == "transpose":
+            return torch.Tensor.t
+        shape = self.shape(bindings)
+        return lambda tensor: tensor.reshape(shape)
+
+    def call_strides(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """The strides of the tensor (of ``shape``) a program's call hands the kernel as this argument, its operands
+        contiguous: a transposed view's are swapped (``W^T``, ``[K, N]`` with strides ``(1, K)``); a reshaped
+        operand, an output and workspace are contiguous. Triton specializes a kernel on its strides (a stride of 1
+        becomes a constant): candidates timed or compiled ahead on other strides are another binary from the one the
+        calls run."""
+        if self.view == "transpose":
+            return contiguous_strides(shape[::-1])[::-1]
+        return contiguous_strides(shape)
+
 
 @dataclass
 class CompiledKernel:
@@ -340,7 +358,7 @@ class Program:
     def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable:
         """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
-        of their operands (a transposed weight, rows flattened; see :func:`_operand_view`) and the workspace buffers
+        of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace buffers
         found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the vendor
         library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
         call on, Triton's compiled kernels are launched directly."""
@@ -356,7 +374,7 @@ class Program:
             kernel = self.kernels[step.kernel]
             shapes = [self.result_shapes[value](bindings) for value in step.outputs]
             outputs = [(shape, contiguous_strides(shape), spec.dtype) for shape, spec in zip(shapes, kernel.outputs)]
-            views = [None if same else _operand_view(spec, bindings)
+            views = [None if same else spec.viewer(bindings)
                      for spec, same in zip(kernel.inputs + kernel.outputs, self.as_is[id(step)])]
             workspace = self.workspace(kernel, bindings, device)
             launch = serialized(kernel.launch) if device.type != "cuda" else LaunchReplay(kernel.launch,
@@ -394,8 +412,7 @@ class Program:
     def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
         kernel = self.kernels[op.kernel]
         as_is = self.as_is[id(op)]
-        views = [tensor if same else tensor.t() if spec.view == "transpose" else tensor.reshape(spec.shape(bindings))
-                 for tensor, spec, same in zip(args, kernel.inputs, as_is)]
+        views = [tensor if same else spec.viewer(bindings)(tensor) for tensor, spec, same in zip(args, kernel.inputs, as_is)]
         device = args[0].device
         results = []
         for spec, value, same in zip(kernel.outputs, op.outputs, as_is[len(args):]):
@@ -419,26 +436,6 @@ class Program:
             specs = [(shape, spec.dtype, spec.kind == "counter") for shape, spec in zip(shapes, kernel.workspace)]
             workspace = self.workspaces.setdefault(key, Workspace(specs, device))
         return workspace
-
-
-def call_strides(spec: KernelArgument, shape: Sequence[int]) -> tuple[int, ...]:
-    """The strides of the tensor a program's call hands a kernel as ``spec``'s argument (of ``shape``), its operands
-    contiguous: a transposed view's are swapped (``nn.Linear``'s weight ``[N, K]`` read as ``W^T``, ``[K, N]`` with
-    strides ``(1, K)``); a reshaped operand, an output and workspace are contiguous. Triton specializes a kernel on
-    its strides (a stride of 1 becomes a constant): candidates timed or compiled ahead on other strides are another
-    binary from the one the calls run."""
-    if spec.view == "transpose":
-        return contiguous_strides(shape[::-1])[::-1]
-    return contiguous_strides(shape)
-
-
-def _operand_view(spec: KernelArgument, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """How a launch hands a tensor to a kernel that views it otherwise (as :meth:`Program.launch` does per call):
-    transposed, or reshaped to the kernel's dims (found here, for ``bindings``)."""
-    if spec.view == "transpose":
-        return torch.Tensor.t
-    shape = spec.shape(bindings)
-    return lambda tensor: tensor.reshape(shape)
 
 
 def _viewed(tensors: Sequence[torch.Tensor], views: list) -> list[torch.Tensor]:

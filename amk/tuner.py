@@ -932,29 +932,29 @@ def compile_job(kernel, config: KernelConfig, source: str, bindings: Mapping[str
                 ) -> tuple[str, str, list[tuple[tuple[int, ...], str, tuple[int, ...]]]]:
     """What a compile worker (:mod:`amk.compile_worker`) needs to compile ``kernel`` under ``config`` (its emitted
     ``source``): the source, the kernel's name and each argument's shape (``bindings`` give the symbols' values),
-    torch dtype name and strides, those of a program's calls (:func:`amk.runtime.call_strides`)."""
-    from amk.runtime import call_strides, kernel_arguments
+    torch dtype name and strides, those of a program's calls (:meth:`amk.runtime.KernelArgument.call_strides`)."""
+    from amk.runtime import kernel_arguments
 
     specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
     arguments = []
     for spec in specs:
         shape = spec.shape(dict(bindings or {}))
-        arguments.append((shape, str(spec.dtype).removeprefix("torch."), call_strides(spec, shape)))
+        arguments.append((shape, str(spec.dtype).removeprefix("torch."), spec.call_strides(shape)))
     return source, kernel.sym_name.data, arguments
 
 
 def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,
                              seed: int = 0, inputs: dict | None = None):
     """Random inputs, empty outputs and zeroed workspace shaped like a kernel's arguments under ``config``, each
-    laid out as a program's call lays it out (:func:`amk.runtime.call_strides`: ``nn.Linear``'s weight transposed),
-    so that a candidate is timed, and compiled, as the calls will run it.
+    laid out as a program's call lays it out (:meth:`amk.runtime.KernelArgument.call_strides`: ``nn.Linear``'s
+    weight transposed), so that a candidate is timed, and compiled, as the calls will run it.
 
     ``inputs``, when given, keeps the random inputs between calls: the candidates of one kernel then share them (a
     large operand is drawn once, not once per candidate).
     """
     import torch
 
-    from amk.runtime import call_strides, kernel_arguments
+    from amk.runtime import kernel_arguments
 
     # Drawn where the kernel runs: B's 65536 x 4096 input took seconds to draw on the CPU, a cold build's
     # largest cost outside compiling and timing.
@@ -969,7 +969,7 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
         else:
             values = torch.randn(shape, generator=generator, device=device)
             values.div_(math.sqrt(shape[-1] if len(shape) == 2 else 1))  # in place: B's fp32 draw alone is 1 GiB
-            tensor = torch.empty_strided(shape, call_strides(spec, shape), dtype=spec.dtype, device=device)
+            tensor = torch.empty_strided(shape, spec.call_strides(shape), dtype=spec.dtype, device=device)
             tensors.append(tensor.copy_(values))
             del values
             if inputs is not None:
