@@ -228,8 +228,10 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
         hit = _load(store, key) if key != known else None
         if hit is not None and alias is not None:
             store.save_alias(alias, key)
-        elif hit is None and tuned:
-            start_compile_workers()  # a captured subgraph's miss is known from its module's key
+        elif hit is None and tuned and alias is None and store.load_config(key) is None:
+            # A captured subgraph's miss is known from its module's key (configs recorded for the key, imported or
+            # kept from an earlier build, are used without tuning).
+            start_compile_workers()
     return hit if hit is not None else (key, meta, module)
 
 

@@ -101,10 +101,10 @@ class LaunchReplay:
             replay(views)
             return
         with self.lock:
-            if layout in self.replays or len(self.replays) >= self.MAX_LAYOUTS:
-                self.launch(*views)
+            if layout not in self.replays and len(self.replays) < self.MAX_LAYOUTS:
+                self.replays[layout] = self._record(views)
                 return
-            self.replays[layout] = self._record(views)
+        self.launch(*views)  # not replayable: through Triton, other threads' calls not held up meanwhile
 
     def _record(self, views: Sequence[torch.Tensor]) -> Callable | None:
         """Launch ``views`` through Triton, recording; the replay of what was launched, or None."""
@@ -196,8 +196,8 @@ def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
     made over it or over its transpose (the emitted launchers read ``nn.Linear``'s weight so); the descriptor's shape
     and strides stay valid because a replay's calls have the recorded shapes and layout. None where that does not
     cover an argument: a tensor that is none of the views, a descriptor over a copy (an unaligned input the launcher
-    copied) or over an address two views share, or a kernel needing global scratch (whose allocator the emitted
-    launcher installs)."""
+    copied) or over a view of an address two views share (which of them it was made over is not known), or a kernel
+    needing global scratch (whose allocator the emitted launcher installs)."""
     if getattr(compiled.metadata, "global_scratch_size", 0):
         return None
     addresses: dict[int, list[int]] = {}
@@ -213,7 +213,8 @@ def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
                 return None
             tensors.append((position, index))
         elif isinstance(getattr(argument, "base", None), torch.Tensor):
-            over = addresses.get(argument.base.data_ptr(), [])
+            base = argument.base
+            over = [i for i, view in enumerate(views) if view is base] or addresses.get(base.data_ptr(), [])
             if len(over) != 1:
                 return None
             descriptor = copy.copy(argument)

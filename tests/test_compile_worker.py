@@ -338,7 +338,7 @@ def timed_builds(monkeypatch, tmp_path):
 
 def test_a_new_build_starts_its_compile_workers_before_it_makes_its_module(timed_builds):
     """They boot (seconds) while the IR is built and its passes run, not from the first kernel tuned."""
-    assert timed_builds(["matmul", "add_bias", "relu"])[:2] == ["workers", "module"]
+    assert timed_builds(["matmul", "add_bias", "relu"]) == ["workers", "module"]
     assert timed_builds(["matmul", "add_bias", "relu"]) == [], "a cache hit starts no workers"
 
 
