@@ -315,9 +315,10 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     return None
 
 
-# A Gluon kernel's launch builds its TMA descriptors on the host and cannot be replayed directly (amk/replay.py), some
-# 20-40 us per call: below this many multiply-adds (about 50 us of tensor-core work on the H200) it would cost more
-# than it can save over the Triton kernel, whose timing in the tuner hides the host.
+# A Gluon kernel takes host-side TMA descriptors, so its replayed launch (amk/replay.py) goes through Triton's
+# compiled-kernel runner, which encodes each descriptor per call, not through PyTorch's C++ launcher: more host time
+# per call than a Triton kernel's, which the tuner's timing hides. Below this many multiply-adds (about 50 us of
+# tensor-core work on the H200) that would cost more than the kernel can save.
 GLUON_MIN_MACS = 1 << 34
 
 
