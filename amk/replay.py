@@ -23,7 +23,6 @@ emitted launcher's checks, layout derivation and Triton's per-call specializatio
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import types
@@ -205,7 +204,7 @@ def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
         addresses.setdefault(view.data_ptr(), []).append(index)
     template = list(arguments)
     tensors: list[tuple[int, int]] = []  # (argument position, view index)
-    descriptors: list[tuple[int, int, object]] = []  # (argument position, view index, the descriptor without a base)
+    descriptors: list[tuple[int, int, type, dict]] = []  # (argument position, view index, its class and fields)
     for position, argument in enumerate(arguments):
         if isinstance(argument, torch.Tensor):
             index = next((i for i, view in enumerate(views) if view is argument), None)
@@ -215,11 +214,11 @@ def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
         elif isinstance(getattr(argument, "base", None), torch.Tensor):
             base = argument.base
             over = [i for i, view in enumerate(views) if view is base] or addresses.get(base.data_ptr(), [])
-            if len(over) != 1:
+            if len(over) != 1 or not hasattr(argument, "__dict__"):
                 return None
-            descriptor = copy.copy(argument)
-            descriptor.base = None
-            descriptors.append((position, over[0], descriptor))
+            # Its fields but the base; each call's copy is made as copy.copy makes one, without its protocol lookups
+            # (1.7 against 0.4 us a descriptor on a 2-core CPU).
+            descriptors.append((position, over[0], type(argument), {**vars(argument), "base": None}))
         else:
             continue
         template[position] = None
@@ -229,8 +228,9 @@ def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
         arguments = template.copy()
         for position, index in tensors:
             arguments[position] = views[index]
-        for position, index, descriptor in descriptors:
-            rebased = copy.copy(descriptor)
+        for position, index, kind, fields in descriptors:
+            rebased = object.__new__(kind)
+            vars(rebased).update(fields)
             rebased.base = views[index]
             arguments[position] = rebased
         runner(*arguments)

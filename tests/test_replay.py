@@ -220,6 +220,31 @@ def test_a_kernel_taking_tma_descriptors_replays_them_remade_over_each_calls_ten
     assert [tensor() for tensor in first_calls] == [None] * 3
 
 
+def test_a_gluon_descriptor_is_remade_as_its_own_class_with_only_its_base_changed():
+    """Triton's launcher reads the descriptor's fields (3.9 also its TF32 rounding): a replayed call's descriptor is
+    one of Gluon's own, equal to the recorded one but for the base."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from amk.replay import rebased_launch
+
+    def descriptor(tensor):
+        layout = gl.NVMMASharedLayout.get_default_for([16, 16], gl.float16)
+        return TensorDescriptor.from_tensor(tensor, [16, 16], layout)
+
+    launched = []
+    kernel = CompiledStandIn(compute=lambda *arguments: launched.append(arguments))
+    x, out = torch.randn(32, 64, dtype=torch.float16), torch.empty(32, 64, dtype=torch.float16)
+    recorded = [descriptor(x), descriptor(out), 32]
+    launch = rebased_launch(kernel, (2, 1, 1), recorded, [x, out])
+    x2, out2 = torch.randn_like(x), torch.empty_like(out)
+    launch([x2, out2])
+    ((x_desc, out_desc, rows),) = launched
+    assert type(x_desc) is TensorDescriptor and x_desc.base is x2 and out_desc.base is out2 and rows == 32
+    assert {**vars(x_desc), "base": x} == vars(recorded[0])
+    assert recorded[0].base is x  # the recording's own descriptors are left as they were
+
+
 def test_a_descriptor_over_a_copy_the_launcher_made_is_not_replayed():
     """A descriptor over none of the call's tensors (the launcher copied an unaligned input): every call runs the
     emitted launcher, which makes the copy again."""
