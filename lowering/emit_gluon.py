@@ -91,10 +91,11 @@ _CONSUMER_REGISTERS = 232
 
 _TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype, output=False):
     """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads. TMA
-    moves rows that are contiguous, 16-byte aligned and a multiple of 16 bytes apart: an input that is not (a sliced
-    view) is read from a copy that is; an output (amk allocates them so) must be."""
+    moves rows that are contiguous, 16-byte aligned, a multiple of 16 bytes apart and no closer than a row is long:
+    an input that is not (a sliced, expanded or overlapping view) is read from a copy that is; an output (amk
+    allocates them so) must be."""
     if not (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and tensor.stride(0) * tensor.element_size() % 16 == 0):
+            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1]):
         if output:
             raise ValueError(f"this Gluon kernel stores tiles with TMA, which needs contiguous rows, 16-byte aligned "
                              f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "

@@ -95,9 +95,10 @@ _RESIDENT_PROGRAMS = '''def _resident_programs(tiles_per_strip):
 
 
 _TMA_HELPERS = '''def _tma_readable(tensor):
-    """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart."""
+    """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart, no
+    closer than a row is long (an expanded or overlapping view is read with pointers)."""
     return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and tensor.stride(0) * tensor.element_size() % 16 == 0)
+            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1])
 
 
 def _tma_workspace(size, alignment, stream):

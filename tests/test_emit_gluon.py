@@ -115,6 +115,24 @@ def test_the_pass_checks_its_schedule_option_before_any_kernel():
         EmitGluonPass(schedule="x").apply(make_context(), staged_kernel(chain()).parent_op())
 
 
+def test_the_launcher_gives_tma_a_copy_of_an_input_it_cannot_read_as_it_is(tmp_path):
+    """TMA reads rows that are contiguous, 16-byte aligned, a multiple of 16 bytes apart and no closer than a row is
+    long: a sliced or expanded input is read from a contiguous copy; an output must be readable as it is."""
+    pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    from amk.runtime import load_source
+
+    emitted = load_source(emit_gluon(staged_kernel(chain()), installed_gluon_api()), "gluon_launcher", tmp_path)
+    descriptor, gl = emitted._tma_descriptor, emitted.gl
+    plain = torch.randn(32, 64, dtype=torch.float16)
+    assert descriptor(plain, [16, 16], gl.float16).base is plain
+    for unreadable in (torch.randn(1, 64, dtype=torch.float16).expand(32, 64),
+                       torch.randn(32, 72, dtype=torch.float16)[:, 4:68]):
+        base = descriptor(unreadable, [16, 16], gl.float16).base
+        assert base is not unreadable and base.is_contiguous() and torch.equal(base, unreadable)
+    with pytest.raises(ValueError, match="stores tiles with TMA"):
+        descriptor(torch.randn(1, 64, dtype=torch.float16).expand(32, 64), [16, 16], gl.float16, output=True)
+
+
 def test_pass_attaches_the_source_with_the_installed_spellings():
     kernel = staged_kernel(chain())
     EmitGluonPass().apply(make_context(), kernel.parent_op())

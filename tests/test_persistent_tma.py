@@ -64,8 +64,8 @@ def test_a_tma_kernel_runs_in_a_thread_that_never_set_tritons_allocator():
 
 
 def test_layouts_tma_cannot_read_take_the_pointer_loads():
-    """A transposed weight (columns contiguous) and a view starting 2 bytes into its storage are read through
-    pointers; the kernel is still right."""
+    """A transposed weight (columns contiguous), a view starting 2 bytes into its storage and an expanded row (stride
+    0, every row the same memory) are read through pointers; the kernel is still right."""
     ops, shapes, dtype = GEMM_CHAINS[0]
     compiled = compile_module(build_module(ops, shapes, dtype), config_with(1, 1))
     (kernel,) = compiled.kernels.values()
@@ -73,7 +73,8 @@ def test_layouts_tma_cannot_read_take_the_pointer_loads():
     weight = torch.randn(shapes[1], dtype=dtype)
     transposed = weight.t().contiguous().t()
     shifted = torch.randn(shapes[1][0] * shapes[1][1] + 1, dtype=dtype)[1:].view(shapes[1])
-    assert readable(weight) and not readable(transposed) and not readable(shifted)
+    expanded = torch.randn(1, shapes[1][1], dtype=dtype).expand(shapes[1])
+    assert readable(weight) and not readable(transposed) and not readable(shifted) and not readable(expanded)
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype,
                                            transform=lambda i, t: t.t().contiguous().t() if i == 1 else t)
 
