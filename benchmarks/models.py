@@ -7,6 +7,7 @@ graphs), in one process on the same inputs, correctness first.
     python benchmarks/models.py --rows llama_mlp_decode_m1,gpt2_mlp --quick
     python benchmarks/models.py --small --rows fp16_linear_layernorm   # tiny shapes: a smoke test (CPU: eager, amk)
     python benchmarks/models.py --rows gpt2_mlp,bert_ffn --append   # add rows to today's file (a run in parts)
+    python benchmarks/models.py --append --missing --time-limit 400 # the rows today's file lacks (the next part)
     python benchmarks/models.py --render FILE.json               # rewrite a results file's table and chart
 
 On the H200 a row takes 20 s to 2 minutes, most of it torch.compile's max-autotune and amk's tuning on cold caches;
@@ -396,6 +397,8 @@ def main(argv=None) -> None:
                         help="start no further row once S seconds have passed (the rest are listed as not run)")
     parser.add_argument("--append", action="store_true", help="add to <stem>.json where it exists, rows measured "
                         "again replacing theirs (a run split over several commands, each row in one process)")
+    parser.add_argument("--missing", action="store_true", help="with --append: only the rows <stem>.json does not "
+                        "have yet (the next part of a run split over several commands)")
     parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
     parser.add_argument("--stem", default=None, help="results file name without extension "
                         "(default: YYYY-MM-DD-<gpu>-models)")
@@ -414,6 +417,8 @@ def main(argv=None) -> None:
     unknown = [name for name in chosen if name not in CONTENDERS]
     if unknown or not chosen:
         parser.error(f"unknown contenders {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONTENDERS)}")
+    if args.missing and not args.append:
+        parser.error("--missing adds to an existing results file: use it with --append")
     on_gpu = default_device().type == "cuda"
     if not on_gpu and not args.small:
         parser.error("without a GPU the kernels run in Triton's interpreter: use --small (tiny shapes)")
@@ -456,6 +461,8 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
     earlier = out / f"{stem}.json"
     if args.append and earlier.exists():
         previous = json.loads(earlier.read_text())
+        if args.missing:
+            names = [name for name in names if name not in {row["row"] for row in previous["rows"]}]
         document["command"] = f"{previous['command']}; {document['command']}"
         document["rows"] = [row for row in previous["rows"] if row["row"] not in names]
     started = time.perf_counter()

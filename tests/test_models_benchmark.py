@@ -68,6 +68,17 @@ def test_render_rewrites_the_table_from_the_json(smoke, tmp_path):
     assert copy.with_suffix(".md").read_text() == (smoke / "smoke.md").read_text()
 
 
+def test_missing_runs_only_the_rows_the_file_lacks(smoke, tmp_path):
+    """The next part of a run split over several commands: with both rows in the file, nothing is measured again
+    and the rows are kept as they were, the command recorded."""
+    (tmp_path / "part.json").write_text((smoke / "smoke.json").read_text())
+    result = run_models("--small", "--rows", "fp16_linear_layernorm,llama_mlp_decode_m1", "--contenders", "eager",
+                        "--out", str(tmp_path), "--stem", "part", "--append", "--missing")
+    assert "==" not in result.stdout  # no row started
+    before, after = (json.loads(path.read_text()) for path in (smoke / "smoke.json", tmp_path / "part.json"))
+    assert after["rows"] == before["rows"] and after["command"].endswith("--append --missing")
+
+
 def models_module():
     sys.path.insert(0, str(MODELS.parent))
     try:
@@ -80,6 +91,7 @@ def models_module():
 @pytest.mark.parametrize("args, message", [
     (["--small", "--rows", "gpt2_mlp,gpt5"], "unknown rows gpt5; choose from fp32_linear_relu"),
     (["--small", "--contenders", "eager,tensorrt"], "unknown contenders tensorrt; choose from eager, compile"),
+    (["--small", "--missing"], "--missing adds to an existing results file: use it with --append"),
     pytest.param(["--rows", "gpt2_mlp"], "without a GPU the kernels run in Triton's interpreter: use --small",
                  marks=pytest.mark.skipif(GPU, reason="full-size rows are refused without a GPU only")),
 ])
