@@ -59,7 +59,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
-from amk.lowering.emit_triton import _SM_COUNT, KernelSourceTarget, TritonEmitter
+from amk.lowering.emit_triton import _SM_COUNT, _TMA_READABLE, KernelSourceTarget, TritonEmitter
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.stage import element_size
 from amk.lowering.strategies import strategy_named
@@ -90,12 +90,10 @@ _IO_VECTOR = 8
 _CONSUMER_REGISTERS = 232
 
 _TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype, output=False):
-    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads. TMA
-    moves rows that are contiguous, 16-byte aligned, a multiple of 16 bytes apart and no closer than a row is long:
-    an input that is not (a sliced, expanded or overlapping view) is read from a copy that is; an output (amk
-    allocates them so) must be."""
-    if not (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1]):
+    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads. An
+    input TMA cannot read as it is (a sliced, expanded or overlapping view: see ``_tma_readable``) is read from a copy
+    that it can; an output (amk allocates them so) must be readable."""
+    if not _tma_readable(tensor):
         if output:
             raise ValueError(f"this Gluon kernel stores tiles with TMA, which needs contiguous rows, 16-byte aligned "
                              f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "
@@ -800,7 +798,7 @@ class GluonEmitter(TritonEmitter):
                          "tma, warpgroup_mma,",
                          "                                                               warpgroup_mma_wait)",
                          "from triton.experimental.gluon.nvidia.hopper import TensorDescriptor"])
-        for helper in (_SM_COUNT, _TMA_DESCRIPTOR):
+        for helper in (_SM_COUNT, _TMA_READABLE, _TMA_DESCRIPTOR):
             code.writelines(["", ""])
             code.writelines(helper.splitlines())
         for function in functions:

@@ -94,14 +94,14 @@ _RESIDENT_PROGRAMS = '''def _resident_programs(tiles_per_strip):
     return sms // tiles_per_strip * tiles_per_strip'''
 
 
-_TMA_HELPERS = '''def _tma_readable(tensor):
+_TMA_READABLE = '''def _tma_readable(tensor):
     """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart, no
     closer than a row is long (an expanded or overlapping view is read with pointers)."""
     return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1])
+            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1])'''
 
 
-def _tma_workspace(size, alignment, stream):
+_TMA_WORKSPACE = '''def _tma_workspace(size, alignment, stream):
     """Global memory for the tensor descriptors a kernel builds on the device."""
     return torch.empty(size, device="cuda", dtype=torch.int8)'''
 
@@ -681,7 +681,7 @@ class TritonEmitter:
         if self.tiling.resident_programs:
             helpers.append(_RESIDENT_PROGRAMS)
         if self.descriptor_stages():
-            helpers.append(_TMA_HELPERS)
+            helpers += [_TMA_READABLE, _TMA_WORKSPACE]
         # Two blank lines between top-level definitions.
         for helper in helpers:
             code.writelines(["", ""])
