@@ -17,8 +17,9 @@ it. Kernels that need more than that launcher offers (tensor-descriptor argument
 instrumentation, clusters) are launched through Triton's compiled kernel, or, with global scratch, are not replayed
 (the emitted launcher installs the allocator Triton's launcher then needs). Gluon's kernels take host-side TMA
 descriptors: a replay makes each call's descriptors from the recorded ones, on the call's tensors, without the
-emitted launcher's checks, layout derivation and Triton's per-call specialization of a descriptor argument. While a Triton launch hook is installed
-(a profiler's), replayed calls go through the emitted launcher, so that Triton calls the hook.
+emitted launcher's checks, layout derivation and Triton's per-call specialization of a descriptor argument. While a
+Triton launch hook is installed (a profiler's), replayed calls go through the emitted launcher, so that Triton calls
+the hook.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ _ARGUMENT_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1
 _NEEDS_TRITONS_LAUNCHER = ("profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
 
 
-def direct_launch(compiled, grid: tuple[int, int, int], arguments: list, count: int) -> Callable[[Sequence], None] | None:
+def direct_launch(compiled, grid: tuple[int, int, int], arguments: list,
+                  count: int) -> Callable[[Sequence], None] | None:
     """A launch of ``compiled`` on ``grid`` with new values of its first ``count`` arguments (``arguments``: all of
     them as bound when recorded, constexprs included): through PyTorch's C++ launcher where the kernel allows it
     (:func:`_direct_codes`), else through the compiled kernel's own launcher; None for a kernel that needs global

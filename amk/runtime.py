@@ -358,8 +358,8 @@ class Program:
     def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable:
         """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
-        of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace buffers
-        found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the vendor
+        of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace
+        buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the vendor
         library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
         call on, Triton's compiled kernels are launched directly."""
         launches = self.steps[:-1]
@@ -412,7 +412,8 @@ class Program:
     def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
         kernel = self.kernels[op.kernel]
         as_is = self.as_is[id(op)]
-        views = [tensor if same else spec.viewer(bindings)(tensor) for tensor, spec, same in zip(args, kernel.inputs, as_is)]
+        views = [tensor if same else spec.viewer(bindings)(tensor)
+                 for tensor, spec, same in zip(args, kernel.inputs, as_is)]
         device = args[0].device
         results = []
         for spec, value, same in zip(kernel.outputs, op.outputs, as_is[len(args):]):

@@ -352,7 +352,8 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     # transposed lhs is not taken.
     weight = dot.rhs.owner.source if dot is not None and isinstance(dot.rhs.owner, tiled_loop.LoadOp) else None
     if any(view == "transpose" and arg is not weight for arg, view in zip(args[:num_inputs], views)):
-        return fit("GLUON kernels read only the weight (the dot's rhs) transposed; this kernel reads another operand so")
+        return fit("GLUON kernels read only the weight (the dot's rhs) transposed; this kernel reads another "
+                   "operand so")
     if any(d is not None and d.is_static and d.value * size % 16
            for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
@@ -937,9 +938,10 @@ def compile_job(kernel, config: KernelConfig, source: str, bindings: Mapping[str
     from amk.runtime import kernel_arguments
 
     specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
+    sizes = dict(bindings or {})
     arguments = []
     for spec in specs:
-        shape = spec.shape(dict(bindings or {}))
+        shape = spec.shape(sizes)
         arguments.append((shape, str(spec.dtype).removeprefix("torch."), spec.call_strides(shape)))
     return source, kernel.sym_name.data, arguments
 
