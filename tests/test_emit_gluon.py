@@ -227,7 +227,8 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     # In a process of its own: this one runs Triton's interpreter, where gl.sum and the other reductions are
     # interpreted functions that the compiler refuses.
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), json.dumps([*tile, stages, warps, tile[1] // pieces, weight_transposed])],
+    shape = json.dumps([*tile, stages, warps, tile[1] // pieces, weight_transposed])
+    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), shape],
                             capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = json.loads(result.stdout.splitlines()[-1])
