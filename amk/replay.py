@@ -15,9 +15,8 @@ which skips the Python of Triton's compiled-kernel launcher (its stream lookup, 
 lookup); a kernel's global scratch (device-side tensor descriptors) is allocated for each launch as Triton allocates
 it. Kernels that need more than that launcher offers (tensor-descriptor arguments, fp16 scalars, profiling scratch,
 instrumentation, clusters) are launched through Triton's compiled kernel, or, with global scratch, are not replayed
-(the emitted launcher installs the allocator Triton's launcher then needs). Gluon's kernels take host-side TMA
-descriptors: a replay makes each call's descriptors from the recorded ones, on the call's tensors, without the
-emitted launcher's checks, layout derivation and Triton's per-call specialization of a descriptor argument. While a
+(the emitted launcher installs the allocator Triton's launcher then needs). Gluon's kernels, like Triton's TMA
+kernels, make their TMA descriptors on the device, so they take pointers and are replayed the same way. While a
 Triton launch hook is installed (a profiler's), replayed calls go through the emitted launcher, so that Triton calls
 the hook.
 """
@@ -114,11 +113,13 @@ class LaunchReplay:
         if not launches or any(compiled is None for compiled, _, _ in launches):
             return None  # Triton's interpreter returns no compiled kernel
         count = len(views)
-        # The emitted Triton launchers pass their tensors first and in order: those arguments are refilled on every
-        # call (and the first call's tensors not kept alive); Gluon's pass TMA descriptors over them instead.
+        if any(len(arguments) < count or any(a is not v for a, v in zip(arguments, views))
+               for _, _, arguments in launches):
+            # The emitted launchers pass their tensors first and in order (a copy the launcher made of an input that
+            # TMA cannot read as it is stands in for it: such a call is left to Triton).
+            return None
+        # The first ``count`` arguments are refilled on every call (and the first call's tensors not kept alive).
         runs = [direct_launch(compiled, grid + (1,) * (3 - len(grid)), arguments, count)
-                if len(arguments) >= count and all(a is v for a, v in zip(arguments, views))
-                else rebased_launch(compiled, grid + (1,) * (3 - len(grid)), arguments, views)
                 for compiled, grid, arguments in launches]
         if any(run is None for run in runs):
             return None
@@ -186,58 +187,6 @@ def direct_launch(compiled, grid: tuple[int, int, int], arguments: list,
                current_stream(current_device()))
 
     return run_with_scratch
-
-
-def rebased_launch(compiled, grid: tuple[int, int, int], arguments: list,
-                   views: Sequence[torch.Tensor]) -> Callable[[Sequence], None] | None:
-    """A launch of ``compiled`` on ``grid`` through its own launcher, with the arguments recorded as ``arguments`` on
-    the call of ``views`` remade for each call: an argument that was one of ``views`` is the call's view, and a
-    host-side TMA descriptor (Gluon's kernels take them) over one is a copy of the recorded descriptor on the call's
-    view. Of a descriptor's base, Triton's launcher reads only the address, which a view shares with the descriptor
-    made over it or over its transpose (the emitted launchers read ``nn.Linear``'s weight so); the descriptor's shape
-    and strides stay valid because a replay's calls have the recorded shapes and layout. None where that does not
-    cover an argument: a tensor that is none of the views, a descriptor over a copy (an unaligned input the launcher
-    copied) or over a view of an address two views share (which of them it was made over is not known), or a kernel
-    needing global scratch (whose allocator the emitted launcher installs)."""
-    if getattr(compiled.metadata, "global_scratch_size", 0):
-        return None
-    addresses: dict[int, list[int]] = {}
-    for index, view in enumerate(views):
-        addresses.setdefault(view.data_ptr(), []).append(index)
-    template = list(arguments)
-    tensors: list[tuple[int, int]] = []  # (argument position, view index)
-    descriptors: list[tuple[int, int, type, dict]] = []  # (argument position, view index, its class and fields)
-    for position, argument in enumerate(arguments):
-        if isinstance(argument, torch.Tensor):
-            index = next((i for i, view in enumerate(views) if view is argument), None)
-            if index is None:
-                return None
-            tensors.append((position, index))
-        elif isinstance(getattr(argument, "base", None), torch.Tensor):
-            base = argument.base
-            over = [i for i, view in enumerate(views) if view is base] or addresses.get(base.data_ptr(), [])
-            if len(over) != 1 or not hasattr(argument, "__dict__"):
-                return None
-            # Its fields but the base; each call's copy is made as copy.copy makes one, without its protocol lookups
-            # (1.7 against 0.4 us a descriptor on a 2-core CPU).
-            descriptors.append((position, over[0], type(argument), {**vars(argument), "base": None}))
-        else:
-            continue
-        template[position] = None
-    runner = compiled[grid]
-
-    def run(views: Sequence) -> None:
-        arguments = template.copy()
-        for position, index in tensors:
-            arguments[position] = views[index]
-        for position, index, kind, fields in descriptors:
-            rebased = object.__new__(kind)
-            vars(rebased).update(fields)
-            rebased.base = views[index]
-            arguments[position] = rebased
-        runner(*arguments)
-
-    return run
 
 
 def _direct_codes(compiled) -> list[str] | None:

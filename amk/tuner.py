@@ -315,10 +315,9 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     return None
 
 
-# A Gluon kernel takes host-side TMA descriptors, so its replayed launch (amk/replay.py) goes through Triton's
-# compiled-kernel runner, which encodes each descriptor per call, not through PyTorch's C++ launcher: more host time
-# per call than a Triton kernel's, which the tuner's timing hides. Below this many multiply-adds (about 50 us of
-# tensor-core work on the H200) that would cost more than the kernel can save.
+# Below this many multiply-adds (about 50 us of tensor-core work on the H200) GLUON is not offered. Set when its
+# kernels took host-side TMA descriptors (20-40 us of host time per call, which the tuner's timing hides); they now
+# make them on the device and launch as a Triton kernel does, and the bound is to be measured again.
 GLUON_MIN_MACS = 1 << 34
 
 
@@ -359,8 +358,8 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
     if (all(d is not None and d.is_static for d in (rows, cols, contraction))
             and rows.value * cols.value * contraction.value < GLUON_MIN_MACS):
-        return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel's "
-                   f"host-side launch (under {GLUON_MIN_MACS} multiply-adds)")
+        return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel "
+                   f"(under {GLUON_MIN_MACS} multiply-adds)")
     return fit(None)
 
 

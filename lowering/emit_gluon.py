@@ -27,7 +27,9 @@ mbarrier; the default partition (the kernel's ``num_warps`` warps) walks the sam
 slot, then applies the epilogue to the accumulator in that layout and writes the tile through shared memory and a
 TMA store, which overlaps the next tile's main loop. A weight read transposed (``nn.Linear``'s ``[N, K]``, the
 kernel's argument the view ``W^T``) is loaded as ``[BLOCK_N, BLOCK_K]`` tiles of its own rows, through a descriptor
-of W itself, and ``wgmma`` reads each slot permuted (a K-major B). Anything else is refused with what is accepted.
+of W itself, and ``wgmma`` reads each slot permuted (a K-major B). The kernel makes its TMA descriptors on the device
+(``tma.make_tensor_descriptor`` in global scratch, once per program), so that a launch passes pointers and integers
+only, as a Triton kernel's does. Anything else is refused with what is accepted.
 
 Milestone 3: a ``strip_finish`` kernel (a GEMM whose epilogue ends in a LayerNorm / RMSNorm over the whole row) goes
 the same way up to its epilogue, which the consumer runs as the Triton emitter's handlers write it, each tile value in
@@ -59,7 +61,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
-from amk.lowering.emit_triton import _SM_COUNT, _TMA_READABLE, KernelSourceTarget, TritonEmitter
+from amk.lowering.emit_triton import _SM_COUNT, _TMA_READABLE, _TMA_WORKSPACE, KernelSourceTarget, TritonEmitter
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.stage import element_size
 from amk.lowering.strategies import strategy_named
@@ -89,18 +91,20 @@ _IO_VECTOR = 8
 # default partition what is left of the 64K registers).
 _CONSUMER_REGISTERS = 232
 
-_TMA_DESCRIPTOR = '''def _tma_descriptor(tensor, block_shape, dtype, output=False):
-    """A host-side TMA descriptor of ``tensor`` for tiles of ``block_shape``, in the swizzled layout wgmma reads. An
-    input TMA cannot read as it is (a sliced, expanded or overlapping view: see ``_tma_readable``) is read from a copy
-    that it can; an output (amk allocates them so) must be readable."""
-    if not _tma_readable(tensor):
+_TMA_OPERAND = '''def _tma_operand(tensor, transposed=False, output=False):
+    """``tensor`` as the kernel's TMA descriptors can address it: its rows (or its transpose's, where the kernel reads
+    it ``transposed``) as ``_tma_readable`` asks. An input that TMA cannot read as it is (a sliced, expanded or
+    overlapping view) is read from a copy that it can; an output (amk allocates them so) must be readable. The
+    descriptors are made on the device, where nothing checks them again."""
+    rows = tensor.t() if transposed else tensor
+    if not _tma_readable(rows):
         if output:
             raise ValueError(f"this Gluon kernel stores tiles with TMA, which needs contiguous rows, 16-byte aligned "
                              f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "
                              "tensor")
-        tensor = tensor.clone(memory_format=torch.contiguous_format)
-    layout = gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
-    return TensorDescriptor.from_tensor(tensor, block_shape, layout)'''
+        rows = rows.clone(memory_format=torch.contiguous_format)
+        return rows.t() if transposed else rows
+    return tensor'''
 
 
 @dataclass(frozen=True)
@@ -478,21 +482,52 @@ class GluonEmitter(TritonEmitter):
         super().emit_tiled_loop_unary(op)
 
     # -- kernel ------------------------------------------------------------------------------------------------------
-    def buffer_arguments(self) -> list[tuple[str, str]]:
-        """(kernel parameter, what the launcher passes) for the buffers: a descriptor for each TMA-addressed buffer,
-        a pointer for each buffer read with pointers, then those buffers' strides."""
+    def buffer_arguments(self) -> list[str]:
+        """What every partition is handed of the buffers: a descriptor for each TMA-addressed buffer (the kernel makes
+        them), a pointer for each buffer read with pointers, then those buffers' strides."""
         passed = []
         for a in self.args:
             if a in self.tma_args:
-                passed.append((self.descriptor(a), self.descriptor(a)))
+                passed.append(self.descriptor(a))
             if a in self.pointer_args:
-                passed.append((f"{self.names[a]}_ptr", self.names[a]))
-        return passed + [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
-                         if a in self.pointer_args for axis in range(a.type.rank)]
+                passed.append(f"{self.names[a]}_ptr")
+        return passed + [self.stride(i, axis) for i, a in enumerate(self.args) if a in self.pointer_args
+                         for axis in range(a.type.rank)]
 
     def runtime_parameters(self) -> list[str]:
-        """The kernel's non-constexpr parameters: its buffers' (:meth:`buffer_arguments`), the symbolic dims."""
-        return [param for param, _ in self.buffer_arguments()] + [p for p, _, _ in self.dims.values()]
+        """The partitions' non-constexpr parameters: the buffers' (:meth:`buffer_arguments`), the symbolic dims."""
+        return self.buffer_arguments() + [p for p, _, _ in self.dims.values()]
+
+    def kernel_arguments(self) -> list[tuple[str, str]]:
+        """(kernel parameter, what the launcher passes): a pointer to every buffer, in argument order (the launcher's
+        tensors), the row stride of each TMA-addressed one, the pointer-read buffers' strides, the symbolic dims. The
+        kernel makes its TMA descriptors on the device (in global scratch), so that a launch passes only pointers and
+        integers, which PyTorch's C++ launcher takes (amk/replay.py): host-side descriptors would take Triton's
+        Python launcher and a descriptor encoded per call."""
+        passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
+        passed += [(self.descriptor_stride(a), f"{self.names[a]}.stride({1 if self.read_transposed(a) else 0})")
+                   for a in self.args if a in self.tma_args]
+        passed += [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
+                   if a in self.pointer_args for axis in range(a.type.rank)]
+        return passed + [(p, p) for p, _, _ in self.dims.values()]
+
+    def descriptor_stride(self, buffer: SSAValue) -> str:
+        """The parameter holding the row stride of ``buffer``'s descriptor (of W itself where the kernel reads W^T)."""
+        return f"{self.names[buffer]}_desc_stride"
+
+    def descriptor_blocks(self) -> list[tuple[SSAValue, list[int]]]:
+        """Each TMA-addressed buffer and the block its descriptor moves, in the descriptor's own axes (W's rows
+        where the kernel reads W^T; a piece of the output tile where the tile is stored in pieces)."""
+        tiles = {stage.source: stage.result.type.dims for stage in self.main.stages}
+        if self.tma_store:
+            tiles[self.main.store.dest] = self.main.store.value.type.dims
+        blocks = []
+        for buffer, dims in tiles.items():
+            block = [self.constant(d) for d in dims]
+            if self.tma_store and buffer is self.main.store.dest:  # the TMA store moves one piece at a time
+                block[-1] //= self.pieces
+            blocks.append((buffer, block[::-1] if self.read_transposed(buffer) else block))
+        return blocks
 
     def shared_buffers(self) -> list[str]:
         """What the kernel allocates in shared memory and hands to every partition."""
@@ -700,10 +735,18 @@ class GluonEmitter(TritonEmitter):
     def emit_gluon_kernel(self) -> IndentedWriter:
         code = self.code = _GluonWriter()
         name = self.kernel.sym_name.data
-        self.function_header(self.kernel_name, self.runtime_parameters())
+        self.function_header(self.kernel_name, [param for param, _ in self.kernel_arguments()])
         with code.indent():
             code.writeline(f'"""{self.describe()} Warp-specialized: a TMA producer warp feeds a ring of STAGES '
                            'shared-memory slots to the wgmma warps."""')
+            for buffer, block in self.descriptor_blocks():
+                dims = [self.expr(d) for d in buffer.type.dims]
+                shape = dims[::-1] if self.read_transposed(buffer) else dims
+                block_text = f"[{', '.join(map(str, block))}]"
+                code.writeline(f"{self.descriptor(buffer)} = tma.make_tensor_descriptor({self.names[buffer]}_ptr, "
+                               f"[{', '.join(shape)}], [{self.descriptor_stride(buffer)}, 1], {block_text}, "
+                               f"gl.NVMMASharedLayout.get_default_for({block_text}, "
+                               f"gl.{triton_name(buffer.type.element_type)}))")
             for stage, ring in self.rings.items():
                 desc = self.descriptor(stage.source)
                 code.writeline(f"{ring} = gl.allocate_shared_memory({desc}.dtype, [STAGES] + {desc}.block_type.shape, "
@@ -760,23 +803,14 @@ class GluonEmitter(TritonEmitter):
                            'outputs)."""')
             for text, (param, index, axis) in self.dims.items():
                 code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
-            tiles = {stage.source: stage.result.type.dims for stage in self.main.stages}
-            if self.tma_store:
-                tiles[self.main.store.dest] = self.main.store.value.type.dims
-            for buffer, dims in tiles.items():
-                output = self.tma_store and buffer is self.main.store.dest
-                block = [self.constant(d) for d in dims]
-                if output:  # the TMA store moves one piece of the tile at a time
-                    block[-1] //= self.pieces
-                tensor = self.names[buffer]
-                if self.read_transposed(buffer):  # the descriptor of W itself: the view transposed back
-                    block, tensor = block[::-1], f"{tensor}.t()"
-                code.writeline(f"{self.descriptor(buffer)} = _tma_descriptor({tensor}, "
-                               f"[{', '.join(map(str, block))}], gl.{triton_name(buffer.type.element_type)}"
-                               f"{', output=True' if output else ''})")
+            for buffer, _ in self.descriptor_blocks():
+                options = [", transposed=True"] * self.read_transposed(buffer)
+                options += [", output=True"] * (self.tma_store and buffer is self.main.store.dest)
+                code.writeline(f"{self.names[buffer]} = _tma_operand({self.names[buffer]}{''.join(options)})")
+            code.writeline("triton.set_allocator(_tma_workspace)  # the descriptors' global memory")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
-            args = [value for _, value in self.buffer_arguments()] + [p for p, _, _ in self.dims.values()]
+            args = [value for _, value in self.kernel_arguments()]
             args += [f"{c}={v}" for c, v in self.constants.items()]
             args += [f"STAGES={self.kernel.num_stages.value.data}", f"num_warps={self.kernel.num_warps.value.data}"]
             code.writeline(f"{self.kernel_name}[grid](")
@@ -796,9 +830,8 @@ class GluonEmitter(TritonEmitter):
                          "from triton.experimental.gluon import language as gl",
                          "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, "
                          "tma, warpgroup_mma,",
-                         "                                                               warpgroup_mma_wait)",
-                         "from triton.experimental.gluon.nvidia.hopper import TensorDescriptor"])
-        for helper in (_SM_COUNT, _TMA_READABLE, _TMA_DESCRIPTOR):
+                         "                                                               warpgroup_mma_wait)"])
+        for helper in (_SM_COUNT, _TMA_READABLE, _TMA_OPERAND, _TMA_WORKSPACE):
             code.writelines(["", ""])
             code.writelines(helper.splitlines())
         for function in functions:

@@ -76,20 +76,25 @@ def test_refuses_what_it_does_not_emit(text, config, reason):
 
 
 def test_a_residual_tile_is_read_in_the_accumulators_layout():
-    """``x @ w + b + x``: x is a TMA-staged operand and, read again with pointers, the residual; the launcher passes
-    both its descriptor and the tensor with its strides."""
+    """``x @ w + b + x``: x is a TMA-staged operand and, read again with pointers, the residual; the kernel gets its
+    pointer once, the descriptor's row stride and the strides the pointer reads use."""
     source = emit_gluon(staged_kernel(chain(epilogue="add")), TRITON_3_9_API)
     assert "x_rows = BLOCK_M*pid_m + gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))" in source
     assert "x_cols = BLOCK_N*pid_n + gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))" in source
     assert "x_ptr + x_rows.to(gl.int64)[:, None] * stride_x_0 + x_cols.to(gl.int64)[None, :] * stride_x_1" in source
-    assert "        x_desc,\n        x,\n        w_desc," in source and "x.stride(1)," in source
+    assert "    fused_0_kernel[grid](\n        x,\n        w,\n        b,\n        out0,\n        x.stride(0)," in source
+    assert "def fused_0_kernel(\n    x_ptr,\n    w_ptr,\n    b_ptr,\n    out0_ptr,\n    x_desc_stride," in source
+    assert "x.stride(1)," in source
 
 
 def test_a_transposed_weight_is_loaded_as_tiles_of_its_own_rows():
-    """nn.Linear's weight W [N, K] reaches the kernel as W^T: its descriptor is W's own (the view transposed back,
-    [BLOCK_N, BLOCK_K] tiles loaded at [n, k]) and wgmma reads each ring slot permuted, a K-major B."""
+    """nn.Linear's weight W [N, K] reaches the kernel as W^T: its descriptor is W's own ([N, K] with W's row stride,
+    the view's column stride; [BLOCK_N, BLOCK_K] tiles loaded at [n, k]) and wgmma reads each ring slot permuted, a
+    K-major B."""
     source = emit_gluon(staged_kernel(chain(weight_transposed=True)), TRITON_3_9_API)
-    assert "w_desc = _tma_descriptor(w.t(), [256, 64], gl.float16)" in source
+    assert ("w_desc = tma.make_tensor_descriptor(w_ptr, [512, 512], [w_desc_stride, 1], [256, 64], "
+            "gl.NVMMASharedLayout.get_default_for([256, 64], gl.float16))") in source
+    assert "w = _tma_operand(w, transposed=True)" in source and "        w.stride(1),\n" in source
     assert f"{TRITON_3_9_API.tma_load}(w_desc, [BLOCK_N*pid_n, k], ready.index(slot), w_ring.index(slot))" in source
     assert "= warpgroup_mma(x_ring.index(slot), w_ring.index(slot).permute((1, 0)), " in source
 
@@ -117,20 +122,24 @@ def test_the_pass_checks_its_schedule_option_before_any_kernel():
 
 def test_the_launcher_gives_tma_a_copy_of_an_input_it_cannot_read_as_it_is(tmp_path):
     """TMA reads rows that are contiguous, 16-byte aligned, a multiple of 16 bytes apart and no closer than a row is
-    long: a sliced or expanded input is read from a contiguous copy; an output must be readable as it is."""
+    long (of W itself, for a weight read transposed): a sliced or expanded input is read from a contiguous copy; an
+    output must be readable as it is."""
     pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
     from amk.runtime import load_source
 
     emitted = load_source(emit_gluon(staged_kernel(chain()), installed_gluon_api()), "gluon_launcher", tmp_path)
-    descriptor, gl = emitted._tma_descriptor, emitted.gl
-    plain = torch.randn(32, 64, dtype=torch.float16)
-    assert descriptor(plain, [16, 16], gl.float16).base is plain
+    operand = emitted._tma_operand
+    plain, weight = torch.randn(32, 64, dtype=torch.float16), torch.randn(48, 64, dtype=torch.float16)
+    viewed = weight.t()  # nn.Linear's weight as the kernel's argument
+    assert operand(plain) is plain and operand(viewed, transposed=True) is viewed
     for unreadable in (torch.randn(1, 64, dtype=torch.float16).expand(32, 64),
                        torch.randn(32, 72, dtype=torch.float16)[:, 4:68]):
-        base = descriptor(unreadable, [16, 16], gl.float16).base
-        assert base is not unreadable and base.is_contiguous() and torch.equal(base, unreadable)
+        copy = operand(unreadable)
+        assert copy is not unreadable and copy.is_contiguous() and torch.equal(copy, unreadable)
+        copy = operand(unreadable.t(), transposed=True)  # a copy whose transpose has contiguous rows
+        assert copy.t().is_contiguous() and torch.equal(copy, unreadable.t())
     with pytest.raises(ValueError, match="stores tiles with TMA"):
-        descriptor(torch.randn(1, 64, dtype=torch.float16).expand(32, 64), [16, 16], gl.float16, output=True)
+        operand(torch.randn(1, 64, dtype=torch.float16).expand(32, 64), output=True)
 
 
 def test_pass_attaches_the_source_with_the_installed_spellings():
@@ -148,25 +157,18 @@ def test_spells_the_tma_copies_and_barrier_of_each_triton(api, absent):
     assert absent not in source
 
 
-# Compiles the emitted kernel of argv[1] for sm_90 (tile sizes, stages, warps and the output's TMA block columns in
-# argv[2]); prints its PTX, warps and shared memory.
+# Compiles the emitted kernel of argv[1] for sm_90 (tile sizes, stages and warps in argv[2]); prints its PTX, warps
+# and shared memory.
 _COMPILE_FOR_SM90 = """
 import importlib.util, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
 spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
 emitted = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(emitted)
-block_m, block_n, block_k, stages, warps, output_columns, weight_transposed = json.loads(sys.argv[2])
-
-
-def descriptor(block):
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
-    return f"tensordesc<fp16[{','.join(map(str, block))}],{layout!r}>"
-
+block_m, block_n, block_k, stages, warps = json.loads(sys.argv[2])
 
 names = emitted.fused_0_kernel.arg_names
 # As Triton's JIT specializes a launch on contiguous rows: a stride of 1 is a constant, and pointers and row strides
@@ -176,13 +178,10 @@ unit_strides = [name for name in names if name.startswith("stride_")  # each buf
 constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages,
              **dict.fromkeys(unit_strides, 1)}
 aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
-           if name.endswith("_ptr") or (name.startswith("stride_") and name not in constants)}
-descriptors = {"x_desc": descriptor([block_m, block_k]),
-               "w_desc": descriptor([block_n, block_k] if weight_transposed else [block_k, block_n]),
-               "out0_desc": descriptor([block_m, output_columns])}
+           if name.endswith(("_ptr", "_desc_stride")) or (name.startswith("stride_") and name not in constants)}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
-signature = {name: descriptors.get(name, pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr"
-                                   if name in constants else "i32") for name in names}
+signature = {name: pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr" if name in constants
+             else "i32" for name in names}
 compiled = triton.compile(GluonASTSource(emitted.fused_0_kernel, signature, constexprs=constants, attrs=aligned),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
 print(json.dumps({"ptx": compiled.asm["ptx"], "num_warps": compiled.metadata.num_warps,
@@ -227,7 +226,7 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     # In a process of its own: this one runs Triton's interpreter, where gl.sum and the other reductions are
     # interpreted functions that the compiler refuses.
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    shape = json.dumps([*tile, stages, warps, tile[1] // pieces, weight_transposed])
+    shape = json.dumps([*tile, stages, warps])
     result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90, str(path), shape],
                             capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -236,6 +235,10 @@ def test_compiles_for_hopper_without_a_gpu(tmp_path, config, schedule, tile, war
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
     assert "setmaxnreg" in ptx  # the producer warp gives its registers to the MMA warps
+    # the kernel makes its TMA descriptors in global scratch: one for each operand, one for a TMA-stored output (a
+    # strip_finish kernel stores with pointers)
+    descriptors = 2 if strip_finish else 3
+    assert ptx.count("tensormap.replace.tile.global_address") == descriptors and "fence.proxy.tensormap" in ptx
     assert compiled["shared"] <= HOPPER_SHARED_MEMORY
     consumers = 2 if schedule == "pingpong" else 1
     if not strip_finish:  # a TMA store per piece of the output tile, in each consumer
@@ -319,8 +322,8 @@ def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
 def test_a_gluon_kernel_on_nn_linears_weight_runs_through_the_build_service(tmp_path, monkeypatch):
     """nn.Linear's layout (``transpose_b``: W is [N, K], read as W^T): the Gluon kernel loads tiles of W's rows and
     wgmma reads them as a K-major B; the output matches PyTorch's F.linear on fresh inputs, ragged M and N; once the
-    hot path has recorded its launch, calls replay it without Triton's JIT (descriptors remade on each call's
-    tensors)."""
+    hot path has recorded its launch, calls replay it without Triton's JIT (the kernel makes its descriptors over
+    each call's tensors)."""
     import torch.nn.functional as F
     from triton.runtime.jit import JITFunction
 
@@ -343,7 +346,7 @@ def test_a_gluon_kernel_on_nn_linears_weight_runs_through_the_build_service(tmp_
 
     outputs = []  # kept: each call's output at an address of its own, as each call's inputs
     for seed in range(5):
-        if seed == 3:  # the hot path is set up and its launch recorded: later calls replay it, remaking descriptors
+        if seed == 3:  # the hot path is set up and its launch recorded: later calls replay it
             monkeypatch.setattr(JITFunction, "run", counted_run)
         torch.manual_seed(seed)
         x, w, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)

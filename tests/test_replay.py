@@ -8,8 +8,6 @@ PyTorch; on a GPU, the real thing is checked end to end, under a CUDA graph too.
 from __future__ import annotations
 
 import inspect
-import weakref
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -37,31 +35,29 @@ class CompiledStandIn:
     name = "scale_kernel"
     metadata = SimpleNamespace(global_scratch_size=0)
 
-    def __init__(self, compute=scale):
-        self.compute = compute
+    def __init__(self):
         self.direct_launches = []
 
     def __getitem__(self, grid):
         def runner(*arguments):
             self.direct_launches.append(grid)
-            self.compute(*arguments)
+            scale(*arguments)
 
         return runner
 
 
 class JITStandIn(JITFunction):
-    """A jit kernel whose launches run ``compute`` in PyTorch (by default ``scale``: (x + y) * 3)."""
+    """``scale`` as a jit kernel whose launches run in PyTorch: (x + y) * 3."""
 
-    def __init__(self, compute=scale):  # noqa: D107 - Triton's constructor would parse the function for a GPU compile
-        self.compute = compute
-        self.signature = inspect.signature(compute)
-        self.compiled = CompiledStandIn(compute)
+    def __init__(self):  # noqa: D107 - Triton's constructor would parse the function for a GPU compile
+        self.signature = inspect.signature(scale)
+        self.compiled = CompiledStandIn()
         self.launches = 0
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
             self.launches += 1
-            self.compute(*args, SCALE=kwargs["SCALE"])
+            scale(*args, SCALE=kwargs["SCALE"])
             return self.compiled
 
         return run
@@ -164,106 +160,23 @@ def test_without_a_compiled_kernel_the_launcher_keeps_running():
     assert list(replay.replays.values()) == [None] and jit.launches == 3
 
 
-@dataclass
-class Descriptor:
-    """A host-side TMA descriptor as Gluon's launchers make them: Triton's launcher reads the base's address, the
-    shape and the strides."""
-
-    base: torch.Tensor | None
-    shape: list[int]
-    strides: list[int]
-
-    @staticmethod
-    def over(tensor: torch.Tensor) -> Descriptor:
-        return Descriptor(tensor, list(tensor.shape), list(tensor.stride()))
-
-    def tensor(self) -> torch.Tensor:
-        """The memory a TMA copy reads: the descriptor's shape and strides from the base's address."""
-        return torch.as_strided(self.base, self.shape, self.strides, self.base.storage_offset())
-
-
-GLUON_LAUNCHER = '''
-def launch(x, w, out):
-    x_desc = Descriptor.over(x.clone() if COPY_X else x)
-    w_desc = Descriptor.over(w.t())  # nn.Linear's weight: a descriptor of W's own rows
-    add_kernel[(2,)](x_desc, w_desc, Descriptor.over(out), x.shape[0], SCALE=3, num_warps=4)
+COPYING_LAUNCHER = '''
+def launch(x, y, out):
+    scale_kernel[(x.shape[0],)](x.clone(), y, out, x.stride(0), x.stride(1), SCALE=3, num_warps=1)
 '''
 
 
-def add_through_descriptors(x_desc, w_desc, out_desc, rows, SCALE):
-    out_desc.tensor().copy_((x_desc.tensor() + w_desc.tensor().t()) * SCALE)
-
-
-def make_gluon_replay(copy_x: bool = False):
-    jit = JITStandIn(add_through_descriptors)
-    namespace = {"add_kernel": jit, "Descriptor": Descriptor, "COPY_X": copy_x}
-    exec(GLUON_LAUNCHER, namespace)
-    return LaunchReplay(namespace["launch"], checked=2), jit
-
-
-def linear_operands():
-    return torch.randn(4, 6), torch.randn(6, 4).t(), torch.empty(4, 6)
-
-
-def test_a_kernel_taking_tma_descriptors_replays_them_remade_over_each_calls_tensors():
-    """Gluon's launchers hand a kernel host-side descriptors, one over nn.Linear's weight transposed back: replayed
-    calls get the recorded descriptors over their own tensors (and the replay keeps none of the first call's)."""
-    replay, jit = make_gluon_replay()
-    x, w, out = linear_operands()
-    replay(x, w, out)
-    first_calls = [weakref.ref(tensor) for tensor in (x, w, out)]
+def test_a_launch_on_a_copy_the_launcher_made_is_not_replayed():
+    """A launcher that hands the kernel a copy of an input (TMA cannot read the input as it is) launches every call
+    through Triton: a replay would keep the first call's copy."""
+    namespace = {"scale_kernel": JITStandIn()}
+    exec(COPYING_LAUNCHER, namespace)
+    replay, jit = LaunchReplay(namespace["launch"], checked=2), namespace["scale_kernel"]
     for _ in range(3):
-        x, w, out = linear_operands()
-        replay(x, w, out)
-        torch.testing.assert_close(out, (x + w) * 3)
-    assert jit.launches == 1 and jit.compiled.direct_launches == [(2, 1, 1)] * 3
-    assert [tensor() for tensor in first_calls] == [None] * 3
-
-
-def test_a_gluon_descriptor_is_remade_as_its_own_class_with_only_its_base_changed():
-    """Triton's launcher reads the descriptor's fields (3.9 also its TF32 rounding): a replayed call's descriptor is
-    one of Gluon's own, equal to the recorded one but for the base."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from amk.replay import rebased_launch
-
-    def descriptor(tensor):
-        layout = gl.NVMMASharedLayout.get_default_for([16, 16], gl.float16)
-        return TensorDescriptor.from_tensor(tensor, [16, 16], layout)
-
-    launched = []
-    kernel = CompiledStandIn(compute=lambda *arguments: launched.append(arguments))
-    x, out = torch.randn(32, 64, dtype=torch.float16), torch.empty(32, 64, dtype=torch.float16)
-    recorded = [descriptor(x), descriptor(out), 32]
-    launch = rebased_launch(kernel, (2, 1, 1), recorded, [x, out])
-    x2, out2 = torch.randn_like(x), torch.empty_like(out)
-    launch([x2, out2])
-    ((x_desc, out_desc, rows),) = launched
-    assert type(x_desc) is TensorDescriptor and x_desc.base is x2 and out_desc.base is out2 and rows == 32
-    assert {**vars(x_desc), "base": x} == vars(recorded[0])
-    assert recorded[0].base is x  # the recording's own descriptors are left as they were
-
-
-def test_a_descriptor_over_a_copy_the_launcher_made_is_not_replayed():
-    """A descriptor over none of the call's tensors (the launcher copied an unaligned input): every call runs the
-    emitted launcher, which makes the copy again."""
-    replay, jit = make_gluon_replay(copy_x=True)
-    for _ in range(3):
-        x, w, out = linear_operands()
-        replay(x, w, out)
-        torch.testing.assert_close(out, (x + w) * 3)
-    assert list(replay.replays.values()) == [None] and jit.launches == 3
-
-
-def test_a_descriptor_over_an_address_two_views_share_is_not_replayed():
-    replay, jit = make_gluon_replay()
-    weight = torch.randn(4, 4)
-    x, w = weight, weight.t()  # one address, two views: which one a descriptor was made over is unknown
-    out = torch.empty(4, 4)
-    replay(x, w, out)
-    torch.testing.assert_close(out, (x + w) * 3)
-    assert list(replay.replays.values()) == [None]
+        x, y, out = operands()
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
+    assert list(replay.replays.values()) == [None] and jit.launches == 3 and jit.compiled.direct_launches == []
 
 
 class CppLauncherStandIn:

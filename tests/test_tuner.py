@@ -387,8 +387,8 @@ def parse_module(text: str):
 
 def test_gluon_is_offered_for_transposed_weights_but_not_a_transposed_lhs_or_small_gemms():
     """nn.Linear's weight, read transposed, is loaded as tiles of its own rows (a K-major B for wgmma); a transposed
-    lhs is not taken, and a small GEMM's host-side launch of a Gluon kernel would cost more than its kernel saves; the
-    output tile is staged at the output's size, whole or in pieces."""
+    lhs is not taken, nor a GEMM under GLUON_MIN_MACS multiply-adds; the output tile is staged at the output's size,
+    whole or in pieces."""
     from amk.lowering.tile import TilePass
     from amk.symbolic import Dim
     from amk.tuner import KernelConfig, gluon_fit, prune_reason

@@ -37,7 +37,8 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:      tma.store_wait(0)
 
 // CHECK:       def fused_0_kernel(
+// CHECK:           out0_desc = tma.make_tensor_descriptor(out0_ptr, {{.*}}, [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
 // CHECK:           output_tile = gl.allocate_shared_memory(out0_desc.dtype, [2] + out0_desc.block_type.shape, out0_desc.layout)
 
 // CHECK:       def launch(x, w, b, out0):
-// CHECK:           out0_desc = _tma_descriptor(out0, [128, 64], gl.float16, output=True)
+// CHECK:           out0 = _tma_operand(out0, output=True)

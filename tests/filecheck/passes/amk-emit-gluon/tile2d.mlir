@@ -45,6 +45,14 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:          tma.{{async_copy_shared_to_global|async_store}}(out0_desc, [BLOCK_M*pid_m, BLOCK_N*pid_n], output_tile)
 
 // CHECK:       def fused_0_kernel(
+// CHECK-NEXT:      x_ptr,
+// CHECK-NEXT:      w_ptr,
+// CHECK-NEXT:      b_ptr,
+// CHECK-NEXT:      out0_ptr,
+// CHECK-NEXT:      x_desc_stride,
+// CHECK:           x_desc = tma.make_tensor_descriptor(x_ptr, [M, 4096], [x_desc_stride, 1], [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
+// CHECK-NEXT:      w_desc = tma.make_tensor_descriptor(w_ptr, [4096, 4096], [w_desc_stride, 1], [64, 256], gl.NVMMASharedLayout.get_default_for([64, 256], gl.float16))
+// CHECK-NEXT:      out0_desc = tma.make_tensor_descriptor(out0_ptr, [M, 4096], [out0_desc_stride, 1], [128, 256], gl.NVMMASharedLayout.get_default_for([128, 256], gl.float16))
 // CHECK:           ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
 // CHECK:           gl.warp_specialize([
 // CHECK-NEXT:          (fused_0_mma_partition, (x_desc, w_desc, b_ptr, out0_desc, stride_b_0, M, x_ring, w_ring, ready, empty, output_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES)),
@@ -52,10 +60,18 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:      ], [1], [40])
 
 // CHECK:       def launch(x, w, b, out0):
-// CHECK:           x_desc = _tma_descriptor(x, [128, 64], gl.float16)
-// CHECK-NEXT:      w_desc = _tma_descriptor(w, [64, 256], gl.float16)
-// CHECK-NEXT:      out0_desc = _tma_descriptor(out0, [128, 256], gl.float16, output=True)
+// CHECK:           x = _tma_operand(x)
+// CHECK-NEXT:      w = _tma_operand(w)
+// CHECK-NEXT:      out0 = _tma_operand(out0, output=True)
+// CHECK-NEXT:      triton.set_allocator(_tma_workspace)
 // CHECK-NEXT:      grid = (min(triton.cdiv(M, 128) * triton.cdiv(4096, 256), _sm_count()),)
 // CHECK-NEXT:      fused_0_kernel[grid](
+// CHECK-NEXT:          x,
+// CHECK-NEXT:          w,
+// CHECK-NEXT:          b,
+// CHECK-NEXT:          out0,
+// CHECK-NEXT:          x.stride(0),
+// CHECK-NEXT:          w.stride(0),
+// CHECK-NEXT:          out0.stride(0),
 // CHECK:               STAGES=3,
 // CHECK-NEXT:          num_warps=8,
