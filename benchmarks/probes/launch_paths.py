@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch._dynamo.utils
 import triton
 import triton.language as tl
 
@@ -78,7 +79,16 @@ def launch_paths(rows: int = 16, cols: int = 1024) -> dict[str, float]:
         "reshape": lambda: x.reshape(rows * cols),
         "layout_key": lambda: tuple((t.stride(), t.data_ptr() % 16 == 0) for t in tensors),
         "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+        "call_size": lambda: torch._dynamo.utils.call_size(x, 0),
     }
+    a = torch.randn(1024, 4096, device=device, dtype=torch.float16)
+    weight = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    layers |= {
+        "linear": lambda: torch.nn.functional.linear(a, weight),
+        "mm": lambda: torch.mm(a, weight.t()),
+        "mm_out": lambda: torch.mm(a, weight.t(), out=allocate((1024, 4096), (4096, 1), torch.float16)),
+    }
+    torch.testing.assert_close(layers["mm_out"](), layers["linear"]())
     samples: dict[str, list[float]] = {name: [] for name in layers}
     for fn in layers.values():
         for _ in range(5):
@@ -95,7 +105,8 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("launch_paths.py times CUDA launches: it needs a GPU")
-    result = {"environment": environment(), "command": " ".join(sys.argv), "host_us": launch_paths()}
+    with torch.no_grad():  # as a compiled module runs in inference
+        result = {"environment": environment(), "command": " ".join(sys.argv), "host_us": launch_paths()}
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
