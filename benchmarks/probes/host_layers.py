@@ -13,7 +13,8 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
 - ``amk`` and ``amk_static`` (``dynamic=False``): ``amk.compile``;
 - ``amk_subgraph_<i>``: each fused subgraph called alone on the arguments it gets; ``amk_launcher_<i>``: its
   launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
-- ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone.
+- ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone;
+  ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands.
 
 With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
 with ``dynamic=True`` and with amk's marks (with TorchDynamo's C++ symbolic-shape guards on and off where the torch has
@@ -37,6 +38,7 @@ from pathlib import Path
 import torch
 
 import amk
+from amk import reference
 from amk.benchmarking import environment, host_us
 from amk.frontend.subgraph import FusedSubgraph
 from amk.replay import LaunchReplay
@@ -59,10 +61,13 @@ def interleaved(layers: dict[str, Callable[[], object]], rounds: int = 20) -> di
     return {name: round(statistics.median(values), 2) for name, values in samples.items()}
 
 
-def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]], list[tuple[LaunchReplay, tuple]]]:
-    """Run ``compiled`` once with every fused subgraph's ``launch`` and every launch replay wrapped: each subgraph
-    with its arguments, each replay with its views."""
-    subgraph_calls, replay_calls = [], []
+def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]], list[tuple[LaunchReplay, tuple]],
+                                               list[tuple[Callable, tuple]]]:
+    """Run ``compiled`` once with every fused subgraph's ``launch``, every launch replay and every op run in PyTorch
+    wrapped: each subgraph with its arguments, each replay with its views, each op with its operands. The subgraphs'
+    launchers are made again for that call (the ops are bound when a launcher is made), then once more without the
+    wrappers."""
+    subgraph_calls, replay_calls, op_calls = [], [], []
     subgraphs = [o for o in gc.get_objects() if type(o) is FusedSubgraph]
     for subgraph in subgraphs:
         def recording(args, subgraph=subgraph, launch=subgraph.launch):
@@ -70,20 +75,32 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
             return launch(args)
 
         subgraph.launch = recording
-    replay_call = LaunchReplay.__call__
+        subgraph.launchers.clear()
+    replay_call, bind = LaunchReplay.__call__, reference.bound
 
     def recording_replay(self, *views):
         replay_calls.append((self, views))
         return replay_call(self, *views)
 
-    LaunchReplay.__call__ = recording_replay
+    def recording_bind(op):
+        run = bind(op)
+
+        def recording_op(*operands):
+            op_calls.append((run, operands))
+            return run(*operands)
+
+        return recording_op
+
+    LaunchReplay.__call__, reference.bound = recording_replay, recording_bind
     try:
         compiled(*inputs)
     finally:
-        LaunchReplay.__call__ = replay_call
+        LaunchReplay.__call__, reference.bound = replay_call, bind
         for subgraph in subgraphs:
             del subgraph.launch
-    return subgraph_calls, replay_calls
+            subgraph.launchers.clear()
+    compiled(*inputs)
+    return subgraph_calls, replay_calls, op_calls
 
 
 def row_module(name: str) -> tuple[torch.nn.Module, list[torch.Tensor]]:
@@ -110,13 +127,15 @@ def run_row(name: str) -> dict:
             fn = make()
             fn(*inputs)
             layers[label] = lambda fn=fn: fn(*inputs)
-        subgraphs, replays = captured_calls(fn, inputs)
+        subgraphs, replays, ops = captured_calls(fn, inputs)
         for index, (subgraph, args) in enumerate(subgraphs):
             (run,) = subgraph.launchers.values()
             layers[f"amk_subgraph_{index}"] = lambda s=subgraph, a=args: s(*a)
             layers[f"amk_launcher_{index}"] = lambda run=run, args=args: run(args)
         for index, (replay, views) in enumerate(replays):
             layers[f"amk_kernel_launch_{index}"] = lambda r=replay, v=views: r(*v)
+        for index, (op, operands) in enumerate(ops):
+            layers[f"amk_op_{index}"] = lambda op=op, operands=operands: op(*operands)
         result = {"row": name, "host_us": interleaved(layers)}
     print(json.dumps(result), flush=True)
     return result
