@@ -14,7 +14,11 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
 - ``amk_subgraph_<i>``: each fused subgraph called alone on the arguments it gets; ``amk_launcher_<i>``: its
   launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
 - ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone;
-  ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands.
+  ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands;
+- ``launcher_pieces_<i>``: where a launcher's time goes, from 1000 calls of it with each piece wrapped in a timer
+  (:func:`launcher_pieces`): output allocations, views, workspace lookups, kernel launches (the replays), ops run in
+  PyTorch, and the rest (the launcher's own Python and the frees of its tensors), in µs per call (the timers add
+  about 0.1 µs per piece).
 
 With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
 with ``dynamic=True`` and with amk's marks (with TorchDynamo's C++ symbolic-shape guards on and off where the torch has
@@ -25,6 +29,7 @@ then a cProfile of the marked variant's calls: the Python functions such a call 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import gc
 import io
@@ -32,17 +37,19 @@ import json
 import pstats
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 import amk
-from amk import reference
+from amk import reference, runtime
 from amk.benchmarking import environment, host_us
 from amk.frontend.subgraph import FusedSubgraph
 from amk.replay import LaunchReplay
 from amk.runtime import default_device
+from amk.workspace import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
 from workloads import ROWS  # noqa: E402
@@ -103,6 +110,55 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
     return subgraph_calls, replay_calls, op_calls
 
 
+def launcher_pieces(subgraph: FusedSubgraph, args: tuple, calls: int = 1000) -> dict[str, float]:
+    """Host µs per call of ``subgraph``'s launcher, piece by piece: its launcher is made again with every output
+    allocator, view, workspace, kernel launch and op run in PyTorch wrapped in a timer, called ``calls`` times, then
+    made again as it was."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    clock = time.perf_counter
+
+    def timed(piece: str, fn: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[piece] += clock() - start
+
+        return wrapper
+
+    originals = (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__, reference.bound)
+    runtime.output_allocator = lambda device: timed("allocations", originals[0](device))
+    runtime._viewed = timed("views", originals[1])
+    Workspace.__call__ = timed("workspace", originals[2])
+    LaunchReplay.__call__ = timed("kernel_launches", originals[3])
+    reference.bound = lambda op: timed("ops", originals[4](op))
+    try:
+        subgraph.launchers.clear()
+        subgraph(*args)  # makes the launcher with the timers in it, and records its launches
+        (run,) = subgraph.launchers.values()
+        for _ in range(10):
+            run(args)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds.clear()
+        start = clock()
+        for _ in range(calls):
+            run(args)
+        total = clock() - start
+    finally:
+        (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__,
+         reference.bound) = originals
+        subgraph.launchers.clear()
+        subgraph(*args)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    pieces = {piece: round(value / calls * 1e6, 2) for piece, value in seconds.items()}
+    pieces["rest"] = round((total - sum(seconds.values())) / calls * 1e6, 2)
+    pieces["launcher"] = round(total / calls * 1e6, 2)
+    return pieces
+
+
 def row_module(name: str) -> tuple[torch.nn.Module, list[torch.Tensor]]:
     """The row's module and inputs on the default device (small sizes in Triton's interpreter: a check of the probe)."""
     row = ROWS[name]
@@ -137,6 +193,8 @@ def run_row(name: str) -> dict:
         for index, (op, operands) in enumerate(ops):
             layers[f"amk_op_{index}"] = lambda op=op, operands=operands: op(*operands)
         result = {"row": name, "host_us": interleaved(layers)}
+        for index, (subgraph, args) in enumerate(subgraphs):
+            result[f"launcher_pieces_{index}"] = launcher_pieces(subgraph, args)
     print(json.dumps(result), flush=True)
     return result
 
