@@ -15,10 +15,10 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
   launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
 - ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone;
   ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands;
-- ``launcher_pieces_<i>``: where a launcher's time goes, from 1000 calls of it with each piece wrapped in a timer
-  (:func:`launcher_pieces`): output allocations, views, workspace lookups, kernel launches (the replays), ops run in
-  PyTorch, and the rest (the launcher's own Python and the frees of its tensors), in µs per call (the timers add
-  about 0.1 µs per piece).
+- ``launcher_pieces_<i>``: where a launcher's time goes, from calls of it with each piece wrapped in a timer
+  (:func:`launcher_pieces`): output allocations, views, workspace lookups, kernel launches (the replays, with a
+  Gluon kernel's scratch, which they allocate), ops run in PyTorch, the timers' own cost, and the rest (the
+  launcher's own Python and the frees of its tensors), in µs per call.
 
 With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
 with ``dynamic=True`` and with amk's marks (with TorchDynamo's C++ symbolic-shape guards on and off where the torch has
@@ -110,11 +110,15 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
     return subgraph_calls, replay_calls, op_calls
 
 
-def launcher_pieces(subgraph: FusedSubgraph, args: tuple, calls: int = 1000) -> dict[str, float]:
+def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, calls: int = 50) -> dict:
     """Host µs per call of ``subgraph``'s launcher, piece by piece: its launcher is made again with every output
-    allocator, view, workspace, kernel launch and op run in PyTorch wrapped in a timer, called ``calls`` times, then
-    made again as it was."""
+    allocator, view, workspace, kernel launch and op run in PyTorch wrapped in a timer, then called in ``batches``
+    batches of ``calls`` calls, each batch after a synchronize (as :func:`amk.benchmarking.host_us` times, so that a
+    queue of GPU work does not block the launches), and made again as it was afterwards. The timers' cost, measured on
+    a no-op in the same process, is reported per call (``timers``) and left out of ``rest``; it falls partly inside
+    the pieces, partly outside them."""
     seconds: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
     clock = time.perf_counter
 
     def timed(piece: str, fn: Callable) -> Callable:
@@ -124,39 +128,64 @@ def launcher_pieces(subgraph: FusedSubgraph, args: tuple, calls: int = 1000) -> 
                 return fn(*args, **kwargs)
             finally:
                 seconds[piece] += clock() - start
+                counts[piece] += 1
 
         return wrapper
 
+    def nothing():
+        return None
+
+    wrapped_nothing = timed("nothing", nothing)
+    timer_cost = max(0.0, timed_call(wrapped_nothing) - timed_call(nothing))  # µs per wrapped call
     originals = (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__, reference.bound)
     runtime.output_allocator = lambda device: timed("allocations", originals[0](device))
     runtime._viewed = timed("views", originals[1])
     Workspace.__call__ = timed("workspace", originals[2])
     LaunchReplay.__call__ = timed("kernel_launches", originals[3])
     reference.bound = lambda op: timed("ops", originals[4](op))
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    total = 0.0
     try:
         subgraph.launchers.clear()
         subgraph(*args)  # makes the launcher with the timers in it, and records its launches
         (run,) = subgraph.launchers.values()
+        if getattr(run, "__func__", None) is FusedSubgraph._run_fallback:
+            return {"runs": "pytorch"}
         for _ in range(10):
             run(args)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
         seconds.clear()
-        start = clock()
-        for _ in range(calls):
-            run(args)
-        total = clock() - start
+        counts.clear()
+        for _ in range(batches):
+            synchronize()
+            start = clock()
+            for _ in range(calls):
+                run(args)
+            total += clock() - start
     finally:
         (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__,
          reference.bound) = originals
         subgraph.launchers.clear()
-        subgraph(*args)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    pieces = {piece: round(value / calls * 1e6, 2) for piece, value in seconds.items()}
-    pieces["rest"] = round((total - sum(seconds.values())) / calls * 1e6, 2)
-    pieces["launcher"] = round(total / calls * 1e6, 2)
+    subgraph(*args)  # the launcher as it was
+    synchronize()
+    per_call = 1e6 / (batches * calls)
+    pieces: dict = {piece: round(value * per_call, 2) for piece, value in seconds.items()}
+    timers = timer_cost * sum(counts.values()) / (batches * calls)
+    pieces["timers"] = round(timers, 2)
+    pieces["rest"] = round((total - sum(seconds.values())) * per_call - timers, 2)
+    pieces["launcher"] = round(total * per_call, 2)
+    pieces["wrapped_calls"] = {piece: count / (batches * calls) for piece, count in counts.items()}
     return pieces
+
+
+def timed_call(fn: Callable[[], object], calls: int = 100_000) -> float:
+    """µs per call of a host-only ``fn`` (the best of five runs)."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
 
 
 def row_module(name: str) -> tuple[torch.nn.Module, list[torch.Tensor]]:

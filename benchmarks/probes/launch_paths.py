@@ -14,7 +14,13 @@ tensors, taking turns (20 rounds of 50 calls each, the median over rounds, :func
   (``torch._C._StaticCudaLauncher``) on the compiled kernel's loaded function where the kernel allows it;
 - the pieces around a launch on amk's path: ``empty`` (``torch.empty``, one output) and ``output_allocator`` (what
   the hot path allocates outputs with, :func:`amk.workspace.output_allocator`), ``reshape`` (one view),
-  ``layout_key`` (the strides and alignment of five tensors, what a replay keys on), ``raw_stream``.
+  ``layout_key`` (the strides and alignment of five tensors, what a replay keys on), ``raw_stream``;
+- a vendor GEMM as a program's step left to PyTorch could call it, on ``nn.Linear``'s weight (``[1024, 4096] x
+  [4096, 4096]^T``, fp16): ``linear`` (``F.linear``, what :func:`amk.reference.bound` calls), ``mm`` (``torch.mm`` on
+  the weight's transpose) and ``mm_out`` (into a buffer allocated as the hot path allocates outputs, as Inductor's
+  ``extern_kernels.mm`` calls it); a GEMM's host cost depends on its shapes (cuBLAS's choice of kernels);
+- ``call_size``: what TorchDynamo's code before a graph calls for each size symbol of the inputs, per symbol (one per
+  dynamic dim: the cost of marking a dim dynamic).
 """
 
 from __future__ import annotations
