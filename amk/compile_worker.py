@@ -45,9 +45,9 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
 
     The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
     exactly as in the timing process and in a program's calls) with each kernel's ``[grid]`` launch replaced by
-    Triton's ``warmup``. Each compiled kernel's launcher is then built too: triton 3.6 compiles one with the C compiler per kernel signature
-    into the same cache, where the tuning process then finds it (profiled on the H200: 0.7-1 s of a cold build's
-    tuning process went to them). The kernel itself is not loaded on the GPU: a worker compiles hundreds.
+    Triton's ``warmup``. Each compiled kernel's launcher is then built too: triton 3.6 compiles one with the C
+    compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
+    0.7-1 s of a cold build's tuning process went to them). The kernel itself is not loaded on the GPU: a worker compiles hundreds.
     """
     import torch
     from triton.runtime import driver

@@ -359,8 +359,8 @@ class Program:
         """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
         of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace
-        buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the vendor
-        library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
+        buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the
+        vendor library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
         call on, Triton's compiled kernels are launched directly."""
         launches = self.steps[:-1]
         plans = []
