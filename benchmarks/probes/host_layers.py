@@ -136,7 +136,8 @@ def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, cal
         return None
 
     wrapped_nothing = timed("nothing", nothing)
-    timer_cost = max(0.0, timed_call(wrapped_nothing) - timed_call(nothing))  # µs per wrapped call
+    timer_cost = max(0.0, host_us(wrapped_nothing, calls=100_000, repeats=5)
+                     - host_us(nothing, calls=100_000, repeats=5))  # µs per wrapped call
     originals = (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__, reference.bound)
     runtime.output_allocator = lambda device: timed("allocations", originals[0](device))
     runtime._viewed = timed("views", originals[1])
@@ -175,17 +176,6 @@ def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, cal
     pieces["launcher"] = round(total * per_call, 2)
     pieces["wrapped_calls"] = {piece: count / (batches * calls) for piece, count in counts.items()}
     return pieces
-
-
-def timed_call(fn: Callable[[], object], calls: int = 100_000) -> float:
-    """µs per call of a host-only ``fn`` (the best of five runs)."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, time.perf_counter() - start)
-    return best / calls * 1e6
 
 
 def row_module(name: str) -> tuple[torch.nn.Module, list[torch.Tensor]]:
