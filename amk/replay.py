@@ -80,33 +80,48 @@ class LaunchReplay:
     The caller (amk's hot path) guarantees that every call has the shapes and dtypes of the first; what Triton
     specializes on beyond them, the strides and 16-byte alignment of the caller's tensors, keys the recordings: the
     first call with a layout runs the emitted launcher through Triton and records it, later calls with that layout
-    replay it. ``checked`` is how many leading views come from the caller; the views after them (fresh outputs,
+    replay it. ``checked`` is how many leading tensors come from the caller; the tensors after them (fresh outputs,
     workspace) are allocated by amk with the same layout on every call. Beyond ``MAX_LAYOUTS`` layouts, calls go
     through Triton.
+
+    ``viewers`` (one per leading tensor, None where the launcher takes the tensor as it is) give the views the
+    emitted launcher takes of the caller's tensors (``nn.Linear``'s weight transposed, rows flattened). A view costs
+    the host about 1.5 µs (``benchmarks/probes/launch_paths.py``), and a compiled kernel reads only its tensors'
+    addresses: where each view of a recorded layout is the caller's memory at the same address (not a copy that a
+    reshape had to make), replays launch the caller's tensors themselves, and only a recording, or a call Triton
+    launches, makes the views. The views' strides, which the recording keeps as the kernel's integer arguments,
+    follow from the tensors' own, which key the recordings.
     """
 
     MAX_LAYOUTS = 4
 
-    def __init__(self, launch: Callable, checked: int):
+    def __init__(self, launch: Callable, checked: int, viewers: Sequence[Callable | None] | None = None):
         self.launch = launch
         self.checked = checked
+        self.viewers = viewers
         self.replays: dict[tuple, Callable | None] = {}  # None: recorded, but not replayable
         self.lock = threading.Lock()
 
-    def __call__(self, *views: torch.Tensor) -> None:
-        layout = tuple((view.stride(), view.data_ptr() % _ALIGNMENT == 0) for view in views[:self.checked])
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        layout = tuple((tensor.stride(), tensor.data_ptr() % _ALIGNMENT == 0) for tensor in tensors[:self.checked])
         replay = self.replays.get(layout)
         if replay is not None:
-            replay(views)
+            replay(tensors)
             return
+        views = self.views(tensors)
         with self.lock:
             if layout not in self.replays and len(self.replays) < self.MAX_LAYOUTS:
-                self.replays[layout] = self._record(views)
+                self.replays[layout] = self._record(views, tensors)
                 return
         self.launch(*views)  # not replayable: through Triton, other threads' calls not held up meanwhile
 
-    def _record(self, views: Sequence[torch.Tensor]) -> Callable | None:
-        """Launch ``views`` through Triton, recording; the replay of what was launched, or None."""
+    def views(self, tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        """What the emitted launcher takes for the caller's ``tensors``."""
+        return tensors if self.viewers is None else viewed(tensors, self.viewers)
+
+    def _record(self, views: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> Callable | None:
+        """Launch ``views`` (of the caller's ``tensors``) through Triton, recording; the replay of what was launched, or
+        None."""
         from triton import knobs
 
         launches = record(self.launch, views)
@@ -124,16 +139,25 @@ class LaunchReplay:
         if any(run is None for run in runs):
             return None
         log.debug("launching %s directly from now on", ", ".join(c.name for c, _, _ in launches))
-        launch, runtime = self.launch, knobs.runtime
+        launch, runtime, view = self.launch, knobs.runtime, self.views
+        in_place = all(v.data_ptr() == tensor.data_ptr() for v, tensor in zip(views, tensors))
 
-        def replay(views: Sequence[torch.Tensor]) -> None:
+        def replay(tensors: Sequence[torch.Tensor]) -> None:
             if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
-                launch(*views)  # a profiler's hooks, installed since: Triton's launch calls them
+                launch(*view(tensors))  # a profiler's hooks, installed since: Triton's launch calls them
                 return
+            views = tensors if in_place else view(tensors)
             for run in runs:
                 run(views)
 
         return replay
+
+
+def viewed(tensors: Sequence[torch.Tensor], viewers: Sequence[Callable | None]) -> list[torch.Tensor]:
+    """``tensors`` with each of the leading ones that has a viewer in ``viewers`` replaced by its view (the tensors
+    past the viewers, such as workspace, as they are)."""
+    return [tensor if view is None else view(tensor) for tensor, view in zip(tensors, viewers)] + \
+        list(tensors[len(viewers):])
 
 
 # Triton's parameter types as the C++ launcher's argument codes: pointers are "O". (Inductor's table also maps fp16

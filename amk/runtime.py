@@ -30,7 +30,7 @@ from amk.environment import default_device as default_device
 from amk.environment import interpreting as interpreting
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
-from amk.replay import LaunchReplay
+from amk.replay import LaunchReplay, viewed
 from amk.workspace import Workspace, contiguous_strides, output_allocator, serialized
 
 if TYPE_CHECKING:
@@ -360,8 +360,9 @@ class Program:
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
         of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace
         buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the
-        vendor library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the second
-        call on, Triton's compiled kernels are launched directly."""
+        vendor library, is called as it is). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the
+        second call on, Triton's compiled kernels are launched directly, on the call's tensors themselves where the views
+        are of their memory (the replay makes the views only where a launch needs them)."""
         launches = self.steps[:-1]
         plans = []
         for step in launches:
@@ -376,11 +377,13 @@ class Program:
             outputs = [(shape, contiguous_strides(shape), spec.dtype) for shape, spec in zip(shapes, kernel.outputs)]
             views = [None if same else spec.viewer(bindings)
                      for spec, same in zip(kernel.inputs + kernel.outputs, self.as_is[id(step)])]
+            views = views if any(view is not None for view in views) else None
             workspace = self.workspace(kernel, bindings, device)
-            launch = serialized(kernel.launch) if device.type != "cuda" else LaunchReplay(kernel.launch,
-                                                                                         len(step.operands))
-            plans.append((launch, step.operands, step.outputs, outputs, workspace,
-                          views if any(view is not None for view in views) else None))
+            if device.type == "cuda":  # the replay makes the views where a launch needs them (LaunchReplay)
+                launch, views = LaunchReplay(kernel.launch, len(step.operands), views), None
+            else:
+                launch = serialized(kernel.launch)
+            plans.append((launch, step.operands, step.outputs, outputs, workspace, views))
         arg_ids, returned = self.arg_ids, self.steps[-1].operands
         allocate = output_allocator(device)
         if len(plans) == 1 and plans[0][3] is not None and plans[0][1] == arg_ids and plans[0][2] == returned:
@@ -390,7 +393,7 @@ class Program:
             def run_one(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
                 results = [allocate(shape, strides, dtype) for shape, strides, dtype in outputs]
                 arguments = (*tensors, *results)
-                launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())
+                launch(*(arguments if views is None else viewed(arguments, views)), *workspace())
                 return results
 
             return run_one
@@ -404,7 +407,7 @@ class Program:
                 results = [allocate(shape, strides, dtype) for shape, strides, dtype in outputs]
                 values.update(zip(ids, results))
                 arguments = [*(values[value] for value in operands), *results]
-                launch(*(arguments if views is None else _viewed(arguments, views)), *workspace())
+                launch(*(arguments if views is None else viewed(arguments, views)), *workspace())
             return [values[value] for value in returned]
 
         return run
@@ -437,10 +440,6 @@ class Program:
             specs = [(shape, spec.dtype, spec.kind == "counter") for shape, spec in zip(shapes, kernel.workspace)]
             workspace = self.workspaces.setdefault(key, Workspace(specs, device))
         return workspace
-
-
-def _viewed(tensors: Sequence[torch.Tensor], views: list) -> list[torch.Tensor]:
-    return [tensor if view is None else view(tensor) for tensor, view in zip(tensors, views)]
 
 
 @dataclass

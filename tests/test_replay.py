@@ -179,6 +179,88 @@ def test_a_launch_on_a_copy_the_launcher_made_is_not_replayed():
     assert list(replay.replays.values()) == [None] and jit.launches == 3 and jit.compiled.direct_launches == []
 
 
+class AddressReader(CompiledStandIn):
+    """A compiled kernel as the GPU runs one: it reads each tensor at its address with the layout its launch was
+    recorded with (shapes and strides fixed in the binary and in the recorded integer arguments), whatever tensor
+    object the launch hands it."""
+
+    def __init__(self, layouts: list):
+        super().__init__()
+        self.layouts = layouts  # each tensor argument's (shape, strides) when recorded
+
+    def __getitem__(self, grid):
+        def runner(*arguments):
+            self.direct_launches.append(grid)
+            scale(*[torch.as_strided(a, *self.layouts[i], a.storage_offset()) if isinstance(a, torch.Tensor) else a
+                    for i, a in enumerate(arguments)])
+
+        return runner
+
+
+class ViewCounter:
+    """A viewer (the view a kernel takes of a call's tensor) that counts the views it makes."""
+
+    def __init__(self, view):
+        self.view, self.made = view, 0
+
+    def __call__(self, tensor):
+        self.made += 1
+        return self.view(tensor)
+
+
+class AddressReadingJIT(JITStandIn):
+    """The ``scale`` jit kernel whose compiled kernel reads addresses (:class:`AddressReader`) with the layout of the
+    launch that compiled it."""
+
+    def __init__(self):
+        super().__init__()
+        self.compiled = AddressReader([])
+
+    def __getitem__(self, grid):
+        run = super().__getitem__(grid)
+
+        def launch(*args, **kwargs):
+            self.compiled.layouts[:] = [(a.shape, a.stride()) if isinstance(a, torch.Tensor) else None for a in args]
+            return run(*args, **kwargs)
+
+        return launch
+
+
+def viewed_replay():
+    """A replay of the ``scale`` launcher on ``[4, 6]`` views: ``x`` given as ``[2, 2, 6]`` (rows flattened), ``y`` as
+    its ``[6, 4]`` transpose, ``out`` as ``[2, 2, 6]``."""
+    jit = AddressReadingJIT()
+    namespace = {"scale_kernel": jit}
+    exec(LAUNCHER, namespace)
+    viewers = [ViewCounter(lambda t: t.reshape(4, 6)), ViewCounter(torch.Tensor.t), ViewCounter(lambda t: t.reshape(4, 6))]
+    return LaunchReplay(namespace["launch"], checked=2, viewers=viewers), jit, viewers
+
+
+def test_replays_launch_the_callers_tensors_where_the_views_share_their_memory():
+    """A view costs the host more than a microsecond and a kernel reads addresses: once recorded, a layout whose views
+    are the caller's memory at the same address is replayed on the caller's tensors, without views."""
+    replay, jit, viewers = viewed_replay()
+    for _ in range(3):
+        x, y, out = torch.randn(2, 2, 6), torch.randn(6, 4), torch.empty(2, 2, 6)
+        replay(x, y, out)
+        torch.testing.assert_close(out.reshape(4, 6), (x.reshape(4, 6) + y.t()) * 3)
+    assert jit.launches == 1 and jit.compiled.direct_launches == [(4, 1, 1)] * 2
+    assert [viewer.made for viewer in viewers] == [1, 1, 1]  # the recording's views only
+
+
+def test_a_view_that_copies_is_made_for_every_replay():
+    """A reshape that cannot view its tensor copies it (a new address): the layout that needs it is replayed on the
+    views, made again on every call."""
+    replay, jit, viewers = viewed_replay()
+    for _ in range(3):
+        x = torch.randn(2, 6, 2).transpose(1, 2)  # [2, 2, 6] whose rows cannot be flattened without a copy
+        y, out = torch.randn(6, 4), torch.empty(2, 2, 6)
+        replay(x, y, out)
+        torch.testing.assert_close(out.reshape(4, 6), (x.reshape(4, 6) + y.t()) * 3)
+    assert jit.launches == 1 and len(jit.compiled.direct_launches) == 2
+    assert [viewer.made for viewer in viewers] == [3, 3, 3]
+
+
 class CppLauncherStandIn:
     """PyTorch's C++ launcher of Inductor's kernels (``torch._C._StaticCudaLauncher``), recording its launches."""
 

@@ -16,8 +16,9 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
 - ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone;
   ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands;
 - ``launcher_pieces_<i>``: where a launcher's time goes, from calls of it with each piece wrapped in a timer
-  (:func:`launcher_pieces`): output allocations, views, workspace lookups, kernel launches (the replays, with a
-  Gluon kernel's scratch, which they allocate), ops run in PyTorch, the timers' own cost, and the rest (the
+  (:func:`launcher_pieces`): output allocations, views (made by the launcher on the CPU; on a GPU a replay makes
+  them only where a launch needs them, within its kernel launch), workspace lookups, kernel launches (the replays,
+  with a kernel's global scratch, which they allocate), ops run in PyTorch, the timers' own cost, and the rest (the
   launcher's own Python and the frees of its tensors), in µs per call.
 
 With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
@@ -138,9 +139,9 @@ def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, cal
     wrapped_nothing = timed("nothing", nothing)
     timer_cost = max(0.0, host_us(wrapped_nothing, calls=100_000, repeats=5)
                      - host_us(nothing, calls=100_000, repeats=5))  # µs per wrapped call
-    originals = (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__, reference.bound)
+    originals = (runtime.output_allocator, runtime.viewed, Workspace.__call__, LaunchReplay.__call__, reference.bound)
     runtime.output_allocator = lambda device: timed("allocations", originals[0](device))
-    runtime._viewed = timed("views", originals[1])
+    runtime.viewed = timed("views", originals[1])
     Workspace.__call__ = timed("workspace", originals[2])
     LaunchReplay.__call__ = timed("kernel_launches", originals[3])
     reference.bound = lambda op: timed("ops", originals[4](op))
@@ -163,7 +164,7 @@ def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, cal
                 run(args)
             total += clock() - start
     finally:
-        (runtime.output_allocator, runtime._viewed, Workspace.__call__, LaunchReplay.__call__,
+        (runtime.output_allocator, runtime.viewed, Workspace.__call__, LaunchReplay.__call__,
          reference.bound) = originals
         subgraph.launchers.clear()
     subgraph(*args)  # the launcher as it was
