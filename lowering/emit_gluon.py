@@ -29,7 +29,9 @@ TMA store, which overlaps the next tile's main loop. A weight read transposed (`
 kernel's argument the view ``W^T``) is loaded as ``[BLOCK_N, BLOCK_K]`` tiles of its own rows, through a descriptor
 of W itself, and ``wgmma`` reads each slot permuted (a K-major B). The kernel makes its TMA descriptors on the device
 (``tma.make_tensor_descriptor`` in global scratch, once per program), so that a launch passes pointers and integers
-only, as a Triton kernel's does. Anything else is refused with what is accepted.
+only, as a Triton kernel's does: the operands' before the partitions start (the producer's first loads wait for them),
+the output's in each consumer partition, where writing and fencing it overlaps the first tile's main loop instead of
+delaying the first loads. Anything else is refused with what is accepted.
 
 Milestone 3: a ``strip_finish`` kernel (a GEMM whose epilogue ends in a LayerNorm / RMSNorm over the whole row) goes
 the same way up to its epilogue, which the consumer runs as the Triton emitter's handlers write it, each tile value in
@@ -483,11 +485,14 @@ class GluonEmitter(TritonEmitter):
 
     # -- kernel ------------------------------------------------------------------------------------------------------
     def buffer_arguments(self) -> list[str]:
-        """What every partition is handed of the buffers: a descriptor for each TMA-addressed buffer (the kernel makes
-        them), a pointer for each buffer read with pointers, then those buffers' strides."""
+        """What every partition is handed of the buffers: a descriptor for each TMA-read buffer (the kernel makes
+        them), a pointer and a row stride for the TMA-stored output (the consumer makes its descriptor), a pointer for
+        each buffer read with pointers, then those buffers' strides."""
         passed = []
         for a in self.args:
-            if a in self.tma_args:
+            if a is self.stored_output():  # its descriptor is made in the consumer partition
+                passed += [f"{self.names[a]}_ptr", self.descriptor_stride(a)]
+            elif a in self.tma_args:
                 passed.append(self.descriptor(a))
             if a in self.pointer_args:
                 passed.append(f"{self.names[a]}_ptr")
@@ -528,6 +533,23 @@ class GluonEmitter(TritonEmitter):
                 block[-1] //= self.pieces
             blocks.append((buffer, block[::-1] if self.read_transposed(buffer) else block))
         return blocks
+
+    def stored_output(self) -> SSAValue | None:
+        """The output stored through TMA, or None (pointer stores)."""
+        return self.main.store.dest if self.tma_store else None
+
+    def shared_layout(self, buffer: SSAValue, block: list[int]) -> str:
+        """The swizzled shared-memory layout of ``buffer``'s TMA blocks, which wgmma and TMA read."""
+        return (f"gl.NVMMASharedLayout.get_default_for([{', '.join(map(str, block))}], "
+                f"gl.{triton_name(buffer.type.element_type)})")
+
+    def make_descriptor(self, buffer: SSAValue, block: list[int]) -> str:
+        """The statement making ``buffer``'s TMA descriptor (in global scratch) for blocks of ``block``."""
+        dims = [self.expr(d) for d in buffer.type.dims]
+        shape = dims[::-1] if self.read_transposed(buffer) else dims
+        return (f"{self.descriptor(buffer)} = tma.make_tensor_descriptor({self.names[buffer]}_ptr, "
+                f"[{', '.join(shape)}], [{self.descriptor_stride(buffer)}, 1], [{', '.join(map(str, block))}], "
+                f"{self.shared_layout(buffer, block)})")
 
     def shared_buffers(self) -> list[str]:
         """What the kernel allocates in shared memory and hands to every partition."""
@@ -624,6 +646,9 @@ class GluonEmitter(TritonEmitter):
             else:
                 code.writeline('"""The default partition (the kernel\'s warps): asynchronous wgmma on each ready slot, '
                                f'then the epilogue on the accumulator\'s registers and {store} of the tile."""')
+            if self.tma_store:
+                out = self.stored_output()
+                code.writeline(self.make_descriptor(out, dict(self.descriptor_blocks())[out]))
             code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                            f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
             if any(self.layout_of(value.type) == self.stats_layout for op in self.epilogue_ops()
@@ -739,24 +764,24 @@ class GluonEmitter(TritonEmitter):
         with code.indent():
             code.writeline(f'"""{self.describe()} Warp-specialized: a TMA producer warp feeds a ring of STAGES '
                            'shared-memory slots to the wgmma warps."""')
-            for buffer, block in self.descriptor_blocks():
-                dims = [self.expr(d) for d in buffer.type.dims]
-                shape = dims[::-1] if self.read_transposed(buffer) else dims
-                block_text = f"[{', '.join(map(str, block))}]"
-                code.writeline(f"{self.descriptor(buffer)} = tma.make_tensor_descriptor({self.names[buffer]}_ptr, "
-                               f"[{', '.join(shape)}], [{self.descriptor_stride(buffer)}, 1], {block_text}, "
-                               f"gl.NVMMASharedLayout.get_default_for({block_text}, "
-                               f"gl.{triton_name(buffer.type.element_type)}))")
+            # The operands' descriptors, which the producer's first loads wait for; the output's is made by the
+            # consumer, where its fence overlaps the first tile's main loop.
+            blocks = dict(self.descriptor_blocks())
+            for buffer, block in blocks.items():
+                if buffer is not self.stored_output():
+                    code.writeline(self.make_descriptor(buffer, block))
             for stage, ring in self.rings.items():
                 desc = self.descriptor(stage.source)
                 code.writeline(f"{ring} = gl.allocate_shared_memory({desc}.dtype, [STAGES] + {desc}.block_type.shape, "
                                f"{desc}.layout)")
             if self.tma_store:
-                out = self.descriptor(self.main.store.dest)
+                out = self.stored_output()
+                block = blocks[out]
                 # one staging tile per consumer in ping-pong; two buffers for a tile stored in pieces
-                shape = (f"[2] + {out}.block_type.shape" if self.pingpong or self.pieces > 1
-                         else f"{out}.block_type.shape")
-                code.writeline(f"{self.output_tile} = gl.allocate_shared_memory({out}.dtype, {shape}, {out}.layout)")
+                shape = [2, *block] if self.pingpong or self.pieces > 1 else block
+                code.writeline(f"{self.output_tile} = gl.allocate_shared_memory("
+                               f"gl.{triton_name(out.type.element_type)}, [{', '.join(map(str, shape))}], "
+                               f"{self.shared_layout(out, block)})")
             code.writeline("# ready[s]: slot s holds its operand tiles; empty[s]: the MMAs are done reading it")
             for barriers in (self.ready, self.empty):
                 code.writeline(f"{barriers} = gl.allocate_shared_memory(gl.int64, [STAGES, 1], "

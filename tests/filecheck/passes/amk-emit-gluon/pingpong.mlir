@@ -19,6 +19,7 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK:       def fused_0_mma_partition(
 // CHECK:           turn,
 // CHECK:           WARP_GROUP: gl.constexpr,
+// CHECK:           out0_desc = tma.make_tensor_descriptor(out0_ptr, [M, 4096], [out0_desc_stride, 1], [128, 128], gl.NVMMASharedLayout.get_default_for([128, 128], gl.float16))
 // CHECK:           acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16])
 // CHECK:           k_tiles = gl.cdiv(4096 - 0, BLOCK_K)
 // CHECK-NEXT:      program_tiles = gl.cdiv(num_pid_m * num_pid_n - gl.program_id(0), gl.num_programs(0))
@@ -36,7 +37,7 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK:               tma.{{async_copy_shared_to_global|async_store}}(out0_desc, [BLOCK_M*pid_m, BLOCK_N*pid_n], output_tile.index(WARP_GROUP))
 
 // CHECK:       def fused_0_kernel(
-// CHECK:           output_tile = gl.allocate_shared_memory(out0_desc.dtype, [2] + out0_desc.block_type.shape, out0_desc.layout)
+// CHECK:           output_tile = gl.allocate_shared_memory(gl.float16, [2, 128, 128], gl.NVMMASharedLayout.get_default_for([128, 128], gl.float16))
 // CHECK:           turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
 // CHECK:           gl.warp_specialize([
 // CHECK-NEXT:          (fused_0_mma_partition, ({{.*}}, turn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, 0)),

@@ -13,6 +13,7 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 }
 
 // CHECK:       def fused_0_mma_partition(
+// CHECK:           out0_desc = tma.make_tensor_descriptor(out0_ptr, {{.*}}, [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
 // CHECK:               relu = gl.maximum(add, 0.0, propagate_nan=tl.PropagateNan.ALL)
 // CHECK-NEXT:          piece = relu.to(gl.float16)
 // CHECK-NEXT:          # stored in 4 pieces of 64 columns
@@ -37,8 +38,8 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:      tma.store_wait(0)
 
 // CHECK:       def fused_0_kernel(
-// CHECK:           out0_desc = tma.make_tensor_descriptor(out0_ptr, {{.*}}, [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
-// CHECK:           output_tile = gl.allocate_shared_memory(out0_desc.dtype, [2] + out0_desc.block_type.shape, out0_desc.layout)
+// CHECK-NOT:       out0_desc = tma.make_tensor_descriptor
+// CHECK:           output_tile = gl.allocate_shared_memory(gl.float16, [2, 128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
 
 // CHECK:       def launch(x, w, b, out0):
 // CHECK:           out0 = _tma_operand(out0, output=True)

@@ -25,6 +25,10 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:              tma.{{async_copy_global_to_shared|async_load}}(w_desc, [k, BLOCK_N*pid_n], ready.index(slot), w_ring.index(slot))
 
 // CHECK:       def fused_0_mma_partition(
+// CHECK:           out0_ptr,
+// CHECK-NEXT:      out0_desc_stride,
+// CHECK:           """The default partition
+// CHECK-NEXT:      out0_desc = tma.make_tensor_descriptor(out0_ptr, [M, 4096], [out0_desc_stride, 1], [128, 256], gl.NVMMASharedLayout.get_default_for([128, 256], gl.float16))
 // CHECK:           acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 256, 16])
 // CHECK:               acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
 // CHECK:                   mbarrier.wait(ready.index(slot), phase)
@@ -52,10 +56,12 @@ func.func @linear_relu(%x : !tensor_op.tensor<[M, 4096], f16>, %w : !tensor_op.t
 // CHECK-NEXT:      x_desc_stride,
 // CHECK:           x_desc = tma.make_tensor_descriptor(x_ptr, [M, 4096], [x_desc_stride, 1], [128, 64], gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))
 // CHECK-NEXT:      w_desc = tma.make_tensor_descriptor(w_ptr, [4096, 4096], [w_desc_stride, 1], [64, 256], gl.NVMMASharedLayout.get_default_for([64, 256], gl.float16))
-// CHECK-NEXT:      out0_desc = tma.make_tensor_descriptor(out0_ptr, [M, 4096], [out0_desc_stride, 1], [128, 256], gl.NVMMASharedLayout.get_default_for([128, 256], gl.float16))
+// CHECK-NEXT:      x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+// CHECK-NEXT:      w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+// CHECK-NEXT:      output_tile = gl.allocate_shared_memory(gl.float16, [128, 256], gl.NVMMASharedLayout.get_default_for([128, 256], gl.float16))
 // CHECK:           ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
 // CHECK:           gl.warp_specialize([
-// CHECK-NEXT:          (fused_0_mma_partition, (x_desc, w_desc, b_ptr, out0_desc, stride_b_0, M, x_ring, w_ring, ready, empty, output_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES)),
+// CHECK-NEXT:          (fused_0_mma_partition, (x_desc, w_desc, b_ptr, out0_ptr, out0_desc_stride, stride_b_0, M, x_ring, w_ring, ready, empty, output_tile, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES)),
 // CHECK-NEXT:          (fused_0_load_partition, ({{.*}})),
 // CHECK-NEXT:      ], [1], [40])
 
