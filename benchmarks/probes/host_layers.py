@@ -15,6 +15,8 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
   launcher (the program's fast path: outputs allocated, ops run in PyTorch, kernels launched) alone;
 - ``amk_kernel_launch_<i>``: each kernel launch of the call (a :class:`~amk.replay.LaunchReplay`) alone;
   ``amk_op_<i>``: each op the program runs in PyTorch (a vendor GEMM: ``F.linear``) alone, on the call's operands;
+- ``amk_frame``: ``amk.compile``'s call with every fused subgraph answering with its last outputs (:func:`frame_alone`):
+  what a call costs besides the launchers;
 - ``launcher_pieces_<i>``: where a launcher's time goes, from calls of it with each piece wrapped in a timer
   (:func:`launcher_pieces`): output allocations, views (made by the launcher on the CPU; on a GPU a replay makes
   them only where a launch needs them, within its kernel launch), workspace lookups, kernel launches (the replays,
@@ -109,6 +111,21 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
             subgraph.launchers.clear()
     compiled(*inputs)
     return subgraph_calls, replay_calls, op_calls
+
+
+def frame_alone(compiled, inputs, subgraphs: list[tuple[FusedSubgraph, tuple]]) -> float:
+    """Host µs per call of ``compiled`` with each fused subgraph answering with its last outputs instead of running its
+    launcher: TorchDynamo's frame and guards, amk's wrapper of them, and whatever the FX graph runs outside the
+    subgraphs (timed alone, as it cannot be interleaved with the real call)."""
+    for subgraph, args in subgraphs:
+        outputs = subgraph.launch(args)
+        subgraph.launch = lambda _, outputs=outputs: outputs
+    try:
+        compiled(*inputs)
+        return timed(lambda: compiled(*inputs))
+    finally:
+        for subgraph, _ in subgraphs:
+            del subgraph.launch
 
 
 def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, calls: int = 50) -> dict:
@@ -215,6 +232,7 @@ def run_row(name: str) -> dict:
         result = {"row": name, "host_us": interleaved(layers)}
         for index, (subgraph, args) in enumerate(subgraphs):
             result[f"launcher_pieces_{index}"] = launcher_pieces(subgraph, args)
+        result["amk_frame"] = frame_alone(fn, inputs, subgraphs)
     print(json.dumps(result), flush=True)
     return result
 
