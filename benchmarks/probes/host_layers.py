@@ -1,6 +1,6 @@
 """Diagnostic: a compiled module's per-call host time, layer by layer (issue 18's call overhead), without a profiler.
 
-    python benchmarks/probes/host_layers.py --rows fp16_linear_layernorm [--dynamo] [--out FILE.json]
+    python benchmarks/probes/host_layers.py --rows fp16_linear_layernorm [--dynamo | --composition] [--out FILE.json]
 
 cProfile's own cost per Python call swamps calls of a few microseconds, so this probe times the layers of one call
 directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-to-back calls of each layer
@@ -22,6 +22,11 @@ directly, in one process on the same inputs, taking turns: 20 rounds of 50 back-
   them only where a launch needs them, within its kernel launch), workspace lookups, kernel launches (the replays,
   with a kernel's global scratch, which they allocate), ops run in PyTorch, the timers' own cost, and the rest (the
   launcher's own Python and the frees of its tensors), in µs per call.
+
+With ``--composition``, whether the call adds up from its parts instead (:func:`composition`): the parts timed alone
+fell 20-80 µs short of the call on the H200's host; timed interleaved, on one compiled module, the call, its frame,
+its subgraphs alone and the frame then the subgraphs back to back, with the garbage collector on and off. Where
+``composite`` matches ``amk``, no cost is hidden in the real call: the parts cost more when they run in turn.
 
 With ``--dynamo``, TorchDynamo's frame alone instead (``dynamo_variants``): ``torch.compile(backend="eager")`` static,
 with ``dynamic=True`` and with amk's marks (with TorchDynamo's C++ symbolic-shape guards on and off where the torch has
@@ -113,19 +118,33 @@ def captured_calls(compiled, inputs) -> tuple[list[tuple[FusedSubgraph, tuple]],
     return subgraph_calls, replay_calls, op_calls
 
 
+def switchable(subgraphs: list[tuple[FusedSubgraph, tuple]]) -> list[bool]:
+    """Make each fused subgraph's ``launch`` run its launcher while ``running[0]`` (the list returned) is true, else
+    answer with the outputs of its call now; :func:`unswitched` puts the launches back."""
+    running = [True]
+    for subgraph, args in subgraphs:
+        launch, outputs = subgraph.launch, subgraph.launch(args)
+        subgraph.launch = lambda call_args, launch=launch, outputs=outputs: \
+            launch(call_args) if running[0] else outputs
+    return running
+
+
+def unswitched(subgraphs: list[tuple[FusedSubgraph, tuple]]) -> None:
+    for subgraph, _ in subgraphs:
+        del subgraph.launch
+
+
 def frame_alone(compiled, inputs, subgraphs: list[tuple[FusedSubgraph, tuple]]) -> float:
     """Host µs per call of ``compiled`` with each fused subgraph answering with its last outputs instead of running its
     launcher: TorchDynamo's frame and guards, amk's wrapper of them, and whatever the FX graph runs outside the
-    subgraphs (timed alone, as it cannot be interleaved with the real call)."""
-    for subgraph, args in subgraphs:
-        outputs = subgraph.launch(args)
-        subgraph.launch = lambda _, outputs=outputs: outputs
+    subgraphs (timed alone; :func:`composition` times it interleaved with the real call)."""
+    running = switchable(subgraphs)
+    running[0] = False
     try:
         compiled(*inputs)
         return timed(lambda: compiled(*inputs))
     finally:
-        for subgraph, _ in subgraphs:
-            del subgraph.launch
+        unswitched(subgraphs)
 
 
 def launcher_pieces(subgraph: FusedSubgraph, args: tuple, batches: int = 40, calls: int = 50) -> dict:
@@ -301,6 +320,57 @@ def dynamo_variants(name: str) -> dict:
     return result
 
 
+def composition(name: str) -> dict:
+    """Whether the call's host time adds up from its parts: on one compiled module, interleaved (:func:`interleaved`),
+    the call (``amk``), the call with the subgraphs answering from their last outputs (``frame``), the subgraphs
+    alone on the arguments the call gives them (``subgraphs``), ``frame`` then ``subgraphs`` back to back
+    (``composite``), ``amk`` and ``subgraphs`` with Python's garbage collector off during each call (``_nogc``), and
+    the row's ops (``ops``)."""
+    torch._dynamo.reset()
+    module, inputs = row_module(name)
+    with torch.no_grad():
+        compiled = amk.compile(module)
+        compiled(*inputs)
+        subgraphs = captured_calls(compiled, inputs)[0]
+        running = switchable(subgraphs)
+
+        def call(run_launchers: bool):
+            running[0] = run_launchers
+            return compiled(*inputs)
+
+        def subgraphs_alone():
+            running[0] = True
+            for subgraph, args in subgraphs:
+                subgraph(*args)
+
+        def composite():
+            call(False)
+            subgraphs_alone()
+
+        layers = {"amk": lambda: call(True), "frame": lambda: call(False), "subgraphs": subgraphs_alone,
+                  "composite": composite, "amk_nogc": without_gc(lambda: call(True)),
+                  "subgraphs_nogc": without_gc(subgraphs_alone), "ops": lambda: type(module).forward(module, *inputs)}
+        try:
+            for layer in layers.values():
+                layer()
+            result = {"row": name, "host_us": interleaved(layers)}
+        finally:
+            unswitched(subgraphs)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def without_gc(fn: Callable[[], object]) -> Callable[[], object]:
+    def call():
+        gc.disable()
+        try:
+            return fn()
+        finally:
+            gc.enable()
+
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="fp16_linear_layernorm", help=f"comma-separated, from {', '.join(ROWS)}")
@@ -308,10 +378,14 @@ def main() -> None:
     parser.add_argument("--dynamo", action="store_true",
                         help="TorchDynamo's frame alone, static against amk's dynamic marks, each variant compiled "
                              "after a reset (dynamo_variants), instead of the layers")
+    parser.add_argument("--composition", action="store_true",
+                        help="whether the call's host time adds up from its frame and its subgraphs, all timed "
+                             "interleaved (composition), instead of the layers")
     args = parser.parse_args()
+    measure = dynamo_variants if args.dynamo else composition if args.composition else run_row
     torch._dynamo.config.recompile_limit = 64  # one forward compiled five ways, each with its dynamic-shape variants
     results = {"environment": environment(), "command": " ".join(sys.argv),
-               "rows": [(dynamo_variants if args.dynamo else run_row)(name) for name in args.rows.split(",")]}
+               "rows": [measure(name) for name in args.rows.split(",")]}
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 
