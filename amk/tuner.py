@@ -645,7 +645,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     if _outrun(trials, beaten_at_ms):
         log.info("%s: its fastest candidate is more than %.0f%% slower than the whole other program (%.4f ms): not "
                  "refined", kernel.sym_name.data, (OUTRUN_MARGIN - 1) * 100, beaten_at_ms)
-        retimed = []
+        retimed = {}
     else:
         for group in launch_switches:
             _refine(trials, group, unseen, settings, build_and_run, prepare)
@@ -682,18 +682,29 @@ FINALISTS = 3  # the fastest candidates of a search, timed again against each ot
 TIE_TOLERANCE = 0.01
 
 
-def _chosen(trials: list[Trial], retimed: list[Trial]) -> Trial | None:
-    """The fastest trial that ran. When it is one of the finalists timed against each other (``retimed``), the
-    earliest timed of those finalists within ``TIE_TOLERANCE`` of it: ties are judged only between times taken
-    side by side, never against a first pass or a cached time."""
+def _chosen(trials: list[Trial], retimed: dict[int, float]) -> Trial | None:
+    """The trial to keep. Without finalists timed against each other (``retimed``: each one's first time, by
+    ``id``), the fastest that ran. With them, the fastest of those finalists, or the earliest timed of them within
+    ``TIE_TOLERANCE`` of it (ties are judged only between times taken side by side); another trial wins only with a
+    time below every finalist's first time (one reused from the timings cache: a fresh candidate that was no finalist
+    was slower than them in the search). The finalists' re-timed medians are taken later, on a GPU a search has
+    heated, so they are not compared with others' first times: on the H200 a candidate timed once at 3.24 ms, fourth
+    in B's search, beat finalists re-timed at 3.34-3.58 and then ran 3.50 ms against the Gluon finalist's 3.34
+    (``2026-12-03-h200-B-output-descriptor``)."""
     ran = [t for t in trials if t.status == "ok"]
     if not ran:
         return None
     fastest = min(ran, key=lambda t: t.time_ms)
-    side_by_side = {id(t) for t in retimed}
-    if len(side_by_side) < 2 or id(fastest) not in side_by_side:
+    if len(retimed) < 2:
         return fastest
-    return next(t for t in ran if id(t) in side_by_side and t.time_ms <= fastest.time_ms * (1 + TIE_TOLERANCE))
+    side_by_side = [t for t in ran if id(t) in retimed]
+    best = min(side_by_side, key=lambda t: t.time_ms)
+    others = [t for t in ran if id(t) not in retimed]
+    if others and min(t.time_ms for t in others) < min(retimed.values()):
+        return min(others, key=lambda t: t.time_ms)
+    return next(t for t in side_by_side if t.time_ms <= best.time_ms * (1 + TIE_TOLERANCE))
+
+
 FINAL_ROUNDS = 3
 
 
@@ -717,16 +728,17 @@ def _refine(trials: list[Trial], switches: dict[str, list[int]], unseen, setting
         _time_one(config, settings, build_and_run, trials)
 
 
-def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> list[Trial]:
+def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> dict[int, float]:
     """Time the finalists (the fastest candidates timed in this search) again, interleaved, and keep the median of
-    the rounds as their time; returns the finalists so timed (none where fewer than two could be).
+    the rounds as their time; returns the first time of each finalist so timed, by ``id`` (none where fewer than two
+    could be).
 
     Candidates timed minutes apart see different clocks (a long search heats the GPU); on the H200 one
     configuration measured 7.05 and 7.83 ms in two searches. Interleaving the finalists makes their comparison fair.
     """
     finalists = sorted((t for t in trials if t.status == "ok" and not t.reused), key=lambda t: t.time_ms)[:FINALISTS]
     if len(finalists) < 2:
-        return []
+        return {}
     launches = []
     for trial in finalists:
         try:
@@ -734,7 +746,8 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> l
         except Exception as error:  # it built once in this search; if it no longer does, it keeps its time
             log.info("finalist %s could not be re-timed: %s", trial.config.user_view(), error)
     if len(launches) < 2:
-        return []
+        return {}
+    first_times = {id(trial): trial.time_ms for trial, _ in launches}
     samples: dict[int, list[float]] = {id(trial): [] for trial, _ in launches}
     for _ in range(FINAL_ROUNDS):
         for trial, launch in launches:
@@ -743,7 +756,7 @@ def _final_round(trials: list[Trial], settings: TunerConfig, build_and_run) -> l
         trial.time_ms = statistics.median(samples[id(trial)])
         trial.detail = f"finalist: median of {FINAL_ROUNDS} interleaved measurements"
         log.info("finalist %s: %.4f ms", trial.config.user_view(), trial.time_ms)
-    return [trial for trial, _ in launches]
+    return first_times
 
 
 def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials: list[Trial],

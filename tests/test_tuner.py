@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -235,6 +236,48 @@ def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatc
     assert best.BLOCK_M == 32
     finalists = [t for t in trials if t.detail.startswith("finalist")]
     assert len(finalists) == 3 and {t.time_ms for t in finalists} == {2.5, 2.0, 3.0}
+
+
+def test_a_candidate_timed_once_does_not_beat_the_finalists_retimed_on_a_hotter_gpu(monkeypatch):
+    """The finalists' medians are taken after the search, when the GPU runs slower: the fourth candidate of the
+    search, timed once in cooler conditions, is no finalist and must not win on that single time (B on the H200:
+    3.24 ms once, then 3.50 in the benchmark against the finalist's 3.34)."""
+    kernel = tiled_kernel()
+    recorder = Recorder()
+    first_time = {16: 1.0, 32: 1.1, 64: 1.2, 128: 1.3}  # by BLOCK_M: the fourth is BLOCK_M=128
+    heated = {16: 2.1, 32: 2.0, 64: 2.2, 128: 2.5}  # the same candidates timed again, later
+    seen: set = set()
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        config = Recorder.launched
+        key = config_key(config)
+        value = (heated if key in seen else first_time)[config.BLOCK_M]
+        seen.add(key)
+        return value
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    grid = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [32], "BLOCK_K": [32]}
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, recorder.build_and_run,
+                        prepare=recorder.prepare)
+    assert {t.config.BLOCK_M for t in trials if t.detail.startswith("finalist")} == {16, 32, 64}
+    assert best.BLOCK_M == 32
+
+
+def test_a_reused_time_below_every_finalists_first_time_still_wins():
+    """A trial reused from the timings cache is not re-timed; it wins where it beat the finalists as they were first
+    timed, and loses where only their re-timed medians are slower."""
+    def trial(block_m: int, time_ms: float, reused: bool = False) -> amk.tuner.Trial:
+        config = amk.pipeline.heuristic_config(tiled_kernel())
+        return amk.tuner.Trial(dataclasses.replace(config, BLOCK_M=block_m), "ok", time_ms, reused=reused)
+
+    finalists = [trial(16, 2.1), trial(32, 2.0)]
+    retimed = {id(finalists[0]): 1.0, id(finalists[1]): 1.1}
+    fast_reused, slow_reused = trial(64, 0.9, reused=True), trial(64, 1.05, reused=True)
+    assert amk.tuner._chosen([*finalists, fast_reused], retimed) is fast_reused
+    assert amk.tuner._chosen([*finalists, slow_reused], retimed) is finalists[1]
+    assert amk.tuner._chosen([*finalists, slow_reused], {}) is slow_reused  # no final round: the fastest
 
 
 def test_switches_refine_the_finalists_instead_of_multiplying_the_search(monkeypatch):

@@ -33,7 +33,7 @@ def timings(monkeypatch):
         return 1.0 + launched[-1].BLOCK_M / 64 + launched[-1].num_stages / 10
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
-    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: [])
+    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: {})
     return runs, (lambda config: ((lambda: launched.append(config)), (lambda: None)))
 
 
@@ -93,7 +93,7 @@ def test_no_early_stop_against_a_best_timed_by_graph_replay(monkeypatch):
         return amk.tuner.GRAPH_TIMING_BELOW_MS / 4
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
-    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: [])
+    monkeypatch.setattr(amk.tuner, "_final_round", lambda *args: {})
     kernel = gemm_kernel()
     tune(kernel, TunerConfig(search="exhaustive", search_budget=4), amk.tuner.validate_grid(
         {"BLOCK_SIZE_M": [64, 128], "num_stages": [3, 4]}), heuristic_config(kernel),
