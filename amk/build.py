@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -147,6 +147,18 @@ def check_build_arguments(autotune, verify, tuner_config) -> None:
         raise InvalidArgumentError(f"verify must be True or False, got {verify!r}")
     if tuner_config is not None and not isinstance(tuner_config, TunerConfig):
         raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
+
+
+def expect_tuned_builds(tensors: Iterable[torch.Tensor]) -> None:
+    """Start the compile workers now where a build reading one of ``tensors`` will be tuned: on a GPU, a floating-point
+    tensor larger than a kernel bound by its launch moves altogether (:data:`~amk.tuner.LAUNCH_BOUND_BYTES`; a build
+    starts them for the same reason, see :func:`_lookup`). For :func:`amk.compile` given a module with such weights:
+    the workers boot (seconds: torch, Triton and a CUDA context each) while TorchDynamo traces the first call, and
+    while the caller goes on before it, rather than from the first build."""
+    if interpreting() or not torch.cuda.is_available():
+        return
+    if any(tensor.is_cuda and tensor.is_floating_point() and tensor.nbytes > LAUNCH_BOUND_BYTES for tensor in tensors):
+        start_compile_workers()
 
 
 def build(request: BuildRequest, save: bool = True) -> Built:

@@ -357,6 +357,59 @@ def test_builds_that_may_tune_nothing_leave_them_to_their_first_kernel_tuned(tim
     assert timed_builds(None, small) == ["module"]
 
 
+class _Weight:
+    """What :func:`amk.build.expect_tuned_builds` reads of a tensor, for a CUDA tensor on a machine without a GPU."""
+
+    def __init__(self, nbytes: int, floating: bool = True, cuda: bool = True):
+        self.nbytes, self.floating, self.is_cuda = nbytes, floating, cuda
+
+    def is_floating_point(self) -> bool:
+        return self.floating
+
+
+def test_weights_a_tuned_kernel_reads_start_them_before_the_first_build(monkeypatch):
+    """On a GPU, a floating-point CUDA tensor larger than a launch-bound kernel moves (LAUNCH_BOUND_BYTES) starts the
+    workers; smaller, integer or CPU tensors do not, nor anything under Triton's interpreter."""
+    import torch
+
+    import amk.build
+    from amk.tuner import LAUNCH_BOUND_BYTES
+
+    events: list[str] = []
+    monkeypatch.setattr(amk.build, "start_compile_workers", lambda: events.append("workers"))
+    monkeypatch.setattr(amk.build, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    large = LAUNCH_BOUND_BYTES + 2
+    for tensors in ([_Weight(LAUNCH_BOUND_BYTES)], [_Weight(large, floating=False)], [_Weight(large, cuda=False)], []):
+        amk.build.expect_tuned_builds(tensors)
+    assert events == []
+    amk.build.expect_tuned_builds([_Weight(16), _Weight(large)])
+    assert events == ["workers"]
+    monkeypatch.setattr(amk.build, "interpreting", lambda: True)
+    amk.build.expect_tuned_builds([_Weight(large)])
+    assert events == ["workers"]
+
+
+def test_amk_compile_hands_the_modules_weights_over_when_it_will_tune(monkeypatch):
+    """amk.compile(module) lets the build service start the workers from the module's parameters and buffers, so that
+    they boot while TorchDynamo traces the first call; not with autotune=False."""
+    import torch
+
+    import amk
+    import amk.frontend.compile
+
+    seen: list[list] = []
+    monkeypatch.setattr(amk.frontend.compile, "expect_tuned_builds", lambda tensors: seen.append(list(tensors)))
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+    module.register_buffer("scale", torch.ones(8))
+    amk.compile(module)
+    assert [len(tensors) for tensors in seen] == [5]
+    assert all(any(t is p for t in seen[0]) for p in [*module.parameters(), module.scale])
+    amk.compile(module, autotune=False)
+    amk.compile(lambda x: x + 1)
+    assert len(seen) == 1
+
+
 @pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
 @pytest.mark.parametrize("ptxas_changed", [False, True], ids=["same-ptxas", "ptxas-changed-after-first-compile"])
 def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp_path, monkeypatch, ptxas_changed):

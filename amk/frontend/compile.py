@@ -30,11 +30,13 @@ bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Callable
 
 import torch
 
+from amk.build import expect_tuned_builds
 from amk.environment import initialize
 from amk.errors import InvalidArgumentError
 from amk.frontend.backend import amk_backend, compile_graph, register_backend
@@ -282,6 +284,8 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     register_backend()
     report = ExplainReport()
     settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
+    if autotune and isinstance(model_or_fn, torch.nn.Module):
+        expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()))
     return _compile(model_or_fn, example_inputs, settings, dynamic, report, cuda_graphs)
 
 
