@@ -149,15 +149,19 @@ def check_build_arguments(autotune, verify, tuner_config) -> None:
         raise InvalidArgumentError(f"tuner_config must be an amk.TunerConfig, got {type(tuner_config).__name__}")
 
 
-def expect_tuned_builds(tensors: Iterable[torch.Tensor]) -> None:
-    """Start the compile workers now where a build reading one of ``tensors`` will be tuned: on a GPU, a floating-point
-    tensor larger than a kernel bound by its launch moves altogether (:data:`~amk.tuner.LAUNCH_BOUND_BYTES`; a build
-    starts them for the same reason, see :func:`_lookup`). For :func:`amk.compile` given a module with such weights:
-    the workers boot (seconds: torch, Triton and a CUDA context each) while TorchDynamo traces the first call, and
-    while the caller goes on before it, rather than from the first build."""
+def expect_tuned_builds(tensors: Iterable[torch.Tensor], tuner_config: TunerConfig | None = None) -> None:
+    """Start the compile workers now where the coming builds, reading one of ``tensors``, will be tuned: on a GPU,
+    with a cache directory that holds no program yet (a warm cache may serve them all, and then the workers would
+    take a CUDA context each for nothing), and a floating-point tensor larger than a kernel bound by its launch moves
+    altogether (:data:`~amk.tuner.LAUNCH_BOUND_BYTES`, as in :func:`_lookup`). For :func:`amk.compile` given a module
+    with such weights: the workers boot (seconds: torch, Triton and a CUDA context each) while TorchDynamo traces the
+    first call, and while the caller goes on before it, rather than from the first build."""
     if interpreting() or not torch.cuda.is_available():
         return
-    if any(tensor.is_cuda and tensor.is_floating_point() and tensor.nbytes > LAUNCH_BOUND_BYTES for tensor in tensors):
+    if not any(tensor.is_cuda and tensor.is_floating_point() and tensor.layout == torch.strided
+               and tensor.nbytes > LAUNCH_BOUND_BYTES for tensor in tensors):
+        return
+    if cache.store_for(tuner_config.target_cache_dir if tuner_config is not None else None).holds_no_program():
         start_compile_workers()
 
 

@@ -686,8 +686,8 @@ def _chosen(trials: list[Trial], retimed: dict[int, float]) -> Trial | None:
     """The trial to keep. Without finalists timed against each other (``retimed``: each one's first time, by
     ``id``), the fastest that ran. With them, the fastest of those finalists, or the earliest timed of them within
     ``TIE_TOLERANCE`` of it (ties are judged only between times taken side by side); another trial wins only with a
-    time below every finalist's first time (one reused from the timings cache: a fresh candidate that was no finalist
-    was slower than them in the search). The finalists' re-timed medians are taken later, on a GPU a search has
+    time below every finalist's first time (one reused from the timings cache, or a finalist that could not be
+    re-timed and kept its first time: a fresh candidate that was no finalist was slower than them in the search). The finalists' re-timed medians are taken later, on a GPU a search has
     heated, so they are not compared with others' first times: on the H200 a candidate timed once at 3.24 ms, fourth
     in B's search, beat finalists re-timed at 3.34-3.58 and then ran 3.50 ms against the Gluon finalist's 3.34
     (``2026-12-03-h200-B-output-descriptor``)."""

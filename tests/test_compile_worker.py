@@ -360,16 +360,26 @@ def test_builds_that_may_tune_nothing_leave_them_to_their_first_kernel_tuned(tim
 class _Weight:
     """What :func:`amk.build.expect_tuned_builds` reads of a tensor, for a CUDA tensor on a machine without a GPU."""
 
-    def __init__(self, nbytes: int, floating: bool = True, cuda: bool = True):
-        self.nbytes, self.floating, self.is_cuda = nbytes, floating, cuda
+    def __init__(self, nbytes: int, floating: bool = True, cuda: bool = True, sparse: bool = False):
+        import torch
+
+        self.size, self.floating, self.is_cuda, self.sparse = nbytes, floating, cuda, sparse
+        self.layout = torch.sparse_coo if sparse else torch.strided
 
     def is_floating_point(self) -> bool:
         return self.floating
 
+    @property
+    def nbytes(self) -> int:
+        if self.sparse:
+            raise RuntimeError("nbytes is not defined for sparse tensors")  # as torch says
+        return self.size
 
-def test_weights_a_tuned_kernel_reads_start_them_before_the_first_build(monkeypatch):
-    """On a GPU, a floating-point CUDA tensor larger than a launch-bound kernel moves (LAUNCH_BOUND_BYTES) starts the
-    workers; smaller, integer or CPU tensors do not, nor anything under Triton's interpreter."""
+
+def test_weights_a_tuned_kernel_reads_start_them_before_the_first_build(monkeypatch, tmp_path):
+    """On a GPU with a cache that holds no program yet, a floating-point CUDA tensor larger than a launch-bound kernel
+    moves (LAUNCH_BOUND_BYTES) starts the workers; smaller, integer, sparse or CPU tensors do not, nor anything under
+    Triton's interpreter or once the cache holds a program (a warm start may build nothing)."""
     import torch
 
     import amk.build
@@ -379,15 +389,31 @@ def test_weights_a_tuned_kernel_reads_start_them_before_the_first_build(monkeypa
     monkeypatch.setattr(amk.build, "start_compile_workers", lambda: events.append("workers"))
     monkeypatch.setattr(amk.build, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    settings = amk.TunerConfig(target_cache_dir=tmp_path)
     large = LAUNCH_BOUND_BYTES + 2
-    for tensors in ([_Weight(LAUNCH_BOUND_BYTES)], [_Weight(large, floating=False)], [_Weight(large, cuda=False)], []):
-        amk.build.expect_tuned_builds(tensors)
+    for tensors in ([_Weight(LAUNCH_BOUND_BYTES)], [_Weight(large, floating=False)], [_Weight(large, cuda=False)],
+                    [_Weight(large, sparse=True)], []):
+        amk.build.expect_tuned_builds(tensors, settings)
     assert events == []
-    amk.build.expect_tuned_builds([_Weight(16), _Weight(large)])
+    amk.build.expect_tuned_builds([_Weight(16), _Weight(large)], settings)
     assert events == ["workers"]
+    (tmp_path / "entries" / ("a" * 64)).mkdir(parents=True)
+    amk.build.expect_tuned_builds([_Weight(large)], settings)
+    assert events == ["workers"], "a cache holding a program: the builds may all be hits"
     monkeypatch.setattr(amk.build, "interpreting", lambda: True)
-    amk.build.expect_tuned_builds([_Weight(large)])
+    amk.build.expect_tuned_builds([_Weight(large)], amk.TunerConfig(target_cache_dir=tmp_path / "empty"))
     assert events == ["workers"]
+
+
+def test_a_store_holds_no_program_until_an_entry_is_saved(tmp_path):
+    from amk import cache
+
+    store = cache.Store(tmp_path / "new")
+    assert store.holds_no_program()
+    (tmp_path / "new" / "entries" / "not-a-key").mkdir(parents=True)  # a stray folder is no program
+    assert store.holds_no_program()
+    (tmp_path / "new" / "entries" / ("b" * 64)).mkdir()
+    assert not store.holds_no_program()
 
 
 def test_amk_compile_hands_the_modules_weights_over_when_it_will_tune(monkeypatch):
@@ -399,7 +425,8 @@ def test_amk_compile_hands_the_modules_weights_over_when_it_will_tune(monkeypatc
     import amk.frontend.compile
 
     seen: list[list] = []
-    monkeypatch.setattr(amk.frontend.compile, "expect_tuned_builds", lambda tensors: seen.append(list(tensors)))
+    monkeypatch.setattr(amk.frontend.compile, "expect_tuned_builds",
+                        lambda tensors, tuner_config: seen.append(list(tensors)))
     module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
     module.register_buffer("scale", torch.ones(8))
     amk.compile(module)

@@ -285,7 +285,7 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     report = ExplainReport()
     settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
     if autotune and isinstance(model_or_fn, torch.nn.Module):
-        expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()))
+        expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)
     return _compile(model_or_fn, example_inputs, settings, dynamic, report, cuda_graphs)
 
 
