@@ -211,28 +211,34 @@ def test_parallel_compilation_fills_tritons_cache(tmp_path, monkeypatch):
     assert len([p for p in tmp_path.rglob("*.cubin")]) == 2
 
 
-def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatch):
-    """A candidate that looked fastest once (a noisy first measurement) loses to the one that is fastest when the
-    finalists are timed against each other."""
+def tune_timed_twice(monkeypatch, first_time: dict[int, float], later_time: dict[int, float]):
+    """``tune`` over BLOCK_M in ``first_time``'s keys, each candidate taking ``first_time[BLOCK_M]`` the first time it is
+    measured (the search) and ``later_time[BLOCK_M]`` every time after (the finalists' rounds): the best config and the
+    trials."""
     kernel = tiled_kernel()
     recorder = Recorder()
-    first_time = {16: 1.0, 32: 2.0, 64: 3.0}  # by BLOCK_M, as measured during the search
-    true_time = {16: 2.5, 32: 2.0, 64: 3.0}
     seen: set = set()
 
     def measure(fn, warmup, runs, give_up_above=None):
         fn()
         config = Recorder.launched
         key = config_key(config)
-        value = (true_time if key in seen else first_time)[config.BLOCK_M]
+        value = (later_time if key in seen else first_time)[config.BLOCK_M]
         seen.add(key)
         return value
 
     monkeypatch.setattr(amk.tuner, "measure", measure)
-    grid = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32], "BLOCK_K": [32]}
+    grid = {"BLOCK_M": list(first_time), "BLOCK_N": [32], "BLOCK_K": [32]}
     heuristic = amk.pipeline.heuristic_config(kernel)
-    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, recorder.build_and_run,
-                        prepare=recorder.prepare)
+    return tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, recorder.build_and_run,
+                prepare=recorder.prepare)
+
+
+def test_finalists_are_timed_again_and_the_interleaved_median_decides(monkeypatch):
+    """A candidate that looked fastest once (a noisy first measurement) loses to the one that is fastest when the
+    finalists are timed against each other."""
+    best, trials = tune_timed_twice(monkeypatch, first_time={16: 1.0, 32: 2.0, 64: 3.0},
+                                    later_time={16: 2.5, 32: 2.0, 64: 3.0})
     assert best.BLOCK_M == 32
     finalists = [t for t in trials if t.detail.startswith("finalist")]
     assert len(finalists) == 3 and {t.time_ms for t in finalists} == {2.5, 2.0, 3.0}
@@ -242,25 +248,8 @@ def test_a_candidate_timed_once_does_not_beat_the_finalists_retimed_on_a_hotter_
     """The finalists' medians are taken after the search, when the GPU runs slower: the fourth candidate of the
     search, timed once in cooler conditions, is no finalist and must not win on that single time (B on the H200:
     3.24 ms once, then 3.50 in the benchmark against the finalist's 3.34)."""
-    kernel = tiled_kernel()
-    recorder = Recorder()
-    first_time = {16: 1.0, 32: 1.1, 64: 1.2, 128: 1.3}  # by BLOCK_M: the fourth is BLOCK_M=128
-    heated = {16: 2.1, 32: 2.0, 64: 2.2, 128: 2.5}  # the same candidates timed again, later
-    seen: set = set()
-
-    def measure(fn, warmup, runs, give_up_above=None):
-        fn()
-        config = Recorder.launched
-        key = config_key(config)
-        value = (heated if key in seen else first_time)[config.BLOCK_M]
-        seen.add(key)
-        return value
-
-    monkeypatch.setattr(amk.tuner, "measure", measure)
-    grid = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [32], "BLOCK_K": [32]}
-    heuristic = amk.pipeline.heuristic_config(kernel)
-    best, trials = tune(kernel, TunerConfig(search="exhaustive"), grid, heuristic, recorder.build_and_run,
-                        prepare=recorder.prepare)
+    best, trials = tune_timed_twice(monkeypatch, first_time={16: 1.0, 32: 1.1, 64: 1.2, 128: 1.3},  # 4th: 128
+                                    later_time={16: 2.1, 32: 2.0, 64: 2.2, 128: 2.5})  # timed again, later
     assert {t.config.BLOCK_M for t in trials if t.detail.startswith("finalist")} == {16, 32, 64}
     assert best.BLOCK_M == 32
 
