@@ -678,12 +678,7 @@ class Store:
     def holds_no_program(self) -> bool:
         """Whether nothing has been built into this directory yet (no entry on disk or, for a store kept in memory,
         there): every build will be a cold one."""
-        if self._memory["entries"]:
-            return False
-        try:
-            return not any(_KEY.fullmatch(path.name) for path in (self.root / "entries").iterdir())
-        except OSError:
-            return True
+        return not self._memory["entries"] and not self._keys("entries")
 
     def entries(self) -> list[tuple[str, dict | None]]:
         """Every entry on disk with its entry.json (None when it cannot be read)."""
