@@ -321,6 +321,32 @@ def test_a_kernel_that_cannot_beat_the_other_program_is_not_refined(monkeypatch,
     assert (best.BLOCK_M, best.PERSISTENT, best.TMA) == ((32, 1, 1) if refined else (32, 0, 0))
 
 
+def test_each_kernel_of_a_program_is_tuned_against_what_the_kernels_before_it_leave_of_the_other_program(monkeypatch):
+    """The build's other program (0.1 ms) must be beaten by this program's kernels together: the second kernel is
+    tuned against what the first one's fastest time (0.06 ms) leaves of it, the margin kept for the whole program
+    (its refinement is skipped above 0.1 x OUTRUN_MARGIN - 0.06 ms)."""
+    from amk.compile_worker import CompileWorkers
+    from amk.tuner import OUTRUN_MARGIN, Trial
+
+    monkeypatch.setattr(amk.tuner, "start_compile_workers", lambda: CompileWorkers(0))
+    budgets, fastest = [], iter([0.06, 0.03])
+
+    def tune_at(kernel, settings, grid, heuristic, build_and_run, known, prepare, beaten_at_ms=None, **options):
+        budgets.append(beaten_at_ms)
+        time_ms = next(fastest)
+        return heuristic, [Trial(heuristic, "ok", time_ms + 0.01), Trial(heuristic, "failed"),
+                           Trial(heuristic, "ok", time_ms)]
+
+    monkeypatch.setattr(amk.tuner, "tune", tune_at)
+    choose = amk.tuner.autotune_chooser(TunerConfig(), None, beaten_at_ms=0.1)
+    kernel = tiled_kernel()
+    choose(kernel), choose(kernel)
+    assert budgets[0] == pytest.approx(0.1)
+    assert budgets[1] * OUTRUN_MARGIN == pytest.approx(0.1 * OUTRUN_MARGIN - 0.06)
+    assert amk.tuner._outrun([Trial(None, "ok", 0.1 * OUTRUN_MARGIN - 0.06 + 1e-6)], budgets[1])
+    assert not amk.tuner._outrun([Trial(None, "ok", 0.1 * OUTRUN_MARGIN - 0.06 - 1e-6)], budgets[1])
+
+
 def test_the_first_round_compiled_ahead_is_the_first_round_the_tuning_times(monkeypatch, clock):
     """first_round_chooser hands the workers the candidates that tune() prepares first, drawn the same way (the
     default search: one round of 16 on 15 workers), times none and returns the heuristic at once."""

@@ -281,11 +281,12 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     if not isinstance(cuda_graphs, bool):
         raise InvalidArgumentError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
-    register_backend()
     report = ExplainReport()
     settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
     if autotune and isinstance(model_or_fn, torch.nn.Module):
+        # Before TorchDynamo's import (2.3 s of a new process's amk.compile on the H200 host), which they overlap.
         expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)
+    register_backend()
     return _compile(model_or_fn, example_inputs, settings, dynamic, report, cuda_graphs)
 
 
