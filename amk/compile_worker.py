@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import heapq
 import itertools
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -209,56 +209,6 @@ class _Worker:
         self.stderr.close()
 
 
-# The rank of the entry that stops a feeding thread: before any job; and that of jobs compiled ahead of their tuning.
-FEEDER_STOP = -1
-AHEAD = 1
-
-
-class _JobQueue:
-    """The pool's jobs: the stop entries first, then the jobs someone waits for (rank 0), then those compiled ahead of
-    their tuning (rank ``AHEAD``), each rank in submission order. At most ``ahead_limit`` workers compile jobs
-    submitted ahead at a time: the others stay free for the jobs a tuning waits for. Unlimited, the fused program's
-    first round (GEMM kernels, 1.5-4.6 s each) took every worker while the vendor GEMM's program was tuned, whose
-    candidates (row kernels, a fraction of a second each) then each waited for one of them to end: with 8 workers on
-    the H200 host, 20.4 s of BERT's FFN's first call went to waiting for compiles, 4.7 s with 15."""
-
-    def __init__(self, ahead_limit: int):
-        self.ahead_limit = ahead_limit
-        self.heap: list = []  # (rank, sequence, entry)
-        self.sequence = itertools.count()
-        self.changed = threading.Condition()
-        self.ahead_taken = 0  # jobs submitted ahead that workers hold now
-
-    def put(self, rank: int, entry) -> None:
-        with self.changed:
-            heapq.heappush(self.heap, (rank, next(self.sequence), entry))
-            self.changed.notify_all()
-
-    def take(self) -> tuple[int, object]:
-        """The next entry a free worker may take, ``(rank, entry)``, once there is one; :meth:`release` it after."""
-        with self.changed:
-            while not (self.heap and (self.heap[0][0] != AHEAD or self.ahead_taken < self.ahead_limit)):
-                self.changed.wait()
-            rank, _, entry = heapq.heappop(self.heap)
-            if rank == AHEAD:
-                self.ahead_taken += 1
-            return rank, entry
-
-    def release(self, rank: int) -> None:
-        """A worker is done with an entry it took of this rank."""
-        if rank == AHEAD:
-            with self.changed:
-                self.ahead_taken -= 1
-                self.changed.notify_all()
-
-    def drain(self) -> list:
-        """Remove every entry left, and return them."""
-        with self.changed:
-            entries = [entry for _, _, entry in self.heap]
-            self.heap.clear()
-            return entries
-
-
 class CompileWorkers:
     """A pool of compile workers, started on first use and shared by every kernel tuned in this process.
 
@@ -266,7 +216,7 @@ class CompileWorkers:
     compiled), so that the tuning process times the first candidates while the workers compile the next;
     :meth:`compile` waits for them all. Builds in several threads share the pool. Each worker has a thread that feeds
     it the next job once it is ready: jobs someone waits for before jobs compiled ahead of their tuning (``ahead``),
-    each kind in the order submitted, a quarter of the workers kept for the first kind (:class:`_JobQueue`). Once a worker has failed, the pool compiles nothing more (each candidate then
+    each kind in the order submitted. Once a worker has failed, the pool compiles nothing more (each candidate then
     compiles in the tuning process when it is timed) and says so once.
     """
 
@@ -274,8 +224,10 @@ class CompileWorkers:
         self.count = count
         self.workers: list[_Worker] = []
         self.feeders: list[threading.Thread] = []
-        # Entries (future, job, cache folder, environment), and None for FEEDER_STOP.
-        self.pending = _JobQueue(ahead_limit=count - (count + 2) // 4)
+        # (rank, sequence, (future, job, cache folder, environment)); rank 0: a job someone waits for, 1: ahead of its
+        # tuning; FEEDER_STOP ranks first. The sequence keeps each rank in submission order.
+        self.pending: queue.PriorityQueue = queue.PriorityQueue()
+        self.sequence = itertools.count()
         self.broken: str | None = None
         self.exit_registered = False
         self.lock = threading.Lock()
@@ -322,7 +274,7 @@ class CompileWorkers:
         # Where the jobs' sources and binaries go, read now: the feeding threads do not see this context, and the
         # build's Triton cache folder may have changed by the time a worker comes free.
         cache_directory, environment = sources_cache_directory(), triton_environment()
-        rank = AHEAD if ahead else 0
+        rank = 1 if ahead else 0
         futures, started = [], []
         with self.lock:
             if not self.workers or self.broken is not None:
@@ -339,7 +291,7 @@ class CompileWorkers:
                         continue
                     # New, or waited for now after it was submitted ahead: queued at this rank (a second entry of a
                     # job is skipped by whichever feeder finds it taken).
-                    self.pending.put(rank, (future, job, cache_directory, environment))
+                    self.pending.put((rank, next(self.sequence), (future, job, cache_directory, environment)))
                 futures.append(future)
         for key, future in started:  # outside the lock: a future already done calls back in this thread
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
@@ -370,33 +322,26 @@ class CompileWorkers:
                 return
             self._give_up(f"a compile worker did not start ({type(failure).__name__}: {failure})")
         while True:
-            rank, entry = self.pending.take()
+            rank, _, entry = self.pending.get()
             if rank == FEEDER_STOP:
                 return
+            future, job, cache_directory, environment = entry
+            with self.in_flight_lock:  # the job's other entry may be in another feeder's hands
+                if future.running() or future.done() or not future.set_running_or_notify_cancel():
+                    continue
+            if self.broken is not None:
+                future.set_result(None)
+                continue
+            error = None
             try:
-                self._compile(worker, *entry)
+                error, seconds = worker.request(job, cache_directory, environment)
+                self.job_seconds.append(seconds)
+            except WorkerDied as died:
+                self._give_up(f"a compile worker stopped ({died})")
+            except BaseException as failure:  # this thread goes on serving, and the job's callers get their answer
+                self._give_up(f"a compile worker's feeding thread failed ({type(failure).__name__}: {failure})")
             finally:
-                self.pending.release(rank)
-
-    def _compile(self, worker: _Worker, future: Future, job: Job, cache_directory: str | None,
-                 environment: dict[str, str]) -> None:
-        """``worker`` compiles ``job`` for ``future``, unless it is taken (cancelled, or in another feeder's hands)."""
-        with self.in_flight_lock:  # the job's other entry may be in another feeder's hands
-            if future.running() or future.done() or not future.set_running_or_notify_cancel():
-                return
-        if self.broken is not None:
-            future.set_result(None)
-            return
-        error = None
-        try:
-            error, seconds = worker.request(job, cache_directory, environment)
-            self.job_seconds.append(seconds)
-        except WorkerDied as died:
-            self._give_up(f"a compile worker stopped ({died})")
-        except BaseException as failure:  # this thread goes on serving, and the job's callers get their answer
-            self._give_up(f"a compile worker's feeding thread failed ({type(failure).__name__}: {failure})")
-        finally:
-            future.set_result(error)
+                future.set_result(error)
 
     def _give_up(self, reason: str) -> None:
         with self.in_flight_lock:  # feeders of other workers may give up at the same time: one warning
@@ -414,7 +359,7 @@ class CompileWorkers:
         with self.lock:
             try:
                 for _ in self.feeders:
-                    self.pending.put(FEEDER_STOP, None)
+                    self.pending.put((FEEDER_STOP, next(self.sequence), None))
                 for worker in self.workers:
                     if worker.boot_seconds is None:  # its feeder waits for it to be ready: no job of its to finish
                         worker.stopping = True
@@ -423,13 +368,18 @@ class CompileWorkers:
                     feeder.join()
             finally:
                 # Also after an interrupted join: a stop entry left queued would stop a feeder of the next start.
-                for entry in self.pending.drain():
-                    if entry is not None:
+                while not self.pending.empty():
+                    rank, _, entry = self.pending.get()
+                    if rank != FEEDER_STOP:
                         entry[0].cancel()
                 self.feeders = []
                 for worker in self.workers:
                     worker.close()
                 self.workers = []
+
+
+# The rank of the entry that stops a feeding thread: before any job.
+FEEDER_STOP = -1
 
 
 def _done(result) -> Future:

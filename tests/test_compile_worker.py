@@ -268,38 +268,6 @@ def test_jobs_waited_for_go_before_jobs_compiled_ahead(tmp_path, monkeypatch):
     assert finished == ["needed", "ahead_2", "ahead_1"]
 
 
-def test_jobs_compiled_ahead_leave_a_quarter_of_the_workers_to_jobs_waited_for():
-    """With every worker the pool may give jobs compiled ahead busy with them, a free worker takes no more of them,
-    but does take a job someone waits for; one ahead job done, the next goes."""
-    import threading
-
-    from amk.compile_worker import AHEAD
-
-    pool = CompileWorkers(4)
-    assert pool.pending.ahead_limit == 3 and CompileWorkers(15).pending.ahead_limit == 11
-    assert CompileWorkers(1).pending.ahead_limit == 1
-    jobs = pool.pending
-    for name in ("ahead_1", "ahead_2", "ahead_3", "ahead_4"):
-        jobs.put(AHEAD, name)
-    assert [jobs.take() for _ in range(3)] == [(AHEAD, "ahead_1"), (AHEAD, "ahead_2"), (AHEAD, "ahead_3")]
-    taken = []
-    fourth = threading.Thread(target=lambda: taken.append(jobs.take()))
-    fourth.start()
-    fourth.join(0.2)
-    assert fourth.is_alive(), "a fourth worker took a job compiled ahead"
-    jobs.put(0, "needed")
-    fourth.join(10)
-    assert taken == [(0, "needed")]
-    fifth = threading.Thread(target=lambda: taken.append(jobs.take()))
-    fifth.start()
-    jobs.release(0)
-    fifth.join(0.2)
-    assert fifth.is_alive()
-    jobs.release(AHEAD)
-    fifth.join(10)
-    assert taken[-1] == (AHEAD, "ahead_4") and jobs.drain() == []
-
-
 def test_an_unexpected_failure_feeding_a_worker_answers_every_job(tmp_path, monkeypatch):
     """Whatever goes wrong while a job is handed to a worker, its callers get an answer (None: compile it in this
     process), the pool stops compiling with one warning, the jobs after it are answered too, and it closes."""
