@@ -1,0 +1,52 @@
+"""Diagnostic: how long amk's compile workers take to start, by their count (issue 18's first call).
+
+    for n in 15 8 4; do python benchmarks/probes/worker_boot.py --workers $n; done
+
+Run in a new process per count (a process's pool starts once): starts a pool of ``--workers`` compile workers
+(:class:`amk.compile_worker.CompileWorkers`; each imports torch and triton and creates its CUDA context before it
+says it is ready) and prints the seconds until all are ready and each one's boot time, as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from amk.benchmarking import environment
+from amk.compile_worker import CompileWorkers
+
+
+def boot(workers: int) -> dict:
+    started = time.time()
+    pool = CompileWorkers(workers)
+    pool.start()
+    try:
+        while len(pool.boot_seconds) < workers and pool.broken is None:
+            time.sleep(0.02)
+        return {"workers": workers, "all_ready_s": round(time.time() - started, 2),
+                "boot_s": sorted(round(seconds, 2) for seconds in pool.boot_seconds), "broken": pool.broken}
+    finally:
+        pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=15, help="how many workers to start")
+    parser.add_argument("--out", type=Path, help="append the result, with the environment, as a JSON line here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("worker_boot.py times workers that create a CUDA context: it needs a GPU")
+    result = boot(args.workers)
+    print(json.dumps(result))
+    if args.out:
+        with args.out.open("a") as out:
+            out.write(json.dumps({"environment": environment(), "command": " ".join(sys.argv), **result}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
