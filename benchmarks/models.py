@@ -18,7 +18,9 @@ Per row and contender, in this order:
 
 - ``first_call_s``: wall time of the first call, synchronized: compilation and tuning for the compiled contenders
   (caches are fresh temporary directories unless ``--warm-caches``); for ``amk``, also ``compile_worker_jobs``, the
-  candidates amk's compile workers compiled meanwhile, ``compile_workers_boot_s``, the slowest worker's start
+  candidates amk's compile workers compiled meanwhile, ``compile_worker_job_s``, those jobs' seconds in the workers
+  added up (over the workers' count, a bound of the first call where compiles are the bottleneck),
+  ``compile_workers_boot_s``, the slowest worker's start
   (importing torch and triton, a CUDA context) when this row's build started the pool, and ``compile_workers_broken``,
   why they stopped if they did (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s
   compiled module in ``amk.frontend.graphs.cuda_graphed``, so its first call is the warm-up and capture only. Each
@@ -211,6 +213,7 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
                     measured[name] = (fn, own_inputs)
             if name == "amk":
                 result["contenders"][name]["compile_worker_jobs"] = len(workers.job_seconds) - jobs_before
+                result["contenders"][name]["compile_worker_job_s"] = round(sum(workers.job_seconds[jobs_before:]), 2)
                 if workers.boot_seconds and not jobs_before:  # the pool started during this row's first call
                     result["contenders"][name]["compile_workers_boot_s"] = round(max(workers.boot_seconds), 2)
                 if workers.broken is not None:

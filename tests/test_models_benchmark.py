@@ -43,6 +43,7 @@ def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(sm
         # nothing is tuned on the CPU; on a GPU the small rows' buckets may all be launch-bound and tune nothing too
         assert row["contenders"]["amk"]["compile_worker_jobs"] >= 0 if GPU else \
             row["contenders"]["amk"]["compile_worker_jobs"] == 0
+        assert (row["contenders"]["amk"]["compile_worker_job_s"] > 0) == (row["contenders"]["amk"]["compile_worker_jobs"] > 0)
         assert "compile_workers_broken" not in row["contenders"]["amk"]
     first, second = document["command"].split("; ")
     assert first.startswith("python benchmarks/models.py --small --rows fp16_linear_layernorm")
