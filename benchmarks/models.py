@@ -19,7 +19,7 @@ Per row and contender, in this order:
 - ``first_call_s``: wall time of the first call, synchronized: compilation and tuning for the compiled contenders
   (caches are fresh temporary directories unless ``--warm-caches``); for ``amk``, also ``compile_worker_jobs``, the
   candidates amk's compile workers compiled meanwhile, ``compile_worker_job_s``, those jobs' seconds in the workers
-  added up (over the workers' count, a bound of the first call where compiles are the bottleneck),
+  added up (divided by the workers' count: a lower bound of the first call where compiling is what it waits for),
   ``compile_workers_boot_s``, the slowest worker's start
   (importing torch and triton, a CUDA context) when this row's build started the pool, and ``compile_workers_broken``,
   why they stopped if they did (its candidates then compile in the tuning process). ``amk_graphs`` wraps ``amk``'s
