@@ -384,13 +384,15 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                  autotune_chooser(settings, request.grid, record, known, request.fp32_dot, size_hints, learned,
                                   beaten_at_ms))
 
+        def unbound(kernel) -> set:
+            """Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too)."""
+            return ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
+                    - {p.data for p in kernel.tile_params.data} - set(size_hints))
+
         def chooser(kernel) -> KernelConfig:
-            # Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too).
-            unbound = ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
-                       - {p.data for p in kernel.tile_params.data} - set(size_hints))
-            if unbound:
+            if unbound(kernel):
                 log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
-                         kernel.sym_name.data, ", ".join(sorted(unbound)))
+                         kernel.sym_name.data, ", ".join(sorted(unbound(kernel))))
                 return untimed(kernel)
             reason = launch_bound_reason(kernel, size_hints)
             if reason:
@@ -399,6 +401,14 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                 tuning_log[kernel.sym_name.data] = [Trial(config, "untimed", detail=reason).as_dict()]
                 return config
             return tuned(kernel)
+
+        if hasattr(tuned, "search"):
+            def search(kernel) -> None:
+                """Search the kernels that ``chooser`` will tune (see :func:`amk.tuner.autotune_chooser`)."""
+                if not unbound(kernel) and not launch_bound_reason(kernel, size_hints):
+                    tuned.search(kernel)
+
+            chooser.search = search
 
     if not recorded:
         return chooser

@@ -108,7 +108,14 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}
     staged_kernels = []
-    for kernel in [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]:
+    kernel_ops = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
+    # A chooser that tunes may search every kernel before it settles any: each kernel's refinement then knows what
+    # the whole program's kernels take (amk.tuner.autotune_chooser).
+    search = getattr(choose_config, "search", None)
+    if search is not None:
+        for kernel in kernel_ops:
+            search(kernel)
+    for kernel in kernel_ops:
         name = kernel.sym_name.data
         config = choose_config(kernel)
         staged = stage_and_emit(kernel, config, fp32_dot)

@@ -541,6 +541,26 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
          batch: int = 1, size_hints: Mapping[str, int] | None = None,
          fp32_dot: str = "ieee", learned: Sequence[KernelConfig] = (),
          beaten_at_ms: float | None = None) -> tuple[KernelConfig, list[Trial]]:
+    """:func:`tune_in_steps` in one go, against ``beaten_at_ms``."""
+    steps = tune_in_steps(kernel, settings, grid, heuristic, build_and_run, known, prepare, batch, size_hints, fp32_dot,
+                          learned)
+    next(steps)
+    return _finished(steps, beaten_at_ms)
+
+
+def _finished(steps, beaten_at_ms: float | None) -> tuple[KernelConfig, list[Trial]]:
+    """The configuration and log of a :func:`tune_in_steps` that yielded, sent ``beaten_at_ms``."""
+    try:
+        steps.send(beaten_at_ms)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("tune_in_steps yields once")
+
+
+def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuristic: KernelConfig,
+                  build_and_run, known: Mapping[str, Trial] | None = None, prepare=None,
+                  batch: int = 1, size_hints: Mapping[str, int] | None = None,
+                  fp32_dot: str = "ieee", learned: Sequence[KernelConfig] = ()):
     """Time candidate configurations of one kernel and return the fastest with the log of every trial.
 
     ``build_and_run(config)`` compiles the kernel with ``config`` and returns a function launching it on prepared
@@ -556,10 +576,15 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     "highest"): where IEEE, fp32 dots also get the switch ``TF32X3`` (three TF32 products, as accurate).
     ``learned``: configurations that won for kernels of the same family on this device (other shapes, other size
     buckets), timed right after the heuristic and the priors, each with the parameters the space searches.
-    ``beaten_at_ms``: the time of a whole program that computes what the kernel's program does (the one with the
-    vendor GEMM, tuned first), less what the kernel's program spends in the kernels tuned before it (divided by
-    ``OUTRUN_MARGIN``: the margin is the whole program's); a kernel that the search leaves more than
-    ``OUTRUN_MARGIN`` slower than it is not refined: its program cannot win their race.
+
+
+    A generator in two steps, so that a program's kernels can all be searched before any is refined: it yields the
+    fastest time the search (and the dot-precision refinement) found (infinite where none ran), then is sent
+    ``beaten_at_ms`` and returns the configuration and the log: ``beaten_at_ms`` is the time of a whole program that
+    computes what the kernel's program does (the one with the vendor GEMM, tuned first), less what the kernel's
+    program spends in its other kernels (divided by ``OUTRUN_MARGIN``: the margin is the whole program's), or None; a
+    kernel that the search leaves more than ``OUTRUN_MARGIN`` slower than it is not refined: its program cannot win
+    their race.
     """
     from amk.lowering.stage import kernel_problem
 
@@ -643,6 +668,7 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
     _search(fresh, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
     for group in precision:
         _refine(trials, group, unseen, settings, build_and_run, prepare)
+    beaten_at_ms = yield _fastest_ms(trials)
     if _outrun(trials, beaten_at_ms):
         log.info("%s: its fastest candidate is more than %.0f%% slower than the whole other program (%.4f ms): not "
                  "refined", kernel.sym_name.data, (OUTRUN_MARGIN - 1) * 100, beaten_at_ms)
@@ -667,13 +693,15 @@ def tune(kernel, settings: TunerConfig, grid: dict[str, list[int]] | None, heuri
 OUTRUN_MARGIN = 1.05
 
 
+def _fastest_ms(trials: list[Trial]) -> float:
+    """The time of the fastest trial that ran (infinite where none did)."""
+    return min((t.time_ms for t in trials if t.status == "ok"), default=math.inf)
+
+
 def _outrun(trials: list[Trial], beaten_at_ms: float | None) -> bool:
     """Whether the fastest trial that ran (none: infinitely slow) is more than ``OUTRUN_MARGIN`` slower than
     ``beaten_at_ms``."""
-    if beaten_at_ms is None:
-        return False
-    fastest = min((t.time_ms for t in trials if t.status == "ok"), default=math.inf)
-    return fastest > beaten_at_ms * OUTRUN_MARGIN
+    return beaten_at_ms is not None and _fastest_ms(trials) > beaten_at_ms * OUTRUN_MARGIN
 
 
 FINALISTS = 3  # the fastest candidates of a search, timed again against each other before one is chosen
@@ -1079,21 +1107,31 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     Candidates are compiled ahead of timing by :func:`compile_workers` worker processes (:mod:`amk.compile_worker`).
     A kernel of symbolic sizes is timed at the sizes ``size_hints`` give its symbols (a size bucket's);
     ``beaten_at_ms``: the time of the build's other program, which this program's kernels must beat together: a
-    kernel is not refined where it and the kernels tuned before it, at their fastest times, take more than
-    ``OUTRUN_MARGIN`` times it (on the H200, BERT's FFN: a GEMM + GELU kernel at 0.052 ms and a GEMM + LayerNorm
-    kernel at 0.063 against 0.094 for the vendor GEMMs' program; the second kernel's refinement took 2.9 s of the
+    kernel is not refined where it and the program's other kernels searched so far, at their fastest times, take more
+    than ``OUTRUN_MARGIN`` times it (on the H200, BERT's FFN: a GEMM + GELU kernel at 0.052 ms and a GEMM + LayerNorm
+    kernel at 0.063 against 0.094 for the vendor GEMMs' program, whose refinements took 2.0 and 2.9 s of the
     model's first call). Each was timed from a cold L2, where in the program it may find its producer's output: the
-    margin allows for that."""
+    margin allows for that. The chooser's ``search(kernel)`` searches a kernel without refining it, so that a
+    caller that searches every kernel of the program first (``compile_module``) has each refined, or not, against the
+    whole program."""
     import torch
 
     from amk.pipeline import heuristic_config
     from amk.runtime import load_source
 
     bindings = dict(size_hints or {})
-    spent_ms = 0.0  # the fastest times of the program's kernels tuned so far
+    fastest_ms: dict[str, float] = {}  # by kernel name, each kernel searched so far: its fastest time
+    # Kernels searched and not refined yet: their tuning's steps, their candidates with the workers, their failure.
+    searched: dict[str, tuple] = {}
 
-    def choose(kernel) -> KernelConfig:
-        nonlocal spent_ms
+    def abandon() -> None:
+        """Candidates never timed (a search that stopped early, or failed) leave the shared pool's queue."""
+        for _, compiling, _ in searched.values():
+            for future in compiling.values():
+                future.cancel()
+        searched.clear()
+
+    def search(kernel) -> None:
         heuristic = heuristic_config(kernel, bindings)
         name = kernel.sym_name.data
         device = torch.device("cuda")
@@ -1159,20 +1197,41 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             return (lambda: launch(*candidate)), check
 
+        steps = tune_in_steps(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
+                              candidates.prepare, batch=max(1, compiler.count), size_hints=bindings,
+                              fp32_dot=fp32_dot, learned=_configs(learned(kernel)) if learned else ())
+        searched[name] = (steps, compiling, failure)
         try:
-            config, trials = tune(kernel, settings, grid, heuristic, build_and_run, known(kernel) if known else None,
-                                  candidates.prepare, batch=max(1, compiler.count), size_hints=bindings,
-                                  fp32_dot=fp32_dot, learned=_configs(learned(kernel)) if learned else (),
-                                  beaten_at_ms=None if beaten_at_ms is None
-                                  else beaten_at_ms - spent_ms / OUTRUN_MARGIN)
-        finally:  # candidates never timed (a search that stopped early, or failed) leave the shared pool's queue
+            fastest = next(steps)
+        except BaseException:
+            abandon()
+            raise
+        if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
+            abandon()
+            raise failure[0]
+        fastest_ms[name] = fastest if math.isfinite(fastest) else 0.0
+
+    def choose(kernel) -> KernelConfig:
+        name = kernel.sym_name.data
+        if name not in searched:
+            search(kernel)
+        steps, compiling, failure = searched.pop(name)
+        others_ms = sum(ms for other, ms in fastest_ms.items() if other != name)
+        try:
+            config, trials = _finished(steps, None if beaten_at_ms is None else beaten_at_ms - others_ms / OUTRUN_MARGIN)
+        except BaseException:
+            abandon()
+            raise
+        finally:
             for future in compiling.values():
                 future.cancel()
-        if failure:  # the heuristic configuration itself does not run: a compiler bug, not a bad candidate
+        if failure:
+            abandon()
             raise failure[0]
-        spent_ms += min((trial.time_ms for trial in trials if trial.status == "ok"), default=0.0)
+        fastest_ms[name] = min(fastest_ms[name], _fastest_ms(trials))
         if on_tuned is not None:
             on_tuned(kernel, config, trials)
         return config
 
+    choose.search = search
     return choose
