@@ -390,9 +390,10 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                     - {p.data for p in kernel.tile_params.data} - set(size_hints))
 
         def chooser(kernel) -> KernelConfig:
-            if unbound(kernel):
+            missing = unbound(kernel)
+            if missing:
                 log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
-                         kernel.sym_name.data, ", ".join(sorted(unbound(kernel))))
+                         kernel.sym_name.data, ", ".join(sorted(missing)))
                 return untimed(kernel)
             reason = launch_bound_reason(kernel, size_hints)
             if reason:

@@ -577,7 +577,6 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
     ``learned``: configurations that won for kernels of the same family on this device (other shapes, other size
     buckets), timed right after the heuristic and the priors, each with the parameters the space searches.
 
-
     A generator in two steps, so that a program's kernels can all be searched before any is refined: it yields the
     fastest time the search (and the dot-precision refinement) found (infinite where none ran), then is sent
     ``beaten_at_ms`` and returns the configuration and the log: ``beaten_at_ms`` is the time of a whole program that
@@ -716,10 +715,10 @@ def _chosen(trials: list[Trial], retimed: dict[int, float]) -> Trial | None:
     ``id``), the fastest that ran. With them, the fastest of those finalists, or the earliest timed of them within
     ``TIE_TOLERANCE`` of it (ties are judged only between times taken side by side); another trial wins only with a
     time below every finalist's first time (one reused from the timings cache, or a finalist that could not be
-    re-timed and kept its first time: a fresh candidate that was no finalist was slower than them in the search). The finalists' re-timed medians are taken later, on a GPU a search has
-    heated, so they are not compared with others' first times: on the H200 a candidate timed once at 3.24 ms, fourth
-    in B's search, beat finalists re-timed at 3.34-3.58 and then ran 3.50 ms against the Gluon finalist's 3.34
-    (``2026-12-03-h200-B-output-descriptor``)."""
+    re-timed and kept its first time: a fresh candidate that was no finalist was slower than them in the search).
+    The finalists' re-timed medians are taken later, on a GPU a search has heated, so they are not compared with
+    others' first times: on the H200 a candidate timed once at 3.24 ms, fourth in B's search, beat finalists re-timed
+    at 3.34-3.58 and then ran 3.50 ms against the Gluon finalist's 3.34 (``2026-12-03-h200-B-output-descriptor``)."""
     ran = [t for t in trials if t.status == "ok"]
     if not ran:
         return None
