@@ -39,9 +39,13 @@ Per row and contender, in this order:
 - ``ms``: median time per call, ``amk.benchmarking.time_ms`` (CUDA events around each call after an L2 flush, as
   ``triton.testing.do_bench(fn, return_mode="median")``), the calls queued behind a GPU sleep as long as the host's
   time to issue them: the GPU's time per call from a cold L2, whatever the host's speed (``host_us`` says what the
-  host takes; a call is launch-bound where that is the longer).
-- ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves): median time per call
-  as back-to-back replays of one captured CUDA graph of the calls (``amk.benchmarking.time_ms(cuda_graph=True)``,
+  host takes; a call is launch-bound where that is the longer). Like the host times, in turns once every contender
+  is built: round after round (3; 1 with ``--quick``) each contender is timed, and ``ms`` is the median of its
+  rounds (``ms_rounds`` lists them): the GPU's clocks drift with its temperature and power over a row's minutes
+  (the same program of the Llama prefill row ran 1.94 ms in one run and 2.19 in another, each timed right after its
+  own build), and timed in turns every contender meets the same drift.
+- ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves), in the same turns: median
+  time per call as back-to-back replays of one captured CUDA graph of the calls (``amk.benchmarking.time_ms(cuda_graph=True)``,
   ``triton.testing.do_bench_cudagraph``), the way ``benchmarks/run.py`` times D, E and F under graphs, so that a
   decode row compares with those figures; ``replay_error`` where the calls cannot be captured.
 
@@ -62,6 +66,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import gc
 import json
 import math
@@ -106,13 +111,14 @@ class Timing:
     warmup_ms: float
     host_calls: int
     host_repeats: int
+    device_rounds: int
 
 
 # Host time from 10-20 calls varied by 2x between runs of the same module (2026-12-02-h200-models-4 against
 # -host-profile, 200 calls): more calls average out the collector and the allocator's first calls.
-FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=100, host_repeats=5)
-QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=50, host_repeats=3)
-INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1)  # CPU: every call is interpreted
+FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=100, host_repeats=5, device_rounds=3)
+QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=50, host_repeats=3, device_rounds=1)
+INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1, device_rounds=1)  # CPU: every call is interpreted
 
 
 def synchronize() -> None:
@@ -153,10 +159,35 @@ def interleaved_host_us(contenders: dict[str, tuple[Callable, list[torch.Tensor]
     return {name: round(statistics.median(values), 2) for name, values in samples.items()}
 
 
-def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor, limit: float,
-            timing: Timing, replay: bool) -> dict:
-    """One contender of a row: first call, correctness, host time, device time, and with ``replay`` (a decode row on a
-    GPU) the time per call as replays of a captured graph (see the module's docstring)."""
+def interleaved_device_ms(contenders: dict[str, tuple[Callable, list[torch.Tensor]]], timing: Timing,
+                          replay: bool) -> dict[str, dict]:
+    """Each contender's ``ms`` (and with ``replay``, for the contenders in ``REPLAYED``, its ``replay_ms`` or
+    ``replay_error``), timed in turns: ``timing.device_rounds`` rounds, each contender once a round; the median of
+    the rounds, which are kept as ``ms_rounds`` (see the module's docstring)."""
+    rounds: dict[str, list[float]] = {name: [] for name in contenders}
+    replays: dict[str, list[float]] = {name: [] for name in contenders if replay and name in REPLAYED}
+    errors: dict[str, str] = {}
+    for _ in range(timing.device_rounds):
+        for name, (fn, inputs) in contenders.items():
+            call = functools.partial(fn, *inputs)
+            rounds[name].append(time_ms(call, rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms))
+            if name in replays and name not in errors:
+                try:
+                    replays[name].append(time_ms(call, rep_ms=timing.rep_ms, cuda_graph=True))
+                except Exception as failure:  # not capturable: reported, the row's other figures stand
+                    errors[name] = f"{type(failure).__name__}: {failure}"[:200]
+    results = {name: {"ms": statistics.median(values), "ms_rounds": [round(v, 5) for v in values]}
+               for name, values in rounds.items()}
+    for name, values in replays.items():
+        if name in errors:
+            results[name]["replay_error"] = errors[name]
+        elif values:
+            results[name]["replay_ms"] = statistics.median(values)
+    return results
+
+
+def first_call(fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor, limit: float) -> dict:
+    """One contender's first call (compiling, tuning) and correctness (see the module's docstring)."""
     result: dict = {"status": "ok"}
     start = time.perf_counter()
     fn(*inputs)
@@ -167,13 +198,6 @@ def measure(name: str, fn: Callable, inputs: list[torch.Tensor], reference: torc
     result["rel_l2"], result["max_abs"] = relative_error(fn(*inputs), reference)
     if not result["rel_l2"] <= limit:  # NaN counts as wrong
         result["status"] = "wrong"
-        return result
-    result["ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms)
-    if replay and name in REPLAYED:
-        try:
-            result["replay_ms"] = time_ms(lambda: fn(*inputs), rep_ms=timing.rep_ms, cuda_graph=True)
-        except Exception as failure:  # not capturable: reported, the row's other figures stand
-            result["replay_error"] = f"{type(failure).__name__}: {failure}"[:200]
     return result
 
 
@@ -207,8 +231,7 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
         try:
             with torch.no_grad():
                 fn = make_contender(name, module, compiled_amk)
-                result["contenders"][name] = measure(name, fn, own_inputs, reference, limit, timing,
-                                                     replay=row.decode and torch.cuda.is_available())
+                result["contenders"][name] = first_call(fn, own_inputs, reference, limit)
                 if result["contenders"][name]["status"] == "ok":
                     measured[name] = (fn, own_inputs)
             if name == "amk":
@@ -222,6 +245,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
             result["contenders"][name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
         print(f"   {name}: {json.dumps(result['contenders'][name])}", flush=True)
     with torch.no_grad():
+        for name, times in interleaved_device_ms(measured, timing, row.decode and torch.cuda.is_available()).items():
+            result["contenders"][name].update(times)
         for name, value in interleaved_host_us(measured, timing).items():
             result["contenders"][name]["host_us"] = value
     del measured

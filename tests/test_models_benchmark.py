@@ -40,6 +40,8 @@ def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(sm
             assert result["status"] == "ok", (row["row"], name, result)
             assert result["rel_l2"] < 1e-2 and result["ms"] > 0 and result["host_us"] > 0
             assert result["first_call_s"] >= 0
+            # timed in turns with the row's other contenders: the median of its rounds
+            assert min(result["ms_rounds"]) - 1e-5 <= result["ms"] <= max(result["ms_rounds"]) + 1e-5
         # nothing is tuned on the CPU; on a GPU the small rows' buckets may all be launch-bound and tune nothing too
         assert row["contenders"]["amk"]["compile_worker_jobs"] >= 0 if GPU else \
             row["contenders"]["amk"]["compile_worker_jobs"] == 0
