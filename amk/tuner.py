@@ -49,22 +49,22 @@ _UNSET = object()  # TunerConfig(strategy=...) not given
 class TunerConfig:
     """How to search for the fastest configuration of each kernel.
 
-    ``search_budget``: most candidates to time in the search (the strategy's heuristic, the configurations that won
-    before on this device class and those that won for kernels of the same family in the cache come first; the
-    fastest three are then timed in their persistent / TMA variants and against each other, and of those finalists
-    within 1% of the fastest the first timed is kept); ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and
-    while timing (at most 100 ms of them, at least five; a candidate 30% slower than the best after five launches is
-    not timed further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
+    ``search_budget``: most candidates to time in the search (half of it for kernels without a matmul, which are
+    memory-bound; the strategy's heuristic, the configurations that won before on this device class and those that
+    won for kernels of the same family in the cache come first; the fastest three are then timed in their persistent
+    / TMA variants and against each other, and of those finalists within 1% of the fastest the first timed is kept);
+    ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and while timing (at
+    most 100 ms of them, at least five; a candidate 30% slower than the best after five launches is not timed
+    further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul or feeds one of at least 256
-    rows, and for fp32 matmuls under PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
-    PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs and keep the faster (for
-    ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
-    ``target_cache_dir``: the
-    directory under which amk writes everything it keeps (tuned kernels, timings, locks and the emitted sources that
-    Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a non-empty path that is a directory or
-    does not exist yet (it is created); ``search``: how candidates are picked, one of ``exhaustive``, ``random`` or
-    ``bayesian``. ``strategy=`` is the deprecated name of ``search`` (a DeprecationWarning; "strategy" now means a
-    tiling strategy, :mod:`amk.lowering.strategies`).
+    rows, and for fp32 matmuls under PyTorch's "highest" precision, also build the chain with the matmul left to the
+    vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs
+    and keep the faster (for ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
+    ``target_cache_dir``: the directory under which amk writes everything it keeps (tuned kernels, timings, locks
+    and the emitted sources that Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a
+    non-empty path that is a directory or does not exist yet (it is created); ``search``: how candidates are picked,
+    one of ``exhaustive``, ``random`` or ``bayesian``. ``strategy=`` is the deprecated name of ``search`` (a
+    DeprecationWarning; "strategy" now means a tiling strategy, :mod:`amk.lowering.strategies`).
     """
 
     search_budget: int = 16
@@ -664,7 +664,8 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
         is still timed (once all its candidates are theirs): most are the refinement's, compiled by then."""
         prepare([config for config in _variants(trials, groups[0]) if not pruned(config)])
 
-    _search(fresh, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
+    budget = settings.search_budget if has_dot else math.ceil(settings.search_budget * ROW_PASS_BUDGET_SHARE)
+    _search(fresh, budget, settings, build_and_run, trials, prepare, batch, seeds, compile_ahead if groups else None)
     for group in precision:
         _refine(trials, group, unseen, settings, build_and_run, prepare)
     beaten_at_ms = yield _fastest_ms(trials)
@@ -682,6 +683,13 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
         return heuristic, trials
     return best.config, trials
 
+
+# A kernel without a matmul (a row pass: LayerNorm, softmax, a vendor GEMM's epilogue) searches this share of the
+# search budget: it is memory-bound, its candidates' times lie close together, and each costs as much to compile and
+# time as a GEMM's. In BERT's FFN on the H200 (2026-12-04-h200-build-bert-f4f415a.log) the first 8 of 16 candidates
+# held the fastest GELU epilogue and a LayerNorm pass within 0.3 us (6%) of the fastest; the 32 took 3.1 s of a 15 s
+# first call.
+ROW_PASS_BUDGET_SHARE = 0.5
 
 # A kernel whose search (and dot-precision refinement) leaves it this much slower than a whole program of the same
 # work is not refined further (its launch switches and the finalists' re-timing). Its program, which runs it and
@@ -809,14 +817,13 @@ def _time_one(config: KernelConfig, settings: TunerConfig, build_and_run, trials
     return elapsed
 
 
-def _search(viable: list[KernelConfig], settings: TunerConfig, build_and_run, trials: list[Trial], prepare,
-            batch: int, firsts: Sequence[KernelConfig] = (), compile_ahead=None) -> None:
-    """Time up to the search budget of ``viable``, starting with ``firsts`` (the strategy's default configuration and
+def _search(viable: list[KernelConfig], budget: int, settings: TunerConfig, build_and_run, trials: list[Trial],
+            prepare, batch: int, firsts: Sequence[KernelConfig] = (), compile_ahead=None) -> None:
+    """Time up to ``budget`` of ``viable``, starting with ``firsts`` (the strategy's default configuration and
     the configurations that won before on this device class) where they are among them. A candidate clearly slower
     than the best so far (``EARLY_STOP_FACTOR``) is not timed to the end. ``compile_ahead()``, when given, is called
     after each candidate timed once every candidate of the search has been prepared (the compile workers would idle
     otherwise)."""
-    budget = settings.search_budget
     leading = [config for config in dict.fromkeys(firsts) if config in viable]
     viable = leading + [config for config in viable if config not in leading]
     progress = tqdm(total=min(budget, len(viable)), desc="amk autotune", unit="config", leave=False, disable=None)

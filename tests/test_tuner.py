@@ -123,6 +123,20 @@ def test_row_resident_searches_rows_and_warps_with_the_whole_row_as_its_tile():
     assert "registers" in prune_reason(spills, "row_resident", False, 2, limits, cols=Dim(4096))
 
 
+def test_a_kernel_without_a_matmul_searches_half_the_budget(clock):
+    """A row pass is memory-bound: its candidates lie close together, and half the budget finds its fastest."""
+    module = build_module(["add_bias", "layernorm"], [(4096, 1024), (1024,), (1024,), (1024,)], torch.float32)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    row_pass = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    for kernel, searched in ((row_pass, 8), (tiled_kernel(), 16)):
+        recorder = Recorder()
+        tune(kernel, TunerConfig(search="random", search_budget=16), None, amk.pipeline.heuristic_config(kernel),
+             recorder.build_and_run, prepare=recorder.prepare)
+        assert recorder.batches[0] == searched  # the search's candidates, handed to the compiler at once
+
+
 @pytest.mark.parametrize(("wanted", "batch", "sizes"), [
     (16, 15, [16]),  # the H200 host's 15 workers and the default budget: one round, not a second for one candidate
     (16, 2, [2] * 8), (24, 15, [15, 9]), (13, 4, [4, 4, 5]), (5, 15, [5]), (0, 4, []),
