@@ -342,8 +342,8 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
     keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes). A kernel, of
-    static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too,
-    with one ``untimed`` trial in its log saying why. ``recorded``
+    static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too;
+    either way with one ``untimed`` trial in its log saying why. ``recorded``
     (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the other program
     of the build (:func:`amk.tuner.tune`'s). ``first_round_only``: each kernel that would be tuned only has its first
     round of candidates handed to the compile workers (:func:`amk.tuner.first_round_chooser`), nothing is timed or
@@ -384,29 +384,28 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
                  autotune_chooser(settings, request.grid, record, known, request.fp32_dot, size_hints, learned,
                                   beaten_at_ms))
 
-        def unbound(kernel) -> set:
-            """Sizes the tuner cannot give a value: symbols without a hint (workspace dims hold tile sizes too)."""
-            return ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
-                    - {p.data for p in kernel.tile_params.data} - set(size_hints))
+        def untuned_reason(kernel) -> str | None:
+            """Why ``kernel`` keeps the heuristic instead of being tuned, or None: sizes the tuner cannot give a value
+            (symbols without a hint; workspace dims hold tile sizes too), or a launch-bound kernel."""
+            missing = ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
+                       - {p.data for p in kernel.tile_params.data} - set(size_hints))
+            if missing:
+                return f"sizes without a value to tune at ({', '.join(sorted(missing))})"
+            return launch_bound_reason(kernel, size_hints)
 
         def chooser(kernel) -> KernelConfig:
-            missing = unbound(kernel)
-            if missing:
-                log.info("%s has sizes without a value to tune at (%s): not autotuned (heuristic configuration)",
-                         kernel.sym_name.data, ", ".join(sorted(missing)))
-                return untimed(kernel)
-            reason = launch_bound_reason(kernel, size_hints)
-            if reason:
-                log.info("%s is %s", kernel.sym_name.data, reason)
-                config = untimed(kernel)
-                tuning_log[kernel.sym_name.data] = [Trial(config, "untimed", detail=reason).as_dict()]
-                return config
-            return tuned(kernel)
+            reason = untuned_reason(kernel)
+            if reason is None:
+                return tuned(kernel)
+            log.info("%s keeps the heuristic configuration, not autotuned: %s", kernel.sym_name.data, reason)
+            config = untimed(kernel)
+            tuning_log[kernel.sym_name.data] = [Trial(config, "untimed", detail=reason).as_dict()]
+            return config
 
         if hasattr(tuned, "search"):
             def search(kernel) -> None:
                 """Search the kernels that ``chooser`` will tune (see :func:`amk.tuner.autotune_chooser`)."""
-                if not unbound(kernel) and not launch_bound_reason(kernel, size_hints):
+                if untuned_reason(kernel) is None:
                     tuned.search(kernel)
 
             chooser.search = search

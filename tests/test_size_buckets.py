@@ -153,11 +153,15 @@ def test_kernels_are_tuned_where_every_size_has_a_value(monkeypatch, tmp_path):
                           [(64, K), (K, 32)], torch.float32, tuner_config=cache)
     build(static, save=False)
     assert tuned == ["split_k"]
-    for hints, expected in [((("s0", 64),), ["split_k"]), ((("s0", 1),), []), ((), [])]:
+    for hints, expected, why in [((("s0", 64),), ["split_k"], None), ((("s0", 1),), [], "launch-bound at 1 x 32"),
+                                 ((), [], "sizes without a value to tune at (s0)")]:
         tuned.clear()
-        build(BuildRequest(symbolic_module, [("s0", K), (K, 32)], torch.float32, tuner_config=cache,
-                           size_hints=hints), save=False)
+        built = build(BuildRequest(symbolic_module, [("s0", K), (K, 32)], torch.float32, tuner_config=cache,
+                                   size_hints=hints), save=False)
         assert tuned == expected
+        if why:  # the kernel's log says why it kept the heuristic
+            (trial,) = built.tuning_log["fused_0"]
+            assert trial["status"] == "untimed" and why in trial["detail"], trial
 
 
 def symbolic_kernel(size_hints: str = "") -> tiled_loop.KernelOp:
