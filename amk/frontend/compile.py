@@ -247,7 +247,9 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
     tensor arguments symbolic (every dim of integer and boolean ones, such as token ids; dims of size 1 on the first
     tensor argument only, as other arguments' usually broadcast), so that changing the batch or sequence length does
-    not recompile; ``True`` makes every dim symbolic, ``False`` none.
+    not recompile; ``True`` makes every dim symbolic, ``False`` none. Each symbolic size adds to TorchDynamo's work on
+    every call (attention scores over q and k of four marked dims: 98 µs of host time a call against 80 with
+    ``False`` on the H200): a model called with one shape only can pass ``False``.
 
     Size buckets: the kernels of a subgraph with dynamic sizes are built per bucket of its row count M (the product
     of its batch and sequence sizes: ``M = 1``, ``2..16``, ``17..64``, then each power of two), with the tiling
