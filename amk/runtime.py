@@ -360,9 +360,10 @@ class Program:
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
         of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace
         buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the
-        vendor library, is called as it is), written out as one function (:func:`straight_line`). On a GPU each launch is a :class:`~amk.replay.LaunchReplay`: from the
-        second call on, Triton's compiled kernels are launched directly, on the call's tensors themselves where the views
-        are of their memory (the replay makes the views only where a launch needs them)."""
+        vendor library, is called as it is), written out as one function (:func:`straight_line`). On a GPU each launch
+        is a :class:`~amk.replay.LaunchReplay`: from the second call on, Triton's compiled kernels are launched
+        directly, on the call's tensors themselves where the views are of their memory (the replay makes the views only
+        where a launch needs them)."""
         launches = self.steps[:-1]
         plans = []
         for step in launches:
@@ -440,7 +441,8 @@ def straight_line(plans: list[tuple], arg_ids: list[int], returned: list[int], a
                 continue
             for value, (shape, strides, dtype) in zip(ids, outputs):
                 names[f"dtype_{value}"] = dtype
-                code.writeline(f"v{value} = allocate({tuple(map(int, shape))}, {tuple(map(int, strides))}, dtype_{value})")
+                shape, strides = tuple(map(int, shape)), tuple(map(int, strides))
+                code.writeline(f"v{value} = allocate({shape}, {strides}, dtype_{value})")
             tensors = ", ".join(f"v{value}" for value in [*operands, *ids])
             if views is not None:
                 names[f"views_{index}"] = views
