@@ -44,10 +44,11 @@ Per row and contender, in this order:
   rounds (``ms_rounds`` lists them): the GPU's clocks drift with its temperature and power over a row's minutes
   (the same program of the Llama prefill row ran 1.94 ms in one run and 2.19 in another, each timed right after its
   own build), and timed in turns every contender meets the same drift.
-- ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves), in the same turns: median
-  time per call as back-to-back replays of one captured CUDA graph of the calls (``amk.benchmarking.time_ms(cuda_graph=True)``,
-  ``triton.testing.do_bench_cudagraph``), the way ``benchmarks/run.py`` times D, E and F under graphs, so that a
-  decode row compares with those figures; ``replay_error`` where the calls cannot be captured.
+- ``replay_ms`` (decode rows, on a GPU; the contenders that are not CUDA graphs themselves), in the same turns:
+  median time per call as back-to-back replays of one captured CUDA graph of the calls
+  (``amk.benchmarking.time_ms(cuda_graph=True)``, ``triton.testing.do_bench_cudagraph``), the way
+  ``benchmarks/run.py`` times D, E and F under graphs, so that a decode row compares with those figures;
+  ``replay_error`` where the calls cannot be captured.
 
 Per row, ``amk_ran`` records what ``amk.explain`` says of the compiled module after its calls: each size bucket of
 each fused subgraph, whether amk's kernels or the subgraph's PyTorch ops ran it, with the times (or the failed check)
@@ -118,7 +119,8 @@ class Timing:
 # -host-profile, 200 calls): more calls average out the collector and the allocator's first calls.
 FULL = Timing(rep_ms=100.0, warmup_ms=25.0, host_calls=100, host_repeats=5, device_rounds=3)
 QUICK = Timing(rep_ms=20.0, warmup_ms=5.0, host_calls=50, host_repeats=3, device_rounds=1)
-INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1, device_rounds=1)  # CPU: every call is interpreted
+# CPU: every call is interpreted
+INTERPRETER = Timing(rep_ms=0.0, warmup_ms=0.0, host_calls=1, host_repeats=1, device_rounds=1)
 
 
 def synchronize() -> None:
@@ -163,22 +165,33 @@ def interleaved_device_ms(contenders: dict[str, tuple[Callable, list[torch.Tenso
                           replay: bool) -> dict[str, dict]:
     """Each contender's ``ms`` (and with ``replay``, for the contenders in ``REPLAYED``, its ``replay_ms`` or
     ``replay_error``), timed in turns: ``timing.device_rounds`` rounds, each contender once a round; the median of
-    the rounds, which are kept as ``ms_rounds`` (see the module's docstring)."""
+    the rounds, which are kept as ``ms_rounds`` (see the module's docstring). A contender whose call raises while
+    timed gets ``status`` "failed" and its error instead."""
     rounds: dict[str, list[float]] = {name: [] for name in contenders}
     replays: dict[str, list[float]] = {name: [] for name in contenders if replay and name in REPLAYED}
     errors: dict[str, str] = {}
+    failed: dict[str, dict] = {}  # contenders whose calls raised while timed: reported, not timed further
     for _ in range(timing.device_rounds):
         for name, (fn, inputs) in contenders.items():
+            if name in failed:
+                continue
             call = functools.partial(fn, *inputs)
-            rounds[name].append(time_ms(call, rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms))
+            try:
+                rounds[name].append(time_ms(call, rep_ms=timing.rep_ms, warmup_ms=timing.warmup_ms))
+            except Exception as failure:
+                failed[name] = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"[:400]}
+                continue
             if name in replays and name not in errors:
                 try:
                     replays[name].append(time_ms(call, rep_ms=timing.rep_ms, cuda_graph=True))
                 except Exception as failure:  # not capturable: reported, the row's other figures stand
                     errors[name] = f"{type(failure).__name__}: {failure}"[:200]
     results = {name: {"ms": statistics.median(values), "ms_rounds": [round(v, 5) for v in values]}
-               for name, values in rounds.items()}
+               for name, values in rounds.items() if name not in failed}
+    results.update(failed)
     for name, values in replays.items():
+        if name in failed:
+            continue
         if name in errors:
             results[name]["replay_error"] = errors[name]
         elif values:
@@ -247,6 +260,8 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
     with torch.no_grad():
         for name, times in interleaved_device_ms(measured, timing, row.decode and torch.cuda.is_available()).items():
             result["contenders"][name].update(times)
+            if times.get("status") == "failed":
+                del measured[name]
         for name, value in interleaved_host_us(measured, timing).items():
             result["contenders"][name]["host_us"] = value
     del measured

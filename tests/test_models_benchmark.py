@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import GPU, REPO
 
 MODELS = REPO / "benchmarks" / "models.py"
@@ -132,3 +133,21 @@ def test_decode_rows_list_their_graph_replay_times():
             "| llama_mlp_decode_m1 | 0.1234 | not capturable | 0.0851 |\n") in table
     assert "| gpt2_mlp | 0.2000" not in table.split("back-to-back replays")[1].split("Relative L2")[0]
     assert "back-to-back replays" not in models.tables({"rows": [plain], "geomean": {"speedup": None}})
+
+
+def test_a_contender_that_raises_while_timed_is_reported_failed_and_the_others_are_timed():
+    models = models_module()
+    calls = []
+
+    def fine(x):
+        calls.append("fine")
+        return x
+
+    def broken(x):
+        raise RuntimeError("launch failed")
+
+    inputs = [torch.ones(2)]
+    times = models.interleaved_device_ms({"eager": (fine, inputs), "amk": (broken, inputs)}, models.INTERPRETER,
+                                         replay=False)
+    assert times["amk"] == {"status": "failed", "error": "RuntimeError: launch failed"}
+    assert times["eager"]["ms"] >= 0 and len(times["eager"]["ms_rounds"]) == 1 and calls
