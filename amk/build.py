@@ -598,7 +598,7 @@ def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:
     for matmul in (op for op in module.walk() if rules.is_matmul(op)):
         if matmul.rhs in arguments:
             index = arguments.index(matmul.rhs)
-            scales[index] = 1.0 / math.sqrt(shapes[index][-1 if matmul.rhs_transposed else 0])
+            scales[index] = 1.0 / math.sqrt(shapes[index][-1 if matmul.rhs_transposed else -2])
     return scales
 
 

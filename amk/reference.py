@@ -37,7 +37,7 @@ def _bound_matmul(op: tensor_op.MatmulOp) -> Callable:
         if lhs_transposed:
             a = a.transpose(-1, -2)
         if rhs_transposed:
-            b = b.t()
+            b = b.transpose(-1, -2)
         return a @ b
 
     return matmul

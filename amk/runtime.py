@@ -185,10 +185,14 @@ class KernelArgument:
 
     def viewer(self, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
         """How a call hands the kernel a tensor it views otherwise: transposed (``nn.Linear``'s weight ``[N, K]``
-        read as ``W^T``), or reshaped to the kernel's dims (found here, for ``bindings``)."""
-        if self.view == "transpose":
-            return torch.Tensor.t
+        read as ``W^T``; a batched matmul's keys ``[..., N, K]`` as ``[batch, K, N]``), or reshaped to the kernel's
+        dims (found here, for ``bindings``)."""
         shape = self.shape(bindings)
+        if self.view == "transpose" and len(shape) == 2:
+            return torch.Tensor.t
+        if self.view == "transpose":
+            batch, k, n = shape
+            return lambda tensor: tensor.reshape(batch, n, k).transpose(1, 2)
         return lambda tensor: tensor.reshape(shape)
 
     def call_strides(self, shape: Sequence[int]) -> tuple[int, ...]:
@@ -198,7 +202,9 @@ class KernelArgument:
         becomes a constant): candidates timed or compiled ahead on other strides are another binary from the one the
         calls run."""
         if self.view == "transpose":
-            return contiguous_strides(shape[::-1])[::-1]
+            *batch, k, n = shape
+            *outer, row, col = contiguous_strides((*batch, n, k))
+            return (*outer, col, row)
         return contiguous_strides(shape)
 
 

@@ -225,7 +225,7 @@ class GlobalAccessOp(IRDLOperation):
         return self.index_bits.value.data == 64
 
     def verify_access(self, buffer: BufferType, tile: SymbolicShapedType) -> None:
-        check_tensor_tile(buffer, tile, self.offsets.dims, f"'{self.name}'")
+        check_tensor_tile(self, buffer, tile, self.offsets.dims)
         if len(self.mask.data) != buffer.rank:
             raise VerifyException(f"'{self.name}' needs one mask flag per buffer dim ({buffer.rank})")
         if self.index_bits.value.data not in (32, 64):

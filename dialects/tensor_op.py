@@ -136,13 +136,17 @@ class TensorOp(IRDLOperation):
 
 @irdl_op_definition
 class MatmulOp(TensorOp):
-    """Matrix product ``lhs @ rhs`` over the last two dims of ``lhs`` and a 2-D ``rhs``.
+    """Matrix product ``lhs @ rhs`` over the last two dims of ``lhs`` and ``rhs``.
 
     ``lhs`` is ``[..., M, K]`` (``[..., K, M]`` with ``transpose_lhs``); ``rhs`` is ``[K, N]`` (``[N, K]`` with
-    ``transpose_rhs``, the layout of an ``nn.Linear`` weight). The result is ``[..., M, N]``::
+    ``transpose_rhs``, the layout of an ``nn.Linear`` weight), shared by every leading index of ``lhs``, or batched
+    like it, ``[..., K, N]`` with the same leading dims (``[..., N, K]`` transposed: the keys of ``q @ k^T``). The
+    result is ``[..., M, N]``::
 
         %y = tensor_op.matmul %x, %w {transpose_rhs = true}
             : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
+        %s = tensor_op.matmul %q, %k {transpose_rhs = true}
+            : (!tensor_op.tensor<[B, H, S, 64], f16>, !tensor_op.tensor<[B, H, S, 64], f16>) -> !tensor_op.tensor<[B, H, S, S], f16>
     """
 
     name = "tensor_op.matmul"
@@ -174,6 +178,11 @@ class MatmulOp(TensorOp):
     def rhs_transposed(self) -> bool:
         return bool(self.transpose_rhs and self.transpose_rhs.value.data)
 
+    @property
+    def batched(self) -> bool:
+        """Whether ``rhs`` has leading (batch) dims, one matrix per leading index of ``lhs``."""
+        return tensor_type(self.rhs).rank > 2
+
     def infer_result_type(self) -> TensorType:
         return matmul_type(tensor_type(self.lhs), tensor_type(self.rhs), self.lhs_transposed, self.rhs_transposed,
                            self.name)
@@ -183,14 +192,18 @@ def matmul_type(a: TensorType, b: TensorType, transpose_lhs: bool, transpose_rhs
     """Result type of a matmul; a provable mismatch is a VerifyException naming the dims."""
     if a.rank < 2:
         raise VerifyException(f"'{name}' lhs must have rank >= 2, got rank {a.rank}")
-    if b.rank != 2:
-        raise VerifyException(f"'{name}' rhs must have rank 2, got rank {b.rank}")
+    if b.rank != 2 and b.rank != a.rank:
+        raise VerifyException(f"'{name}' rhs must have rank 2 (shared) or the lhs's rank {a.rank} (batched), "
+                              f"got rank {b.rank}")
     if a.element_type != b.element_type:
         raise VerifyException(f"'{name}' operands have different element types ({a.element_type} vs {b.element_type})")
     *batch, m, k = a.dims
     if transpose_lhs:
         m, k = k, m
-    k2, n = b.dims
+    *rhs_batch, k2, n = b.dims
+    for axis, (lhs_dim, rhs_dim) in enumerate(zip(batch, rhs_batch)):
+        if not provably_equal(lhs_dim, rhs_dim):
+            raise VerifyException(f"'{name}' batch dimension {axis} of lhs is {lhs_dim} but rhs has {rhs_dim}")
     if transpose_rhs:
         k2, n = n, k2
     if provably_different(k, k2):

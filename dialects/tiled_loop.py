@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -112,6 +112,18 @@ def format_float(value: float) -> str:
     return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
+# The program id of a batched kernel's last grid axis: the batch index its rank-3 tensors are read and written at.
+BATCH_PROGRAM_ID = "pid_b"
+
+
+def ancestors(op: Operation):
+    """The ops enclosing ``op``, innermost first."""
+    parent = op.parent_op()
+    while parent is not None:
+        yield parent
+        parent = parent.parent_op()
+
+
 def tile_type(value: SSAValue, context: str) -> TileType:
     if not isinstance(value.type, TileType):
         raise VerifyException(f"{context}: expected a !tiled_loop.tile, got {value.type}")
@@ -168,14 +180,22 @@ def _check_result_shape(op: IRDLOperation, expected: tuple[Dim, Dim]) -> None:
         )
 
 
-def check_tensor_tile(tensor: Attribute, tile: TileType, offsets: Sequence[Dim], context: str) -> None:
-    """A tile moved to/from a tensor: one offset per tensor dim; a rank-1 tensor maps to a row or column vector."""
+def check_tensor_tile(op: Operation, tensor: Attribute, tile: TileType, offsets: Sequence[Dim]) -> None:
+    """A tile moved to/from a tensor by ``op``: one offset per tensor dim; a rank-1 tensor maps to a row or column
+    vector; a rank-3 tensor is a batched kernel's, read at the batch index ``pid_b`` first."""
+    context = f"'{op.name}'"
     if not isinstance(tensor, SymbolicShapedType):
         raise VerifyException(f"{context}: expected a tensor or buffer operand, got {tensor}")
     if len(offsets) != tensor.rank:
         raise VerifyException(f"{context}: {len(offsets)} offsets for a rank-{tensor.rank} tensor")
-    if tensor.rank not in (1, 2):
-        raise VerifyException(f"{context}: kernels see tensors of rank 1 or 2, got rank {tensor.rank}")
+    kernel = next((parent for parent in ancestors(op) if isinstance(parent, KernelSignature)), None)
+    batched = kernel is not None and kernel.batched
+    if tensor.rank not in (1, 2, 3) or (tensor.rank == 3 and not batched):
+        raise VerifyException(f"{context}: kernels see tensors of rank 1 or 2 (3 in a batched kernel), got rank "
+                              f"{tensor.rank}")
+    if tensor.rank == 3 and offsets[0] != Dim(BATCH_PROGRAM_ID):
+        raise VerifyException(f"{context}: a rank-3 tensor is accessed at the batch index {BATCH_PROGRAM_ID} first, "
+                              f"got {offsets[0]}")
     if tensor.rank == 1 and Dim(1) not in tile.dims:
         raise VerifyException(f"{context}: a rank-1 tensor moves as a [1, n] or [n, 1] tile, got {list(map(str, tile.dims))}")
 
@@ -188,6 +208,12 @@ def check_tensor_tile(tensor: Attribute, tile: TileType, offsets: Sequence[Dim],
 class KernelSignature:
     """The argument layout shared by the tile-level and the staged kernel op: inputs, then outputs, then the
     workspace buffers the runtime provides (``scratch``: per launch; ``counter``: i32, zero at launch, left zero)."""
+
+    @property
+    def batched(self) -> bool:
+        """Whether the kernel repeats over a batch (a batched matmul's): its last grid axis is ``pid_b``, and its
+        rank-3 tensors ``[batch, rows, cols]`` are accessed at ``[pid_b, row, col]``."""
+        return BATCH_PROGRAM_ID in [p.data for p in self.program_ids.data]
 
     @property
     def inputs(self) -> tuple[SSAValue, ...]:
@@ -273,8 +299,10 @@ class KernelOp(KernelSignature, IRDLOperation):
             raise VerifyException(
                 f"'{self.name}' has {len(self.grid.dims)} grid axes but {len(self.program_ids.data)} program ids"
             )
-        if self.group_size is not None and len(self.grid.dims) != 2:
-            raise VerifyException(f"'{self.name}' group_size needs a 2-D grid")
+        if self.group_size is not None and len(self.grid.dims) != 2 + self.batched:
+            raise VerifyException(f"'{self.name}' group_size needs a 2-D grid (and a batch axis when batched)")
+        if self.batched and self.program_ids.data[-1].data != BATCH_PROGRAM_ID:
+            raise VerifyException(f"'{self.name}' batch axis ({BATCH_PROGRAM_ID}) must be the last grid axis")
         args = self.body.block.args
         if not 0 <= self.num_inputs.value.data <= len(args):
             raise VerifyException(f"'{self.name}' num_inputs {self.num_inputs.value.data} exceeds {len(args)} arguments")
@@ -393,7 +421,7 @@ class LoadOp(IRDLOperation):
         tile = tile_type(self.result, f"'{self.name}'")
         if tile.element_type != self.source.type.element_type:
             raise VerifyException(f"'{self.name}' tile element type differs from the tensor's {self.source.type.element_type}")
-        check_tensor_tile(self.source.type, tile, self.offsets.dims, f"'{self.name}'")
+        check_tensor_tile(self, self.source.type, tile, self.offsets.dims)
 
 
 @irdl_op_definition
@@ -414,7 +442,7 @@ class StoreOp(IRDLOperation):
         super().__init__(operands=[value, dest], properties={"offsets": ExprsAttr(offsets)})
 
     def verify_(self) -> None:
-        check_tensor_tile(self.dest.type, self.value.type, self.offsets.dims, f"'{self.name}'")
+        check_tensor_tile(self, self.dest.type, self.value.type, self.offsets.dims)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -367,6 +367,8 @@ class TritonEmitter:
         elif launch.group_size is not None:
             code.writeline(f"# grouped launch order: {launch.group_size} row tiles in a row share each column tile of "
                            "the weight in L2")
+            if self.kernel.batched:
+                code.writeline(f"{pids[2]} = tl.program_id(1)  # the batch index")
             code.writeline("pid = tl.program_id(0)")
             self.emit_tile_counts(grid)
             code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
@@ -379,7 +381,7 @@ class TritonEmitter:
     def emit_grouped_ids(self, flat: str, launch: _Launch) -> None:
         """(pid_m, pid_n) of the flat tile index ``flat`` in grouped order."""
         group = launch.group_size
-        pid_m, pid_n = launch.program_ids
+        pid_m, pid_n = launch.program_ids[:2]
         self.code.writelines([f"first_pid_m = ({flat} // num_pid_in_group) * {group}",
                               f"group_size_m = min(num_pid_m - first_pid_m, {group})",
                               f"{pid_m} = first_pid_m + (({flat} % num_pid_in_group) % group_size_m)",
@@ -505,12 +507,19 @@ class TritonEmitter:
         buffer: BufferType = buffer_value.type
         arg_index = self.args.index(buffer_value)
         base = self.names[buffer_value]
+        offsets_text, masks = [], []
         if buffer.rank == 1:
             axes = [1] if tile_dims[0] == Dim(1) else [0]
+        elif buffer.rank == 3:  # a batched kernel's: the batch index is one offset for the whole tile
+            axes = [None, 0, 1]
+            batch = self.expr(op.offsets.dims[0])
+            offsets_text.append(f"({batch}).to(tl.int64) * {self.stride(arg_index, 0)}" if op.wide_index
+                                else f"{batch} * {self.stride(arg_index, 0)}")
         else:
             axes = [0, 1]
-        offsets_text, masks = [], []
         for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
+            if tile_axis is None:
+                continue
             size = tile_dims[tile_axis]
             index_name = self.fresh(f"{base}_{'rows' if tile_axis == 0 else 'cols'}")
             self.code.writeline(f"{index_name} = {self.expr(offset)} + {self.arange(self.expr(size), tile_axis)}")
@@ -650,8 +659,10 @@ class TritonEmitter:
                 elif self.persistent(launch):
                     code.writeline(f"grid = (min({' * '.join(axes)}, _resident_programs({axes[1]})),)")
                 else:
-                    # A grouped grid is launched flat; the kernel recovers (pid_m, pid_n) from the group order.
-                    grid = " * ".join(axes) if launch.group_size is not None else ", ".join(axes)
+                    # A grouped grid is launched flat (then the batch); the kernel recovers (pid_m, pid_n) from the
+                    # group order.
+                    grid = (", ".join([" * ".join(axes[:2]), *axes[2:]]) if launch.group_size is not None
+                            else ", ".join(axes))
                     code.writeline(f"grid = ({grid},)")
                 code.writeline(f"{launch.name}[grid](")
                 with code.indent():

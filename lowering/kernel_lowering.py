@@ -87,14 +87,23 @@ class KernelLowering:
         cols = block_cols if cls in (FULL, ROW) else 1
         return [rows, cols]
 
-    def offsets(self, cls: str, at: ColumnTile) -> list:
-        return {FULL: [at.row_offset, at.col_offset], ROW: [at.col_offset], COL: [at.row_offset], SCALAR: [0]}[cls]
+    def offsets(self, cls: str, at: ColumnTile, tensor: SSAValue) -> list:
+        """Where the tile of a value of class ``cls`` lies in the kernel's ``tensor``."""
+        col = [0] if tensor.type.rank == 3 else []  # a batched kernel's per-row value: [batch, rows, 1]
+        offsets = {FULL: [at.row_offset, at.col_offset], ROW: [at.col_offset], COL: [at.row_offset, *col],
+                   SCALAR: [0]}[cls]
+        return self.in_batch(tensor, offsets)
+
+    @staticmethod
+    def in_batch(tensor: SSAValue, offsets: list) -> list:
+        """``offsets`` in ``tensor``: a rank-3 tensor of a batched kernel is read at this program's batch index."""
+        return [Dim(tiled_loop.BATCH_PROGRAM_ID), *offsets] if tensor.type.rank == 3 else offsets
 
     def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True) -> SSAValue:
         arg = self.arg_of[value]
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
-        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at), tile), f"{arg.name_hint}_tile")
+        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile), f"{arg.name_hint}_tile")
         return self.b.cast(loaded, f32, f"{arg.name_hint}_f32") if upcast else loaded
 
     def valid_cols(self, at: ColumnTile) -> SSAValue:
@@ -134,7 +143,7 @@ class KernelLowering:
         dest = dest if dest is not None else self.output_arg[value]
         cls = at.section.value_class.get(value, FULL)
         self.b.origin = None
-        self.b.add(tiled_loop.StoreOp(tile, dest, self.offsets(cls, at)))
+        self.b.add(tiled_loop.StoreOp(tile, dest, self.offsets(cls, at, dest)))
 
     # -- loops -------------------------------------------------------------------------------------------------------
     def loop(self, iv: str, upper: Dim, step, inits: list[SSAValue], body, note: str,
@@ -249,7 +258,7 @@ class KernelLowering:
             for each, acc in zip(self.plan.matmuls, carried):
                 rhs = self.arg_of[each.rhs]
                 self.b.origin = None
-                b_tile = self.b.add(tiled_loop.LoadOp(rhs, [Dim("k"), col_offset],
+                b_tile = self.b.add(tiled_loop.LoadOp(rhs, self.in_batch(rhs, [Dim("k"), col_offset]),
                                                       TileType([BLOCK_K, BLOCK_N], rhs.type.element_type)),
                                     f"{rhs.name_hint}_tile")
                 self.b.origin = "matmul"
@@ -283,7 +292,7 @@ class KernelLowering:
         for each in self.plan.matmuls:
             rhs = self.arg_of[each.rhs]
             self.b.origin = None
-            b_tile = self.b.add(tiled_loop.LoadOp(rhs, [Dim(0), at.col_offset],
+            b_tile = self.b.add(tiled_loop.LoadOp(rhs, self.in_batch(rhs, [Dim(0), at.col_offset]),
                                                   TileType([k_tile, BLOCK_N], rhs.type.element_type)),
                                 f"{rhs.name_hint}_tile")
             self.b.origin = "matmul"
@@ -396,7 +405,7 @@ class KernelLowering:
             elif y is not None:
                 self.b.origin = None
                 stored = self.b.add(tiled_loop.LoadOp(
-                    y_dest, [self.row_offset, col], TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
+                    y_dest, self.in_batch(y_dest, [self.row_offset, col]), TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
                     "y_tile")
                 at.env[y] = self.b.cast(stored, f32, "y_f32")
             for value in phase_two:
@@ -422,7 +431,7 @@ class KernelLowering:
         for component, partial in zip(components, self.workspace.partials, strict=True):
             component = self.b.widen_rows(component, BLOCK_M)
             self.b.origin = None
-            self.b.add(tiled_loop.StoreOp(component, partial, [self.row_offset, Dim("pid_n")]))
+            self.b.add(tiled_loop.StoreOp(component, partial, self.in_batch(partial, [self.row_offset, Dim("pid_n")])))
 
     def store_tile_statistics(self, at: ColumnTile) -> list[int]:
         """Write this tile's partial row statistics (one column per tile of the strip); returns each state's size."""
@@ -463,7 +472,7 @@ class KernelLowering:
                     partial = next(partials)
                     self.b.origin = None
                     loaded.append(self.b.add(tiled_loop.LoadOp(
-                        partial, [self.row_offset, Dim("t")], TileType([BLOCK_M, chunk], f32)), "partial"))
+                        partial, self.in_batch(partial, [self.row_offset, Dim("t")]), TileType([BLOCK_M, chunk], f32)), "partial"))
                 self.b.origin = origin_label(op)
                 merged += rule.combine(self.b, state, rule.merge_states(self.b, loaded, valid) if chunk > 1 else loaded)
             return merged
@@ -486,12 +495,21 @@ class KernelLowering:
 
     def relaunch(self, programs_per_row: Dim, work: str) -> None:
         """End the first launch: what follows runs as a second launch over the same ``[row strips,
-        programs_per_row]`` grid once every program of the first has finished; ``work`` says what each program does."""
-        finish = tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), programs_per_row],
-                                       ["pid_m", "pid_n"])
+        programs_per_row]`` grid (and batch, when batched) once every program of the first has finished; ``work`` says
+        what each program does."""
+        batch_axes, batch_ids = batch_axis(self.plan)
+        finish = tiled_loop.RelaunchOp([Dim(f"cdiv({self.plan.main.space.rows}, {BLOCK_M})"), programs_per_row,
+                                        *batch_axes], ["pid_m", "pid_n", *batch_ids])
         finish.attributes["note"] = StringAttr(f"Second launch, after every program of the first has finished: {work}.")
         self.b.origin = None
         self.b.add(finish)
+
+
+def batch_axis(plan: GroupPlan) -> tuple[list[str], list[str]]:
+    """The grid axis and program id a batched kernel's launches add last (none for other kernels)."""
+    if not plan.batched:
+        return [], []
+    return [str(plan.main.space.batches)], [tiled_loop.BATCH_PROGRAM_ID]
 
 
 @dataclass
@@ -517,7 +535,9 @@ class WorkspaceBuffer:
 def partial_statistics(plan: GroupPlan, programs_per_row: str) -> list[WorkspaceBuffer]:
     """One buffer per component of the row reductions' states: a partial state per row and program of its strip."""
     count = sum(len(rules.ROW_REDUCTIONS[type(op)].init(TileBuilder(Block()), BLOCK_M)) for op in plan.main.reductions)
-    return [WorkspaceBuffer(TensorType([plan.main.space.rows, programs_per_row], f32), "scratch", f"partial{index}")
+    batch = [plan.main.space.batches] if plan.batched else []
+    return [WorkspaceBuffer(TensorType([*batch, plan.main.space.rows, programs_per_row], f32), "scratch",
+                            f"partial{index}")
             for index in range(count)]
 
 

@@ -31,18 +31,29 @@ class NotFusable(Exception):
 
 @dataclass(frozen=True)
 class Space:
-    """An iteration space: leading dims (flattened into rows) and the last dim (columns)."""
+    """An iteration space: leading dims (flattened into rows) and the last dim (columns), repeated over the batch dims
+    of a batched matmul (``q @ k^T``: each batch index multiplies its own matrices; a row tile never spans two)."""
 
     lead: tuple[Dim, ...]
     cols: Dim
+    batch: tuple[Dim, ...] = ()
 
     @property
     def rows(self) -> Dim:
+        """The rows of one batch index."""
         return Dim(math.prod((d.expr for d in self.lead), start=1))
 
     @property
+    def batches(self) -> Dim:
+        return Dim(math.prod((d.expr for d in self.batch), start=1))
+
+    @property
+    def leading(self) -> tuple[Dim, ...]:
+        return (*self.batch, *self.lead)
+
+    @property
     def dims(self) -> tuple[Dim, ...]:
-        return (*self.lead, self.cols)
+        return (*self.leading, self.cols)
 
 
 def _same(a, b) -> bool:
@@ -61,11 +72,11 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         has_cols = False
     else:
         return None
-    if len(dims) == rank and _same(lead, space.lead):
+    if len(dims) == rank and _same(lead, space.leading):
         has_rows = True  # first: with a single row, a [1, cols] operand is the full tile, not a broadcast row
     elif all(d == Dim(1) for d in lead):
         has_rows = False
-    elif _same(lead, space.lead):
+    elif _same(lead, space.leading):
         has_rows = True
     else:
         return None
@@ -112,6 +123,11 @@ class GroupPlan:
     @property
     def rows(self) -> Dim:
         return self.main.space.rows
+
+    @property
+    def batched(self) -> bool:
+        """Whether the kernel repeats over batch dims (a batched matmul's): a third grid axis, ``pid_b``."""
+        return bool(self.main.space.batch)
 
 
 def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAValue, str]) -> None:
@@ -172,6 +188,8 @@ def _matmul_space(matmul: tensor_op.MatmulOp) -> tuple[Space, Space]:
     *lead, m, n = matmul.output.type.dims
     lhs = matmul.lhs.type.dims
     k = lhs[-1] if not matmul.lhs_transposed else lhs[-2]
+    if matmul.batched:
+        return Space((m,), k, tuple(lead)), Space((m,), n, tuple(lead))
     return Space((*lead, m), k), Space((*lead, m), n)
 
 
@@ -202,6 +220,8 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
     if matmul is not None:
         if matmul.lhs_transposed and matmul.lhs.type.rank > 2:
             raise NotFusable("a transposed batched lhs does not fuse")
+        if matmul.batched and (len(matmuls) > 1 or ops.index(matmul) > 0):
+            raise NotFusable("a batched matmul fuses with the ops after it only (no prologue, no second matmul)")
         if matmul.lhs_transposed and matmul.lhs in produced:
             raise NotFusable("a prologue cannot feed a transposed lhs")
         prologue_space, space = _matmul_space(matmul)

@@ -10,7 +10,8 @@ Tile sizes are bound from the pass options (or the heuristic of :mod:`amk.loweri
   kernel walks its tiles with one program per SM;
 - each global access masks only the axes whose extent sympy cannot prove to be a multiple of the tile size, and
   ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then folds away);
-- offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more.
+- offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more;
+- the batch axis of a batched kernel's rank-3 buffers (``[pid_b, row, col]``) is never masked.
 
 Input::
 
@@ -101,14 +102,16 @@ class _Staging:
         return dim.subs(self.iterations).subs(self.bindings)
 
     def mask(self, buffer: BufferType, tile: TileType, offsets) -> list[bool]:
-        """Per buffer axis: does the tile need a bounds mask there?"""
+        """Per buffer axis: does the tile need a bounds mask there? (Never a batched kernel's batch axis: each program
+        reads and writes at its own batch index.)"""
         tile_dims = tile.dims
+        batch = buffer.rank == 3
         if buffer.rank == 1:
             axes = [tile_dims[1] if tile_dims[0] == Dim(1) else tile_dims[0]]
         else:
             axes = list(tile_dims)
-        needs = []
-        for extent, size, offset in zip(buffer.dims, axes, offsets):
+        needs = [False] * batch
+        for extent, size, offset in zip(buffer.dims[batch:], axes, offsets[batch:]):
             size = self.bound(size)
             aligned = provably_divisible(self.bound(offset), size) if offset != Dim(0) else True
             needs.append(not (aligned and provably_divisible(extent, size)))
@@ -129,7 +132,7 @@ class _LowerAccesses(RewritePattern):
     def written_by_other_programs(self, op: tiled_loop.LoadOp) -> bool:
         """A load after a last arrival or a strip barrier, of a buffer the kernel writes: it must bypass L1 to see
         other programs' data."""
-        inside_finisher = any(isinstance(parent, tiled_loop.IfOp) for parent in _ancestors(op))
+        inside_finisher = any(isinstance(parent, tiled_loop.IfOp) for parent in tiled_loop.ancestors(op))
         return (inside_finisher or self.synchronized) and op.source in self.kernel_outputs
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
@@ -165,13 +168,6 @@ class _LowerAccesses(RewritePattern):
             )
             if provable:
                 rewriter.replace(op, tiled_loop.FullOp(1.0, tile))
-
-
-def _ancestors(op: Operation):
-    parent = op.parent_op()
-    while parent is not None:
-        yield parent
-        parent = parent.parent_op()
 
 
 class _LowerDots(RewritePattern):
@@ -210,8 +206,9 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
         constants=constants, num_warps=config.num_warps, num_stages=config.num_stages,
         num_inputs=kernel.num_inputs.value.data, strategy=kernel.strategy.data, arg_types=arg_types,
         arg_views=kernel.arg_views, group_size=kernel.group_size, workspace=kernel.workspace)
-    # Persistence needs a grid of tiles walked in grouped order; other strategies ignore the switches.
-    tile_grid = kernel.group_size is not None
+    # Persistence needs a grid of tiles walked in grouped order, not repeated over a batch; other kernels ignore the
+    # switches.
+    tile_grid = kernel.group_size is not None and not kernel.batched
     if config.PERSISTENT and tile_grid:
         staged.persistent = UnitAttr()
         if config.WARP_SPECIALIZE and config.TMA:

@@ -68,19 +68,25 @@ from amk.symbolic import Dim
 
 
 def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], str]:
-    """The kernel argument type of a group value: its dims as the kernel sees them and how the launcher views it."""
+    """The kernel argument type of a group value: its dims as the kernel sees them and how the launcher views it.
+    In a batched kernel the matmul's operands and the values with rows are rank 3, their batch dims flattened into
+    the first (a per-row value ``[batch, rows, 1]``)."""
     dims = value.type.dims
+    batch = [plan.main.space.batches] if plan.batched else []
     if cls == "rhs":
-        k, n = dims
-        return ([n, k], "transpose") if plan.matmul.rhs_transposed else ([k, n], "")
+        k, n = dims[-2:]
+        return ([*batch, n, k], "transpose") if plan.matmul.rhs_transposed else ([*batch, k, n], "")
     if cls == "lhs":
         if plan.matmul.lhs_transposed:
             k, m = dims
             return [m, k], "transpose"
+        if plan.batched:
+            return [*batch, *dims[-2:]], ""
         return [Dim(_product(dims[:-1])), dims[-1]], ""
     in_prologue = plan.prologue is not None and value in plan.prologue.value_class
     space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
-    return {FULL: [space.rows, space.cols], ROW: [space.cols], COL: [space.rows], SCALAR: [Dim(1)]}[cls], ""
+    return {FULL: [*batch, space.rows, space.cols], ROW: [space.cols],
+            COL: [*batch, space.rows, Dim(1)] if batch else [space.rows], SCALAR: [Dim(1)]}[cls], ""
 
 
 def _product(dims) -> str:
@@ -116,10 +122,11 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
     buffers = []
     if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
             and tiling.stores_pre_reduction):
-        buffers.append(WorkspaceBuffer(TensorType([rows, cols], plan.materialized.type.element_type), "scratch",
-                                       "y_scratch"))
+        batch = [plan.main.space.batches] if plan.batched else []
+        buffers.append(WorkspaceBuffer(TensorType([*batch, rows, cols], plan.materialized.type.element_type),
+                                       "scratch", "y_scratch"))
     buffers += tiling.workspace(plan)
-    grid = tiling.grid(plan)
+    grid = tiling.grid(plan).batched(plan)
     all_types = arg_types + out_types + [buffer.type for buffer in buffers]
     kernel = tiled_loop.KernelOp(name, grid=grid.axes, program_ids=grid.program_ids, strategy=tiling.name,
                                  tile_params=grid.tile_params, num_inputs=len(block.args), arg_types=all_types,

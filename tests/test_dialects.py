@@ -176,6 +176,14 @@ def test_matmul_symbolic_contraction_is_not_an_error():
     assert op.output.type == tensor("M", 64)
 
 
+@pytest.mark.parametrize(("rhs", "transposed"), [(tensor("B", "H", 64, "T"), False), (tensor("B", "H", "T", 64), True)])
+def test_a_batched_matmul_multiplies_one_rhs_per_leading_index(rhs, transposed):
+    q, k = args(tensor("B", "H", "S", 64), rhs)
+    op = to.MatmulOp(q, k, transpose_rhs=transposed)
+    assert op.batched
+    assert op.output.type == tensor("B", "H", "S", "T")
+
+
 def test_matmul_declared_result_is_checked():
     x, w = args(tensor("M", 64), tensor(64, 32))
     op = to.MatmulOp(x, w, result_type=tensor("M", 64))
@@ -187,7 +195,8 @@ def test_matmul_declared_result_is_checked():
     ("lhs", "rhs", "message"),
     [
         (tensor(4096), tensor(4096, 8), "lhs must have rank >= 2"),
-        (tensor("M", 64), tensor("B", 64, 8), "rhs must have rank 2"),
+        (tensor("M", 64), tensor("B", 64, 8), "rhs must have rank 2 \\(shared\\) or the lhs's rank 2"),
+        (tensor(2, "S", 64), tensor(3, 64, "T"), "batch dimension 0 of lhs is 2 but rhs has 3"),
         (tensor("M", 64, element=f16), tensor(64, 8), "different element types"),
     ],
 )

@@ -67,9 +67,9 @@ def test_buckets_of_the_row_count():
 
 def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     rows = SizeBuckets.of([[Dim("s0"), Dim("s1"), Dim(64)], [Dim(64)]], [[Dim("s0"), Dim("s1"), Dim(64)]])  # x, a bias
-    assert rows == SizeBuckets(("s0", "s1"), 2)
+    assert rows == SizeBuckets(("s1", "s0"), 2)  # innermost first
     assert rows.key((3, 5)) == 16 and rows.key((1, 1)) == 1 and rows.key((9, 9)) == 128
-    assert rows.hints(16) == {"s0": 16, "s1": 1}  # the bucket's largest M, as the kernels see the product
+    assert rows.hints(16) == {"s1": 16, "s0": 1}  # the bucket's largest M, as the kernels see the product
     features = SizeBuckets.of([[Dim("s0"), Dim("s1")]], [[Dim("s0"), Dim("s1")]])  # dynamic=True: the last dim too
     assert features == SizeBuckets(("s0", "s1"), 1)
     assert features.key((3, 4096)) == (16, 4096) and features.hints((16, 4096)) == {"s0": 16, "s1": 4096}
@@ -77,6 +77,12 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert SizeBuckets.of([[Dim(4), Dim(8)]], [[Dim(4), Dim(8)]]).label(1) == "static sizes"
     # A reduction over the features: a vector of one value per row.
     assert SizeBuckets.of([[Dim("s0"), Dim(64)]], [[Dim("s0")]]) == SizeBuckets(("s0",), 1)
+    # Attention's scores q @ k^T: a batched matmul's kernel repeats over batch and heads, its rows are the queries,
+    # which take the bucket's rows; the keys' length is the scores' columns, kept exact.
+    scores = SizeBuckets.of([[Dim("b"), Dim("h"), Dim("s"), Dim(64)], [Dim("b"), Dim("h"), Dim("t"), Dim(64)]],
+                            [[Dim("b"), Dim("h"), Dim("s"), Dim("t")]])
+    assert scores == SizeBuckets(("s", "h", "b", "t"), 3)
+    assert scores.hints((512, 512)) == {"s": 512, "h": 1, "b": 1, "t": 512}
 
 
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):

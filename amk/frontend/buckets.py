@@ -15,8 +15,10 @@ with the tiling strategy and the configuration chosen (tuned on a GPU) as for th
 M is the product of the *row symbols*: the symbols of the subgraph's argument sizes that appear in the rows of its
 results (their leading dims: batch, sequence) and in no last dim. Any other symbol is not bucketed: a feature size
 (``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
-with a weight passed as an argument); each of its values is its own build, tuned at that value. A bucket is built at its upper bound: the first row symbol takes
-the bucket's largest M, the other row symbols 1 (a kernel sees their product).
+with a weight passed as an argument); each of its values is its own build, tuned at that value. A bucket is built at
+its upper bound: the first row symbol, the innermost (a sequence rather than a batch), takes the bucket's largest M,
+the other row symbols 1 (a kernel sees their product; a batched matmul's kernel, ``q @ k^T``, sees the innermost as
+its rows and repeats over the others).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ class SizeBuckets:
             # A vector's one dim holds a value per row (a reduction over the features); otherwise the last dim holds
             # the columns.
             leading = dims if len(dims) == 1 else dims[:-1]
-            for dim in leading:
+            # Innermost first: the bucket's rows go to the rows of one matrix (a batched matmul's kernel repeats
+            # over the outer dims, so its tiles and tuning are for the inner ones).
+            for dim in reversed(leading):
                 rows.update(dict.fromkeys(sorted(dim.free_symbols)))
             if len(dims) > 1:
                 columns.update(dims[-1].free_symbols)

@@ -1,8 +1,8 @@
 """The converters: how each family of spellings becomes ``tensor_op`` ops. :data:`CONVERTERS` maps every spelling
 (see :mod:`amk.frontend.spellings`) to a :class:`Converter`, whose ``build`` reads the node's arguments by name and
 emits its ops through a :class:`~amk.frontend.importer.SubgraphImporter`: elementwise arithmetic with PyTorch's type
-promotion, activations, clamps, softmax, last-dim reductions, norms, Linear/matmul/addmm, casts, identities, and a
-2-D weight's transpose (read only as a matmul's rhs)."""
+promotion, activations, clamps, softmax, last-dim reductions, norms, Linear/matmul/addmm, casts, identities, and the
+swap of a tensor's last two dims (read only as a matmul's rhs: a weight's ``w.t()``, the keys' ``k.transpose(-2, -1)``)."""
 
 from __future__ import annotations
 
@@ -324,11 +324,16 @@ def _rms_norm(b, node):
 
 
 def _check_matmul_ranks(lhs: SSAValue, rhs, what: str) -> None:
-    rank = rhs.value.type.rank if isinstance(rhs, Transposed) else rhs.type.rank
+    rhs_type = rhs.value.type if isinstance(rhs, Transposed) else rhs.type
     if lhs.type.rank < 2:
         raise Unsupported(f"{what} with a rank-{lhs.type.rank} lhs")
-    if rank != 2:
-        raise Unsupported(f"{what} with a rank-{rank} rhs (amk matmuls take a 2-D rhs, e.g. a weight)")
+    if rhs_type.rank == 2:
+        return
+    if rhs_type.rank != lhs.type.rank:
+        raise Unsupported(f"{what} with a rank-{rhs_type.rank} rhs and a rank-{lhs.type.rank} lhs (amk matmuls take "
+                          "a 2-D rhs, e.g. a weight, or one batched like the lhs)")
+    if not all(provably_equal(x, y) for x, y in zip(lhs.type.dims[:-2], rhs_type.dims[:-2])):
+        raise Unsupported(f"{what} whose operands' batch dims differ or broadcast")
 
 
 def _matmul_value(b, lhs_node, rhs_node, what: str) -> SSAValue:
@@ -433,24 +438,27 @@ TRANSPOSES = spellings([torch.t, torch.transpose, torch.permute, getattr], ["t",
 
 @register(TRANSPOSES, "transpose", kind="view")
 def _transpose(b, node):
+    """A swap of the last two dims: a 2-D weight's (``w.t()``), or a batched matmul's rhs (``k.transpose(-2, -1)``)."""
     source = node.args[0] if node.args else None
-    if not b.is_tensor(source) or fake_tensor(source).dim() != 2:
-        raise Unsupported(f"{describe_target(node)} has no tensor_op equivalent (only a 2-D weight's transpose is "
-                          "read, as a matmul's rhs)")
+    rank = fake_tensor(source).dim() if b.is_tensor(source) else 0
+    if rank < 2:
+        raise Unsupported(f"{describe_target(node)} has no tensor_op equivalent (only the swap of a tensor's last two "
+                          "dims is read, as a matmul's rhs)")
     rest = list(node.args[1:])
+    last_two = [rank - 2, rank - 1]
     if node.target is getattr:
-        if rest not in (["T"], ["mT"]):
+        if rest not in (["T"], ["mT"]) or (rest == ["T"] and rank != 2):
             raise Unsupported(f"getattr {rest}")
     elif node.target in (torch.t, "t"):
-        if rest:
+        if rest or rank != 2:
             raise Unsupported("t() with arguments")
     elif node.target in (torch.transpose, "transpose"):
-        if len(rest) != 2 or sorted(d % 2 for d in rest) != [0, 1]:
-            raise Unsupported(f"transpose{tuple(rest)}")
+        if len(rest) != 2 or not all(isinstance(d, int) for d in rest) or sorted(d % rank for d in rest) != last_two:
+            raise Unsupported(f"transpose{tuple(rest)} of a rank-{rank} tensor (only its last two dims swap)")
     else:
         dims = rest[0] if len(rest) == 1 and isinstance(rest[0], list | tuple) else rest
-        if [d % 2 for d in dims] != [1, 0]:
-            raise Unsupported(f"permute{tuple(dims)}")
+        if [d % rank for d in dims] != [*range(rank - 2), rank - 1, rank - 2]:
+            raise Unsupported(f"permute{tuple(dims)} of a rank-{rank} tensor (only its last two dims swap)")
     if node.kwargs:
         raise Unsupported(f"{describe_target(node)} with keyword arguments")
     return Transposed(b.tensor(source))

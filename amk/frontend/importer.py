@@ -60,7 +60,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Transposed:
-    """A 2-D tensor's transpose (``w.t()``, ``w.T``): it only exists as a matmul's rhs (``transpose_rhs``)."""
+    """A tensor with its last two dims swapped (``w.t()``, ``k.transpose(-2, -1)``): it only exists as a matmul's rhs
+    (``transpose_rhs``)."""
 
     value: SSAValue
 

@@ -14,11 +14,11 @@ overrides what differs. Register a subclass with :func:`amk.lowering.strategies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from amk.lowering.configs import GEMM_HOPPER_PRIORS, SWITCHES, TF32X3_HOPPER_PRIORS, KernelConfig, bounded
-from amk.lowering.kernel_lowering import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M
+from amk.lowering.kernel_lowering import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, batch_axis
 
 if TYPE_CHECKING:
     from amk.lowering.kernel_lowering import KernelLowering, WorkspaceBuffer
@@ -38,6 +38,11 @@ class Grid:
     program_ids: list[str]
     tile_params: list[str]
     group_size: str | None = None
+
+    def batched(self, plan: GroupPlan) -> Grid:
+        """This grid, repeated over the batch of a batched ``plan``: a last axis, ``pid_b``."""
+        axes, program_ids = batch_axis(plan)
+        return replace(self, axes=[*self.axes, *axes], program_ids=[*self.program_ids, *program_ids])
 
 
 class TilingStrategy:
@@ -68,6 +73,9 @@ class TilingStrategy:
     scales_accumulator: ClassVar[bool] = False
     # Programs are at most as many as can be resident at once (they wait for each other): the launch is persistent.
     resident_programs: ClassVar[bool] = False
+    # Lowers a batched matmul's group (``q @ k^T``): its launches repeat over a last grid axis, ``pid_b``; its
+    # workspace has a batch axis; it takes no per-row-strip counters and no persistent launch of resident programs.
+    batches: ClassVar[bool] = False
     # The strategy to take instead for a group without a matmul, or with a prologue (None: this one lowers it).
     without_matmul: ClassVar[str | None] = None
     with_prologue: ClassVar[str | None] = None
@@ -81,6 +89,8 @@ class TilingStrategy:
         """The strategy to take when this one is asked for but cannot lower ``plan`` (``AUTO``: let ``auto`` choose),
         or None when it can."""
         if self.row_reduction and not plan.main.has_reductions:
+            return AUTO
+        if plan.batched and not self.batches:
             return AUTO
         if plan.matmul is None and self.without_matmul is not None:
             return self.without_matmul

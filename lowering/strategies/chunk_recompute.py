@@ -38,6 +38,7 @@ class ChunkRecompute(TilingStrategy):
     priority = 40
     row_reduction = True
     recomputes = True
+    batches = True
     stores_pre_reduction = False
     without_matmul = "row_strip"
     # The second launch would need the prologue's statistics again.

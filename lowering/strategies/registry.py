@@ -43,7 +43,7 @@ def auto_strategy(plan: GroupPlan, size_hints: Mapping[str, int] | None = None) 
     sized = at_sizes(plan, size_hints) if size_hints else plan
     ranked = sorted((s for s in STRATEGIES.values() if s.priority is not None), key=lambda s: s.priority)
     for strategy in ranked:
-        if strategy.chosen_for(sized):
+        if strategy.chosen_for(sized) and (strategy.batches or not plan.batched):
             return strategy
     raise LookupError(f"no registered tiling strategy takes this group (asked: {', '.join(s.name for s in ranked)})")
 
@@ -71,7 +71,7 @@ def at_sizes(plan: GroupPlan, size_hints: Mapping[str, int]) -> GroupPlan:
     def sized(section: Section) -> Section:
         space = section.space
         return replace(section, space=Space(tuple(d.subs(size_hints) for d in space.lead),
-                                            space.cols.subs(size_hints)))
+                                            space.cols.subs(size_hints), tuple(d.subs(size_hints) for d in space.batch)))
 
     return replace(plan, main=sized(plan.main), prologue=None if plan.prologue is None else sized(plan.prologue),
                    contraction=None if plan.contraction is None else plan.contraction.subs(size_hints))

@@ -25,6 +25,7 @@ class RowStrip(TilingStrategy):
     description = "Each program owns BLOCK_M full rows: phase 1 computes and reduces, phase 2 normalizes."
     priority = 90
     row_reduction = True
+    batches = True
 
     def chosen_for(self, plan: GroupPlan) -> bool:
         return plan.main.has_reductions

@@ -21,6 +21,7 @@ class Tile2d(TilingStrategy):
     priority = 100
     tile_grid = True
     gluon = True
+    batches = True
 
     def chosen_for(self, plan: GroupPlan) -> bool:
         return not plan.main.has_reductions

@@ -32,6 +32,7 @@ class TileStats(TilingStrategy):
     priority = 60
     row_reduction = True
     tile_grid = True
+    batches = True
     without_matmul = "row_strip"
 
     def chosen_for(self, plan: GroupPlan) -> bool:

@@ -34,7 +34,16 @@ func.func @matmul_rhs_rank(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op
   func.return
 }
 
-// CHECK: {{^}}'tensor_op.matmul' rhs must have rank 2, got rank 3
+// CHECK: {{^}}'tensor_op.matmul' rhs must have rank 2 (shared) or the lhs's rank 2 (batched), got rank 3
+
+// -----
+
+func.func @matmul_batch_dims(%q : !tensor_op.tensor<[2, S, 64], f16>, %k : !tensor_op.tensor<[3, 64, T], f16>) {
+  %0 = tensor_op.matmul %q, %k : (!tensor_op.tensor<[2, S, 64], f16>, !tensor_op.tensor<[3, 64, T], f16>) -> !tensor_op.tensor<[2, S, T], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.matmul' batch dimension 0 of lhs is 2 but rhs has 3
 
 // -----
 

@@ -217,7 +217,24 @@ tiled_loop.kernel @load_rank3 attributes {grid = #tiled_loop.exprs<[1]>, program
   %t = tiled_loop.load %x <[0, 0, 0]> : !tensor_op.tensor<[B, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: {{^}}'tiled_loop.load': kernels see tensors of rank 1 or 2, got rank 3
+// CHECK: {{^}}'tiled_loop.load': kernels see tensors of rank 1 or 2 (3 in a batched kernel), got rank 3
+
+// -----
+
+tiled_loop.kernel @batch_offset attributes {grid = #tiled_loop.exprs<[1, B]>, program_ids = ["pid_m", "pid_b"], strategy = "row_strip", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[B, M, 64], f32>):
+  %t = tiled_loop.load %x <[0, 0, 0]> : !tensor_op.tensor<[B, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load': a rank-3 tensor is accessed at the batch index pid_b first, got 0
+
+// -----
+
+tiled_loop.kernel @batch_axis_first attributes {grid = #tiled_loop.exprs<[B, 1]>, program_ids = ["pid_b", "pid_m"], strategy = "row_strip", tile_params = [], num_inputs = 0 : i64} {
+^bb0(%out: !tensor_op.tensor<[B, M, 64], f32>):
+}
+
+// CHECK: {{^}}'tiled_loop.kernel' batch axis (pid_b) must be the last grid axis
 
 // -----
 

@@ -1,0 +1,143 @@
+"""Batched matmuls through amk: attention's ``q @ k^T`` fused with its scale and softmax, ``p @ v`` as a tile grid.
+
+One kernel repeats over the batch dims (a last grid axis, ``pid_b``), each matrix tiled as a 2-D problem; run in
+Triton's interpreter and compared with PyTorch, through ``amk.compile`` (dynamic batch, heads and sequence lengths) and
+through the pipeline with each tiling strategy that lowers a batched matmul.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import DEVICE, INTERPRETER_WARNINGS
+from xdsl.parser import Parser
+
+import amk
+import amk.frontend.compile as frontend
+from amk.environment import initialize
+from amk.lowering.configs import KernelConfig
+from amk.pipeline import compile_module, make_context
+from amk.runtime import KernelArgument, ShapeFunction
+from amk.symbolic import Dim
+
+initialize()  # without CUDA, before TorchDynamo imports triton: the kernels run in its interpreter
+
+pytestmark = INTERPRETER_WARNINGS
+
+
+class AttentionProbabilities(nn.Module):
+    """softmax(q k^T / sqrt(d)), as people write it."""
+
+    def forward(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
+
+
+class AttentionValues(nn.Module):
+    def forward(self, p, v):
+        return p @ v
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def random(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((out.double() - expected).norm() / expected.norm()).item()
+
+
+def test_attention_probabilities_run_as_one_fused_kernel():
+    model = AttentionProbabilities()
+    q, k = random(2, 3, 40, 16), random(2, 3, 40, 16, seed=1)
+    report = amk.explain(model, (q, k), print_report=False)
+    assert report.pytorch == []  # the keys' transpose is read by the kernel, the matmul is in it
+    (kernel,) = report.kernels
+    assert kernel.strategy == "chunk_recompute"
+    out = amk.compile(model, autotune=False)(q, k)
+    assert relative_error(out, model(q.double(), k.double())) < 1e-5
+
+
+def test_new_batch_head_and_sequence_sizes_reuse_the_trace():
+    """Batch, heads and both sequence lengths are dynamic: one TorchDynamo graph serves them all (a size of the
+    keys' sequence, the scores' columns, is its own build; the rows are bucketed)."""
+    model = AttentionProbabilities()
+    compiled = amk.compile(model, autotune=False)
+    before = frontend.STATS.as_dict()
+    for batch, heads, queries, keys in [(2, 3, 40, 24), (1, 2, 7, 24), (3, 1, 19, 24), (2, 2, 5, 37)]:
+        q, k = random(batch, heads, queries, 16), random(batch, heads, keys, 16, seed=1)
+        assert relative_error(compiled(q, k), model(q.double(), k.double())) < 1e-5
+    after = frontend.STATS.as_dict()
+    assert after["graphs"] - before["graphs"] == 1, "a new batch or sequence length recompiled the graph"
+    assert after["fallbacks"] == before["fallbacks"]
+    assert after["kernel_calls"] - before["kernel_calls"] == 4
+
+
+def test_a_batched_matmul_without_a_reduction_runs_as_a_tile_grid():
+    model = AttentionValues()
+    p, v = random(2, 3, 33, 40), random(2, 3, 40, 24, seed=1)
+    (kernel,) = amk.explain(model, (p, v), print_report=False).kernels
+    assert kernel.strategy == "tile2d"
+    out = amk.compile(model, autotune=False)(p, v)
+    assert relative_error(out, model(p.double(), v.double())) < 1e-5
+
+
+def test_operands_whose_batch_dims_broadcast_stay_in_pytorch():
+    model = AttentionProbabilities()
+    q, k = random(2, 3, 8, 16), random(1, 3, 8, 16, seed=1)  # one key matrix broadcast over the batch
+    report = amk.explain(model, (q, k), print_report=False)
+    (matmul,) = [node for node in report.pytorch if node.name == "matmul"]
+    assert "batch dims differ or broadcast" in matmul.reason
+    torch.testing.assert_close(amk.compile(model, autotune=False)(q, k), model(q, k), atol=1e-5, rtol=1e-5)
+
+
+ATTENTION_IR = """
+func.func @attention(%q : !tensor_op.tensor<[B, H, S, 16], f32>, %k : !tensor_op.tensor<[B, H, T, 16], f32>)
+    -> !tensor_op.tensor<[B, H, S, T], f32> {
+  %0 = tensor_op.matmul %q, %k {transpose_rhs = true} : (!tensor_op.tensor<[B, H, S, 16], f32>,
+      !tensor_op.tensor<[B, H, T, 16], f32>) -> !tensor_op.tensor<[B, H, S, T], f32>
+  %1 = tensor_op.scale %0 {factor = 0.25 : f64} : !tensor_op.tensor<[B, H, S, T], f32>
+  %2 = tensor_op.softmax %1 {axis = -1 : i64} : !tensor_op.tensor<[B, H, S, T], f32>
+  func.return %2 : !tensor_op.tensor<[B, H, S, T], f32>
+}
+"""
+
+
+def SMALL_TILES(kernel) -> KernelConfig:
+    """Rows of 70 keys span three column tiles of 32 (chunk_recompute: two chunks); 37 queries span three row tiles,
+    the last one ragged, so that a row tile's masked rows sit right before the next batch index's rows."""
+    return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, SPLIT_N=2, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("requested,strategy", [
+    ("chunk_recompute", "chunk_recompute"), ("row_strip", "row_strip"), ("tile_stats", "tile_stats"),
+    ("tile_recompute", "tile_recompute"), ("strip_recompute", "strip_recompute"),
+    # strategies with per-row-strip counters or resident programs do not batch: auto chooses instead
+    ("strip_finish", "chunk_recompute"), ("strip_sync", "chunk_recompute")])
+def test_each_strategy_that_batches_matches_pytorch(requested, strategy):
+    module = Parser(make_context(), ATTENTION_IR).parse_module()
+    compiled = compile_module(module, SMALL_TILES, reduction_strategy=requested)
+    assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
+    assert '"pid_b"]' in compiled.ir["tiled_loop"]  # the last grid axis of every launch
+    for seed in range(2):
+        q, k = random(2, 3, 37, 16, seed=seed), random(2, 3, 70, 16, seed=seed + 10)
+        expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.25, dim=-1)
+        assert relative_error(compiled.program(q, k)[0], expected) < 1e-5
+
+
+def test_a_batched_transposed_operand_is_viewed_and_timed_with_the_strides_of_its_call():
+    """The keys [B*H, T, d] are read as [B*H, d, T] by strides; the tuner compiles candidates for the strides the
+    calls hand the kernel (Triton specializes on them)."""
+    argument = KernelArgument("transpose", ShapeFunction([Dim(6), Dim(16), Dim(40)]))
+    keys = random(2, 3, 40, 16)
+    viewed = argument.viewer({})(keys)
+    assert viewed.shape == (6, 16, 40)
+    assert viewed.stride() == argument.call_strides((6, 16, 40)) == (640, 1, 16)
+    torch.testing.assert_close(viewed, keys.reshape(6, 40, 16).transpose(1, 2))
+    assert KernelArgument("transpose", ShapeFunction([Dim(16), Dim(40)])).call_strides((16, 40)) == (1, 16)
