@@ -28,6 +28,7 @@ AMK_DIALECTS: dict[str, Callable] = {
 }
 
 AMK_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "amk-bind-sizes": _lazy("amk.passes.bind_sizes", "BindSizesPass"),
     "amk-duplicate-norm-prologues": _lazy("amk.passes.duplicate_norm_prologues", "DuplicateNormProloguesPass"),
     "amk-fuse": _lazy("amk.passes.fuse", "FusePass"),
     "amk-tile": _lazy("amk.lowering.tile", "TilePass"),

@@ -421,6 +421,20 @@ class AttentionScores(nn.Module):
         return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
 
 
+# AttentionScores as tensor_op IR for the probes, its sizes (and the symbols amk.compile gives them) filled in with
+# ``format(b=, h=, s=, t=, d=, scale=)``.
+ATTENTION_IR = """
+func.func @attention(%q : !tensor_op.tensor<[{b}, {h}, {s}, {d}], f16>, %k : !tensor_op.tensor<[{b}, {h}, {t}, {d}], f16>)
+    -> !tensor_op.tensor<[{b}, {h}, {s}, {t}], f16> {{
+  %0 = tensor_op.matmul %q, %k {{transpose_rhs = true}} : (!tensor_op.tensor<[{b}, {h}, {s}, {d}], f16>,
+      !tensor_op.tensor<[{b}, {h}, {t}, {d}], f16>) -> !tensor_op.tensor<[{b}, {h}, {s}, {t}], f16>
+  %1 = tensor_op.scale %0 {{factor = {scale} : f64}} : !tensor_op.tensor<[{b}, {h}, {s}, {t}], f16>
+  %2 = tensor_op.softmax %1 {{axis = -1 : i64}} : !tensor_op.tensor<[{b}, {h}, {s}, {t}], f16>
+  func.return %2 : !tensor_op.tensor<[{b}, {h}, {s}, {t}], f16>
+}}
+"""
+
+
 # --- The rows ------------------------------------------------------------------------------------------------------
 
 @dataclass

@@ -302,13 +302,17 @@ def _lse_init(b, rows):
     return [b.full(-math.inf, [rows, 1], "row_max"), b.full(0.0, [rows, 1], "row_sumexp")]
 
 
+def _exp_shift(b, row_max):
+    """What exponentials are taken around: the maximum, or 0 where it is -inf (not exp(-inf - -inf) = NaN)."""
+    return b.select(b.binary("eq", row_max, -math.inf), 0.0, row_max)
+
+
 def _lse_tile(b, x, valid):
     """``[tile max, sum(exp(x - tile max))]``; a tile of only -inf gives ``[-inf, 0]`` (not exp(-inf - -inf) = NaN),
     so that it merges with the other tiles of its row (rows masked with -inf, as in attention)."""
     x = b.masked(x, valid, -math.inf)
     tile_max = b.reduce("max", x)
-    shift = b.select(b.binary("eq", tile_max, -math.inf), 0.0, tile_max)
-    return [tile_max, b.reduce("sum", b.unary("exp", b.sub(x, shift)))]
+    return [tile_max, b.reduce("sum", b.unary("exp", b.sub(x, _exp_shift(b, tile_max))))]
 
 
 def _logsumexp_tile(b, x, valid):
@@ -450,8 +454,11 @@ ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
     _stats_value, keeps_shape=False)
 # Softmax's statistics are the row maximum and the reciprocal of the row's sum: one division per row, then a
 # multiplication per element (a per-element division would double the special-function work of the exponentials).
+# The maximum is the tile statistics' shift (0 for a row of only -inf, whose output is NaN either way, as PyTorch's):
+# where one tile holds the whole row (row_resident) the output's exponentials are then the sum's, computed once.
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
-    _lse_init, _lse_tile, _lse_combine, _lse_states, lambda b, s, op: [s[0], b.div(1.0, s[1], "inv_sumexp")],
+    _lse_init, _lse_tile, _lse_combine, _lse_states,
+    lambda b, s, op: [_exp_shift(b, s[0]), b.div(1.0, s[1], "inv_sumexp")],
     lambda b, op, stats, x, operands: b.mul(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,

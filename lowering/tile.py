@@ -159,13 +159,14 @@ def size_hints_option(size_hints: Mapping[str, int]) -> str:
     return ",".join(f"{symbol}={value}" for symbol, value in sorted(size_hints.items()))
 
 
-def parse_size_hints(text: str) -> dict[str, int]:
-    """The symbol values of amk-tile's ``size_hints`` option (``s0=16,s1=1``; empty: none)."""
+def parse_size_hints(text: str, option: str = "amk-tile: size_hints") -> dict[str, int]:
+    """The symbol values of amk-tile's ``size_hints`` option (``s0=16,s1=1``; empty: none), or of another ``option``
+    written the same way (its name heads the error)."""
     hints = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         symbol, _, value = item.partition("=")
         if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
-            raise PassFailedException(f"amk-tile: size_hints must be SYMBOL=VALUE pairs separated by commas, each "
+            raise PassFailedException(f"{option} must be SYMBOL=VALUE pairs separated by commas, each "
                                       f"value a positive integer (s0=16,s1=1); got {item!r} in {text!r}")
         hints[symbol.strip()] = int(value)
     return hints

@@ -7,6 +7,8 @@ through the pipeline with each tiling strategy that lowers a batched matmul.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -79,6 +81,21 @@ def test_new_batch_head_and_sequence_sizes_reuse_the_trace():
     assert after["kernel_calls"] - before["kernel_calls"] == 4
 
 
+def test_the_keys_length_is_a_number_in_its_build(tmp_path):
+    """The keys' length is the scores' columns: not bucketed, each value its own build, in which amk-bind-sizes
+    makes it a number (constant loop bounds over the columns); the queries' length, the
+    batch and the heads stay symbolic."""
+    model = AttentionProbabilities()
+    compiled = amk.compile(model, autotune=False, dump_ir=tmp_path)
+    q, k = random(2, 3, 40, 16), random(2, 3, 24, 16, seed=1)
+    assert relative_error(compiled(q, k), model(q.double(), k.double())) < 1e-5
+    (directory,) = tmp_path.iterdir()
+    bound = (directory / "01-amk-bind-sizes.mlir").read_text()
+    assert ", 24, 16], f32>" in bound and ", 40, 16]" not in bound  # the keys bound, the queries not
+    tiled = (directory / "04-amk-tile.mlir").read_text()
+    assert re.search(r"problem = #tiled_loop.exprs<\[\w+, 24, 16\]>", tiled)  # rows symbolic, 24 columns, K = 16
+
+
 def test_a_batched_matmul_without_a_reduction_runs_as_a_tile_grid():
     model = AttentionValues()
     p, v = random(2, 3, 33, 40), random(2, 3, 40, 24, seed=1)
@@ -98,14 +115,14 @@ def test_operands_whose_batch_dims_broadcast_stay_in_pytorch():
 
 
 ATTENTION_IR = """
-func.func @attention(%q : !tensor_op.tensor<[B, H, S, 16], f32>, %k : !tensor_op.tensor<[B, H, T, 16], f32>)
-    -> !tensor_op.tensor<[B, H, S, T], f32> {
-  %0 = tensor_op.matmul %q, %k {transpose_rhs = true} : (!tensor_op.tensor<[B, H, S, 16], f32>,
-      !tensor_op.tensor<[B, H, T, 16], f32>) -> !tensor_op.tensor<[B, H, S, T], f32>
-  %1 = tensor_op.scale %0 {factor = 0.25 : f64} : !tensor_op.tensor<[B, H, S, T], f32>
-  %2 = tensor_op.softmax %1 {axis = -1 : i64} : !tensor_op.tensor<[B, H, S, T], f32>
-  func.return %2 : !tensor_op.tensor<[B, H, S, T], f32>
-}
+func.func @attention(%q : !tensor_op.tensor<[B, H, S, 16], f32>, %k : !tensor_op.tensor<[B, H, {T}, 16], f32>)
+    -> !tensor_op.tensor<[B, H, S, {T}], f32> {{
+  %0 = tensor_op.matmul %q, %k {{transpose_rhs = true}} : (!tensor_op.tensor<[B, H, S, 16], f32>,
+      !tensor_op.tensor<[B, H, {T}, 16], f32>) -> !tensor_op.tensor<[B, H, S, {T}], f32>
+  %1 = tensor_op.scale %0 {{factor = 0.25 : f64}} : !tensor_op.tensor<[B, H, S, {T}], f32>
+  %2 = tensor_op.softmax %1 {{axis = -1 : i64}} : !tensor_op.tensor<[B, H, S, {T}], f32>
+  func.return %2 : !tensor_op.tensor<[B, H, S, {T}], f32>
+}}
 """
 
 
@@ -115,13 +132,15 @@ def SMALL_TILES(kernel) -> KernelConfig:
     return KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, SPLIT_N=2, num_warps=4, num_stages=2)
 
 
-@pytest.mark.parametrize("requested,strategy", [
-    ("chunk_recompute", "chunk_recompute"), ("row_strip", "row_strip"), ("tile_stats", "tile_stats"),
-    ("tile_recompute", "tile_recompute"), ("strip_recompute", "strip_recompute"),
+@pytest.mark.parametrize("keys,requested,strategy", [
+    ("T", "chunk_recompute", "chunk_recompute"), ("T", "row_strip", "row_strip"), ("T", "tile_stats", "tile_stats"),
+    ("T", "tile_recompute", "tile_recompute"), ("T", "strip_recompute", "strip_recompute"),
     # strategies with per-row-strip counters or resident programs do not batch: auto chooses instead
-    ("strip_finish", "chunk_recompute"), ("strip_sync", "chunk_recompute")])
-def test_each_strategy_that_batches_matches_pytorch(requested, strategy):
-    module = Parser(make_context(), ATTENTION_IR).parse_module()
+    ("T", "strip_finish", "chunk_recompute"), ("T", "strip_sync", "chunk_recompute"),
+    # a row of a known length: the same kernel with constant loop bounds
+    ("70", "auto", "chunk_recompute")])
+def test_each_strategy_that_batches_matches_pytorch(keys, requested, strategy):
+    module = Parser(make_context(), ATTENTION_IR.format(T=keys)).parse_module()
     compiled = compile_module(module, SMALL_TILES, reduction_strategy=requested)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
     assert '"pid_b"]' in compiled.ir["tiled_loop"]  # the last grid axis of every launch

@@ -541,12 +541,13 @@ def test_workspaces_are_dropped_with_the_launchers(monkeypatch):
 
 
 def test_explain_shows_the_strategy_that_was_built():
-    """A softmax with a symbolic row length: ``auto`` takes row_resident, which cannot hold a row of unknown length
-    and names row_strip instead; the subgraph's kernel and its bucket's build both say row_strip."""
+    """A softmax under ``dynamic=True``: its row length is kept exact, a number in its build (amk-bind-sizes), so
+    ``auto`` takes row_resident, which holds a row of known length; the subgraph's kernel (what explain describes
+    before any call) and its bucket's build both say row_resident."""
     compiled = amk.compile(torch.nn.Softmax(dim=-1), autotune=False, dynamic=True)
     with torch.no_grad():
         compiled(torch.randn(4, 64).to(DEVICE))
     subgraph = only_subgraph(compiled)
     (kernel,) = subgraph.kernels
     (bucket,) = subgraph.buckets
-    assert kernel.strategy == "row_strip" and "[row_strip]" in bucket.kernels[0]
+    assert kernel.strategy == "row_resident" and "[row_resident]" in bucket.kernels[0]

@@ -30,6 +30,8 @@ from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
 from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
+from amk.lowering.tile import size_hints_option
+from amk.passes.bind_sizes import BindSizesPass
 from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
@@ -262,8 +264,19 @@ class _GraphCompiler:
             return self._fail(result, str(error))
         STATS.subgraphs += 1
         result.imported = imported
-        result.report.describe = functools.partial(kernel_reports, imported.module, self.settings.fusion_pipeline,
-                                                   imported.names, result.sizes.hints(result.sizes.key(result.example)))
+        settings = self.settings
+
+        def pipeline_for(size_hints: dict[str, int]) -> str:
+            """The tensor-level passes of a bucket's build: the sizes kept exact are numbers in it (a build per
+            value), written into the types first by amk-bind-sizes."""
+            exact = {symbol: size_hints[symbol] for symbol in result.sizes.exact_symbols}
+            if not exact:
+                return settings.fusion_pipeline
+            return f'{BindSizesPass.name}{{sizes="{size_hints_option(exact)}"}},{settings.fusion_pipeline}'
+
+        example_hints = result.sizes.hints(result.sizes.key(result.example))
+        result.report.describe = functools.partial(kernel_reports, imported.module, pipeline_for(example_hints),
+                                                   imported.names, example_hints)
         directory = self.settings.dump_directory
         dumper = None
         if directory is not None:
@@ -276,12 +289,11 @@ class _GraphCompiler:
             (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
         shapes = [tuple(d.text for d in dims) for dims in argument_dims]
         dtype = _common_dtype(imported)
-        settings = self.settings
 
         def build_bucket(size_hints: dict[str, int], dumper: IRDumper | None = None):
             """The program of one size bucket, through the build service (cache, passes, tuning at the hints)."""
             built = build(BuildRequest(imported.module.clone, shapes, dtype, autotune=settings.autotune,
-                                       tuner_config=settings.tuner_config, pipeline=settings.fusion_pipeline,
+                                       tuner_config=settings.tuner_config, pipeline=pipeline_for(size_hints),
                                        dumper=dumper, size_hints=tuple(sorted(size_hints.items()))))
             if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
                 STATS.cache_hits += 1

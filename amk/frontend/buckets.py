@@ -15,7 +15,8 @@ with the tiling strategy and the configuration chosen (tuned on a GPU) as for th
 M is the product of the *row symbols*: the symbols of the subgraph's argument sizes that appear in the rows of its
 results (their leading dims: batch, sequence) and in no last dim. Any other symbol is not bucketed: a feature size
 (``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
-with a weight passed as an argument); each of its values is its own build, tuned at that value. A bucket is built at
+with a weight passed as an argument); each of its values is its own build, tuned at that value, in which it is a
+number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it). A bucket is built at
 its upper bound: the first row symbol, the innermost (a sequence rather than a batch), takes the bucket's largest M,
 the other row symbols 1 (a kernel sees their product; a batched matmul's kernel, ``q @ k^T``, sees the innermost as
 its rows and repeats over the others).
@@ -83,6 +84,11 @@ class SizeBuckets:
         row_symbols = tuple(symbol for symbol in rows if symbol in symbols and symbol not in columns)
         return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols))
 
+    @property
+    def exact_symbols(self) -> tuple[str, ...]:
+        """The symbols not bucketed: each value is its own build, in which it is a number."""
+        return self.symbols[self.row_symbols:]
+
     def key(self, sizes: Sequence[int]) -> Hashable:
         """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
         row count, with the exact values of the other symbols when there are any."""
@@ -95,7 +101,7 @@ class SizeBuckets:
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
         return {**{symbol: bound if index == 0 else 1 for index, symbol in enumerate(rows)},
-                **dict(zip(self.symbols[self.row_symbols:], exact))}
+                **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
         """The bucket of ``rows`` rows, the exact symbols taking their ``example`` values."""

@@ -100,11 +100,16 @@ func.func @row_strip(%x : !tensor_op.tensor<[M, N], f32>) -> !tensor_op.tensor<[
 // CHECK:           tiled_loop.reduce "sum"
 // CHECK:           tiled_loop.yield
 // CHECK-NEXT:    }
+// The exponentials' shift: the maximum, or 0 for a row of only -inf.
+// CHECK-NEXT:    %[[NINF2:[0-9]+]] = tiled_loop.full -inf {origin = "softmax"}
+// CHECK-NEXT:    %[[EMPTY:[0-9]+]] = tiled_loop.binary "eq" %[[MAX]], %[[NINF2]] {origin = "softmax"}
+// CHECK-NEXT:    %[[ZERO:[0-9]+]] = tiled_loop.full 0.0 {origin = "softmax"}
+// CHECK-NEXT:    %[[SHIFT:[0-9]+]] = tiled_loop.select %[[EMPTY]], %[[ZERO]], %[[MAX]] {origin = "softmax"}
 // CHECK-NEXT:    %[[ONE:[0-9]+]] = tiled_loop.full 1.0 {origin = "softmax"}
 // CHECK-NEXT:    %inv_sumexp = tiled_loop.binary "div" %[[ONE]], %[[SUM]] {origin = "softmax"}
 // CHECK-NEXT:    tiled_loop.for "n" = <[0, N, BLOCK_N]> iter_args() {{.*}}: () -> () {
 // CHECK-NEXT:      %[[T2:[a-z0-9_]+]] = tiled_loop.load %x <[BLOCK_M*pid_m, n]>
-// CHECK-NEXT:      %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T2]], %[[MAX]] {origin = "softmax"}
+// CHECK-NEXT:      %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T2]], %[[SHIFT]] {origin = "softmax"}
 // CHECK-NEXT:      %[[E:[0-9]+]] = tiled_loop.unary "exp" %[[D]] {origin = "softmax"}
 // CHECK-NEXT:      %[[Y:[0-9]+]] = tiled_loop.binary "mul" %[[E]], %inv_sumexp {origin = "softmax"}
 // CHECK-NEXT:      tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, n]> : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tensor_op.tensor<[M, N], f32>
@@ -130,10 +135,14 @@ func.func @row_resident(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.te
 // CHECK-NEXT:    %[[NINF:[0-9]+]] = tiled_loop.full -inf {origin = "softmax"}
 // CHECK-NEXT:    %[[SEL:[0-9]+]] = tiled_loop.select %[[VALID]], %[[T]], %[[NINF]] {origin = "softmax"}
 // CHECK-NEXT:    %[[MAX:[0-9]+]] = tiled_loop.reduce "max" %[[SEL]] {origin = "softmax"} : !tiled_loop.tile<[BLOCK_M, 1024], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
-// CHECK:         %[[SUM:[0-9]+]] = tiled_loop.reduce "sum"
+// The output's exponentials are those of the sum (the same shift of the same values): Triton computes them once.
+// CHECK:         %[[SHIFTED:[0-9]+]] = tiled_loop.binary "sub" %[[SEL]], %[[SUM_SHIFT:[0-9]+]] {origin = "softmax"}
+// CHECK-NEXT:    tiled_loop.unary "exp" %[[SHIFTED]]
+// CHECK-NEXT:    %[[SUM:[0-9]+]] = tiled_loop.reduce "sum"
+// CHECK:         %[[SHIFT:[0-9]+]] = tiled_loop.select %{{[0-9]+}}, %{{[0-9]+}}, %[[MAX]] {origin = "softmax"}
 // CHECK-NEXT:    %[[ONE:[0-9]+]] = tiled_loop.full 1.0 {origin = "softmax"}
 // CHECK-NEXT:    %inv_sumexp = tiled_loop.binary "div" %[[ONE]], %[[SUM]] {origin = "softmax"}
-// CHECK-NEXT:    %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T]], %[[MAX]] {origin = "softmax"}
+// CHECK-NEXT:    %[[D:[0-9]+]] = tiled_loop.binary "sub" %[[T]], %[[SHIFT]] {origin = "softmax"}
 // CHECK-NEXT:    %[[E:[0-9]+]] = tiled_loop.unary "exp" %[[D]] {origin = "softmax"}
 // CHECK-NEXT:    %[[Y:[0-9]+]] = tiled_loop.binary "mul" %[[E]], %inv_sumexp {origin = "softmax"}
 // CHECK-NEXT:    tiled_loop.store %[[Y]], %out0 <[BLOCK_M*pid_m, 0]> : !tiled_loop.tile<[BLOCK_M, 1024], f32> -> !tensor_op.tensor<[M, 1000], f32>

@@ -1,0 +1,92 @@
+"""Diagnostic: what a kernel of symbolic sizes pays for its 64-bit offsets and its bounds masks.
+
+    python benchmarks/probes/index_width.py --out benchmarks/results/<stem>.json [--shape 8,16,512,64]
+
+amk.compile's kernels are symbolic in the dynamic sizes, so amk-stage cannot prove a buffer below 2^31 elements nor
+a row count a multiple of the tile: every access widens its index vectors to 64 bits and masks rows (and symbolic
+columns). Attention's probabilities (softmax(q k^T / 8), chunk_recompute over the batch) measured 0.056 ms with
+static sizes and 0.122 ms symbolic (2026-12-04-h200-batched-attention-symbolic-e432ca3). Here the symbolic kernel's
+emitted source is timed as emitted, with 32-bit index vectors, without masks, and with both changes, on sizes where
+neither is needed (every output checked against float64 first), to say which one costs. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+from xdsl.parser import Parser
+
+from amk.benchmarking import time_ms
+from amk.lowering.configs import KernelConfig
+from amk.pipeline import compile_module, make_context
+from amk.runtime import load_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import ATTENTION_IR, save_rows  # noqa: E402
+
+VARIANTS = {
+    "as emitted": lambda source: source,
+    "32-bit index vectors": lambda source: source.replace(".to(tl.int64)", ""),
+    "no masks": lambda source: re.sub(r", mask=\([^=]*?\)(?: & \([^=]*?\))*(, other=0\.0)?", "", source),
+}
+VARIANTS["32-bit index vectors, no masks"] = lambda source: VARIANTS["no masks"](VARIANTS["32-bit index vectors"](source))
+
+
+def with_values(source: str, values: dict[str, int]) -> str:
+    """``source`` with the kernels' uses of the size parameters ``values`` replaced by those numbers (the parameters
+    stay in the signatures; the launcher is left as it is)."""
+    kernels, launcher = source.split("\ndef launch(", 1)
+    lines = []
+    for line in kernels.splitlines():
+        if line.strip().rstrip(",") not in values:
+            for name, value in values.items():
+                line = re.sub(rf"\b{name}\b", str(value), line)
+        lines.append(line)
+    return "\n".join(lines) + "\ndef launch(" + launcher
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shape", default="8,16,512,64", help="batch,heads,length,head_dim")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    b, h, s, d = (int(v) for v in args.shape.split(","))
+    config = KernelConfig(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, SPLIT_N=2, num_warps=4, num_stages=3)
+    module = Parser(make_context(), ATTENTION_IR.format(b="B", h="H", s="S", t="T", d=d, scale=d ** -0.5)).parse_module()
+    compiled = compile_module(module, lambda kernel: config, reduction_strategy="chunk_recompute",
+                              size_hints={"B": b, "H": h, "S": s, "T": s})
+    (kernel,) = compiled.kernels.values()
+    static_module = Parser(make_context(), ATTENTION_IR.format(b=b, h=h, s=s, t=s, d=d, scale=d ** -0.5)).parse_module()
+    (static_kernel,) = compile_module(static_module, lambda kernel: config,
+                                      reduction_strategy="chunk_recompute").kernels.values()
+    torch.manual_seed(0)
+    q, k = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * d ** -0.5, dim=-1)
+    views = [q.reshape(b * h, s, d), k.reshape(b * h, s, d).transpose(1, 2)]
+    chunks = 2
+    sizes = {"S": s, "T": s, "dim_3": chunks, "dim_0": b * h}
+    variants = dict(VARIANTS) | {f"{name} as a number": (lambda source, n=name: with_values(source, {n: sizes[n]}))
+                                 for name in sizes}
+    variants["every size a number"] = lambda source: with_values(source, sizes)
+    variants["the kernel of static sizes"] = lambda source: static_kernel.source
+    rows = []
+    for name, transform in variants.items():
+        source = transform(kernel.source)
+        launch = load_source(source, f"index_width_{len(rows)}").launch
+        out = torch.empty(b * h, s, s, device="cuda", dtype=torch.float16)
+        partials = [torch.empty(b * h, s, chunks, device="cuda", dtype=torch.float32) for _ in range(2)]
+        launch(*views, out, *partials)
+        error = ((out.reshape(b, h, s, s).double() - expected).norm() / expected.norm()).item()
+        row = {"variant": name, "int64_casts": source.count(".to(tl.int64)"), "masks": source.count("mask="),
+               "rel_err": error, "ms": time_ms(lambda f=launch, o=out, p=partials: f(*views, o, *p))}
+        print(row, flush=True)
+        rows.append(row)
+    save_rows(args.out, rows)
+
+
+if __name__ == "__main__":
+    main()
