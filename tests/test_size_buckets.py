@@ -83,6 +83,12 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
                             [[Dim("b"), Dim("h"), Dim("s"), Dim("t")]])
     assert scores == SizeBuckets(("s", "h", "b", "t"), 3)
     assert scores.hints((512, 512)) == {"s": 512, "h": 1, "b": 1, "t": 512}
+    # Built for a call of 8 x 16 heads x 512 queries (M = 65536): the batch and heads as called, the queries the rest
+    # (a batched kernel is tuned for the call's batch); a bucket of fewer rows than the outer dims make keeps them 1.
+    call = (512, 16, 8, 512)
+    assert scores.hints(scores.key(call), call) == {"s": 512, "h": 16, "b": 8, "t": 512}
+    assert scores.hints(scores.key_for_rows(16, call), call) == {"s": 16, "h": 1, "b": 1, "t": 512}
+    assert rows.hints(rows.key((5, 3)), (5, 3)) == {"s1": 6, "s0": 3}  # 16 rows: 3 x 6, at least the bound
 
 
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):

@@ -274,7 +274,7 @@ class _GraphCompiler:
                 return settings.fusion_pipeline
             return f'{BindSizesPass.name}{{sizes="{size_hints_option(exact)}"}},{settings.fusion_pipeline}'
 
-        example_hints = result.sizes.hints(result.sizes.key(result.example))
+        example_hints = result.sizes.hints(result.sizes.key(result.example), result.example)
         result.report.describe = functools.partial(kernel_reports, imported.module, pipeline_for(example_hints),
                                                    imported.names, example_hints)
         directory = self.settings.dump_directory
@@ -304,7 +304,7 @@ class _GraphCompiler:
 
         key = result.sizes.key(result.example)
         try:  # the example's bucket now (dumped, when asked): a subgraph that does not compile is left to PyTorch
-            built = build_bucket(result.sizes.hints(key), dumper)
+            built = build_bucket(example_hints, dumper)
         except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
             log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
                      type(error).__name__, error)
@@ -313,7 +313,7 @@ class _GraphCompiler:
         if directory is not None:
             for kernel_name, kernel in built.compiled.kernels.items():
                 (target / f"{kernel_name}.py").write_text(kernel.source)
-        result.build_bucket, result.first = build_bucket, (key, built)
+        result.build_bucket, result.first = build_bucket, (key, built, example_hints)
         return result
 
     @staticmethod

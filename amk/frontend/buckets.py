@@ -17,9 +17,10 @@ results (their leading dims: batch, sequence) and in no last dim. Any other symb
 (``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
 with a weight passed as an argument); each of its values is its own build, tuned at that value, in which it is a
 number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it). A bucket is built at
-its upper bound: the first row symbol, the innermost (a sequence rather than a batch), takes the bucket's largest M,
-the other row symbols 1 (a kernel sees their product; a batched matmul's kernel, ``q @ k^T``, sees the innermost as
-its rows and repeats over the others).
+its upper bound: the row symbols multiply to the bucket's largest M (a kernel sees their product; a batched matmul's
+kernel, ``q @ k^T``, sees the first, the innermost, as its rows and repeats over the others): the outer ones keep
+the values of the call that asks for the bucket where they fit, the innermost (a sequence rather than a batch) makes
+up the rest.
 """
 
 from __future__ import annotations
@@ -95,13 +96,20 @@ class SizeBuckets:
         bound = bucket_of(math.prod(sizes[:self.row_symbols]))
         return bound if self.row_symbols == len(self.symbols) else (bound, *sizes[self.row_symbols:])
 
-    def hints(self, key: Hashable) -> dict[str, int]:
-        """The values the bucket ``key`` is built for: the first row symbol the bucket's upper bound, the other row
-        symbols 1, the exact symbols their values."""
+    def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
+        """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
+        symbols take their values. With the ``sizes`` of the call that asks for the bucket (``symbols`` order), the
+        outer row symbols keep the call's values where their product fits the bound and the first row symbol makes up
+        the rest (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the call's batch:
+        attention's queries 512 rows times 128 batch and heads, not 65536 rows of one matrix); otherwise the first
+        row symbol takes the whole bound and the others 1."""
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
-        return {**{symbol: bound if index == 0 else 1 for index, symbol in enumerate(rows)},
-                **dict(zip(self.exact_symbols, exact))}
+        outer = list(sizes[1:self.row_symbols]) if sizes is not None else []
+        if not outer or math.prod(outer) > bound:
+            outer = [1] * (self.row_symbols - 1)
+        first = -(-bound // math.prod(outer))
+        return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
         """The bucket of ``rows`` rows, the exact symbols taking their ``example`` values."""

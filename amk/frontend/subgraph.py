@@ -109,12 +109,12 @@ class FusedSubgraph(torch.nn.Module):
     """Stands in for a run of FX nodes: runs their compiled kernels (per size bucket), or ``fallback`` (the nodes).
 
     ``build_bucket(size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
-    (its key and build); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols`` order);
+    (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols`` order);
     ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when they are
     not timed (``untimed`` says why)."""
 
-    def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built], first: tuple[Hashable, Built],
-                 fallback: GraphModule, fallback_arity: int, program_args: list, constants: list[torch.Tensor],
+    def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
+                 first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int, program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
                  time_with: TunerConfig | None, untimed: str, report: SubgraphReport):
         super().__init__()
@@ -142,22 +142,24 @@ class FusedSubgraph(torch.nn.Module):
         """The bucket of ``rows`` rows (built now if it is new), the other symbols as in ``example``: for
         ``tune_sizes``."""
         with self.lock:
-            return self._bucket(self.sizes.key_for_rows(rows, example))
+            return self._bucket(self.sizes.key_for_rows(rows, example), example)
 
-    def _bucket(self, key: Hashable) -> Bucket:
+    def _bucket(self, key: Hashable, sizes: tuple) -> Bucket:
+        """The bucket ``key`` (built now, for hints made from the ``sizes`` that ask for it, if it is new)."""
         bucket = self.buckets.get(key)
         if bucket is not None:
             return bucket
+        hints = self.sizes.hints(key, sizes)
         try:
-            built = self.build_bucket(self.sizes.hints(key))
+            built = self.build_bucket(hints)
         except Exception as error:  # that bucket runs in PyTorch (reported, never wrong)
             log.warning("amk: %s does not compile for %s: %s: %s; those sizes run in PyTorch", self.name,
                         self.sizes.label(key), type(error).__name__, error)
             built = error
-        return self._add_bucket(key, built)
+        return self._add_bucket(key, built, hints)
 
-    def _add_bucket(self, key: Hashable, built: Built | Exception) -> Bucket:
-        report = BucketReport(self.sizes.label(key), self.sizes.hints(key))
+    def _add_bucket(self, key: Hashable, built: Built | Exception, hints: dict[str, int]) -> Bucket:
+        report = BucketReport(self.sizes.label(key), hints)
         if isinstance(built, Exception):
             report.leave_to_pytorch(f"did not compile: {type(built).__name__}: {built}")
             built = None
@@ -238,7 +240,7 @@ class FusedSubgraph(torch.nn.Module):
             # Building, tuning, verifying (.item()) and timing (synchronizing) a bucket are illegal while a CUDA graph
             # is captured; the PyTorch ops capture fine.
             return None, self._run_fallback(args)
-        bucket = self._bucket(key)
+        bucket = self._bucket(key, sizes)
         if bucket.report.runs == PYTORCH:  # it did not compile, failed its check, or PyTorch was faster
             return self._run_fallback, None
         bindings = dict(zip(self.sizes.symbols, sizes))
