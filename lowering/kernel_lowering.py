@@ -405,7 +405,8 @@ class KernelLowering:
             elif y is not None:
                 self.b.origin = None
                 stored = self.b.add(tiled_loop.LoadOp(
-                    y_dest, self.in_batch(y_dest, [self.row_offset, col]), TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
+                    y_dest, self.in_batch(y_dest, [self.row_offset, col]),
+                    TileType([BLOCK_M, BLOCK_N], y_dest.type.element_type)),
                     "y_tile")
                 at.env[y] = self.b.cast(stored, f32, "y_f32")
             for value in phase_two:
@@ -431,7 +432,8 @@ class KernelLowering:
         for component, partial in zip(components, self.workspace.partials, strict=True):
             component = self.b.widen_rows(component, BLOCK_M)
             self.b.origin = None
-            self.b.add(tiled_loop.StoreOp(component, partial, self.in_batch(partial, [self.row_offset, Dim("pid_n")])))
+            self.b.add(tiled_loop.StoreOp(component, partial,
+                                          self.in_batch(partial, [self.row_offset, Dim("pid_n")])))
 
     def store_tile_statistics(self, at: ColumnTile) -> list[int]:
         """Write this tile's partial row statistics (one column per tile of the strip); returns each state's size."""
@@ -472,7 +474,8 @@ class KernelLowering:
                     partial = next(partials)
                     self.b.origin = None
                     loaded.append(self.b.add(tiled_loop.LoadOp(
-                        partial, self.in_batch(partial, [self.row_offset, Dim("t")]), TileType([BLOCK_M, chunk], f32)), "partial"))
+                        partial, self.in_batch(partial, [self.row_offset, Dim("t")]),
+                        TileType([BLOCK_M, chunk], f32)), "partial"))
                 self.b.origin = origin_label(op)
                 merged += rule.combine(self.b, state, rule.merge_states(self.b, loaded, valid) if chunk > 1 else loaded)
             return merged

@@ -2,7 +2,8 @@
 (see :mod:`amk.frontend.spellings`) to a :class:`Converter`, whose ``build`` reads the node's arguments by name and
 emits its ops through a :class:`~amk.frontend.importer.SubgraphImporter`: elementwise arithmetic with PyTorch's type
 promotion, activations, clamps, softmax, last-dim reductions, norms, Linear/matmul/addmm, casts, identities, and the
-swap of a tensor's last two dims (read only as a matmul's rhs: a weight's ``w.t()``, the keys' ``k.transpose(-2, -1)``)."""
+swap of a tensor's last two dims (read only as a matmul's rhs: a weight's ``w.t()``, the keys'
+``k.transpose(-2, -1)``)."""
 
 from __future__ import annotations
 

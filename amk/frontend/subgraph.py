@@ -109,12 +109,13 @@ class FusedSubgraph(torch.nn.Module):
     """Stands in for a run of FX nodes: runs their compiled kernels (per size bucket), or ``fallback`` (the nodes).
 
     ``build_bucket(size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
-    (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols`` order);
-    ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when they are
-    not timed (``untimed`` says why)."""
+    (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols``
+    order); ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when
+    they are not timed (``untimed`` says why)."""
 
     def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
-                 first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int, program_args: list, constants: list[torch.Tensor],
+                 first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
+                 program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
                  time_with: TunerConfig | None, untimed: str, report: SubgraphReport):
         super().__init__()
