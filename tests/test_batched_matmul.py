@@ -83,8 +83,8 @@ def test_new_batch_head_and_sequence_sizes_reuse_the_trace():
 
 def test_the_keys_length_is_a_number_in_its_build(tmp_path):
     """The keys' length is the scores' columns: not bucketed, each value its own build, in which amk-bind-sizes
-    makes it a number (constant loop bounds over the columns); the queries' length, the
-    batch and the heads stay symbolic."""
+    makes it a number (constant loop bounds over the columns); the queries' length, the batch and the heads stay
+    symbolic."""
     model = AttentionProbabilities()
     compiled = amk.compile(model, autotune=False, dump_ir=tmp_path)
     q, k = random(2, 3, 40, 16), random(2, 3, 24, 16, seed=1)
