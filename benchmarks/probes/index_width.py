@@ -1,13 +1,15 @@
 """Diagnostic: what a kernel of symbolic sizes pays for its 64-bit offsets and its bounds masks.
 
-    python benchmarks/probes/index_width.py --out benchmarks/results/<stem>.json [--shape 8,16,512,64]
+    python benchmarks/probes/index_width.py --out benchmarks/results/<stem>.json [--shape 8,16,512,64] [--keys-bound]
 
 amk.compile's kernels are symbolic in the dynamic sizes, so amk-stage cannot prove a buffer below 2^31 elements nor
 a row count a multiple of the tile: every access widens its index vectors to 64 bits and masks rows (and symbolic
 columns). Attention's probabilities (softmax(q k^T / 8), chunk_recompute over the batch) measured 0.056 ms with
 static sizes and 0.122 ms symbolic (2026-12-04-h200-batched-attention-symbolic-e432ca3). Here the symbolic kernel's
 emitted source is timed as emitted, with 32-bit index vectors, without masks, and with both changes, on sizes where
-neither is needed (every output checked against float64 first), to say which one costs. GPU only.
+neither is needed (every output checked against float64 first), to say which one costs; each size made a number in
+turn, and all of them. With ``--keys-bound`` the keys' length is a number from the start, as in amk.compile's builds
+since amk-bind-sizes (the kernel then ran 0.067 ms against 0.057 with every size a number). GPU only.
 """
 
 from __future__ import annotations
@@ -52,11 +54,15 @@ def with_values(source: str, values: dict[str, int]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shape", default="8,16,512,64", help="batch,heads,length,head_dim")
+    parser.add_argument("--keys-bound", action="store_true",
+                        help="the keys' length a number in the kernel, as amk-bind-sizes makes it in amk.compile's "
+                             "builds: what the other sizes, its masks and its 64-bit offsets then cost")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     b, h, s, d = (int(v) for v in args.shape.split(","))
     config = KernelConfig(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, SPLIT_N=2, num_warps=4, num_stages=3)
-    module = Parser(make_context(), ATTENTION_IR.format(b="B", h="H", s="S", t="T", d=d, scale=d ** -0.5)).parse_module()
+    keys = s if args.keys_bound else "T"
+    module = Parser(make_context(), ATTENTION_IR.format(b="B", h="H", s="S", t=keys, d=d, scale=d ** -0.5)).parse_module()
     compiled = compile_module(module, lambda kernel: config, reduction_strategy="chunk_recompute",
                               size_hints={"B": b, "H": h, "S": s, "T": s})
     (kernel,) = compiled.kernels.values()
@@ -68,7 +74,7 @@ def main() -> None:
     expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * d ** -0.5, dim=-1)
     views = [q.reshape(b * h, s, d), k.reshape(b * h, s, d).transpose(1, 2)]
     chunks = 2
-    sizes = {"S": s, "T": s, "dim_3": chunks, "dim_0": b * h}
+    sizes = {"S": s, "dim_3": chunks, "dim_0": b * h} | ({} if args.keys_bound else {"T": s})
     variants = dict(VARIANTS) | {f"{name} as a number": (lambda source, n=name: with_values(source, {n: sizes[n]}))
                                  for name in sizes}
     variants["every size a number"] = lambda source: with_values(source, sizes)
