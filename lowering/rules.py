@@ -455,7 +455,8 @@ ROW_REDUCTIONS[tensor_op.LogSumExpOp] = RowReduction(
 # Softmax's statistics are the row maximum and the reciprocal of the row's sum: one division per row, then a
 # multiplication per element (a per-element division would double the special-function work of the exponentials).
 # The maximum is the tile statistics' shift (0 for a row of only -inf, whose output is NaN either way, as PyTorch's):
-# where one tile holds the whole row (row_resident) the output's exponentials are then the sum's, computed once.
+# where one tile holds the whole row (row_resident) the output's exponentials are then the same expressions as the
+# sum's, which the compiler may compute once.
 ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
     _lse_init, _lse_tile, _lse_combine, _lse_states,
     lambda b, s, op: [_exp_shift(b, s[0]), b.div(1.0, s[1], "inv_sumexp")],
