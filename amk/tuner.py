@@ -594,7 +594,7 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
     # A tile-size symbol the kernel does not have (row_resident's BLOCK_N, a standalone kernel's BLOCK_K in a user's
     # grid), or a switch it ignores (a batched kernel's launches are neither persistent nor TMA nor Gluon), would only
     # make copies of the same kernel to time.
-    offered = [s for s in SWITCHES if s == "TF32X3"] if kernel.batched else SWITCHES
+    offered = ("TF32X3",) if kernel.batched else SWITCHES
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *offered}
 
     tf32x3 = offers_tf32x3(kernel, fp32_dot)

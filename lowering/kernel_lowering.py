@@ -510,9 +510,7 @@ class KernelLowering:
 
 def batch_axis(plan: GroupPlan) -> tuple[list[str], list[str]]:
     """The grid axis and program id a batched kernel's launches add last (none for other kernels)."""
-    if not plan.batched:
-        return [], []
-    return [str(plan.main.space.batches)], [tiled_loop.BATCH_PROGRAM_ID]
+    return [str(dim) for dim in plan.batch_dims], [tiled_loop.BATCH_PROGRAM_ID] * plan.batched
 
 
 @dataclass
@@ -538,8 +536,7 @@ class WorkspaceBuffer:
 def partial_statistics(plan: GroupPlan, programs_per_row: str) -> list[WorkspaceBuffer]:
     """One buffer per component of the row reductions' states: a partial state per row and program of its strip."""
     count = sum(len(rules.ROW_REDUCTIONS[type(op)].init(TileBuilder(Block()), BLOCK_M)) for op in plan.main.reductions)
-    batch = [plan.main.space.batches] if plan.batched else []
-    return [WorkspaceBuffer(TensorType([*batch, plan.main.space.rows, programs_per_row], f32), "scratch",
+    return [WorkspaceBuffer(TensorType([*plan.batch_dims, plan.main.space.rows, programs_per_row], f32), "scratch",
                             f"partial{index}")
             for index in range(count)]
 

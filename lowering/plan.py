@@ -129,6 +129,11 @@ class GroupPlan:
         """Whether the kernel repeats over batch dims (a batched matmul's): a third grid axis, ``pid_b``."""
         return bool(self.main.space.batch)
 
+    @property
+    def batch_dims(self) -> list[Dim]:
+        """The leading dim of a batched kernel's rank-3 tensors, the product of the batch dims (none otherwise)."""
+        return [self.main.space.batches] if self.batched else []
+
 
 def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAValue, str]) -> None:
     """Classify values and split ops into phases; ``source`` gives classes of values produced outside the section."""

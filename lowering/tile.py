@@ -72,7 +72,7 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
     In a batched kernel the matmul's operands and the values with rows are rank 3, their batch dims flattened into
     the first (a per-row value ``[batch, rows, 1]``)."""
     dims = value.type.dims
-    batch = [plan.main.space.batches] if plan.batched else []
+    batch = plan.batch_dims
     if cls == "rhs":
         k, n = dims[-2:]
         return ([*batch, n, k], "transpose") if plan.matmul.rhs_transposed else ([*batch, k, n], "")
@@ -122,8 +122,7 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
     buffers = []
     if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
             and tiling.stores_pre_reduction):
-        batch = [plan.main.space.batches] if plan.batched else []
-        buffers.append(WorkspaceBuffer(TensorType([*batch, rows, cols], plan.materialized.type.element_type),
+        buffers.append(WorkspaceBuffer(TensorType([*plan.batch_dims, rows, cols], plan.materialized.type.element_type),
                                        "scratch", "y_scratch"))
     buffers += tiling.workspace(plan)
     grid = tiling.grid(plan).batched(plan)
