@@ -215,6 +215,8 @@ class GluonEmitter(TritonEmitter):
     """Generates the Gluon source of one kernel and its launcher; expressions, names, origin comments and the
     elementwise tile ops are the Triton emitter's, spelled with ``gl``."""
 
+    drops_uneven_masks = False  # its kernels are for static tile grids; their few pointer accesses keep every mask
+
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None, schedule: str = "cooperative"):
         super().__init__(kernel)
         if schedule not in SCHEDULES:

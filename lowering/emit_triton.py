@@ -7,6 +7,9 @@ Global buffers are addressed by pointer arithmetic with explicit strides (no blo
 Triton 3.6 and 3.9); masks and 64-bit offsets are emitted exactly where ``amk-stage`` asked for them. A staged copy
 marked ``descriptor`` also gets a tensor-descriptor (TMA) load, chosen at compile time through the ``USE_TMA``
 constexpr, which the launcher sets when every such operand's layout can be read by TMA (else the pointer load runs).
+Masks marked ``mask_if_uneven`` (a symbolic extent at an aligned offset) are written as
+``None if EVEN_TILES else (...)``: the launcher sets the ``EVEN_TILES`` constexpr when every such extent is a multiple
+of its tile size, and Triton compiles that case without them.
 A ``persistent`` kernel launches one program per SM, each walking the output tiles in grouped order.
 The source is written line by line through an :class:`~amk.lowering.indented_writer.IndentedWriter` (as Inductor's
 ``IndentedBuffer``): a loop or branch body is written inside ``with self.code.indent():``.
@@ -109,6 +112,28 @@ _TMA_WORKSPACE = '''def _tma_workspace(size, alignment, stream):
 _RELAUNCH = "Launched after every program of the launch before it has finished."
 
 
+@dataclass(frozen=True)
+class _Mask:
+    """The bounds mask of one global access: terms every launch needs, and terms a launch with ``EVEN_TILES`` drops."""
+
+    always: tuple[str, ...]
+    uneven: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.always or self.uneven)
+
+    def __str__(self) -> str:
+        every = " & ".join(self.always + self.uneven)
+        if not self.uneven:
+            return every
+        return f"{' & '.join(self.always) or 'None'} if EVEN_TILES else {every}"
+
+    @property
+    def other(self) -> str:
+        """A masked load's value where the mask is false (none where no mask is left)."""
+        return "0.0" if self.always or not self.uneven else "None if EVEN_TILES else 0.0"
+
+
 @dataclass
 class _Launch:
     """One ``@triton.jit`` function of a kernel and how it is launched."""
@@ -140,6 +165,9 @@ def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozen
 class TritonEmitter:
     """Generates the source of one kernel and its launcher."""
 
+    # Whether masks marked mask_if_uneven are dropped at launches whose extents divide their tiles (EVEN_TILES).
+    drops_uneven_masks: ClassVar[bool] = True
+
     def __init__(self, kernel: memory_staged.KernelOp, interpret: bool = False, fp32_dot: str = "ieee"):
         self.kernel = kernel
         self.fp32_dot = fp32_dot
@@ -164,6 +192,8 @@ class TritonEmitter:
         self.needs_bf16_rounding = False
         # (buffer, tile shape) -> name of the tensor descriptor of the launch being emitted
         self.descriptors: dict[tuple[SSAValue, tuple[Dim, ...]], str] = {}
+        # (extent, tile size) of every mask the kernel drops under EVEN_TILES, for the launcher's check
+        self.even_checks: dict[tuple[Dim, Dim], None] = {}
 
     # -- names and expressions ---------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -216,6 +246,12 @@ class TritonEmitter:
         return frozenset(set(self.constants) | {p.data for p in self.kernel.program_ids.data} | relaunched | loops
                          | {p for p, _, _ in self.dims.values()})
 
+    @functools.cached_property
+    def even_tiles(self) -> bool:
+        """Whether the kernel takes the ``EVEN_TILES`` constexpr (it has masks it drops when the extents divide)."""
+        return self.drops_uneven_masks and any(any(op.uneven_axes) for op in self.kernel.walk()
+                                               if isinstance(op, memory_staged.GlobalAccessOp))
+
     def comment_origin(self, op: Operation) -> None:
         origin = op.attributes["origin"].data if "origin" in op.attributes else None
         if origin is not None and origin != self.last_origin:
@@ -249,6 +285,7 @@ class TritonEmitter:
         params += [p for p, _, _ in self.dims.values()]
         params += [f"{c}: tl.constexpr" for c in self.constants]
         params += ["USE_TMA: tl.constexpr"] if self.descriptor_stages() else []
+        params += ["EVEN_TILES: tl.constexpr"] if self.even_tiles else []
         code = self.code = IndentedWriter()
         self.last_origin = None
         code.writeline("@triton.jit")
@@ -502,12 +539,12 @@ class TritonEmitter:
             lhs, rhs = f"{lhs}.to(tl.float32)", f"{rhs}.to(tl.float32)"
         self.assign(op.result, f"tl.dot({lhs}, {rhs}, {self.name(op.acc)}{extra})")
 
-    def pointers(self, op: memory_staged.GlobalAccessOp, buffer_value: SSAValue, tile_dims) -> tuple[str, str]:
-        """Emit index vectors; return (pointer expression, mask expression or '')."""
+    def pointers(self, op: memory_staged.GlobalAccessOp, buffer_value: SSAValue, tile_dims) -> tuple[str, _Mask]:
+        """Emit index vectors; return (pointer expression, mask)."""
         buffer: BufferType = buffer_value.type
         arg_index = self.args.index(buffer_value)
         base = self.names[buffer_value]
-        offsets_text, masks = [], []
+        offsets_text, masks, uneven = [], [], []
         if buffer.rank == 1:
             axes = [1] if tile_dims[0] == Dim(1) else [0]
         elif buffer.rank == 3:  # a batched kernel's: the batch index is one offset for the whole tile
@@ -527,12 +564,18 @@ class TritonEmitter:
             widened = f"{index_name}.to(tl.int64)" if op.wide_index else index_name
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
             if op.masked_axes[buffer_axis]:
-                masks.append(f"({index_name}{broadcast} < {self.expr(buffer.dims[buffer_axis])})")
-        return f"{base}_ptr + " + " + ".join(offsets_text), " & ".join(masks)
+                extent = buffer.dims[buffer_axis]
+                term = f"({index_name}{broadcast} < {self.expr(extent)})"
+                if self.even_tiles and op.uneven_axes[buffer_axis]:
+                    uneven.append(term)
+                    self.even_checks[(extent, size)] = None
+                else:
+                    masks.append(term)
+        return f"{base}_ptr + " + " + ".join(offsets_text), _Mask(tuple(masks), tuple(uneven))
 
     def emit_load(self, op, buffer_value: SSAValue, tile_dims) -> None:
         pointers, mask = self.pointers(op, buffer_value, tile_dims)
-        masked = f", mask={mask}, other=0.0" if mask else ""
+        masked = f", mask={mask}, other={mask.other}" if mask else ""
         if getattr(op, "coherent", None) is not None and op.coherent.value.data:
             masked += ', cache_modifier=".cg"'  # written by other programs of this launch: skip the L1 cache
         self.assign(op.results[0], f"tl.load({pointers}{masked})")
@@ -644,6 +687,12 @@ class TritonEmitter:
             code.writeline(f'"""Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""')
             for text, (param, index, axis) in self.dims.items():
                 code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
+            if self.even_tiles:
+                checks = " and ".join(f"{self.expr(extent, 'triton.cdiv')} % "
+                                      f"{self.substitute_constants(self.expr(size, 'triton.cdiv'))} == 0"
+                                      for extent, size in self.even_checks)
+                code.writeline(f"even_tiles = {checks}")
+                args.append("EVEN_TILES=even_tiles")
             if staged:
                 readable = " and ".join(f"_tma_readable({name})" for name in staged)
                 code.writeline(f"use_tma = {readable}")

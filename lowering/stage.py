@@ -8,8 +8,10 @@ Tile sizes are bound from the pass options (or the heuristic of :mod:`amk.loweri
 - the zero tile a K loop starts from becomes a register ``memory_staged.accumulator``;
 - with ``tma=1`` (a grid of output tiles) the staged copies go through tensor descriptors, with ``persistent=1`` the
   kernel walks its tiles with one program per SM;
-- each global access masks only the axes whose extent sympy cannot prove to be a multiple of the tile size, and
-  ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then folds away);
+- each global access masks only the axes whose extent sympy cannot prove to be a multiple of the tile size (marking
+  ``mask_if_uneven`` those of a symbolic extent at an aligned offset, which the emitted kernel drops at launches where
+  the extent is one), and ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then
+  folds away);
 - offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more;
 - the batch axis of a batched kernel's rank-3 buffers (``[pid_b, row, col]``) is never masked.
 
@@ -101,21 +103,24 @@ class _Staging:
     def bound(self, dim: Dim) -> Dim:
         return dim.subs(self.iterations).subs(self.bindings)
 
-    def mask(self, buffer: BufferType, tile: TileType, offsets) -> list[bool]:
-        """Per buffer axis: does the tile need a bounds mask there? (Never a batched kernel's batch axis: each program
-        reads and writes at its own batch index.)"""
+    def mask(self, buffer: BufferType, tile: TileType, offsets) -> tuple[list[bool], list[bool]]:
+        """Per buffer axis: does the tile need a bounds mask there, and is that mask needed only when the axis' symbolic
+        extent is not a multiple of the tile size (the offset being one)? (Never a batched kernel's batch axis: each
+        program reads and writes at its own batch index.)"""
         tile_dims = tile.dims
         batch = buffer.rank == 3
         if buffer.rank == 1:
             axes = [tile_dims[1] if tile_dims[0] == Dim(1) else tile_dims[0]]
         else:
             axes = list(tile_dims)
-        needs = [False] * batch
+        needs, uneven = [False] * batch, [False] * batch
         for extent, size, offset in zip(buffer.dims[batch:], axes, offsets[batch:]):
             size = self.bound(size)
             aligned = provably_divisible(self.bound(offset), size) if offset != Dim(0) else True
-            needs.append(not (aligned and provably_divisible(extent, size)))
-        return needs
+            divisible = provably_divisible(extent, size)
+            needs.append(not (aligned and divisible))
+            uneven.append(aligned and not divisible and not extent.is_static and size.is_static)
+        return needs, uneven
 
     @staticmethod
     def index_bits(buffer: BufferType) -> int:
@@ -139,7 +144,7 @@ class _LowerAccesses(RewritePattern):
         staging = self.staging
         if isinstance(op, tiled_loop.LoadOp):
             buffer = op.source.type
-            mask = staging.mask(buffer, op.result.type, op.offsets.dims)
+            mask, uneven = staging.mask(buffer, op.result.type, op.offsets.dims)
             bits = staging.index_bits(buffer)
             users = [use.operation for use in op.result.uses]
             in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
@@ -154,12 +159,14 @@ class _LowerAccesses(RewritePattern):
                 if self.written_by_other_programs(op):
                     new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint
+            new.mark_uneven(uneven)
             rewriter.replace(op, new)
         elif isinstance(op, tiled_loop.StoreOp):
             buffer = op.dest.type
-            mask = staging.mask(buffer, op.value.type, op.offsets.dims)
-            rewriter.replace(op, memory_staged.StoreOp(op.value, op.dest, op.offsets.dims, mask,
-                                                        staging.index_bits(buffer)))
+            mask, uneven = staging.mask(buffer, op.value.type, op.offsets.dims)
+            new = memory_staged.StoreOp(op.value, op.dest, op.offsets.dims, mask, staging.index_bits(buffer))
+            new.mark_uneven(uneven)
+            rewriter.replace(op, new)
         elif isinstance(op, tiled_loop.InBoundsOp):
             tile = op.result.type
             provable = all(

@@ -588,6 +588,13 @@ def test_memory_staged_verifiers():
         ms.LoadOp(x, [0, 0], [False, False], 48, TileType([64, 32], f16)).verify()
     with pytest.raises(VerifyException, match="depth must be >= 1"):
         ms.StageOp(x, [0, 0], [False, False], 32, 0, BufferType("shared", [64, 32], f16)).verify()
+    load = ms.LoadOp(x, [0, 0], [False, True], 32, TileType([64, 32], f16))
+    load.mark_uneven([True, False])
+    with pytest.raises(VerifyException, match="mask_if_uneven marks an axis that has no mask"):
+        load.verify()
+    load.mark_uneven([False, True, False])
+    with pytest.raises(VerifyException, match="needs one mask_if_uneven flag per buffer dim"):
+        load.verify()
     kernel = ms.KernelOp("k", grid=[1], program_ids=["pid"], constants={"BLOCK_M": 48}, num_warps=4, num_stages=1,
                          num_inputs=0, strategy="tile2d", arg_types=[])
     with pytest.raises(VerifyException, match="tile size BLOCK_M = 48 must be a power of two"):

@@ -16,6 +16,7 @@ results); here the IR and the emitted code are checked for 64-bit offsets, and k
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -454,6 +455,30 @@ def test_symbolic_rows_run_with_64_bit_offsets(op):
         expected = eager(ops, [x.double(), w.double(), b.double()])
         assert out.shape == (rows, 40)
         assert rel_l2(out, expected) <= TOLERANCES[FP16]
+
+
+@pytest.mark.parametrize("op", ["gelu", "softmax"])
+def test_symbolic_rows_are_masked_only_at_uneven_launches(op):
+    """Rows of a symbolic count are masked at launches where the count is not a multiple of the row tile (the
+    launcher's EVEN_TILES check), and unmasked where it is; both run right."""
+    from amk.ir_dump import module_text
+    from amk.oplist import build_module
+    from amk.pipeline import compile_module, make_context
+
+    ops = ["matmul", "add_bias", op]
+    text = module_text(build_module(ops, [(PLACEHOLDER, 64), (64, 40), (40,)], FP16))
+    compiled = compile_module(Parser(make_context(), text.replace(str(PLACEHOLDER), "M")).parse_module())
+    source = compiled.ir["triton"]
+    (block_m,) = {int(b) for b in re.findall(r"even_tiles = M % (\d+) == 0", source)}
+    assert "EVEN_TILES: tl.constexpr" in source
+    assert re.search(r"tl\.store\(out0_ptr .*, mask=\(out0_cols\[None, :\] < 40\) if EVEN_TILES else", source)
+    for rows in (block_m, 3 * block_m, block_m + 3, 1):
+        generator = torch.Generator().manual_seed(rows)
+        x = torch.randn(rows, 64, generator=generator).to(DEVICE, FP16)
+        w = (torch.randn(64, 40, generator=generator) / 8).to(DEVICE, FP16)
+        b = torch.randn(40, generator=generator).to(DEVICE, FP16)
+        out = compiled.program(x, w, b)[0]
+        assert rel_l2(out, eager(ops, [x.double(), w.double(), b.double()])) <= TOLERANCES[FP16], rows
 
 
 def test_tile_level_kernel_has_no_index_width():

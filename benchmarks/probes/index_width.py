@@ -38,6 +38,25 @@ VARIANTS = {
 VARIANTS["32-bit index vectors, no masks"] = lambda source: VARIANTS["no masks"](VARIANTS["32-bit index vectors"](source))
 
 
+def with_tile_bases(source: str) -> str:
+    """``source`` with each widened index vector ``(offset + tl.arange(0, size)).to(tl.int64) * stride`` split into a
+    64-bit scalar ``offset.to(tl.int64) * stride`` and 32-bit offsets within the tile ``tl.arange(0, size) * stride``:
+    the 2^31 safety of the tile's base, the cheap arithmetic of 32-bit vectors inside it."""
+    starts = dict(re.findall(r"^\s*(\w+) = (.+?) \+ tl\.arange\(0, \w+\)$", source, flags=re.M))
+    sizes = dict(re.findall(r"^\s*(\w+) = .+? \+ tl\.arange\(0, (\w+)\)$", source, flags=re.M))
+
+    def split(match: re.Match) -> str:
+        name, broadcast, stride = match.groups()
+        base = "" if starts[name] == "0" else f"tl.cast({starts[name]}, tl.int64) * {stride} + "
+        return f"{base}tl.arange(0, {sizes[name]}){broadcast} * {stride}"
+
+    return re.sub(r"\b(\w+)\.to\(tl\.int64\)(\[[^\]]*\]) \* (\w+)", split, source)
+
+
+VARIANTS["64-bit tile bases, 32-bit offsets in the tile"] = with_tile_bases
+VARIANTS["64-bit tile bases, no masks"] = lambda source: VARIANTS["no masks"](with_tile_bases(source))
+
+
 def with_values(source: str, values: dict[str, int]) -> str:
     """``source`` with the kernels' uses of the size parameters ``values`` replaced by those numbers (the parameters
     stay in the signatures; the launcher is left as it is)."""

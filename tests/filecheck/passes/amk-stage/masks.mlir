@@ -51,8 +51,9 @@ func.func @ragged(%x : !tensor_op.tensor<[37, 100], f16>, %w : !tensor_op.tensor
 
 // -----
 
-// A symbolic row count B*S: rows stay masked (B*S need not be a multiple of 64) and the buffers with B*S rows use
-// 64-bit offsets; K = 64 is a multiple of BLOCK_K = 32, but N = 32 is smaller than BLOCK_N = 64.
+// A symbolic row count B*S: rows stay masked (B*S need not be a multiple of 64), marked mask_if_uneven (tiles start at
+// multiples of 64, so the launches where B*S is one need no row mask), and the buffers with B*S rows use 64-bit
+// offsets; K = 64 is a multiple of BLOCK_K = 32, but N = 32 is smaller than BLOCK_N = 64: a mask on every launch.
 func.func @symbolic_rows(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16> {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B*S, 64], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B*S, 32], f16>
   %1 = tensor_op.gelu %0 : !tensor_op.tensor<[B*S, 32], f16>
@@ -61,10 +62,10 @@ func.func @symbolic_rows(%x : !tensor_op.tensor<[B*S, 64], f16>, %w : !tensor_op
 
 // CHECK-LABEL: memory_staged.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(B*S, BLOCK_M), cdiv(32, BLOCK_N)]>, {{.*}}strategy = "tile2d"
 // CHECK-NEXT:    ^bb0(%x: !memory_staged.buffer<global, [B*S, 64], f16>, %w: !memory_staged.buffer<global, [64, 32], f16>, %out0: !memory_staged.buffer<global, [B*S, 32], f16>):
-// CHECK:           memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64}
+// CHECK:           memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64, mask_if_uneven = [true, false]}
 // CHECK-NEXT:      memory_staged.stage %w <[k, BLOCK_N*pid_n]> {mask = [false, true], index_bits = 32 : i64, depth = 3 : i64}
 // CHECK:         tiled_loop.unary "erf" {{.*}}origin = "gelu"
-// CHECK:         memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]> {mask = [true, true], index_bits = 64 : i64}
+// CHECK:         memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]> {mask = [true, true], index_bits = 64 : i64, mask_if_uneven = [true, false]}
 
 // -----
 
@@ -92,12 +93,12 @@ func.func @softmax_even(%x : !tensor_op.tensor<[M, 1024], f32>) -> !tensor_op.te
 // CHECK-NOT:     memory_staged.stage
 // CHECK-NOT:     memory_staged.accumulator
 // CHECK:         tiled_loop.for "n" = <[0, 1024, BLOCK_N]>
-// CHECK:           %[[T:[a-z0-9_]+]] = memory_staged.load %x <[BLOCK_M*pid_m, n]> {mask = [true, false], index_bits = 64 : i64}
+// CHECK:           %[[T:[a-z0-9_]+]] = memory_staged.load %x <[BLOCK_M*pid_m, n]> {mask = [true, false], index_bits = 64 : i64, mask_if_uneven = [true, false]}
 // CHECK-NOT:       tiled_loop.in_bounds
 // CHECK-NOT:       tiled_loop.select %{{[a-z_]+}}, %[[T]]
 // CHECK-NEXT:      tiled_loop.reduce "max" %[[T]] {origin = "softmax"}
 // CHECK:         tiled_loop.for "n" = <[0, 1024, BLOCK_N]>
-// CHECK:           memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]> {mask = [true, false], index_bits = 64 : i64}
+// CHECK:           memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]> {mask = [true, false], index_bits = 64 : i64, mask_if_uneven = [true, false]}
 // CHECK-LABEL: func.func @softmax_even(
 
 // -----
@@ -110,11 +111,11 @@ func.func @softmax_ragged(%x : !tensor_op.tensor<[M, 1000], f32>) -> !tensor_op.
 
 // CHECK-LABEL: memory_staged.kernel @fused_0
 // CHECK:         tiled_loop.for "n" = <[0, 1000, BLOCK_N]>
-// CHECK:           %[[T:[a-z0-9_]+]] = memory_staged.load %x <[BLOCK_M*pid_m, n]> {mask = [true, true], index_bits = 64 : i64}
+// CHECK:           %[[T:[a-z0-9_]+]] = memory_staged.load %x <[BLOCK_M*pid_m, n]> {mask = [true, true], index_bits = 64 : i64, mask_if_uneven = [true, false]}
 // CHECK-NEXT:      %[[VALID:[a-z0-9_]+]] = tiled_loop.in_bounds <[0, n]> within <[1, 1000]> : !tiled_loop.tile<[1, BLOCK_N], i1>
 // CHECK-NEXT:      %[[NINF:[0-9]+]] = tiled_loop.full -inf
 // CHECK-NEXT:      tiled_loop.select %[[VALID]], %[[T]], %[[NINF]]
-// CHECK:           memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]> {mask = [true, true], index_bits = 64 : i64}
+// CHECK:           memory_staged.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]> {mask = [true, true], index_bits = 64 : i64, mask_if_uneven = [true, false]}
 
 // -----
 

@@ -15,9 +15,9 @@ func.func @matmul_relu(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_op.te
 // CHECK-SAME:    strategy = "tile2d"
 // CHECK-SAME:    group_size = "GROUP_M", persistent, warp_specialize}
 // CHECK:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
-// CHECK:           memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64, descriptor}
+// CHECK:           memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64, descriptor, mask_if_uneven = [true, false]}
 // CHECK-NEXT:      memory_staged.stage %w <[k, BLOCK_N*pid_n]> {mask = [false, false], index_bits = 32 : i64, depth = 3 : i64, descriptor}
 
 // PLAIN-LABEL: memory_staged.kernel @fused_0 attributes {
 // PLAIN-NOT:     persistent
-// PLAIN:         memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64}
+// PLAIN:         memory_staged.stage %x <[BLOCK_M*pid_m, k]> {mask = [true, false], index_bits = 64 : i64, depth = 3 : i64, mask_if_uneven = [true, false]}
