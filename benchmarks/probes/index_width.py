@@ -6,10 +6,12 @@ amk.compile's kernels are symbolic in the dynamic sizes, so amk-stage cannot pro
 a row count a multiple of the tile: every access widens its index vectors to 64 bits and masks rows (and symbolic
 columns). Attention's probabilities (softmax(q k^T / 8), chunk_recompute over the batch) measured 0.056 ms with
 static sizes and 0.122 ms symbolic (2026-12-04-h200-batched-attention-symbolic-e432ca3). Here the symbolic kernel's
-emitted source is timed as emitted, with 32-bit index vectors, without masks, and with both changes, on sizes where
-neither is needed (every output checked against float64 first), to say which one costs; each size made a number in
-turn, and all of them. With ``--keys-bound`` the keys' length is a number from the start, as in amk.compile's builds
-since amk-bind-sizes (the kernel then ran 0.067 ms against 0.057 with every size a number). GPU only.
+emitted source is timed as emitted, with its row masks at every launch, with 32-bit index vectors, without masks,
+with both changes, and with 64-bit tile bases and 32-bit offsets within the tile, on sizes where no mask is needed
+(every output checked against float64 first), to say which one costs; each size made a number in turn, and all of
+them. With ``--keys-bound`` the keys' length is a number from the start, as in amk.compile's builds since
+amk-bind-sizes: there the row masks against the symbolic query length were the cost (0.068 ms against 0.057
+without), which amk-stage's ``mask_if_uneven`` now drops at launches whose lengths divide the row tile. GPU only.
 """
 
 from __future__ import annotations
@@ -30,12 +32,37 @@ from amk.runtime import load_source
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
 from workloads import ATTENTION_IR, save_rows  # noqa: E402
 
+def _keyword_arguments(source: str, keyword: str) -> list[tuple[int, int, str]]:
+    """(start, end, value) of every ``, keyword=value`` argument in ``source``, the value running to the next comma or
+    closing parenthesis outside brackets."""
+    found = []
+    for match in re.finditer(rf", {keyword}=", source):
+        depth, end = 0, match.end()
+        while depth or source[end] not in ",)":
+            depth += (source[end] in "([") - (source[end] in ")]")
+            end += 1
+        found.append((match.start(), end, source[match.end():end]))
+    return found
+
+
+def _edit_arguments(source: str, keyword: str, edit) -> str:
+    """``source`` with each ``, keyword=value`` argument replaced by ``edit(value)`` (its whole text)."""
+    for start, end, value in reversed(_keyword_arguments(source, keyword)):
+        source = source[:start] + edit(value) + source[end:]
+    return source
+
+
+def without_masks(source: str) -> str:
+    return _edit_arguments(_edit_arguments(source, "mask", lambda value: ""), "other", lambda value: "")
+
+
 VARIANTS = {
     "as emitted": lambda source: source,
+    "row masks at every launch": lambda source: re.sub(r"even_tiles = .*", "even_tiles = False", source),
     "32-bit index vectors": lambda source: source.replace(".to(tl.int64)", ""),
-    "no masks": lambda source: re.sub(r", mask=\([^=]*?\)(?: & \([^=]*?\))*(, other=0\.0)?", "", source),
+    "no masks": without_masks,
 }
-VARIANTS["32-bit index vectors, no masks"] = lambda source: VARIANTS["no masks"](VARIANTS["32-bit index vectors"](source))
+VARIANTS["32-bit index vectors, no masks"] = lambda source: without_masks(VARIANTS["32-bit index vectors"](source))
 
 
 def with_tile_bases(source: str) -> str:
@@ -54,7 +81,7 @@ def with_tile_bases(source: str) -> str:
 
 
 VARIANTS["64-bit tile bases, 32-bit offsets in the tile"] = with_tile_bases
-VARIANTS["64-bit tile bases, no masks"] = lambda source: VARIANTS["no masks"](with_tile_bases(source))
+VARIANTS["64-bit tile bases, no masks"] = lambda source: without_masks(with_tile_bases(source))
 
 
 def with_values(source: str, values: dict[str, int]) -> str:
