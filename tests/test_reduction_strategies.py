@@ -54,6 +54,24 @@ def test_each_strategy_matches_pytorch_call_after_call(strategy, merge_chunk, op
     assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype)
 
 
+@pytest.mark.parametrize("strategy", ["tile_stats", "tile_recompute", "strip_finish", "row_strip", "strip_recompute",
+                                      "chunk_recompute", "row_resident"])
+def test_each_strategy_of_symbolic_rows_matches_pytorch_at_even_and_uneven_launches(strategy):
+    """Rows of a symbolic count are masked only at launches where the count is not a multiple of BLOCK_M (the
+    launcher's EVEN_TILES): 48 rows in tiles of 16 run without row masks, 19 with them, the same kernel."""
+    from xdsl.parser import Parser
+
+    from amk.ir_dump import module_text
+
+    ops = ["matmul", "add_bias", "layernorm"]
+    shapes = [(999, 48), (48, 80), (80,), (80,), (80,)]
+    text = module_text(build_module(ops, shapes, torch.float16)).replace("999", "M")
+    compiled = compile_module(Parser(make_context(), text).parse_module(), SMALL_TILES, reduction_strategy=strategy)
+    assert "even_tiles = M % 16 == 0" in compiled.ir["triton"]
+    for rows in (48, 19):
+        assert_matches_pytorch_call_after_call(compiled, ops, [(rows, 48), *shapes[1:]], torch.float16)
+
+
 def assert_matches_pytorch_call_after_call(compiled, ops, shapes, dtype, weight: int = 1,
                                            transform=lambda index, tensor: tensor) -> None:
     """Two calls of ``compiled`` on fresh random inputs (the ``weight``-th scaled by 1/sqrt(K); each passed through
