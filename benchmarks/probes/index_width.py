@@ -32,6 +32,7 @@ from amk.runtime import load_source
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
 from workloads import ATTENTION_IR, save_rows  # noqa: E402
 
+
 def _keyword_arguments(source: str, keyword: str) -> list[tuple[int, int, str]]:
     """(start, end, value) of every ``, keyword=value`` argument in ``source``, the value running to the next comma or
     closing parenthesis outside brackets."""
