@@ -432,53 +432,50 @@ def test_large_buffers_get_64_bit_offsets(ops, shapes, wide, narrow):
 PLACEHOLDER = 7919  # a static row count spelled out in the IR text, then replaced by the symbol M
 
 
-@pytest.mark.parametrize("op", ["gelu", "softmax", "layernorm"])
-def test_symbolic_rows_run_with_64_bit_offsets(op):
-    """A symbolic row count may exceed 2^31 elements, so its buffers take the 64-bit path; run it on small M."""
+def compiled_with_symbolic_rows(ops):
+    """``ops`` on x [M, 64], w [64, 40] (and a bias [40]), compiled with the symbol M for the row count."""
     from amk.ir_dump import module_text
     from amk.oplist import build_module
     from amk.pipeline import compile_module, make_context
 
-    ops = ["matmul", "add_bias", op]
     text = module_text(build_module(ops, [(PLACEHOLDER, 64), (64, 40), (40,)], FP16))
     assert text.count(str(PLACEHOLDER)) >= 3
-    module = Parser(make_context(), text.replace(str(PLACEHOLDER), "M")).parse_module()
-    compiled = compile_module(module)
-    assert access_bits(compiled)["x"] == {64}
-    assert ".to(tl.int64)" in compiled.ir["triton"]
-    for rows in (1, 37, 130):
+    return compile_module(Parser(make_context(), text.replace(str(PLACEHOLDER), "M")).parse_module())
+
+
+def assert_runs_at_rows(compiled, ops, row_counts) -> None:
+    """``compiled`` matches the fp64 reference of ``ops`` at each row count, on fresh random inputs."""
+    for rows in row_counts:
         generator = torch.Generator().manual_seed(rows)
         x = torch.randn(rows, 64, generator=generator).to(DEVICE, FP16)
         w = (torch.randn(64, 40, generator=generator) / 8).to(DEVICE, FP16)
         b = torch.randn(40, generator=generator).to(DEVICE, FP16)
         out = compiled.program(x, w, b)[0]
-        expected = eager(ops, [x.double(), w.double(), b.double()])
         assert out.shape == (rows, 40)
-        assert rel_l2(out, expected) <= TOLERANCES[FP16]
+        assert rel_l2(out, eager(ops, [x.double(), w.double(), b.double()])) <= TOLERANCES[FP16], rows
+
+
+@pytest.mark.parametrize("op", ["gelu", "softmax", "layernorm"])
+def test_symbolic_rows_run_with_64_bit_offsets(op):
+    """A symbolic row count may exceed 2^31 elements, so its buffers take the 64-bit path; run it on small M."""
+    ops = ["matmul", "add_bias", op]
+    compiled = compiled_with_symbolic_rows(ops)
+    assert access_bits(compiled)["x"] == {64}
+    assert ".to(tl.int64)" in compiled.ir["triton"]
+    assert_runs_at_rows(compiled, ops, (1, 37, 130))
 
 
 @pytest.mark.parametrize("op", ["gelu", "softmax"])
 def test_symbolic_rows_are_masked_only_at_uneven_launches(op):
     """Rows of a symbolic count are masked at launches where the count is not a multiple of the row tile (the
     launcher's EVEN_TILES check), and unmasked where it is; both run right."""
-    from amk.ir_dump import module_text
-    from amk.oplist import build_module
-    from amk.pipeline import compile_module, make_context
-
     ops = ["matmul", "add_bias", op]
-    text = module_text(build_module(ops, [(PLACEHOLDER, 64), (64, 40), (40,)], FP16))
-    compiled = compile_module(Parser(make_context(), text.replace(str(PLACEHOLDER), "M")).parse_module())
+    compiled = compiled_with_symbolic_rows(ops)
     source = compiled.ir["triton"]
     (block_m,) = {int(b) for b in re.findall(r"even_tiles = M % (\d+) == 0", source)}
     assert "EVEN_TILES: tl.constexpr" in source
     assert re.search(r"tl\.store\(out0_ptr .*, mask=\(out0_cols\[None, :\] < 40\) if EVEN_TILES else", source)
-    for rows in (block_m, 3 * block_m, block_m + 3, 1):
-        generator = torch.Generator().manual_seed(rows)
-        x = torch.randn(rows, 64, generator=generator).to(DEVICE, FP16)
-        w = (torch.randn(64, 40, generator=generator) / 8).to(DEVICE, FP16)
-        b = torch.randn(40, generator=generator).to(DEVICE, FP16)
-        out = compiled.program(x, w, b)[0]
-        assert rel_l2(out, eager(ops, [x.double(), w.double(), b.double()])) <= TOLERANCES[FP16], rows
+    assert_runs_at_rows(compiled, ops, (block_m, 3 * block_m, block_m + 3, 1))
 
 
 def test_tile_level_kernel_has_no_index_width():

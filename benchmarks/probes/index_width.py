@@ -70,13 +70,14 @@ def with_tile_bases(source: str) -> str:
     """``source`` with each widened index vector ``(offset + tl.arange(0, size)).to(tl.int64) * stride`` split into a
     64-bit scalar ``offset.to(tl.int64) * stride`` and 32-bit offsets within the tile ``tl.arange(0, size) * stride``:
     the 2^31 safety of the tile's base, the cheap arithmetic of 32-bit vectors inside it."""
-    starts = dict(re.findall(r"^\s*(\w+) = (.+?) \+ tl\.arange\(0, \w+\)$", source, flags=re.M))
-    sizes = dict(re.findall(r"^\s*(\w+) = .+? \+ tl\.arange\(0, (\w+)\)$", source, flags=re.M))
+    index_vectors = {name: (start, size) for name, start, size in
+                     re.findall(r"^\s*(\w+) = (.+?) \+ tl\.arange\(0, (\w+)\)$", source, flags=re.M)}
 
     def split(match: re.Match) -> str:
         name, broadcast, stride = match.groups()
-        base = "" if starts[name] == "0" else f"tl.cast({starts[name]}, tl.int64) * {stride} + "
-        return f"{base}tl.arange(0, {sizes[name]}){broadcast} * {stride}"
+        start, size = index_vectors[name]
+        base = "" if start == "0" else f"tl.cast({start}, tl.int64) * {stride} + "
+        return f"{base}tl.arange(0, {size}){broadcast} * {stride}"
 
     return re.sub(r"\b(\w+)\.to\(tl\.int64\)(\[[^\]]*\]) \* (\w+)", split, source)
 
