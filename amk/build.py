@@ -152,9 +152,9 @@ def check_build_arguments(autotune, verify, tuner_config) -> None:
 def expect_tuned_builds(tensors: Iterable[torch.Tensor], tuner_config: TunerConfig | None = None) -> None:
     """Start the compile workers now where the coming builds, reading one of ``tensors``, will be tuned: on a GPU,
     with a cache directory that holds no program yet (a warm cache may serve them all, and then the workers would
-    take a CUDA context each for nothing), and a floating-point tensor larger than a kernel bound by its launch moves
+    take CPUs and memory for nothing), and a floating-point tensor larger than a kernel bound by its launch moves
     altogether (:data:`~amk.tuner.LAUNCH_BOUND_BYTES`, as in :func:`_lookup`). For :func:`amk.compile` given a module
-    with such weights: the workers boot (seconds: torch, Triton and a CUDA context each) while TorchDynamo traces the
+    with such weights: the workers boot (seconds: torch and Triton each) while TorchDynamo traces the
     first call, and while the caller goes on before it, rather than from the first build."""
     if interpreting() or not torch.cuda.is_available():
         return
@@ -235,7 +235,7 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     if hit is None:
         # A build whose kernels will be tuned has its compile workers boot (seconds) while its passes run, not from
         # its first kernel tuned. Builds of small operands may tune nothing, their kernels all bound by their launch:
-        # their workers start at a kernel tuned, not to take CPUs and GPU memory (a CUDA context each) for nothing.
+        # their workers start at a kernel tuned, not to take CPUs and memory for nothing.
         tuned = request.timed and _operands_outgrow_a_launch(request)
         if alias is not None and known is None and tuned:
             start_compile_workers()  # an op list never built before: they also boot while its module is made

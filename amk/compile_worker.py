@@ -1,12 +1,15 @@
-"""Compile workers: ``python -m amk.compile_worker`` processes that compile candidate kernels into Triton's on-disk
-cache while the tuning process times others, so that timing a candidate only loads its binary.
+"""Compile workers: processes that compile candidate kernels into Triton's on-disk cache while the tuning process
+times others, so that timing a candidate only loads its binary.
 
-The workers are plain subprocesses, not a ``multiprocessing`` pool: a "spawn" or "forkserver" worker re-imports the
-parent's ``__main__``, which re-runs a user script that has no ``if __name__ == "__main__":`` guard and fails outright
-for a script read from standard input or given with ``python -c``. A ``python -m`` process has this module as its
-main module, whatever started the parent (a script, a notebook, an embedded interpreter); Inductor's compile workers
-are started the same way. Requests and replies are JSON lines on the worker's standard input and output; a worker's
-first line says it is ready (its imports and warm-up done), and it is handed no job before.
+A pool starts one ``python -m amk.compile_worker`` process, its fork server, which imports torch, triton and amk once
+and forks the workers (each fork takes milliseconds, where each process importing torch took seconds), as
+Inductor's compile pool forks its workers from one subprocess. Not a ``multiprocessing`` pool: a "spawn" or
+"forkserver" worker re-imports the parent's ``__main__``, which re-runs a user script that has no
+``if __name__ == "__main__":`` guard and fails outright for a script read from standard input or given with
+``python -c``; a ``python -m`` process has this module as its main module, whatever started the parent (a script, a
+notebook, an embedded interpreter). Each worker talks to the pool through a socket pair the pool made: JSON lines,
+requests one way, replies the other; a worker's first line says it is ready (its warm-up done), and it is handed no
+job before.
 
 A worker that cannot start or dies leaves the candidates to be compiled in the tuning process when they are timed,
 with one warning per process; it never fails a build.
@@ -21,11 +24,14 @@ import json
 import logging
 import os
 import queue
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -43,11 +49,14 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
     """Compile one emitted kernel into Triton's cache, without running it (its source is written under
     ``cache_directory``, the build's, as in the tuning process).
 
-    The emitted ``launch`` is called on uninitialized tensors of the real shapes and strides (so Triton specializes
-    exactly as in the timing process and in a program's calls) with each kernel's ``[grid]`` launch replaced by
-    Triton's ``warmup``. Each compiled kernel's launcher is then built too: triton 3.6 compiles one with the C
-    compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
-    0.7-1 s of a cold build's tuning process went to them). The kernel itself is not loaded on the GPU: a worker compiles hundreds.
+    The emitted ``launch`` is called on meta tensors of the real shapes and strides with each kernel's ``[grid]``
+    launch replaced by Triton's ``warmup``: Triton specializes on the tensors' dtypes and on whether their addresses
+    are 16-byte aligned (a meta tensor's, 0, is, as the timing process's fresh tensors are), and on the integers the
+    launcher passes, so it compiles exactly what the timing process and a program's calls look up, without memory or
+    a CUDA context in this process. Each compiled kernel's launcher is then built too: triton 3.6 compiles one with the
+    C compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
+    0.7-1 s of a cold build's tuning process went to them). The kernel itself is not loaded on the GPU: a worker
+    compiles hundreds.
     """
     import torch
     from triton.runtime import driver
@@ -69,7 +78,7 @@ def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Seq
         def __getitem__(self, grid):
             return lambda *args, **kwargs: compiled.append(self.jit.warmup(*args, grid=grid, **kwargs))
 
-    tensors = [torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="cuda")
+    tensors = [torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="meta")
                for shape, dtype, strides in arguments]
     for attr, jit in jits.items():
         setattr(module, attr, CompileOnly(jit))
@@ -144,28 +153,69 @@ class WorkerDied(RuntimeError):
     pass
 
 
-class _Worker:
-    """One ``python -m amk.compile_worker`` process."""
+class _ForkServer:
+    """The one ``python -m amk.compile_worker`` process a pool starts: it imports torch, triton and amk once, then
+    forks a worker per channel (as Inductor's compile pool forks its workers from one subprocess). Fifteen processes
+    importing torch at once each took 3-4.5 s on the H200's 16-core host; a fork of one that has imported it takes
+    milliseconds. It forks before any CUDA call (a CUDA driver does not survive a fork): each worker loads Triton's
+    driver itself. It exits once every worker has, and its process group (the workers in it) is killed if it does not
+    within ``EXIT_WAIT`` seconds of the pool's close."""
 
-    def __init__(self):
-        self.stderr = tempfile.TemporaryFile()
-        # The worker finds amk (and whatever the parent could import) where the parent found it: the parent's path,
+    EXIT_WAIT = 10.0
+
+    def __init__(self, channels: Sequence[socket.socket]):
+        self.stderr = tempfile.TemporaryFile()  # the workers' too: what they print, and the last words of one that dies
+        # The workers find amk (and whatever the parent could import) where the parent found it: the parent's path,
         # in its order, and not the working directory first, as ``-m`` would put it (PYTHONSAFEPATH, Python 3.11+): a
         # source checkout there holds ``amk/`` without the folders an installed amk maps into it (amk.lowering).
         path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
         env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
         self.started = time.time()
-        self.boot_seconds: float | None = None  # from its start to the end of its warm-up, once it said it is ready
+        descriptors = [channel.fileno() for channel in channels]
+        self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker", *map(str, descriptors)],
+                                        stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=self.stderr, env=env,
+                                        pass_fds=descriptors, start_new_session=True)
+
+    def last_words(self) -> str:
+        self.stderr.seek(0)
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def close(self, kill: bool = False) -> None:
+        """Wait for the server to exit (its workers have been told to stop), or kill it and its workers now."""
+        try:
+            if not kill:
+                self.process.wait(timeout=self.EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            kill = True
+        if kill:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.stderr.close()
+
+
+class _Worker:
+    """One forked worker of a :class:`_ForkServer`, reached through its end of a socket pair: JSON lines each way."""
+
+    def __init__(self, channel: socket.socket, server: _ForkServer):
+        self.channel = channel
+        self.server = server
+        self.requests = channel.makefile("w")
+        self.replies = channel.makefile("r")
+        self.boot_seconds: float | None = None  # from the server's start to the end of its warm-up, once ready
+        self.import_seconds: float | None = None  # from the server's start to its imports done (torch, triton, amk)
+        self.cuda_context: bool | None = None  # whether it held a CUDA context once ready (it should not)
         self.stopping = False  # stopped by the pool's close() while it was starting: its end is no failure
-        self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True,
-                                        start_new_session=True)
 
     def wait_ready(self) -> float:
-        """Wait for the worker's first line, sent once its warm-up is done; the seconds from its start to then."""
+        """Wait for the worker's first line, sent once its warm-up is done; the seconds from the start to then."""
         line = self._reply()
         try:
-            self.boot_seconds = float(json.loads(line)["ready"]) - self.started
+            ready = json.loads(line)
+            self.boot_seconds = float(ready["ready"]) - self.server.started
+            self.import_seconds = float(ready["imported"]) - self.server.started
+            self.cuda_context = bool(ready["cuda_context"])
         except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable first line {line[:200]!r} ({error})") from None
         return self.boot_seconds
@@ -174,13 +224,13 @@ class _Worker:
         """The worker's next line (after sending ``request``, when given)."""
         try:
             if request is not None:
-                self.process.stdin.write(request)
-                self.process.stdin.flush()
-            line = self.process.stdout.readline()
-        except (BrokenPipeError, OSError, UnicodeDecodeError, ValueError) as error:
-            raise WorkerDied(self.last_words() or str(error)) from error
+                self.requests.write(request)
+                self.requests.flush()
+            line = self.replies.readline()
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise WorkerDied(self.server.last_words() or str(error)) from error
         if not line:
-            raise WorkerDied(self.last_words() or f"exit status {self.process.wait()}")
+            raise WorkerDied(self.server.last_words() or "it closed its channel")
         return line
 
     def request(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> tuple[str | None, float]:
@@ -194,19 +244,20 @@ class _Worker:
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
 
-    def last_words(self) -> str:
-        self.stderr.seek(0)
-        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
+    def abandon(self) -> None:
+        """Stop waiting for a worker still starting: its feeder's read ends now."""
+        self.stopping = True
+        with contextlib.suppress(OSError):
+            self.channel.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
-        try:
-            self.process.stdin.close()
-            self.process.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            self.process.kill()
-        self.process.stdout.close()
-        self.stderr.close()
+        """Tell the worker to stop (it reads the end of its requests once its current job is done)."""
+        with contextlib.suppress(OSError):
+            self.channel.shutdown(socket.SHUT_WR)  # also where a fork of this process holds a copy of the channel
+        for stream in (self.requests, self.replies):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.channel.close()
 
 
 class CompileWorkers:
@@ -223,6 +274,7 @@ class CompileWorkers:
     def __init__(self, count: int):
         self.count = count
         self.workers: list[_Worker] = []
+        self.server: _ForkServer | None = None
         self.feeders: list[threading.Thread] = []
         # (rank, sequence, (future, job, cache folder, environment)); rank 0: a job someone waits for, 1: ahead of its
         # tuning; FEEDER_STOP ranks first. The sequence keeps each rank in submission order.
@@ -232,7 +284,7 @@ class CompileWorkers:
         self.exit_registered = False
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
-        self.boot_seconds: list[float] = []  # each worker's start (torch, triton, a CUDA context), once it is ready
+        self.boot_seconds: list[float] = []  # each worker's start (importing torch and triton), once it is ready
         # Jobs handed to the workers and not finished, by what they compile: a job submitted again meanwhile (a build
         # that compiles its candidates ahead, then tunes them) shares the first one's compile.
         self.in_flight: dict[str, Future] = {}
@@ -245,15 +297,18 @@ class CompileWorkers:
         with self.lock:
             if self.workers or self.broken is not None or self.count < 1:
                 return
+            pairs = [socket.socketpair() for _ in range(self.count)]
             try:
-                for _ in range(self.count):
-                    self.workers.append(_Worker())
+                self.server = _ForkServer([theirs for _, theirs in pairs])
             except OSError as error:
-                for worker in self.workers:
-                    worker.close()
-                self.workers = []
+                for ours, _ in pairs:
+                    ours.close()
                 self._give_up(f"could not start {sys.executable!r} -m amk.compile_worker: {error}")
                 return
+            finally:
+                for _, theirs in pairs:
+                    theirs.close()  # the server's now
+            self.workers = [_Worker(ours, self.server) for ours, _ in pairs]
             self.feeders = [threading.Thread(target=self._feed, args=(worker,), name=f"amk-compile_{index}",
                                              daemon=True)
                             for index, worker in enumerate(self.workers)]
@@ -299,9 +354,8 @@ class CompileWorkers:
 
     def producing(self) -> bool:
         """Whether a worker is ready to compile, or the pool gave up (it compiles nothing then, so nobody waits for
-        it): until then the workers are starting (importing torch and triton, creating a CUDA context: about 7 s on
-        the H200 host, 15 at once), and no job has left the queue, so a caller can take its own back
-        (``Future.cancel``) and compile it itself."""
+        it): until then the workers are starting (importing torch and triton: seconds, 15 at once), and no job has
+        left the queue, so a caller can take its own back (``Future.cancel``) and compile it itself."""
         return any(worker.boot_seconds is not None for worker in self.workers) or self.broken is not None
 
     def _landed(self, key: str, future: Future) -> None:
@@ -357,13 +411,12 @@ class CompileWorkers:
         """Stop the workers once their current jobs are done (those still starting at once); the jobs still queued
         are cancelled."""
         with self.lock:
+            starting = [worker for worker in self.workers if worker.boot_seconds is None]
             try:
                 for _ in self.feeders:
                     self.pending.put((FEEDER_STOP, next(self.sequence), None))
-                for worker in self.workers:
-                    if worker.boot_seconds is None:  # its feeder waits for it to be ready: no job of its to finish
-                        worker.stopping = True
-                        worker.process.kill()
+                for worker in starting:  # its feeder waits for it to be ready: no job of its to finish
+                    worker.abandon()
                 for feeder in self.feeders:
                     feeder.join()
             finally:
@@ -375,6 +428,9 @@ class CompileWorkers:
                 self.feeders = []
                 for worker in self.workers:
                     worker.close()
+                if self.server is not None:
+                    self.server.close(kill=bool(starting))  # a worker still starting is not waited for
+                    self.server = None
                 self.workers = []
 
 
@@ -403,34 +459,74 @@ def shared_pool(count: int) -> CompileWorkers:
 
 
 def warm_up() -> None:
-    """What every job needs before it compiles, done while the tuning process runs its passes: the CUDA context
-    (the job's tensors) and Triton's driver (its helper module, built with a C compiler into a fresh cache). On the
-    H200 a worker's first jobs took 3-4 s against 0.2-0.8 s for compiling B's candidates alone."""
+    """What every job needs before it compiles, done while the tuning process runs its passes: Triton's driver (its
+    helper module, built with a C compiler into a fresh cache) and the GPU it compiles for. No CUDA context: jobs
+    compile on meta tensors (:func:`compile_without_launch`), and a context would cost each worker GPU memory and
+    a part of its start."""
     import torch
 
     if not torch.cuda.is_available():
         return
-    torch.empty(1, device="cuda")
     from triton.runtime import driver
 
-    driver.active.get_current_target()
+    active = driver.active
+    active.get_current_target()
+    # Triton's run asks for the current stream before it knows it will not launch, and torch's answer creates the
+    # CUDA context (measured: the only call of a job that did); a worker never launches: the null stream will do.
+    active.get_current_stream = lambda device: 0
 
 
-def main() -> None:
-    # Replies go to the real standard output; anything a compiler prints goes to standard error instead.
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdout = sys.stderr
+def holds_cuda_context() -> bool:
+    """Whether this process has created the current GPU's CUDA context (False without a GPU)."""
+    import torch
+
+    return torch.cuda.is_available() and torch._C._cuda_hasPrimaryContext(torch.cuda.current_device())
+
+
+def main(descriptors: Sequence[int]) -> None:
+    """The fork server (:class:`_ForkServer`): with this module's imports done, and Triton's, fork a worker per
+    channel (a socket's file descriptor), then wait for them all."""
+    import triton  # noqa: F401 - imported once here rather than in every worker
+
+    with contextlib.suppress(ImportError):  # Gluon's kernels import it (triton 3.5 on)
+        import triton.experimental.gluon  # noqa: F401
+    imported = time.time()
+    workers = []
+    for index, descriptor in enumerate(descriptors):
+        pid = os.fork()
+        if pid == 0:
+            for later in descriptors[index + 1:]:  # the earlier workers' channels the server has closed already
+                os.close(later)
+            status = 1
+            try:
+                serve_channel(socket.socket(fileno=descriptor), imported)
+                status = 0
+            except BaseException:  # its end is its feeder's failure, with the last line printed here as the reason
+                traceback.print_exc()
+            finally:
+                os._exit(status)  # never back into the server's loop, nor its exit handlers
+        workers.append(pid)
+        os.close(descriptor)
+    for pid in workers:
+        os.waitpid(pid, 0)
+
+
+def serve_channel(channel: socket.socket, imported: float) -> None:
+    """A forked worker: warm up, say it is ready (when the imports were done, whether it holds a CUDA context), then
+    serve requests until the pool closes the channel."""
+    replies, requests = channel.makefile("w"), channel.makefile("r")
+    cuda_context = False
     try:
         warm_up()
+        cuda_context = holds_cuda_context()
     except Exception as error:  # the first job meets the same problem and reports it as its error
         print(f"amk.compile_worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
     # Ready: the pool hands this worker jobs from now on (until then they wait in its queue, where the tuning process
     # may still take them back and compile them itself).
-    replies.write(json.dumps({"ready": time.time()}) + "\n")
+    replies.write(json.dumps({"ready": time.time(), "imported": imported, "cuda_context": cuda_context}) + "\n")
     replies.flush()
-    serve(sys.stdin, replies)
+    serve(requests, replies)
 
 
 if __name__ == "__main__":
-    main()
+    main([int(argument) for argument in sys.argv[1:]])

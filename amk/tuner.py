@@ -971,7 +971,7 @@ def compile_workers() -> int:
 
 def start_compile_workers():
     """The process's compile workers (:func:`compile_workers` of them), started now: they boot, importing torch and
-    triton and creating their CUDA context (seconds), while the caller goes on."""
+    triton (seconds), while the caller goes on."""
     from amk.compile_worker import shared_pool
 
     pool = shared_pool(compile_workers())

@@ -60,6 +60,35 @@ def test_a_worker_that_dies_leaves_compilation_to_this_process_with_one_warning(
         pool.close()
 
 
+def test_the_workers_are_forks_of_one_server_and_end_with_the_pool(tmp_path, monkeypatch):
+    """One process imports torch and triton and forks the workers (so their imports were done at one moment);
+    closing the pool ends the server and every worker: its process group is left empty."""
+    monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
+    pool = CompileWorkers(3)
+    try:
+        errors = pool.compile([(f"x = {index}\n", f"job{index}", []) for index in range(3)])
+        assert all("launch" in error for error in errors), errors
+        deadline = time.monotonic() + 60
+        while len(pool.boot_seconds) < 3 and time.monotonic() < deadline:  # one worker may have done all three jobs
+            time.sleep(0.01)
+        assert len({worker.import_seconds for worker in pool.workers}) == 1
+        group = pool.server.process.pid
+    finally:
+        pool.close()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)
+
+
+def test_closing_the_pool_while_its_workers_start_ends_them(monkeypatch):
+    pool = CompileWorkers(2)
+    pool.start()
+    group = pool.server.process.pid
+    pool.close()
+    assert pool.workers == [] and pool.server is None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)
+
+
 def test_workers_that_cannot_start_leave_compilation_to_this_process(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
     pool = CompileWorkers(2)
@@ -483,3 +512,45 @@ def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp
     x, weight, bias, out = arguments[:4]
     torch.testing.assert_close(out, torch.relu(x @ weight + bias), atol=2e-2, rtol=2e-2)
     assert sorted(cache.rglob("*")) == written
+
+
+@pytest.mark.skipif(not GPU, reason="CUDA contexts exist only on a GPU")
+@pytest.mark.parametrize("switches", [{}, {"PERSISTENT": 1, "TMA": 1}, {"PERSISTENT": 1, "TMA": 1, "GLUON": 1}],
+                         ids=["pointers", "persistent-tma", "gluon"])
+def test_workers_compile_without_a_cuda_context(tmp_path, monkeypatch, switches):
+    """A worker compiles on meta tensors: neither its start nor its jobs create a CUDA context, which would cost
+    each of up to 16 workers GPU memory and a part of its start. Checked in the pool's worker (its first line says)
+    and in a process that compiles a job as a worker does, then says (the kernel is in the cache: it compiled)."""
+    import json
+
+    import torch
+    from conftest import tile_level_kernel
+
+    from amk.lowering.configs import KernelConfig
+    from amk.pipeline import stage_and_emit
+    from amk.tuner import compile_job
+
+    if switches.get("GLUON"):
+        pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(256, 128), (128, 128), (128,)], torch.float16)
+    config = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, **switches)
+    job = compile_job(kernel, config, stage_and_emit(kernel, config).source)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    pool = CompileWorkers(1)
+    try:
+        assert pool.compile([job]) == [None]
+        assert pool.workers[0].cuda_context is False
+    finally:
+        pool.close()
+    compiles = textwrap.dedent("""
+        import json, sys
+        from amk.compile_worker import compile_without_launch, holds_cuda_context, warm_up
+        warm_up()
+        compile_without_launch(*json.load(sys.stdin))
+        print(json.dumps(holds_cuda_context()))
+    """)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-2"))
+    done = subprocess.run([sys.executable, "-c", compiles], input=json.dumps([*job, str(tmp_path / "sources")]),
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) is False
+    assert list((tmp_path / "triton-2").rglob("*.cubin")), "the job compiled"

@@ -3,8 +3,9 @@
     for n in 15 8 4; do python benchmarks/probes/worker_boot.py --workers $n; done
 
 Run in a new process per count (a process's pool starts once): starts a pool of ``--workers`` compile workers
-(:class:`amk.compile_worker.CompileWorkers`; each imports torch and triton and creates its CUDA context before it
-says it is ready) and prints the seconds until all are ready and each one's boot time, as one JSON line.
+(:class:`amk.compile_worker.CompileWorkers`; each imports torch and triton and loads Triton's driver before it says
+it is ready) and prints the seconds until all are ready, each one's boot time, the part of it its imports took,
+and how many workers hold a CUDA context (none should), as one JSON line.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def boot(workers: int) -> dict:
         while len(pool.boot_seconds) < workers and pool.broken is None:
             time.sleep(0.02)
         return {"workers": workers, "all_ready_s": round(time.time() - started, 2),
-                "boot_s": sorted(round(seconds, 2) for seconds in pool.boot_seconds), "broken": pool.broken}
+                "boot_s": sorted(round(seconds, 2) for seconds in pool.boot_seconds),
+                "import_s": sorted(round(w.import_seconds, 2) for w in pool.workers if w.import_seconds is not None),
+                "with_cuda_context": sum(bool(w.cuda_context) for w in pool.workers), "broken": pool.broken}
     finally:
         pool.close()
 
@@ -40,7 +43,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="append the result, with the environment, as a JSON line here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("worker_boot.py times workers that create a CUDA context: it needs a GPU")
+        raise SystemExit("worker_boot.py times workers that compile for a GPU: it needs one")
     result = boot(args.workers)
     print(json.dumps(result))
     if args.out:
