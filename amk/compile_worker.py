@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import itertools
 import json
 import logging
@@ -164,7 +165,11 @@ class _ForkServer:
     EXIT_WAIT = 10.0
 
     def __init__(self, channels: Sequence[socket.socket]):
-        self.stderr = tempfile.TemporaryFile()  # the workers' too: what they print, and the last words of one that dies
+        # The workers' too: what they print, and the last words of one that dies. Append-only, since the server and
+        # every worker share its file offset, which last_words() moves.
+        self.stderr = tempfile.TemporaryFile()
+        descriptor = self.stderr.fileno()
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         # The workers find amk (and whatever the parent could import) where the parent found it: the parent's path,
         # in its order, and not the working directory first, as ``-m`` would put it (PYTHONSAFEPATH, Python 3.11+): a
         # source checkout there holds ``amk/`` without the folders an installed amk maps into it (amk.lowering).
@@ -172,9 +177,13 @@ class _ForkServer:
         env = dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
         self.started = time.time()
         descriptors = [channel.fileno() for channel in channels]
-        self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker", *map(str, descriptors)],
-                                        stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=self.stderr, env=env,
-                                        pass_fds=descriptors, start_new_session=True)
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "amk.compile_worker", *map(str, descriptors)],
+                                            stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=self.stderr, env=env,
+                                            pass_fds=descriptors, start_new_session=True)
+        except OSError:
+            self.stderr.close()
+            raise
 
     def last_words(self) -> str:
         self.stderr.seek(0)
@@ -275,6 +284,7 @@ class CompileWorkers:
         self.count = count
         self.workers: list[_Worker] = []
         self.server: _ForkServer | None = None
+        self.owner: int | None = None  # the process that started the workers
         self.feeders: list[threading.Thread] = []
         # (rank, sequence, (future, job, cache folder, environment)); rank 0: a job someone waits for, 1: ahead of its
         # tuning; FEEDER_STOP ranks first. The sequence keeps each rank in submission order.
@@ -294,11 +304,14 @@ class CompileWorkers:
 
     def start(self) -> None:
         """Start the workers (they import torch and triton while the caller goes on)."""
+        if self.forked():  # checked before the lock, which a thread of the owner may have held as it forked
+            return
         with self.lock:
             if self.workers or self.broken is not None or self.count < 1:
                 return
-            pairs = [socket.socketpair() for _ in range(self.count)]
+            pairs: list[tuple[socket.socket, socket.socket]] = []
             try:
+                pairs += [socket.socketpair() for _ in range(self.count)]
                 self.server = _ForkServer([theirs for _, theirs in pairs])
             except OSError as error:
                 for ours, _ in pairs:
@@ -308,6 +321,7 @@ class CompileWorkers:
             finally:
                 for _, theirs in pairs:
                     theirs.close()  # the server's now
+            self.owner = os.getpid()
             self.workers = [_Worker(ours, self.server) for ours, _ in pairs]
             self.feeders = [threading.Thread(target=self._feed, args=(worker,), name=f"amk-compile_{index}",
                                              daemon=True)
@@ -326,6 +340,8 @@ class CompileWorkers:
         moved up among the jobs someone waits for if it was submitted ``ahead``; one caller's ``cancel`` then cancels
         it for every caller."""
         self.start()
+        if self.forked():
+            return [_done(None) for _ in jobs]
         # Where the jobs' sources and binaries go, read now: the feeding threads do not see this context, and the
         # build's Triton cache folder may have changed by the time a worker comes free.
         cache_directory, environment = sources_cache_directory(), triton_environment()
@@ -351,6 +367,11 @@ class CompileWorkers:
         for key, future in started:  # outside the lock: a future already done calls back in this thread
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
         return futures
+
+    def forked(self) -> bool:
+        """Whether this is a fork of the process that started the workers (a user's ``os.fork()``): the workers, their
+        channels and feeding threads are that process's, and this copy of the pool neither uses nor closes them."""
+        return self.owner is not None and self.owner != os.getpid()
 
     def producing(self) -> bool:
         """Whether a worker is ready to compile, or the pool gave up (it compiles nothing then, so nobody waits for
@@ -391,7 +412,8 @@ class CompileWorkers:
                 error, seconds = worker.request(job, cache_directory, environment)
                 self.job_seconds.append(seconds)
             except WorkerDied as died:
-                self._give_up(f"a compile worker stopped ({died})")
+                if not worker.stopping:  # abandoned by close() as it became ready: no failure
+                    self._give_up(f"a compile worker stopped ({died})")
             except BaseException as failure:  # this thread goes on serving, and the job's callers get their answer
                 self._give_up(f"a compile worker's feeding thread failed ({type(failure).__name__}: {failure})")
             finally:
@@ -410,6 +432,8 @@ class CompileWorkers:
     def close(self) -> None:
         """Stop the workers once their current jobs are done (those still starting at once); the jobs still queued
         are cancelled."""
+        if self.forked():  # the exit of a fork of the owner (its exit handlers call this) leaves the workers alone
+            return
         with self.lock:
             starting = [worker for worker in self.workers if worker.boot_seconds is None]
             try:
@@ -493,10 +517,15 @@ def main(descriptors: Sequence[int]) -> None:
     imported = time.time()
     workers = []
     for index, descriptor in enumerate(descriptors):
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12 warns of a fork in a process with threads: importing torch starts OpenBLAS's, which the
+            # workers never use (nor any lock of theirs).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:
             for later in descriptors[index + 1:]:  # the earlier workers' channels the server has closed already
                 os.close(later)
+            os.set_inheritable(descriptor, False)  # not kept open by the compilers it runs should it die
             status = 1
             try:
                 serve_channel(socket.socket(fileno=descriptor), imported)
