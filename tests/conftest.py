@@ -28,8 +28,8 @@ if importlib.util.find_spec("amk.lowering") is None:
 
 initialize()  # as amk's entry points do, before any test imports triton (without CUDA: its interpreter)
 if os.environ.get("PYTEST_XDIST_WORKER") and torch.cuda.is_available():
-    # Each test process would start a pool of compile workers: 14 processes x 15 workers, each importing torch, on
-    # 16 cores. Two per process keep the pool tested without starving the CPUs.
+    # Each test process would start a pool of compile workers: 14 processes x 15 workers compiling on 16 cores. Two
+    # per process keep the pool tested without starving the CPUs.
     os.environ.setdefault("AMK_COMPILE_WORKERS", "2")
 
 # Where kernels run: CUDA on a GPU machine, else the CPU (Triton's interpreter). Tests make their tensors here (inputs

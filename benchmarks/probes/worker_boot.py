@@ -3,9 +3,9 @@
     for n in 15 8 4; do python benchmarks/probes/worker_boot.py --workers $n; done
 
 Run in a new process per count (a process's pool starts once): starts a pool of ``--workers`` compile workers
-(:class:`amk.compile_worker.CompileWorkers`; each imports torch and triton and loads Triton's driver before it says
-it is ready) and prints the seconds until all are ready, each one's boot time, the part of it its imports took,
-and how many workers hold a CUDA context (none should), as one JSON line.
+(:class:`amk.compile_worker.CompileWorkers`: forks of one process that imports torch and triton; each loads Triton's
+driver before it says it is ready) and prints the seconds until all are ready, each one's boot time, the part of it
+the imports took, and how many workers hold a CUDA context (none should), as one JSON line.
 """
 
 from __future__ import annotations
