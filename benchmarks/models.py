@@ -103,7 +103,7 @@ CONTENDERS = ("eager", *TORCH_COMPILE, *AMK)
 # first row each compiler's first call includes its own start, as in a new process (Inductor's imports and compile
 # pool for max-autotune, 2-2.5 s on the H200 host, which the default mode's first call paid when it went first; the
 # compile workers' for amk); the default mode then finds Inductor started, as on every later row.
-BUILD_ORDER = ("eager", "max_autotune", "compile", "reduce_overhead", *AMK)
+BUILD_ORDER = ("eager", "max_autotune", *(name for name in CONTENDERS if name not in ("eager", "max_autotune")))
 # The contenders that are not CUDA graphs themselves: on decode rows each is also timed as replays of one captured
 # graph of its calls (``replay_ms``), the way benchmarks/run.py times D, E and F under graphs.
 REPLAYED = ("eager", "compile", "max_autotune", "amk")
