@@ -7,7 +7,8 @@ alternate 128 x 128 x 64 tiles, ``--pingpong-stages``), ``triton``, ``cublas_gem
     timeout 300 python benchmarks/probes/gluon_smoke.py [--workload B] [--m 65536] [--n 4096] [--k 4096]
         [--stages 3] [--pingpong-stages 4] [--out FILE.json]
 
-``--workload B`` (matmul + bias + ReLU, fp16; ``--m/--n/--k`` set its shape) is a tile2d kernel; ``A`` (GELU and
+``--workload B`` (matmul + bias + ReLU, fp16; ``--m/--n/--k`` set its shape; ``--activation gelu`` or ``gelu_tanh``
+in place of the ReLU, the epilogues of a ViT's or GPT-2's first MLP GEMM) is a tile2d kernel; ``A`` (GELU and
 LayerNorm) and ``C`` (residual and RMSNorm, bf16), at their workload shapes, are strip_finish kernels: each tile's
 pre-normalization values and row statistics are written, the tile is counted in its row strip, and the strip's last
 tile merges the statistics and normalizes the strip while it is in L2. Run it under ``timeout``: a kernel whose
@@ -20,6 +21,7 @@ passes is checked again after its timing runs. Without a GPU,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -45,14 +47,30 @@ PINGPONG = "block_m=128 block_n=128 block_k=64 num_warps=4"  # each consumer war
 STRATEGIES = {"A": "{reduction_strategy=strip_finish}", "B": "", "C": "{reduction_strategy=strip_finish}"}
 
 
+# B's epilogue activation (``--activation``): its op and PyTorch's function.
+ACTIVATIONS = {"relu": ("relu", torch.relu), "gelu": ("gelu", torch.nn.functional.gelu),
+               "gelu_tanh": (("gelu", {"approximate": "tanh"}),
+                             lambda x: torch.nn.functional.gelu(x, approximate="tanh"))}
+
+
+def workload_of(name: str, activation: str):
+    """Workload ``name``; for B, its chain with ``activation`` after the bias."""
+    workload = WORKLOADS[name]
+    if name != "B" or activation == "relu":
+        return workload
+    op, function = ACTIVATIONS[activation]
+    return dataclasses.replace(workload, ops=["matmul", "add_bias", op],
+                               eager=lambda x, w, b: function(x @ w + b))
+
+
 def shapes_of(name: str, m: int, n: int, k: int) -> list[tuple[int, ...]]:
     """The operands' shapes: B's at ``m x k @ k x n``, the others' at their workload's shapes."""
     return [(m, k), (k, n), (n,)] if name == "B" else WORKLOADS[name].shapes
 
 
-def staged_kernel(name: str, shapes, stages: int, tiles: str) -> memory_staged.KernelOp:
-    """Workload ``name``'s chain at ``shapes``, staged persistent with TMA at ``tiles`` with ``stages`` stages."""
-    workload = WORKLOADS[name]
+def staged_kernel(workload, shapes, stages: int, tiles: str) -> memory_staged.KernelOp:
+    """``workload``'s chain at ``shapes``, staged persistent with TMA at ``tiles`` with ``stages`` stages."""
+    name = workload.name
     module = build_module(workload.ops, shapes, workload.dtype)
     ctx = make_context()
     config = f"{tiles} num_stages={stages} persistent=1 tma=1"
@@ -60,11 +78,11 @@ def staged_kernel(name: str, shapes, stages: int, tiles: str) -> memory_staged.K
     return next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
 
 
-def sources(name: str, shapes, stages: int, pingpong_stages: int) -> dict[str, tuple[str, memory_staged.KernelOp]]:
+def sources(workload, shapes, stages: int, pingpong_stages: int) -> dict[str, tuple[str, memory_staged.KernelOp]]:
     """The Gluon (cooperative) and the Triton source of the same staged kernel and the ping-pong Gluon source, each
     with the staged kernel it came from."""
-    cooperative = staged_kernel(name, shapes, stages, COOPERATIVE)
-    pingpong = staged_kernel(name, shapes, pingpong_stages, PINGPONG)
+    cooperative = staged_kernel(workload, shapes, stages, COOPERATIVE)
+    pingpong = staged_kernel(workload, shapes, pingpong_stages, PINGPONG)
     return {"gluon": (emit_gluon(cooperative), cooperative),
             "gluon_pingpong": (emit_gluon(pingpong, schedule="pingpong"), pingpong),
             "triton": (emit_triton(cooperative), cooperative)}
@@ -79,18 +97,18 @@ def workspace(kernel: memory_staged.KernelOp) -> list[torch.Tensor]:
                         dtype=to_torch(argument.type.element_type)) for argument in arguments]
 
 
-def run(name: str, shapes, stages: int, pingpong_stages: int) -> dict:
+def run(workload, shapes, stages: int, pingpong_stages: int) -> dict:
     import triton.testing
 
     from amk.benchmarking import environment
     from amk.runtime import load_source
 
-    workload = WORKLOADS[name]
+    name = workload.name
     inputs = make_inputs(workload, shapes, "cuda")
     reference = workload.eager(*[t.double() for t in inputs])
     bound = max(TOLERANCES[workload.dtype], 2 * relative_error(workload.eager(*inputs), reference)[0])
     contenders = {}
-    for language, (source, kernel) in sources(name, shapes, stages, pingpong_stages).items():
+    for language, (source, kernel) in sources(workload, shapes, stages, pingpong_stages).items():
         launch = load_source(source, f"gluon_smoke_{language}").launch
         out = torch.empty(reference.shape, device="cuda", dtype=workload.dtype)
         scratch = workspace(kernel)
@@ -114,7 +132,7 @@ def run(name: str, shapes, stages: int, pingpong_stages: int) -> dict:
                 row["correct_after_timing"] = row["rel_l2_after_timing"] <= bound
         results[contender] = row
         print(contender, row, flush=True)
-    return {"environment": environment(), "command": " ".join(sys.argv), "workload": name, "shapes": shapes,
+    return {"environment": environment(), "command": " ".join(sys.argv), "workload": name, "ops": workload.ops, "shapes": shapes,
             "error_bound": bound, "strategy": "strip_finish" if STRATEGIES[name] else "tile2d",
             "configs": {"gluon and triton": f"{COOPERATIVE} num_stages={stages}, persistent, TMA",
                         "gluon_pingpong": f"{PINGPONG} per consumer, num_stages={pingpong_stages}, persistent, TMA"},
@@ -127,20 +145,23 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=65536, help="B's rows (A and C run at their workload shapes)")
     parser.add_argument("--n", type=int, default=4096, help="B's columns")
     parser.add_argument("--k", type=int, default=4096, help="B's contraction")
+    parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="relu",
+                        help="B's activation after the bias")
     parser.add_argument("--stages", type=int, default=3)
     parser.add_argument("--pingpong-stages", type=int, default=4)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--emit-only", type=Path, metavar="DIR", help="write the three sources to DIR and stop")
     args = parser.parse_args()
     shapes = shapes_of(args.workload, args.m, args.n, args.k)
+    workload = workload_of(args.workload, args.activation)
     if args.emit_only is not None:
         args.emit_only.mkdir(parents=True, exist_ok=True)
-        for language, (source, _) in sources(args.workload, shapes, args.stages, args.pingpong_stages).items():
+        for language, (source, _) in sources(workload, shapes, args.stages, args.pingpong_stages).items():
             (args.emit_only / f"{language}.py").write_text(source)
         return
     if not torch.cuda.is_available():
         parser.error("the Gluon kernel runs on a Hopper GPU only (use --emit-only DIR without one)")
-    report = run(args.workload, shapes, args.stages, args.pingpong_stages)
+    report = run(workload, shapes, args.stages, args.pingpong_stages)
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 
