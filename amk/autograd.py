@@ -3,6 +3,10 @@
 ``build_fused_kernel`` kernels (recomputing the op chain's reference) and ``amk.compile`` subgraphs (re-running the
 FX nodes they replaced) both run their fused kernels forward and, for backward, recompute what the kernels computed
 with autograd on; :func:`recomputed_gradients` turns that recomputation into the gradients autograd asks for.
+
+A backward asked to build a graph itself (``create_graph=True``: a gradient penalty, a Hessian-vector product) runs with
+grad mode on (:func:`builds_graph`); the recomputation then starts from the saved inputs themselves rather than from
+detached copies, so that the gradients it returns are differentiable with respect to those inputs too.
 """
 
 from __future__ import annotations
@@ -12,17 +16,25 @@ from collections.abc import Sequence
 import torch
 
 
+def builds_graph() -> bool:
+    """Whether the running backward must itself be differentiable (autograd enables grad mode for it exactly when
+    ``create_graph=True``)."""
+    return torch.is_grad_enabled()
+
+
 def recomputed_gradients(outputs: Sequence, grads: Sequence, inputs: Sequence, wanted: Sequence[int],
-                         dtypes: Sequence[torch.dtype | None]) -> list[torch.Tensor | None]:
+                         dtypes: Sequence[torch.dtype | None], create_graph: bool = False) -> list[torch.Tensor | None]:
     """The gradients of the recomputed ``outputs`` (weighted by the incoming ``grads``) with respect to
     ``inputs[i]`` for each ``i`` in ``wanted``, in ``dtypes[i]``; None for the other inputs and for an input no
-    output depends on. Outputs without an incoming gradient, or that need none, are left out."""
+    output depends on. Outputs without an incoming gradient, or that need none, are left out. With
+    ``create_graph`` the gradients carry a graph of their own (see the module docstring)."""
     pairs = [(output, grad) for output, grad in zip(outputs, grads)
              if grad is not None and isinstance(output, torch.Tensor) and output.requires_grad]
     result: list[torch.Tensor | None] = [None] * len(inputs)
     if pairs and wanted:
         computed = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted],
-                                       [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+                                       [g.to(o.dtype) for o, g in pairs], allow_unused=True,
+                                       create_graph=create_graph)
         for index, grad in zip(wanted, computed):
             result[index] = None if grad is None else grad.to(dtypes[index])
     return result

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule
 
-from amk.autograd import recomputed_gradients
+from amk.autograd import builds_graph, recomputed_gradients
 from amk.build import Built, record_race, recorded_race
 from amk.environment import default_device
 from amk.frontend.buckets import SizeBuckets
@@ -61,15 +61,18 @@ class _Recompute(torch.autograd.Function):
         return tuple(o.clone() if id(o) in inputs else o for o in outputs)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):
         runner: FusedSubgraph = ctx.runner
         STATS.backward_recomputes += 1
+        create_graph = builds_graph()
         args = [None] * ctx.count
         wanted = []
         for position, tensor in zip(ctx.positions, ctx.saved_tensors):
             needs = ctx.needs_input_grad[position + 1]
-            args[position] = tensor.detach().requires_grad_(needs) if needs else tensor.detach()
+            if create_graph:  # the inputs themselves: the gradients returned stay differentiable with respect to them
+                args[position] = tensor
+            else:
+                args[position] = tensor.detach().requires_grad_(needs) if needs else tensor.detach()
             if needs:
                 wanted.append(position)
         for position, value in ctx.others.items():
@@ -77,7 +80,7 @@ class _Recompute(torch.autograd.Function):
         with torch.enable_grad():
             outputs = runner.fallback(*args[:runner.fallback_arity])
         dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
-        return (None, *recomputed_gradients(outputs, grads, args, wanted, dtypes))
+        return (None, *recomputed_gradients(outputs, grads, args, wanted, dtypes, create_graph))
 
 
 
