@@ -5,6 +5,7 @@ cannot be captured). Without a GPU the wrapper calls through, which the CPU test
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 
@@ -93,6 +94,24 @@ def test_amk_compile_with_cuda_graphs_computes_the_model_without_recompiling():
             torch.testing.assert_close(compiled(x).clone(), model(x), rtol=1e-4, atol=1e-4)
     assert len(amk.explain(compiled, print_report=False).graphs) == 1
     assert compiled._amk_caller.graph_count == (2 if GPU else 0)
+
+
+@INTERPRETER_WARNINGS
+def test_a_deep_copy_of_a_module_with_cuda_graphs_runs_graphs_of_its_own():
+    """An EMA copy: its graphs read its own parameters (the original's graphs are not copied, so never replayed)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).to(DEVICE).eval()
+    compiled = amk.compile(model, cuda_graphs=True)
+    x = batch(8, 1)
+    with torch.no_grad():
+        expected = compiled(x).clone()
+        copied = copy.deepcopy(compiled)
+        assert copied._amk_caller.fn.module is copied._orig_mod and copied._amk_caller.graph_count == 0
+        torch.testing.assert_close(copied(x).clone(), expected, rtol=1e-4, atol=1e-4)
+        copied._orig_mod[0].weight.mul_(2)
+        torch.testing.assert_close(copied(x).clone(), copied._orig_mod(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(compiled(x).clone(), expected, rtol=0, atol=0)
+    assert copied._amk_caller.graph_count == (1 if GPU else 0)
 
 
 def test_amk_compile_refuses_a_cuda_graphs_that_is_not_a_bool():

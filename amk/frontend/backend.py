@@ -67,6 +67,26 @@ def _scalar_resolver(gm: GraphModule, example_inputs: Sequence) -> Callable[[Nod
     return resolve
 
 
+def _index(value, index):
+    """``operator.getitem`` under a name that torch's partitioner does not take for a tuple projection."""
+    return value[index]
+
+
+@contextlib.contextmanager
+def _renamed_getitems(nodes: list[Node]):
+    """``nodes`` (``operator.getitem`` nodes) call :func:`_index` for as long as the context lasts. After merging,
+    torch's partitioner moves every getitem user of a node whose users are all getitems into that node's partition,
+    until nothing moves: a getitem with two such producers in different partitions never settles (``linear(x)[:, -k:]``
+    with a SymInt ``k`` reads ``linear`` and the node ``-k``)."""
+    for node in nodes:
+        node.target = _index
+    try:
+        yield
+    finally:
+        for node in nodes:
+            node.target = operator.getitem
+
+
 def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
@@ -79,13 +99,17 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
 
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    # Tensor indexing (x[:, 0], x[:, -k:]) stays in PyTorch: the partitioner, which would move such getitems into
+    # their producers' partitions as if they took tuples apart, and might never stop doing so, does not see them.
+    getitems = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is operator.getitem
+                and n not in supported]
+    with _renamed_getitems(getitems):
+        proposed = partitioner.propose_partitions()
     partitions = []
-    for partition in partitioner.propose_partitions():
-        # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes. The
-        # partitioner also moves every operator.getitem user of a node into the node's partition (for tuple outputs),
-        # tensor indexing such as x[:, 0] included: such nodes are not amk's and stay out, as they were before.
+    for partition in proposed:
+        # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes.
         by_epoch: dict[int, list[Node]] = {}
-        for node in sorted((n for n in partition.nodes if n in supported), key=order.__getitem__):
+        for node in sorted(partition.nodes, key=order.__getitem__):
             by_epoch.setdefault(analysis.epochs.get(node, 0), []).append(node)
         for nodes in by_epoch.values():
             if any(analysis.infos[n].kind == "compute" for n in nodes):

@@ -29,6 +29,7 @@ bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -88,12 +89,15 @@ def _leading_dims(values):
 # Dims of size 1 are marked dynamic on the first tensor argument only (a batch of 1 of the model's input then serves
 # every batch), not on the others: a dim marked dynamic is traced as "not 1", so one that broadcasts (RoPE's cos
 # [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a compile more
-# for every new batch. A call whose trace fails with them marked is traced again with none (see _Caller).
+# for every new batch. The others are marked static: where their size was not 1 at an earlier call, TorchDynamo would
+# otherwise make them dynamic (its automatic dynamic shapes) and trace them as amk's marked dims, size-obliviously,
+# and an argument that broadcasts ([1, N] after [B, N]) failed to trace. A call whose trace fails with the first
+# argument's marked is traced again with none (see _Caller).
 
 
 def _mark_leading_dims(values, first_size_one: bool) -> bool:
     """Mark the leading dims of the tensor arguments dynamic, those of size 1 on the first tensor argument too where
-    ``first_size_one``; whether one of size 1 was marked."""
+    ``first_size_one`` and the other size-1 dims static; whether one of size 1 was marked dynamic."""
     marked_size_one = False
     first = None
     for tensor, axis in _leading_dims(values):
@@ -102,6 +106,8 @@ def _mark_leading_dims(values, first_size_one: bool) -> bool:
         if not one or (first_size_one and tensor is first):
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
             marked_size_one = marked_size_one or one
+        else:
+            torch._dynamo.mark_static(tensor, axis)
     return marked_size_one
 
 
@@ -195,6 +201,7 @@ class _Caller:
                 raise
             self.mark_size_one = False
             _unmark_size_one_dims((args, kwargs))
+            _mark_leading_dims((args, kwargs), self.mark_size_one)  # now static, as at the next calls
             if self.compiled_for is not None or _frames_traced() - frames_before != 1:
                 log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument dynamic, "
                             "after part of the call may have run, so the call is not made again; later calls trace "
@@ -218,14 +225,58 @@ class _Caller:
             config.backed_size_oblivious = False
 
 
-class CompiledModule(torch.nn.Module):
-    """An ``nn.Module`` compiled by :func:`compile`: parameters are the original module's (``_orig_mod``)."""
+def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda_graphs: bool) -> _Caller | CUDAGraphed:
+    """``model_or_fn`` compiled by TorchDynamo with the amk backend (on its first call), called through
+    :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``."""
+    backend = functools.partial(compile_graph, settings=settings)
+    compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
+    caller = _Caller(compiled, dynamic, model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None)
+    return cuda_graphed(caller) if cuda_graphs else caller
 
-    def __init__(self, module: torch.nn.Module, caller: _Caller | CUDAGraphed, report: ExplainReport):
+
+def _reporting(settings: Settings) -> tuple[ExplainReport, Settings]:
+    """A new report, and ``settings`` that add the graphs they compile to it."""
+    report = ExplainReport()
+    return report, dataclasses.replace(settings, report=report.graphs.append)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CompileOptions:
+    """What :func:`compile` compiled a module with (its report aside): a copy of the module is compiled with them."""
+
+    settings: Settings
+    dynamic: bool | None
+    cuda_graphs: bool
+
+
+class CompiledModule(torch.nn.Module):
+    """An ``nn.Module`` compiled by :func:`compile`: parameters are the original module's (``_orig_mod``).
+
+    ``copy.deepcopy`` and pickling (``torch.save`` of the whole module) copy ``_orig_mod`` and the options of
+    :func:`compile`, not what TorchDynamo compiled (its code objects can be neither copied nor pickled): the copy
+    compiles its own ``_orig_mod`` on its first call, mostly from the kernel cache, with a report of its own."""
+
+    def __init__(self, module: torch.nn.Module, options: _CompileOptions):
         super().__init__()
         self._orig_mod = module
+        object.__setattr__(self, "_amk_options", options)
+        self._compile_orig_mod()
+
+    def _compile_orig_mod(self) -> None:
+        report, settings = _reporting(self._amk_options.settings)
+        caller = _compiled_caller(self._orig_mod, settings, self._amk_options.dynamic, self._amk_options.cuda_graphs)
         object.__setattr__(self, "_amk_caller", caller)
         object.__setattr__(self, "_amk_report", report)  # what explain(compiled) shows
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        del state["_amk_caller"], state["_amk_report"]
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        initialize()  # an unpickling process may not have compiled anything yet
+        self._compile_orig_mod()
 
     def forward(self, *args, **kwargs):
         return self._amk_caller(*args, **kwargs)
@@ -242,9 +293,11 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
             cuda_graphs: bool = False):
     """Compile a model or function with TorchDynamo and the amk backend.
 
-    Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one). Supported
-    runs of ops (Linear/matmul, norms, activations, residual adds, scaling, casts, softmax) become fused Triton
-    kernels; everything else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
+    Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one; a deep copy
+    of it, such as an EMA copy, or one loaded back by ``torch.load`` is a module of its own parameters, compiled again
+    with the same options on its first call, mostly from the kernel cache). Supported runs of ops (Linear/matmul,
+    norms, activations, residual adds, scaling, casts, softmax) become fused Triton kernels; everything else runs as
+    PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
     tensor arguments symbolic (every dim of integer and boolean ones, such as token ids; dims of size 1 on the first
     tensor argument only, as other arguments' usually broadcast), so that changing the batch or sequence length does
     not recompile; ``True`` makes every dim symbolic, ``False`` none. Each symbolic size adds to TorchDynamo's work on
@@ -283,25 +336,22 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     if not isinstance(cuda_graphs, bool):
         raise InvalidArgumentError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
-    report = ExplainReport()
-    settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, report.graphs.append, tune_sizes)
+    settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, tune_sizes=tune_sizes)
     if autotune and isinstance(model_or_fn, torch.nn.Module):
         # Before TorchDynamo's import (2.3 s of a new process's amk.compile on the H200 host), which they overlap.
         expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)
     register_backend()
-    return _compile(model_or_fn, example_inputs, settings, dynamic, report, cuda_graphs)
+    return _compile(model_or_fn, example_inputs, settings, dynamic, cuda_graphs)
 
 
-def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, report: ExplainReport,
-             cuda_graphs: bool = False):
-    backend = functools.partial(compile_graph, settings=settings)
-    compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
-    caller = _Caller(compiled, dynamic, model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None)
-    if cuda_graphs:
-        caller = cuda_graphed(caller)
+def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, cuda_graphs: bool = False):
+    """``model_or_fn`` compiled with ``settings``; the graphs it compiles go to the result's ``_amk_report``."""
     if isinstance(model_or_fn, torch.nn.Module):
-        result = CompiledModule(model_or_fn, caller, report)
+        result = CompiledModule(model_or_fn, _CompileOptions(settings, dynamic, cuda_graphs))
     else:
+        report, settings = _reporting(settings)
+        caller = _compiled_caller(model_or_fn, settings, dynamic, cuda_graphs)
+
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
             return caller(*args, **kwargs)
@@ -340,16 +390,16 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
         if example_inputs is None:
             raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor "
                                        "(only a module compiled by amk.compile can be explained without them)")
-        report = ExplainReport()
-        settings = make_settings(autotune=False, verify=False, pipeline=pipeline, report=report.graphs.append)
+        settings = make_settings(autotune=False, verify=False, pipeline=pipeline)
         target = model_or_fn
         if isinstance(model_or_fn, torch.nn.Module):
             # A fresh code object would be ideal; a wrapper function gets its own Dynamo cache entry.
             def target(*args, **kwargs):
                 return model_or_fn(*args, **kwargs)
 
-        compiled = _compile(target, None, settings, dynamic, report)
+        compiled = _compile(target, None, settings, dynamic)
         compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
+        report = compiled._amk_report
     if print_report:
         print(report)
     return report
