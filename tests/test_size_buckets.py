@@ -297,31 +297,6 @@ def test_only_calls_that_may_compile_mark_their_leading_dims(tmp_path):
     assert marked(graded)
 
 
-class _GeluOfLinearPlus(torch.nn.Module):
-    """``gelu(linear(x) + cond)``: ``cond`` is either ``[B, N]`` or ``[1, N]``, broadcast over the batch."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(FEATURES, FEATURES)
-
-    def forward(self, x, cond):
-        return torch.nn.functional.gelu(self.linear(x) + cond)
-
-
-def test_a_second_argument_may_broadcast_after_a_call_where_it_did_not(tmp_path):
-    """A second argument of shape [1, N] after [B, N]: its size-1 dim stays static (a compile more, once), where
-    TorchDynamo made it dynamic, traced it as amk's size-oblivious batch dims and failed ("size of tensor a must match
-    size of tensor b"); every mix of batches then runs on those two graphs."""
-    model = _GeluOfLinearPlus().to(DEVICE)
-    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
-    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    with torch.no_grad():
-        for rows, cond_rows in [(4, 4), (4, 1), (7, 1), (7, 7), (1, 1), (9, 1)]:
-            x, cond = batch(rows), torch.randn(cond_rows, FEATURES, device=DEVICE)
-            torch.testing.assert_close(compiled(x, cond), model(x, cond), atol=1e-5, rtol=1e-5)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
-
-
 @pytest.mark.skipif(GPU, reason="checks the untimed report of a CPU build")
 def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
     model = linear_relu()

@@ -89,15 +89,12 @@ def _leading_dims(values):
 # Dims of size 1 are marked dynamic on the first tensor argument only (a batch of 1 of the model's input then serves
 # every batch), not on the others: a dim marked dynamic is traced as "not 1", so one that broadcasts (RoPE's cos
 # [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a compile more
-# for every new batch. The others are marked static: where their size was not 1 at an earlier call, TorchDynamo would
-# otherwise make them dynamic (its automatic dynamic shapes) and trace them as amk's marked dims, size-obliviously,
-# and an argument that broadcasts ([1, N] after [B, N]) failed to trace. A call whose trace fails with the first
-# argument's marked is traced again with none (see _Caller).
+# for every new batch. A call whose trace fails with them marked is traced again with none (see _Caller).
 
 
 def _mark_leading_dims(values, first_size_one: bool) -> bool:
     """Mark the leading dims of the tensor arguments dynamic, those of size 1 on the first tensor argument too where
-    ``first_size_one`` and the other size-1 dims static; whether one of size 1 was marked dynamic."""
+    ``first_size_one``; whether one of size 1 was marked."""
     marked_size_one = False
     first = None
     for tensor, axis in _leading_dims(values):
@@ -106,8 +103,6 @@ def _mark_leading_dims(values, first_size_one: bool) -> bool:
         if not one or (first_size_one and tensor is first):
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
             marked_size_one = marked_size_one or one
-        else:
-            torch._dynamo.mark_static(tensor, axis)
     return marked_size_one
 
 
@@ -201,7 +196,6 @@ class _Caller:
                 raise
             self.mark_size_one = False
             _unmark_size_one_dims((args, kwargs))
-            _mark_leading_dims((args, kwargs), self.mark_size_one)  # now static, as at the next calls
             if self.compiled_for is not None or _frames_traced() - frames_before != 1:
                 log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument dynamic, "
                             "after part of the call may have run, so the call is not made again; later calls trace "
