@@ -88,7 +88,10 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     call = (512, 16, 8, 512)
     assert scores.hints(scores.key(call), call) == {"s": 512, "h": 16, "b": 8, "t": 512}
     assert scores.hints(scores.key_for_rows(16, call), call) == {"s": 16, "h": 1, "b": 1, "t": 512}
-    assert rows.hints(rows.key((5, 3)), (5, 3)) == {"s1": 6, "s0": 3}  # 16 rows: 3 x 6, at least the bound
+    assert rows.hints(rows.key((5, 4)), (5, 4)) == {"s1": 16, "s0": 4}  # 20 rows, bucket 17..64: 4 x 16
+    # The product is the bound: 16 rows as 3 x 6 would be 18, past the bucket, and 64 as 5 x 13 65, past skinny_m's 64
+    assert rows.hints(rows.key((5, 3)), (5, 3)) == {"s1": 16, "s0": 1}
+    assert rows.hints(rows.key((12, 5)), (12, 5)) == {"s1": 64, "s0": 1}
 
 
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):

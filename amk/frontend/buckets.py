@@ -99,16 +99,17 @@ class SizeBuckets:
     def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
         """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
         symbols take their values. With the ``sizes`` of the call that asks for the bucket (``symbols`` order), the
-        outer row symbols keep the call's values where their product fits the bound and the first row symbol makes up
-        the rest (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the call's batch:
+        outer row symbols keep the call's values where their product divides the bound and the first row symbol makes
+        up the rest (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the call's batch:
         attention's queries 512 rows times 128 batch and heads, not 65536 rows of one matrix); otherwise the first
-        row symbol takes the whole bound and the others 1."""
+        row symbol takes the whole bound and the others 1. The product is the bound exactly: more rows than the
+        bucket holds would choose its strategy for another bucket (64 rows as 13 x 5 is 65, past ``skinny_m``'s 64)."""
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
         outer = list(sizes[1:self.row_symbols]) if sizes is not None else []
-        if not outer or math.prod(outer) > bound:
+        if not outer or bound % math.prod(outer):
             outer = [1] * (self.row_symbols - 1)
-        first = -(-bound // math.prod(outer))
+        first = bound // math.prod(outer)
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
