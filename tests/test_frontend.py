@@ -895,3 +895,8 @@ def test_runtime_scalars_are_guarded():
         assert frontend.STATS.fallbacks - fallbacks == fallback
         fallbacks = frontend.STATS.fallbacks
     assert frontend.STATS.graphs == graphs + 1
+    # amk.explain says so: before, it showed the kernels running and nothing of the fallback
+    (subgraph,) = amk.explain(compiled, print_report=False).graphs[0].subgraphs
+    assert subgraph.scalar_fallbacks == 1 and subgraph.scalar_fallback == (
+        "scalar argument 1 is 3.0, the kernels were built for 2.0")
+    assert "1 call(s) ran the subgraph's PyTorch ops" in str(amk.explain(compiled, print_report=False))

@@ -5,6 +5,7 @@ runs and why (timed against PyTorch on a GPU, "not timed" here)."""
 
 from __future__ import annotations
 
+import numpy
 import pytest
 import torch
 from conftest import DEVICE, GPU
@@ -111,13 +112,14 @@ def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
     assert "[skinny_m]" not in bucket.kernels[0]
 
 
-@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3])
+@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3, {16: 2}, [10 ** 12]])
 def test_tune_sizes_are_checked(bad):
     with pytest.raises(InvalidArgumentError, match="tune_sizes must be None or a list of row counts"):
         check_tune_sizes(bad)
     with pytest.raises(InvalidArgumentError, match="tune_sizes must be"):
         amk.compile(torch.nn.ReLU(), tune_sizes=bad)
     assert check_tune_sizes(range(1, 3)) == (1, 2)
+    assert check_tune_sizes([numpy.int64(16), 4096]) == (16, 4096)  # sizes computed with numpy
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ up the rest.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+import operator
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from amk.errors import InvalidArgumentError
@@ -127,17 +128,29 @@ class SizeBuckets:
         return ", ".join(parts)
 
 
+# The most rows tune_sizes may ask a bucket for (a bucket's build allocates its bound's rows to tune at).
+MAX_TUNE_ROWS = 2 ** 31
+
+
 def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
-    """``amk.compile``'s ``tune_sizes``: None or row counts M (positive ints) whose buckets are built ahead of the
-    first call; anything else is an :class:`~amk.errors.InvalidArgumentError`."""
+    """``amk.compile``'s ``tune_sizes``: None or row counts M (ints up to ``MAX_TUNE_ROWS``) whose buckets are built
+    ahead of the first call; anything else is an :class:`~amk.errors.InvalidArgumentError`."""
     if tune_sizes is None:
         return ()
-    accepted = "None or a list of row counts M (positive ints), e.g. [1, 16, 4096]"
-    if isinstance(tune_sizes, str | bytes) or not isinstance(tune_sizes, Iterable):
+    accepted = f"None or a list of row counts M (ints from 1 to {MAX_TUNE_ROWS}), e.g. [1, 16, 4096]"
+    if isinstance(tune_sizes, str | bytes | Mapping) or not isinstance(tune_sizes, Iterable):
         raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}")
-    sizes = tuple(tune_sizes)
-    bad = [size for size in sizes if not isinstance(size, int) or isinstance(size, bool) or size < 1]
+    sizes, bad = [], []
+    for size in tune_sizes:
+        try:  # ints and what behaves as one (numpy's integers); not floats, nor bools
+            value = None if isinstance(size, bool) else operator.index(size)
+        except TypeError:
+            value = None
+        if value is None or not 1 <= value <= MAX_TUNE_ROWS:
+            bad.append(size)
+        else:
+            sizes.append(value)
     if bad or not sizes:
         raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}"
-                                   + (f" ({', '.join(map(repr, bad))} not a positive int)" if bad else ""))
-    return sizes
+                                   + (f" ({', '.join(map(repr, bad))} out of that)" if bad else ""))
+    return tuple(sizes)

@@ -118,6 +118,14 @@ class SubgraphReport:
     cached: bool = False
     buckets: list[BucketReport] = field(default_factory=list)
     describe: Callable[[], tuple[list[KernelReport], list[tuple[str, str]]]] | None = field(default=None, repr=False)
+    # Calls that ran the PyTorch ops because a scalar argument had another value than the one the kernels were built
+    # with (a guarded scalar, such as a temperature TorchDynamo made symbolic), and the last such call's reason.
+    scalar_fallbacks: int = 0
+    scalar_fallback: str | None = None
+
+    def ran_pytorch_for_a_scalar(self, reason: str) -> None:
+        self.scalar_fallbacks += 1
+        self.scalar_fallback = reason
 
     @functools.cached_property
     def _description(self) -> tuple[list[KernelReport], list[tuple[str, str]]]:
@@ -164,6 +172,9 @@ class GraphReport:
                 lines.append(f"    not fused (runs in PyTorch inside the subgraph): {op}: {reason}")
             for bucket in sub.buckets:
                 lines.extend(f"    {line}" for line in str(bucket).splitlines())
+            if sub.scalar_fallbacks:
+                lines.append(f"    {sub.scalar_fallbacks} call(s) ran the subgraph's PyTorch ops, as the kernels take "
+                             f"that scalar as a constant: {sub.scalar_fallback}")
         if self.pytorch:
             lines.append("  left to PyTorch:")
             for node in self.pytorch:

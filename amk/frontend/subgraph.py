@@ -179,6 +179,7 @@ class FusedSubgraph(torch.nn.Module):
             reason = self._guard_failure(args)
             if reason is not None:
                 log.debug("%s runs in PyTorch: %s", self.name, reason)
+                self.report.ran_pytorch_for_a_scalar(reason)
                 return self._run_fallback(args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return _Recompute.apply(self, *args)
