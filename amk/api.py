@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from amk.autograd import builds_graph, recomputed_gradients
+from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
@@ -192,12 +192,9 @@ class _RecomputedBackward(torch.autograd.Function):
         wanted = [index for index, needs in enumerate(ctx.needs_input_grad[1:]) if needs]
         create_graph = builds_graph()
         with torch.enable_grad():
-            leaves = []
-            for index, tensor in enumerate(saved):
-                # with create_graph, from the inputs themselves (amk.autograd); else from detached copies
-                source = tensor if create_graph else tensor.detach()
-                leaf = source.to(tensor.dtype if tensor.dtype.itemsize >= 4 else torch.float32)
-                leaves.append(leaf.requires_grad_() if index in wanted and not create_graph else leaf)
+            leaves = [recomputation_input(tensor, index in wanted, create_graph,
+                                          tensor.dtype if tensor.dtype.itemsize >= 4 else torch.float32)
+                      for index, tensor in enumerate(saved)]
             outputs = kernel._reference(leaves)
         return (None, *recomputed_gradients(outputs, grads, leaves, wanted, [t.dtype for t in saved], create_graph))
 

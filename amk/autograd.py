@@ -5,8 +5,9 @@ FX nodes they replaced) both run their fused kernels forward and, for backward, 
 with autograd on; :func:`recomputed_gradients` turns that recomputation into the gradients autograd asks for.
 
 A backward asked to build a graph itself (``create_graph=True``: a gradient penalty, a Hessian-vector product) runs with
-grad mode on (:func:`builds_graph`); the recomputation then starts from the saved inputs themselves rather than from
-detached copies, so that the gradients it returns are differentiable with respect to those inputs too.
+grad mode on (:func:`builds_graph`); the recomputation then starts from views of the saved inputs rather than from
+detached copies (:func:`recomputation_input`), so that the gradients it returns are differentiable with respect to
+those inputs too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ def builds_graph() -> bool:
     """Whether the running backward must itself be differentiable (autograd enables grad mode for it exactly when
     ``create_graph=True``)."""
     return torch.is_grad_enabled()
+
+
+def recomputation_input(tensor: torch.Tensor, needs_grad: bool, create_graph: bool,
+                        dtype: torch.dtype | None = None) -> torch.Tensor:
+    """What a backward recomputes from in place of the saved input ``tensor`` (in ``dtype`` where given): a detached
+    copy, a leaf requiring grad where ``needs_grad``; with ``create_graph``, a view of the input itself, a node of its
+    own for each input, so that the gradients stay differentiable with respect to it and an input passed twice, or
+    computed from another input, has each path counted once (the inputs themselves would count the other's twice)."""
+    if create_graph:
+        view = tensor.view_as(tensor)
+        return view if dtype is None else view.to(dtype)
+    leaf = tensor.detach() if dtype is None else tensor.detach().to(dtype)
+    return leaf.requires_grad_() if needs_grad else leaf
 
 
 def recomputed_gradients(outputs: Sequence, grads: Sequence, inputs: Sequence, wanted: Sequence[int],

@@ -207,3 +207,41 @@ def test_a_gradient_penalty_differentiates_through_a_compiled_module():
     assert relative(gradient, want_gradient) < 1e-5 and relative(grad_x, want_x) < 1e-5
     for (name, parameter), want in zip(model.named_parameters(), eager.parameters()):
         assert relative(parameter.grad, want.grad) < 1e-5, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_create_graph_gradient_counts_each_path_once_when_inputs_depend_on_each_other(dtype):
+    """kernel(x, x) and kernel(x, 2x): the recomputation starts from a view of each input, so that the gradient
+    returned for one input does not also hold the path through the other (recomputing from the saved inputs themselves
+    counted it twice in fp32, where no upcast separated them)."""
+    kernel = amk.build_fused_kernel(["mul"], [(4, 8), (4, 8)], dtype, autotune=False)
+    for second in (lambda x: x, lambda x: 2 * x):
+        x = inputs([(4, 8)], dtype)[0].requires_grad_()
+        (gradient,) = torch.autograd.grad(kernel(x, second(x)).sum(), x, create_graph=True)
+        reference = x.detach().float().requires_grad_()
+        (want,) = torch.autograd.grad((reference * second(reference)).sum(), reference, create_graph=True)
+        assert gradient.requires_grad and relative(gradient, want) < 1e-3
+
+
+def test_a_create_graph_gradient_through_a_subgraph_whose_inputs_depend_on_each_other():
+    """tanh(linear(x) + cumsum(x)): cumsum stays in PyTorch, so the fused subgraph takes x and a tensor computed from
+    it; the gradient penalty's gradients are PyTorch's."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x) + torch.cumsum(x, dim=-1))
+
+    torch.manual_seed(0)
+    model = Block().to(DEVICE)
+    eager = copy.deepcopy(model)
+    compiled = amk.compile(model, autotune=False)
+    x = torch.randn(4, 16, device=DEVICE)
+    gradient, (grad_x,) = _gradient_penalty(compiled, [x.clone().requires_grad_()])
+    want_gradient, (want_x,) = _gradient_penalty(eager, [x.clone().requires_grad_()])
+    assert relative(gradient, want_gradient) < 1e-5 and relative(grad_x, want_x) < 1e-5
+    for (name, parameter), want in zip(model.named_parameters(), eager.parameters()):
+        assert relative(parameter.grad, want.grad) < 1e-5, name

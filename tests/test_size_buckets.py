@@ -90,9 +90,11 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert scores.hints(scores.key(call), call) == {"s": 512, "h": 16, "b": 8, "t": 512}
     assert scores.hints(scores.key_for_rows(16, call), call) == {"s": 16, "h": 1, "b": 1, "t": 512}
     assert rows.hints(rows.key((5, 4)), (5, 4)) == {"s1": 16, "s0": 4}  # 20 rows, bucket 17..64: 4 x 16
-    # The product is the bound: 16 rows as 3 x 6 would be 18, past the bucket, and 64 as 5 x 13 65, past skinny_m's 64
-    assert rows.hints(rows.key((5, 3)), (5, 3)) == {"s1": 16, "s0": 1}
-    assert rows.hints(rows.key((12, 5)), (12, 5)) == {"s1": 64, "s0": 1}
+    # Never past the bound: 16 rows as 3 x 5, not 3 x 6 (18), and 64 as 5 x 12, not 5 x 13 (65, past skinny_m's 64)
+    assert rows.hints(rows.key((5, 3)), (5, 3)) == {"s1": 5, "s0": 3}
+    assert rows.hints(rows.key((12, 5)), (12, 5)) == {"s1": 12, "s0": 5}
+    twelve_heads = (512, 12, 8)  # GPT-2 or BERT attention: 49152 rows, bucket 65536, tuned for the call's batch
+    assert scores.hints(scores.key((*twelve_heads, 512)), (*twelve_heads, 512)) == {"s": 682, "h": 12, "b": 8, "t": 512}
 
 
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):

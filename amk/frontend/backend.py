@@ -109,7 +109,7 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
     for partition in proposed:
         # A subgraph runs where its last node was: split it at mutations and grad-mode/autocast changes.
         by_epoch: dict[int, list[Node]] = {}
-        for node in sorted(partition.nodes, key=order.__getitem__):
+        for node in sorted((n for n in partition.nodes if n in supported), key=order.__getitem__):
             by_epoch.setdefault(analysis.epochs.get(node, 0), []).append(node)
         for nodes in by_epoch.values():
             if any(analysis.infos[n].kind == "compute" for n in nodes):

@@ -100,15 +100,16 @@ class SizeBuckets:
     def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
         """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
         symbols take their values. With the ``sizes`` of the call that asks for the bucket (``symbols`` order), the
-        outer row symbols keep the call's values where their product divides the bound and the first row symbol makes
-        up the rest (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the call's batch:
-        attention's queries 512 rows times 128 batch and heads, not 65536 rows of one matrix); otherwise the first
-        row symbol takes the whole bound and the others 1. The product is the bound exactly: more rows than the
-        bucket holds would choose its strategy for another bucket (64 rows as 13 x 5 is 65, past ``skinny_m``'s 64)."""
+        outer row symbols keep the call's values where their product fits the bound and the first row symbol makes up
+        the rest, rounded down (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the
+        call's batch: attention's queries 512 rows times 128 batch and heads, not 65536 rows of one matrix); otherwise
+        the first row symbol takes the whole bound and the others 1. The product is never above the bound, and above
+        half of it: more rows than the bucket holds would choose its strategy for another bucket (64 rows as 13 x 5
+        would be 65, past ``skinny_m``'s 64)."""
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
         outer = list(sizes[1:self.row_symbols]) if sizes is not None else []
-        if not outer or bound % math.prod(outer):
+        if not outer or math.prod(outer) > bound:
             outer = [1] * (self.row_symbols - 1)
         first = bound // math.prod(outer)
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
@@ -129,7 +130,7 @@ class SizeBuckets:
 
 
 # The most rows tune_sizes may ask a bucket for (a bucket's build allocates its bound's rows to tune at).
-MAX_TUNE_ROWS = 2 ** 31
+MAX_TUNE_ROWS = 2 ** 31 - 1
 
 
 def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
@@ -152,5 +153,5 @@ def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
             sizes.append(value)
     if bad or not sizes:
         raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}"
-                                   + (f" ({', '.join(map(repr, bad))} out of that)" if bad else ""))
+                                   + (f" ({', '.join(map(repr, bad))} not such a count)" if bad else ""))
     return tuple(sizes)

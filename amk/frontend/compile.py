@@ -248,7 +248,10 @@ class CompiledModule(torch.nn.Module):
 
     ``copy.deepcopy`` and pickling (``torch.save`` of the whole module) copy ``_orig_mod`` and the options of
     :func:`compile`, not what TorchDynamo compiled (its code objects can be neither copied nor pickled): the copy
-    compiles its own ``_orig_mod`` on its first call, mostly from the kernel cache, with a report of its own."""
+    compiles its own ``_orig_mod`` on its first call, mostly from the kernel cache, with a report of its own. Each
+    copy is a compile of the module class's ``forward`` more, and TorchDynamo's ``recompile_limit`` (8 per code
+    object, as for separate ``amk.compile`` calls) applies: past it, further copies run in PyTorch with TorchDynamo's
+    warning."""
 
     def __init__(self, module: torch.nn.Module, options: _CompileOptions):
         super().__init__()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule
 
-from amk.autograd import builds_graph, recomputed_gradients
+from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import Built, record_race, recorded_race
 from amk.environment import default_device
 from amk.frontend.buckets import SizeBuckets
@@ -69,10 +69,7 @@ class _Recompute(torch.autograd.Function):
         wanted = []
         for position, tensor in zip(ctx.positions, ctx.saved_tensors):
             needs = ctx.needs_input_grad[position + 1]
-            if create_graph:  # the inputs themselves: the gradients returned stay differentiable with respect to them
-                args[position] = tensor
-            else:
-                args[position] = tensor.detach().requires_grad_(needs) if needs else tensor.detach()
+            args[position] = recomputation_input(tensor, needs, create_graph)
             if needs:
                 wanted.append(position)
         for position, value in ctx.others.items():
