@@ -438,6 +438,32 @@ def test_tensor_indexing_after_a_fused_subgraph_stays_pytorchs():
     assert all(subgraph.buckets for subgraph in report.graphs[0].subgraphs)
 
 
+@pytest.mark.parametrize("log_softmax", [lambda y: F.log_softmax(y, dim=-1), lambda y: torch.log_softmax(y * 2.0, -1),
+                                         lambda y: y.log_softmax(dim=1, dtype=torch.float32)],
+                         ids=["F.log_softmax", "torch.log_softmax", "Tensor.log_softmax"])
+def test_log_softmax_fuses_as_the_rows_logsumexp_subtracted(log_softmax):
+    """log_softmax (an LM head's, a classifier's) is one kernel with the Linear before it: x - logsumexp(x) over the
+    row; it was left to PyTorch ("no tensor_op equivalent")."""
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(HIDDEN, 48)
+
+        def forward(self, x):
+            return log_softmax(self.head(x))
+
+    model = Head().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(3)[:, 0].contiguous().requires_grad_()
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    report = amk.explain(compiled, print_report=False)
+    assert not report.pytorch and len(report.kernels) == 1, str(report)
+    (gradient,) = torch.autograd.grad(compiled(x).sum(), x)
+    (want,) = torch.autograd.grad(model(x).sum(), x)
+    torch.testing.assert_close(gradient, want, atol=1e-4, rtol=1e-4)
+
+
 _KEEP_LAST_TOKENS = """
 import torch
 import torch.nn as nn

@@ -293,8 +293,8 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one; a deep copy
     of it, such as an EMA copy, or one loaded back by ``torch.load`` is a module of its own parameters, compiled again
     with the same options on its first call, mostly from the kernel cache). Supported runs of ops (Linear/matmul,
-    norms, activations, residual adds, scaling, casts, softmax) become fused Triton kernels; everything else runs as
-    PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
+    norms, activations, residual adds, scaling, casts, softmax, log_softmax) become fused Triton kernels; everything
+    else runs as PyTorch. ``dynamic=None`` (default) makes every leading dim of the floating-point
     tensor arguments symbolic (every dim of integer and boolean ones, such as token ids; dims of size 1 on the first
     tensor argument only, as other arguments' usually broadcast), so that changing the batch or sequence length does
     not recompile; ``True`` makes every dim symbolic, ``False`` none. Each symbolic size adds to TorchDynamo's work on

@@ -248,6 +248,16 @@ def _softmax(b, node):
     return b.add(tensor_op.SoftmaxOp(x, _softmax_dim(node, a, x.type.rank)))
 
 
+@register(spellings([torch.log_softmax, F.log_softmax], ["log_softmax"]), "log_softmax")
+def _log_softmax(b, node):
+    names = ("input", "dim", "_stacklevel", "dtype") if node.target is F.log_softmax else ("input", "dim", "dtype")
+    a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
+    x = b.tensor(a["input"], a["dtype"])
+    # x - logsumexp(x) over the row: the row reduction amk has, and the subtraction after it fuses into its kernel
+    total = b.add(tensor_op.LogSumExpOp(x, _softmax_dim(node, a, x.type.rank), True), "logsumexp")
+    return b.add(tensor_op.SubOp(x, total))
+
+
 def _reduction(op_class, label, functions, methods):
     @register(spellings(functions, methods), label, fragile=True)
     def build(b, node):
