@@ -304,6 +304,51 @@ def test_only_calls_that_may_compile_mark_their_leading_dims(tmp_path):
     assert marked(graded)
 
 
+class _GeluOfLinearPlus(torch.nn.Module):
+    """``gelu(linear(x) + cond)``, ``cond`` ``[B, N]`` or ``[1, N]`` (broadcast over the batch); with
+    ``graph_break``, a call of Python between the two that TorchDynamo cannot trace (the graph before it runs)."""
+
+    def __init__(self, graph_break: bool = False):
+        super().__init__()
+        self.linear = torch.nn.Linear(FEATURES, FEATURES)
+        self.graph_break = graph_break
+        self.breaks = 0
+
+    def forward(self, x, cond):
+        y = self.linear(x)
+        if self.graph_break:
+            self.breaks += 1
+            torch._dynamo.graph_break()
+        return torch.nn.functional.gelu(y + cond)
+
+
+def test_a_second_argument_may_broadcast_after_a_call_where_it_did_not(tmp_path):
+    """A second argument of shape [1, N] after [B, N]: TorchDynamo makes its dim dynamic on the retrace and amk's
+    size-oblivious tracing failed ("size of tensor a must match size of tensor b"). That trace was of the call's own
+    frame, so nothing of the call had run: it is traced again without the flag (the dim specializes to 1), and every
+    mix of batches then runs on those two graphs."""
+    model = _GeluOfLinearPlus().to(DEVICE)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for rows, cond_rows in [(4, 4), (4, 1), (7, 1), (7, 7), (1, 1), (9, 1)]:
+            x, cond = batch(rows), torch.randn(cond_rows, FEATURES, device=DEVICE)
+            torch.testing.assert_close(compiled(x, cond), model(x, cond), atol=1e-5, rtol=1e-5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
+
+
+def test_a_trace_failing_after_a_graph_break_is_not_made_again(tmp_path):
+    """The same failure in the frame resumed after a graph break: the graph before it has run (and the Python between
+    them), so the call is not made again; the error reaches the caller."""
+    model = _GeluOfLinearPlus(graph_break=True).to(DEVICE)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    with torch.no_grad():
+        compiled(batch(4), torch.randn(4, FEATURES, device=DEVICE))
+        with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
+            compiled(batch(4), torch.randn(1, FEATURES, device=DEVICE))
+    assert model.breaks == 2  # once a call: what ran before the failed frame ran once, not again
+
+
 @pytest.mark.skipif(GPU, reason="checks the untimed report of a CPU build")
 def test_tune_sizes_are_built_ahead_and_explained(tmp_path):
     model = linear_relu()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import itertools
 import logging
 from collections.abc import Callable
@@ -150,7 +151,8 @@ class _Caller:
     last one's, see :func:`_signature`). The flag is set and put back by hand: ``config.patch`` costs about 30 us a
     call, more than a compiled graph's call itself."""
 
-    def __init__(self, compiled: Callable, dynamic: bool | None, module: torch.nn.Module | None = None):
+    def __init__(self, compiled: Callable, dynamic: bool | None, module: torch.nn.Module | None = None,
+                 entry: Callable | None = None):
         self.compiled = compiled
         # A torch.compile'd module's forward, without OptimizedModule.__call__: that only warns of global module hooks
         # (which then fire as in the module itself) and flags the call for torch.distributed's module tracker, in
@@ -165,6 +167,10 @@ class _Caller:
         self.global_state = None  # TorchDynamo's global state at that call (_global_state)
         # Whether the first tensor argument's dims of size 1 are marked dynamic too: not once a trace failed with them.
         self.mark_size_one = True
+        # The code TorchDynamo traces first at each call (the module's forward, or the function): a trace that failed
+        # there failed before anything of the call ran.
+        function = type(module).forward if module is not None else entry
+        self.entry_code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
 
     @property
     def training(self) -> bool | None:
@@ -193,7 +199,16 @@ class _Caller:
             # only where nothing of it can have run: the module's first call, whose first frame failed (a graph
             # before a graph break would have run, from the cache too once a call succeeded).
             if not marked_size_one:
-                raise
+                if not self._failed_before_anything_ran(error):
+                    raise
+                # A dim TorchDynamo made dynamic on this retrace (its automatic dynamic shapes), traced
+                # size-obliviously like the dims amk marks: a second argument's size-1 dim that broadcasts ([1, N]
+                # after [B, N]) fails so. Traced again without the flag, such a dim specializes to 1 (a compile more).
+                log.info("amk.compile: a trace with backed_size_oblivious failed (%s); tracing again without it",
+                         str(error).splitlines()[0])
+                result = self.call(*args, **kwargs)
+                self.compiled_for, self.global_state = signature, _global_state()
+                return result
             self.mark_size_one = False
             _unmark_size_one_dims((args, kwargs))
             if self.compiled_for is not None or _frames_traced() - frames_before != 1:
@@ -206,6 +221,15 @@ class _Caller:
             result = self._traced_call(args, kwargs)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
+
+    def _failed_before_anything_ran(self, error: Exception) -> bool:
+        """Whether TorchDynamo's failed trace was of the call's own first frame (the outermost user frame of its stack
+        is ``entry_code``, not a function resumed after a graph break, nor a callee compiled on its own): then nothing
+        of the call ran, and it can be made again."""
+        stack = getattr(error, "real_stack", None)
+        code = self.entry_code
+        return (self.size_oblivious is not None and code is not None and bool(stack)
+                and stack[0].name == code.co_name and stack[0].filename == code.co_filename)
 
     def _traced_call(self, args, kwargs):
         """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
@@ -224,7 +248,8 @@ def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda
     :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``."""
     backend = functools.partial(compile_graph, settings=settings)
     compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
-    caller = _Caller(compiled, dynamic, model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None)
+    module = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None
+    caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn)
     return cuda_graphed(caller) if cuda_graphs else caller
 
 
