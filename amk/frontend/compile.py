@@ -194,31 +194,31 @@ class _Caller:
         try:
             result = self._traced_call(args, kwargs)
         except torch._dynamo.exc.TorchRuntimeError as error:
-            # Raised while TorchDynamo traced a frame on fake tensors. Later calls trace with no size-1 dim dynamic
-            # (those left static specialize: a batch of 1, then another, compiles twice). This call is traced again
-            # only where nothing of it can have run: the module's first call, whose first frame failed (a graph
-            # before a graph break would have run, from the cache too once a call succeeded).
-            if not marked_size_one:
-                if not self._failed_before_anything_ran(error):
+            # Raised while TorchDynamo traced a frame on fake tensors.
+            if marked_size_one:
+                # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then
+                # another, compiles twice). This call is traced again only where nothing of it can have run: the
+                # module's first call, whose first frame failed (a graph before a graph break would have run, from the
+                # cache too once a call succeeded).
+                self.mark_size_one = False
+                _unmark_size_one_dims((args, kwargs))
+                if self.compiled_for is not None or _frames_traced() - frames_before != 1:
+                    log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument "
+                                "dynamic, after part of the call may have run, so the call is not made again; later "
+                                "calls trace with them static: %s", str(error).splitlines()[0])
                     raise
+                log.info("amk.compile: the trace with the first argument's size-1 dims dynamic failed (%s); tracing "
+                         "again with them static", str(error).splitlines()[0])
+                result = self._traced_call(args, kwargs)
+            elif self._failed_before_anything_ran(error):
                 # A dim TorchDynamo made dynamic on this retrace (its automatic dynamic shapes), traced
                 # size-obliviously like the dims amk marks: a second argument's size-1 dim that broadcasts ([1, N]
                 # after [B, N]) fails so. Traced again without the flag, such a dim specializes to 1 (a compile more).
                 log.info("amk.compile: a trace with backed_size_oblivious failed (%s); tracing again without it",
                          str(error).splitlines()[0])
                 result = self.call(*args, **kwargs)
-                self.compiled_for, self.global_state = signature, _global_state()
-                return result
-            self.mark_size_one = False
-            _unmark_size_one_dims((args, kwargs))
-            if self.compiled_for is not None or _frames_traced() - frames_before != 1:
-                log.warning("amk.compile: TorchDynamo's trace failed with size-1 dims of the first argument dynamic, "
-                            "after part of the call may have run, so the call is not made again; later calls trace "
-                            "with them static: %s", str(error).splitlines()[0])
+            else:
                 raise
-            log.info("amk.compile: the trace with the first argument's size-1 dims dynamic failed (%s); tracing again "
-                     "with them static", str(error).splitlines()[0])
-            result = self._traced_call(args, kwargs)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
