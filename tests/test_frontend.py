@@ -863,6 +863,41 @@ def test_subgraphs_do_not_span_grad_mode_changes_or_mutations():
     torch.testing.assert_close(grad, weight.grad, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("mutation", ["relu_inplace_keyword", "relu_inplace_positional", "module_inplace",
+                                      "dropout_inplace", "batch_norm_statistics"])
+def test_calls_that_write_into_an_argument_end_fused_subgraphs(mutation):
+    """A call whose return value is dropped and whose argument it rectified (``F.relu(h, inplace=True)``,
+    ``nn.ReLU(inplace=True)``) or whose buffer it updated (``F.batch_norm`` while training) is a mutation: a fused
+    subgraph that reads the tensor afterwards must see it after the call, and one that reads it before must not."""
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+    running_mean, running_var = torch.ones(HIDDEN, device=DEVICE), torch.ones(HIDDEN, device=DEVICE)
+    rectify = nn.ReLU(inplace=True)
+
+    def block(x):
+        h = x @ weight.t()
+        if mutation == "batch_norm_statistics":
+            before = h * running_mean  # reads the buffer that batch_norm then updates
+            rows = h.reshape(-1, HIDDEN)
+            return before + F.batch_norm(rows, running_mean, running_var, training=True, momentum=0.5).view_as(h)
+        if mutation == "relu_inplace_keyword":
+            F.relu(h, inplace=True)
+        elif mutation == "relu_inplace_positional":
+            F.relu(h, True)
+        elif mutation == "module_inplace":
+            rectify(h)
+        else:
+            F.dropout(h, 0.0, True, True)
+            F.relu(h, inplace=True)
+        return h + 1.0
+
+    x = inputs(3)
+    running_mean.fill_(1.0), running_var.fill_(1.0)
+    expected = block(x)
+    running_mean.fill_(1.0), running_var.fill_(1.0)
+    torch.testing.assert_close(amk.compile(block, autotune=False)(x), expected, atol=ATOL, rtol=RTOL)
+
+
 def test_views_stay_in_pytorch_and_composite_dims_bind():
     """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
     torch.manual_seed(0)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch.fx import GraphModule, Node
+from torch.fx.operator_schemas import normalize_function
 from xdsl.utils.exceptions import VerifyException
 
 from amk.frontend.converters import CONVERTERS
@@ -77,7 +78,26 @@ def is_barrier(node: Node) -> bool:
     name = getattr(target, "__name__", "") or ""
     if name.endswith("_") and not name.endswith("__"):
         return True
-    return any(word in name for word in _STATE_WORDS)
+    return any(word in name for word in _STATE_WORDS) or _writes_into_an_argument(node)
+
+
+def _writes_into_an_argument(node: Node) -> bool:
+    """A call whose arguments, not its name, say that it writes into a tensor it is given: ``F.relu(h, inplace=True)``
+    (``nn.ReLU(inplace=True)`` as TorchDynamo inlines it), ``F.dropout(..., inplace=True)``, batch or instance norm
+    updating its running statistics, ``F.embedding`` renormalizing its weight's rows (``max_norm``). An argument
+    that is not a constant (a node) counts as set."""
+    try:
+        bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+    except (TypeError, ValueError, RuntimeError):  # no readable signature, or overloads it cannot tell apart
+        bound = None
+    arguments = bound.kwargs if bound is not None else node.kwargs
+
+    def is_set(flag: str) -> bool:
+        value = arguments.get(flag)
+        return isinstance(value, Node) or (isinstance(value, (bool, int)) and bool(value))
+
+    updates_statistics = (is_set("training") or is_set("use_input_stats")) and arguments.get("running_mean") is not None
+    return is_set("inplace") or updates_statistics or arguments.get("max_norm") is not None
 
 
 def epochs_of(gm: GraphModule) -> dict[Node, int]:
