@@ -62,7 +62,8 @@ class TunerConfig:
     and keep the faster (for ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
     ``target_cache_dir``: the directory under which amk writes everything it keeps (tuned kernels, timings, locks
     and the emitted sources that Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a
-    non-empty path that is a directory or does not exist yet (it is created); ``search``: how candidates are picked,
+    non-empty path that is a directory or does not exist yet (it is created), kept as an absolute path (a relative one
+    is taken from the current directory when the config is made); ``search``: how candidates are picked,
     one of ``exhaustive``, ``random`` or ``bayesian``. ``strategy=`` is the deprecated name of ``search`` (a
     DeprecationWarning; "strategy" now means a tiling strategy, :mod:`amk.lowering.strategies`).
     """
@@ -83,7 +84,9 @@ class TunerConfig:
         for name in ("enable_warp_specialization", "vendor_gemm"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
-        check_cache_directory(self.target_cache_dir, "TunerConfig.target_cache_dir")
+        check_directory_argument(self.target_cache_dir, "TunerConfig.target_cache_dir")
+        if self.target_cache_dir is not None:  # relative to the directory of now: a later os.chdir does not move it
+            object.__setattr__(self, "target_cache_dir", os.path.abspath(self.target_cache_dir))
         if self.search not in SEARCH_METHODS:
             raise InvalidArgumentError(
                 f"TunerConfig.search must be one of {', '.join(SEARCH_METHODS)}, got {self.search!r}")
@@ -119,12 +122,13 @@ TunerConfig.__init__ = _accept_strategy_keyword(TunerConfig.__init__)
 TunerConfig.strategy = property(_deprecated_strategy)
 
 
-def check_cache_directory(value, what: str) -> None:
-    """A cache directory (``what`` names the argument) must name a directory, existing or to be created: an empty
-    path would put the cache in the current directory, and a file cannot hold one."""
+def check_directory_argument(value, what: str, none_means: str = "the default") -> None:
+    """A directory argument such as a cache's (``what`` names it) must name a directory, existing or to be created:
+    an empty path would mean the current directory, and a file cannot hold one. None is accepted (``none_means``
+    says what it stands for in the error message)."""
     if value is None:
         return
-    accepted = "a non-empty path (str or os.PathLike) of a directory, existing or not, or None for the default"
+    accepted = f"a non-empty path (str or os.PathLike) of a directory, existing or not, or None for {none_means}"
     if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
         raise InvalidArgumentError(f"{what} must be {accepted}; got {value!r}")
     path = os.fspath(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -773,7 +774,8 @@ def test_graph_without_supported_ops():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"dump_ir": 123}, "dump_ir must be a directory path"),
+    ({"dump_ir": 123}, "dump_ir must be a non-empty path"),
+    ({"dump_ir": ""}, "dump_ir must be a non-empty path"),
     ({"pipeline": "amk-fuse,no-such-pass"}, "no-such-pass"),
     ({"pipeline": "amk-fuse,amk-tile"}, "amk-tile"),
     ({"pipeline": 7}, "pipeline must be"),
@@ -782,11 +784,20 @@ def test_graph_without_supported_ops():
     ({"tuner_config": {"search_budget": 4}}, "tuner_config must be an amk.TunerConfig"),
     ({"dynamic": "batch"}, "dynamic must be None, True or False"),
     ({"example_inputs": 3}, "example_inputs must be"),
-], ids=["dump_ir", "unknown-pass", "lowering-pass", "pipeline-type", "autotune", "verify", "tuner_config", "dynamic",
+], ids=["dump_ir", "dump_ir-empty", "unknown-pass", "lowering-pass", "pipeline-type", "autotune", "verify", "tuner_config", "dynamic",
         "example_inputs"])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidArgumentError, match=message):
         amk.compile(make("gpt2"), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"dynamic": "yes"}, "dynamic must be None, True or False, got 'yes'"),
+    ({"print_report": "no"}, "print_report must be True or False, got 'no'"),
+], ids=["dynamic", "print_report"])
+def test_explain_bad_arguments(kwargs, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        amk.explain(make("gpt2"), (inputs(1),), **kwargs)
 
 
 def test_not_callable():
@@ -801,11 +812,27 @@ def test_dump_ir_is_a_file(tmp_path):
     path.write_text("")
     with pytest.raises(InvalidArgumentError, match="not a directory"):
         amk.compile(make("gpt2"), dump_ir=path)
+    with pytest.raises(InvalidArgumentError, match="is under the file"):
+        amk.compile(make("gpt2"), dump_ir=path / "dumps")
+
+
+def test_a_dump_directory_that_cannot_be_written_leaves_the_model_compiling(tmp_path, monkeypatch, caplog):
+    """``AMK_DUMP_IR`` is read when a subgraph compiles: a path under a file there costs the dumps, not the model."""
+    path = tmp_path / "file"
+    path.write_text("")
+    monkeypatch.setenv("AMK_DUMP_IR", str(path / "dumps"))
+    model = make("gpt2")
+    x = inputs(2)
+    with caplog.at_level(logging.WARNING, logger="amk.frontend"):
+        torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
+    assert "no IR dumps for subgraph" in caplog.text
 
 
 def test_backend_rejects_unknown_options():
-    with pytest.raises(InvalidArgumentError, match="unknown amk backend option"):
+    with pytest.raises(InvalidArgumentError, match="unknown amk backend option.*accepted: .*tune_sizes, report$"):
         frontend.amk_backend(None, [], options={"fast": True})
+    with pytest.raises(InvalidArgumentError, match="torch.compile's mode is Inductor's"):
+        frontend.amk_backend(None, [], options={"mode": "max-autotune"})
 
 
 def test_subgraph_that_fails_to_compile_is_retried_without_reductions(monkeypatch):

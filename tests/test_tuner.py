@@ -720,3 +720,21 @@ def test_candidates_get_their_operands_laid_out_as_a_programs_calls_lay_them_out
     x, w, b = (torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes)
     torch.testing.assert_close(fused(x, w, b), torch.relu(x @ w.t() + b), atol=1e-5, rtol=1e-5)
     assert launched == [[tensor.stride() for tensor in examples]]
+
+
+def test_a_relative_target_cache_dir_is_fixed_when_the_config_is_made(tmp_path, monkeypatch):
+    """A kernel re-specialized after an ``os.chdir`` (a new leading dim) keeps its programs where the first build
+    put them, as does its ``with_dtype`` copy."""
+    from amk.runtime import default_device
+
+    monkeypatch.chdir(tmp_path)
+    config = TunerConfig(target_cache_dir="kernels")
+    assert config.target_cache_dir == str(tmp_path / "kernels")
+    kernel = amk.build_fused_kernel(["matmul", "relu"], [(8, 16), (16, 32)], torch.float32, tuner_config=config)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    x, w = (torch.randn(*shape, device=default_device()) for shape in ((5, 16), (16, 32)))
+    torch.testing.assert_close(kernel(x, w), torch.relu(x @ w))
+    kernel.with_dtype(torch.float16)
+    assert not (tmp_path / "elsewhere" / "kernels").exists()
+    assert len(list((tmp_path / "kernels" / "entries").iterdir())) == 3

@@ -305,12 +305,17 @@ class _GraphCompiler:
         dumper = None
         if directory is not None:
             target = Path(directory) / f"graph{self.graph_id:02d}_{name}"
-            if target.exists():
-                for old in target.iterdir():
-                    if old.is_file():
-                        old.unlink()
-            dumper = IRDumper(directory=target)
-            (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
+            try:
+                if target.exists():
+                    for old in target.iterdir():
+                        if old.is_file():
+                            old.unlink()
+                dumper = IRDumper(directory=target)
+                (target / "fx_nodes.txt").write_text("\n".join(n.format_node() for n in nodes) + "\n")
+            except OSError as error:  # a debugging aid never stops the model from compiling
+                log.warning("amk: no IR dumps for subgraph %s, its directory %s cannot be written: %s", name, target,
+                            error)
+                directory, dumper = None, None
         shapes = [tuple(d.text for d in dims) for dims in argument_dims]
         dtype = _common_dtype(imported)
 
@@ -402,15 +407,21 @@ class _GraphCompiler:
             gm.graph.erase_node(node)
 
 
+BACKEND_OPTIONS = ("autotune", "tuner_config", "dump_ir", "verify", "pipeline", "tune_sizes", "report")
+
+
 def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None = None, **kwargs) -> Callable:
     """The TorchDynamo backend: ``torch.compile(model, backend="amk")`` (options: ``autotune``, ``tuner_config``,
-    ``dump_ir``, ``verify``, ``pipeline``, ``tune_sizes``, as for :func:`compile`; pass them as ``options={...}``)."""
+    ``dump_ir``, ``verify``, ``pipeline``, ``tune_sizes``, as for :func:`compile`, and ``report``, a callable given
+    each compiled graph's :class:`~amk.frontend.reports.GraphReport`; pass them as ``options={...}``)."""
     merged = dict(options or {})
     merged.update(kwargs)
-    unknown = set(merged) - {"autotune", "tuner_config", "dump_ir", "verify", "pipeline", "report", "tune_sizes"}
+    unknown = set(merged) - set(BACKEND_OPTIONS)
     if unknown:
-        raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: autotune, "
-                                   "tuner_config, dump_ir, verify, pipeline, tune_sizes")
+        mode = " (torch.compile's mode is Inductor's: amk tunes its kernels with autotune=True, and runs CUDA graphs " \
+               "with amk.compile(model, cuda_graphs=True))" if "mode" in unknown else ""
+        raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: "
+                                   f"{', '.join(BACKEND_OPTIONS)}{mode}")
     settings = make_settings(**merged)
     return compile_graph(gm, example_inputs, settings)
 

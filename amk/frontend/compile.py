@@ -59,9 +59,9 @@ def clear_cache(cache_dir=None) -> None:
     directory), as ``amk cache clear`` does: the next compilation of each subgraph runs the passes again. Kernels
     already in use keep working; tuned configurations and timings stay."""
     from amk import cache
-    from amk.tuner import check_cache_directory
+    from amk.tuner import check_directory_argument
 
-    check_cache_directory(cache_dir, "clear_cache's cache_dir")
+    check_directory_argument(cache_dir, "clear_cache's cache_dir")
     cache.store_for(cache_dir).clear()
 
 
@@ -350,13 +350,11 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
-    if dynamic is not None and not isinstance(dynamic, bool):
-        raise InvalidArgumentError(f"dynamic must be None, True or False, got {dynamic!r}")
+    _check_flag("dynamic", dynamic, none_allowed=True)
     if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor, got "
                                    f"{type(example_inputs).__name__}")
-    if not isinstance(cuda_graphs, bool):
-        raise InvalidArgumentError(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
+    _check_flag("cuda_graphs", cuda_graphs)
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
     settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, tune_sizes=tune_sizes)
     if autotune and isinstance(model_or_fn, torch.nn.Module):
@@ -364,6 +362,12 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
         expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)
     register_backend()
     return _compile(model_or_fn, example_inputs, settings, dynamic, cuda_graphs)
+
+
+def _check_flag(name: str, value, none_allowed: bool = False) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``value`` is a bool (or None where ``none_allowed``)."""
+    if not isinstance(value, bool) and not (none_allowed and value is None):
+        raise InvalidArgumentError(f"{name} must be {'None, ' if none_allowed else ''}True or False, got {value!r}")
 
 
 def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | None, cuda_graphs: bool = False):
@@ -398,6 +402,8 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
     it (on a GPU with autotuning, the bucket's kernels against the PyTorch ops they replace on its first call)."""
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.explain needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
+    _check_flag("dynamic", dynamic, none_allowed=True)
+    _check_flag("print_report", print_report)
     if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor")
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs or ())

@@ -58,14 +58,12 @@ def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, p
     """Validated settings; bad values raise :class:`amk.errors.InvalidArgumentError`."""
     from amk.build import check_build_arguments
     from amk.frontend.buckets import check_tune_sizes
+    from amk.tuner import check_directory_argument
 
     check_build_arguments(autotune, verify, tuner_config)
+    check_directory_argument(dump_ir, "dump_ir", none_means="no dumps (or AMK_DUMP_IR's directory)")
     if dump_ir is not None:
-        if isinstance(dump_ir, bool) or not isinstance(dump_ir, str | os.PathLike):
-            raise InvalidArgumentError(f"dump_ir must be a directory path (str or os.PathLike), got {dump_ir!r}")
         dump_ir = os.fspath(dump_ir)
-        if os.path.exists(dump_ir) and not os.path.isdir(dump_ir):
-            raise InvalidArgumentError(f"dump_ir {dump_ir!r} exists and is not a directory")
     _check_pipeline(pipeline)
     if report is not None and not callable(report):
         raise InvalidArgumentError("report must be callable")
