@@ -278,7 +278,13 @@ class StagePass(ModulePass):
             value = getattr(self, self.OPTIONS[field])
             if value not in (0, 1):
                 raise PassFailedException(f"amk-stage: {self.OPTIONS[field]} must be 0 or 1, got {value!r}")
-        for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
+        kernels = [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]
+        if self.kernel and self.kernel not in {k.sym_name.data for k in kernels}:
+            staged = {o.sym_name.data for o in op.walk() if isinstance(o, memory_staged.KernelOp)}
+            if self.kernel not in staged:
+                names = ", ".join(sorted({k.sym_name.data for k in kernels} | staged)) or "none"
+                raise PassFailedException(f"amk-stage: no kernel named {self.kernel!r}; kernels: {names}")
+        for kernel in kernels:
             if self.kernel and kernel.sym_name.data != self.kernel:
                 continue
             staged = stage_kernel(kernel, config_for(kernel, self.overrides()))

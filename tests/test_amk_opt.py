@@ -181,6 +181,14 @@ def test_bad_pass_option(chain_file, tmp_path):
     assert "48" in stderr and "power of two" in stderr
 
 
+def test_stage_of_a_kernel_that_does_not_exist(chain_file, tmp_path):
+    tiled = tmp_path / "tiled.mlir"
+    tiled.write_text(ok(run(AMK_OPT, "-p", "amk-fuse,amk-tile", chain_file)))
+    stderr = fails_cleanly(run(AMK_OPT, "-p", "amk-stage{kernel=typo}", tiled))
+    assert "amk-stage: no kernel named 'typo'; kernels: fused_0" in stderr, stderr
+    assert "memory_staged.kernel" in ok(run(AMK_OPT, "-p", "amk-stage{kernel=fused_0}", tiled))
+
+
 def test_unknown_pass(chain_file):
     stderr = fails_cleanly(run(AMK_OPT, "-p", "amk-frobnicate", chain_file))
     assert "amk-frobnicate" in stderr
