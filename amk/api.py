@@ -45,17 +45,16 @@ class FusedKernel(torch.nn.Module):
 
     cache_hit: bool = False
     cache_key: str | None = None
-    _tuner_config: TunerConfig | None = None  # the build's settings: with_dtype builds in the same cache directory
 
-    def __init__(self, ops, shapes: list[tuple[int, ...]], dtype: torch.dtype, compiled: CompiledProgram,
-                 builder, grid=None):
+    def __init__(self, build_arguments: dict, compiled: CompiledProgram, builder):
         super().__init__()
-        self._grid = grid
-        self.ops = ops
-        self.shapes = shapes
-        self.dtype = dtype
+        # build_fused_kernel's arguments, normalized: with_dtype, copies and pickles build with them
+        self._build_arguments = build_arguments
+        self.ops = build_arguments["ops"]
+        self.shapes = build_arguments["input_shapes"]
+        self.dtype = build_arguments["dtype"]
         self.device = default_device()
-        self._compiled = {tuple(shapes): compiled}
+        self._compiled = {tuple(self.shapes): compiled}
         self._builder = builder
         self._hot: _HotPath | None = None
         self._hot_paths: dict[tuple, _HotPath] = {}  # per (shapes, device), made on the first call with them
@@ -93,10 +92,15 @@ class FusedKernel(torch.nn.Module):
         tuner found the vendor library's GEMM with the rest fused faster (``TunerConfig.vendor_gemm``)."""
         return [step.operation().name for step in self.compiled.program.steps if step.kind == "op"]
 
+    def __reduce__(self):
+        """``copy.deepcopy`` and pickling (``torch.save`` of the kernel) build the op chain again with the same
+        arguments, from the kernel cache where the first build left it, rather than copy the compiled launchers
+        (loaded modules and per-thread state, which can be neither copied nor pickled)."""
+        return build_fused_kernel_from, (self._build_arguments,)
+
     def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
         """The same op chain built for another dtype (untuned, in the same cache directory)."""
-        return build_fused_kernel(self.ops, self.shapes, dtype, autotune=False, tuner_config=self._tuner_config,
-                                  parameter_grid=self._grid)
+        return build_fused_kernel(**{**self._build_arguments, "dtype": dtype, "autotune": False, "verify": False})
 
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
@@ -253,8 +257,9 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     started = time.perf_counter()
     with recording() as clock:
         built = build(request(shapes), save=not verify)
-        kernel = FusedKernel(op_list, shapes, dtype, built.compiled, build_for, parameter_grid)
-        kernel._tuner_config = tuner_config
+        arguments = {"ops": op_list, "input_shapes": shapes, "dtype": dtype, "backend": backend, "autotune": autotune,
+                     "tuner_config": tuner_config, "parameter_grid": parameter_grid, "verify": verify}
+        kernel = FusedKernel(arguments, built.compiled, build_for)
         tuning_log.update(built.tuning_log)
         kernel.tuning_log = tuning_log
         kernel.program_times = built.program_times
@@ -268,6 +273,11 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     if not kernel.cache_hit:
         log.info("built %s in %.1f s (%s)", [n for n, _ in op_list], kernel.build_phases["total"], clock.summary())
     return kernel
+
+
+def build_fused_kernel_from(arguments: dict) -> FusedKernel:
+    """:func:`build_fused_kernel` called with ``arguments`` (a kernel's copy, or one loaded back by pickle)."""
+    return build_fused_kernel(**arguments)
 
 
 def _verify(kernel: FusedKernel, request: BuildRequest, built: Built) -> None:

@@ -596,3 +596,21 @@ def test_a_contraction_shorter_than_16_loaded_whole(ops, shapes):
     which Triton compiles for a GPU only from 16 ("K >= 16"); the tile is padded to 16 (masked) now."""
     kernel, _ = run_chain(ops, shapes, FP32)
     assert "tl.arange(0, 8)" not in kernel.source and "tl.arange(0, 4)" not in kernel.source
+
+
+def test_a_kernel_copies_and_pickles_by_building_again(tmp_path):
+    """``copy.deepcopy`` and ``torch.save`` / ``torch.load`` of a kernel, before and after calls (which make its
+    hot path): the copy is built from the same arguments, from the cache, and computes the same."""
+    import copy
+
+    config = amk.TunerConfig(target_cache_dir=tmp_path / "cache")
+    kernel = amk.build_fused_kernel(["matmul", "relu"], [(8, 16), (16, 32)], torch.float32, tuner_config=config,
+                                    parameter_grid={"BLOCK_SIZE_M": [16]})
+    x, w = (torch.randn(*shape, device=DEVICE) for shape in ((8, 16), (16, 32)))
+    expected = torch.relu(x @ w)
+    before_a_call = copy.deepcopy(kernel)
+    torch.testing.assert_close(kernel(x, w), expected)
+    torch.save(kernel, tmp_path / "kernel.pt")
+    for copied in (before_a_call, copy.deepcopy(kernel), torch.load(tmp_path / "kernel.pt", weights_only=False)):
+        assert copied is not kernel and copied.cache_hit and copied.config == kernel.config
+        torch.testing.assert_close(copied(x, w), expected)
