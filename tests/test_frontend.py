@@ -273,8 +273,8 @@ def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batc
 
 def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_them_static():
     """The first tensor argument's size-1 dims are marked dynamic; where one broadcasts against a parameter's dim, the
-    trace fails, on the module's first call and in its first frame (nothing of the call has run), and is made again
-    with no size-1 dim dynamic."""
+    trace fails in the call's first frame (nothing of the call has run), and is made again with no size-1 dim
+    dynamic."""
 
     class Gain(nn.Module):
         def __init__(self):
@@ -293,6 +293,13 @@ def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_the
         x = inputs(batch)[:, 0].contiguous()
         torch.testing.assert_close(compiled(gain, x), model(gain, x), atol=ATOL, rtol=RTOL)
     assert frontend.STATS.as_dict()["graphs"] - stats["graphs"] == 1
+    assert not compiled._amk_caller.mark_size_one
+
+    # The same on a later call: the first had no size-1 dim to mark, the second's trace fails in its first frame.
+    compiled = amk.compile(Gain().to(DEVICE), autotune=False)
+    for gain, x in ((torch.randn(4, 4, HIDDEN), inputs(4)[:, 0]), (torch.randn(1, 1, HIDDEN), inputs(3)[:, 0])):
+        gain, x = gain.to(DEVICE), x.contiguous()
+        torch.testing.assert_close(compiled(gain, x), compiled._orig_mod(gain, x), atol=ATOL, rtol=RTOL)
     assert not compiled._amk_caller.mark_size_one
 
 
