@@ -187,14 +187,39 @@ def _build(request: BuildRequest, save: bool) -> Built:
     else:
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
+    recorded = store.load_config(key)
+    if recorded:
+        try:
+            compiled, log_here, program, program_times = _compile(request, module, key, store, recorded)
+        except Exception as error:  # configs imported, or recorded by another machine, that this one cannot build
+            log.warning("the configurations recorded for %s do not build here (%s: %s); building without them",
+                        key[:12], type(error).__name__, error)
+            recorded = None
+            module = request.make_module()  # the passes rewrote the first one
+    if not recorded:
+        compiled, log_here, program, program_times = _compile(request, module, key, store, None)
+    built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
+                  tuning_log=log_here, program_times=program_times)
+    for compiled_kernel in compiled.kernels.values():
+        store.attach_triton_cache(key, compiled_kernel)
+    if alias is not None:
+        store.save_alias(alias, key)
+    if save:
+        store.save(entry_of(built))
+    return built
+
+
+def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Store,
+             recorded: dict | None) -> tuple[CompiledProgram, dict[str, list[dict]], str, dict[str, float]]:
+    """Run the passes on ``module`` (configured as ``recorded`` says, where given): the compiled program, its
+    kernels' tuning log, which program it is (``fused`` or ``vendor_gemm``) and the times of the programs raced."""
     from amk.pipeline import compile_module
 
-    recorded = store.load_config(key)
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
-    try_vendor = (not recorded and request.timed and settings["tuner"]["vendor_gemm"] and request.dtype is not None
-                  and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
+    try_vendor = (not recorded and request.timed and request.settings["tuner"]["vendor_gemm"]
+                  and request.dtype is not None and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
                   and _vendor_gemm_may_win(module, request.dtype, request.fp32_dot, dict(request.size_hints)))
     log_here: dict[str, list[dict]] = {}
     program_times: dict[str, float] = {}
@@ -216,15 +241,7 @@ def _build(request: BuildRequest, save: bool) -> Built:
         if vendor is not None and (_outrun_by_vendor(log_here, vendor, program_times)
                                    or _faster_with_vendor_gemm(compiled, vendor, request, program_times)):
             compiled, log_here, program = vendor.compiled, vendor.tuning_log, "vendor_gemm"
-    built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
-                  tuning_log=log_here, program_times=program_times)
-    for compiled_kernel in compiled.kernels.values():
-        store.attach_triton_cache(key, compiled_kernel)
-    if alias is not None:
-        store.save_alias(alias, key)
-    if save:
-        store.save(entry_of(built))
-    return built
+    return compiled, log_here, program, program_times
 
 
 def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settings: dict):

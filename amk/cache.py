@@ -59,6 +59,12 @@ EXPORT_FORMAT = "amk-cache-export"
 LOCK_TIMEOUT_S = 60.0
 STALE_TEMPORARY_S = 600.0  # a temporary file this old belongs to no live writer (see Store.remove_stale_temporaries)
 _KEY = re.compile(r"[0-9a-f]{64}")
+_KEY_FILE = re.compile(r"[0-9a-f]{64}\.json")
+# What amk writes in each folder that `clear` removes, besides the temporary files of a write (``.<name>.<random>.tmp``):
+# a folder holding anything else is not amk's alone (a --cache-dir naming another directory), and clear refuses it.
+_WRITTEN = {"entries": _KEY, "index": _KEY, "races": _KEY_FILE, "configs": _KEY_FILE, "timings": _KEY_FILE,
+            "sources": re.compile(r"amk_generated_.+\.py|__pycache__")}  # runtime.load_source's modules
+_TEMPORARY = re.compile(r"\..+\.tmp")
 WINNERS_SCANNED = 256  # timings files Store.winners reads, the most recently written first
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -212,14 +218,14 @@ def _source_file(name: str) -> str:
 
 
 def _config_fields(data) -> dict:
-    """Checks the shape of a recorded config (names to positive ints, switches to 0 or 1); ``KernelConfig.from_dict``
-    checks the names."""
-    from amk.lowering.configs import SWITCHES
+    """Checks a recorded config: parameter names to ints, with values a kernel can be built with
+    (``check_values``); ``KernelConfig.from_dict`` checks the names."""
+    from amk.lowering.configs import check_values
 
-    if (not isinstance(data, dict) or not data or any(not isinstance(k, str) for k in data)
-            or any(not isinstance(v, int) or isinstance(v, bool) or v < (0 if k in SWITCHES else 1)
-                   for k, v in data.items())):
-        raise ValueError(f"a kernel config must map parameter names to positive ints (switches to 0 or 1), got {data!r}")
+    if (not isinstance(data, dict) or not data
+            or any(not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) for k, v in data.items())):
+        raise ValueError(f"a kernel config must map parameter names to ints, got {data!r}")
+    check_values(data)
     return dict(data)
 
 
@@ -707,9 +713,14 @@ class Store:
     def clear(self, everything: bool = False) -> int:
         """Removes every entry (with the imported sources and the races of their programs); with ``everything``,
         tuned configs and timings too. Stale temporary files (:meth:`remove_stale_temporaries`) go from the folders
-        it keeps."""
+        it keeps. Raises CacheError, removing nothing, where a folder it would remove holds anything amk does not
+        write there: the directory is not (only) an amk cache."""
         count = len(self._keys("entries"))
         folders = ["entries", "index", "sources", "races"] + (["configs", "timings"] if everything else [])
+        stranger = self._not_written_by_amk(folders)
+        if stranger is not None:
+            raise CacheError(f"{self.root} does not look like an amk cache: amk does not write {stranger}; nothing was "
+                             "removed (is it the cache directory you meant?)")
         for folder in folders:
             try:
                 shutil.rmtree(self.root / folder)
@@ -727,6 +738,22 @@ class Store:
             self._memory["configs"].clear()
             self._memory["timings"].clear()
         return count
+
+    def _not_written_by_amk(self, folders: list[str]) -> Path | None:
+        """The first item in ``folders`` that amk does not write there (:data:`_WRITTEN`), or None."""
+        for folder in folders:
+            try:
+                names = os.listdir(self.root / folder)
+            except FileNotFoundError:
+                continue
+            except NotADirectoryError:
+                return self.root / folder
+            except OSError as error:
+                raise CacheError(f"cannot read {self.root / folder}: {error}") from None
+            for name in sorted(names):
+                if not (_WRITTEN[folder].fullmatch(name) or _TEMPORARY.fullmatch(name)):
+                    return self.root / folder / name
+        return None
 
     def export(self) -> dict:
         """Tuned configs and timings (no sources, no binaries) as one JSON-serializable document."""
@@ -788,7 +815,7 @@ def _validated_export(document) -> tuple[list[dict], list[dict]]:
         if not isinstance(record, dict) or not isinstance(record.get("key"), str) or not _KEY.fullmatch(record["key"]):
             bad(f"configs[{index}] has no valid \"key\" (64 hex digits)")
         kernels = record.get("kernels")
-        if not isinstance(kernels, dict) or not kernels:
+        if not isinstance(kernels, dict):  # empty for a program without kernels (its ops all run in PyTorch)
             bad(f"configs[{index}] has no \"kernels\" object")
         for name, fields in kernels.items():
             try:

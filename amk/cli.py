@@ -1,8 +1,10 @@
 """``amk``: the command line. ``amk cache list|show|clear|export|import|path`` manage the persistent kernel cache.
 
-Every subcommand takes ``--cache-dir`` (default: ``AMK_CACHE_DIR``, else the user cache directory). Bad input is
-reported in one line on stderr with exit code 1, never with a traceback. Nothing asks for confirmation (CI has no
-stdin): ``clear`` clears.
+Every subcommand takes ``--cache-dir`` (default: ``AMK_CACHE_DIR``, else the user cache directory; an empty path is
+refused, as ``TunerConfig.target_cache_dir`` refuses it: it would be the current directory). Bad input is reported in
+one line on stderr with exit code 1, never with a traceback. Nothing asks for confirmation (CI has no stdin):
+``clear`` clears, but removes nothing from a directory whose cache folders hold anything amk does not write there
+(``Store.clear``): one that is not an amk cache.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ import sys
 from pathlib import Path
 
 from amk.cache import Store, resolve_root
-from amk.errors import CacheError
+from amk.errors import AmkError, CacheError
+from amk.tuner import check_directory_argument
+
+
+def _root(args) -> Path:
+    """The cache directory: ``--cache-dir`` (checked as ``TunerConfig.target_cache_dir`` is), else the default."""
+    check_directory_argument(args.cache_dir, "--cache-dir")
+    return resolve_root(args.cache_dir)
 
 
 def _store(args) -> Store:
-    return Store(resolve_root(args.cache_dir), strict=True)
+    return Store(_root(args), strict=True)
 
 
 def _shapes(shapes) -> str:
@@ -147,7 +156,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_path(args) -> int:
-    print(resolve_root(args.cache_dir))
+    print(_root(args))
     return 0
 
 
@@ -165,7 +174,8 @@ def parser() -> argparse.ArgumentParser:
     show = actions.add_parser("show", parents=[common], help="an entry's metadata, configs and tuning summary")
     show.add_argument("key", help="a key or a unique prefix of one")
     show.set_defaults(run=cmd_show)
-    clear = actions.add_parser("clear", parents=[common], help="remove every entry (never asks)")
+    clear = actions.add_parser("clear", parents=[common],
+                               help="remove every entry (never asks; refuses a directory holding files amk did not write)")
     clear.add_argument("--yes", "-y", action="store_true", help="accepted for scripts; clear never asks anyway")
     clear.add_argument("--all", action="store_true", help="also remove tuned configs and timings")
     clear.set_defaults(run=cmd_clear)
@@ -190,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         # (library/signal.html, "Note on SIGPIPE"), point stdout at devnull so the flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except CacheError as error:
+    except AmkError as error:  # a CacheError, or an InvalidArgumentError such as an empty --cache-dir
         print(f"amk: error: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # an unreadable cache directory and the like

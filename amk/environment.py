@@ -1,7 +1,8 @@
 """Where amk runs: on a GPU or in Triton's interpreter, the default device, and the cache directory.
 
-A leaf module (it imports no other part of amk) with no effect at import. :func:`initialize` makes the process ready
-to run kernels: without CUDA it switches Triton to its interpreter (``TRITON_INTERPRET=1``), and when something
+A leaf module (it imports no other part of amk but its errors) with no effect at import. :func:`initialize` makes the
+process ready to run kernels: without CUDA it switches Triton to its interpreter (``TRITON_INTERPRET=1``) unless the
+variable is set, and refuses a process left with nowhere to run them (no CUDA and the interpreter off); when something
 imported triton before that (TorchDynamo does), it mends ``triton.language`` for the interpreter. It is called where
 that must have happened: ``amk.compile`` and the backend, loading an emitted kernel (``runtime.load_source``, which
 every build and cache hit of ``build_fused_kernel`` goes through), the cache's probe of Triton's version, and the
@@ -18,12 +19,15 @@ from pathlib import Path
 import platformdirs
 import torch
 
+from amk.errors import DeviceError
+
 _INITIALIZED = threading.Event()
 _LOCK = threading.Lock()
 
 
 def initialize() -> None:
-    """Prepare the process to run kernels (idempotent and thread-safe; see the module's docstring)."""
+    """Prepare the process to run kernels (idempotent and thread-safe; see the module's docstring). Raises
+    :class:`~amk.errors.DeviceError` where they have nowhere to run: no CUDA, and ``TRITON_INTERPRET`` set to off."""
     if _INITIALIZED.is_set():
         return
     with _LOCK:
@@ -31,6 +35,11 @@ def initialize() -> None:
             return
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
+            if not interpreting():
+                raise DeviceError(
+                    f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r} turns Triton's interpreter off, and there "
+                    "is no CUDA GPU here: amk's kernels have nowhere to run; set TRITON_INTERPRET=1 (or leave it "
+                    "unset) to run them on the CPU in the interpreter, or run on a machine with a CUDA GPU")
         _repair_interpreter()
         _INITIALIZED.set()
 
@@ -40,7 +49,7 @@ def _repair_interpreter() -> None:
     the ``@jit`` helpers of ``triton.language`` (``tl.cdiv``, ``tl.sigmoid``...) are then interpreted functions. When
     something imported triton first, they are compiled ``JITFunction``s that the interpreter refuses to call; wrap them
     as the interpreter would have."""
-    if not interpreting() or "triton" not in sys.modules:
+    if "triton" not in sys.modules or not interpreting():  # in this order: interpreting() imports triton
         return
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
@@ -57,8 +66,11 @@ def _repair_interpreter() -> None:
 
 
 def interpreting() -> bool:
-    """Whether kernels run in Triton's interpreter (on CPU tensors)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether kernels run in Triton's interpreter (on CPU tensors): ``TRITON_INTERPRET`` as the installed Triton
+    reads it, through its own setting (which values mean on is Triton's to say, and differs between versions)."""
+    from triton import knobs
+
+    return knobs.runtime.interpret
 
 
 def default_device() -> torch.device:

@@ -21,6 +21,14 @@ PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_S
                   "WARP_SPECIALIZE": "WARP_SPECIALIZE", "TF32X3": "TF32X3", "GLUON": "GLUON"}
 # The switches among them: 0 or 1.
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3", "GLUON")
+# What check_values accepts, as the stages using these values do: the staged kernel's verifier (memory_staged.kernel)
+# takes tile sizes that are powers of two and num_warps from WARPS; a parameter_grid's block and split sizes must be
+# powers of two too, its GROUP_SIZE_M any positive int (only grouped tile grids bind it as a tile size).
+POWER_OF_TWO_TILE_SIZES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "SPLIT_N")
+WARPS = (1, 2, 4, 8, 16, 32)
+# The block sizes that pair into a kernel's 2-D tiles, in the order of their axes (BLOCK_M x BLOCK_K and BLOCK_K x
+# BLOCK_N operands, BLOCK_M x BLOCK_N outputs).
+BLOCK_SIZES = ("BLOCK_M", "BLOCK_K", "BLOCK_N")
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
 # (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G;
@@ -98,19 +106,52 @@ class KernelConfig:
     @classmethod
     def from_dict(cls, fields: Mapping[str, int]) -> KernelConfig:
         """The inverse of :meth:`as_dict` for recorded fields (a cache entry's); raises ValueError unless they are
-        exactly this amk version's fields."""
+        exactly this amk version's fields, with values a kernel can be built with (:func:`check_values`)."""
         try:
             config = cls(**fields)
         except TypeError as error:
             raise ValueError(f"{dict(fields)} is not a configuration of this amk version ({error})") from None
         if config.as_dict() != dict(fields):
             raise ValueError(f"{dict(fields)} lacks fields of this amk version's configurations")
+        check_values(fields)
         return config
 
     @staticmethod
     def from_user_view(values: Mapping[str, int]) -> KernelConfig:
         """The inverse of :meth:`user_view` (raises KeyError on an unknown key, ValueError on a non-integer)."""
         return KernelConfig(**{PARAMETER_KEYS[key]: int(value) for key, value in values.items()})
+
+
+def check_values(fields: Mapping[str, object]) -> None:
+    """Raises ValueError, naming the field and what it accepts, where ``fields`` (:class:`KernelConfig` fields by name,
+    all or some; other names are not looked at) hold a value no kernel can be built with: switches other than 0 or 1,
+    a tile size that is not a power of two, num_warps not in :data:`WARPS`, a count below 1, or block sizes whose tile
+    exceeds Triton's largest block (a configuration from an import, or edited by hand)."""
+    from triton.language import TRITON_MAX_TENSOR_NUMEL
+
+    defaults = KernelConfig().as_dict()
+    for name, value in fields.items():
+        if name not in defaults:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{name} must be an int, got {value!r}")
+        if name in SWITCHES:
+            if value not in (0, 1):
+                raise ValueError(f"{name} must be 0 or 1, got {value}")
+        elif name == "num_warps":
+            if value not in WARPS:
+                raise ValueError(f"num_warps must be one of {', '.join(map(str, WARPS))}, got {value}")
+        elif name in POWER_OF_TWO_TILE_SIZES:
+            if value < 1 or value & (value - 1) or value > TRITON_MAX_TENSOR_NUMEL:
+                raise ValueError(f"{name} must be a power of two from 1 to {TRITON_MAX_TENSOR_NUMEL}, got {value}")
+        elif value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value}")
+    blocks = {name: fields.get(name, defaults[name]) for name in BLOCK_SIZES}
+    smallest = min(blocks, key=blocks.get)
+    first, second = (name for name in BLOCK_SIZES if name != smallest)  # the largest tile's axes
+    if blocks[first] * blocks[second] > TRITON_MAX_TENSOR_NUMEL:
+        raise ValueError(f"a {first} x {second} tile of {blocks[first]} x {blocks[second]} elements exceeds Triton's "
+                         f"largest block ({TRITON_MAX_TENSOR_NUMEL} elements)")
 
 
 def next_power_of_two(value: int) -> int:

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -495,6 +496,84 @@ def test_an_imported_config_of_another_amk_version_is_ignored(tmp_path, caplog):
     assert any("ignoring the recorded configuration" in r.getMessage() for r in caplog.records)
 
 
+GROUPED_GEMM = (["matmul", "relu"], [(256, 64), (64, 256)])
+
+
+def grouped_gemm(root):
+    """A GEMM of a grouped tile grid (its kernel binds GROUP_M as a tile size)."""
+    ops, shapes = GROUPED_GEMM
+    return amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False,
+                                  tuner_config=TunerConfig(target_cache_dir=root))
+
+
+def assert_grouped_gemm_correct(kernel):
+    generator = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(shape, generator=generator).to(DEVICE) for shape in GROUPED_GEMM[1])
+    torch.testing.assert_close(kernel(x, w), torch.relu(x @ w), rtol=1e-4, atol=1e-4)
+
+
+def test_an_imported_config_that_does_not_build_is_left_out_of_the_build(tmp_path, caplog):
+    """GROUP_M = 3 is a config value (a parameter_grid's GROUP_SIZE_M may be any positive int: kernels without grouped
+    tiles ignore it), so the import takes it; a grouped tile grid's verifier refuses it. The build says so and is
+    done again without the recorded configs, whose record its entry then replaces."""
+    kernel = grouped_gemm(tmp_path / "here")
+    assert "GROUP_M" in kernel.ir["memory_staged"]
+    record = cache.Store(tmp_path / "here").load_config(kernel.cache_key)
+    record["kernels"]["fused_0"]["GROUP_M"] = 3
+    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [record], "timings": []}
+    cache.Store(tmp_path / "there", strict=True).import_(document)
+    with caplog.at_level(logging.WARNING, logger="amk"):
+        rebuilt = grouped_gemm(tmp_path / "there")
+    assert not rebuilt.cache_hit and rebuilt.config == kernel.config
+    assert_grouped_gemm_correct(rebuilt)
+    warning = [r.getMessage() for r in caplog.records if "do not build here" in r.getMessage()]
+    assert warning and kernel.cache_key[:12] in warning[0] and "GROUP_M = 3" in warning[0]
+    assert cache.Store(tmp_path / "there").load_config(kernel.cache_key)["kernels"]["fused_0"]["GROUP_M"] == 8
+    assert grouped_gemm(tmp_path / "there").cache_hit
+
+
+def test_a_recorded_config_with_a_value_no_kernel_takes_is_ignored(tmp_path, caplog):
+    """A config record on disk that the import of an earlier amk let through (BLOCK_M = 24) is unusable: logged and
+    ignored, and the build chooses its own configuration."""
+    kernel = grouped_gemm(tmp_path)
+    store = cache.Store(tmp_path)
+    record = store.load_config(kernel.cache_key)
+    record["kernels"]["fused_0"]["BLOCK_M"] = 24
+    store.clear()
+    (tmp_path / "configs" / f"{kernel.cache_key}.json").write_bytes(cache._sealed(record))
+    cache._STORES.clear()
+    with caplog.at_level(logging.WARNING, logger="amk.cache"):
+        rebuilt = grouped_gemm(tmp_path)
+    assert not rebuilt.cache_hit and rebuilt.config == kernel.config
+    assert_grouped_gemm_correct(rebuilt)
+    assert any("unusable" in r.getMessage() and "BLOCK_M must be a power of two" in r.getMessage()
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"BLOCK_M": 24}, "BLOCK_M must be a power of two from 1 to 1048576, got 24"),
+    ({"SPLIT_K": 0}, "SPLIT_K must be a power of two"),
+    ({"num_warps": 64}, "num_warps must be one of 1, 2, 4, 8, 16, 32, got 64"),
+    ({"num_stages": -1}, "num_stages must be a positive int, got -1"),
+    ({"TMA": 2}, "TMA must be 0 or 1, got 2"),
+    ({"BLOCK_K": True}, "BLOCK_K must be an int, got True"),
+    ({"BLOCK_M": 1024, "BLOCK_N": 2048}, "a BLOCK_M x BLOCK_N tile of 1024 x 2048 elements exceeds Triton's largest"),
+])
+def test_kernel_config_from_dict_refuses_values_no_kernel_takes(fields, message):
+    from amk.lowering.configs import KernelConfig
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        KernelConfig.from_dict({**KernelConfig().as_dict(), **fields})
+    assert KernelConfig.from_dict({**KernelConfig().as_dict(), "GROUP_M": 3}).GROUP_M == 3  # a positive int
+
+
+def test_the_config_rule_takes_the_warps_of_the_staged_kernels_verifier():
+    from amk.dialects.memory_staged import KernelOp
+    from amk.lowering.configs import WARPS
+
+    assert WARPS == KernelOp.WARPS
+
+
 def test_import_keeps_local_timings_and_adds_new_ones(tmp_path):
     store = cache.Store(tmp_path)
     key = "b" * 64
@@ -513,7 +592,9 @@ def test_import_keeps_local_timings_and_adds_new_ones(tmp_path):
     ({"format": cache.EXPORT_FORMAT, "version": 99}, "version"),
     ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [{"key": "zz"}]}, "configs[0]"),
     ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT,
-      "configs": [{"key": "c" * 64, "kernels": {"k": {"BLOCK_M": 0}}}]}, "positive ints"),
+      "configs": [{"key": "c" * 64, "kernels": {"k": {"BLOCK_M": 0}}}]}, "BLOCK_M must be a power of two"),
+    ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT,
+      "configs": [{"key": "c" * 64, "kernels": {"k": {"BLOCK_M": "64"}}}]}, "parameter names to ints"),
     ({"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "timings": [{"key": "c" * 64, "trials": {"x": 1}}]},
      "not a trial"),
 ])

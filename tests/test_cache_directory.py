@@ -117,7 +117,7 @@ def test_target_cache_dir_that_is_a_file_is_rejected(tmp_path):
 
 def test_target_cache_dir_that_does_not_exist_yet_is_created(tmp_path, user_cache):
     target = tmp_path / "new" / "nested"
-    assert amk.TunerConfig(target_cache_dir=target).target_cache_dir == target
+    assert Path(amk.TunerConfig(target_cache_dir=target).target_cache_dir) == target  # made absolute, as a str
     build(target)
     assert (target / "sources").is_dir()
 

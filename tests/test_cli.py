@@ -167,3 +167,89 @@ def test_the_command_reports_errors_without_a_traceback(tmp_path):
                               text=True, env=dict(os.environ), timeout=120)
         assert done.returncode == 1, done.stderr
         assert done.stderr.startswith("amk: error: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_cache_dir_is_refused_and_the_current_directory_kept(tmp_path, capsys, monkeypatch, empty):
+    """``--cache-dir ""`` (a script's unset variable) would be the current directory: refused, as an empty
+    TunerConfig.target_cache_dir is, before anything is read or removed."""
+    monkeypatch.chdir(tmp_path)
+    for folder, name in (("sources", "main.py"), ("entries", "notes.txt"), ("configs", "settings.json")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text("precious")
+    before = sorted(tmp_path.rglob("*"))
+    for args in (["path"], ["list"], ["clear"], ["clear", "--all"]):
+        code, out, err = run(capsys, "cache", *args, "--cache-dir", empty)
+        assert code == 1 and out == "", args
+        assert err.startswith("amk: error: --cache-dir must be a non-empty path") and repr(empty) in err, args
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_clear_refuses_a_directory_that_is_not_an_amk_cache(tmp_path, capsys):
+    """clear removes whole folders: where one holds anything amk does not write there, it removes nothing."""
+    project = tmp_path / "project"
+    for relative in ("sources/main.py", "entries/myproject/notes.txt", "configs/settings.json", "timings/run1.csv"):
+        (project / relative).parent.mkdir(parents=True, exist_ok=True)
+        (project / relative).write_text("precious")
+    before = sorted(project.rglob("*"))
+    for args in (["clear"], ["clear", "--all"]):
+        code, out, err = run(capsys, "cache", *args, "--cache-dir", str(project))
+        assert code == 1 and out == "", args
+        assert err.startswith(f"amk: error: {project} does not look like an amk cache: amk does not write "), args
+        assert "nothing was removed" in err
+    assert sorted(project.rglob("*")) == before
+
+    # A real cache with one stranger in a folder that clear removes: refused too, and clearable once it is gone.
+    build(tmp_path / "cache")
+    stranger = tmp_path / "cache" / "sources" / "notes.txt"
+    stranger.write_text("mine")
+    code, _, err = run(capsys, "cache", "clear", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 1 and str(stranger) in err and (tmp_path / "cache" / "entries").is_dir()
+    stranger.unlink()
+    (tmp_path / "cache" / "sources" / "__pycache__").mkdir()  # Python's bytecode of the imported sources
+    (tmp_path / "cache" / "index" / f".{'0' * 64}.k1ll3d.tmp").write_text("")  # what an interrupted write leaves
+    code, out, _ = run(capsys, "cache", "clear", "--all", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 0 and "removed 1 entries" in out
+    assert not any((tmp_path / "cache" / folder).exists() for folder in ("entries", "index", "sources", "configs"))
+
+
+def test_an_export_with_a_program_without_kernels_imports(tmp_path, capsys):
+    """A chain run wholly in PyTorch has a config record of no kernels: the export of its cache imports again, and the
+    build from the imported record runs."""
+    ops, shapes = [("sum", {"dim": 0})], [(8, 16)]
+    settings = TunerConfig(target_cache_dir=tmp_path / "here")
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False, tuner_config=settings)
+    assert kernel.num_kernels == 0
+    exported = tmp_path / "export.json"
+    assert run(capsys, "cache", "export", str(exported), "--cache-dir", str(tmp_path / "here"))[0] == 0
+    assert json.loads(exported.read_text())["configs"][0]["kernels"] == {}
+    code, out, err = run(capsys, "cache", "import", str(exported), "--cache-dir", str(tmp_path / "there"))
+    assert code == 0 and "imported 1 tuned configs" in out, err
+    imported = amk.build_fused_kernel(ops, shapes, torch.float32, autotune=False,
+                                      tuner_config=TunerConfig(target_cache_dir=tmp_path / "there"))
+    assert imported.cache_key == kernel.cache_key and not imported.cache_hit
+    x = torch.randn(shapes[0], device=DEVICE)
+    torch.testing.assert_close(imported(x), x.sum(0))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("BLOCK_M", 24, "BLOCK_M must be a power of two from 1 to 1048576, got 24"),
+    ("num_warps", 3, "num_warps must be one of 1, 2, 4, 8, 16, 32, got 3"),
+    ("BLOCK_N", 1 << 20, " x 1048576 elements exceeds Triton's largest block (1048576 elements)"),
+    ("PERSISTENT", 2, "PERSISTENT must be 0 or 1, got 2"),
+    ("num_stages", 0, "num_stages must be a positive int, got 0"),
+])
+def test_import_refuses_configs_no_kernel_can_be_built_with(tmp_path, capsys, field, value, message):
+    """Such a config (hand-edited, or from elsewhere) would break every later build of its chain: the import is
+    refused whole, naming the config and the value, and writes nothing."""
+    kernel = build(tmp_path / "here")
+    exported = tmp_path / "export.json"
+    assert run(capsys, "cache", "export", str(exported), "--cache-dir", str(tmp_path / "here"))[0] == 0
+    document = json.loads(exported.read_text())
+    document["configs"][0]["kernels"]["fused_0"][field] = value
+    exported.write_text(json.dumps(document))
+    code, out, err = run(capsys, "cache", "import", str(exported), "--cache-dir", str(tmp_path / "there"))
+    assert code == 1 and out == ""
+    assert err.startswith("amk: error: not an amk cache export: configs[0].kernels['fused_0']: ") and message in err
+    assert not (tmp_path / "there").exists()
+    assert build(tmp_path / "here").cache_key == kernel.cache_key
