@@ -31,6 +31,7 @@ from amk.lowering.configs import (
     PARAMETER_KEYS,
     SWITCHES,
     KernelConfig,
+    check_values,
     next_power_of_two,
 )
 
@@ -161,10 +162,16 @@ def validate_grid(parameter_grid: Mapping | None) -> dict[str, list[int]] | None
                        for v in values)):
             raise InvalidArgumentError(
                 f"parameter_grid[{key!r}] must be a non-empty list of {accepted}, got {values!r}")
-        if key.startswith(("BLOCK", "GROUP", "SPLIT")) or key == "num_warps":
-            bad = [v for v in values if key != "GROUP_SIZE_M" and v & (v - 1)]
-            if bad:
-                raise InvalidArgumentError(f"parameter_grid[{key!r}] values must be powers of two, got {bad}")
+        # A grouped tile grid binds GROUP_M as a tile size (the staged kernel's verifier: a power of two); the rest
+        # is the rule recorded configurations follow.
+        bad = [v for v in values if key == "GROUP_SIZE_M" and v & (v - 1)]
+        if bad:
+            raise InvalidArgumentError(f"parameter_grid[{key!r}] values must be powers of two, got {bad}")
+        for value in values:
+            try:
+                check_values({PARAMETER_KEYS[key]: value})
+            except ValueError as error:
+                raise InvalidArgumentError(f"parameter_grid[{key!r}]: {error}") from None
         grid[PARAMETER_KEYS[key]] = list(values)
     return grid
 

@@ -22,8 +22,9 @@ PARAMETER_KEYS = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_S
 # The switches among them: 0 or 1.
 SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3", "GLUON")
 # What check_values accepts, as the stages using these values do: the staged kernel's verifier (memory_staged.kernel)
-# takes tile sizes that are powers of two and num_warps from WARPS; a parameter_grid's block and split sizes must be
-# powers of two too, its GROUP_SIZE_M any positive int (only grouped tile grids bind it as a tile size).
+# takes tile sizes that are powers of two and num_warps from WARPS. GROUP_M only needs to be positive: kernels without
+# grouped tiles ignore it, and configurations recorded from earlier amk versions' grids may hold any (a parameter_grid
+# now takes powers of two only, amk.tuner.validate_grid).
 POWER_OF_TWO_TILE_SIZES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "SPLIT_N")
 WARPS = (1, 2, 4, 8, 16, 32)
 # The block sizes that pair into a kernel's 2-D tiles, in the order of their axes (BLOCK_M x BLOCK_K and BLOCK_K x

@@ -259,11 +259,14 @@ def test_tuner_config_accepted():
 @pytest.mark.parametrize("grid, substrings", [
     ({"BLOCK_M": [32]}, ["'BLOCK_M'", "not a tunable parameter", "BLOCK_SIZE_M", "num_warps"]),
     ({"block_size_m": [32]}, ["'block_size_m'", "accepted", "BLOCK_SIZE_M"]),
-    ({"BLOCK_SIZE_M": [48]}, ["BLOCK_SIZE_M", "powers of two", "48"]),
-    ({"BLOCK_SIZE_N": [32, 96]}, ["BLOCK_SIZE_N", "powers of two", "96"]),
-    ({"num_warps": [3]}, ["num_warps", "powers of two", "3"]),
-    ({"SPLIT_N": [2, 3]}, ["SPLIT_N", "powers of two", "3"]),
-    ({"SPLIT_K": [6]}, ["SPLIT_K", "powers of two", "6"]),
+    ({"BLOCK_SIZE_M": [48]}, ["BLOCK_SIZE_M", "power of two", "48"]),
+    ({"BLOCK_SIZE_N": [32, 96]}, ["BLOCK_SIZE_N", "power of two", "96"]),
+    ({"num_warps": [3]}, ["num_warps", "one of 1, 2, 4, 8, 16, 32", "3"]),
+    ({"SPLIT_N": [2, 3]}, ["SPLIT_N", "power of two", "3"]),
+    ({"SPLIT_K": [6]}, ["SPLIT_K", "power of two", "6"]),
+    ({"GROUP_SIZE_M": [8, 3]}, ["GROUP_SIZE_M", "powers of two", "3"]),
+    ({"BLOCK_SIZE_N": [1 << 21]}, ["BLOCK_SIZE_N", "power of two from 1 to", str(1 << 21)]),
+    ({"BLOCK_SIZE_N": [1 << 20]}, ["BLOCK_SIZE_N", "exceeds Triton's largest block"]),
     ({"BLOCK_SIZE_M": []}, ["BLOCK_SIZE_M", "non-empty list of positive ints"]),
     ({"BLOCK_SIZE_M": [0]}, ["BLOCK_SIZE_M", "positive ints"]),
     ({"BLOCK_SIZE_K": [-16]}, ["BLOCK_SIZE_K", "positive ints"]),
@@ -274,7 +277,7 @@ def test_tuner_config_accepted():
     ([32, 64], ["parameter_grid must be a non-empty dict"]),
     ("BLOCK_SIZE_M=32", ["parameter_grid must be a non-empty dict"]),
 ], ids=["unknown-key", "lowercase-key", "not-pow2", "one-not-pow2", "warps-not-pow2", "split-n-not-pow2",
-        "split-k-not-pow2", "empty-list", "zero",
+        "split-k-not-pow2", "group-not-pow2", "block-too-large", "tile-too-large", "empty-list", "zero",
         "negative", "float", "bool", "str-values", "empty-dict", "list", "str"])
 def test_bad_parameter_grid(grid, substrings):
     expect(InvalidArgumentError, build(parameter_grid=grid), *substrings)

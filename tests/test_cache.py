@@ -513,8 +513,8 @@ def assert_grouped_gemm_correct(kernel):
 
 
 def test_an_imported_config_that_does_not_build_is_left_out_of_the_build(tmp_path, caplog):
-    """GROUP_M = 3 is a config value (a parameter_grid's GROUP_SIZE_M may be any positive int: kernels without grouped
-    tiles ignore it), so the import takes it; a grouped tile grid's verifier refuses it. The build says so and is
+    """GROUP_M = 3 is a config value (kernels without grouped tiles ignore it, and grids of earlier amk versions
+    allowed it), so the import takes it; a grouped tile grid's verifier refuses it. The build says so and is
     done again without the recorded configs, whose record its entry then replaces."""
     kernel = grouped_gemm(tmp_path / "here")
     assert "GROUP_M" in kernel.ir["memory_staged"]
