@@ -27,9 +27,6 @@ SWITCHES = ("PERSISTENT", "TMA", "WARP_SPECIALIZE", "TF32X3", "GLUON")
 # now takes powers of two only, amk.tuner.validate_grid).
 POWER_OF_TWO_TILE_SIZES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "SPLIT_N")
 WARPS = (1, 2, 4, 8, 16, 32)
-# The block sizes that pair into a kernel's 2-D tiles, in the order of their axes (BLOCK_M x BLOCK_K and BLOCK_K x
-# BLOCK_N operands, BLOCK_M x BLOCK_N outputs).
-BLOCK_SIZES = ("BLOCK_M", "BLOCK_K", "BLOCK_N")
 
 # Configurations that won on Hopper (the H200) in the committed benchmark runs for tile-grid GEMMs with an epilogue
 # (A, B, C and G's fused programs: benchmarks/results/2026-11-30-h200-refined-tuner-B, -merge-all-AC, -unrounded-G;
@@ -126,8 +123,10 @@ class KernelConfig:
 def check_values(fields: Mapping[str, object]) -> None:
     """Raises ValueError, naming the field and what it accepts, where ``fields`` (:class:`KernelConfig` fields by name,
     all or some; other names are not looked at) hold a value no kernel can be built with: switches other than 0 or 1,
-    a tile size that is not a power of two, num_warps not in :data:`WARPS`, a count below 1, or block sizes whose tile
-    exceeds Triton's largest block (a configuration from an import, or edited by hand)."""
+    a tile size that is not a power of two or above Triton's largest block, num_warps not in :data:`WARPS`, a count
+    below 1 (a configuration from an import, or edited by hand). Which block sizes pair into a tile depends on the
+    kernel's strategy (a row kernel's BLOCK_K is unused), so their products are not checked here: a recorded
+    configuration that does not build is rebuilt without (``amk.build``)."""
     from triton.language import TRITON_MAX_TENSOR_NUMEL
 
     defaults = KernelConfig().as_dict()
@@ -147,12 +146,6 @@ def check_values(fields: Mapping[str, object]) -> None:
                 raise ValueError(f"{name} must be a power of two from 1 to {TRITON_MAX_TENSOR_NUMEL}, got {value}")
         elif value < 1:
             raise ValueError(f"{name} must be a positive int, got {value}")
-    blocks = {name: fields.get(name, defaults[name]) for name in BLOCK_SIZES}
-    smallest = min(blocks, key=blocks.get)
-    first, second = (name for name in BLOCK_SIZES if name != smallest)  # the largest tile's axes
-    if blocks[first] * blocks[second] > TRITON_MAX_TENSOR_NUMEL:
-        raise ValueError(f"a {first} x {second} tile of {blocks[first]} x {blocks[second]} elements exceeds Triton's "
-                         f"largest block ({TRITON_MAX_TENSOR_NUMEL} elements)")
 
 
 def next_power_of_two(value: int) -> int:

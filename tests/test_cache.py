@@ -557,7 +557,7 @@ def test_a_recorded_config_with_a_value_no_kernel_takes_is_ignored(tmp_path, cap
     ({"num_stages": -1}, "num_stages must be a positive int, got -1"),
     ({"TMA": 2}, "TMA must be 0 or 1, got 2"),
     ({"BLOCK_K": True}, "BLOCK_K must be an int, got True"),
-    ({"BLOCK_M": 1024, "BLOCK_N": 2048}, "a BLOCK_M x BLOCK_N tile of 1024 x 2048 elements exceeds Triton's largest"),
+    ({"BLOCK_N": 1 << 21}, "BLOCK_N must be a power of two from 1 to 1048576, got 2097152"),
 ])
 def test_kernel_config_from_dict_refuses_values_no_kernel_takes(fields, message):
     from amk.lowering.configs import KernelConfig
@@ -565,6 +565,8 @@ def test_kernel_config_from_dict_refuses_values_no_kernel_takes(fields, message)
     with pytest.raises(ValueError, match=re.escape(message)):
         KernelConfig.from_dict({**KernelConfig().as_dict(), **fields})
     assert KernelConfig.from_dict({**KernelConfig().as_dict(), "GROUP_M": 3}).GROUP_M == 3  # a positive int
+    # A row kernel's 1 x 16384 tile with an unused BLOCK_K of 128: block sizes pair by strategy, so no product check
+    assert KernelConfig.from_dict({**KernelConfig().as_dict(), "BLOCK_M": 1, "BLOCK_N": 16384, "BLOCK_K": 128})
 
 
 def test_the_config_rule_takes_the_warps_of_the_staged_kernels_verifier():

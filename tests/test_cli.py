@@ -235,7 +235,7 @@ def test_an_export_with_a_program_without_kernels_imports(tmp_path, capsys):
 @pytest.mark.parametrize("field, value, message", [
     ("BLOCK_M", 24, "BLOCK_M must be a power of two from 1 to 1048576, got 24"),
     ("num_warps", 3, "num_warps must be one of 1, 2, 4, 8, 16, 32, got 3"),
-    ("BLOCK_N", 1 << 20, " x 1048576 elements exceeds Triton's largest block (1048576 elements)"),
+    ("BLOCK_N", 1 << 21, "BLOCK_N must be a power of two from 1 to 1048576, got 2097152"),
     ("PERSISTENT", 2, "PERSISTENT must be 0 or 1, got 2"),
     ("num_stages", 0, "num_stages must be a positive int, got 0"),
 ])

@@ -115,6 +115,11 @@ def _unmark_size_one_dims(values) -> None:
             getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
 
 
+def _frames_traced() -> int:
+    """How many frames TorchDynamo has started to trace in this process (failed traces included)."""
+    return torch._dynamo.utils.counters["frames"]["total"]
+
+
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape,
     strides, dtype, device and whether it requires grad, each scalar's type and value, and the keywords; None where an
@@ -185,20 +190,22 @@ class _Caller:
             # compile more).
             return self.call(*args, **kwargs)
         marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.mark_size_one)
+        frames_before = _frames_traced()
         try:
             result = self._traced_call(args, kwargs)
         except torch._dynamo.exc.TorchRuntimeError as error:  # raised while TorchDynamo traced on fake tensors
-            result = self._call_again(args, kwargs, error, marked_size_one)
+            result = self._call_again(args, kwargs, error, marked_size_one, frames_before)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
-    def _call_again(self, args, kwargs, error: Exception, marked_size_one: bool):
+    def _call_again(self, args, kwargs, error: Exception, marked_size_one: bool, frames_before: int):
         """The call made again after TorchDynamo's trace of it failed with ``error``: with the first argument's size-1
         dims static where they were marked dynamic (one broadcasts against a parameter's dim), then also without
         ``backed_size_oblivious`` (a dim TorchDynamo itself made dynamic, traced size-obliviously like amk's: a
         second argument's size-1 dim that broadcasts, [1, N] after [B, N], or a first argument's after a call where
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
-        was of the call's first frame, so that nothing of the call ran; else ``error`` reaches the caller."""
+        was the call's only one and of its first frame (:meth:`_failed_in_entry_frame`), so that nothing of the call
+        ran; else ``error`` reaches the caller."""
         attempts = []
         if marked_size_one:
             # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then
@@ -209,26 +216,29 @@ class _Caller:
         if self.size_oblivious is not None:
             attempts.append(("without backed_size_oblivious", lambda: self.call(*args, **kwargs)))
         for how, attempt in attempts:
-            if not self._failed_in_entry_frame(error):
+            if not self._failed_in_entry_frame(error, frames_before):
                 log.warning("amk.compile: TorchDynamo's trace failed after part of the call may have run, so the call "
                             "is not made again: %s", str(error).splitlines()[0])
                 break
             log.info("amk.compile: TorchDynamo's trace failed in the call's first frame (%s); tracing again %s",
                      str(error).splitlines()[0], how)
+            frames_before = _frames_traced()
             try:
                 return attempt()
             except torch._dynamo.exc.TorchRuntimeError as again:
                 error = again
         raise error
 
-    def _failed_in_entry_frame(self, error: Exception) -> bool:
-        """Whether TorchDynamo's failed trace was of the call's own first frame (the outermost user frame of its stack
-        is ``entry_code``, not a function resumed after a graph break, nor a callee compiled on its own): then nothing
-        of the call ran, and it can be made again."""
+    def _failed_in_entry_frame(self, error: Exception, frames_before: int) -> bool:
+        """Whether TorchDynamo's failed trace was the only frame it traced since ``frames_before`` and that frame was
+        the call's own first one (the outermost user frame of the error's stack is a line of ``entry_code``, not a
+        function resumed after a graph break, nor a callee traced on its own after its caller ran, which may share
+        its name and file: another module's ``forward``): then nothing of the call ran, and it can be made again."""
         stack = getattr(error, "real_stack", None)
         code = self.entry_code
-        return (code is not None and bool(stack) and stack[0].name == code.co_name
-                and stack[0].filename == code.co_filename)
+        return (_frames_traced() - frames_before == 1 and code is not None and bool(stack)
+                and stack[0].filename == code.co_filename
+                and stack[0].lineno in {line for *_, line in code.co_lines() if line is not None})
 
     def _traced_call(self, args, kwargs):
         """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
