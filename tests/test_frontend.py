@@ -345,6 +345,23 @@ def test_a_matmul_over_rows_merged_by_a_view_fuses_with_its_neighbours():
     assert all(node.target == "torch.Size" for node in graph.pytorch), graph.pytorch  # x.size() alone stays outside
 
 
+def test_a_module_class_of_torch_is_traced_again_too():
+    """``nn.Sequential`` (a class of torch's own, traced through a wrapper frame of TorchDynamo's): the first
+    argument's size-1 dim that broadcasts against a parameter fails the first trace, which is made again."""
+
+    class Table(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(4, HIDDEN))
+
+        def forward(self, x):
+            return x * self.table
+
+    model = nn.Sequential(Table(), nn.Linear(HIDDEN, HIDDEN)).to(DEVICE)
+    x = inputs(3, 1)
+    torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
+
+
 def test_a_failed_trace_after_a_graph_break_is_not_made_again():
     """Where the failed trace follows a graph break, the code before it has run (here a call the model logs): making
     the call again would repeat it. The error is raised once, and the next call traces with no size-1 dim dynamic."""

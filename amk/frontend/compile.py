@@ -34,6 +34,7 @@ import functools
 import inspect
 import itertools
 import logging
+import os
 from collections.abc import Callable
 
 import torch
@@ -234,7 +235,11 @@ class _Caller:
         the call's own first one (the outermost user frame of the error's stack is a line of ``entry_code``, not a
         function resumed after a graph break, nor a callee traced on its own after its caller ran, which may share
         its name and file: another module's ``forward``): then nothing of the call ran, and it can be made again."""
-        stack = getattr(error, "real_stack", None)
+        # A module class of torch's own (nn.Sequential) is traced through a wrapper frame of TorchDynamo's first
+        # (external_utils.wrap_inline), which is not the user's.
+        dynamo_sources = os.path.dirname(torch._dynamo.__file__) + os.sep
+        stack = list(itertools.dropwhile(lambda frame: frame.filename.startswith(dynamo_sources),
+                                         getattr(error, "real_stack", None) or ()))
         code = self.entry_code
         return (_frames_traced() - frames_before == 1 and code is not None and bool(stack)
                 and stack[0].filename == code.co_filename
