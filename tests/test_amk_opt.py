@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import installed_script
+from conftest import REPO, installed_script
 
 AMK_OPT = "amk-opt"
 XDSL_OPT = "xdsl-opt"
@@ -221,3 +221,11 @@ def test_triton_target_without_pipeline(chain_file):
         compile(result.stdout, "<amk-opt -t triton>", "exec")
     else:
         assert "amk-" in fails_cleanly(result)
+
+
+def test_every_registered_pass_has_a_lit_test():
+    """Each pass amk-opt offers has FileCheck tests of its own under tests/filecheck/passes/<name>/."""
+    from amk.opt import AMK_PASSES
+
+    missing = [name for name in AMK_PASSES if not list((REPO / "tests" / "filecheck" / "passes" / name).glob("*.mlir"))]
+    assert not missing, f"passes without a lit test: {missing}"
