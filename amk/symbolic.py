@@ -230,6 +230,22 @@ class _PythonPrinter(sympy.printing.str.StrPrinter):
     def _print_Min(self, expr):
         return self._nested(self.min_name, expr.args)
 
+    def _quotient(self, expr) -> tuple[str, str | None]:
+        """``expr`` as the source of its numerator and denominator (None where it is whole)."""
+        numerator, denominator = sympy.fraction(sympy.together(expr))
+        return self._print(numerator), None if denominator == 1 else self._print(denominator)
+
+    def _print_floor(self, expr):  # integer division written as TorchDynamo's shapes write it: floor(s0/2)
+        numerator, denominator = self._quotient(expr.args[0])
+        return numerator if denominator is None else f"(({numerator}) // ({denominator}))"
+
+    def _print_ceiling(self, expr):
+        numerator, denominator = self._quotient(expr.args[0])
+        return numerator if denominator is None else f"{self.cdiv_name}({numerator}, {denominator})"
+
+    def _print_Mod(self, expr):
+        return f"(({self._print(expr.args[0])}) % ({self._print(expr.args[1])}))"
+
     def _print_Mul(self, expr):
         numerator, denominator = expr.as_numer_denom()
         if denominator != 1:

@@ -1004,6 +1004,29 @@ def test_views_stay_in_pytorch_and_composite_dims_bind():
     assert frontend.STATS.graphs == graphs + 1
 
 
+def test_rows_merged_by_an_integer_division_run_the_kernels():
+    """``x.reshape(B, T // 2, 2 * C)`` before a Linear (token merging): TorchDynamo's row count is ``B*floor(T/2)``,
+    which the launcher's shape functions compute (they raised NameError on floor, and every bucket fell back)."""
+
+    class Merge(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2 * HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            batch, tokens, features = x.shape
+            return F.gelu(self.fc(x.reshape(batch, tokens // 2, 2 * features)))
+
+    model = Merge().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    before = frontend.STATS.as_dict()
+    for batch in (1, 3):
+        x = inputs(batch, 6)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    after = frontend.STATS.as_dict()
+    assert after["fallbacks"] == before["fallbacks"] and after["kernel_calls"] - before["kernel_calls"] == 2
+
+
 def test_identical_layers_share_one_compiled_program(tmp_path):
     """Through the build service's cache: the second layer's subgraph is a hit on the first one's entry."""
     class Flip(nn.Module):

@@ -256,6 +256,11 @@ _TRITON = types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
         ("N/2", {"N": 4096}),
         ("cdiv(N, 64) + M", {"N": 65, "M": 2}),
         ("Max(M, 64)", {"M": 10}),
+        # TorchDynamo's shapes after x.reshape(B, T // 2, 2 * C), x[:, ::2], avg_pool1d: floor, ceiling and Mod
+        ("B*floor(T/2)", {"B": 3, "T": 9}),
+        ("ceiling(T/2)", {"T": 9}),
+        ("2*floor((T - 1)/4) + 1", {"T": 17}),
+        ("Mod(T, 4) + floor(T)", {"T": 9}),
     ],
 )
 def test_to_python_evaluates_like_evaluate(dim, bindings):
