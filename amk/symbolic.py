@@ -3,7 +3,7 @@
 Every dimension in amk IR is a :class:`Dim`: ``4096``, ``B*S`` or ``cdiv(N, BLOCK_N)``. Equality and hashing go
 through the canonical string, so IR attributes compare cheaply; the sympy object is built lazily and cached
 (``parse_expr`` costs milliseconds). Every free symbol is a positive integer, so sympy can prove facts such as
-``Mod(64*B, 16) == 0``.
+``64*B/16`` being an integer.
 """
 
 from __future__ import annotations
@@ -36,8 +36,30 @@ class cdiv(sympy.Function):  # noqa: N801 - spelled like Triton's helper on purp
         return None
 
 
+class Mod(sympy.Function):
+    """The remainder ``Mod(a, b)``, Python's ``a % b`` (a positive ``b``), that stays unevaluated while symbolic:
+    sympy's own ``Mod`` rewrites ``Mod(k*Mod(a, n), m)`` as ``Mod(k*Mod(a, n)**2, m)`` (sympy issue 28744), a wrong
+    size for a row count TorchDynamo writes so (a pad to a multiple of n, then another)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, dividend, divisor):
+        if dividend.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(dividend) % int(divisor))
+        if divisor == 1:
+            return sympy.Integer(0)
+        return None
+
+
+# The functions a dimension's text may call: amk's own, and those TorchDynamo writes sizes with
+# (torch.utils._sympy.functions), each as the integer arithmetic it stands for on sizes.
 _FUNCTIONS = {"cdiv": cdiv, "max": sympy.Max, "min": sympy.Min, "Max": sympy.Max, "Min": sympy.Min,
-              "Mod": sympy.Mod, "floor": sympy.floor, "ceiling": sympy.ceiling}
+              "Mod": Mod, "PythonMod": Mod, "floor": sympy.floor, "ceiling": sympy.ceiling,
+              "FloorToInt": sympy.floor, "CeilToInt": sympy.ceiling,
+              "IntTrueDiv": lambda dividend, divisor: dividend / divisor,
+              "ModularIndexing": lambda base, divisor, modulus: Mod(sympy.floor(base / divisor), modulus)}
 
 
 @functools.cache
@@ -53,9 +75,9 @@ _ALLOWED_TEXT = re.compile(r"[A-Za-z0-9_+\-*/(),\s]*")
 def parse_sympy(text: str) -> sympy.Expr:
     """Parse ``text`` into a sympy expression whose free symbols are positive integers.
 
-    Only integer arithmetic over names is accepted (``+ - * / ( ) ,``, integers, symbols and the functions ``cdiv``,
-    ``Min``, ``Max``, ``Mod``, ``floor``, ``ceiling``): the text is checked before sympy sees it, because sympy's
-    parser evaluates Python."""
+    Only integer arithmetic over names is accepted (``+ - * / ( ) ,``, integers, symbols and the functions of
+    :data:`_FUNCTIONS`: ``cdiv``, ``Min``, ``Max``, ``Mod``, ``floor``, ``ceiling`` and TorchDynamo's spellings of
+    them): the text is checked before sympy sees it, because sympy's parser evaluates Python."""
     if not _ALLOWED_TEXT.fullmatch(text):
         raise ValueError(f"not a dimension expression: {text!r} (use integers, names, + - * / and parentheses)")
     names = {}

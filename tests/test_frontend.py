@@ -1027,6 +1027,49 @@ def test_rows_merged_by_an_integer_division_run_the_kernels():
     assert after["fallbacks"] == before["fallbacks"] and after["kernel_calls"] - before["kernel_calls"] == 2
 
 
+def test_rows_counted_with_remainders_are_allocated_exactly():
+    """Rows padded to a multiple with ``%`` twice (TorchDynamo's ``B*T + Mod(B*Mod(3*T, 4), 3)``): sympy's Mod
+    squared the inner remainder, so the output had rows too many (garbage) or too few (the kernel wrote past it)."""
+
+    class Padded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            batch, tokens, features = x.shape
+            extra = (batch * ((4 - tokens % 4) % 4)) % 3
+            return F.gelu(self.fc(F.pad(x.reshape(-1, features), (0, 0, 0, extra))))
+
+    model = Padded().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    for batch, tokens in ((2, 7), (2, 2), (2, 6), (4, 2)):
+        x = inputs(batch, tokens)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+
+
+def test_a_size_pinned_by_a_guard_is_a_number_in_its_graph():
+    """After a call where ``x[:, ::4]`` has one row per batch, TorchDynamo compiles again with ``(T + 3)//4`` guarded
+    to 1: the input's shape still says the expression, the Linear's says 1. Read through the guards, both are 1 and
+    the Linear fuses with its GELU in that graph too (it was left to PyTorch)."""
+
+    class Strided(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            return F.gelu(self.fc(x[:, ::4]))
+
+    model = Strided().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    for batch, tokens in ((2, 30), (32, 2)):
+        x = inputs(batch, tokens)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    graphs = amk.explain(compiled, print_report=False).graphs
+    assert len(graphs) == 2 and all({"linear", "gelu"} <= set(graph.subgraphs[0].nodes) for graph in graphs)
+
+
 def test_identical_layers_share_one_compiled_program(tmp_path):
     """Through the build service's cache: the second layer's subgraph is a hit on the first one's entry."""
     class Flip(nn.Module):

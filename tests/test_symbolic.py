@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import types
 
@@ -268,6 +269,29 @@ def test_to_python_evaluates_like_evaluate(dim, bindings):
     value = eval(code, {"triton": _TRITON, "Max": max, "Min": min}, dict(bindings))  # noqa: S307
     assert value == evaluate(dim, bindings)
     assert isinstance(value, int)
+
+
+@pytest.mark.parametrize(
+    ("text", "truth"),
+    [
+        # sympy's Mod made the first Mod(T*(Mod(3*T, 4))**2, 3) (sympy issue 28744): a wrong row count
+        ("B*T + Mod(B*(Mod(3*T, 4)), 3)", lambda B, T: B * T + (B * ((3 * T) % 4)) % 3),
+        ("Mod(T + 2*Mod(B, 4), 3)", lambda B, T: (T + 2 * (B % 4)) % 3),
+        # TorchDynamo's own spellings (torch.utils._sympy.functions)
+        ("(T + PythonMod(-T, 2))//2", lambda B, T: (T + (-T) % 2) // 2),
+        ("B*CeilToInt(IntTrueDiv(T, 3))", lambda B, T: B * -(-T // 3)),
+        ("FloorToInt(IntTrueDiv(T, 2))", lambda B, T: T // 2),
+        ("ModularIndexing(T, 2, 4)", lambda B, T: (T // 2) % 4),
+    ],
+)
+def test_sizes_with_remainders_and_torch_functions_evaluate_exactly(text, truth):
+    """Through the canonical text, :func:`evaluate` and the launcher's shape function (``to_python``) alike."""
+    from amk.runtime import ShapeFunction
+
+    dim = Dim(text)
+    shape_function = ShapeFunction([dim])
+    for B, T in itertools.product(range(1, 9), range(1, 14)):
+        assert evaluate(dim, {"B": B, "T": T}) == shape_function({"B": B, "T": T})[0] == truth(B, T), (B, T)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sympy
 import torch
 import torch.nn.functional as F
 from torch.fx import Node
@@ -44,11 +45,28 @@ def dim_of(size) -> Dim:
         expr = size.node.expr
         if expr.is_Integer:
             return Dim(int(expr))
+        pinned = _pinned_value(size.node)
+        if pinned is not None:
+            return Dim(pinned)
         try:
             return Dim(str(expr))
         except ValueError as error:
             raise Unsupported(f"symbolic size {expr} is not a dimension expression amk reads ({error})") from None
     raise Unsupported(f"size {size!r} is neither an int nor a SymInt")
+
+
+def _pinned_value(node) -> int | None:
+    """The value the guards of TorchDynamo's ShapeEnv pin a symbolic size to in this graph, or None where it may
+    vary: a graph compiled again after a size such as ``(s0 + 3)//4`` met a guard ``!= 1`` holds it as that
+    expression in some nodes' shapes and as 1 in others' (those computed after the guard)."""
+    hint = node.hint
+    if hint is None:  # an unbacked size
+        return None
+    try:
+        pinned = node.shape_env._maybe_evaluate_static(sympy.Eq(node.expr, hint))
+    except Exception:  # a private API of TorchDynamo's: where it fails, the size stays symbolic (fused less, not wrong)
+        return None
+    return int(hint) if pinned is sympy.true else None
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
