@@ -42,7 +42,6 @@ class Mod(sympy.Function):
     size for a row count TorchDynamo writes so (a pad to a multiple of n, then another)."""
 
     is_integer = True
-    is_nonnegative = True
 
     @classmethod
     def eval(cls, dividend, divisor):
@@ -51,6 +50,9 @@ class Mod(sympy.Function):
         if divisor == 1:
             return sympy.Integer(0)
         return None
+
+    def _eval_is_nonnegative(self):
+        return True if self.args[1].is_positive else None  # Python's remainder takes the divisor's sign
 
 
 # The functions a dimension's text may call: amk's own, and those TorchDynamo writes sizes with

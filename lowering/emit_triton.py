@@ -42,7 +42,7 @@ from amk.dialects.memory_staged import BufferType
 from amk.dtypes import triton_name
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.strategies import strategy_named
-from amk.symbolic import Dim, to_python
+from amk.symbolic import Dim, Mod, to_python
 
 _BINARY_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
                      "eq": "==", "ne": "!="}
@@ -159,7 +159,20 @@ def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozen
     if leftover:
         return leftover
     in_kernel = cdiv_name.startswith("tl.")
+    if in_kernel:
+        _check_divisions_in_kernel(value, text)
     return to_python(value, cdiv_name, "tl.minimum" if in_kernel else "min", "tl.maximum" if in_kernel else "max")
+
+
+def _check_divisions_in_kernel(value: sympy.Expr, text: str) -> None:
+    """Triton's ``//`` and ``%`` truncate toward zero where Python's floor: a kernel computes a size's floor, ceiling
+    or remainder only where sympy proves what it divides nonnegative (and the divisor positive)."""
+    for division in value.atoms(sympy.floor, sympy.ceiling, Mod):
+        dividend = division.args[0]
+        divisor = division.args[1] if isinstance(division, Mod) else sympy.Integer(1)
+        if not (dividend.is_nonnegative and divisor.is_positive):
+            raise ValueError(f"the size {text} divides {dividend}, which may be negative, inside a kernel (Triton's "
+                             "// and % truncate toward zero where Python's floor)")
 
 
 class TritonEmitter:

@@ -389,6 +389,16 @@ def test_a_failed_trace_after_a_graph_break_is_not_made_again():
     torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
     assert len(calls) == 3
 
+    # The same failure on a later call, whose first frame TorchDynamo finds compiled: only the resumed function
+    # (named torch_dynamo_resume_in_forward_at_N, with forward's file and lines) is traced, after note() ran.
+    calls.clear()
+    compiled = amk.compile(Logged().to(DEVICE), autotune=False)
+    for batch in (2, 3):
+        compiled(inputs(batch, 4))
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
+        compiled(inputs(2, 1))
+    assert len(calls) == 3
+
 
 def test_a_failed_trace_of_a_submodule_traced_on_its_own_is_not_made_again():
     """A submodule's ``forward`` (same name, same file as the compiled module's) traced as a frame of its own, after

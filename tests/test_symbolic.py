@@ -271,6 +271,11 @@ def test_to_python_evaluates_like_evaluate(dim, bindings):
     assert isinstance(value, int)
 
 
+def test_a_remainder_is_nonnegative_only_for_a_positive_divisor():
+    assert Dim("Mod(T, 4)").expr.is_nonnegative
+    assert Dim("Mod(T, -4) + 4").expr.is_nonnegative is None  # Python's remainder takes the divisor's sign
+
+
 @pytest.mark.parametrize(
     ("text", "truth"),
     [
@@ -338,3 +343,17 @@ def test_shape_functions_from_cached_texts_agree_with_sympys():
         assert fast(bindings) == reference(bindings)
     with pytest.raises(ValueError, match="not a dimension"):
         ShapeFunction.from_texts(["lambda"])
+
+
+@pytest.mark.parametrize(("text", "emitted"), [("floor(T/2 - 1/2) + 1", True), ("Mod(T, 4)", True),
+                                               ("ceiling(T/3)", True), ("T + Mod(-T, 4)", False)])
+def test_a_kernel_divides_only_what_is_provably_nonnegative(text, emitted):
+    """Triton's // and % truncate toward zero: ``Mod(-T, 4)`` (Python's, 4 - T % 4 or 0) would be computed wrong in a
+    kernel, so the emitter refuses it there (the launcher, in Python, computes it right)."""
+    from amk.lowering.emit_triton import _python_of
+
+    if emitted:
+        assert _python_of(text, (), frozenset({"T"}), "tl.cdiv")
+    else:
+        with pytest.raises(ValueError, match="may be negative, inside a kernel"):
+            _python_of(text, (), frozenset({"T"}), "tl.cdiv")

@@ -241,8 +241,10 @@ class _Caller:
         stack = list(itertools.dropwhile(lambda frame: frame.filename.startswith(dynamo_sources),
                                          getattr(error, "real_stack", None) or ()))
         code = self.entry_code
+        # Name, file and line: a function resumed after a graph break (torch_dynamo_resume_in_forward_at_N) has the
+        # file and lines of the one it resumes, another module's forward its name and maybe its file.
         return (_frames_traced() - frames_before == 1 and code is not None and bool(stack)
-                and stack[0].filename == code.co_filename
+                and stack[0].name == code.co_name and stack[0].filename == code.co_filename
                 and stack[0].lineno in {line for *_, line in code.co_lines() if line is not None})
 
     def _traced_call(self, args, kwargs):

@@ -59,12 +59,12 @@ def _pinned_value(node) -> int | None:
     """The value the guards of TorchDynamo's ShapeEnv pin a symbolic size to in this graph, or None where it may
     vary: a graph compiled again after a size such as ``(s0 + 3)//4`` met a guard ``!= 1`` holds it as that
     expression in some nodes' shapes and as 1 in others' (those computed after the guard)."""
-    hint = node.hint
-    if hint is None:  # an unbacked size
-        return None
     try:
+        hint = node.hint
+        if hint is None:  # an unbacked size
+            return None
         pinned = node.shape_env._maybe_evaluate_static(sympy.Eq(node.expr, hint))
-    except Exception:  # a private API of TorchDynamo's: where it fails, the size stays symbolic (fused less, not wrong)
+    except Exception:  # private APIs of TorchDynamo's: where they fail, the size stays symbolic (fused less, not wrong)
         return None
     return int(hint) if pinned is sympy.true else None
 
