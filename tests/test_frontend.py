@@ -1080,6 +1080,52 @@ def test_a_size_pinned_by_a_guard_is_a_number_in_its_graph():
     assert len(graphs) == 2 and all({"linear", "gelu"} <= set(graph.subgraphs[0].nodes) for graph in graphs)
 
 
+def test_contiguous_of_a_transposed_tensor_is_a_copy_the_model_can_view():
+    """``x.transpose(1, 2).contiguous()`` read by a fused Linear and viewed by the model: amk imported contiguous() as
+    an identity, so the subgraph returned its strided argument and the model's ``.view`` raised."""
+
+    class ChannelsFirst(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            y = x.transpose(1, 2).contiguous()
+            return F.gelu(self.fc(y)), y.view(y.shape[0], -1)
+
+    model = ChannelsFirst().to(DEVICE)
+    x = inputs(2, 8).transpose(1, 2).contiguous()  # [B, C, T]
+    for have, want in zip(amk.compile(model, autotune=False)(x), model(x)):
+        torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
+
+
+def test_outputs_without_a_grad_history_in_pytorch_have_none():
+    """A frozen backbone and a trainable head in one subgraph: the backbone's features come back as PyTorch returns
+    them, without a grad history (``.numpy()`` works on them), and the head's gradients match eager's."""
+
+    class FrozenBackbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = nn.Linear(HIDDEN, HIDDEN)
+            self.head = nn.Linear(HIDDEN, 16)
+            self.backbone.requires_grad_(False)
+
+        def forward(self, x):
+            features = F.gelu(self.backbone(x))
+            return features, self.head(features)
+
+    model = FrozenBackbone().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(2)
+    features, logits = compiled(x)
+    assert not features.requires_grad and features.grad_fn is None and logits.requires_grad
+    logits.sum().backward()
+    gradient = model.head.weight.grad.clone()
+    model.head.weight.grad = None
+    model(x)[1].sum().backward()
+    torch.testing.assert_close(gradient, model.head.weight.grad, atol=1e-4, rtol=1e-4)
+
+
 def test_identical_layers_share_one_compiled_program(tmp_path):
     """Through the build service's cache: the second layer's subgraph is a hit on the first one's entry."""
     class Flip(nn.Module):

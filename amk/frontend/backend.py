@@ -382,10 +382,14 @@ class _GraphCompiler:
         guards = [(index_of(g.node), g.value) for g in imported.guards]
         symbols = [SymbolSource(symbol, index_of(node), dim) for symbol, node, dim in result.symbols]
         untimed = _untimed_reason(self.settings)
+        # Outputs that PyTorch computes without a grad history (a frozen backbone's features, a mask's): TorchDynamo
+        # guards the grad mode and the inputs' requires_grad, so the traced values say it for every call of the graph.
+        non_differentiable = tuple(i for i, node in enumerate(outputs)
+                                   if not getattr(meta_value(node), "requires_grad", True))
         runner = FusedSubgraph(name, result.build_bucket, result.first, fallback, len(inputs), program_args, constants,
                                guards, symbols, result.sizes, self.settings.verify,
                                None if untimed else self.settings.tuner_config or TunerConfig(), untimed or "",
-                               result.report)
+                               result.report, non_differentiable)
         if result.sizes.row_symbols:
             for rows in self.settings.tune_sizes:  # the buckets asked for, built ahead of their first call
                 runner.bucket_for_rows(rows, result.example)

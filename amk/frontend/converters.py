@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch._prims_common import is_contiguous_or_false
 from torch.fx import Node
 from xdsl.dialects.builtin import FloatAttr, StringAttr, f64
 from xdsl.ir import SSAValue
@@ -430,6 +431,10 @@ def _contiguous(b, node):
     a = bind_arguments(node, ("input", "memory_format"), {"memory_format": torch.contiguous_format})
     if a["memory_format"] not in (torch.contiguous_format, torch.preserve_format):
         raise Unsupported(f"contiguous({a['memory_format']})")
+    if isinstance(a["input"], Node) and not is_contiguous_or_false(fake_tensor(a["input"])):
+        # A copy in PyTorch, which the model may view (.view() needs it); as an identity a subgraph that returns it
+        # would hand back its strided argument.
+        raise Unsupported("contiguous() of a tensor that may not be contiguous copies it")
     return b.tensor(a["input"])
 
 

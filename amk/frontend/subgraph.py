@@ -58,7 +58,9 @@ class _Recompute(torch.autograd.Function):
         ctx.save_for_backward(*[args[i] for i in ctx.positions])
         outputs = runner.launch(args)
         inputs = {id(args[i]) for i in ctx.positions}
-        return tuple(o.clone() if id(o) in inputs else o for o in outputs)
+        outputs = tuple(o.clone() if id(o) in inputs else o for o in outputs)
+        ctx.mark_non_differentiable(*(outputs[i] for i in runner.non_differentiable))
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads):
@@ -111,15 +113,18 @@ class FusedSubgraph(torch.nn.Module):
     ``build_bucket(size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
     (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols``
     order); ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when
-    they are not timed (``untimed`` says why)."""
+    they are not timed (``untimed`` says why); ``non_differentiable`` the outputs PyTorch computes without a grad
+    history, which a call that records one returns without it too."""
 
     def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
                  first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
                  program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
-                 time_with: TunerConfig | None, untimed: str, report: SubgraphReport):
+                 time_with: TunerConfig | None, untimed: str, report: SubgraphReport,
+                 non_differentiable: tuple[int, ...] = ()):
         super().__init__()
         self.name = name
+        self.non_differentiable = non_differentiable
         self.build_bucket = build_bucket
         self.fallback = fallback
         self.fallback_arity = fallback_arity
