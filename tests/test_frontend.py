@@ -530,6 +530,21 @@ def test_log_softmax_fuses_as_the_rows_logsumexp_subtracted(log_softmax):
     torch.testing.assert_close(gradient, want, atol=1e-4, rtol=1e-4)
 
 
+def test_log_softmax_of_a_row_holding_inf_is_nan_as_in_pytorch():
+    """PyTorch's log_softmax is NaN across a row holding +inf (an overflow upstream); x - logsumexp(x) gave -inf and
+    one NaN there. A row of -inf (fully masked) is NaN in both."""
+
+    def scores(x, bias):
+        return F.log_softmax(x + bias, dim=-1)
+
+    compiled = amk.compile(scores, autotune=False)
+    x = inputs(3)[:, 0].contiguous()
+    bias = torch.zeros(HIDDEN, device=DEVICE)
+    torch.testing.assert_close(compiled(x, bias), scores(x, bias), atol=ATOL, rtol=RTOL)
+    x[0, 3], x[1] = float("inf"), float("-inf")
+    torch.testing.assert_close(compiled(x, bias), scores(x, bias), atol=ATOL, rtol=RTOL, equal_nan=True)
+
+
 _KEEP_LAST_TOKENS = """
 import torch
 import torch.nn as nn
