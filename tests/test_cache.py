@@ -483,12 +483,17 @@ def test_export_import_round_trip_uses_the_imported_config_without_tuning(tmp_pa
     assert not rebuilt.cache_hit and rebuilt.config["BLOCK_SIZE_K"] == 16
 
 
+def import_edited_config(kernel, here, there, field: str, value: int) -> None:
+    """Import into ``there`` the config record of ``kernel`` (built in ``here``) with ``field`` set to ``value``."""
+    record = cache.Store(here).load_config(kernel.cache_key)
+    record["kernels"]["fused_0"][field] = value
+    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [record], "timings": []}
+    cache.Store(there, strict=True).import_(document)
+
+
 def test_an_imported_config_of_another_amk_version_is_ignored(tmp_path, caplog):
     kernel = build(tmp_path / "here")
-    record = cache.Store(tmp_path / "here").load_config(kernel.cache_key)
-    record["kernels"]["fused_0"]["NOT_A_PARAMETER"] = 2
-    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [record], "timings": []}
-    cache.Store(tmp_path / "there", strict=True).import_(document)
+    import_edited_config(kernel, tmp_path / "here", tmp_path / "there", "NOT_A_PARAMETER", 2)
     with caplog.at_level(logging.WARNING, logger="amk"):
         rebuilt = build(tmp_path / "there")
     assert rebuilt.config == kernel.config
@@ -518,10 +523,7 @@ def test_an_imported_config_that_does_not_build_is_left_out_of_the_build(tmp_pat
     done again without the recorded configs, whose record its entry then replaces."""
     kernel = grouped_gemm(tmp_path / "here")
     assert "GROUP_M" in kernel.ir["memory_staged"]
-    record = cache.Store(tmp_path / "here").load_config(kernel.cache_key)
-    record["kernels"]["fused_0"]["GROUP_M"] = 3
-    document = {"format": cache.EXPORT_FORMAT, "version": cache.FORMAT, "configs": [record], "timings": []}
-    cache.Store(tmp_path / "there", strict=True).import_(document)
+    import_edited_config(kernel, tmp_path / "here", tmp_path / "there", "GROUP_M", 3)
     with caplog.at_level(logging.WARNING, logger="amk"):
         rebuilt = grouped_gemm(tmp_path / "there")
     assert not rebuilt.cache_hit and rebuilt.config == kernel.config
