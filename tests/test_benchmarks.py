@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -210,3 +211,49 @@ def test_the_chunk_recompute_probe_computes_the_softmax():
             limit = 1e-5 if DEVICE.type == "cpu" else 2e-3  # the probe's fp32 tl.dot takes TF32 on a GPU
             assert ((out - expected).norm() / expected.norm()).item() < limit, (block_m, block_n, chunk_tiles, loads)
 
+
+
+# Compiles the Gluon softmax probe's launches of argv[2] (a JSON list of [configuration, write]) for sm_90 and prints,
+# for each, what the test checks in its PTX.
+_GLUON_SOFTMAX_PTX = r"""
+import json, re, sys
+sys.path.insert(0, sys.argv[1])
+from gluon_softmax_probe import compile_for_hopper
+report = []
+for config, write in json.loads(sys.argv[2]):
+    ptx, shared, warps = compile_for_hopper(*config, write=write)
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.f16\.f16 \{[^}]*\}, (\S)", ptx)
+    report.append({"shared": shared, "warps": warps, "mmas": len(mmas), "a_in_registers": all(a == "{" for a in mmas),
+                   "waits": re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx),
+                   "exp2": ptx.count("ex2.approx"), "tma_stores": ptx.count("cp.async.bulk.tensor.2d.global.shared"),
+                   "stores": len(re.findall(r"\bst\.global\.b32\b", ptx))})
+print(json.dumps(report))
+"""
+
+
+def test_the_gluon_softmax_probe_compiles_for_hopper_without_a_gpu():
+    """benchmarks/probes/gluon_softmax_probe.py's two launches compile for sm_90 in each form it measures: two
+    consumer warpgroups and a producer (12 warps); the next tile's product kept in flight (a wait for all but one);
+    q read from registers by wgmma; consumer 1's exponentials on the FMA pipe (half the ex2 instructions); launch 2
+    storing its tiles with TMA, launch 1 its row states with plain stores. (Gluon does not run in the interpreter:
+    the GPU runs of the probe check its numbers.)"""
+    pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    from triton.backends import backends
+
+    if "nvidia" not in backends:
+        pytest.skip("this triton has no CUDA backend to compile for sm_90")
+    base = [128, 128, 2, 4, 3, 2, False, True]
+    cases = [[base + [False, False], False], [base + [True, True], False], [base + [True, True], True],
+             [[256, 128, 4, 4, 2, 2, False, False, True, False], True]]
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", _GLUON_SOFTMAX_PTX, str(PROBES), json.dumps(cases)],
+                            capture_output=True, text=True, timeout=600, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plain, split, split_write, one_accumulator = json.loads(result.stdout.splitlines()[-1])
+    for compiled in (plain, split, split_write, one_accumulator):
+        assert compiled["warps"] == 12 and compiled["shared"] <= 232448
+    assert "1" in plain["waits"] and "1" not in one_accumulator["waits"]
+    assert not plain["a_in_registers"] and split["a_in_registers"] and one_accumulator["a_in_registers"]
+    assert split["exp2"] < 0.6 * plain["exp2"]
+    assert split_write["tma_stores"] > 0 and one_accumulator["tma_stores"] > 0 and plain["tma_stores"] == 0
+    assert plain["stores"] > 0

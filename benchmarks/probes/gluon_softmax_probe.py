@@ -94,18 +94,43 @@ def _issue(q_tile, k_ring, ready, zero, j, turn, STAGES: gl.constexpr, WG: gl.co
 
 
 @gluon.jit
+def _exp2_on_fma(x):
+    """2^x for x <= 0 on the FMA and integer pipes instead of the exponential unit (FlashAttention 4's trick): x =
+    n + f with n an integer (rounded by adding 1.5 * 2^23) and |f| <= 1/2, 2^f by its degree-4 Taylor polynomial
+    (relative error 4e-5), n added to the exponent bits. Clamped at -125, where 2^x is 0 to fp32's eyes anyway."""
+    x = gl.maximum(x, -125.0)
+    shifted = x + 12582912.0
+    f = x - (shifted - 12582912.0)
+    p = 0.0096181291 * f + 0.0555041087
+    p = p * f + 0.2402265070
+    p = p * f + 0.6931471806
+    p = p * f + 1.0
+    return (p.to(gl.int32, bitcast=True) + (shifted.to(gl.int32, bitcast=True) << 23)).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _exp2(x, ON_FMA: gl.constexpr):
+    if ON_FMA:
+        y = _exp2_on_fma(x)
+    else:
+        y = gl.exp2(x)
+    return y
+
+
+@gluon.jit
 def _consume(s, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, num_outstanding: gl.constexpr,
-             BN: gl.constexpr, STAGES: gl.constexpr, WRITE: gl.constexpr, WG: gl.constexpr, MODE: gl.constexpr):
+             BN: gl.constexpr, STAGES: gl.constexpr, WRITE: gl.constexpr, WG: gl.constexpr, MODE: gl.constexpr,
+             STAGED: gl.constexpr, ON_FMA: gl.constexpr):
     """Tile j once its product is done (the one issued after it may stay in flight): its ring slot released, then
     folded into the rows' running maximum and sum (launch 1: base 2, the scale folded into the exponent) or written as
-    probabilities with the rows' final maximum and reciprocal sum in ``m_i`` / ``l_i`` (launch 2: through a staging
-    buffer, the one stored two tiles ago, and a TMA store)."""
+    probabilities with the rows' final maximum and reciprocal sum in ``m_i`` / ``l_i`` (launch 2: through one of the
+    consumer's STAGED staging buffers, the one stored STAGED tiles ago, and a TMA store)."""
     s = warpgroup_mma_wait(num_outstanding, deps=(s,))
     mbarrier.arrive(empty.index(j % STAGES))
     if WRITE:
-        p = gl.exp2(s * scale_log2 - gl.expand_dims(m_i, 1)) * gl.expand_dims(l_i, 1)
-        buffer = out_smem.index(2 * WG + j % 2)
-        tma.store_wait(1)  # the store that read this buffer is done (only its issuing thread waits: the barrier)
+        p = _exp2(s * scale_log2 - gl.expand_dims(m_i, 1), ON_FMA) * gl.expand_dims(l_i, 1)
+        buffer = out_smem.index(STAGED * WG + j % STAGED)
+        tma.store_wait(STAGED - 1)  # the store that read this buffer is done (only its issuing thread waits)
         _partition_barrier()
         buffer.store(p.to(gl.float16))
         fence_async_shared()
@@ -115,7 +140,7 @@ def _consume(s, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 
         l_i = l_i + gl.sum(s, axis=1)
     else:
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
-        p = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
+        p = _exp2(s * scale_log2 - gl.expand_dims(m_new, 1), ON_FMA)
         l_i = l_i * gl.exp2(m_i - m_new) + gl.sum(p, axis=1)
         m_i = m_new
     return m_i, l_i
@@ -125,11 +150,17 @@ def _consume(s, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 
 def _consumer(q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
               rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem, turn,
               BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr, WRITE: gl.constexpr,
-              PINGPONG: gl.constexpr, MODE: gl.constexpr, WG: gl.constexpr):
-    """The MMA warps: tile j + 1's wgmma in flight while tile j is consumed. Two accumulators, the loop unrolled by
+              PINGPONG: gl.constexpr, MODE: gl.constexpr, STAGED: gl.constexpr, PIPELINED: gl.constexpr,
+              Q_REGS: gl.constexpr, POLY: gl.constexpr, WG: gl.constexpr):
+    """The MMA warps. PIPELINED: tile j + 1's wgmma in flight while tile j is consumed. Two accumulators, the loop unrolled by
     two so that neither is copied into the other (ptxas serializes every wgmma when registers of one in flight are
     read, as a loop-carried swap does). Launch 1 stores one (max, sum) state per row for its chunk; launch 2 merges the
-    row's chunk states first. Consumer WG takes the program's rows WG * BM .. (WG + 1) * BM."""
+    row's chunk states first. Consumer WG takes the program's rows WG * BM .. (WG + 1) * BM. Not PIPELINED: one
+    accumulator (twice the rows in the same registers), each tile's product waited for before it is consumed, so
+    that only the other consumer's work overlaps it. Q_REGS: the q tile is read from shared memory into registers
+    once (wgmma's A from registers), so that each product reads only k from shared memory. POLY: consumer 1 computes
+    its exponentials on the FMA pipe, consumer 0 on the exponential unit."""
+    on_fma: gl.constexpr = POLY and WG == 1
     row0 = row0 + WG * BM
     q_tile = q_smem.index(WG)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -152,25 +183,33 @@ def _consumer(q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0,
         zero += (gl.expand_dims(gl.arange(0, BM, rows_layout), 1)
                  + gl.expand_dims(gl.arange(0, BN, gl.SliceLayout(0, acc_layout)), 0) * 0.01).to(gl.float32)
     mbarrier.wait(q_ready.index(0), 0)
-    s_a = _issue(q_tile, k_ring, ready, zero, 0, turn, STAGES, WG, PINGPONG, MODE)
-    for pair in range(0, (n_tiles - 1) // 2):
-        j = 1 + 2 * pair
-        s_b = _issue(q_tile, k_ring, ready, zero, j, turn, STAGES, WG, PINGPONG, MODE)
-        m_i, l_i = _consume(s_a, empty, j - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN, STAGES,
-                            WRITE, WG, MODE)
-        s_a = _issue(q_tile, k_ring, ready, zero, j + 1, turn, STAGES, WG, PINGPONG, MODE)
-        m_i, l_i = _consume(s_b, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN, STAGES,
-                            WRITE, WG, MODE)
-    if n_tiles % 2 == 0:
-        s_b = _issue(q_tile, k_ring, ready, zero, n_tiles - 1, turn, STAGES, WG, PINGPONG,
-                     MODE)
-        m_i, l_i = _consume(s_a, empty, n_tiles - 2, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN,
-                            STAGES, WRITE, WG, MODE)
-        m_i, l_i = _consume(s_b, empty, n_tiles - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 0, BN,
-                            STAGES, WRITE, WG, MODE)
+    if Q_REGS:
+        q_tile = q_tile.load(gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2))
+    if not PIPELINED:
+        for j in range(n_tiles):
+            s = _issue(q_tile, k_ring, ready, zero, j, turn, STAGES, WG, PINGPONG, MODE)
+            m_i, l_i = _consume(s, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 0, BN, STAGES,
+                                WRITE, WG, MODE, STAGED, on_fma)
     else:
-        m_i, l_i = _consume(s_a, empty, n_tiles - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 0, BN,
-                            STAGES, WRITE, WG, MODE)
+        s_a = _issue(q_tile, k_ring, ready, zero, 0, turn, STAGES, WG, PINGPONG, MODE)
+        for pair in range(0, (n_tiles - 1) // 2):
+            j = 1 + 2 * pair
+            s_b = _issue(q_tile, k_ring, ready, zero, j, turn, STAGES, WG, PINGPONG, MODE)
+            m_i, l_i = _consume(s_a, empty, j - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN, STAGES,
+                                WRITE, WG, MODE, STAGED, on_fma)
+            s_a = _issue(q_tile, k_ring, ready, zero, j + 1, turn, STAGES, WG, PINGPONG, MODE)
+            m_i, l_i = _consume(s_b, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN, STAGES,
+                                WRITE, WG, MODE, STAGED, on_fma)
+        if n_tiles % 2 == 0:
+            s_b = _issue(q_tile, k_ring, ready, zero, n_tiles - 1, turn, STAGES, WG, PINGPONG,
+                         MODE)
+            m_i, l_i = _consume(s_a, empty, n_tiles - 2, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 1, BN,
+                                STAGES, WRITE, WG, MODE, STAGED, on_fma)
+            m_i, l_i = _consume(s_b, empty, n_tiles - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 0, BN,
+                                STAGES, WRITE, WG, MODE, STAGED, on_fma)
+        else:
+            m_i, l_i = _consume(s_a, empty, n_tiles - 1, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 0, BN,
+                                STAGES, WRITE, WG, MODE, STAGED, on_fma)
     if WRITE:
         tma.store_wait(0)
     else:
@@ -182,7 +221,8 @@ def _consumer(q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0,
 def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, q_stride, k_stride, out_stride,
                    tiles_per_chunk, chunks, scale_log2, WRITE: gl.constexpr,
                    BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
-                   CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MODE: gl.constexpr):
+                   CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MODE: gl.constexpr, STAGED: gl.constexpr,
+                   PIPELINED: gl.constexpr, Q_REGS: gl.constexpr, POLY: gl.constexpr):
     """Launch 1 (WRITE false: each program's rows' partial state over its chunk of columns) or launch 2 (WRITE:
     the probabilities of its rows over its chunk). Grid: (row tiles, chunks). CONSUMERS 1: the kernel's WARPS warps
     on all BM rows; 2: two consumer warpgroups of WARPS = 4 warps, each on half of them, released from each other
@@ -209,15 +249,16 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
     chunk = gl.program_id(1)
     col0 = chunk * tiles_per_chunk * BN
     n_tiles = gl.minimum(tiles_per_chunk, gl.cdiv(cols_total, BN) - chunk * tiles_per_chunk)
-    # launch 2's two staging buffers per consumer for the TMA stores (launch 1 stores none: a placeholder)
+    # launch 2's STAGED staging buffers per consumer for the TMA stores (launch 1 stores none: a placeholder)
     staged_rows: gl.constexpr = rows_each if WRITE else 8
-    out_smem = gl.allocate_shared_memory(gl.float16, [2 * CONSUMERS, staged_rows, BN],
+    out_smem = gl.allocate_shared_memory(gl.float16, [STAGED * CONSUMERS, staged_rows, BN],
                                          gl.NVMMASharedLayout.get_default_for([staged_rows, BN], gl.float16))
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
                                  rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, 0)),
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 0)),
             (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
                          CONSUMERS)),
         ], [1], [_PRODUCER_REGISTERS])
@@ -225,10 +266,12 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
                                  rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, 0)),
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 0)),
             (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
                                  rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, 1)),
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 1)),
             (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
                          CONSUMERS)),
         ], [4, 1], [_CONSUMER_REGISTERS, _PRODUCER_REGISTERS])
@@ -249,7 +292,8 @@ class GluonSoftmax:
     """softmax(q @ k * SCALE) for q [M, D], k [D, N] (fp16, D a power of two up to 128, M and N multiples of the
     tiles): ``statistics()`` is launch 1, a call both launches."""
 
-    def __init__(self, q, k, block_m, block_n, chunks, num_warps, stages, consumers=1, pingpong=False, mode=0):
+    def __init__(self, q, k, block_m, block_n, chunks, num_warps, stages, consumers=1, pingpong=False, pipelined=True,
+                 q_regs=False, poly=False, mode=0):
         rows, depth = q.shape
         cols = k.shape[1]
         if rows % block_m or cols % block_n or depth > 128 or depth & (depth - 1):
@@ -264,7 +308,11 @@ class GluonSoftmax:
         self.l = torch.empty_like(self.m)
         self.out = torch.empty(rows, cols, device=q.device, dtype=torch.float16)
         self.meta = dict(BM=block_m, BN=block_n, D=depth, STAGES=stages, WARPS=num_warps, num_warps=num_warps,
-                         CONSUMERS=consumers, PINGPONG=pingpong, MODE=mode)
+                         CONSUMERS=consumers, PINGPONG=pingpong, MODE=mode, PIPELINED=pipelined,
+                         Q_REGS=q_regs, POLY=poly)
+        # two staging buffers per consumer where they fit beside q and the ring, else one
+        operands = (block_m + stages * block_n) * depth * 2
+        self.meta["STAGED"] = 2 if operands + 2 * block_m * block_n * 2 <= 227 * 1024 else 1
 
     def _launch(self, write: bool):
         triton.set_allocator(_descriptor_scratch)
@@ -283,12 +331,39 @@ class GluonSoftmax:
         return self.out
 
 
+def compile_for_hopper(block_m, block_n, chunks, num_warps, stages, consumers=1, pingpong=False, pipelined=True,
+                       q_regs=False, poly=False, *, write: bool, depth: int = 128):
+    """One launch's kernel compiled for sm_90 without a GPU (``triton.compile`` of its Gluon source, as the launch
+    would specialize it: 16-byte aligned pointers and row strides): its PTX, shared memory and warps. ``chunks`` is
+    the launch's argument, not a constant, so it does not change the code."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    operands = (block_m + stages * block_n) * depth * 2
+    constants = dict(WRITE=write, BM=block_m, BN=block_n, D=depth, STAGES=stages, WARPS=num_warps,
+                     CONSUMERS=consumers, PINGPONG=pingpong, MODE=0, PIPELINED=pipelined, Q_REGS=q_regs, POLY=poly,
+                     STAGED=2 if operands + 2 * block_m * block_n * 2 <= 227 * 1024 else 1)
+    names = softmax_kernel.arg_names
+    types = {"q_ptr": "*fp16", "k_ptr": "*fp16", "out_ptr": "*fp16", "m_ptr": "*fp32", "l_ptr": "*fp32",
+             "scale_log2": "fp32"}
+    signature = {name: "constexpr" if name in constants else types.get(name, "i32") for name in names}
+    aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
+               if name.endswith(("_ptr", "_stride"))}
+    compiled = triton.compile(GluonASTSource(softmax_kernel, signature, constexprs=constants, attrs=aligned),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    return compiled.asm["ptx"], compiled.metadata.shared, compiled.metadata.num_warps
+
+
+# A configuration: GluonSoftmax's arguments after q and k.
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "CHUNKS", "num_warps", "STAGES", "CONSUMERS", "PINGPONG", "PIPELINED", "Q_REGS",
+               "POLY")
+
+
 def measure(shapes, configs, budget: int, once: bool = False) -> list[dict]:
     (q, k), reference, rows = baseline_rows(WORKLOADS["G"], shapes, budget)
     floor = q.shape[0] * k.shape[1] * q.element_size() / 4.3e9
-    for block_m, block_n, chunks, num_warps, stages, consumers, pingpong in configs:
-        config = dict(BLOCK_M=block_m, BLOCK_N=block_n, CHUNKS=chunks, num_warps=num_warps, STAGES=stages,
-                      CONSUMERS=consumers, PINGPONG=pingpong)
+    for config in configs:
+        config = dict(zip(CONFIG_KEYS, config))
 
         def run(config=config) -> dict:
             kernel = GluonSoftmax(q, k, *config.values())
@@ -315,8 +390,7 @@ def ablations(shapes, configs) -> list[dict]:
     for config in configs:
         for mode in (0, 1, 2):
             kernel = GluonSoftmax(q, k, *config, mode=mode)
-            names = ("BLOCK_M", "BLOCK_N", "CHUNKS", "num_warps", "STAGES", "CONSUMERS", "PINGPONG")
-            rows.append(probe_row(shapes, "gluon_statistics_ablation", dict(zip(names, config), MODE=mode),
+            rows.append(probe_row(shapes, "gluon_statistics_ablation", dict(zip(CONFIG_KEYS, config), MODE=mode),
                                   lambda kernel=kernel: {"statistics_ms": time_ms(kernel.statistics)}))
     return rows
 
@@ -324,8 +398,7 @@ def ablations(shapes, configs) -> list[dict]:
 def main() -> None:
     parser = probe_parser(__doc__)
     parser.add_argument("--configs", type=json.loads,
-                        help="a JSON list of [BLOCK_M, BLOCK_N, CHUNKS, num_warps, STAGES, CONSUMERS, PINGPONG] to "
-                             "run instead of the default set")
+                        help=f"a JSON list of {CONFIG_KEYS} lists to run instead of the default set")
     parser.add_argument("--once", action="store_true", help="run each configuration once, untimed (for a profiler)")
     parser.add_argument("--ablations", action="store_true",
                         help="time the statistics launch of each configuration without its exponentials and "
@@ -333,9 +406,10 @@ def main() -> None:
     args = parser.parse_args()
     shape_sets = probe_shapes(parser, args.variants)
     configs = [tuple(config) for config in args.configs or (
-        [(128, bn, chunks, 8, stages, 1, 0) for bn in (64, 128) for chunks in (1, 2) for stages in (3, 4)]
-        + [(bm, bn, chunks, 4, stages, 2, pingpong) for bm, bn in ((128, 64), (128, 128), (256, 64))
-           for chunks in (2, 4) for stages in (3, 4) for pingpong in (0, 1)])]
+        [(128, 128, chunks, 8, 3, 1, 0, 1) for chunks in (1, 2)]
+        + [(128, bn, chunks, 4, stages, 2, 0, 1) for bn in (64, 128) for chunks in (2, 4) for stages in (3, 4)]
+        + [(256, bn, chunks, 4, stages, 2, pingpong, 0) for bn in (64, 128) for chunks in (1, 2, 4)
+           for stages in (2, 3) for pingpong in (0, 1)])]
     if args.ablations:
         rows = [row for shapes in shape_sets for row in ablations(shapes, configs)]
         if args.out:
