@@ -233,7 +233,7 @@ print(json.dumps(report))
 
 def test_the_gluon_softmax_probe_compiles_for_hopper_without_a_gpu():
     """benchmarks/probes/gluon_softmax_probe.py's two launches compile for sm_90 in each form it measures: two
-    consumer warpgroups and a producer (12 warps); the next tile's product kept in flight (a wait for all but one);
+    consumer warpgroups and a producer (12 warps), or four (20); the next tile's product kept in flight (a wait for all but one);
     q read from registers by wgmma; consumer 1's exponentials on the FMA pipe (half the ex2 instructions); launch 2
     storing its tiles with TMA, launch 1 its row states with plain stores. (Gluon does not run in the interpreter:
     the GPU runs of the probe check its numbers.)"""
@@ -244,14 +244,17 @@ def test_the_gluon_softmax_probe_compiles_for_hopper_without_a_gpu():
         pytest.skip("this triton has no CUDA backend to compile for sm_90")
     base = [128, 128, 2, 4, 3, 2, False, True]
     cases = [[base + [False, False], False], [base + [True, True], False], [base + [True, True], True],
-             [[256, 128, 4, 4, 2, 2, False, False, True, False], True]]
+             [[256, 128, 4, 4, 2, 2, False, False, True, False], True],
+             [[256, 128, 4, 4, 3, 4, False, False, False, False], True]]
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", _GLUON_SOFTMAX_PTX, str(PROBES), json.dumps(cases)],
                             capture_output=True, text=True, timeout=600, env=environment)
     assert result.returncode == 0, result.stderr[-3000:]
-    plain, split, split_write, one_accumulator = json.loads(result.stdout.splitlines()[-1])
+    plain, split, split_write, one_accumulator, four_consumers = json.loads(result.stdout.splitlines()[-1])
     for compiled in (plain, split, split_write, one_accumulator):
         assert compiled["warps"] == 12 and compiled["shared"] <= 232448
+    # four consumer warpgroups and the producer's
+    assert four_consumers["warps"] == 20 and four_consumers["shared"] <= 232448 and four_consumers["tma_stores"] > 0
     assert "1" in plain["waits"] and "1" not in one_accumulator["waits"]
     assert not plain["a_in_registers"] and split["a_in_registers"] and one_accumulator["a_in_registers"]
     assert split["exp2"] < 0.6 * plain["exp2"]

@@ -57,6 +57,9 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 _PRODUCER_REGISTERS = gl.constexpr(40)
 _CONSUMER_REGISTERS = gl.constexpr(232)  # the second consumer warpgroup's, as a worker partition
+# With four consumers, each worker consumer's: the 64K registers of a program shared by five warpgroups, the
+# producer's 40 given back (the default partition takes the rest, 136).
+_QUARTER_REGISTERS = gl.constexpr(112)
 
 
 @gluon.jit
@@ -225,7 +228,7 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
                    PIPELINED: gl.constexpr, Q_REGS: gl.constexpr, POLY: gl.constexpr):
     """Launch 1 (WRITE false: each program's rows' partial state over its chunk of columns) or launch 2 (WRITE:
     the probabilities of its rows over its chunk). Grid: (row tiles, chunks). CONSUMERS 1: the kernel's WARPS warps
-    on all BM rows; 2: two consumer warpgroups of WARPS = 4 warps, each on half of them, released from each other
+    on all BM rows; 2 or 4: consumer warpgroups of WARPS = 4 warps, each on its share of them, released from each other
     (each waits only for its own warps) so that one's exponentials can run under the other's MMAs."""
     rows_each: gl.constexpr = BM // CONSUMERS
     q_desc = tma.make_tensor_descriptor(q_ptr, [rows_total, D], [q_stride, 1], [rows_each, D],
@@ -262,7 +265,7 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
             (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
                          CONSUMERS)),
         ], [1], [_PRODUCER_REGISTERS])
-    else:
+    elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
                                  rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
@@ -275,6 +278,27 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
             (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
                          CONSUMERS)),
         ], [4, 1], [_CONSUMER_REGISTERS, _PRODUCER_REGISTERS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
+                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 0)),
+            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
+                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 1)),
+            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
+                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 2)),
+            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
+                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
+                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
+                                 Q_REGS, POLY, 3)),
+            (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
+                         CONSUMERS)),
+        ], [4, 4, 4, 1], [_QUARTER_REGISTERS, _QUARTER_REGISTERS, _QUARTER_REGISTERS, _PRODUCER_REGISTERS])
     mbarrier.invalidate(q_ready.index(0))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
@@ -301,6 +325,8 @@ class GluonSoftmax:
                              f"{block_n}, a depth that is a power of two up to 128")
         if pingpong and consumers != 2:
             raise ValueError("the ping-pong turns are between two consumers")
+        if consumers not in (1, 2, 4) or (consumers > 1 and num_warps != 4):
+            raise ValueError(f"{consumers} consumers of {num_warps} warps: one consumer of any warps, or 2 or 4 of 4")
         self.q, self.k, self.chunks = q, k, chunks
         self.tiles_per_chunk = triton.cdiv(cols // block_n, chunks)
         self.grid = (rows // block_m, triton.cdiv(cols // block_n, self.tiles_per_chunk))
@@ -409,7 +435,8 @@ def main() -> None:
         [(128, 128, chunks, 8, 3, 1, 0, 1) for chunks in (1, 2)]
         + [(128, bn, chunks, 4, stages, 2, 0, 1) for bn in (64, 128) for chunks in (2, 4) for stages in (3, 4)]
         + [(256, bn, chunks, 4, stages, 2, pingpong, 0) for bn in (64, 128) for chunks in (1, 2, 4)
-           for stages in (2, 3) for pingpong in (0, 1)])]
+           for stages in (2, 3) for pingpong in (0, 1)]
+        + [(256, bn, chunks, 4, stages, 4, 0, 0) for bn in (64, 128) for chunks in (2, 4) for stages in (2, 3)])]
     if args.ablations:
         rows = [row for shapes in shape_sets for row in ablations(shapes, configs)]
         if args.out:
