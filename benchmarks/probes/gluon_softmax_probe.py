@@ -63,10 +63,10 @@ _QUARTER_REGISTERS = gl.constexpr(112)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles,
-              BN: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+def _producer(values, BN: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """One warp: each consumer's q tile once, then the chunk's k tiles into the ring, up to STAGES ahead of the
     MMAs."""
+    (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles) = values[:10]
     mbarrier.expect(q_ready.index(0), CONSUMERS * q_desc.block_type.nbytes)
     for consumer in gl.static_range(CONSUMERS):
         _tma_load(q_desc, [row0 + consumer * q_desc.block_type.shape[0], 0], q_ready.index(0), q_smem.index(consumer))
@@ -150,19 +150,19 @@ def _consume(s, empty, j, m_i, l_i, scale_log2, out_smem, out_desc, row0, col0, 
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-              rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem, turn,
-              BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr, WRITE: gl.constexpr,
-              PINGPONG: gl.constexpr, MODE: gl.constexpr, STAGED: gl.constexpr, PIPELINED: gl.constexpr,
-              Q_REGS: gl.constexpr, POLY: gl.constexpr, WG: gl.constexpr):
-    """The MMA warps. PIPELINED: tile j + 1's wgmma in flight while tile j is consumed. Two accumulators, the loop unrolled by
-    two so that neither is copied into the other (ptxas serializes every wgmma when registers of one in flight are
+def _consumer(values, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
+              WRITE: gl.constexpr, PINGPONG: gl.constexpr, MODE: gl.constexpr, STAGED: gl.constexpr,
+              PIPELINED: gl.constexpr, Q_REGS: gl.constexpr, POLY: gl.constexpr, WG: gl.constexpr):
+    """The MMA warps of consumer WG (``values``: the kernel's tensors and numbers it reads, as the kernel lists them).
+    PIPELINED: tile j + 1's wgmma in flight while tile j is consumed. Two accumulators, the loop unrolled by two so that neither is copied into the other (ptxas serializes every wgmma when registers of one in flight are
     read, as a loop-carried swap does). Launch 1 stores one (max, sum) state per row for its chunk; launch 2 merges the
     row's chunk states first. Consumer WG takes the program's rows WG * BM .. (WG + 1) * BM. Not PIPELINED: one
     accumulator (twice the rows in the same registers), each tile's product waited for before it is consumed, so
     that only the other consumer's work overlaps it. Q_REGS: the q tile is read from shared memory into registers
     once (wgmma's A from registers), so that each product reads only k from shared memory. POLY: consumer 1 computes
     its exponentials on the FMA pipe, consumer 0 on the exponential unit."""
+    (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr, rows_total, cols_total,
+     chunk, chunks, scale_log2, out_ptr, out_stride, out_smem, turn) = values
     on_fma: gl.constexpr = POLY and WG == 1
     row0 = row0 + WG * BM
     q_tile = q_smem.index(WG)
@@ -256,49 +256,25 @@ def softmax_kernel(q_ptr, k_ptr, m_ptr, l_ptr, out_ptr, rows_total, cols_total, 
     staged_rows: gl.constexpr = rows_each if WRITE else 8
     out_smem = gl.allocate_shared_memory(gl.float16, [STAGED * CONSUMERS, staged_rows, BN],
                                          gl.NVMMASharedLayout.get_default_for([staged_rows, BN], gl.float16))
+    values = (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr, rows_total,
+              cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem, turn)
     if CONSUMERS == 1:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 0)),
-            (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
-                         CONSUMERS)),
-        ], [1], [_PRODUCER_REGISTERS])
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 0)),
+            (_producer, (values, BN, STAGES, CONSUMERS))], [1], [_PRODUCER_REGISTERS])
     elif CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 0)),
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 1)),
-            (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
-                         CONSUMERS)),
-        ], [4, 1], [_CONSUMER_REGISTERS, _PRODUCER_REGISTERS])
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 0)),
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 1)),
+            (_producer, (values, BN, STAGES, CONSUMERS))], [4, 1], [_CONSUMER_REGISTERS, _PRODUCER_REGISTERS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 0)),
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 1)),
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 2)),
-            (_consumer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, m_ptr, l_ptr,
-                                 rows_total, cols_total, chunk, chunks, scale_log2, out_ptr, out_stride, out_smem,
-                                 turn, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED,
-                                 Q_REGS, POLY, 3)),
-            (_producer, (q_desc, k_desc, q_smem, k_ring, q_ready, ready, empty, row0, col0, n_tiles, BN, STAGES,
-                         CONSUMERS)),
-        ], [4, 4, 4, 1], [_QUARTER_REGISTERS, _QUARTER_REGISTERS, _QUARTER_REGISTERS, _PRODUCER_REGISTERS])
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 0)),
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 1)),
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 2)),
+            (_consumer, (values, rows_each, BN, STAGES, WARPS, WRITE, PINGPONG, MODE, STAGED, PIPELINED, Q_REGS, POLY, 3)),
+            (_producer, (values, BN, STAGES, CONSUMERS))],
+            [4, 4, 4, 1], [_QUARTER_REGISTERS, _QUARTER_REGISTERS, _QUARTER_REGISTERS, _PRODUCER_REGISTERS])
     mbarrier.invalidate(q_ready.index(0))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
