@@ -2,6 +2,7 @@
 column tile overlapped with the exponentials of the one before (issue 21, item 3).
 
     timeout 400 python benchmarks/probes/gluon_softmax_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
+        [--configs JSON] [--ablations] [--once]
 
 What this measures before the compiler emits it. amk's chunk_recompute (G's strategy) runs, in each program, the dot of
 a column tile and then that tile's exponentials and reductions on the same warps: Triton 3.6 issues the next tile's
@@ -15,6 +16,13 @@ tile j + 1 while the exponential unit works on tile j (FlashAttention 3's intra-
 cross HBM and the output is written once. Every configuration is checked against the float64 reference before it is
 timed; eager, torch.compile and amk's own kernel run in the same process on the same inputs (`baseline_rows`).
 Needs a Hopper GPU and triton >= 3.6 (Gluon).
+
+A configuration (``--configs``, a JSON list of ``CONFIG_KEYS`` lists) chooses the form: the tiles, the chunks a row's
+columns are split in, the ring's depth; one consumer of ``num_warps`` warps, or 2 or 4 consumer warpgroups of 4 warps
+each on its own rows (released from each other); ping-pong turns between two consumers; the next tile's product in
+flight (``PIPELINED``, two accumulators) or not; q read into registers for wgmma; one consumer's exponentials on the
+FMA pipe. ``--ablations`` times the statistics launch of each configuration without its exponentials and without its
+products; ``--once`` runs each configuration once, untimed, for Nsight Compute.
 """
 
 from __future__ import annotations
