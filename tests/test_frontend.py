@@ -683,6 +683,62 @@ def test_no_grad_skips_autograd():
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# The compiled module as a module
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_attributes_set_on_the_compiled_module_are_the_models():
+    """``compiled.fc = new_layer``, ``compiled.training = False``, ``del compiled.x``: set on the model, as
+    torch.compile's module does, so that calls use them and the parameters and state dict stay the model's."""
+    model = make("gpt2")
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(3)
+    compiled(x)
+    compiled.fc = nn.Linear(model.fc.in_features, model.fc.out_features).to(DEVICE)
+    assert model.fc is compiled.fc
+    torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert dict(compiled.named_parameters()).keys() == {f"_orig_mod.{k}" for k, _ in model.named_parameters()}
+    compiled.temperature = 2.0
+    assert model.temperature == 2.0 and "temperature" not in vars(compiled)
+    del compiled.temperature
+    assert not hasattr(model, "temperature")
+    compiled.training = False
+    assert not model.training and not compiled.training
+    model.train()
+    assert compiled.training
+    assert len(amk.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))) == 2
+
+
+class _HoldsACompiledBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(32, 32)
+        self.block = amk.compile(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)), autotune=False)
+
+    def forward(self, x):
+        return self.block(F.relu(self.pre(x))) + x
+
+
+@pytest.mark.parametrize("outer", ["amk", "torch"])
+def test_a_model_holding_a_compiled_block_compiles(outer):
+    """A compiled block inside a model that is itself compiled (by amk or torch.compile), and a compiled function
+    called from a compiled function: traced as the original, inlined into the outer graph (TorchDynamo refuses to trace
+    amk's dynamic marks)."""
+    torch.manual_seed(0)
+    model = _HoldsACompiledBlock().to(DEVICE)
+    compiled = (amk.compile(model, autotune=False) if outer == "amk"
+                else torch.compile(model, backend="eager"))
+    for batch in (8, 5):
+        x = torch.randn(batch, 32, device=DEVICE)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    inner = amk.compile(lambda x: F.gelu(x * 2.0) + 1.0, autotune=False)
+    outer_fn = (amk.compile(lambda x: inner(x).relu(), autotune=False) if outer == "amk"
+                else torch.compile(lambda x: inner(x).relu(), backend="eager"))
+    x = torch.randn(6, 16, device=DEVICE)
+    torch.testing.assert_close(outer_fn(x), (F.gelu(x * 2.0) + 1.0).relu(), atol=ATOL, rtol=RTOL)
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Copies and pickling
 # --------------------------------------------------------------------------------------------------------------------
 

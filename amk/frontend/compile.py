@@ -294,11 +294,45 @@ class CompiledModule(torch.nn.Module):
     object, as for separate ``amk.compile`` calls) applies: past it, further copies run in PyTorch with TorchDynamo's
     warning."""
 
+    # What is the wrapper's own (these, nn.Module's bookkeeping in its __dict__, its class's attributes): set and
+    # deleted on it; any other attribute is the model's (compiled.fc = layer, compiled.scale = 2.0), as on
+    # torch.compile's module, so that calls see it.
+    _OWN_ATTRIBUTES = frozenset({"_orig_mod", "_amk_options", "_amk_caller", "_amk_report"})
+
+    def _is_own(self, name: str) -> bool:
+        return name in self._OWN_ATTRIBUTES or name in self.__dict__ or hasattr(type(self), name)
+
     def __init__(self, module: torch.nn.Module, options: _CompileOptions):
+        object.__setattr__(self, "_amk_initialized", False)  # nn.Module.__init__ sets training: the wrapper's own
         super().__init__()
         self._orig_mod = module
+        object.__setattr__(self, "_amk_initialized", True)
         object.__setattr__(self, "_amk_options", options)
         self._compile_orig_mod()
+
+    @property
+    def training(self) -> bool:
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        if self._amk_initialized:
+            self._orig_mod.training = mode
+
+    def __setattr__(self, name: str, value) -> None:
+        if self._is_own(name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self._is_own(name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __len__(self) -> int:
+        return len(self._orig_mod)
 
     def _compile_orig_mod(self) -> None:
         report, settings = _reporting(self._amk_options.settings)
@@ -317,6 +351,8 @@ class CompiledModule(torch.nn.Module):
         self._compile_orig_mod()
 
     def forward(self, *args, **kwargs):
+        if torch.compiler.is_compiling():  # called from a model being compiled: traced as the model, inlined
+            return self._orig_mod(*args, **kwargs)
         return self._amk_caller(*args, **kwargs)
 
     def __getattr__(self, name: str):
@@ -396,6 +432,8 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
 
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
+            if torch.compiler.is_compiling():  # called from a function being compiled: traced as the function
+                return model_or_fn(*args, **kwargs)
             return caller(*args, **kwargs)
 
         result._amk_report = report
