@@ -21,8 +21,12 @@ own reference is the caller's: :func:`keep_verification` stores a passing report
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -61,6 +65,52 @@ if TYPE_CHECKING:
 # The IR, xDSL and sympy are imported where a build runs the passes: a cache hit needs none of them.
 
 log = logging.getLogger("amk")
+
+
+def _defined_in_amk(obj) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module == "amk" or module.startswith("amk.")
+
+
+def _definition(obj) -> str:
+    """What an extension is defined by: its source text, or its code where there is no source (a function made at
+    run time)."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        code = getattr(obj, "__code__", None)
+        return repr((code.co_code, code.co_consts, code.co_names)) if code is not None else repr(obj)
+
+
+def extensions_fingerprint() -> str:
+    """A hash of what was registered from outside amk's packages (lowering rules, row reductions, references,
+    strategies, passes, op-list entries), each by its definition, or "" when nothing was: the cache's key holds amk's
+    own sources (:func:`amk.cache.source_fingerprint`), and a rule edited in the user's module must not find the
+    kernels its last version built."""
+    # Only registries already imported can hold a user's entries (registering imports them); importing the others
+    # would cost a warm start, which builds nothing, the IR's imports.
+    rules, strategies = sys.modules.get("amk.lowering.rules"), sys.modules.get("amk.lowering.strategies.registry")
+    references, oplist, opt = (sys.modules.get(f"amk.{name}") for name in ("reference", "oplist", "opt"))
+    parts = []
+    if rules is not None:
+        parts += [f"rule {op.name}: {_definition(rule)}" for op, rule in rules.ELEMENTWISE_RULES.items()
+                  if not _defined_in_amk(rule)]
+        for op, reduction in rules.ROW_REDUCTIONS.items():
+            functions = [field for field in dataclasses.astuple(reduction) if callable(field)]
+            if not all(_defined_in_amk(function) for function in functions):
+                parts.append(f"reduction {op.name}: " + "".join(map(_definition, functions)))
+    if references is not None:
+        parts += [f"reference {op.name}: {_definition(fn)}" for op, fn in references.REFERENCE.items()
+                  if not _defined_in_amk(fn)]
+    if strategies is not None:
+        parts += [f"strategy {name}: {_definition(type(strategy))}" for name, strategy in strategies.STRATEGIES.items()
+                  if not _defined_in_amk(type(strategy))]
+    if opt is not None:
+        parts += [f"pass {name}: {_definition(cls)}" for name, cls in opt.REGISTERED_PASSES.items()]
+    if oplist is not None:
+        parts += [f"op {name}: {spec.params} {_definition(spec.build)}" for name, spec in oplist.OPS.items()
+                  if name not in oplist.BUILTIN_OPS or not _defined_in_amk(spec.build)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16] if parts else ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +157,9 @@ class BuildRequest:
                                  "vendor_gemm": tc.vendor_gemm}
         if self.size_hints:
             settings["size_hints"] = dict(self.size_hints)
+        extensions = extensions_fingerprint()
+        if extensions:
+            settings["extensions"] = extensions
         return settings if self.pipeline is None else {**settings, "pipeline": self.pipeline}
 
     @property

@@ -165,7 +165,8 @@ OPS: dict[str, OpSpec] = {
                      ("rms_weight",)),
 }
 
-SUPPORTED_OPS = ", ".join(OPS)
+# The entries amk defines (any other was added by a user: its builder is part of the cache key, see amk.build).
+BUILTIN_OPS = frozenset(OPS)
 
 
 def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
@@ -182,7 +183,7 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
             raise InvalidArgumentError(
                 f"ops[{index}] must be a name or a (name, params) pair such as ('layernorm', {{'eps': 1e-6}}), got {entry!r}")
         if name not in OPS:
-            raise UnsupportedOpError(f"ops[{index}]: unknown op {name!r}; supported ops: {SUPPORTED_OPS}")
+            raise UnsupportedOpError(f"ops[{index}]: unknown op {name!r}; supported ops: {', '.join(OPS)}")
         spec = OPS[name]
         for key, value in params.items():
             if key not in spec.params:

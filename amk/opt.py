@@ -43,9 +43,14 @@ AMK_TARGETS: dict[str, Callable] = {
 }
 
 
+# The passes registered by register_pass, by name (their definitions are part of the cache key, see amk.build).
+REGISTERED_PASSES: dict[str, type[ModulePass]] = {}
+
+
 def register_pass(pass_class: type[ModulePass]) -> type[ModulePass]:
     """Make a user's pass available to ``amk-opt -p`` and to ``pipeline=`` strings (usable as a decorator)."""
     AMK_PASSES[pass_class.name] = lambda: pass_class
+    REGISTERED_PASSES[pass_class.name] = pass_class
     return pass_class
 
 

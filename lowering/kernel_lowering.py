@@ -18,6 +18,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
+from amk.errors import CompilationError
 from amk.lowering import rules
 from amk.lowering.configs import next_power_of_two
 from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section
@@ -40,6 +41,21 @@ def origin_label(op: Operation) -> str:
     if isinstance(op, tensor_op.GeluOp) and op.uses_tanh:
         label += " (tanh)"
     return label
+
+
+def _check_rule_result(op: Operation, result, operands: list[SSAValue]) -> None:
+    """An elementwise lowering rule gives a tile of its operands' broadcast shape: anything else (None, a reduced
+    tile) would be stored wrongly or fail far from the rule, so a contributor's rule is checked where it is called."""
+    rule = rules.ELEMENTWISE_RULES[type(op)]
+    name = getattr(rule, "__qualname__", repr(rule))
+    if not isinstance(result, SSAValue) or not isinstance(result.type, TileType):
+        raise CompilationError(f"the lowering rule of {op.name} ({name}) returned {result!r}: a rule returns the tile "
+                               "of the op's value (an SSAValue of a !tiled_loop.tile type, made with the TileBuilder)")
+    expected = tiled_loop.broadcast_tiles([value.type.dims for value in operands], op.name)
+    if result.type.dims != expected:
+        raise CompilationError(f"the lowering rule of {op.name} ({name}) returned a [{', '.join(map(str, result.type.dims))}] "
+                               f"tile for operands of shape [{', '.join(map(str, expected))}]: an elementwise rule keeps "
+                               "its operands' (broadcast) shape")
 
 
 @dataclass
@@ -127,6 +143,7 @@ class KernelLowering:
                 operands = [self.compute(v, at) for v in op.operands]
                 self.b.origin = origin_label(op)
                 result = rules.ELEMENTWISE_RULES[type(op)](self.b, op, *operands)
+                _check_rule_result(op, result, operands)
             elif kind == "reduction":
                 rule = rules.ROW_REDUCTIONS[type(op)]
                 # A reduction's value is its statistic; norms and softmax also need the tile they normalize.

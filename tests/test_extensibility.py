@@ -18,9 +18,11 @@ from xdsl.dialects.builtin import ModuleOp, f32
 from xdsl.ir import Block, Region
 from xdsl.irdl import irdl_op_definition
 
-from amk import reference
+import amk
+from amk import oplist, reference
 from amk.dialects import tensor_op
 from amk.dialects.tensor_op import TensorType
+from amk.errors import CompilationError
 from amk.lowering import rules
 from amk.pipeline import compile_module
 from amk.verification import TOLERANCES, evaluate_function
@@ -210,6 +212,51 @@ def test_without_a_rule_the_op_runs_eagerly():
         expected = (tensors[0].double() @ tensors[1].double()) ** 2 + 1
         assert rel_l2(compiled.program(*tensors)[0], expected) <= TOLERANCES[torch.float32]
     finally:
+        reference.REFERENCE.pop(SquarePlusOneOp, None)
+
+
+def test_a_rule_changed_after_a_build_is_not_found_in_the_cache(registered, tmp_path, monkeypatch):
+    """The cache keys a build by the definitions of what was registered from outside amk (rules, references,
+    strategies, passes, op-list entries), as it keys amk's own sources: once the op's rule and reference are changed
+    and registered again, its chain is built again instead of found with the kernel of the old rule."""
+    monkeypatch.setitem(oplist.OPS, "square_plus_one",
+                        oplist.OpSpec(0, 0, {}, lambda x, operands, params: SquarePlusOneOp(x), "x * x + 1"))
+    shapes = [(M, K), (K, N)]
+    x, w = inputs(shapes, seed=5)
+    product = x.double() @ w.double()
+    tuner = amk.TunerConfig(target_cache_dir=str(tmp_path))
+
+    def built():
+        kernel = amk.build_fused_kernel(["matmul", "square_plus_one"], shapes, torch.float32, autotune=False,
+                                        tuner_config=tuner)
+        return kernel(x, w)
+
+    assert rel_l2(built(), product ** 2 + 1) <= TOLERANCES[torch.float32]
+    rules.register_elementwise(SquarePlusOneOp)(lambda b, op, x: b.add_(x, 1.0))  # now x + 1
+    reference.register_reference(SquarePlusOneOp, lambda op, x: x + 1)
+    assert rel_l2(built(), product + 1) <= TOLERANCES[torch.float32]
+    rules.register_elementwise(SquarePlusOneOp)(square_plus_one_rule)  # the first rule again: found in the cache
+    reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
+    assert rel_l2(built(), product ** 2 + 1) <= TOLERANCES[torch.float32]
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    (lambda b, op, x: None, "returned None: a rule returns the tile"),
+    (lambda b, op, x: b.reduce("sum", x), "an elementwise rule keeps its operands' (broadcast) shape"),
+], ids=["nothing", "a reduced tile"])
+def test_a_rule_that_does_not_give_a_tile_of_its_operands_shape_is_named(rule, message):
+    """A contributor's rule returning no tile, or a reduced one (which the kernel would store as column 0 of every
+    row, with no error), fails where it is called, naming the op and the rule."""
+    rules.register_elementwise(SquarePlusOneOp)(rule)
+    reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
+    try:
+        module = build_module([(M, K), (K, N)], lambda a: [mm := tensor_op.MatmulOp(a[0], a[1]),
+                                                            SquarePlusOneOp(mm.results[0])])
+        with pytest.raises(CompilationError, match="lowering rule of test.square_plus_one") as raised:
+            compile_module(module)
+        assert message in str(raised.value)
+    finally:
+        rules.ELEMENTWISE_RULES.pop(SquarePlusOneOp, None)
         reference.REFERENCE.pop(SquarePlusOneOp, None)
 
 
