@@ -9,6 +9,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass, PassPipeline
@@ -48,7 +49,11 @@ REGISTERED_PASSES: dict[str, type[ModulePass]] = {}
 
 
 def register_pass(pass_class: type[ModulePass]) -> type[ModulePass]:
-    """Make a user's pass available to ``amk-opt -p`` and to ``pipeline=`` strings (usable as a decorator)."""
+    """Make a user's pass available to ``amk-opt -p`` and to ``pipeline=`` strings (usable as a decorator); one of a
+    name already registered (amk's own passes included) replaces it, with a warning."""
+    if pass_class.name in AMK_PASSES and REGISTERED_PASSES.get(pass_class.name) is not pass_class:
+        warnings.warn(f"register_pass: {pass_class.__qualname__} replaces the pass named {pass_class.name!r}",
+                      stacklevel=2)
     AMK_PASSES[pass_class.name] = lambda: pass_class
     REGISTERED_PASSES[pass_class.name] = pass_class
     return pass_class

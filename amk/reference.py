@@ -3,6 +3,7 @@ of ops that were not fused."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -82,6 +83,10 @@ REFERENCE: dict[type[Operation], Callable] = {
 
 def register_reference(op_class: type[Operation], fn: Callable) -> None:
     """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
+    replaced = REFERENCE.get(op_class)
+    if replaced is not None and replaced is not fn:
+        warnings.warn(f"register_reference: {fn.__qualname__} replaces {replaced.__qualname__} as the reference of "
+                      f"{op_class.name}", stacklevel=2)
     REFERENCE[op_class] = fn
 
 

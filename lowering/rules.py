@@ -15,6 +15,7 @@ All tile values handled by rules are fp32.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,10 @@ def register_elementwise(op_class: type[Operation]) -> Callable[[ElementwiseRule
     """Decorator: ``@register_elementwise(MyOp) def rule(builder, op, x, ...) -> tile``."""
 
     def decorate(rule: ElementwiseRule) -> ElementwiseRule:
+        replaced = ELEMENTWISE_RULES.get(op_class)
+        if replaced is not None and replaced is not rule:
+            warnings.warn(f"register_elementwise: {rule.__qualname__} replaces {replaced.__qualname__} as the lowering "
+                          f"rule of {op_class.name}", stacklevel=2)
         ELEMENTWISE_RULES[op_class] = rule
         return rule
 

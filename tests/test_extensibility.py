@@ -232,11 +232,15 @@ def test_a_rule_changed_after_a_build_is_not_found_in_the_cache(registered, tmp_
         return kernel(x, w)
 
     assert rel_l2(built(), product ** 2 + 1) <= TOLERANCES[torch.float32]
-    rules.register_elementwise(SquarePlusOneOp)(lambda b, op, x: b.add_(x, 1.0))  # now x + 1
-    reference.register_reference(SquarePlusOneOp, lambda op, x: x + 1)
+    # a registration that replaces another says so
+    with pytest.warns(UserWarning, match="replaces square_plus_one_rule as the lowering rule of test.square_plus_one"):
+        rules.register_elementwise(SquarePlusOneOp)(lambda b, op, x: b.add_(x, 1.0))  # now x + 1
+    with pytest.warns(UserWarning, match="as the reference of test.square_plus_one"):
+        reference.register_reference(SquarePlusOneOp, lambda op, x: x + 1)
     assert rel_l2(built(), product + 1) <= TOLERANCES[torch.float32]
-    rules.register_elementwise(SquarePlusOneOp)(square_plus_one_rule)  # the first rule again: found in the cache
-    reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
+    with pytest.warns(UserWarning):  # the first rule again: found in the cache
+        rules.register_elementwise(SquarePlusOneOp)(square_plus_one_rule)
+        reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
     assert rel_l2(built(), product ** 2 + 1) <= TOLERANCES[torch.float32]
 
 
@@ -258,6 +262,20 @@ def test_a_rule_that_does_not_give_a_tile_of_its_operands_shape_is_named(rule, m
     finally:
         rules.ELEMENTWISE_RULES.pop(SquarePlusOneOp, None)
         reference.REFERENCE.pop(SquarePlusOneOp, None)
+
+
+def test_a_strategy_or_pass_registered_under_a_taken_name_replaces_it_with_a_warning(monkeypatch):
+    """A contributor's strategy or pass named as one of amk's replaces it for every later build: said, not silent."""
+    from amk import opt
+    from amk.lowering.strategies import STRATEGIES, register_strategy
+
+    monkeypatch.setitem(STRATEGIES, "row_strip", STRATEGIES["row_strip"])  # restored afterwards
+    monkeypatch.setitem(opt.AMK_PASSES, "amk-fuse", opt.AMK_PASSES["amk-fuse"])
+    monkeypatch.setattr(opt, "REGISTERED_PASSES", {})
+    with pytest.warns(UserWarning, match="Shadow replaces RowStrip.* as the strategy named 'row_strip'"):
+        register_strategy(type("Shadow", (type(STRATEGIES["row_strip"]),), {}))
+    with pytest.warns(UserWarning, match="ShadowFuse replaces the pass named 'amk-fuse'"):
+        opt.register_pass(type("ShadowFuse", (opt.AMK_PASSES["amk-fuse"](),), {}))
 
 
 def test_registrations_are_cleaned_up():

@@ -7,6 +7,7 @@ verifier, amk-stage's heuristic, the Triton emitter and the autotuner all look s
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -18,7 +19,12 @@ STRATEGIES: dict[str, TilingStrategy] = {}
 
 
 def register_strategy(cls: type[TilingStrategy]) -> type[TilingStrategy]:
-    """Class decorator: register one instance of ``cls`` under ``cls.name`` (replacing one of that name)."""
+    """Class decorator: register one instance of ``cls`` under ``cls.name`` (replacing one of that name, with a
+    warning)."""
+    replaced = STRATEGIES.get(cls.name)
+    if replaced is not None and type(replaced) is not cls:
+        warnings.warn(f"register_strategy: {cls.__qualname__} replaces {type(replaced).__qualname__} as the strategy "
+                      f"named {cls.name!r}", stacklevel=2)
     STRATEGIES[cls.name] = cls()
     return cls
 
