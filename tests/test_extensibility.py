@@ -278,6 +278,29 @@ def test_a_strategy_or_pass_registered_under_a_taken_name_replaces_it_with_a_war
         opt.register_pass(type("ShadowFuse", (opt.AMK_PASSES["amk-fuse"](),), {}))
 
 
+def _strategy(**attributes):
+    from amk.lowering.strategies import TilingStrategy
+
+    return type("Sketch", (TilingStrategy,), {"name": "sketch", "description": "a sketch", **attributes})
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: type("NotAStrategy", (), {"name": "x"}), "takes a TilingStrategy subclass"),
+    (lambda: _strategy(description=""), "has no description"),
+    (lambda: _strategy(priority=5), "does not override chosen_for"),
+    (lambda: _strategy(row_reduction=True), "does not override build"),
+], ids=["not a strategy", "no description", "a priority without chosen_for", "a row reduction without build"])
+def test_a_strategy_that_could_never_lower_a_kernel_is_refused_when_registered(make, message):
+    """Mistakes that surfaced far from the class (an AttributeError at emission, a KeyError naming an op) or never
+    (a strategy auto would never take) are refused by register_strategy, saying what to set."""
+    from amk.errors import InvalidArgumentError
+    from amk.lowering.strategies import STRATEGIES, register_strategy
+
+    with pytest.raises(InvalidArgumentError, match=message):
+        register_strategy(make())
+    assert "sketch" not in STRATEGIES
+
+
 def test_registrations_are_cleaned_up():
     assert SquarePlusOneOp not in rules.ELEMENTWISE_RULES and HypotOp not in rules.ELEMENTWISE_RULES
     assert SquarePlusOneOp not in reference.REFERENCE and HypotOp not in reference.REFERENCE

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 
+from amk.errors import InvalidArgumentError
 from amk.lowering.plan import GroupPlan, Section, Space
 from amk.lowering.strategies.base import AUTO, TilingStrategy
 
@@ -18,9 +19,27 @@ from amk.lowering.strategies.base import AUTO, TilingStrategy
 STRATEGIES: dict[str, TilingStrategy] = {}
 
 
+def _check_strategy_class(cls) -> None:
+    name = getattr(cls, "__qualname__", repr(cls))
+    if not (isinstance(cls, type) and issubclass(cls, TilingStrategy)):
+        raise InvalidArgumentError(f"register_strategy takes a TilingStrategy subclass, got {name}")
+    for attribute in ("name", "description"):
+        if not isinstance(getattr(cls, attribute, None), str) or not getattr(cls, attribute):
+            raise InvalidArgumentError(f"strategy {name} has no {attribute}: set the class attribute {attribute} "
+                                       "(a non-empty str)")
+    if cls.priority is not None and cls.chosen_for is TilingStrategy.chosen_for:
+        raise InvalidArgumentError(f"strategy {name} has priority {cls.priority} but does not override chosen_for: "
+                                   "auto would never take it (set priority = None to take it only by name)")
+    if cls.row_reduction and cls.build is TilingStrategy.build:
+        raise InvalidArgumentError(f"strategy {name} lowers row reductions (row_reduction = True) but does not "
+                                   "override build: the base build writes elementwise output tiles only")
+
+
 def register_strategy(cls: type[TilingStrategy]) -> type[TilingStrategy]:
     """Class decorator: register one instance of ``cls`` under ``cls.name`` (replacing one of that name, with a
-    warning)."""
+    warning). A class that could never lower a kernel (not a TilingStrategy, without a name or description, with a
+    priority but no ``chosen_for``, a row reduction without its own ``build``) is an InvalidArgumentError."""
+    _check_strategy_class(cls)
     replaced = STRATEGIES.get(cls.name)
     if replaced is not None and type(replaced) is not cls:
         warnings.warn(f"register_strategy: {cls.__qualname__} replaces {type(replaced).__qualname__} as the strategy "
