@@ -13,6 +13,7 @@ from xdsl.ir import Operation
 
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
+from amk.errors import UnsupportedOpError
 
 
 def _layernorm(op: tensor_op.LayerNormOp, x, *extras):
@@ -90,9 +91,19 @@ def register_reference(op_class: type[Operation], fn: Callable) -> None:
     REFERENCE[op_class] = fn
 
 
+def semantics(op: Operation) -> Callable:
+    """The PyTorch function registered for ``op``'s class; an UnsupportedOpError saying how to register one."""
+    try:
+        return REFERENCE[type(op)]
+    except KeyError:
+        raise UnsupportedOpError(f"{op.name} has no reference semantics: register them with "
+                                 f"amk.reference.register_reference({type(op).__name__}, fn), fn(op, *tensors) -> "
+                                 "tensor (verification and running the op in PyTorch need them)") from None
+
+
 def evaluate(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
     """Run one ``tensor_op`` op eagerly on its operand tensors."""
-    return REFERENCE[type(op)](op, *args)
+    return semantics(op)(op, *args)
 
 
 # Ops whose function of the tensors alone is worth preparing once (:func:`bound`): a vendor GEMM runs on every call of
@@ -104,4 +115,4 @@ def bound(op: Operation) -> Callable:
     """``op`` as a function of its operand tensors alone, what it reads of the op read now: for an op run on every
     call (a program's step left to PyTorch)."""
     binder = _BOUND.get(type(op))
-    return binder(op) if binder is not None else partial(REFERENCE[type(op)], op)
+    return binder(op) if binder is not None else partial(semantics(op), op)

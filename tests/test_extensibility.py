@@ -301,6 +301,20 @@ def test_a_strategy_that_could_never_lower_a_kernel_is_refused_when_registered(m
     assert "sketch" not in STRATEGIES
 
 
+def test_a_rule_without_a_reference_says_how_to_register_one():
+    """A rule registered and the reference forgotten: the chain fuses, and checking it names what is missing (it was a
+    KeyError of the op's class)."""
+    from amk.errors import UnsupportedOpError
+
+    rules.register_elementwise(SquarePlusOneOp)(square_plus_one_rule)
+    try:
+        module = build_module([(M, N)], lambda a: [SquarePlusOneOp(a[0])])
+        with pytest.raises(UnsupportedOpError, match=r"register_reference\(SquarePlusOneOp, fn\)"):
+            evaluate_function(next(op for op in module.walk() if isinstance(op, func.FuncOp)), inputs([(M, N)], seed=6))
+    finally:
+        rules.ELEMENTWISE_RULES.pop(SquarePlusOneOp, None)
+
+
 def test_registrations_are_cleaned_up():
     assert SquarePlusOneOp not in rules.ELEMENTWISE_RULES and HypotOp not in rules.ELEMENTWISE_RULES
     assert SquarePlusOneOp not in reference.REFERENCE and HypotOp not in reference.REFERENCE
