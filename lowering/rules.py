@@ -4,8 +4,10 @@ The tiling pass knows no op by name. It asks this registry what kind an op is an
 
 - an **elementwise rule** ``(builder, op, *operand_tiles) -> tile`` composes ``tiled_loop`` primitives (``gelu`` is
   ``0.5 * x * (1 + erf(x / sqrt(2)))``);
-- a **row reduction** (sums, maxima, norms, softmax over the last axis) describes running statistics: ``init`` state,
-  ``update`` with one column tile, ``finalize`` into statistics, and ``apply`` to produce the op's value.
+- a **row reduction** (sums, maxima, norms, softmax over the last axis) describes running statistics
+  (:class:`RowReduction`): the ``init`` state, the ``tile_state`` of one column tile, how states ``combine`` and how
+  many ``merge_states`` at once, ``finalize`` into statistics, and ``apply`` to produce the op's value (a reduction's
+  ``[rows, 1]`` tile, or, where ``keeps_shape``, a norm's or softmax's full tile).
 
 Registering a rule for a new ``tensor_op`` op (see :func:`register_elementwise`) is all it takes for that op to fuse
 into matmul epilogues and standalone kernels: the passes and the Triton emitter need no change.
