@@ -420,7 +420,9 @@ def main() -> None:
         + [(128, bn, chunks, 4, stages, 2, 0, 1) for bn in (64, 128) for chunks in (2, 4) for stages in (3, 4)]
         + [(256, bn, chunks, 4, stages, 2, pingpong, 0) for bn in (64, 128) for chunks in (1, 2, 4)
            for stages in (2, 3) for pingpong in (0, 1)]
-        + [(256, bn, chunks, 4, stages, 4, 0, 0) for bn in (64, 128) for chunks in (2, 4) for stages in (2, 3)])]
+        # four consumers: two accumulators of 64 x 128 spill in their 112 registers, of 64 x 64 do not
+        + [(256, bn, chunks, 4, stages, 4, 0, pipelined) for bn, pipelined in ((64, 0), (64, 1), (128, 0))
+           for chunks in (2, 4) for stages in (2, 3)])]
     if args.ablations:
         rows = [row for shapes in shape_sets for row in ablations(shapes, configs)]
         if args.out:
