@@ -22,12 +22,13 @@ own reference is the caller's: :func:`keep_verification` stores a passing report
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import inspect
 import logging
 import math
 import sys
 import time
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -72,14 +73,50 @@ def _defined_in_amk(obj) -> bool:
     return module == "amk" or module.startswith("amk.")
 
 
-def _definition(obj) -> str:
-    """What an extension is defined by: its source text, or its code where there is no source (a function made at
-    run time)."""
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        code = getattr(obj, "__code__", None)
-        return repr((code.co_code, code.co_consts, code.co_names)) if code is not None else repr(obj)
+_PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
+    """What an extension computes, the same text in every process that registers the same code: a function's bytecode,
+    constants (nested code by the same rule), names and the values it closes over or defaults to; a partial's
+    function and arguments; a class's attributes and functions; a plain value's repr; anything else its type's name
+    (never a repr that holds an address). The code actually registered, not its file, which may have been edited
+    since; what it calls by name is not followed."""
+    if id(obj) in seen:
+        return "<cycle>"
+    seen = seen | {id(obj)}
+    if isinstance(obj, _PLAIN_VALUES):
+        return repr(obj)
+    if isinstance(obj, tuple | list | frozenset | set):
+        parts = sorted(_definition(item, seen) for item in obj) if isinstance(obj, frozenset | set) else \
+            [_definition(item, seen) for item in obj]
+        return f"{type(obj).__name__}({', '.join(parts)})"
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{_definition(k, seen)}: {_definition(v, seen)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, types.CodeType):
+        constants = [_definition(constant, seen) for constant in obj.co_consts]
+        return f"code({obj.co_code.hex()}, {constants}, {obj.co_names})"
+    if isinstance(obj, functools.partial):
+        return f"partial({_definition(obj.func, seen)}, {_definition(obj.args, seen)}, {_definition(obj.keywords, seen)})"
+    if isinstance(obj, types.MethodType):
+        return _definition(obj.__func__, seen)
+    if isinstance(obj, types.FunctionType):
+        closure = [cell.cell_contents for cell in obj.__closure__ or () if cell.cell_contents is not obj]
+        return (f"function({obj.__qualname__}, {_definition(obj.__code__, seen)}, {_definition(closure, seen)}, "
+                f"{_definition(obj.__defaults__, seen)}, {_definition(obj.__kwdefaults__, seen)})")
+    if isinstance(obj, staticmethod | classmethod):
+        return _definition(obj.__func__, seen)
+    if isinstance(obj, property):
+        return _definition([obj.fget, obj.fset, obj.fdel], seen)
+    if isinstance(obj, type):
+        if _defined_in_amk(obj) or obj.__module__ in ("builtins", "abc", "typing"):
+            return f"{obj.__module__}.{obj.__qualname__}"
+        members = {name: value for name, value in vars(obj).items() if not name.startswith("__")}
+        bases = [_definition(base, seen) for base in obj.__bases__]
+        return f"class({obj.__qualname__}, {bases}, {_definition(members, seen)})"
+    if callable(obj):  # an instance whose class defines __call__
+        return f"instance({_definition(type(obj), seen)}, {_definition(vars(obj) if hasattr(obj, '__dict__') else {}, seen)})"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def extensions_fingerprint() -> str:

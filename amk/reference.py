@@ -82,12 +82,17 @@ REFERENCE: dict[type[Operation], Callable] = {
 }
 
 
+def _callable_name(fn) -> str:
+    """A function's name, or a partial's or callable object's type name."""
+    return getattr(fn, "__qualname__", type(fn).__qualname__)
+
+
 def register_reference(op_class: type[Operation], fn: Callable) -> None:
     """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
     replaced = REFERENCE.get(op_class)
     if replaced is not None and replaced is not fn:
-        warnings.warn(f"register_reference: {fn.__qualname__} replaces {replaced.__qualname__} as the reference of "
-                      f"{op_class.name}", stacklevel=2)
+        warnings.warn(f"register_reference: {_callable_name(fn)} replaces {_callable_name(replaced)} as the reference "
+                      f"of {op_class.name}", stacklevel=2)
     REFERENCE[op_class] = fn
 
 

@@ -8,6 +8,9 @@ The op is ``test.square_plus_one`` (``x * x + 1``), a subclass of ``ElementwiseU
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -313,6 +316,73 @@ def test_a_rule_without_a_reference_says_how_to_register_one():
             evaluate_function(next(op for op in module.walk() if isinstance(op, func.FuncOp)), inputs([(M, N)], seed=6))
     finally:
         rules.ELEMENTWISE_RULES.pop(SquarePlusOneOp, None)
+
+
+# Registers rules from a module file of its own (argv[1]) and prints the extensions' fingerprint; with argv[2] "edit",
+# rewrites that file after importing it (as an editor does while a notebook runs on) and prints it again.
+_FINGERPRINT = r"""
+import importlib.util, sys, warnings
+warnings.simplefilter("ignore")
+from amk.build import extensions_fingerprint
+spec = importlib.util.spec_from_file_location("user_rules", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(extensions_fingerprint())
+if sys.argv[2:] == ["edit"]:
+    with open(sys.argv[1]) as handle:
+        text = handle.read()
+    with open(sys.argv[1], "w") as handle:
+        handle.write(text.replace("b.mul(x, x)", "b.add(x, x)"))
+    print(extensions_fingerprint())
+"""
+
+_USER_RULES = r"""
+import functools
+from amk.dialects import tensor_op
+from amk.lowering import rules
+
+def scaled(b, op, x, factor):
+    return b.mul(b.mul(x, x), factor)
+
+rules.register_elementwise(tensor_op.ReluOp)(functools.partial(scaled, factor=2.0))
+made = {}
+exec("def square(b, op, x):\n    return [y for y in [b.mul(x, x)]][0]", made)
+rules.register_elementwise(tensor_op.TanhOp)(made["square"])
+"""
+
+
+def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process(tmp_path):
+    """The same registrations give the same key in every process (a partial, a function made at run time with a
+    comprehension inside: no address in the text), and the key follows the code registered, not its file, which may
+    have been edited since (a stale kernel would be stored under the edited text's key)."""
+    path = tmp_path / "user_rules.py"
+    path.write_text(_USER_RULES)
+    environment = {key: value for key, value in os.environ.items() if key != "AMK_CACHE_DIR"}
+
+    def fingerprints(*args):
+        result = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(path), *args], capture_output=True, text=True,
+                                timeout=300, env=environment)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.split()
+
+    (first,), (second,) = fingerprints(), fingerprints()
+    assert first and first == second
+    registered, after_edit = fingerprints("edit")
+    assert registered == first and after_edit == first
+    (edited,) = fingerprints()
+    assert edited != first
+
+
+def test_a_partial_replacing_a_registration_is_named_in_the_warning(registered):
+    """A rule or reference that is a partial (no __qualname__) replaces another with the warning, not an
+    AttributeError that left the registration undone."""
+    import functools
+
+    with pytest.warns(UserWarning, match="partial replaces square_plus_one_rule"):
+        rules.register_elementwise(SquarePlusOneOp)(functools.partial(square_plus_one_rule))
+    with pytest.warns(UserWarning, match="partial replaces registered.<locals>.<lambda> as the reference"):
+        reference.register_reference(SquarePlusOneOp, functools.partial(lambda op, x: x * x + 1))
+    assert isinstance(rules.ELEMENTWISE_RULES[SquarePlusOneOp], functools.partial)
 
 
 def test_registrations_are_cleaned_up():

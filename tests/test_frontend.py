@@ -707,6 +707,10 @@ def test_attributes_set_on_the_compiled_module_are_the_models():
     model.train()
     assert compiled.training
     assert len(amk.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))) == 2
+    assert compiled and bool(amk.compile(nn.Linear(4, 4)))  # no __len__ to ask: a module is true
+    compiled.register_buffer("scratch", torch.zeros(2))  # the wrapper's own buffer stays its own
+    compiled.scratch = torch.ones(2)
+    assert torch.equal(compiled.scratch, torch.ones(2)) and not hasattr(model, "scratch")
 
 
 class _HoldsACompiledBlock(nn.Module):

@@ -300,7 +300,8 @@ class CompiledModule(torch.nn.Module):
     _OWN_ATTRIBUTES = frozenset({"_orig_mod", "_amk_options", "_amk_caller", "_amk_report"})
 
     def _is_own(self, name: str) -> bool:
-        return name in self._OWN_ATTRIBUTES or name in self.__dict__ or hasattr(type(self), name)
+        return (name in self._OWN_ATTRIBUTES or name in self.__dict__ or hasattr(type(self), name)
+                or any(name in self.__dict__.get(kind, ()) for kind in ("_parameters", "_buffers", "_modules")))
 
     def __init__(self, module: torch.nn.Module, options: _CompileOptions):
         object.__setattr__(self, "_amk_initialized", False)  # nn.Module.__init__ sets training: the wrapper's own
@@ -316,7 +317,7 @@ class CompiledModule(torch.nn.Module):
 
     @training.setter
     def training(self, mode: bool) -> None:
-        if self._amk_initialized:
+        if self.__dict__.get("_amk_initialized", True):  # (a module pickled by an amk before the flag has none)
             self._orig_mod.training = mode
 
     def __setattr__(self, name: str, value) -> None:
@@ -333,6 +334,9 @@ class CompiledModule(torch.nn.Module):
 
     def __len__(self) -> int:
         return len(self._orig_mod)
+
+    def __bool__(self) -> bool:  # else bool() would ask __len__, which a model without one refuses
+        return bool(self._orig_mod)
 
     def _compile_orig_mod(self) -> None:
         report, settings = _reporting(self._amk_options.settings)
