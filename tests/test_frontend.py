@@ -197,6 +197,24 @@ def test_explain_reports_unsupported_ops():
     torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
 
 
+def test_explain_reports_as_often_as_it_is_asked():
+    """TorchDynamo stops compiling a code object after 8 compiles: explain's every call is a compile of its own, and
+    the ninth explain of a function or of a module class reported nothing (and the function, compiled after, ran no
+    kernel)."""
+
+    def head(x, w):
+        return torch.tanh(x @ w)
+
+    x, w = inputs(2).flatten(0, 1), torch.randn(HIDDEN, 16, device=DEVICE)
+    for _ in range(10):
+        assert len(amk.explain(head, (x, w), print_report=False).kernels) == 1
+        assert len(amk.explain(nn.Sequential(nn.Linear(HIDDEN, 8), nn.GELU()).to(DEVICE), (x,),
+                               print_report=False).kernels) == 1
+    calls = kernel_calls()
+    torch.testing.assert_close(amk.compile(head, autotune=False)(x, w), head(x, w), atol=ATOL, rtol=RTOL)
+    assert kernel_calls() > calls
+
+
 def test_unrecognised_rms_norm_runs_partly_in_pytorch():
     """When the RMSNorm pattern does not apply (the mean square is used twice), rsqrt has no tensor_op equivalent."""
 

@@ -35,6 +35,7 @@ import inspect
 import itertools
 import logging
 import os
+import types
 from collections.abc import Callable
 
 import torch
@@ -448,6 +449,18 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
     return result
 
 
+def _entry_of_its_own(model_or_fn) -> Callable:
+    """A function calling ``model_or_fn``, of a code object made for this call: TorchDynamo keeps what it compiled, and
+    counts it against its limit of 8 compiles (past which it stops compiling and runs PyTorch), per code object, and
+    each explain compiles anew. A shared wrapper's code, or the function's own, reached the limit at the ninth
+    explain, whose report came out empty, and a later amk.compile of that function ran no kernel."""
+    def entry(*args, **kwargs):
+        return model_or_fn(*args, **kwargs)
+
+    return types.FunctionType(entry.__code__.replace(), entry.__globals__, entry.__name__, entry.__defaults__,
+                              entry.__closure__)
+
+
 def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pipeline: str | None = None,
             print_report: bool = True) -> ExplainReport:
     """Show what amk fuses in ``model_or_fn`` on ``example_inputs``: the fused kernels of every subgraph (prologue,
@@ -477,13 +490,7 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
             raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor "
                                        "(only a module compiled by amk.compile can be explained without them)")
         settings = make_settings(autotune=False, verify=False, pipeline=pipeline)
-        target = model_or_fn
-        if isinstance(model_or_fn, torch.nn.Module):
-            # A fresh code object would be ideal; a wrapper function gets its own Dynamo cache entry.
-            def target(*args, **kwargs):
-                return model_or_fn(*args, **kwargs)
-
-        compiled = _compile(target, None, settings, dynamic)
+        compiled = _compile(_entry_of_its_own(model_or_fn), None, settings, dynamic)
         compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
         report = compiled._amk_report
     if print_report:
