@@ -215,6 +215,17 @@ def test_explain_reports_as_often_as_it_is_asked():
     assert kernel_calls() > calls
 
 
+def test_a_bucket_whose_pipeline_fuses_nothing_does_not_say_it_runs_kernels():
+    """A custom pipeline without amk-fuse builds programs of PyTorch ops only: the report says so."""
+    model = nn.Sequential(nn.Linear(HIDDEN, 32), nn.GELU()).to(DEVICE).eval()
+    compiled = amk.compile(model, autotune=False, pipeline="amk-duplicate-norm-prologues")
+    x = inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    text = str(amk.explain(compiled, print_report=False))
+    assert "runs its program, with no kernel (every op in PyTorch)" in text and "runs its kernels" not in text
+
+
 def test_unrecognised_rms_norm_runs_partly_in_pytorch():
     """When the RMSNorm pattern does not apply (the mean square is used twice), rsqrt has no tensor_op equivalent."""
 

@@ -82,6 +82,8 @@ class BucketReport:
     pytorch_ms: float | None = None
     note: str = "not called yet: checked on the first call of these sizes"
     build_phases: dict[str, float] = field(default_factory=dict)
+    # Whether its program has a kernel (a pipeline that fuses nothing leaves every op to PyTorch, in the program)
+    fused: bool = True
 
     def timed(self, amk_ms: float, pytorch_ms: float, when: str = "on its first call") -> None:
         """Record the times of the bucket's program and PyTorch ops (``when`` they were timed) and run the faster
@@ -96,7 +98,8 @@ class BucketReport:
     def __str__(self) -> str:
         """``sizes (built for s0=16): runs ...; note``, then the bucket's kernels, one a line."""
         built_for = ", ".join(f"{symbol}={value}" for symbol, value in self.hints.items())
-        runs = "its kernels" + (" (from the cache)" if self.cached else "") if self.runs == AMK else "PyTorch"
+        program = "its kernels" if self.fused else "its program, with no kernel (every op in PyTorch)"
+        runs = program + (" (from the cache)" if self.cached else "") if self.runs == AMK else "PyTorch"
         head = f"{self.sizes}" + (f" (built for {built_for})" if built_for else "") + f": runs {runs}; {self.note}"
         if self.build_phases and not self.cached:
             phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.build_phases.items()

@@ -171,6 +171,7 @@ class FusedSubgraph(torch.nn.Module):
             built = None
         else:
             report.kernels, report.cached = kernel_descriptions(built.compiled), built.cache_hit
+            report.fused = bool(built.compiled.kernels)
             report.build_phases = built.build_phases
         bucket = self.buckets[key] = Bucket(built, report)
         self.report.buckets.append(report)
