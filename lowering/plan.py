@@ -151,8 +151,10 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                 cls = classify(operand.type.dims, section.space)
                 if cls is None:
                     raise NotFusable(
-                        f"{op.name}: operand of shape [{', '.join(map(str, operand.type.dims))}] does not broadcast "
-                        f"against the iteration space [{', '.join(map(str, section.space.dims))}]"
+                        f"{op.name}: an operand of shape [{', '.join(map(str, operand.type.dims))}] over the iteration "
+                        f"space [{', '.join(map(str, section.space.dims))}]: a fused kernel reads an operand whole, "
+                        "as a row vector, as a column vector or as a scalar (broadcast over other dims, such as a "
+                        "mask's size-1 heads dim, runs in PyTorch)"
                     )
                 classes[operand] = cls
                 operand_classes.append(cls)

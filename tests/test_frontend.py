@@ -226,6 +226,25 @@ def test_a_bucket_whose_pipeline_fuses_nothing_does_not_say_it_runs_kernels():
     assert "runs its program, with no kernel (every op in PyTorch)" in text and "runs its kernels" not in text
 
 
+def test_explain_says_why_in_the_users_terms():
+    """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
+    though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    x = inputs(2).flatten(0, 1)
+
+    def reasons(fn, *args):
+        report = amk.explain(fn, args, print_report=False)
+        return " | ".join([node.reason for node in report.pytorch] + [str(report)])
+
+    assert "sum over every element (amk kernels reduce the last dim: sum(x, dim=-1))" in reasons(
+        lambda x: torch.relu(x @ w).sum(), x)
+    assert "torch.amax(x, dim=-1) fuses" in reasons(lambda x: (x @ w).max(-1).values, x)
+    q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
+    mask = torch.zeros(2, 1, 8, 8, device=DEVICE)
+    assert "such as a mask's size-1 heads dim, runs in PyTorch" in reasons(
+        lambda q, k, mask: torch.softmax(q @ k.transpose(-1, -2) * 0.25 + mask, -1), q, k, mask)
+
+
 def test_unrecognised_rms_norm_runs_partly_in_pytorch():
     """When the RMSNorm pattern does not apply (the mean square is used twice), rsqrt has no tensor_op equivalent."""
 

@@ -14,7 +14,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.operator_schemas import normalize_function
 from xdsl.utils.exceptions import VerifyException
 
-from amk.frontend.converters import CONVERTERS
+from amk.frontend.converters import ALTERNATIVES, CONVERTERS
 from amk.frontend.importer import ScalarResolver, SubgraphImporter
 from amk.frontend.nodes import Unsupported, describe_target
 from amk.frontend.patterns import Pattern, match_patterns
@@ -173,6 +173,8 @@ def analyze(gm: GraphModule, resolve_scalar: ScalarResolver | None = None) -> An
         label = describe_target(node)
         if converter is None:
             reason = f"{label} has no tensor_op equivalent"
+            if label in ALTERNATIVES:
+                reason += f" ({ALTERNATIVES[label]})"
             if is_barrier(node):
                 reason += " (it mutates a tensor or changes grad mode or autocast: fused subgraphs end here)"
             analysis.infos[node] = NodeInfo(node, False, label, reason=reason)

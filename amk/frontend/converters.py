@@ -42,6 +42,10 @@ class Converter:
 
 
 CONVERTERS: dict = {}
+# Calls amk does not convert whose users usually want one that it does: said with the reason.
+_MAX, _MIN = "over a dim it also returns the indices; torch.amax(x, dim=-1) fuses", \
+    "over a dim it also returns the indices; -torch.amax(-x, dim=-1) fuses"
+ALTERNATIVES = {"torch.max": _MAX, "Tensor.max": _MAX, "torch.min": _MIN, "Tensor.min": _MIN}
 
 
 def register(keys: frozenset, label: str, kind: str = "compute", fragile: bool = False):
@@ -265,10 +269,12 @@ def _log_softmax(b, node):
 def _reduction(op_class, label, functions, methods):
     @register(spellings(functions, methods), label, fragile=True)
     def build(b, node):
-        a = bind_arguments(node, ("input", "dim", "keepdim", "dtype"), {"keepdim": False, "dtype": None})
+        a = bind_arguments(node, ("input", "dim", "keepdim", "dtype"), {"dim": None, "keepdim": False, "dtype": None})
         if a["dtype"] is not None:
             raise Unsupported(f"{label} with dtype=")
         dim = a["dim"]
+        if dim is None:
+            raise Unsupported(f"{label} over every element (amk kernels reduce the last dim: {label}(x, dim=-1))")
         if isinstance(dim, list | tuple):
             if len(dim) != 1:
                 raise Unsupported(f"{label} over several dims")
