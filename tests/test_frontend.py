@@ -1021,6 +1021,11 @@ def test_backend_rejects_unknown_options():
         frontend.amk_backend(None, [], options={"fast": True})
     with pytest.raises(InvalidArgumentError, match="torch.compile's mode is Inductor's"):
         frontend.amk_backend(None, [], options={"mode": "max-autotune"})
+    with pytest.raises(InvalidArgumentError, match=r"CUDA graphs run with amk.compile\(model, cuda_graphs=True\)"):
+        frontend.amk_backend(None, [], options={"cuda_graphs": True})
+    for options in ("fast", ["autotune"], [("autotune", False)], 5):  # not a dict: said so, not dict()'s error
+        with pytest.raises(InvalidArgumentError, match="options must be a dict of amk backend options"):
+            frontend.amk_backend(None, [], options=options)
 
 
 def test_subgraph_that_fails_to_compile_is_retried_without_reductions(monkeypatch):

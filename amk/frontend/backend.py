@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -418,14 +418,20 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
     """The TorchDynamo backend: ``torch.compile(model, backend="amk")`` (options: ``autotune``, ``tuner_config``,
     ``dump_ir``, ``verify``, ``pipeline``, ``tune_sizes``, as for :func:`compile`, and ``report``, a callable given
     each compiled graph's :class:`~amk.frontend.reports.GraphReport`; pass them as ``options={...}``)."""
+    if options is not None and not isinstance(options, Mapping):
+        raise InvalidArgumentError(f"options must be a dict of amk backend options ({', '.join(BACKEND_OPTIONS)}); "
+                                   f"got {type(options).__name__} {options!r}")
     merged = dict(options or {})
     merged.update(kwargs)
     unknown = set(merged) - set(BACKEND_OPTIONS)
     if unknown:
-        mode = " (torch.compile's mode is Inductor's: amk tunes its kernels with autotune=True, and runs CUDA graphs " \
-               "with amk.compile(model, cuda_graphs=True))" if "mode" in unknown else ""
+        hints = []
+        if "mode" in unknown:
+            hints.append("torch.compile's mode is Inductor's: amk tunes its kernels with autotune=True")
+        if unknown & {"mode", "cuda_graphs"}:
+            hints.append("CUDA graphs run with amk.compile(model, cuda_graphs=True)")
         raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: "
-                                   f"{', '.join(BACKEND_OPTIONS)}{mode}")
+                                   f"{', '.join(BACKEND_OPTIONS)}" + (f" ({'; '.join(hints)})" if hints else ""))
     settings = make_settings(**merged)
     return compile_graph(gm, example_inputs, settings)
 
