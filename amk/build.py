@@ -133,7 +133,9 @@ def extensions_fingerprint() -> str:
         parts += [f"rule {op.name}: {_definition(rule)}" for op, rule in rules.ELEMENTWISE_RULES.items()
                   if not _defined_in_amk(rule)]
         for op, reduction in rules.ROW_REDUCTIONS.items():
-            functions = [field for field in dataclasses.astuple(reduction) if callable(field)]
+            # (fields, not dataclasses.astuple, which deep-copies them)
+            functions = [value for field in dataclasses.fields(reduction)
+                         if callable(value := getattr(reduction, field.name))]
             if not all(_defined_in_amk(function) for function in functions):
                 parts.append(f"reduction {op.name}: " + "".join(map(_definition, functions)))
     if references is not None:
