@@ -205,11 +205,21 @@ def test_explain_reports_as_often_as_it_is_asked():
     def head(x, w):
         return torch.tanh(x @ w)
 
+    import gc
+
+    from amk.frontend.subgraph import FusedSubgraph
+
+    def subgraphs_alive() -> int:
+        gc.collect()
+        return sum(type(value) is FusedSubgraph for value in gc.get_objects())
+
     x, w = inputs(2).flatten(0, 1), torch.randn(HIDDEN, 16, device=DEVICE)
+    alive = subgraphs_alive()
     for _ in range(10):
         assert len(amk.explain(head, (x, w), print_report=False).kernels) == 1
         assert len(amk.explain(nn.Sequential(nn.Linear(HIDDEN, 8), nn.GELU()).to(DEVICE), (x,),
                                print_report=False).kernels) == 1
+    assert subgraphs_alive() == alive  # what each explain compiled went with it (TorchDynamo kept them all)
     calls = kernel_calls()
     torch.testing.assert_close(amk.compile(head, autotune=False)(x, w), head(x, w), atol=ATOL, rtol=RTOL)
     assert kernel_calls() > calls
@@ -238,7 +248,8 @@ def test_explain_says_why_in_the_users_terms():
 
     assert "sum over every element (amk kernels reduce the last dim: sum(x, dim=-1))" in reasons(
         lambda x: torch.relu(x @ w).sum(), x)
-    assert "torch.amax(x, dim=-1) fuses" in reasons(lambda x: (x @ w).max(-1).values, x)
+    assert "torch.amax(x, dim=-1) for the maximum over the last dim" in reasons(lambda x: (x @ w).max(-1).values, x)
+    assert "sum over every element" in reasons(lambda x: torch.relu(x @ w).sum(dim=()), x)
     q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
     mask = torch.zeros(2, 1, 8, 8, device=DEVICE)
     assert "such as a mask's size-1 heads dim, runs in PyTorch" in reasons(

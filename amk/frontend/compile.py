@@ -29,6 +29,7 @@ bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import inspect
@@ -450,15 +451,17 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
 
 
 def _entry_of_its_own(model_or_fn) -> Callable:
-    """A function calling ``model_or_fn``, of a code object made for this call: TorchDynamo keeps what it compiled, and
-    counts it against its limit of 8 compiles (past which it stops compiling and runs PyTorch), per code object, and
-    each explain compiles anew. A shared wrapper's code, or the function's own, reached the limit at the ninth
-    explain, whose report came out empty, and a later amk.compile of that function ran no kernel."""
+    """A function calling ``model_or_fn``, of a code object and globals made for this call. TorchDynamo keeps what it
+    compiled per code object, and counts it against its limit of 8 compiles (past which it stops compiling and runs
+    PyTorch); each explain compiles anew: through a shared wrapper's code, or the function's own, the ninth explain
+    reported nothing and a later amk.compile of that function ran no kernel. (A model with a graph break still has
+    its own code compiled past the break, which the limit counts.) It keeps each compiled graph as a global of the
+    frame it traced: in globals of their own, they go with the wrapper instead of piling up in this module's."""
     def entry(*args, **kwargs):
         return model_or_fn(*args, **kwargs)
 
-    return types.FunctionType(entry.__code__.replace(), entry.__globals__, entry.__name__, entry.__defaults__,
-                              entry.__closure__)
+    scope = {"__builtins__": builtins, "__name__": __name__}
+    return types.FunctionType(entry.__code__.replace(), scope, entry.__name__, entry.__defaults__, entry.__closure__)
 
 
 def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pipeline: str | None = None,
@@ -490,8 +493,14 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
             raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor "
                                        "(only a module compiled by amk.compile can be explained without them)")
         settings = make_settings(autotune=False, verify=False, pipeline=pipeline)
-        compiled = _compile(_entry_of_its_own(model_or_fn), None, settings, dynamic)
-        compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
+        entry = _entry_of_its_own(model_or_fn)
+        compiled = _compile(entry, None, settings, dynamic)
+        try:
+            compiled(*args)  # in the caller's grad mode: Dynamo's graph (and so the fusion) depends on it
+        finally:
+            # What TorchDynamo compiled for this explain, which nothing calls again: its cache entries on the
+            # wrapper's code keep the graphs alive (and the code with them) until torch._dynamo.reset().
+            torch._C._dynamo.eval_frame.reset_code(entry.__code__)
         report = compiled._amk_report
     if print_report:
         print(report)

@@ -43,8 +43,8 @@ class Converter:
 
 CONVERTERS: dict = {}
 # Calls amk does not convert whose users usually want one that it does: said with the reason.
-_MAX, _MIN = "over a dim it also returns the indices; torch.amax(x, dim=-1) fuses", \
-    "over a dim it also returns the indices; -torch.amax(-x, dim=-1) fuses"
+_MAX = "amk fuses torch.amax(x, dim=-1) for the maximum over the last dim and torch.maximum(a, b) elementwise"
+_MIN = "amk fuses -torch.amax(-x, dim=-1) for the minimum over the last dim and torch.minimum(a, b) elementwise"
 ALTERNATIVES = {"torch.max": _MAX, "Tensor.max": _MAX, "torch.min": _MIN, "Tensor.min": _MIN}
 
 
@@ -273,6 +273,8 @@ def _reduction(op_class, label, functions, methods):
         if a["dtype"] is not None:
             raise Unsupported(f"{label} with dtype=")
         dim = a["dim"]
+        if isinstance(dim, list | tuple) and not dim:  # dim=() reduces every element, as dim=None does
+            dim = None
         if dim is None:
             raise Unsupported(f"{label} over every element (amk kernels reduce the last dim: {label}(x, dim=-1))")
         if isinstance(dim, list | tuple):

@@ -90,7 +90,8 @@ class BucketReport:
         from then on."""
         self.amk_ms, self.pytorch_ms, self.runs = amk_ms, pytorch_ms, decide(amk_ms, pytorch_ms)
         self.note = (f"timed {when}: amk {amk_ms:.4f} ms, PyTorch {pytorch_ms:.4f} ms: "
-                     f"{'the kernels are' if self.runs == AMK else 'PyTorch is'} faster")
+                     f"{('the kernels are' if self.fused else 'its program is') if self.runs == AMK else 'PyTorch is'} "
+                     "faster")
 
     def leave_to_pytorch(self, reason: str) -> None:
         self.runs, self.note = PYTORCH, reason
