@@ -310,7 +310,7 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
-    try_vendor = (not recorded and request.timed and request.settings["tuner"]["vendor_gemm"]
+    try_vendor = (not recorded and request.timed and (request.tuner_config or TunerConfig()).vendor_gemm
                   and request.dtype is not None and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
                   and _vendor_gemm_may_win(module, request.dtype, request.fp32_dot, dict(request.size_hints)))
     log_here: dict[str, list[dict]] = {}

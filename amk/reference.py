@@ -82,8 +82,8 @@ REFERENCE: dict[type[Operation], Callable] = {
 }
 
 
-def _callable_name(fn) -> str:
-    """A function's name, or a partial's or callable object's type name."""
+def callable_name(fn) -> str:
+    """A function's name, or a partial's or callable object's type name (for messages about registrations)."""
     return getattr(fn, "__qualname__", type(fn).__qualname__)
 
 
@@ -91,7 +91,7 @@ def register_reference(op_class: type[Operation], fn: Callable) -> None:
     """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
     replaced = REFERENCE.get(op_class)
     if replaced is not None and replaced is not fn:
-        warnings.warn(f"register_reference: {_callable_name(fn)} replaces {_callable_name(replaced)} as the reference "
+        warnings.warn(f"register_reference: {callable_name(fn)} replaces {callable_name(replaced)} as the reference "
                       f"of {op_class.name}", stacklevel=2)
     REFERENCE[op_class] = fn
 

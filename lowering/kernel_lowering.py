@@ -9,6 +9,7 @@ statistics, writing and merging partial statistics, the second sweep that finish
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,19 +44,19 @@ def origin_label(op: Operation) -> str:
     return label
 
 
-def _check_rule_result(op: Operation, result, operands: list[SSAValue]) -> None:
+def _check_rule_result(op: Operation, rule: Callable, result, operands: list[SSAValue]) -> None:
     """An elementwise lowering rule gives a tile of its operands' broadcast shape: anything else (None, a reduced
     tile) would be stored wrongly or fail far from the rule, so a contributor's rule is checked where it is called."""
-    rule = rules.ELEMENTWISE_RULES[type(op)]
-    name = getattr(rule, "__qualname__", repr(rule))
     if not isinstance(result, SSAValue) or not isinstance(result.type, TileType):
-        raise CompilationError(f"the lowering rule of {op.name} ({name}) returned {result!r}: a rule returns the tile "
-                               "of the op's value (an SSAValue of a !tiled_loop.tile type, made with the TileBuilder)")
-    expected = tiled_loop.broadcast_tiles([value.type.dims for value in operands], op.name)
-    if result.type.dims != expected:
-        raise CompilationError(f"the lowering rule of {op.name} ({name}) returned a [{', '.join(map(str, result.type.dims))}] "
-                               f"tile for operands of shape [{', '.join(map(str, expected))}]: an elementwise rule keeps "
-                               "its operands' (broadcast) shape")
+        problem = (f"returned {result!r}: a rule returns the tile of the op's value (an SSAValue of a !tiled_loop.tile "
+                   "type, made with the TileBuilder)")
+    else:
+        expected = tiled_loop.broadcast_tiles([value.type.dims for value in operands], op.name)
+        if result.type.dims == expected:
+            return
+        problem = (f"returned a [{', '.join(map(str, result.type.dims))}] tile for operands of shape "
+                   f"[{', '.join(map(str, expected))}]: an elementwise rule keeps its operands' (broadcast) shape")
+    raise CompilationError(f"the lowering rule of {op.name} ({getattr(rule, '__qualname__', repr(rule))}) {problem}")
 
 
 @dataclass
@@ -142,8 +143,9 @@ class KernelLowering:
             if kind == "elementwise":
                 operands = [self.compute(v, at) for v in op.operands]
                 self.b.origin = origin_label(op)
-                result = rules.ELEMENTWISE_RULES[type(op)](self.b, op, *operands)
-                _check_rule_result(op, result, operands)
+                rule = rules.ELEMENTWISE_RULES[type(op)]
+                result = rule(self.b, op, *operands)
+                _check_rule_result(op, rule, result, operands)
             elif kind == "reduction":
                 rule = rules.ROW_REDUCTIONS[type(op)]
                 # A reduction's value is its statistic; norms and softmax also need the tile they normalize.

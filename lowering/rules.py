@@ -26,6 +26,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tiled_loop import TileType
+from amk.reference import callable_name
 from amk.symbolic import Dim
 
 
@@ -120,18 +121,13 @@ ElementwiseRule = Callable[..., SSAValue]
 ELEMENTWISE_RULES: dict[type[Operation], ElementwiseRule] = {}
 
 
-def _callable_name(fn) -> str:
-    """A function's name, or a partial's or callable object's type name."""
-    return getattr(fn, "__qualname__", type(fn).__qualname__)
-
-
 def register_elementwise(op_class: type[Operation]) -> Callable[[ElementwiseRule], ElementwiseRule]:
     """Decorator: ``@register_elementwise(MyOp) def rule(builder, op, x, ...) -> tile``."""
 
     def decorate(rule: ElementwiseRule) -> ElementwiseRule:
         replaced = ELEMENTWISE_RULES.get(op_class)
         if replaced is not None and replaced is not rule:
-            warnings.warn(f"register_elementwise: {_callable_name(rule)} replaces {_callable_name(replaced)} as the "
+            warnings.warn(f"register_elementwise: {callable_name(rule)} replaces {callable_name(replaced)} as the "
                           f"lowering rule of {op_class.name}", stacklevel=2)
         ELEMENTWISE_RULES[op_class] = rule
         return rule
