@@ -202,7 +202,8 @@ def untimed_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig, kernel,
     if config.GLUON:
         rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
         reason = _gluon_prune_reason(config, strategy_named(kernel.strategy.data), contraction is not None,
-                                     element_bytes, DeviceLimits.current(), gluon_fit(kernel, rows, cols, contraction))
+                                     element_bytes, DeviceLimits.current(), gluon_fit(kernel, rows, cols, contraction),
+                                     contraction)
         if reason:
             log.warning("parameter_grid asks for GLUON=1, which kernel %s cannot use here (%s): its Triton kernel is "
                         "emitted instead", kernel.sym_name.data, reason)
@@ -297,7 +298,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     if config.WARP_SPECIALIZE and not (config.PERSISTENT and config.TMA):
         return "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel (PERSISTENT=1, TMA=1)"
     if config.GLUON:
-        reason = _gluon_prune_reason(config, tiling, has_dot, element_bytes, limits, gluon)
+        reason = _gluon_prune_reason(config, tiling, has_dot, element_bytes, limits, gluon, contraction)
         if reason:
             return reason
     if config.TF32X3 and not tf32x3:
@@ -326,12 +327,6 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     return None
 
 
-# Below this many multiply-adds (about 50 us of tensor-core work on the H200) GLUON is not offered. Set when its
-# kernels took host-side TMA descriptors (20-40 us of host time per call, which the tuner's timing hides); they now
-# make them on the device and launch as a Triton kernel does, and the bound is to be measured again.
-GLUON_MIN_MACS = 1 << 34
-
-
 @dataclass(frozen=True)
 class GluonFit:
     """What of a kernel, beyond one configuration, decides whether ``GLUON=1`` is worth a candidate: why not at all
@@ -347,6 +342,7 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for."""
     from amk.dialects import tiled_loop
     from amk.dtypes import to_torch
+    from amk.lowering.strategies import strategy_named
 
     num_inputs = kernel.num_inputs.value.data
     args = list(kernel.body.block.args)
@@ -367,38 +363,32 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     if any(d is not None and d.is_static and d.value * size % 16
            for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
+    least = strategy_named(kernel.strategy.data).gluon_min_macs
     if (all(d is not None and d.is_static for d in (rows, cols, contraction))
-            and rows.value * cols.value * contraction.value < GLUON_MIN_MACS):
+            and rows.value * cols.value * contraction.value < least):
         return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel "
-                   f"(under {GLUON_MIN_MACS} multiply-adds)")
+                   f"(under {least} multiply-adds)")
     return fit(None)
 
 
 def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_bytes: int,
-                        limits: DeviceLimits, fit: GluonFit | None) -> str | None:
+                        limits: DeviceLimits, fit: GluonFit | None, contraction: Dim | None = None) -> str | None:
     """Why ``config``'s ``GLUON=1`` cannot be emitted (amk-emit-gluon's own checks of the tiles) or is not worth it
     (``fit``, the kernel's), or None."""
-    from amk.lowering.emit_gluon import ring_bytes, store_pieces, wgmma_tile_problem
+    from amk.lowering.emit_gluon import gluon_config_problem
 
     if not (limits.gluon and tiling.gluon and has_dot):
         return (f"GLUON applies to the GEMM kernels of {', '.join(_gluon_strategies())} on Hopper (compute capability "
                 f"9.x) with triton's Gluon (3.6 or newer); not to this {tiling.name} kernel on {limits.name}")
     if fit is not None and fit.refusal:
         return fit.refusal
-    if not (config.PERSISTENT and config.TMA) or config.WARP_SPECIALIZE:
-        return ("GLUON kernels are persistent TMA kernels (PERSISTENT=1, TMA=1) and warp-specialized by construction "
-                "(WARP_SPECIALIZE=0)")
     # without the kernel's fit (a bare configuration), its inputs' element size for both
     operand_bytes, output_bytes = (fit.operand_bytes, fit.output_bytes) if fit is not None else (element_bytes,) * 2
     if operand_bytes != 2:
         return "GLUON kernels multiply fp16 or bf16 operands"
-    # the ring of operand tiles and the output tile staged for its TMA store, whole or in pieces
-    if store_pieces(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, operand_bytes, output_bytes,
-                    shared_memory=limits.shared_memory) is None:
-        ring = ring_bytes(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, operand_bytes)
-        return (f"shared memory: {config.num_stages} stages x tiles = {ring} bytes leave too little of "
-                f"{limits.shared_memory} for the output tile's staging, even in pieces")
-    return wgmma_tile_problem(config.BLOCK_M, config.BLOCK_N, config.num_warps)
+    # a short K is loaded whole, padded to a power of two (chunk_recompute's column sweep)
+    whole_k = max(16, next_power_of_two(contraction.value)) if contraction is not None and contraction.is_static else None
+    return gluon_config_problem(tiling.gluon_form, config, operand_bytes, output_bytes, whole_k, limits.shared_memory)
 
 
 def _gluon_strategies() -> list[str]:

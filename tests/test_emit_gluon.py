@@ -175,8 +175,10 @@ names = emitted.fused_0_kernel.arg_names
 # divisible by 16 say so (without it the compiler cannot prove that a thread's values are contiguous and aligned).
 unit_strides = [name for name in names if name.startswith("stride_")  # each buffer's last axis
                 and f"{name.rsplit('_', 1)[0]}_{int(name.rsplit('_', 1)[1]) + 1}" not in names]
-constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8, "STAGES": stages,
-             **dict.fromkeys(unit_strides, 1)}
+# (GROUP_M: the tile grids' group; SPLIT_N: a column sweep's chunks a row, as the tests' configurations have them)
+constants = {name: value for name, value in {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8,
+                                              "SPLIT_N": 4, "STAGES": stages}.items() if name in names}
+constants |= dict.fromkeys(unit_strides, 1)
 aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
            if name.endswith(("_ptr", "_desc_stride")) or (name.startswith("stride_") and name not in constants)}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
@@ -301,7 +303,7 @@ def test_a_gluon_kernel_is_built_and_runs_through_the_build_service(tmp_path):
 
     grid = {"BLOCK_SIZE_M": [128], "BLOCK_SIZE_N": [128, 256], "BLOCK_SIZE_K": [64], "num_warps": [8],
             "num_stages": [3], "PERSISTENT": [1], "TMA": [1], "GLUON": [1]}
-    shapes = [(16001, 1024), (1024, 1152), (1152,)]  # big enough for a Gluon kernel (amk.tuner.GLUON_MIN_MACS)
+    shapes = [(16001, 1024), (1024, 1152), (1152,)]  # big enough for a Gluon kernel (tile2d's gluon_min_macs)
     kernel = amk.build_fused_kernel(["matmul", "add_bias", "relu"], shapes, torch.float16, parameter_grid=grid,
                                     tuner_config=amk.TunerConfig(target_cache_dir=str(tmp_path)))
     assert kernel.config["GLUON"] == 1, kernel.tuning_log
@@ -354,3 +356,127 @@ def test_a_gluon_kernel_on_nn_linears_weight_runs_through_the_build_service(tmp_
         outputs.append(kernel(x, w, b))
         assert ((outputs[-1].double() - expected).norm() / expected.norm()).item() < 1e-3
     assert jit_runs == [] and len({output.data_ptr() for output in outputs}) == len(outputs)
+
+
+def softmax_scores(rows: str = "M", depth: int = 64, cols: int = 1000, transposed: bool = False,
+                   batched: bool = False) -> str:
+    """softmax(q @ k) (workload G's chain), which amk-tile lowers with chunk_recompute: k is [depth, cols], or with
+    ``transposed`` attention's keys [cols, depth] read transposed; ``batched`` gives q and k a leading batch dim."""
+    batch = "B, " if batched else ""
+    q, out = f"!tensor_op.tensor<[{batch}{rows}, {depth}], f16>", f"!tensor_op.tensor<[{batch}{rows}, {cols}], f16>"
+    k = f"!tensor_op.tensor<[{batch}{cols}, {depth}], f16>" if transposed else f"!tensor_op.tensor<[{batch}{depth}, {cols}], f16>"
+    attributes = " {transpose_rhs = true}" if transposed else ""
+    return f"""func.func @scores(%q : {q}, %k : {k}) -> {out} {{
+  %0 = tensor_op.matmul %q, %k{attributes} : ({q}, {k}) -> {out}
+  %1 = tensor_op.softmax %0 {{axis = -1 : i64}} : {out}
+  func.return %1 : {out}
+}}"""
+
+
+def sweep_config(block_m: int = 128, block_n: int = 128, stages: int = 3, warps: int = 4) -> str:
+    return f"block_m={block_m} block_n={block_n} block_k=64 split_n=4 num_warps={warps} num_stages={stages}"
+
+
+@pytest.mark.parametrize(("text", "config", "reason"), [
+    (softmax_scores(batched=True), sweep_config(), "it is batched"),
+    (softmax_scores(), sweep_config(warps=8), "each consumer warpgroup (num_warps = 4) 64 rows"),
+    (softmax_scores(), sweep_config(block_n=256), "at most 128 fp32 registers a thread"),
+    (softmax_scores(), sweep_config(stages=1), "num_stages is 1"),
+    (softmax_scores(cols=1004), sweep_config(), "TMA moves rows a multiple of 16 bytes long; k's are 2008 bytes"),
+])
+def test_refuses_column_sweeps_it_does_not_emit(text, config, reason):
+    with pytest.raises(PassFailedException, match=re.escape(reason)) as error:
+        emit_gluon(staged_kernel(text, config), TRITON_3_9_API)
+    assert "amk-emit-gluon emits column-sweep kernels (chunk_recompute)" in str(error.value)
+
+
+def test_a_transposed_rhs_is_swept_as_tiles_of_its_own_rows():
+    """Attention's keys [T, D] read as k^T: the descriptor is the keys' own, its [BLOCK_N, D] tiles loaded at [n, 0],
+    and wgmma reads each ring slot permuted (a K-major B)."""
+    source = emit_gluon(staged_kernel(softmax_scores(transposed=True), sweep_config()), TRITON_3_9_API)
+    assert ("k_desc = tma.make_tensor_descriptor(k_ptr, [1000, 64], [k_desc_stride, 1], [128, 64], "
+            "gl.NVMMASharedLayout.get_default_for([128, 64], gl.float16))") in source
+    assert f"{TRITON_3_9_API.tma_load}(k_desc, [n, 0], ready.index(slot), rhs_ring.index(slot))" in source
+    assert "rhs_ring.index((j) % STAGES).permute((1, 0)), zero, use_acc=False, is_async=True)" in source
+    assert "k = _tma_operand(k, transposed=True)" in source
+
+
+def test_a_gluon_configuration_of_chunk_recompute_stages_and_emits_as_a_column_sweep():
+    """The build service's step for a GLUON configuration of a chunk_recompute kernel (what the tuner times on
+    Hopper): amk-stage, then amk-emit-gluon's column sweep, with the launcher of its two launches."""
+    from amk.lowering.configs import KernelConfig
+    from amk.lowering.tile import TilePass
+    from amk.pipeline import stage_and_emit
+
+    ctx = make_context()
+    module = Parser(ctx, softmax_scores(depth=128, cols=8192)).parse_module()
+    PassPipeline.parse_spec(AMK_PASSES, "amk-fuse").apply(ctx, module)
+    TilePass().apply(ctx, module)
+    kernel = next(op for op in module.walk() if op.name == "tiled_loop.kernel")
+    config = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1)
+    source = stage_and_emit(kernel, config).source
+    assert source.count("gl.warp_specialize([") == 2
+    assert "fused_0_kernel[grid](" in source and "fused_0_finish_kernel[grid](" in source
+
+
+@pytest.mark.parametrize(("block_m", "block_n", "stages", "transposed"), [
+    (128, 128, 3, False),  # G's best by hand: two consumers
+    (64, 128, 3, False),  # one consumer
+    (256, 64, 2, False),  # four consumers
+    (128, 64, 3, True),  # attention's keys read transposed
+])
+def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block_n, stages, transposed):
+    """Both launches of a column sweep compile for sm_90: TMA loads of the lhs and the rhs tiles, wgmma, the consumers
+    given the producer's registers, the finishing launch's TMA stores, within Hopper's
+    shared memory; each launch's warps are its consumers' and the producer's warpgroup."""
+    pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    from triton.backends import backends
+
+    if "nvidia" not in backends:
+        pytest.skip("this triton has no CUDA backend to compile for sm_90")
+    path = tmp_path / "kernel.py"
+    text = softmax_scores(depth=128, cols=8192, transposed=transposed)
+    path.write_text(emit_gluon(staged_kernel(text, sweep_config(block_m, block_n, stages))))
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    consumers = block_m // 64
+    for kernel in ("fused_0_kernel", "fused_0_finish_kernel"):
+        # the kernels' BLOCK_M is a consumer's 64 rows (the launcher passes it so)
+        shape = json.dumps([64, block_n, 128, stages, 4])
+        result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90.replace("fused_0_kernel", kernel),
+                                 str(path), shape], capture_output=True, text=True, timeout=300, env=environment)
+        assert result.returncode == 0, result.stderr[-3000:]
+        compiled = json.loads(result.stdout.splitlines()[-1])
+        ptx = compiled["ptx"]
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor.2d.shared" in ptx
+        assert "setmaxnreg" in ptx  # the producer warp gives its registers to the consumers
+        assert compiled["shared"] <= HOPPER_SHARED_MEMORY
+        assert compiled["num_warps"] == 4 * consumers + 4
+        assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == (kernel == "fused_0_finish_kernel")
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+                    reason="Gluon's wgmma kernels run on Hopper GPUs only")
+@pytest.mark.parametrize(("shapes", "block_m", "block_n"), [
+    ([(8192, 128), (128, 8192)], 128, 128),  # workload G, its best form by hand
+    ([(4001, 64), (64, 1000)], 128, 64),  # ragged rows and columns: zero-filled loads, masks, clipped stores
+    ([(4096, 128), (128, 4096)], 256, 64),  # four consumers
+])
+def test_a_gluon_column_sweep_is_built_and_runs_through_the_build_service(tmp_path, shapes, block_m, block_n):
+    """softmax(q @ k * scale) through build_fused_kernel with a grid of Gluon configurations only: chunk_recompute's
+    two launches as column sweeps; the output matches float64 on fresh inputs, every row sums to one."""
+    import amk
+
+    grid = {"BLOCK_SIZE_M": [block_m], "BLOCK_SIZE_N": [block_n], "SPLIT_N": [2], "num_warps": [4],
+            "num_stages": [2 if block_m == 256 else 3], "GLUON": [1]}
+    ops = ["matmul", ("scale", {"factor": 0.125}), "softmax"]
+    kernel = amk.build_fused_kernel(ops, shapes, torch.float16, parameter_grid=grid,
+                                    tuner_config=amk.TunerConfig(target_cache_dir=str(tmp_path)))
+    assert kernel.config["GLUON"] == 1, kernel.tuning_log
+    assert kernel.source.count("gl.warp_specialize([") == 2
+    for seed in range(2):
+        torch.manual_seed(seed)
+        q, k = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in shapes)
+        expected = torch.softmax((q.double() @ k.double()) * 0.125, dim=-1)
+        got = kernel(q, k).double()
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-3
+        assert torch.allclose(got.sum(dim=-1), torch.ones_like(got[:, 0]), atol=1e-2)

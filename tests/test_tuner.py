@@ -466,8 +466,9 @@ def test_gluon_is_searched_for_tile2d_gemms_where_its_kernels_run():
     from amk.tuner import default_space
 
     assert default_space("tile2d", Dim(4096), True, HOPPER)["GLUON"] == [0, 1]
+    assert default_space("chunk_recompute", Dim(4096), True, HOPPER, contraction=Dim(128))["GLUON"] == [0, 1]
     for strategy, limits in [("tile_stats", HOPPER), ("tile2d", amk.tuner.DeviceLimits("B200", 232448, 148, tma=True)),
-                             ("tile2d", None)]:
+                             ("tile2d", None), ("chunk_recompute", None)]:
         assert "GLUON" not in default_space(strategy, Dim(4096), True, limits), strategy
 
 
@@ -480,7 +481,7 @@ def test_gluon_is_searched_for_tile2d_gemms_where_its_kernels_run():
     ({"num_stages": 4}, "tile2d", 2, HOPPER, None),  # the output tile staged in pieces of 64 columns
     ({"num_stages": 5}, "tile2d", 2, HOPPER, "245760 bytes leave too little of 232448"),
     ({"BLOCK_M": 64}, "tile2d", 2, HOPPER, "cannot be split between 8 warps"),
-    ({}, "tile_stats", 2, HOPPER, "GEMM kernels of tile2d on Hopper"),
+    ({}, "tile_stats", 2, HOPPER, "GEMM kernels of tile2d, chunk_recompute on Hopper"),
     ({}, "tile2d", 2, amk.tuner.DeviceLimits("B200", 232448, 148, tma=True), "not to this tile2d kernel on B200"),
 ])
 def test_gluon_candidates_the_emitter_cannot_take_are_pruned(change, strategy, element_bytes, limits, reason):
@@ -488,6 +489,39 @@ def test_gluon_candidates_the_emitter_cannot_take_are_pruned(change, strategy, e
 
     got = prune_reason(KernelConfig(**B_GLUON | change), strategy, True, element_bytes, limits)
     assert got is None if reason is None else reason in got
+
+
+# chunk_recompute's Gluon form (a column sweep) at G's best by hand: two consumer warpgroups of 64 rows
+SWEEP_GLUON = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1)
+
+
+@pytest.mark.parametrize(("change", "contraction", "reason"), [
+    ({}, 128, None),
+    ({"BLOCK_M": 64}, 128, None),  # one consumer
+    # four consumers, each two 64 x 64 products in flight (2 stages: the tuner's general check counts an lhs tile
+    # per stage)
+    ({"BLOCK_M": 256, "BLOCK_N": 64, "num_stages": 2}, 128, None),
+    ({"BLOCK_M": 256, "num_stages": 2}, 128, "at most 64 fp32 registers a thread"),  # 64 x 128 products spill
+    ({"BLOCK_N": 256}, 128, "at most 128 fp32 registers a thread"),
+    ({"num_warps": 8}, 128, "each consumer warpgroup (num_warps = 4) 64 rows"),
+    ({"BLOCK_M": 96}, 128, "each consumer warpgroup (num_warps = 4) 64 rows"),
+    ({"PERSISTENT": 1, "TMA": 1}, 128, "PERSISTENT and TMA apply to the tile-grid strategies"),
+    ({"WARP_SPECIALIZE": 1}, 128, "WARP_SPECIALIZE applies to the tile loop of a persistent TMA kernel"),
+    ({"num_stages": 1}, 128, "num_stages is 1"),
+    ({}, None, "the whole K once"),  # a symbolic K is no single tile
+    ({"num_stages": 8}, 256, "shared memory"),  # 256 x 128 rhs tiles: 8 stages are 512 KB
+])
+def test_gluon_column_sweeps_the_emitter_cannot_take_are_pruned(change, contraction, reason):
+    """chunk_recompute's Gluon kernels are column sweeps: a program per row strip and chunk (not persistent), 4-warp
+    consumer warpgroups of 64 rows, two products in flight within each consumer's registers, the whole K one tile,
+    and the lhs tiles, the ring and the staging tiles in shared memory."""
+    from amk.symbolic import Dim
+    from amk.tuner import KernelConfig, prune_reason
+
+    config = KernelConfig(**SWEEP_GLUON | change)
+    got = prune_reason(config, "chunk_recompute", True, 2, HOPPER, Dim(8192),
+                       Dim(contraction) if contraction else Dim("K"))
+    assert got is None if reason is None else reason in got, got
 
 
 TRANSPOSED_LHS = """
@@ -506,7 +540,7 @@ def parse_module(text: str):
 
 def test_gluon_is_offered_for_transposed_weights_but_not_a_transposed_lhs_or_small_gemms():
     """nn.Linear's weight, read transposed, is loaded as tiles of its own rows (a K-major B for wgmma); a transposed
-    lhs is not taken, nor a GEMM under GLUON_MIN_MACS multiply-adds; the output tile is staged at the output's size,
+    lhs is not taken, nor a GEMM under its strategy's gluon_min_macs multiply-adds; the output tile is staged at the output's size,
     whole or in pieces."""
     from amk.lowering.tile import TilePass
     from amk.symbolic import Dim

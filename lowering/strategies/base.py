@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 # The name amk-tile's reduction_strategy option takes for "let the strategies decide" (amk.lowering.strategies).
 AUTO = "auto"
+# The kernel forms amk-emit-gluon writes (a strategy's ``gluon_form``): a persistent grid of output tiles, each a K
+# loop into one accumulator and an epilogue; or row strips whose whole-K lhs tile is loaded once and multiplied by a
+# chunk's column tiles one after another, each product folded or finished while the next is computed.
+OUTPUT_TILES, COLUMN_SWEEP = "output_tiles", "column_sweep"
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,15 @@ class TilingStrategy:
     # The (first) launch is a grid of output tiles walked in groups of GROUP_M row tiles: the PERSISTENT and TMA
     # switches apply to it.
     tile_grid: ClassVar[bool] = False
-    # Its GEMM kernels (a K loop into one dot, an elementwise epilogue, one store) can be emitted in Gluon: the GLUON
-    # switch applies on Hopper.
+    # The form amk-emit-gluon writes its kernels in (OUTPUT_TILES, COLUMN_SWEEP), or None.
+    gluon_form: ClassVar[str | None] = None
+    # The tuner offers its Gluon kernels (the GLUON switch) on Hopper.
     gluon: ClassVar[bool] = False
+    # Below this many multiply-adds (about 50 us of tensor-core work on the H200) GLUON is not offered. Set for the
+    # output-tile GEMMs when their kernels took host-side TMA descriptors (20-40 us of host time per call, which the
+    # tuner's timing hides); they now make them on the device and launch as a Triton kernel does, and the bound is to
+    # be measured again.
+    gluon_min_macs: ClassVar[int] = 1 << 34
     # The second sweep runs the K loop again where it would re-read the pre-normalization tile (never stored).
     recomputes: ClassVar[bool] = False
     # The matmul-derived value the row reductions normalize is stored in phase one and re-read (a scratch buffer

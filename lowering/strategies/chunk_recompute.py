@@ -20,7 +20,7 @@ from amk.lowering.kernel_lowering import (
     chunks_per_row,
     partial_statistics,
 )
-from amk.lowering.strategies.base import Grid, TilingStrategy
+from amk.lowering.strategies.base import COLUMN_SWEEP, Grid, TilingStrategy
 from amk.lowering.strategies.registry import register_strategy
 from amk.symbolic import Dim
 
@@ -41,6 +41,13 @@ class ChunkRecompute(TilingStrategy):
     batches = True
     stores_pre_reduction = False
     without_matmul = "row_strip"
+    # On Hopper each launch may be a warp-specialized Gluon kernel: a TMA producer warp, consumer warpgroups issuing a
+    # column tile's product before folding the one before (benchmarks/probes/gluon_softmax_probe.py: G in 0.0852 ms
+    # by hand against this strategy's Triton kernel's 0.1092, 2026-12-04-h200-gluon-softmax-G). Its kernels are short
+    # (one K tile), so no multiply-add floor.
+    gluon_form = COLUMN_SWEEP
+    gluon = True
+    gluon_min_macs = 0
     # The second launch would need the prologue's statistics again.
     with_prologue = "tile_stats"
 
@@ -89,8 +96,13 @@ class ChunkRecompute(TilingStrategy):
                   warp_specialization: bool) -> dict[str, list[int]]:
         space = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "SPLIT_N": [2, 4, 8, 16], "num_warps": [4, 8],
                  "num_stages": [2, 3]}
+        if limits is not None and limits.gluon:
+            space["GLUON"] = [0, 1]
         # A short static K is one tile (build): BLOCK_K is then unused.
         return space if is_short_contraction(contraction) else space | {"BLOCK_K": [32, 64, 128]}
 
     def priors(self, has_dot: bool) -> list[dict[str, int]]:
-        return [dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, SPLIT_N=4, num_warps=8, num_stages=3)]
+        # The Gluon form's best for G by hand: two consumer warpgroups of 64 rows, two chunks a row
+        # (2026-12-04-h200-gluon-softmax-G); timed only where the search space holds GLUON (Hopper).
+        return [dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, SPLIT_N=4, num_warps=8, num_stages=3),
+                dict(BLOCK_M=128, BLOCK_N=128, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1)]

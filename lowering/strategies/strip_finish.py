@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from amk.dialects import tiled_loop
 from amk.lowering.kernel_lowering import BLOCK_N, WorkspaceBuffer, partial_statistics, strip_counters
-from amk.lowering.strategies.base import TilingStrategy
+from amk.lowering.strategies.base import OUTPUT_TILES, TilingStrategy
 from amk.lowering.strategies.registry import register_strategy
 from amk.lowering.strategies.tile_stats import long_contraction
 from amk.symbolic import Dim
@@ -30,6 +30,7 @@ class StripFinish(TilingStrategy):
     priority = 50
     row_reduction = True
     tile_grid = True
+    gluon_form = OUTPUT_TILES  # emitted on request; slower than Triton's kernel on the H200, so not offered
     without_matmul = "row_strip"
 
     def chosen_for(self, plan: GroupPlan) -> bool:

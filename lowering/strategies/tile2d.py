@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amk.lowering.strategies.base import TilingStrategy
+from amk.lowering.strategies.base import OUTPUT_TILES, TilingStrategy
 from amk.lowering.strategies.registry import register_strategy
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ class Tile2d(TilingStrategy):
     description = "Each program computes one BLOCK_M x BLOCK_N output tile."
     priority = 100
     tile_grid = True
+    gluon_form = OUTPUT_TILES
     gluon = True
     batches = True
 
