@@ -587,15 +587,17 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
     their race.
     """
     from amk.lowering.stage import kernel_problem
+    from amk.lowering.strategies import strategy_named
 
     rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
     strategy = kernel.strategy.data
     has_dot = contraction is not None
     limits = DeviceLimits.current()
     # A tile-size symbol the kernel does not have (row_resident's BLOCK_N, a standalone kernel's BLOCK_K in a user's
-    # grid), or a switch it ignores (a batched kernel's launches are neither persistent nor TMA nor Gluon), would only
-    # make copies of the same kernel to time.
-    offered = ("TF32X3",) if kernel.batched else SWITCHES
+    # grid), or a switch it ignores (a batched kernel's launches are neither persistent nor TMA, nor Gluon unless its
+    # strategy's Gluon kernels take batches), would only make copies of the same kernel to time.
+    batched_switches = ("TF32X3", "GLUON") if strategy_named(strategy).gluon_batches else ("TF32X3",)
+    offered = batched_switches if kernel.batched else SWITCHES
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *offered}
 
     tf32x3 = offers_tf32x3(kernel, fp32_dot)

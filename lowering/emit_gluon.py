@@ -118,14 +118,14 @@ _TMA_OPERAND = '''def _tma_operand(tensor, transposed=False, output=False):
     it ``transposed``) as ``_tma_readable`` asks. An input that TMA cannot read as it is (a sliced, expanded or
     overlapping view) is read from a copy that it can; an output (amk allocates them so) must be readable. The
     descriptors are made on the device, where nothing checks them again."""
-    rows = tensor.t() if transposed else tensor
+    rows = tensor.transpose(-1, -2) if transposed else tensor
     if not _tma_readable(rows):
         if output:
             raise ValueError(f"this Gluon kernel stores tiles with TMA, which needs contiguous rows, 16-byte aligned "
                              f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "
                              "tensor")
         rows = rows.clone(memory_format=torch.contiguous_format)
-        return rows.t() if transposed else rows
+        return rows.transpose(-1, -2) if transposed else rows
     return tensor'''
 
 
@@ -428,12 +428,29 @@ class GluonTileEmitter(TritonEmitter):
                 f"gl.{triton_name(buffer.type.element_type)})")
 
     def make_descriptor(self, buffer: SSAValue, block: list[int]) -> str:
-        """The statement making ``buffer``'s TMA descriptor (in global scratch) for blocks of ``block``."""
-        dims = [self.expr(d) for d in buffer.type.dims]
-        shape = dims[::-1] if self.read_transposed(buffer) else dims
+        """The statement making ``buffer``'s TMA descriptor (in global scratch) for blocks of ``block``: over the
+        operand's own rows (the last two dims of a transposed view swapped back), a batched buffer's matrices one
+        after another (its batch stride first)."""
+        shape = [self.expr(d) for d in buffer.type.dims]
+        if self.read_transposed(buffer):
+            shape[-2:] = shape[:-3:-1]
+        strides = [self.descriptor_batch_stride(buffer)] * (buffer.type.rank == 3) + [self.descriptor_stride(buffer)]
         return (f"{self.descriptor(buffer)} = tma.make_tensor_descriptor({self.names[buffer]}_ptr, "
-                f"[{', '.join(shape)}], [{self.descriptor_stride(buffer)}, 1], [{', '.join(map(str, block))}], "
+                f"[{', '.join(shape)}], [{', '.join(strides)}, 1], [{', '.join(map(str, block))}], "
                 f"{self.shared_layout(buffer, block)})")
+
+    def descriptor_batch_stride(self, buffer: SSAValue) -> str:
+        """The parameter holding the batch stride of a batched buffer's descriptor."""
+        return f"{self.names[buffer]}_desc_batch_stride"
+
+    def descriptor_strides(self, buffer: SSAValue) -> list[tuple[str, str]]:
+        """(kernel parameter, what the launcher passes) for the strides of ``buffer``'s descriptor: the batch stride
+        of a batched buffer, then the row stride (of the operand's own rows where the kernel reads a transposed
+        view)."""
+        rank = buffer.type.rank
+        row_axis = rank - 1 if self.read_transposed(buffer) else rank - 2
+        batch = [(self.descriptor_batch_stride(buffer), f"{self.names[buffer]}.stride(0)")] * (rank == 3)
+        return [*batch, (self.descriptor_stride(buffer), f"{self.names[buffer]}.stride({row_axis})")]
 
     def function_header(self, name: str, params: list[str], constexprs: tuple[str, ...] = ()) -> None:
         self.code.writeline("@gluon.jit")
@@ -581,8 +598,7 @@ class GluonEmitter(GluonTileEmitter):
         integers, which PyTorch's C++ launcher takes (amk/replay.py): host-side descriptors would take Triton's
         Python launcher and a descriptor encoded per call."""
         passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
-        passed += [(self.descriptor_stride(a), f"{self.names[a]}.stride({1 if self.read_transposed(a) else 0})")
-                   for a in self.args if a in self.tma_args]
+        passed += [stride for a in self.args if a in self.tma_args for stride in self.descriptor_strides(a)]
         passed += [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
                    if a in self.pointer_args for axis in range(a.type.rank)]
         return passed + [(p, p) for p, _, _ in self.dims.values()]
@@ -979,8 +995,8 @@ class GluonSweepEmitter(GluonTileEmitter):
 
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
         super().__init__(kernel, api)
-        if kernel.batched or any(arg.type.rank > 2 for arg in self.args):
-            raise self.refuse("it is batched (operands of rank 3): the sweep addresses 2-D operands")
+        if any(arg.type.rank != (3 if kernel.batched else 2) for arg in self.args):
+            raise self.refuse("its buffers are not all matrices (or, batched, all batches of matrices)")
         if kernel.persistent is not None:
             raise self.refuse("it is persistent: a column sweep runs a program per row strip and chunk")
         self.sweeps = [self.parse(launch) for launch in self.launches()]
@@ -1069,8 +1085,8 @@ class GluonSweepEmitter(GluonTileEmitter):
         consumer makes its descriptor), the pointers of the buffers read or written with pointers and their
         strides, the symbolic dims."""
         passed = [self.descriptor(self.lhs_buffer), self.descriptor(self.rhs_buffer)]
-        if self.output is not None:
-            passed += [f"{self.names[self.output]}_ptr", self.descriptor_stride(self.output)]
+        if self.output is not None:  # each consumer makes its descriptor
+            passed += [f"{self.names[self.output]}_ptr", *(param for param, _ in self.descriptor_strides(self.output))]
         passed += [f"{self.names[a]}_ptr" for a in self.pointer_args if a is not self.output]
         passed += [self.stride(self.args.index(a), axis) for a in self.pointer_args for axis in range(a.type.rank)]
         return passed + [p for p, _, _ in self.dims.values()]
@@ -1079,8 +1095,7 @@ class GluonSweepEmitter(GluonTileEmitter):
         """(kernel parameter, what the launcher passes): every buffer's pointer, the TMA-addressed buffers' row
         strides, the pointer-read buffers' strides, the symbolic dims (as the tile-grid kernels take them)."""
         passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
-        passed += [(self.descriptor_stride(a), f"{self.names[a]}.stride({1 if self.read_transposed(a) else 0})")
-                   for a in self.args if a in self.tma_args]
+        passed += [stride for a in self.args if a in self.tma_args for stride in self.descriptor_strides(a)]
         passed += [(self.stride(self.args.index(a), axis), f"{self.names[a]}.stride({axis})") for a in self.pointer_args
                    for axis in range(a.type.rank)]
         return passed + [(p, p) for p, _, _ in self.dims.values()]
@@ -1099,7 +1114,13 @@ class GluonSweepEmitter(GluonTileEmitter):
                   self.rhs_buffer: rhs[::-1] if self.read_transposed(self.rhs_buffer) else rhs}
         if self.output is not None:
             blocks[self.output] = [SWEEP_CONSUMER_ROWS, self.block_n]
-        return blocks
+        # a batched buffer's blocks are one matrix's: TMA stays within it (zero-filling, clipping at its edges)
+        return {buffer: [1] * self.kernel.batched + block for buffer, block in blocks.items()}
+
+    def matrix(self, slot: str, block: list[int]) -> str:
+        """A shared-memory slot holding a ``block`` as the matrix wgmma reads and writes (a batched block, [1, rows,
+        columns], reshaped to its matrix)."""
+        return f"{slot}.reshape([{', '.join(map(str, block[1:]))}])" if self.kernel.batched else slot
 
     # -- partitions --------------------------------------------------------------------------------------------------
     def partition_header(self, sweep: _Sweep, role: str, constexprs: tuple[str, ...] = ()) -> None:
@@ -1150,12 +1171,13 @@ class GluonSweepEmitter(GluonTileEmitter):
     def issue(self, product: str, index: str) -> None:
         """The product of column tile ``index``, asynchronous, once its rhs tile is in the ring."""
         slot = f"({index}) % STAGES"
-        rhs = f"{self.ring}.index({slot})"
+        blocks = self.blocks()
+        rhs = self.matrix(f"{self.ring}.index({slot})", blocks[self.rhs_buffer])
         if self.read_transposed(self.rhs_buffer):
             rhs = f"{rhs}.permute((1, 0))"  # the rhs's own [BLOCK_N, K] rows read as a K-major B
+        lhs = self.matrix(f"{self.lhs_tiles}.index(WARP_GROUP)", blocks[self.lhs_buffer])
         self.code.writeline(f"mbarrier.wait({self.ready}.index({slot}), (({index}) // STAGES) & 1)")
-        self.code.writeline(f"{product} = warpgroup_mma({self.lhs_tiles}.index(WARP_GROUP), {rhs}, zero, "
-                            "use_acc=False, is_async=True)")
+        self.code.writeline(f"{product} = warpgroup_mma({lhs}, {rhs}, zero, use_acc=False, is_async=True)")
 
     def consume(self, sweep: _Sweep, product: str, index: str, in_flight: int, lower: str) -> None:
         """Column tile ``index`` once its product is done (``in_flight`` products issued after it may still run):
@@ -1250,7 +1272,8 @@ class GluonSweepEmitter(GluonTileEmitter):
                        "hence the barrier)")
         code.writeline(f"tma.store_wait({self.staged - 1})")
         code.writeline(f"{self.api.thread_barrier}()")
-        code.writeline(f"{buffer}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
+        staged = self.matrix(buffer, self.blocks()[op.dest])
+        code.writeline(f"{staged}.store({_gluon(self.convert(op.value, op.dest.type.element_type))})")
         code.writeline("fence_async_shared()")
         offsets = ", ".join(self.expr(d) for d in op.offsets.dims)
         code.writeline(f"{self.api.tma_store}({self.descriptor(op.dest)}, [{offsets}], {buffer})")

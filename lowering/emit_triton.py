@@ -98,10 +98,12 @@ _RESIDENT_PROGRAMS = '''def _resident_programs(tiles_per_strip):
 
 
 _TMA_READABLE = '''def _tma_readable(tensor):
-    """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart, no
-    closer than a row is long (an expanded or overlapping view is read with pointers)."""
-    return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and tensor.stride(0) * tensor.element_size() % 16 == 0 and tensor.stride(0) >= tensor.shape[1])'''
+    """TMA copies tiles of rows that are contiguous, start 16-byte aligned and lie a multiple of 16 bytes apart (and
+    so do the matrices of a batch), no closer than a row is long (an expanded or overlapping view is read with
+    pointers)."""
+    return (tensor.stride(-1) == 1 and tensor.data_ptr() % 16 == 0
+            and all(stride * tensor.element_size() % 16 == 0 for stride in tensor.stride()[:-1])
+            and tensor.stride(-2) >= tensor.shape[-1])'''
 
 
 _TMA_WORKSPACE = '''def _tma_workspace(size, alignment, stream):
@@ -341,10 +343,12 @@ class TritonEmitter:
         return views is not None and views.data[self.args.index(buffer)].data == "transpose"
 
     def descriptor_offsets(self, op: memory_staged.StageOp) -> str:
-        """Where the descriptor load of ``op``'s tile starts: its offsets, reversed for a transposed view (a tile of
-        the operand's own rows)."""
+        """Where the descriptor load of ``op``'s tile starts: its offsets, the last two swapped for a transposed view
+        (a tile of the operand's own rows; a batch index stays first)."""
         offsets = [self.expr(d) for d in op.offsets.dims]
-        return ", ".join(offsets[::-1] if self.read_transposed(op.source) else offsets)
+        if self.read_transposed(op.source):
+            offsets[-2:] = offsets[:-3:-1]
+        return ", ".join(offsets)
 
     def emit_descriptors(self, launch: _Launch) -> None:
         self.descriptors = {}

@@ -180,7 +180,8 @@ constants = {name: value for name, value in {"BLOCK_M": block_m, "BLOCK_N": bloc
                                               "SPLIT_N": 4, "STAGES": stages}.items() if name in names}
 constants |= dict.fromkeys(unit_strides, 1)
 aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(names)
-           if name.endswith(("_ptr", "_desc_stride")) or (name.startswith("stride_") and name not in constants)}
+           if name.endswith(("_ptr", "_desc_stride", "_desc_batch_stride"))
+           or (name.startswith("stride_") and name not in constants)}
 pointers = {"partial0_ptr": "*fp32", "partial1_ptr": "*fp32", "strip_counters_ptr": "*i32"}  # the workspace
 signature = {name: pointers.get(name, "*fp16") if name.endswith("_ptr") else "constexpr" if name in constants
              else "i32" for name in names}
@@ -378,7 +379,6 @@ def sweep_config(block_m: int = 128, block_n: int = 128, stages: int = 3, warps:
 
 
 @pytest.mark.parametrize(("text", "config", "reason"), [
-    (softmax_scores(batched=True), sweep_config(), "it is batched"),
     (softmax_scores(), sweep_config(warps=8), "each consumer warpgroup (num_warps = 4) 64 rows"),
     (softmax_scores(), sweep_config(block_n=256), "at most 128 fp32 registers a thread"),
     (softmax_scores(), sweep_config(stages=1), "num_stages is 1"),
@@ -401,6 +401,22 @@ def test_a_transposed_rhs_is_swept_as_tiles_of_its_own_rows():
     assert "k = _tma_operand(k, transposed=True)" in source
 
 
+def test_a_batched_sweep_moves_one_matrix_a_block():
+    """Attention's q [B, S, D] and keys [B, T, D] (read as k^T): descriptors over the batch of matrices (batch
+    stride first), blocks of one matrix ([1, rows, columns]: TMA zero-fills and clips at each matrix's edges, so a
+    strip of queries never reads or writes the next batch's), loaded at [pid_b, row, column] and reshaped to the
+    matrix wgmma reads."""
+    source = emit_gluon(staged_kernel(softmax_scores(rows="S", batched=True, transposed=True), sweep_config()),
+                        TRITON_3_9_API)
+    assert ("k_desc = tma.make_tensor_descriptor(k_ptr, [B, 1000, 64], [k_desc_batch_stride, k_desc_stride, 1], "
+            "[1, 128, 64], gl.NVMMASharedLayout.get_default_for([1, 128, 64], gl.float16))") in source
+    assert f"{TRITON_3_9_API.tma_load}(k_desc, [pid_b, n, 0], ready.index(slot), rhs_ring.index(slot))" in source
+    assert ("warpgroup_mma(lhs_tiles.index(WARP_GROUP).reshape([64, 64]), "
+            "rhs_ring.index((j) % STAGES).reshape([128, 64]).permute((1, 0)), zero") in source
+    assert f"{TRITON_3_9_API.tma_store}(out0_desc, [pid_b, BLOCK_M*pid_m, n], staged)" in source
+    assert "k.stride(0),\n        k.stride(2),\n" in source  # the keys' batch stride and their own rows'
+
+
 def test_a_gluon_configuration_of_chunk_recompute_stages_and_emits_as_a_column_sweep():
     """The build service's step for a GLUON configuration of a chunk_recompute kernel (what the tuner times on
     Hopper): amk-stage, then amk-emit-gluon's column sweep, with the launcher of its two launches."""
@@ -419,13 +435,14 @@ def test_a_gluon_configuration_of_chunk_recompute_stages_and_emits_as_a_column_s
     assert "fused_0_kernel[grid](" in source and "fused_0_finish_kernel[grid](" in source
 
 
-@pytest.mark.parametrize(("block_m", "block_n", "stages", "transposed"), [
-    (128, 128, 3, False),  # G's best by hand: two consumers
-    (64, 128, 3, False),  # one consumer
-    (256, 64, 2, False),  # four consumers
-    (128, 64, 3, True),  # attention's keys read transposed
+@pytest.mark.parametrize(("block_m", "block_n", "stages", "transposed", "batched"), [
+    (128, 128, 3, False, False),  # G's best by hand: two consumers
+    (64, 128, 3, False, False),  # one consumer
+    (256, 64, 2, False, False),  # four consumers
+    (128, 64, 3, True, False),  # keys read transposed
+    (128, 64, 3, True, True),  # attention: a batch of queries and keys, TMA blocks of one matrix
 ])
-def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block_n, stages, transposed):
+def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block_n, stages, transposed, batched):
     """Both launches of a column sweep compile for sm_90: TMA loads of the lhs and the rhs tiles, wgmma, the consumers
     given the producer's registers, the finishing launch's TMA stores, within Hopper's
     shared memory; each launch's warps are its consumers' and the producer's warpgroup."""
@@ -435,7 +452,7 @@ def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block
     if "nvidia" not in backends:
         pytest.skip("this triton has no CUDA backend to compile for sm_90")
     path = tmp_path / "kernel.py"
-    text = softmax_scores(depth=128, cols=8192, transposed=transposed)
+    text = softmax_scores(depth=128, cols=8192, transposed=transposed, batched=batched)
     path.write_text(emit_gluon(staged_kernel(text, sweep_config(block_m, block_n, stages))))
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     consumers = block_m // 64
@@ -447,11 +464,12 @@ def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block
         assert result.returncode == 0, result.stderr[-3000:]
         compiled = json.loads(result.stdout.splitlines()[-1])
         ptx = compiled["ptx"]
-        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor.2d.shared" in ptx
+        rank = 3 if batched else 2
+        assert "wgmma.mma_async" in ptx and f"cp.async.bulk.tensor.{rank}d.shared" in ptx
         assert "setmaxnreg" in ptx  # the producer warp gives its registers to the consumers
         assert compiled["shared"] <= HOPPER_SHARED_MEMORY
         assert compiled["num_warps"] == 4 * consumers + 4
-        assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == (kernel == "fused_0_finish_kernel")
+        assert (f"cp.async.bulk.tensor.{rank}d.global.shared" in ptx) == (kernel == "fused_0_finish_kernel")
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
@@ -480,3 +498,28 @@ def test_a_gluon_column_sweep_is_built_and_runs_through_the_build_service(tmp_pa
         got = kernel(q, k).double()
         assert ((got - expected).norm() / expected.norm()).item() < 1e-3
         assert torch.allclose(got.sum(dim=-1), torch.ones_like(got[:, 0]), atol=1e-2)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+                    reason="Gluon's wgmma kernels run on Hopper GPUs only")
+def test_a_batched_gluon_column_sweep_computes_attention_probabilities():
+    """softmax(q @ k^T / 8) over a batch of heads (attention's probabilities; the keys read transposed) through the
+    pipeline with a Gluon configuration: ragged query and key lengths, each matrix's blocks zero-filled and clipped at
+    its own edges, so that no strip reads or writes the next head's rows."""
+    from amk.lowering.configs import KernelConfig
+    from amk.pipeline import compile_module
+
+    text = softmax_scores(rows="S", cols=1000, transposed=True, batched=True)
+    text = text.replace("%1 = tensor_op.softmax %0", "%s = tensor_op.scale %0 {factor = 0.125 : f64} : "
+                        "!tensor_op.tensor<[B, S, 1000], f16>\n  %1 = tensor_op.softmax %s")
+    module = Parser(make_context(), text).parse_module()
+    config = KernelConfig(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1)
+    compiled = compile_module(module, lambda kernel, size_hints=None: config)
+    assert "gl.warp_specialize(" in compiled.source
+    for seed in range(2):
+        torch.manual_seed(seed)
+        q = torch.randn(6, 1001, 64, device="cuda", dtype=torch.float16)
+        k = torch.randn(6, 1000, 64, device="cuda", dtype=torch.float16)
+        expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.125, dim=-1)
+        got = compiled.program(q, k)[0].double()
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-3

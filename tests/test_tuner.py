@@ -600,6 +600,48 @@ def test_a_gluon_variant_is_timed_on_the_finalists_and_kept_when_faster(monkeypa
     assert "gl.warp_specialize(" in source and "def launch(x, w, bias, out0):" in source
 
 
+SCORES = """func.func @scores(%q : !tensor_op.tensor<[{batch}8192, 128], f16>, %k : !tensor_op.tensor<[{batch}{k}], f16>)
+    -> !tensor_op.tensor<[{batch}8192, 8192], f16> {{
+  %0 = tensor_op.matmul %q, %k{transpose} : (!tensor_op.tensor<[{batch}8192, 128], f16>, !tensor_op.tensor<[{batch}{k}], f16>)
+    -> !tensor_op.tensor<[{batch}8192, 8192], f16>
+  %1 = tensor_op.softmax %0 {{axis = -1 : i64}} : !tensor_op.tensor<[{batch}8192, 8192], f16>
+  func.return %1 : !tensor_op.tensor<[{batch}8192, 8192], f16>
+}}"""
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_chunk_recompute_times_its_gluon_column_sweep_on_hopper(monkeypatch, batched):
+    """G's chain (and attention's batched q @ k^T, keys read transposed): on Hopper the tuner times the Gluon prior
+    (G's best form by hand) right after the heuristic, refines the finalists with GLUON, and the chosen column sweep
+    stages and emits as Gluon."""
+    monkeypatch.setattr(amk.tuner.DeviceLimits, "current", staticmethod(lambda: HOPPER))
+
+    def measure(fn, warmup, runs, give_up_above=None):
+        fn()
+        return 2.0 - Recorder.launched.GLUON + Recorder.launched.BLOCK_N / 1024
+
+    monkeypatch.setattr(amk.tuner, "measure", measure)
+    text = SCORES.format(batch="B, H, " if batched else "", k="8192, 128" if batched else "128, 8192",
+                         transpose=" {transpose_rhs = true}" if batched else "")
+    module = parse_module(text)
+    FusePass().apply(make_context(), module)
+    TilePass().apply(make_context(), module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert kernel.strategy.data == "chunk_recompute" and kernel.batched == batched
+    recorder = Recorder()
+    hints = {"B": 2, "H": 4} if batched else None
+    best, trials = tune(kernel, TunerConfig(search_budget=8), None, amk.pipeline.heuristic_config(kernel, hints),
+                        recorder.build_and_run, prepare=recorder.prepare, size_hints=hints)
+    ran = [t.config for t in trials if t.status == "ok"]
+    assert ran[2] == amk.tuner.KernelConfig(**{**amk.pipeline.heuristic_config(kernel, hints).as_dict(),
+                                               **SWEEP_GLUON})
+    assert best.GLUON == 1 and best.BLOCK_N <= 128 and best.num_warps == 4, best
+    # finalists the column sweep cannot take (8 warps, 256 columns) are pruned, saying why
+    assert any(t.status == "pruned" and t.config.GLUON and "consumer" in t.detail for t in trials)
+    source = amk.pipeline.stage_and_emit(kernel, best).source
+    assert source.count("gl.warp_specialize([") == 2 and "def launch(q, k, out0, partial0, partial1):" in source
+
+
 def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(caplog, tmp_path):
     """Untimed (here: the interpreter), the grid point nearest the heuristic would be a Gluon kernel, which neither runs
     here nor would run in the interpreter: the Triton kernel is emitted instead, and the log says why."""

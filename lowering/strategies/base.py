@@ -67,8 +67,9 @@ class TilingStrategy:
     tile_grid: ClassVar[bool] = False
     # The form amk-emit-gluon writes its kernels in (OUTPUT_TILES, COLUMN_SWEEP), or None.
     gluon_form: ClassVar[str | None] = None
-    # The tuner offers its Gluon kernels (the GLUON switch) on Hopper.
+    # The tuner offers its Gluon kernels (the GLUON switch) on Hopper; for batched kernels too with ``gluon_batches``.
     gluon: ClassVar[bool] = False
+    gluon_batches: ClassVar[bool] = False
     # Below this many multiply-adds (about 50 us of tensor-core work on the H200) GLUON is not offered. Set for the
     # output-tile GEMMs when their kernels took host-side TMA descriptors (20-40 us of host time per call, which the
     # tuner's timing hides); they now make them on the device and launch as a Triton kernel does, and the bound is to

@@ -47,6 +47,7 @@ class ChunkRecompute(TilingStrategy):
     # (one K tile), so no multiply-add floor.
     gluon_form = COLUMN_SWEEP
     gluon = True
+    gluon_batches = True  # attention's q @ k^T: TMA descriptors over the batch of matrices, one matrix a block
     gluon_min_macs = 0
     # The second launch would need the prologue's statistics again.
     with_prologue = "tile_stats"
