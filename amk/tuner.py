@@ -342,16 +342,23 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for."""
     from amk.dialects import tiled_loop
     from amk.dtypes import to_torch
+    from amk.lowering.emit_gluon import gluon_kernel_problem
     from amk.lowering.strategies import strategy_named
 
     num_inputs = kernel.num_inputs.value.data
     args = list(kernel.body.block.args)
-    output_bytes = max((to_torch(a.type.element_type).itemsize for a in args[num_inputs:]), default=4)
+    # the outputs' (a workspace of fp32 statistics is no output tile to stage)
+    output_bytes = max((to_torch(a.type.element_type).itemsize for a in kernel.outputs), default=4)
     dot = next((op for op in kernel.walk() if isinstance(op, tiled_loop.DotOp)), None)
     operand_bytes = to_torch(dot.lhs.type.element_type).itemsize if dot is not None else 4
 
     def fit(refusal: str | None) -> GluonFit:
         return GluonFit(refusal, operand_bytes, output_bytes)
+
+    tiling = strategy_named(kernel.strategy.data)
+    problem = gluon_kernel_problem(tiling.gluon_form, kernel)
+    if problem:
+        return fit(f"its Gluon form cannot take it: {problem}")
 
     views = [v.data for v in kernel.arg_views.data] if kernel.arg_views is not None else []
     # A transposed weight (nn.Linear's) is loaded as tiles of its own rows, which wgmma reads as a K-major B; a
@@ -363,7 +370,7 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     if any(d is not None and d.is_static and d.value * size % 16
            for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
-    least = strategy_named(kernel.strategy.data).gluon_min_macs
+    least = tiling.gluon_min_macs
     if (all(d is not None and d.is_static for d in (rows, cols, contraction))
             and rows.value * cols.value * contraction.value < least):
         return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel "

@@ -125,6 +125,9 @@ _TMA_OPERAND = '''def _tma_operand(tensor, transposed=False, output=False):
                              f"and a multiple of 16 bytes apart; got strides {tensor.stride()} of a {tensor.dtype} "
                              "tensor")
         rows = rows.clone(memory_format=torch.contiguous_format)
+        if not _tma_readable(rows):  # rows whose length is not a multiple of 16 bytes
+            raise ValueError(f"this Gluon kernel reads tiles with TMA, which needs rows a multiple of 16 bytes long; "
+                             f"got rows of {rows.shape[-1]} {rows.dtype} values")
         return rows.transpose(-1, -2) if transposed else rows
     return tensor'''
 
@@ -930,6 +933,9 @@ SWEEP_CONSUMER_ROWS = 64
 # (benchmarks/probes/gluon_softmax_probe.py: two 64 x 128 products spilled there).
 _SWEEP_PRODUCT_REGISTERS = {1: 128, 2: 128, 4: 64}
 _SWEEP_WORKER_REGISTERS = {2: 232, 4: 112}
+# Shared memory a column sweep keeps besides its tiles: its barriers and the scratch of its layout conversions (the
+# merge of the chunks' statistics; a few KB at most).
+_SWEEP_SHARED_RESERVE = 4096
 
 
 def sweep_staging_buffers(block_m: int, block_n: int, contraction: int, stages: int, operand_bytes: int,
@@ -939,7 +945,7 @@ def sweep_staging_buffers(block_m: int, block_n: int, contraction: int, stages: 
     even one does)."""
     operands = (block_m + stages * block_n) * contraction * operand_bytes
     for staged in (2, 1):
-        if operands + staged * block_m * block_n * output_bytes <= shared_memory:
+        if operands + staged * block_m * block_n * output_bytes + _SWEEP_SHARED_RESERVE <= shared_memory:
             return staged
     return 0
 
@@ -962,6 +968,37 @@ def sweep_config_problem(block_m: int, block_n: int, contraction: int | None, wa
         return (f"shared memory: the lhs tiles, {stages} stages of {contraction} x {block_n} rhs tiles and a staging "
                 f"tile per consumer exceed {shared_memory} bytes")
     return None
+
+
+def sweep_structure_problem(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> str | None:
+    """Why a column-sweep strategy's kernel (tile-level or staged) is not what :class:`GluonSweepEmitter` writes, or
+    None: every launch one loop over the column tiles whose body computes one product (a logsumexp's finishing
+    launch has none), with loop bounds and rhs offsets that do not depend on the row strip (the producer walks the
+    tiles for all its consumers' strips at once)."""
+    launches: list[list[Operation]] = [[]]
+    for op in kernel.body.block.ops:
+        if isinstance(op, tiled_loop.RelaunchOp):
+            launches.append([])
+        else:
+            launches[-1].append(op)
+    row_id = kernel.program_ids.data[0].data
+    for number, ops in enumerate(launches, 1):
+        loops = [(op, inner) for op in ops if isinstance(op, tiled_loop.ForOp) for inner in op.body.block.ops
+                 if isinstance(inner, tiled_loop.DotOp | memory_staged.DotOp)]
+        if len(loops) != 1:
+            return f"its launch {number} has {len(loops)} loops over column tiles with a product, not one"
+        loop, dot = loops[0]
+        rhs = dot.rhs.owner
+        dims = [loop.lower, loop.upper, loop.step, *(rhs.offsets.dims if hasattr(rhs, "offsets") else ())]
+        if any(row_id in map(str, dim.expr.free_symbols) for dim in dims):
+            return f"its launch {number}'s column tiles depend on the row strip ({row_id})"
+    return None
+
+
+def gluon_kernel_problem(form: str | None, kernel: tiled_loop.KernelOp) -> str | None:
+    """Why a tile-level kernel of a strategy whose Gluon form is ``form`` cannot be emitted in Gluon whatever its
+    configuration, or None (the output-tile form's checks are of the staged kernel and its configuration)."""
+    return sweep_structure_problem(kernel) if form == COLUMN_SWEEP else None
 
 
 @dataclass
@@ -995,6 +1032,9 @@ class GluonSweepEmitter(GluonTileEmitter):
 
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
         super().__init__(kernel, api)
+        problem = sweep_structure_problem(kernel)
+        if problem:
+            raise self.refuse(problem)
         if any(arg.type.rank != (3 if kernel.batched else 2) for arg in self.args):
             raise self.refuse("its buffers are not all matrices (or, batched, all batches of matrices)")
         if kernel.persistent is not None:
@@ -1127,12 +1167,15 @@ class GluonSweepEmitter(GluonTileEmitter):
         self.function_header(f"{sweep.launch.name}_{role}", self.runtime_parameters() + self.shared_buffers(sweep),
                              constexprs)
 
-    def strip_ids(self, sweep: _Sweep, consumer: str) -> None:
-        """The program ids as the IR reads them, for the strip of ``consumer``: the row id counts strips of
-        ``BLOCK_M`` (a consumer's 64 rows), the others are the program's."""
-        pid_m, *others = sweep.launch.program_ids
-        self.code.writeline(f"{pid_m} = gl.program_id(0) * {self.consumers} + {consumer}")
-        self.code.writelines(f"{pid} = gl.program_id({axis})" for axis, pid in enumerate(others, 1))
+    def strip_id(self, sweep: _Sweep, consumer: str) -> None:
+        """The row program id as the IR reads it, for the strip of ``consumer``: it counts strips of ``BLOCK_M`` (a
+        consumer's 64 rows)."""
+        self.code.writeline(f"{sweep.launch.program_ids[0]} = gl.program_id(0) * {self.consumers} + {consumer}")
+
+    def program_ids(self, sweep: _Sweep) -> None:
+        """The other program ids: the program's own."""
+        self.code.writelines(f"{pid} = gl.program_id({axis})"
+                             for axis, pid in enumerate(sweep.launch.program_ids[1:], 1))
 
     def tile_count(self, sweep: _Sweep) -> str:
         loop = sweep.loop
@@ -1148,10 +1191,11 @@ class GluonSweepEmitter(GluonTileEmitter):
             code.writeline('"""The producer (one warp): each consumer\'s lhs tile once, then the chunk\'s rhs tiles into '
                            'the ring, up to STAGES ahead of the products."""')
             lhs = self.descriptor(self.lhs_buffer)
+            self.program_ids(sweep)
             code.writeline(f"mbarrier.expect({self.lhs_ready}.index(0), {self.consumers} * {lhs}.block_type.nbytes)")
             code.writeline(f"for consumer in gl.static_range({self.consumers}):")
             with code.indent():
-                self.strip_ids(sweep, "consumer")
+                self.strip_id(sweep, "consumer")
                 offsets = ", ".join(self.expr(d) for d in sweep.lhs.offsets.dims)
                 code.writeline(f"{self.api.tma_load}({lhs}, [{offsets}], {self.lhs_ready}.index(0), "
                                f"{self.lhs_tiles}.index(consumer))")
@@ -1215,7 +1259,8 @@ class GluonSweepEmitter(GluonTileEmitter):
                 across = 1 << (min(32, self.block_n // _IO_VECTOR).bit_length() - 1)
                 code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
                                f"[{32 // across}, {across}], [4, 1], [1, 0])")
-            self.strip_ids(sweep, "WARP_GROUP")
+            self.strip_id(sweep, "WARP_GROUP")
+            self.program_ids(sweep)
             self.last_origin = None
             for op in sweep.before:
                 self.emit_op(op)
@@ -1236,22 +1281,24 @@ class GluonSweepEmitter(GluonTileEmitter):
             first, second = self.products
             code.writeline("# two products in flight: tile j + 1's is issued before tile j is folded, and the loop is "
                            "unrolled by two so that neither product is copied into the other")
-            self.issue(first, "0")
-            code.writeline(f"for {self.pair} in range(({self.tiles} - 1) // 2):")
+            code.writeline(f"if {self.tiles} > 0:  # (an empty chunk, as the IR's loop, does nothing)")
             with code.indent():
-                code.writeline(f"{self.index} = 1 + 2 * {self.pair}")
-                self.issue(second, self.index)
-                self.consume(sweep, first, f"{self.index} - 1", 1, lower)
-                self.issue(first, f"{self.index} + 1")
-                self.consume(sweep, second, self.index, 1, lower)
-            code.writeline(f"if {self.tiles} % 2 == 0:")
-            with code.indent():
-                self.issue(second, f"{self.tiles} - 1")
-                self.consume(sweep, first, f"{self.tiles} - 2", 1, lower)
-                self.consume(sweep, second, f"{self.tiles} - 1", 0, lower)
-            code.writeline("else:")
-            with code.indent():
-                self.consume(sweep, first, f"{self.tiles} - 1", 0, lower)
+                self.issue(first, "0")
+                code.writeline(f"for {self.pair} in range(({self.tiles} - 1) // 2):")
+                with code.indent():
+                    code.writeline(f"{self.index} = 1 + 2 * {self.pair}")
+                    self.issue(second, self.index)
+                    self.consume(sweep, first, f"{self.index} - 1", 1, lower)
+                    self.issue(first, f"{self.index} + 1")
+                    self.consume(sweep, second, self.index, 1, lower)
+                code.writeline(f"if {self.tiles} % 2 == 0:")
+                with code.indent():
+                    self.issue(second, f"{self.tiles} - 1")
+                    self.consume(sweep, first, f"{self.tiles} - 2", 1, lower)
+                    self.consume(sweep, second, f"{self.tiles} - 1", 0, lower)
+                code.writeline("else:")
+                with code.indent():
+                    self.consume(sweep, first, f"{self.tiles} - 1", 0, lower)
             self.last_origin = None
             for op in sweep.after:
                 self.emit_op(op)

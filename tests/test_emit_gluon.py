@@ -383,6 +383,13 @@ def sweep_config(block_m: int = 128, block_n: int = 128, stages: int = 3, warps:
     (softmax_scores(), sweep_config(block_n=256), "at most 128 fp32 registers a thread"),
     (softmax_scores(), sweep_config(stages=1), "num_stages is 1"),
     (softmax_scores(cols=1004), sweep_config(), "TMA moves rows a multiple of 16 bytes long; k's are 2008 bytes"),
+    # a logsumexp's finishing launch merges the chunks' statistics only: no column loop to sweep
+    (softmax_scores().replace("%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[M, 1000], f16>",
+                              "%1 = tensor_op.logsumexp %0 {axis = -1 : i64} : !tensor_op.tensor<[M, 1000], f16> -> "
+                              "!tensor_op.tensor<[M], f16>")
+     .replace("func.return %1 : !tensor_op.tensor<[M, 1000], f16>", "func.return %1 : !tensor_op.tensor<[M], f16>")
+     .replace("-> !tensor_op.tensor<[M, 1000], f16> {", "-> !tensor_op.tensor<[M], f16> {"),
+     sweep_config(), "its launch 2 has 0 loops over column tiles with a product, not one"),
 ])
 def test_refuses_column_sweeps_it_does_not_emit(text, config, reason):
     with pytest.raises(PassFailedException, match=re.escape(reason)) as error:

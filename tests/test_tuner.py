@@ -642,6 +642,33 @@ def test_chunk_recompute_times_its_gluon_column_sweep_on_hopper(monkeypatch, bat
     assert source.count("gl.warp_specialize([") == 2 and "def launch(q, k, out0, partial0, partial1):" in source
 
 
+def test_gluon_fit_of_column_sweeps():
+    """A column sweep's fit: its output tile staged at the output's size (the fp32 workspace of statistics is no
+    output), and no Gluon kernel where a launch has no column loop (a logsumexp's finishing launch only merges the
+    chunks' statistics)."""
+    from amk.symbolic import Dim
+    from amk.tuner import gluon_fit
+
+    def fit(reduction: str, result: str):
+        text = SCORES.format(batch="", k="128, 8192", transpose="").replace(
+            "%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16>", reduction)
+        module = parse_module(text.replace("func.return %1 : !tensor_op.tensor<[8192, 8192], f16>", result)
+                              .replace("-> !tensor_op.tensor<[8192, 8192], f16> {", result.split(" : ")[1].join(
+                                  ("-> ", " {"))))
+        FusePass().apply(make_context(), module)
+        TilePass().apply(make_context(), module)
+        kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+        assert kernel.strategy.data == "chunk_recompute"
+        return gluon_fit(kernel, Dim(8192), Dim(8192), Dim(128))
+
+    softmax = fit("%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16>",
+                  "func.return %1 : !tensor_op.tensor<[8192, 8192], f16>")
+    assert softmax == amk.tuner.GluonFit(None, 2, 2)
+    logsumexp = fit("%1 = tensor_op.logsumexp %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16> -> "
+                    "!tensor_op.tensor<[8192], f16>", "func.return %1 : !tensor_op.tensor<[8192], f16>")
+    assert "its launch 2 has 0 loops over column tiles" in logsumexp.refusal
+
+
 def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(caplog, tmp_path):
     """Untimed (here: the interpreter), the grid point nearest the heuristic would be a Gluon kernel, which neither runs
     here nor would run in the interpreter: the Triton kernel is emitted instead, and the log says why."""

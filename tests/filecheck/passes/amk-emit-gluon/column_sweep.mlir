@@ -15,10 +15,10 @@ func.func @attention_scores(%q : !tensor_op.tensor<[M, 64], f16>, %k : !tensor_o
 }
 
 // CHECK:       def fused_0_kernel_load_partition(
-// CHECK:           mbarrier.expect(lhs_ready.index(0), 2 * q_desc.block_type.nbytes)
+// CHECK:           pid_n = gl.program_id(1)
+// CHECK-NEXT:      mbarrier.expect(lhs_ready.index(0), 2 * q_desc.block_type.nbytes)
 // CHECK-NEXT:      for consumer in gl.static_range(2):
 // CHECK-NEXT:          pid_m = gl.program_id(0) * 2 + consumer
-// CHECK-NEXT:          pid_n = gl.program_id(1)
 // CHECK-NEXT:          tma.{{async_copy_global_to_shared|async_load}}(q_desc, [BLOCK_M*pid_m, 0], lhs_ready.index(0), lhs_tiles.index(consumer))
 // CHECK:           for j in range(tiles):
 // CHECK-NEXT:          n = lower + j * BLOCK_N
@@ -32,7 +32,9 @@ func.func @attention_scores(%q : !tensor_op.tensor<[M, 64], f16>, %k : !tensor_o
 // CHECK:           pid_m = gl.program_id(0) * 2 + WARP_GROUP
 // CHECK:           zero = gl.zeros((64, 64), dtype=gl.float32, layout=acc_layout)
 // CHECK:           mbarrier.wait(lhs_ready.index(0), 0)
-// CHECK:           product_a = warpgroup_mma(lhs_tiles.index(WARP_GROUP), rhs_ring.index((0) % STAGES), zero, use_acc=False, is_async=True)
+// CHECK:           if tiles > 0:
+// CHECK-NEXT:          mbarrier.wait(ready.index((0) % STAGES), ((0) // STAGES) & 1)
+// CHECK-NEXT:          product_a = warpgroup_mma(lhs_tiles.index(WARP_GROUP), rhs_ring.index((0) % STAGES), zero, use_acc=False, is_async=True)
 // CHECK-NEXT:      for pair in range((tiles - 1) // 2):
 // CHECK-NEXT:          j = 1 + 2 * pair
 // CHECK-NEXT:          mbarrier.wait(ready.index((j) % STAGES), ((j) // STAGES) & 1)
