@@ -33,6 +33,7 @@ AMK_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "amk-duplicate-norm-prologues": _lazy("amk.passes.duplicate_norm_prologues", "DuplicateNormProloguesPass"),
     "amk-fuse": _lazy("amk.passes.fuse", "FusePass"),
     "amk-tile": _lazy("amk.lowering.tile", "TilePass"),
+    "amk-fold-exponent-scales": _lazy("amk.lowering.fold_exponent_scales", "FoldExponentScalesPass"),
     "amk-stage": _lazy("amk.lowering.stage", "StagePass"),
     "amk-emit-triton": _lazy("amk.lowering.emit_triton", "EmitTritonPass"),
     "amk-emit-gluon": _lazy("amk.lowering.emit_gluon", "EmitGluonPass"),
@@ -72,7 +73,8 @@ LEVELS = [
 ]
 LOWERING = [maker for _, _, maker in LEVELS[1:]]
 # The level each lowering pass reads (an index into LEVELS).
-PASS_INPUT_LEVEL = {"amk-tile": 1, "amk-stage": 2, "amk-emit-triton": 3, "amk-emit-gluon": 3}
+PASS_INPUT_LEVEL = {"amk-tile": 1, "amk-fold-exponent-scales": 2, "amk-stage": 2, "amk-emit-triton": 3,
+                    "amk-emit-gluon": 3}
 
 
 def ir_level(module) -> int:

@@ -1,7 +1,7 @@
 """The compiler pipeline: ``tensor_op`` module → fused → ``tiled_loop`` → ``memory_staged`` → Triton → Program.
 
-Every step is a registered pass (``amk-fuse``, ``amk-tile``, ``amk-stage``, ``amk-emit-triton``, or ``amk-emit-gluon``
-for a configuration with ``GLUON``); this module runs
+Every step is a registered pass (``amk-fuse``, ``amk-tile``, ``amk-fold-exponent-scales``, ``amk-stage``,
+``amk-emit-triton``, or ``amk-emit-gluon`` for a configuration with ``GLUON``); this module runs
 them in order, keeps the IR text of every level, and loads the emitted kernels.
 """
 
@@ -21,6 +21,7 @@ from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_gluon import EmitGluonPass
 from amk.lowering.emit_triton import EmitTritonPass
+from amk.lowering.fold_exponent_scales import FoldExponentScalesPass
 from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option
 from amk.opt import AMK_PASSES
@@ -104,6 +105,7 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     ir["fused"] = module_text(module)
     run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk,
                  size_hints=size_hints_option(size_hints or {})))
+    run(FoldExponentScalesPass())
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     kernels: dict[str, CompiledKernel] = {}
