@@ -442,6 +442,23 @@ class GluonTileEmitter(TritonEmitter):
                 f"[{', '.join(shape)}], [{', '.join(strides)}, 1], [{', '.join(map(str, block))}], "
                 f"{self.shared_layout(buffer, block)})")
 
+    def stored_output(self) -> SSAValue | None:
+        """The output stored through TMA, or None (pointer stores)."""
+        raise NotImplementedError
+
+    def open_launcher(self, what: str, tma_buffers: list[SSAValue]) -> IndentedWriter:
+        """The head of the ``launch`` function of ``what`` (its kernels' names): its symbolic dims read from the
+        tensors, each TMA-addressed buffer as TMA can read it (:func:`_tma_operand`), the allocator of the
+        descriptors' global memory; the caller writes the launches, one level deeper."""
+        code = self.launcher_head(what)
+        with code.indent():
+            for buffer in tma_buffers:
+                options = [", transposed=True"] * self.read_transposed(buffer)
+                options += [", output=True"] * (buffer is self.stored_output())
+                code.writeline(f"{self.names[buffer]} = _tma_operand({self.names[buffer]}{''.join(options)})")
+            code.writeline("triton.set_allocator(_tma_workspace)  # the descriptors' global memory")
+        return code
+
     def descriptor_batch_stride(self, buffer: SSAValue) -> str:
         """The parameter holding the batch stride of a batched buffer's descriptor."""
         return f"{self.names[buffer]}_desc_batch_stride"
@@ -881,28 +898,14 @@ class GluonEmitter(GluonTileEmitter):
 
     # -- launcher ----------------------------------------------------------------------------------------------------
     def emit_gluon_launcher(self) -> IndentedWriter:
-        names = [self.names[a] for a in self.args]
-        code = IndentedWriter()
-        code.writeline(f"def launch({', '.join(names)}):")
+        code = self.open_launcher(self.kernel_name, [buffer for buffer, _ in self.descriptor_blocks()])
         with code.indent():
-            code.writeline(f'"""Launch {self.kernel_name} on tensors already viewed as its arguments (inputs, then '
-                           'outputs)."""')
-            for text, (param, index, axis) in self.dims.items():
-                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
-            for buffer, _ in self.descriptor_blocks():
-                options = [", transposed=True"] * self.read_transposed(buffer)
-                options += [", output=True"] * (self.tma_store and buffer is self.main.store.dest)
-                code.writeline(f"{self.names[buffer]} = _tma_operand({self.names[buffer]}{''.join(options)})")
-            code.writeline("triton.set_allocator(_tma_workspace)  # the descriptors' global memory")
             axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in self.kernel.grid.dims]
             code.writeline(f"grid = (min({' * '.join(axes)}, _sm_count()),)")
             args = [value for _, value in self.kernel_arguments()]
             args += [f"{c}={v}" for c, v in self.constants.items()]
             args += [f"STAGES={self.kernel.num_stages.value.data}", f"num_warps={self.kernel.num_warps.value.data}"]
-            code.writeline(f"{self.kernel_name}[grid](")
-            with code.indent():
-                code.writelines(f"{a}," for a in args)
-            code.writeline(")")
+            self.write_launch(code, self.kernel_name, args)
         return code
 
     def emit(self) -> str:
@@ -1371,21 +1374,13 @@ class GluonSweepEmitter(GluonTileEmitter):
                 code.writelines(f"mbarrier.invalidate({barriers}.index(i))" for barriers in (self.ready, self.empty))
         return code
 
+    def stored_output(self) -> SSAValue | None:
+        return self.output
+
     def emit_sweep_launcher(self) -> IndentedWriter:
-        names = [self.names[a] for a in self.args]
-        code = IndentedWriter()
-        code.writeline(f"def launch({', '.join(names)}):")
+        what = " then ".join(sweep.launch.name for sweep in self.sweeps)
+        code = self.open_launcher(what, [buffer for buffer in self.args if buffer in self.tma_args])
         with code.indent():
-            what = " then ".join(sweep.launch.name for sweep in self.sweeps)
-            code.writeline(f'"""Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""')
-            for text, (param, index, axis) in self.dims.items():
-                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
-            for buffer in self.args:
-                if buffer in self.tma_args:
-                    options = [", transposed=True"] * self.read_transposed(buffer) + [", output=True"] * (
-                        buffer is self.output)
-                    code.writeline(f"{self.names[buffer]} = _tma_operand({self.names[buffer]}{''.join(options)})")
-            code.writeline("triton.set_allocator(_tma_workspace)  # the descriptors' global memory")
             args = [value for _, value in self.kernel_arguments()]
             # the kernels' BLOCK_M is a consumer warpgroup's rows; the grid counts programs of all its consumers' rows
             args += [f"{c}={SWEEP_CONSUMER_ROWS if c == 'BLOCK_M' else v}" for c, v in self.constants.items()]
@@ -1393,10 +1388,7 @@ class GluonSweepEmitter(GluonTileEmitter):
             for sweep in self.sweeps:
                 axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in sweep.launch.grid]
                 code.writeline(f"grid = ({', '.join(axes)},)")
-                code.writeline(f"{sweep.launch.name}[grid](")
-                with code.indent():
-                    code.writelines(f"{a}," for a in args)
-                code.writeline(")")
+                self.write_launch(code, sweep.launch.name, args)
         return code
 
     def emit(self) -> str:

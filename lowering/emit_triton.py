@@ -698,12 +698,8 @@ class TritonEmitter:
         # What TMA reads of each staged operand: a transposed view's operand rows (the view transposed back).
         staged = list(dict.fromkeys(f"{names[self.args.index(op.source)]}.t()" if self.read_transposed(op.source)
                                     else names[self.args.index(op.source)] for op in self.descriptor_stages()))
-        code = IndentedWriter()
-        code.writeline(f"def launch({', '.join(names)}):")
+        code = self.launcher_head(what)
         with code.indent():
-            code.writeline(f'"""Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""')
-            for text, (param, index, axis) in self.dims.items():
-                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
             if self.even_tiles:
                 checks = " and ".join(f"{self.expr(extent, 'triton.cdiv')} % "
                                       f"{self.substitute_constants(self.expr(size, 'triton.cdiv'))} == 0"
@@ -730,11 +726,28 @@ class TritonEmitter:
                     grid = (", ".join([" * ".join(axes[:2]), *axes[2:]]) if launch.group_size is not None
                             else ", ".join(axes))
                     code.writeline(f"grid = ({grid},)")
-                code.writeline(f"{launch.name}[grid](")
-                with code.indent():
-                    code.writelines(f"{a}," for a in args)
-                code.writeline(")")
+                self.write_launch(code, launch.name, args)
         return code
+
+    def launcher_head(self, what: str) -> IndentedWriter:
+        """``def launch(...)`` of ``what`` (its kernels' names), its docstring and the symbolic dims read from the
+        tensors; the caller writes the rest, one level deeper."""
+        names = [self.names[a] for a in self.args]
+        code = IndentedWriter()
+        code.writeline(f"def launch({', '.join(names)}):")
+        with code.indent():
+            code.writeline(f'"""Launch {what} on tensors already viewed as its arguments (inputs, then outputs)."""')
+            for text, (param, index, axis) in self.dims.items():
+                code.writeline(f"{param} = {names[index]}.shape[{axis}]  # {text}")
+        return code
+
+    @staticmethod
+    def write_launch(code: IndentedWriter, kernel_name: str, args: list[str]) -> None:
+        """``kernel_name[grid](args...)``, an argument a line."""
+        code.writeline(f"{kernel_name}[grid](")
+        with code.indent():
+            code.writelines(f"{a}," for a in args)
+        code.writeline(")")
 
     def substitute_constants(self, text: str) -> str:
         for name, value in self.constants.items():
