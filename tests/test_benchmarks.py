@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib
 import json
 import os
 import re
@@ -229,6 +230,23 @@ for config, write in json.loads(sys.argv[2]):
                    "stores": len(re.findall(r"\bst\.global\.b32\b", ptx))})
 print(json.dumps(report))
 """
+
+
+def test_the_gluon_softmax_probe_builds_amks_own_kernel_of_the_forms_amk_emits(monkeypatch):
+    """``--emitted``: beside a configuration written by hand, amk-emit-gluon's kernel of G's IR at the same tiles
+    (built through the pipeline: a column sweep, each launch warp-specialized), where amk emits that form; none for a
+    form it does not (ping-pong turns, one 8-warp consumer)."""
+    pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
+    monkeypatch.syspath_prepend(str(PROBES))
+    monkeypatch.syspath_prepend(str(PROBES.parent))
+    probe = importlib.import_module("gluon_softmax_probe")
+    shapes = [(8192, 128), (128, 8192)]
+    config = dict(zip(probe.CONFIG_KEYS, [128, 128, 2, 4, 3, 2, 0, 1, 0, 0]))
+    program = probe.emitted_program(shapes, config)
+    sources = "".join(kernel.source for kernel in program.kernels.values())
+    assert sources.count("gl.warp_specialize([") == 2 and "SPLIT_N=2," in sources and "STAGES=3," in sources
+    for other in ({"PINGPONG": 1}, {"CONSUMERS": 1, "num_warps": 8}):
+        assert probe.emitted_program(shapes, config | other) is None
 
 
 def test_the_gluon_softmax_probe_compiles_for_hopper_without_a_gpu():

@@ -2,7 +2,7 @@
 column tile overlapped with the exponentials of the one before (issue 21, item 3).
 
     timeout 400 python benchmarks/probes/gluon_softmax_probe.py --out benchmarks/results/<stem>.json [--variants 1,2,3]
-        [--configs JSON] [--ablations] [--once]
+        [--configs JSON] [--ablations] [--once] [--emitted]
 
 What this measures before the compiler emits it. amk's chunk_recompute (G's strategy) runs, in each program, the dot of
 a column tile and then that tile's exponentials and reductions on the same warps: Triton 3.6 issues the next tile's
@@ -22,7 +22,9 @@ columns are split in, the ring's depth; one consumer of ``num_warps`` warps, or 
 each on its own rows (released from each other); ping-pong turns between two consumers; the next tile's product in
 flight (``PIPELINED``, two accumulators) or not; q read into registers for wgmma; one consumer's exponentials on the
 FMA pipe. ``--ablations`` times the statistics launch of each configuration without its exponentials and without its
-products; ``--once`` runs each configuration once, untimed, for Nsight Compute.
+products; ``--once`` runs each configuration once, untimed, for Nsight Compute; ``--emitted`` also times, beside each
+configuration written by hand, amk-emit-gluon's kernel of the same form and tiles (where it writes that form), built
+from G's IR through the pipeline.
 """
 
 from __future__ import annotations
@@ -369,11 +371,40 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "CHUNKS", "num_warps", "STAGES", "CONSUMERS
                "POLY")
 
 
-def measure(shapes, configs, budget: int, once: bool = False) -> list[dict]:
+def emitted_program(shapes, config: dict):
+    """amk's own Gluon kernel of G's chain at ``config`` where amk-emit-gluon writes that form (a column sweep: one
+    consumer warpgroup of 4 warps per 64 rows, two products in flight, no ping-pong, q from shared memory, every
+    exponential on the exponential unit), built through the pipeline (the folded exponentials included); else None."""
+    if (config["CONSUMERS"] != config["BLOCK_M"] // 64 or config["num_warps"] != 4 or not config["PIPELINED"]
+            or config["PINGPONG"] or config["Q_REGS"] or config["POLY"]):
+        return None
+    from amk.lowering.configs import KernelConfig
+    from amk.oplist import build_module
+    from amk.pipeline import compile_module
+
+    kernel_config = KernelConfig(BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+                                 BLOCK_K=max(16, triton.next_power_of_2(shapes[0][1])), SPLIT_N=config["CHUNKS"],
+                                 num_warps=4, num_stages=config["STAGES"], GLUON=1)
+    module = build_module(WORKLOADS["G"].ops, shapes, torch.float16)
+    return compile_module(module, lambda kernel, size_hints=None: kernel_config).program
+
+
+def measure(shapes, configs, budget: int, once: bool = False, emitted: bool = False) -> list[dict]:
     (q, k), reference, rows = baseline_rows(WORKLOADS["G"], shapes, budget)
     floor = q.shape[0] * k.shape[1] * q.element_size() / 4.3e9
     for config in configs:
         config = dict(zip(CONFIG_KEYS, config))
+        program = emitted_program(shapes, config) if emitted else None
+        if program is not None:
+
+            def run_emitted(program=program) -> dict:
+                out = program(q, k)[0].double()
+                error = ((out - reference).norm() / reference.norm()).item()
+                timed = {"ms": time_ms(lambda: program(q, k))} if error < 1e-2 and not once else {}
+                return {"rel_err": error, "max_abs_err": (out - reference).abs().max().item(), "floor_ms": floor,
+                        **timed}
+
+            rows.append(probe_row(shapes, "gluon_emitted", config, run_emitted))
 
         def run(config=config) -> dict:
             kernel = GluonSoftmax(q, k, *config.values())
@@ -410,6 +441,8 @@ def main() -> None:
     parser.add_argument("--configs", type=json.loads,
                         help=f"a JSON list of {CONFIG_KEYS} lists to run instead of the default set")
     parser.add_argument("--once", action="store_true", help="run each configuration once, untimed (for a profiler)")
+    parser.add_argument("--emitted", action="store_true",
+                        help="also time amk-emit-gluon's own kernel at each configuration whose form it writes")
     parser.add_argument("--ablations", action="store_true",
                         help="time the statistics launch of each configuration without its exponentials and "
                              "without its products too")
@@ -428,7 +461,8 @@ def main() -> None:
         if args.out:
             save_rows(args.out, rows)
         return
-    run_probe(args, shape_sets, lambda shapes, configs, budget: measure(shapes, configs, budget, args.once), configs)
+    run_probe(args, shape_sets, lambda shapes, configs, budget: measure(shapes, configs, budget, args.once,
+                                                                         args.emitted), configs)
 
 
 if __name__ == "__main__":
