@@ -44,6 +44,12 @@ and vector rows go through global memory in a coalesced blocked layout (``io_lay
 accumulator's; a row's statistics are stored from a layout of a row per thread (``rows_layout``); the strip's
 finishing sweep, which only reads, normalizes and writes, keeps its tiles in ``io_layout`` throughout.
 
+Milestone 4: a ``chunk_recompute`` kernel (a short K before a row reduction: workload G, attention's probabilities,
+plain or batched) is a *column sweep* (its strategy's ``gluon_form``), written by :class:`GluonSweepEmitter`: each of
+its launches warp-specialized, a one-warp producer TMA-loading each consumer's whole-K lhs rows once and the chunk's
+rhs tiles into a ring, consumer warpgroups of 64 rows each issuing a column tile's wgmma before folding the tile
+before it (``docs/design-gluon.md``).
+
 Gluon's API moved between triton 3.6 (the GPU machine's) and 3.9: the TMA copies and the thread barrier are spelled
 as the installed triton spells them (:func:`installed_gluon_api`), so emit where the kernel will be compiled.
 """
