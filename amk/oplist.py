@@ -159,6 +159,8 @@ OPS: dict[str, OpSpec] = {
     "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("LogSumExpOp"), "logsumexp over dim"),
     "softmax": OpSpec(0, 0, {"dim": int, "axis": int},
                       lambda x, o, p: _op("SoftmaxOp")(x, _axis(p)), "softmax over dim (default -1)"),
+    "log_softmax": OpSpec(0, 0, {"dim": int, "axis": int},
+                          lambda x, o, p: _op("LogSoftmaxOp")(x, _axis(p)), "log-softmax over dim (default -1)"),
     "layernorm": OpSpec(0, 2, {"eps": _NUMBER}, _layernorm, "LayerNorm over the last dim; takes gamma, beta",
                        ("gamma", "beta")),
     "rmsnorm": OpSpec(0, 1, {"eps": _NUMBER}, _rmsnorm, "RMSNorm over the last dim; takes a weight",

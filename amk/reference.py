@@ -77,6 +77,7 @@ REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.ReduceMaxOp: lambda op, x: torch.amax(x, dim=op.axis.value.data, keepdim=op.keeps_dim),
     tensor_op.LogSumExpOp: _reduction(torch.logsumexp),
     tensor_op.SoftmaxOp: lambda op, x: torch.softmax(x, dim=op.axis.value.data),
+    tensor_op.LogSoftmaxOp: lambda op, x: torch.log_softmax(x, dim=op.axis.value.data),
     tensor_op.LayerNormOp: _layernorm,
     tensor_op.RMSNormOp: _rmsnorm,
 }

@@ -506,11 +506,9 @@ class LogSumExpOp(ReductionOp):
     name = "tensor_op.logsumexp"
 
 
-@irdl_op_definition
-class SoftmaxOp(AxisOp):
-    """Softmax along an axis: ``%y = tensor_op.softmax %x {axis = -1 : i64} : T``."""
+class RowwiseOp(AxisOp):
+    """A function of each row along an axis that keeps the input's type (softmax, log-softmax)."""
 
-    name = "tensor_op.softmax"
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     output = result_def(T)
@@ -521,8 +519,24 @@ class SoftmaxOp(AxisOp):
 
     def infer_result_type(self) -> TensorType:
         source = tensor_type(self.input)
-        normalize_axis(self.axis.value.data, source.rank, f"'{self.name}'")  # softmax keeps the shape; check the axis
+        normalize_axis(self.axis.value.data, source.rank, f"'{self.name}'")  # keeps the shape; check the axis
         return source
+
+
+@irdl_op_definition
+class SoftmaxOp(RowwiseOp):
+    """Softmax along an axis: ``%y = tensor_op.softmax %x {axis = -1 : i64} : T``."""
+
+    name = "tensor_op.softmax"
+
+
+@irdl_op_definition
+class LogSoftmaxOp(RowwiseOp):
+    """Log-softmax along an axis, ``(x - max) - log(sum(exp(x - max)))``: ``%y = tensor_op.log_softmax %x {axis = -1 :
+    i64} : T``. Its own op rather than ``x - logsumexp(x)``, which loses ``log(sum)`` against a large ``max`` (rows of
+    logits near 1e4, or masked whole with -1e9)."""
+
+    name = "tensor_op.log_softmax"
 
 
 class NormOp(TensorOp):
@@ -667,7 +681,7 @@ class FusedOp(IRDLOperation):
 TENSOR_OP_OPS = [
     MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
-    ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LayerNormOp, RMSNormOp,
+    ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]
 

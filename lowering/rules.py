@@ -469,6 +469,14 @@ ROW_REDUCTIONS[tensor_op.SoftmaxOp] = RowReduction(
     _lse_init, _lse_tile, _lse_combine, _lse_states,
     lambda b, s, op: [_exp_shift(b, s[0]), b.div(1.0, s[1], "inv_sumexp")],
     lambda b, op, stats, x, operands: b.mul(b.unary("exp", b.sub(x, stats[0])), stats[1]), keeps_shape=True)
+# Log-softmax: the softmax's statistics, finalized as the shift and the log of the row's sum, applied as
+# (x - shift) - log(sum), as PyTorch computes it: x - (shift + log(sum)) would lose log(sum) against a large shift (a
+# row masked whole with -1e9 gave 0 instead of -log(N)). A row holding +inf is NaN throughout (inf - inf), one of only
+# -inf is NaN, as PyTorch's are.
+ROW_REDUCTIONS[tensor_op.LogSoftmaxOp] = RowReduction(
+    _lse_init, _lse_tile, _lse_combine, _lse_states,
+    lambda b, s, op: [_exp_shift(b, s[0]), b.unary("log", s[1], "log_sumexp")],
+    lambda b, op, stats, x, operands: b.sub(b.sub(x, stats[0]), stats[1]), keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _layernorm_finalize, _layernorm_apply,
     keeps_shape=True)

@@ -604,6 +604,23 @@ def test_log_softmax_of_a_row_holding_inf_is_nan_as_in_pytorch():
     torch.testing.assert_close(compiled(x, bias), scores(x, bias), atol=ATOL, rtol=RTOL, equal_nan=True)
 
 
+def test_log_softmax_keeps_its_rows_log_sum_against_a_large_maximum():
+    """log_softmax is (x - max) - log(sum(exp(x - max))), as PyTorch computes it: computed as x - logsumexp(x) it lost
+    log(sum) against the row's maximum (fp32 logits near 1e4: relative error 6.5e-5; a row masked whole with -1e9
+    gave 0 instead of -log(N)), a hunt's repro."""
+
+    def scores(x):
+        return F.log_softmax(x, dim=-1)
+
+    compiled = amk.compile(scores, autotune=False, verify=False)
+    x = inputs(3)[:, 0].contiguous() + 1e4
+    x[1] = -1e9  # a row masked whole
+    expected = scores(x.double())
+    out = compiled(x)
+    assert ((out.double() - expected).norm() / expected.norm()).item() < 1e-6
+    torch.testing.assert_close(out[1].double(), expected[1], atol=1e-6, rtol=1e-6)
+
+
 _KEEP_LAST_TOKENS = """
 import torch
 import torch.nn as nn

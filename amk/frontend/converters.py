@@ -258,12 +258,7 @@ def _log_softmax(b, node):
     names = ("input", "dim", "_stacklevel", "dtype") if node.target is F.log_softmax else ("input", "dim", "dtype")
     a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
     x = b.tensor(a["input"], a["dtype"])
-    # x - logsumexp(x) over the row: the row reduction amk has, and the subtraction after it fuses into its kernel.
-    # PyTorch's (x - max) - log(sum(exp(x - max))) is NaN across a row holding +inf, where x - logsumexp would give
-    # -inf and one NaN: logsumexp + (logsumexp - logsumexp) is logsumexp when finite and NaN at +inf (per row).
-    total = b.add(tensor_op.LogSumExpOp(x, _softmax_dim(node, a, x.type.rank), True), "logsumexp")
-    total = b.add(tensor_op.AddOp(total, b.add(tensor_op.SubOp(total, total))))
-    return b.add(tensor_op.SubOp(x, total))
+    return b.add(tensor_op.LogSoftmaxOp(x, _softmax_dim(node, a, x.type.rank)))
 
 
 def _reduction(op_class, label, functions, methods):

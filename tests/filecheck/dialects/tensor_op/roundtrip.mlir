@@ -154,6 +154,18 @@ func.func @softmax(%x : !tensor_op.tensor<[B*H, S, S], f16>) {
 
 // -----
 
+func.func @log_softmax(%x : !tensor_op.tensor<[N, 50257], f32>) {
+  %0 = tensor_op.log_softmax %x {axis = -1 : i64} : !tensor_op.tensor<[N, 50257], f32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @log_softmax(%x: !tensor_op.tensor<[N, 50257], f32>) {
+// CHECK-NEXT:  %0 = tensor_op.log_softmax %x {axis = -1 : i64} : !tensor_op.tensor<[N, 50257], f32>
+// CHECK-NEXT:  func.return
+// CHECK-NEXT:  }
+
+// -----
+
 func.func @norms(%x : !tensor_op.tensor<[B*S, 4096], bf16>, %g : !tensor_op.tensor<[4096], bf16>, %b : !tensor_op.tensor<[4096], bf16>) {
   %0 = tensor_op.layernorm %x {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
   %1 = tensor_op.layernorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[B*S, 4096], bf16> weight !tensor_op.tensor<[4096], bf16> -> !tensor_op.tensor<[B*S, 4096], bf16>
