@@ -930,7 +930,8 @@ class GluonEmitter(GluonTileEmitter):
 _SWEEP_ACCEPTED = ("amk-emit-gluon emits column-sweep kernels (chunk_recompute) whose every launch loads its rows' "
                    "whole-K fp16/bf16 lhs tile once and then, in one loop over a chunk of column tiles, stages each "
                    "rhs tile and multiplies the two into a fresh fp32 tile, followed by tiled_loop ops and pointer "
-                   "loads and stores (the output tile of the loop stored through TMA); 2-D operands only")
+                   "loads and stores (the output tile of the loop stored through TMA); matrices, or batches of matrices "
+                   "in a batched kernel")
 # The ops a column sweep runs besides its lhs load, its staged rhs tiles and their products.
 _SWEEP_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, tiled_loop.CastOp, tiled_loop.FullOp,
               tiled_loop.ReduceOp, tiled_loop.InBoundsOp, tiled_loop.ForOp, tiled_loop.YieldOp, memory_staged.LoadOp,
