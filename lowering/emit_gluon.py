@@ -426,6 +426,28 @@ class GluonTileEmitter(TritonEmitter):
             return
         super().emit_tiled_loop_unary(op)
 
+    def write_layouts(self, ops: list[Operation], warps: int) -> None:
+        """The consumer's layouts, as constexprs: the accumulator's (wgmma's instruction tile: 16 rows, the widest N
+        dividing BLOCK_N, a multiple of 8 up to 256, K of 16), and those ``ops`` put values in (a blocked layout for
+        tiles of other shapes, a row a thread for stored row statistics, the coalesced one for whole tiles read or
+        written with pointers and a strip's finishing sweep)."""
+        code = self.code
+        instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
+        code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                       f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
+        if any(self.layout_of(value.type) == self.stats_layout for op in ops for value in op.results
+               if isinstance(value.type, tiled_loop.TileType)):
+            code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [{warps}, 1], "
+                           "[1, 0])")
+        if any(self.stores_row_values(op) for op in ops):
+            code.writeline(f"{self.rows_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [{warps}, 1], "
+                           "[0, 1])")
+        if any(isinstance(op, tiled_loop.IfOp) or self.coalesced(op) for op in ops):
+            # a warp's threads along a row: a power of two (the tile's columns may be 192 = 3 x 64)
+            across = 1 << (min(32, self.block_n // _IO_VECTOR).bit_length() - 1)
+            code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
+                           f"[{32 // across}, {across}], [{warps}, 1], [1, 0])")
+
     # -- kernel parameters and descriptors -----------------------------------------------------------------------
     def descriptor_stride(self, buffer: SSAValue) -> str:
         """The parameter holding the row stride of ``buffer``'s descriptor (of W itself where the kernel reads W^T)."""
@@ -451,6 +473,37 @@ class GluonTileEmitter(TritonEmitter):
     def stored_output(self) -> SSAValue | None:
         """The output stored through TMA, or None (pointer stores)."""
         raise NotImplementedError
+
+    def buffer_arguments(self) -> list[str]:
+        """What every partition is handed of the buffers: a descriptor for each TMA-read buffer (the kernel makes
+        them), a pointer and the descriptor's strides for the TMA-stored output (the consumer makes its descriptor), a
+        pointer for each buffer read with pointers, then those buffers' strides."""
+        passed = []
+        for a in self.args:
+            if a is self.stored_output():  # its descriptor is made in the consumer partition
+                passed += [f"{self.names[a]}_ptr", *(param for param, _ in self.descriptor_strides(a))]
+            elif a in self.tma_args:
+                passed.append(self.descriptor(a))
+            if a in self.pointer_args:
+                passed.append(f"{self.names[a]}_ptr")
+        return passed + [self.stride(i, axis) for i, a in enumerate(self.args) if a in self.pointer_args
+                         for axis in range(a.type.rank)]
+
+    def runtime_parameters(self) -> list[str]:
+        """The partitions' non-constexpr parameters: the buffers' (:meth:`buffer_arguments`), the symbolic dims."""
+        return self.buffer_arguments() + [p for p, _, _ in self.dims.values()]
+
+    def kernel_arguments(self) -> list[tuple[str, str]]:
+        """(kernel parameter, what the launcher passes): a pointer to every buffer, in argument order (the launcher's
+        tensors), the row stride of each TMA-addressed one, the pointer-read buffers' strides, the symbolic dims. The
+        kernel makes its TMA descriptors on the device (in global scratch), so that a launch passes only pointers and
+        integers, which PyTorch's C++ launcher takes (amk/replay.py): host-side descriptors would take Triton's
+        Python launcher and a descriptor encoded per call."""
+        passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
+        passed += [stride for a in self.args if a in self.tma_args for stride in self.descriptor_strides(a)]
+        passed += [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
+                   if a in self.pointer_args for axis in range(a.type.rank)]
+        return passed + [(p, p) for p, _, _ in self.dims.values()]
 
     def open_launcher(self, what: str, tma_buffers: list[SSAValue]) -> IndentedWriter:
         """The head of the ``launch`` function of ``what`` (its kernels' names): its symbolic dims read from the
@@ -598,37 +651,6 @@ class GluonEmitter(GluonTileEmitter):
         return pieces
 
     # -- kernel ------------------------------------------------------------------------------------------------------
-    def buffer_arguments(self) -> list[str]:
-        """What every partition is handed of the buffers: a descriptor for each TMA-read buffer (the kernel makes
-        them), a pointer and a row stride for the TMA-stored output (the consumer makes its descriptor), a pointer for
-        each buffer read with pointers, then those buffers' strides."""
-        passed = []
-        for a in self.args:
-            if a is self.stored_output():  # its descriptor is made in the consumer partition
-                passed += [f"{self.names[a]}_ptr", self.descriptor_stride(a)]
-            elif a in self.tma_args:
-                passed.append(self.descriptor(a))
-            if a in self.pointer_args:
-                passed.append(f"{self.names[a]}_ptr")
-        return passed + [self.stride(i, axis) for i, a in enumerate(self.args) if a in self.pointer_args
-                         for axis in range(a.type.rank)]
-
-    def runtime_parameters(self) -> list[str]:
-        """The partitions' non-constexpr parameters: the buffers' (:meth:`buffer_arguments`), the symbolic dims."""
-        return self.buffer_arguments() + [p for p, _, _ in self.dims.values()]
-
-    def kernel_arguments(self) -> list[tuple[str, str]]:
-        """(kernel parameter, what the launcher passes): a pointer to every buffer, in argument order (the launcher's
-        tensors), the row stride of each TMA-addressed one, the pointer-read buffers' strides, the symbolic dims. The
-        kernel makes its TMA descriptors on the device (in global scratch), so that a launch passes only pointers and
-        integers, which PyTorch's C++ launcher takes (amk/replay.py): host-side descriptors would take Triton's
-        Python launcher and a descriptor encoded per call."""
-        passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
-        passed += [stride for a in self.args if a in self.tma_args for stride in self.descriptor_strides(a)]
-        passed += [(self.stride(i, axis), f"{self.names[a]}.stride({axis})") for i, a in enumerate(self.args)
-                   if a in self.pointer_args for axis in range(a.type.rank)]
-        return passed + [(p, p) for p, _, _ in self.dims.values()]
-
     def descriptor_blocks(self) -> list[tuple[SSAValue, list[int]]]:
         """Each TMA-addressed buffer and the block its descriptor moves, in the descriptor's own axes (W's rows
         where the kernel reads W^T; a piece of the output tile where the tile is stored in pieces)."""
@@ -719,7 +741,6 @@ class GluonEmitter(GluonTileEmitter):
         warps = self.kernel.num_warps.value.data
         # wgmma's instruction tile: 16 rows, the widest N (a multiple of 8, at most 256) dividing BLOCK_N, K of 32
         # bytes (16 fp16/bf16 values)
-        instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
         self.partition_header("mma", ("WARP_GROUP",) if self.pingpong else ())
         store = "a TMA store" if self.tma_store else "pointer stores"
         with code.indent():
@@ -733,20 +754,7 @@ class GluonEmitter(GluonTileEmitter):
             if self.tma_store:
                 out = self.stored_output()
                 code.writeline(self.make_descriptor(out, dict(self.descriptor_blocks())[out]))
-            code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                           f"warps_per_cta=[{warps}, 1], instr_shape=[16, {instr_n}, 16])")
-            if any(self.layout_of(value.type) == self.stats_layout for op in self.epilogue_ops()
-                   for value in op.results if isinstance(value.type, tiled_loop.TileType)):
-                code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [{warps}, 1], "
-                               "[1, 0])")
-            if any(self.stores_row_values(op) for op in self.epilogue_ops()):
-                code.writeline(f"{self.rows_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [{warps}, 1], "
-                               "[0, 1])")
-            if any(isinstance(op, tiled_loop.IfOp) or self.coalesced(op) for op in self.epilogue_ops()):
-                # a warp's threads along a row: a power of two (the tile's columns may be 192 = 3 x 64)
-                across = 1 << (min(32, self.block_n // _IO_VECTOR).bit_length() - 1)
-                code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
-                               f"[{32 // across}, {across}], [{warps}, 1], [1, 0])")
+            self.write_layouts(self.epilogue_ops(), warps)
             self.open_tile_loop(own_tiles=self.pingpong)
             with code.indent():
                 self.last_origin = None
@@ -1080,10 +1088,10 @@ class GluonSweepEmitter(GluonTileEmitter):
         accessed = [op.source if isinstance(op, memory_staged.LoadOp) else op.dest for op in kernel.walk()
                     if isinstance(op, memory_staged.LoadOp | memory_staged.StoreOp) and op not in by_tma]
         self.pointer_args = [a for a in self.args if a in accessed]
-        for buffer, element_bytes in ((self.lhs_buffer, operand_bytes), (self.rhs_buffer, operand_bytes),
-                                      (self.output, output_bytes)):
+        moved = [(self.lhs_buffer, operand_bytes), (self.rhs_buffer, operand_bytes), (self.output, output_bytes)]
+        for buffer, element_bytes in [(buffer, size) for buffer, size in moved if buffer is not None]:
             # TMA's rows: the buffer's own, or the rows of the tensor a transposed view was taken of
-            length = buffer.type.dims[0 if self.read_transposed(buffer) else -1] if buffer is not None else Dim(8)
+            length = buffer.type.dims[-2 if self.read_transposed(buffer) else -1]
             if length.is_static and length.value * element_bytes % 16:
                 raise self.refuse(f"TMA moves rows a multiple of 16 bytes long; {self.names[buffer]}'s are "
                                   f"{length.value * element_bytes} bytes")
@@ -1130,26 +1138,6 @@ class GluonSweepEmitter(GluonTileEmitter):
         return _Sweep(launch, lhs, loop, stage, dot, before, rest, after, stores[0] if stores else None)
 
     # -- kernel parameters -------------------------------------------------------------------------------------------
-    def runtime_parameters(self) -> list[str]:
-        """What every partition is handed: the operands' descriptors, the output's pointer and row stride (each
-        consumer makes its descriptor), the pointers of the buffers read or written with pointers and their
-        strides, the symbolic dims."""
-        passed = [self.descriptor(self.lhs_buffer), self.descriptor(self.rhs_buffer)]
-        if self.output is not None:  # each consumer makes its descriptor
-            passed += [f"{self.names[self.output]}_ptr", *(param for param, _ in self.descriptor_strides(self.output))]
-        passed += [f"{self.names[a]}_ptr" for a in self.pointer_args if a is not self.output]
-        passed += [self.stride(self.args.index(a), axis) for a in self.pointer_args for axis in range(a.type.rank)]
-        return passed + [p for p, _, _ in self.dims.values()]
-
-    def kernel_arguments(self) -> list[tuple[str, str]]:
-        """(kernel parameter, what the launcher passes): every buffer's pointer, the TMA-addressed buffers' row
-        strides, the pointer-read buffers' strides, the symbolic dims (as the tile-grid kernels take them)."""
-        passed = [(f"{self.names[a]}_ptr", self.names[a]) for a in self.args]
-        passed += [stride for a in self.args if a in self.tma_args for stride in self.descriptor_strides(a)]
-        passed += [(self.stride(self.args.index(a), axis), f"{self.names[a]}.stride({axis})") for a in self.pointer_args
-                   for axis in range(a.type.rank)]
-        return passed + [(p, p) for p, _, _ in self.dims.values()]
-
     def shared_buffers(self, sweep: _Sweep) -> list[str]:
         """What a launch allocates in shared memory and hands to every partition (the staging tiles where it stores
         an output tile)."""
@@ -1251,24 +1239,12 @@ class GluonSweepEmitter(GluonTileEmitter):
         code = self.code = _GluonWriter()
         self.tma_stored = sweep.store
         self.partition_header(sweep, "mma_partition", ("WARP_GROUP",))
-        instr_n = max(n for n in range(8, 257, 8) if self.block_n % n == 0)
         with code.indent():
             code.writeline(f'"""Consumer warpgroup WARP_GROUP: {SWEEP_CONSUMER_ROWS} of the program\'s rows, the '
                            'product of each column tile issued before the tile before it is folded."""')
             if sweep.store is not None:
                 code.writeline(self.make_descriptor(self.output, self.blocks()[self.output]))
-            code.writeline(f"{self.acc_layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                           f"warps_per_cta=[4, 1], instr_shape=[16, {instr_n}, 16])")
-            ops = [op for top in [*sweep.before, *sweep.body, *sweep.after] for op in top.walk()]
-            if any(self.layout_of(value.type) == self.stats_layout for op in ops for value in op.results
-                   if isinstance(value.type, tiled_loop.TileType)):
-                code.writeline(f"{self.stats_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])")
-            if any(self.stores_row_values(op) for op in ops):
-                code.writeline(f"{self.rows_layout}: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])")
-            if any(self.coalesced(op) for op in ops):
-                across = 1 << (min(32, self.block_n // _IO_VECTOR).bit_length() - 1)
-                code.writeline(f"{self.io_layout}: gl.constexpr = gl.BlockedLayout([1, {_IO_VECTOR}], "
-                               f"[{32 // across}, {across}], [4, 1], [1, 0])")
+            self.write_layouts([op for top in [*sweep.before, *sweep.body, *sweep.after] for op in top.walk()], 4)
             self.strip_id(sweep, "WARP_GROUP")
             self.program_ids(sweep)
             self.last_origin = None
