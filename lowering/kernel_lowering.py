@@ -24,6 +24,7 @@ from amk.lowering import rules
 from amk.lowering.configs import next_power_of_two
 from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section
 from amk.lowering.rules import TileBuilder
+from amk.reference import callable_name
 from amk.symbolic import Dim
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _check_rule_result(op: Operation, rule: Callable, result, operands: list[SSA
             return
         problem = (f"returned a [{', '.join(map(str, result.type.dims))}] tile for operands of shape "
                    f"[{', '.join(map(str, expected))}]: an elementwise rule keeps its operands' (broadcast) shape")
-    raise CompilationError(f"the lowering rule of {op.name} ({getattr(rule, '__qualname__', repr(rule))}) {problem}")
+    raise CompilationError(f"the lowering rule of {op.name} ({callable_name(rule)}) {problem}")
 
 
 @dataclass
