@@ -118,6 +118,10 @@ def _reduction(op_name: str):
     return lambda x, operands, params: _op(op_name)(x, _axis(params), bool(params.get("keepdim", False)))
 
 
+def _rowwise(op_name: str):
+    return lambda x, operands, params: _op(op_name)(x, _axis(params))
+
+
 def _layernorm(x, operands, params):
     weight, bias = (list(operands) + [None, None])[:2]
     return _op("LayerNormOp")(x, weight, bias, float(params.get("eps", _op("NormOp").DEFAULT_EPS)))
@@ -129,6 +133,7 @@ def _rmsnorm(x, operands, params):
 
 
 REDUCTION_PARAMS = {"dim": int, "axis": int, "keepdim": bool}
+ROWWISE_PARAMS = {"dim": int, "axis": int}
 
 OPS: dict[str, OpSpec] = {
     "matmul": OpSpec(1, 0, {"transpose_b": bool}, _matmul, "A @ B; takes B ([K, N], or [N, K] with transpose_b)",
@@ -157,10 +162,8 @@ OPS: dict[str, OpSpec] = {
     "mean": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMeanOp"), "mean over dim"),
     "max": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMaxOp"), "max over dim"),
     "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("LogSumExpOp"), "logsumexp over dim"),
-    "softmax": OpSpec(0, 0, {"dim": int, "axis": int},
-                      lambda x, o, p: _op("SoftmaxOp")(x, _axis(p)), "softmax over dim (default -1)"),
-    "log_softmax": OpSpec(0, 0, {"dim": int, "axis": int},
-                          lambda x, o, p: _op("LogSoftmaxOp")(x, _axis(p)), "log-softmax over dim (default -1)"),
+    "softmax": OpSpec(0, 0, ROWWISE_PARAMS, _rowwise("SoftmaxOp"), "softmax over dim (default -1)"),
+    "log_softmax": OpSpec(0, 0, ROWWISE_PARAMS, _rowwise("LogSoftmaxOp"), "log-softmax over dim (default -1)"),
     "layernorm": OpSpec(0, 2, {"eps": _NUMBER}, _layernorm, "LayerNorm over the last dim; takes gamma, beta",
                        ("gamma", "beta")),
     "rmsnorm": OpSpec(0, 1, {"eps": _NUMBER}, _rmsnorm, "RMSNorm over the last dim; takes a weight",

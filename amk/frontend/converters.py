@@ -233,32 +233,28 @@ def _relu6(b, node):
     return _clamp_op(b, b.tensor(a["input"]), 0.0, 6.0)
 
 
-def _softmax_dim(node: Node, a: dict, rank: int) -> int:
-    dim = a.get("dim")
-    if dim is None:
-        raise Unsupported("softmax without an explicit dim")
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise Unsupported(f"softmax dim {dim!r}")
-    if dim % rank != rank - 1:
-        raise Unsupported(f"softmax over dim {dim} (amk kernels reduce the last dim)")
-    return -1
+def _rowwise(op_class, label, functions, functional, methods):
+    """softmax and log_softmax over an explicit last dim; the ``torch.nn.functional`` spelling takes ``_stacklevel``."""
+
+    @register(spellings([*functions, functional], methods), label)
+    def build(b, node):
+        names = ("input", "dim", "_stacklevel", "dtype") if node.target is functional else ("input", "dim", "dtype")
+        a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
+        x = b.tensor(a["input"], a["dtype"])
+        dim = a["dim"]
+        if dim is None:
+            raise Unsupported(f"{label} without an explicit dim")
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise Unsupported(f"{label} dim {dim!r}")
+        if dim % x.type.rank != x.type.rank - 1:
+            raise Unsupported(f"{label} over dim {dim} (amk kernels reduce the last dim)")
+        return b.add(op_class(x, -1))
+
+    return build
 
 
-@register(spellings([torch.softmax, F.softmax, torch._C._nn.softmax] if hasattr(torch._C._nn, "softmax")
-                    else [torch.softmax, F.softmax], ["softmax"]), "softmax")
-def _softmax(b, node):
-    names = ("input", "dim", "_stacklevel", "dtype") if node.target is F.softmax else ("input", "dim", "dtype")
-    a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
-    x = b.tensor(a["input"], a["dtype"])
-    return b.add(tensor_op.SoftmaxOp(x, _softmax_dim(node, a, x.type.rank)))
-
-
-@register(spellings([torch.log_softmax, F.log_softmax], ["log_softmax"]), "log_softmax")
-def _log_softmax(b, node):
-    names = ("input", "dim", "_stacklevel", "dtype") if node.target is F.log_softmax else ("input", "dim", "dtype")
-    a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
-    x = b.tensor(a["input"], a["dtype"])
-    return b.add(tensor_op.LogSoftmaxOp(x, _softmax_dim(node, a, x.type.rank)))
+_rowwise(tensor_op.SoftmaxOp, "softmax", [torch.softmax], F.softmax, ["softmax"])
+_rowwise(tensor_op.LogSoftmaxOp, "log_softmax", [torch.log_softmax], F.log_softmax, ["log_softmax"])
 
 
 def _reduction(op_class, label, functions, methods):
