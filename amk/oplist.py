@@ -8,6 +8,7 @@ that broadcasts against the running value; ``layernorm`` takes gamma then beta w
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,6 +31,14 @@ def _op(name: str) -> type[tensor_op.TensorOp]:
     from amk.dialects import tensor_op
 
     return getattr(tensor_op, name)
+
+
+def _fits_a_float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _f64(value) -> FloatAttr:
@@ -199,6 +208,9 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
                 accepted = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
                 raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must be {accepted}, "
                                            f"got {type(value).__name__} {value!r}")
+            if expected is _NUMBER and isinstance(value, int) and not _fits_a_float(value):
+                raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must fit a float64 (at most "
+                                           f"{sys.float_info.max:.4g} in magnitude), got {value}")
         result.append((name, dict(params)))
     return result
 

@@ -62,8 +62,8 @@ def _identifier(text: str) -> str:
 
 
 def _literal(value: float) -> str:
-    if math.isinf(value):
-        return 'float("inf")' if value > 0 else 'float("-inf")'
+    if math.isinf(value) or math.isnan(value):  # repr's inf and nan are no Python names
+        return f'float("{value}")'
     return repr(float(value))
 
 

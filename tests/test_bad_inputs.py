@@ -115,6 +115,11 @@ def test_wrong_parameter_type_names_accepted_type(entry, accepted):
     assert any(name in rest for name in accepted), message
 
 
+def test_a_number_parameter_beyond_float64_names_the_bound():
+    expect(InvalidArgumentError, build(["matmul", ("scale", {"factor": 10 ** 400})], [(32, 64), (64, 48)]),
+           "ops[1]", "scale", "'factor'", "float64")
+
+
 def test_scale_without_factor():
     expect(InvalidArgumentError, build(["matmul", "scale"], [(32, 64), (64, 48)]), "scale", "'factor'")
 

@@ -112,6 +112,8 @@ STANDALONE = [
     [("scale", {"factor": -2.0})], ["add"], ["sub"], ["mul"], ["maximum"], ["minimum"],
     ["sum"], ["mean"], ["max"], ["logsumexp"], [("max", {"keepdim": True})], ["softmax"], ["layernorm"], ["rmsnorm"],
     ["relu", "softmax"], ["gelu", "layernorm", "relu"], ["add", "max", "exp"],
+    # constants that are not finite numbers (the kernel source spells them as float("nan") and float("inf"))
+    [("scale", {"factor": NAN}), "softmax"], [("clamp", {"min": NAN})], [("scale", {"factor": INF})],
 ]
 
 
