@@ -337,6 +337,42 @@ def test_a_second_argument_may_broadcast_after_a_call_where_it_did_not(tmp_path)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
 
 
+class _LinearsAcrossAGraphBreak(torch.nn.Module):
+    """``softmax(linear(relu(linear(x))))`` with a graph break after the ReLU: TorchDynamo resumes the rest of
+    ``forward`` in a frame of its own, whose argument is the first graph's output, not a tensor amk.compile marks."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(FEATURES, 2 * FEATURES), torch.nn.Linear(2 * FEATURES, FEATURES)
+
+    def forward(self, x):
+        hidden = torch.relu(self.first(x))
+        torch._dynamo.graph_break()
+        return torch.softmax(self.second(hidden), dim=-1)
+
+
+@pytest.mark.parametrize("marker", ["installed", "maybe_mark_dynamic"])
+def test_the_frame_resumed_after_a_graph_break_compiles_once_for_every_batch(marker, monkeypatch, tmp_path):
+    """The first graph marks its outputs' symbolic dims (the batch), so the resumed frame is traced with its batch
+    dynamic from its first call, its feature dims static: batches 1, 3, 8 and 17 take two TorchDynamo graphs, one a
+    frame, where the resumed frame was traced static at the first batch and again at the second. ``marker``: the
+    installed torch's mark for propagated dims, or maybe_mark_dynamic's (torch 2.11 has no other)."""
+    if marker == "maybe_mark_dynamic":
+        monkeypatch.setattr(amk.frontend.backend, "_dynamic_dims_marker", lambda: amk.frontend.backend._mark_weakly_dynamic)
+    torch.manual_seed(0)
+    model = _LinearsAcrossAGraphBreak().to(DEVICE)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for rows in (1, 3, 8, 17):
+            torch.testing.assert_close(compiled(batch(rows)), model(batch(rows)), atol=1e-5, rtol=1e-5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
+    report = amk.explain(compiled, print_report=False)
+    resumed = report.graphs[-1].subgraphs[0]
+    assert [b.sizes for b in resumed.buckets] == ["M = 1", "2 <= M <= 16", "17 <= M <= 64"]
+    assert all(len(b.hints) == 1 for b in resumed.buckets)  # one size symbol: the features are numbers
+
+
 def test_a_trace_failing_after_a_graph_break_is_not_made_again(tmp_path):
     """The same failure in the frame resumed after a graph break: the graph before it has run (and the Python between
     them), so the call is not made again; the error reaches the caller."""

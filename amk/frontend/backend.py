@@ -438,12 +438,65 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
 
 def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
     initialize()
+    dynamic_outputs = _symbolic_output_dims(gm)  # read before the graph compiler rewrites gm
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
+    _mark_outputs_dynamic(compiled, dynamic_outputs)
     if settings.report is not None:
         settings.report(report)
     if log.isEnabledFor(logging.INFO):
         log.info("%s", report)
     return compiled.forward
+
+
+def _output_leaves(gm: GraphModule) -> list:
+    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+    return torch.utils._pytree.tree_leaves(output.args[0])
+
+
+def _symbolic_output_dims(gm: GraphModule) -> list[set[int]]:
+    """For each output of ``gm`` (in order), the dims of its size that are symbols, not numbers."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    dims = []
+    for leaf in _output_leaves(gm):
+        value = meta_value(leaf) if isinstance(leaf, Node) else None
+        dims.append({i for i, size in enumerate(value.shape) if not is_concrete_int(size)}
+                    if isinstance(value, torch.Tensor) else set())
+    return dims
+
+
+def _mark_outputs_dynamic(gm: GraphModule, dims: list[set[int]]) -> None:
+    """Make ``gm`` mark each output it computes with the dims that are symbols in its graph, as AOTAutograd marks
+    Inductor's: a frame that TorchDynamo resumes after a graph break takes them as arguments, and is then traced with
+    those dims dynamic from its first call, where the tensors amk.compile marks are only the model's own arguments.
+    Feature dims, numbers in the graph, stay static."""
+    marked = [(leaf, leaf_dims) for leaf, leaf_dims in zip(_output_leaves(gm), dims, strict=True)
+              if leaf_dims and isinstance(leaf, Node) and leaf.op != "placeholder"]
+    if not marked:
+        return
+    mark = _dynamic_dims_marker()
+    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+    with gm.graph.inserting_before(output):
+        for leaf, leaf_dims in marked:
+            gm.graph.call_function(mark, (leaf, leaf_dims))
+    gm.recompile()
+
+
+@functools.cache
+def _dynamic_dims_marker() -> Callable[[torch.Tensor, set[int]], None]:
+    """``mark(tensor, dims)``: the mark TorchDynamo reads as weakly dynamic when the tensor is a frame's argument."""
+    try:  # torch 2.13+: an attribute of its own, on which TorchDynamo installs no guard
+        from torch._functorch._aot_autograd.runtime_wrappers import mark_dynamo_propagated_dynamic_indices
+
+        return mark_dynamo_propagated_dynamic_indices
+    except ImportError:
+        return _mark_weakly_dynamic
+
+
+def _mark_weakly_dynamic(tensor: torch.Tensor, dims: set[int]) -> None:
+    """torch 2.11's mark: maybe_mark_dynamic's attribute, which its AOTAutograd sets on outputs (not guarded there)."""
+    for dim in dims:
+        torch._dynamo.maybe_mark_dynamic(tensor, dim)
 
 
 def register_backend() -> None:
