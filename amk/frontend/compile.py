@@ -469,7 +469,9 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
     """Show what amk fuses in ``model_or_fn`` on ``example_inputs``: the fused kernels of every subgraph (prologue,
     matmul, epilogue), the ops left to PyTorch and why, and for the size bucket of the example what runs (each
     kernel's strategy and configuration; explain neither tunes nor times: the bucket says "not timed"). Prints the
-    report and returns it (``str(report)``).
+    report and returns it (``str(report)``). It calls ``model_or_fn`` once on ``example_inputs``, as
+    ``torch._dynamo.explain`` does: a module in training mode updates its buffers (BatchNorm's running statistics)
+    as any call would; ``model.eval()`` first, or a copy, keeps them.
 
     Given a module or function compiled by :func:`compile`, explain shows what it has done so far instead (after
     calling it on ``example_inputs``, when given): every size bucket built, what runs it, and the times that decided
