@@ -201,8 +201,8 @@ class ExplainReport:
         return [n for g in self.graphs for n in g.pytorch]
 
     def __str__(self) -> str:
-        head = (f"amk.explain: {len(self.graphs)} graph(s), {len(self.kernels)} fused kernel(s), "
-                f"{len(self.pytorch)} op(s) left to PyTorch")
+        head = (f"amk.explain: {len(self.graphs)} graph(s) (numbered as amk compiled them in this process, like "
+                f"dump_ir's folders), {len(self.kernels)} fused kernel(s), {len(self.pytorch)} op(s) left to PyTorch")
         return "\n".join([head] + [str(g) for g in self.graphs])
 
 
