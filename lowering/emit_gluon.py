@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from xdsl.context import Context
@@ -77,6 +77,7 @@ from amk.lowering.emit_triton import (
     KernelSourceTarget,
     TritonEmitter,
     _Launch,
+    split_launches,
 )
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.stage import element_size
@@ -940,10 +941,12 @@ _SWEEP_ACCEPTED = ("amk-emit-gluon emits column-sweep kernels (chunk_recompute) 
                    "rhs tile and multiplies the two into a fresh fp32 tile, followed by tiled_loop ops and pointer "
                    "loads and stores (the output tile of the loop stored through TMA); matrices, or batches of matrices "
                    "in a batched kernel")
-# The ops a column sweep runs besides its lhs load, its staged rhs tiles and their products.
+# The ops a column sweep runs besides its lhs load, its rhs tiles and their products (loads and stores of a tile-level
+# kernel or of the staged kernel).
+_LOADS = (tiled_loop.LoadOp, memory_staged.LoadOp)
+_STORES = (tiled_loop.StoreOp, memory_staged.StoreOp)
 _SWEEP_OPS = (tiled_loop.BinaryOp, tiled_loop.UnaryOp, tiled_loop.SelectOp, tiled_loop.CastOp, tiled_loop.FullOp,
-              tiled_loop.ReduceOp, tiled_loop.InBoundsOp, tiled_loop.ForOp, tiled_loop.YieldOp, memory_staged.LoadOp,
-              memory_staged.StoreOp)
+              tiled_loop.ReduceOp, tiled_loop.InBoundsOp, tiled_loop.ForOp, tiled_loop.YieldOp, *_LOADS, *_STORES)
 # The rows a consumer warpgroup of a column sweep takes: wgmma's 16 rows a warp, four warps.
 SWEEP_CONSUMER_ROWS = 64
 # Registers a thread of a consumer warpgroup may give its two in-flight products (fp32 values): with one or two
@@ -988,52 +991,93 @@ def sweep_config_problem(block_m: int, block_n: int, contraction: int | None, wa
     return None
 
 
-def sweep_structure_problem(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> str | None:
-    """Why a column-sweep strategy's kernel (tile-level or staged) is not what :class:`GluonSweepEmitter` writes, or
-    None: every launch one loop over the column tiles whose body computes one product (a logsumexp's finishing
-    launch has none), with loop bounds and rhs offsets that do not depend on the row strip (the producer walks the
-    tiles for all its consumers' strips at once)."""
-    launches: list[list[Operation]] = [[]]
-    for op in kernel.body.block.ops:
-        if isinstance(op, tiled_loop.RelaunchOp):
-            launches.append([])
-        else:
-            launches[-1].append(op)
-    row_id = kernel.program_ids.data[0].data
-    for number, ops in enumerate(launches, 1):
-        loops = [(op, inner) for op in ops if isinstance(op, tiled_loop.ForOp) for inner in op.body.block.ops
-                 if isinstance(inner, tiled_loop.DotOp | memory_staged.DotOp)]
-        if len(loops) != 1:
-            return f"its launch {number} has {len(loops)} loops over column tiles with a product, not one"
-        loop, dot = loops[0]
-        rhs = dot.rhs.owner
-        dims = [loop.lower, loop.upper, loop.step, *(rhs.offsets.dims if hasattr(rhs, "offsets") else ())]
-        if any(row_id in map(str, dim.expr.free_symbols) for dim in dims):
-            return f"its launch {number}'s column tiles depend on the row strip ({row_id})"
-    return None
+@dataclass
+class _Sweep:
+    """One launch of a column sweep (of a tile-level or a staged kernel): its lhs tile loaded once (``lhs``), the loop
+    over its chunk's column tiles (``loop``: the rhs tile's load or stage ``stage``, a zero tile, their product
+    ``dot``, then ``body``), the ops before the loop (the lhs load left out) and after it, the output tile stored in
+    the loop (or None); the emitter adds the ``launch`` it writes."""
+
+    lhs: tiled_loop.LoadOp | memory_staged.LoadOp
+    loop: tiled_loop.ForOp
+    stage: tiled_loop.LoadOp | memory_staged.StageOp
+    dot: tiled_loop.DotOp | memory_staged.DotOp
+    before: list[Operation]
+    body: list[Operation]
+    after: list[Operation]
+    store: tiled_loop.StoreOp | memory_staged.StoreOp | None
+    launch: _Launch | None = None
+
+
+def column_sweeps(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> list[_Sweep] | str:
+    """Each launch of a column-sweep strategy's kernel (tile-level, as the tuner sees it, or staged, as
+    :class:`GluonSweepEmitter` writes it) as a :class:`_Sweep`, or why the kernel is not what the emitter writes
+    whatever its configuration: every launch one loop over the column tiles, whose body loads or stages an rhs tile
+    and multiplies the launch's lhs tile by it into a zero tile (a logsumexp's finishing launch has no such loop),
+    with loop bounds and rhs offsets that do not depend on the row strip (the producer walks the tiles for all its
+    consumers' strips at once); every launch multiplying the same operands and storing at most the same output tile
+    through TMA; matrices (or batches of them)."""
+    sweeps = []
+    for number, (relaunch, ops) in enumerate(split_launches(kernel), 1):
+        row_id = (relaunch or kernel).program_ids.data[0].data
+        sweep = _column_sweep(kernel, ops, row_id)
+        if isinstance(sweep, str):
+            return f"its launch {number} {sweep}"
+        sweeps.append(sweep)
+    if len({(sweep.lhs.source, sweep.stage.source) for sweep in sweeps}) != 1:
+        return "its launches multiply different operands"
+    if len({sweep.store.dest for sweep in sweeps if sweep.store is not None}) > 1:
+        return "its launches store different output tiles through TMA"
+    if any(arg.type.rank != (3 if kernel.batched else 2) for arg in kernel.body.block.args):
+        return "its buffers are not all matrices (or, batched, all batches of matrices)"
+    return sweeps
+
+
+def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
+    """One launch's :class:`_Sweep` (see :func:`column_sweeps`), or what it lacks."""
+    loops = [op for op in ops if isinstance(op, tiled_loop.ForOp)
+             and any(isinstance(inner, tiled_loop.DotOp | memory_staged.DotOp) for inner in op.body.block.ops)]
+    if len(loops) != 1:
+        return f"has {len(loops)} loops over column tiles with a product, not one"
+    loop = loops[0]
+    body = list(loop.body.block.ops)
+    if (len(body) < 4 or not isinstance(body[0], tiled_loop.LoadOp | memory_staged.StageOp)
+            or not isinstance(body[1], tiled_loop.FullOp)
+            or not isinstance(body[2], tiled_loop.DotOp | memory_staged.DotOp)):
+        return "has a column loop that does not start with an rhs tile, a zero tile and their product"
+    stage, zero, dot = body[:3]
+    lhs = dot.lhs.owner
+    if (not isinstance(lhs, _LOADS) or lhs not in ops or dot.rhs is not stage.result or dot.acc is not zero.result
+            or zero.number != 0.0):
+        return "has a product that is not of its lhs tile and the loop's rhs tile into a zero tile"
+    if len(list(zero.result.uses)) != 1:
+        return "uses its zero tile beyond the product"
+    bounds = (loop.lower, loop.upper, loop.step, *stage.offsets.dims)
+    if any(row_id in map(str, dim.expr.free_symbols) for dim in bounds):
+        return f"has column tiles that depend on the row strip ({row_id})"
+    index = ops.index(loop)
+    before = [op for op in ops[:index] if op is not lhs]
+    after, rest = ops[index + 1:], body[3:]
+    for op in [*before, *after, *rest]:
+        for nested in op.walk():
+            if not isinstance(nested, _SWEEP_OPS):
+                return f"has {nested.name} besides the column loop's product"
+    if any(op.operands and dot.lhs in op.operands for top in [*before, *after, *rest] for op in top.walk()):
+        return "reads its lhs tile for more than the product"
+    stores = [op for op in rest if isinstance(op, _STORES) and op.dest in kernel.outputs
+              and op.value.type.dims == dot.result.type.dims]
+    if len(stores) > 1:
+        return "stores more than one output tile in its column loop"
+    return _Sweep(lhs, loop, stage, dot, before, rest, after, stores[0] if stores else None)
 
 
 def gluon_kernel_problem(form: str | None, kernel: tiled_loop.KernelOp) -> str | None:
     """Why a tile-level kernel of a strategy whose Gluon form is ``form`` cannot be emitted in Gluon whatever its
     configuration, or None (the output-tile form's checks are of the staged kernel and its configuration)."""
-    return sweep_structure_problem(kernel) if form == COLUMN_SWEEP else None
-
-
-@dataclass
-class _Sweep:
-    """One launch of a column sweep: its lhs tile loaded once (``lhs``), the loop over its chunk's column tiles
-    (``loop``: stage the rhs tile, a zero tile, their product ``dot``, then ``body``), the ops before the loop (the
-    lhs load left out) and after it, and the output tile stored in the loop through TMA (or None)."""
-
-    launch: _Launch
-    lhs: memory_staged.LoadOp
-    loop: tiled_loop.ForOp
-    stage: memory_staged.StageOp
-    dot: memory_staged.DotOp
-    before: list[Operation]
-    body: list[Operation]
-    after: list[Operation]
-    store: memory_staged.StoreOp | None
+    if form != COLUMN_SWEEP:
+        return None
+    sweeps = column_sweeps(kernel)
+    return sweeps if isinstance(sweeps, str) else None
 
 
 class GluonSweepEmitter(GluonTileEmitter):
@@ -1050,22 +1094,17 @@ class GluonSweepEmitter(GluonTileEmitter):
 
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
         super().__init__(kernel, api)
-        problem = sweep_structure_problem(kernel)
-        if problem:
-            raise self.refuse(problem)
-        if any(arg.type.rank != (3 if kernel.batched else 2) for arg in self.args):
-            raise self.refuse("its buffers are not all matrices (or, batched, all batches of matrices)")
+        sweeps = column_sweeps(kernel)
+        if isinstance(sweeps, str):
+            raise self.refuse(sweeps)
         if kernel.persistent is not None:
             raise self.refuse("it is persistent: a column sweep runs a program per row strip and chunk")
-        self.sweeps = [self.parse(launch) for launch in self.launches()]
+        self.sweeps = [replace(sweep, launch=launch) for sweep, launch in zip(sweeps, self.launches(), strict=True)]
         first = self.sweeps[0]
         self.tile_dims = first.dot.result.type.dims
         self.block_m, self.block_n = (self.constant(d) for d in self.tile_dims)
         self.contraction = self.constant(first.lhs.result.type.dims[1])
-        operands = {(sweep.lhs.source, sweep.stage.source) for sweep in self.sweeps}
-        if len(operands) != 1:
-            raise self.refuse("its launches multiply different operands")
-        (self.lhs_buffer, self.rhs_buffer), = operands
+        self.lhs_buffer, self.rhs_buffer = first.lhs.source, first.stage.source
         operand_bytes = element_size(first.dot.lhs.type.element_type)
         if triton_name(first.dot.lhs.type.element_type) not in ("float16", "bfloat16"):
             raise self.refuse(f"its operands are {triton_name(first.dot.lhs.type.element_type)}, not fp16 or bf16")
@@ -1102,40 +1141,6 @@ class GluonSweepEmitter(GluonTileEmitter):
         self.products = (self.fresh("product_a"), self.fresh("product_b"))
         self.finished = self.fresh("product")
         self.column = "0"  # the column tile being finished (which staging tile its TMA store takes)
-
-    # -- what is accepted --------------------------------------------------------------------------------------------
-    def parse(self, launch: _Launch) -> _Sweep:
-        loops = [op for op in launch.ops if isinstance(op, tiled_loop.ForOp)
-                 and any(isinstance(inner, memory_staged.StageOp) for inner in op.body.block.ops)]
-        if len(loops) != 1:
-            raise self.refuse(f"its launch {launch.name} has {len(loops)} loops over staged tiles, not one")
-        loop = loops[0]
-        body = list(loop.body.block.ops)
-        if (len(body) < 4 or not isinstance(body[0], memory_staged.StageOp) or not isinstance(body[1], tiled_loop.FullOp)
-                or not isinstance(body[2], memory_staged.DotOp)):
-            raise self.refuse("its column loop does not start with a staged rhs tile, a zero tile and their product")
-        stage, zero, dot = body[:3]
-        lhs = dot.lhs.owner
-        if (not isinstance(lhs, memory_staged.LoadOp) or lhs not in launch.ops or dot.rhs is not stage.result
-                or dot.acc is not zero.result or zero.number != 0.0):
-            raise self.refuse("its product is not of the launch's lhs tile and the staged rhs tile into a zero tile")
-        if len(list(zero.result.uses)) != 1:
-            raise self.refuse("its zero tile is used beyond the product")
-        index = launch.ops.index(loop)
-        before = [op for op in launch.ops[:index] if op is not lhs]
-        after = launch.ops[index + 1:]
-        rest = body[3:]
-        for op in [*before, *after, *rest]:
-            for nested in op.walk():
-                if not isinstance(nested, _SWEEP_OPS):
-                    raise self.refuse(f"it has {nested.name} besides the column loop's product")
-        if any(op.operands and dot.lhs in op.operands for top in [*before, *after, *rest] for op in top.walk()):
-            raise self.refuse("its lhs tile is read by more than the product")
-        stores = [op for op in rest if isinstance(op, memory_staged.StoreOp) and op.dest in self.kernel.outputs
-                  and op.value.type.dims == dot.result.type.dims]
-        if len(stores) > 1:
-            raise self.refuse("its column loop stores more than one output tile")
-        return _Sweep(launch, lhs, loop, stage, dot, before, rest, after, stores[0] if stores else None)
 
     # -- kernel parameters -------------------------------------------------------------------------------------------
     def shared_buffers(self, sweep: _Sweep) -> list[str]:

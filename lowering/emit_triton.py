@@ -148,6 +148,15 @@ class _Launch:
     ops: list[Operation]
 
 
+def split_launches(kernel) -> list[tuple[tiled_loop.RelaunchOp | None, list[Operation]]]:
+    """A kernel's (tile-level or staged) launches: its body's ops up to the first ``tiled_loop.relaunch`` (with None),
+    then each relaunch with the ops up to the next."""
+    ops = list(kernel.body.block.ops)
+    cuts = [i for i, op in enumerate(ops) if isinstance(op, tiled_loop.RelaunchOp)]
+    ends = [*cuts, len(ops)]
+    return [(None, ops[:ends[0]])] + [(ops[cut], ops[cut + 1:end]) for cut, end in zip(cuts, ends[1:])]
+
+
 @functools.lru_cache(maxsize=16384)
 def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str],
                cdiv_name: str) -> str | set[str]:
@@ -281,17 +290,17 @@ class TritonEmitter:
         """The kernel's launches: its body up to the first ``tiled_loop.relaunch``, then each relaunch's ops over its
         grid."""
         kernel = self.kernel
-        ops = list(kernel.body.block.ops)
-        cuts = [i for i, op in enumerate(ops) if isinstance(op, tiled_loop.RelaunchOp)]
-        launches = [_Launch(self.kernel_name, kernel.grid.dims, [p.data for p in kernel.program_ids.data],
-                            kernel.group_size.data if kernel.group_size is not None else None, self.describe(),
-                            ops[:cuts[0] if cuts else len(ops)])]
-        for cut, end in zip(cuts, [*cuts[1:], len(ops)]):
-            op = ops[cut]
-            note = op.attributes.get("note")
-            launches.append(_Launch(f"{kernel.sym_name.data}_{op.launch_label}_kernel", op.grid.dims,
-                                    [p.data for p in op.program_ids.data], None,
-                                    note.data if note is not None else _RELAUNCH, ops[cut + 1:end]))
+        launches = []
+        for relaunch, ops in split_launches(kernel):
+            if relaunch is None:
+                launches.append(_Launch(self.kernel_name, kernel.grid.dims, [p.data for p in kernel.program_ids.data],
+                                        kernel.group_size.data if kernel.group_size is not None else None,
+                                        self.describe(), ops))
+                continue
+            note = relaunch.attributes.get("note")
+            launches.append(_Launch(f"{kernel.sym_name.data}_{relaunch.launch_label}_kernel", relaunch.grid.dims,
+                                    [p.data for p in relaunch.program_ids.data], None,
+                                    note.data if note is not None else _RELAUNCH, ops))
         return launches
 
     def emit_kernel(self, launch: _Launch) -> IndentedWriter:

@@ -190,3 +190,20 @@ def _gpu_memory_given_back(request):
                 file.write(f"{torch.cuda.max_memory_reserved() / 2**30:8.2f} GiB {request.node.nodeid}\n")
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+
+
+# Column sweeps (chunk_recompute's Gluon form) that amk-emit-gluon refuses whatever their tiles: the scores returned
+# beside their softmax (each launch stores another output), a bias vector added to the scores (not a matrix).
+_SCORES = "!tensor_op.tensor<[M, 1024], f16>"
+_Q, _K = "!tensor_op.tensor<[M, 64], f16>", "!tensor_op.tensor<[64, 1024], f16>"
+SCORES_AND_SOFTMAX = f"""func.func @scores(%q : {_Q}, %k : {_K}) -> ({_SCORES}, {_SCORES}) {{
+  %0 = tensor_op.matmul %q, %k : ({_Q}, {_K}) -> {_SCORES}
+  %1 = tensor_op.softmax %0 {{axis = -1 : i64}} : {_SCORES}
+  func.return %0, %1 : {_SCORES}, {_SCORES}
+}}"""
+BIASED_SCORES = f"""func.func @scores(%q : {_Q}, %k : {_K}, %b : !tensor_op.tensor<[1024], f16>) -> {_SCORES} {{
+  %0 = tensor_op.matmul %q, %k : ({_Q}, {_K}) -> {_SCORES}
+  %1 = tensor_op.add %0, %b : ({_SCORES}, !tensor_op.tensor<[1024], f16>) -> {_SCORES}
+  %2 = tensor_op.softmax %1 {{axis = -1 : i64}} : {_SCORES}
+  func.return %2 : {_SCORES}
+}}"""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import BIASED_SCORES, SCORES_AND_SOFTMAX
 from xdsl.parser import Parser
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import PassFailedException
@@ -390,6 +391,10 @@ def sweep_config(block_m: int = 128, block_n: int = 128, stages: int = 3, warps:
      .replace("func.return %1 : !tensor_op.tensor<[M, 1000], f16>", "func.return %1 : !tensor_op.tensor<[M], f16>")
      .replace("-> !tensor_op.tensor<[M, 1000], f16> {", "-> !tensor_op.tensor<[M], f16> {"),
      sweep_config(), "its launch 2 has 0 loops over column tiles with a product, not one"),
+    # the scores returned beside their softmax: launch 1 stores the scores, launch 2 the probabilities
+    (SCORES_AND_SOFTMAX, sweep_config(), "its launches store different output tiles through TMA"),
+    # a bias vector added to the scores, read with pointers: the sweep takes matrices only
+    (BIASED_SCORES, sweep_config(), "its buffers are not all matrices"),
 ])
 def test_refuses_column_sweeps_it_does_not_emit(text, config, reason):
     with pytest.raises(PassFailedException, match=re.escape(reason)) as error:

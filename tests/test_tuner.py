@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from conftest import BIASED_SCORES, SCORES_AND_SOFTMAX
 
 import amk
 from amk.errors import InvalidArgumentError
@@ -667,6 +668,24 @@ def test_gluon_fit_of_column_sweeps():
     logsumexp = fit("%1 = tensor_op.logsumexp %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16> -> "
                     "!tensor_op.tensor<[8192], f16>", "func.return %1 : !tensor_op.tensor<[8192], f16>")
     assert "its launch 2 has 0 loops over column tiles" in logsumexp.refusal
+
+
+@pytest.mark.parametrize("text, refusal", [
+    (SCORES_AND_SOFTMAX, "its launches store different output tiles through TMA"),
+    (BIASED_SCORES, "its buffers are not all matrices"),
+], ids=["scores-and-softmax", "biased-scores"])
+def test_gluon_fit_refuses_the_column_sweeps_the_emitter_refuses_whatever_the_configuration(text, refusal):
+    """What amk-emit-gluon refuses of a column sweep whatever its tiles, the tuner does not offer GLUON for: every
+    candidate would fail to emit (two outputs stored by the two launches raised a KeyError in the emitter)."""
+    from amk.symbolic import Dim
+    from amk.tuner import gluon_fit
+
+    module = parse_module(text)
+    FusePass().apply(make_context(), module)
+    TilePass().apply(make_context(), module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert kernel.strategy.data == "chunk_recompute"
+    assert refusal in gluon_fit(kernel, Dim(8192), Dim(1024), Dim(64)).refusal
 
 
 def test_a_grid_that_asks_for_gluon_where_it_cannot_run_gets_the_triton_kernel(caplog, tmp_path):
