@@ -373,6 +373,20 @@ def test_the_frame_resumed_after_a_graph_break_compiles_once_for_every_batch(mar
     assert all(len(b.hints) == 1 for b in resumed.buckets)  # one size symbol: the features are numbers
 
 
+def test_the_mark_is_the_installed_torchs_whatever_was_imported_before():
+    """Asked for before TorchDynamo has compiled anything (a fresh process), the mark is still the installed torch's
+    unguarded one where it has it: AOTAutograd's runtime wrappers imported alone raise a circular ImportError."""
+    import subprocess
+    import sys
+
+    check = ("from amk.frontend import backend\n"
+             "marker = backend._dynamic_dims_marker()\n"
+             "from torch._functorch._aot_autograd import runtime_wrappers\n"
+             "assert marker is getattr(runtime_wrappers, 'mark_dynamo_propagated_dynamic_indices', "
+             "backend._mark_weakly_dynamic), marker\n")
+    subprocess.run([sys.executable, "-c", check], check=True)
+
+
 def test_a_trace_failing_after_a_graph_break_is_not_made_again(tmp_path):
     """The same failure in the frame resumed after a graph break: the graph before it has run (and the Python between
     them), so the call is not made again; the error reaches the caller."""

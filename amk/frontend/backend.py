@@ -485,12 +485,13 @@ def _mark_outputs_dynamic(gm: GraphModule, dims: list[set[int]]) -> None:
 @functools.cache
 def _dynamic_dims_marker() -> Callable[[torch.Tensor, set[int]], None]:
     """``mark(tensor, dims)``: the mark TorchDynamo reads as weakly dynamic when the tensor is a frame's argument."""
-    try:  # torch 2.13+: an attribute of its own, on which TorchDynamo installs no guard
-        from torch._functorch._aot_autograd.runtime_wrappers import mark_dynamo_propagated_dynamic_indices
+    # AOTAutograd's module first: its runtime wrappers imported alone meet a circular import, which would pass for
+    # a torch without the mark.
+    import torch._functorch.aot_autograd  # noqa: F401
+    from torch._functorch._aot_autograd import runtime_wrappers
 
-        return mark_dynamo_propagated_dynamic_indices
-    except ImportError:
-        return _mark_weakly_dynamic
+    # torch 2.13+: an attribute of its own, on which TorchDynamo installs no guard
+    return getattr(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices", _mark_weakly_dynamic)
 
 
 def _mark_weakly_dynamic(tensor: torch.Tensor, dims: set[int]) -> None:
