@@ -343,6 +343,7 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     from amk.dialects import tiled_loop
     from amk.dtypes import to_torch
     from amk.lowering.emit_gluon import gluon_kernel_problem
+    from amk.lowering.stage import kernel_problem
     from amk.lowering.strategies import strategy_named
 
     num_inputs = kernel.num_inputs.value.data
@@ -370,6 +371,11 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
     if any(d is not None and d.is_static and d.value * size % 16
            for d, size in ((cols, operand_bytes), (contraction, operand_bytes), (cols, output_bytes))):
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long")
+    # The sizes above are the hints' where the kernel's are symbols: a length that is a symbol may be any other.
+    _, kernel_cols, kernel_contraction, _ = kernel_problem(kernel)
+    if any(d is not None and not d.is_static for d in (kernel_cols, kernel_contraction)):
+        return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long: a row length of "
+                   f"symbolic size ({kernel_cols}, {kernel_contraction}) may not be one at every size")
     least = tiling.gluon_min_macs
     if (all(d is not None and d.is_static for d in (rows, cols, contraction))
             and rows.value * cols.value * contraction.value < least):

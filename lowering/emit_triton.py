@@ -103,7 +103,7 @@ _TMA_READABLE = '''def _tma_readable(tensor):
     pointers)."""
     return (tensor.stride(-1) == 1 and tensor.data_ptr() % 16 == 0
             and all(stride * tensor.element_size() % 16 == 0 for stride in tensor.stride()[:-1])
-            and tensor.stride(-2) >= tensor.shape[-1])'''
+            and all(tensor.stride(i) >= tensor.shape[i + 1] * tensor.stride(i + 1) for i in range(tensor.dim() - 1)))'''
 
 
 _TMA_WORKSPACE = '''def _tma_workspace(size, alignment, stream):

@@ -141,6 +141,12 @@ def test_the_launcher_gives_tma_a_copy_of_an_input_it_cannot_read_as_it_is(tmp_p
         assert copy.t().is_contiguous() and torch.equal(copy, unreadable.t())
     with pytest.raises(ValueError, match="stores tiles with TMA"):
         operand(torch.randn(1, 64, dtype=torch.float16).expand(32, 64), output=True)
+    # a batch of matrices (attention's keys, a batched column sweep): an expanded or overlapping batch is copied too
+    matrices = torch.randn(4, 32, 64, dtype=torch.float16)
+    assert operand(matrices) is matrices
+    for unreadable in (matrices[:1].expand(4, 32, 64), matrices.flatten().as_strided((4, 32, 64), (512, 64, 1))):
+        copy = operand(unreadable)
+        assert copy is not unreadable and copy.is_contiguous() and torch.equal(copy, unreadable)
 
 
 def test_pass_attaches_the_source_with_the_installed_spellings():

@@ -670,6 +670,20 @@ def test_gluon_fit_of_column_sweeps():
     assert "its launch 2 has 0 loops over column tiles" in logsumexp.refusal
 
 
+def test_gluon_fit_refuses_rows_of_symbolic_length():
+    """A key length T that is a symbol: the hints (T = 8192) make its rows 16-byte multiples, but the same kernel
+    serves T = 8191, whose output rows TMA cannot store; GLUON is not offered (its launcher raised a ValueError)."""
+    from amk.symbolic import Dim
+    from amk.tuner import gluon_fit
+
+    module = parse_module(SCORES.format(batch="", k="128, T", transpose="").replace("8192, 8192", "8192, T"))
+    FusePass().apply(make_context(), module)
+    TilePass().apply(make_context(), module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert kernel.strategy.data == "chunk_recompute"
+    assert "a row length of symbolic size (T" in gluon_fit(kernel, Dim(8192), Dim(8192), Dim(128)).refusal
+
+
 @pytest.mark.parametrize("text, refusal", [
     (SCORES_AND_SOFTMAX, "its launches store different output tiles through TMA"),
     (BIASED_SCORES, "its buffers are not all matrices"),
