@@ -79,7 +79,7 @@ def test_padding_masks_of_the_dtypes_lowest_value_keep_rows_finite(dtype):
     statistics stay finite as eager's do (an exponent taken in base 2 with the shift multiplied by log2(e) overflowed
     -3.4e38 to -inf and made these rows NaN: a hunt's repro, `amk-fold-exponent-scales` no longer does it)."""
     q, k = random(2, 2, 16, 16).to(dtype), random(2, 2, 70, 16, seed=1).to(dtype)
-    mask = torch.zeros(2, 2, 16, 70, dtype=dtype)
+    mask = torch.zeros(2, 2, 16, 70, dtype=dtype, device=DEVICE)
     mask[0, :, :, 30:] = torch.finfo(dtype).min  # sequence 0: 30 keys, 40 of padding
     mask[1, :, 10:, :] = torch.finfo(dtype).min  # sequence 1: its last 6 query rows padding, masked whole
     model = MaskedAttentionProbabilities()
