@@ -544,7 +544,7 @@ class UnaryOp(_TileComputeOp):
     """An elementwise math function: ``%e = tiled_loop.unary "exp" %x : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>``."""
 
     name = "tiled_loop.unary"
-    FUNCTIONS: ClassVar[tuple[str, ...]] = ("exp", "log", "erf", "sqrt", "rsqrt", "abs", "neg", "sigmoid")
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ("exp", "exp2", "log", "erf", "sqrt", "rsqrt", "abs", "neg", "sigmoid")
     T: ClassVar = VarConstraint("T", base(TileType))
     input = operand_def(T)
     result = result_def(T)

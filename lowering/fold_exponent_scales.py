@@ -1,4 +1,5 @@
-"""``amk-fold-exponent-scales``: take the row maximum of a positively scaled tile before its scale.
+"""``amk-fold-exponent-scales``: take the row maximum of a positively scaled tile before its scale, and its
+exponential in base 2 where the output is 16-bit.
 
 A softmax (or log-sum-exp) of scaled logits, ``softmax(x * c)`` as attention and workload G write it, lowers to tile
 ops that multiply every element by ``c``, take the row maximum of the products, subtract it and call ``exp`` (which
@@ -12,24 +13,32 @@ rounded once): an FP32 instruction an element less, on kernels whose exponential
 - ``max(x * c)`` over a row is ``max(x) * c`` (multiplying by a positive number keeps the order; rounding is
   monotonic), and so is ``min``.
 
-Not done, measured by two helpers' hunts: ``exp(x * c - m)`` as ``exp2(x * (c * log2(e)) - m * log2(e))``, which
-would save the multiply by log2(e) too (FlashAttention's form). Its exponent carries the rounding of ``m * log2(e)``
-(fp32's 1e-5 broken at logits around 1000), and logits below about -2.4e38, the ``finfo(bfloat16).min`` masks that
-Hugging Face models add, overflow to -inf and make whole rows NaN.
+- in a kernel whose outputs are fp16 or bf16, ``exp(x * c - m)`` is ``exp2(x * (c * log2(e)) - m * log2(e))``
+  (FlashAttention's form), which saves the multiply by log2(e) that ``exp`` does before ``ex2``: the exponent is one
+  FMA. Only where ``c * log2(e) <= 1``: then neither product can overflow (``m`` is a row maximum of the scaled
+  tile, at most ``c`` times the largest fp32 in magnitude), where an unscaled ``finfo(bfloat16).min`` mask (Hugging
+  Face's) times log2(e) overflowed to -inf and made whole rows NaN. Its exponent carries the rounding of ``x * c *
+  log2(e)``, a relative error of about 1e-7 of the logit (6e-5 of the result at logits of 1000): within a 16-bit
+  output's tolerance, not fp32's 1e-5, so fp32 kernels keep ``exp``.
 
-Input (a tile of scaled logits and its maximum)::
+Input (a tile of scaled logits, its maximum and their exponentials)::
 
     %c = tiled_loop.full 0.125 : !tiled_loop.tile<[1, 1], f32>
     %s = tiled_loop.binary "mul" %acc, %c : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
     %m = tiled_loop.reduce "max" %s : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, 1], f32>
     %d = tiled_loop.binary "sub" %s, %m : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    %e = tiled_loop.unary "exp" %d : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
 
-Output (``%s`` read by the subtraction only)::
+Output (``%s`` read by the subtraction only; in a kernel with 32-bit outputs ``%e`` stays ``exp(%s - %m)``)::
 
-    %s = tiled_loop.binary "mul" %acc, %c : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
     %r = tiled_loop.reduce "max" %acc : ... -> !tiled_loop.tile<[BLOCK_M, 1], f32>
     %m = tiled_loop.binary "mul" %r, %c : ...
-    %d = tiled_loop.binary "sub" %s, %m : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    %cl = tiled_loop.full 0.18033687770366669 : !tiled_loop.tile<[1, 1], f32>
+    %l = tiled_loop.full 1.4426950408889634 : !tiled_loop.tile<[1, 1], f32>
+    %s = tiled_loop.binary "mul" %acc, %cl : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    %ml = tiled_loop.binary "mul" %m, %l : ...
+    %d = tiled_loop.binary "sub" %s, %ml : (...) -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    %e = tiled_loop.unary "exp2" %d : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
 
 Runs on ``tiled_loop`` IR, after ``amk-tile`` (lit test: ``tests/filecheck/passes/amk-fold-exponent-scales/``).
 """
@@ -126,14 +135,55 @@ class _ExtremumBeforeScale(RewritePattern):
         rewriter.replace(op, _with_origin(op, tiled_loop.BinaryOp("mul", extremum, c)))
 
 
+# exp(y) = exp2(y * log2(e))
+_LOG2_E = 1.4426950408889634
+
+
+class _ExponentInBaseTwo(RewritePattern):
+    """``exp(x * c - m)`` -> ``exp2(x * (c log2 e) - m * log2 e)`` (``0 < c log2 e <= 1``, the product read only
+    here), in kernels whose outputs are 16-bit (module docstring)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tiled_loop.UnaryOp, rewriter: PatternRewriter, /):
+        shifted = op.input.owner
+        if op.fn.data != "exp" or not (isinstance(shifted, tiled_loop.BinaryOp) and shifted.fn.data == "sub"):
+            return
+        scaled = _positive_scale(shifted.lhs)
+        if (scaled is None or len(list(shifted.lhs.uses)) != 1 or len(list(op.input.uses)) != 1
+                or not _has_16_bit_outputs(op)):
+            return
+        x, c = scaled
+        folded = _as_float32(_scalar(c) * _LOG2_E)
+        if folded > 1:
+            return
+        row = shifted.rhs
+        scale = _insert(rewriter, op, tiled_loop.FullOp(folded, c.type))
+        log2_e = _insert(rewriter, op, tiled_loop.FullOp(_LOG2_E, c.type))
+        exponent = _insert(rewriter, op, tiled_loop.BinaryOp("sub", _insert(rewriter, op, tiled_loop.BinaryOp(
+            "mul", x, scale)), _insert(rewriter, op, tiled_loop.BinaryOp("mul", row, log2_e))))
+        rewriter.replace(op, _with_origin(op, tiled_loop.UnaryOp("exp2", exponent)))
+
+
+def _has_16_bit_outputs(op: Operation) -> bool:
+    kernel = op.parent_op()
+    while not isinstance(kernel, tiled_loop.KernelOp):
+        kernel = kernel.parent_op()
+    return bool(kernel.outputs) and all(getattr(output.type.element_type, "bitwidth", 32) == 16
+                                        for output in kernel.outputs)
+
+
 @dataclass(frozen=True)
 class FoldExponentScalesPass(ModulePass):
-    """Take every ``tiled_loop.kernel``'s row maxima (and minima) of positively scaled tiles before the scale (module
-    docstring); ops left without a reader are erased."""
+    """Take every ``tiled_loop.kernel``'s row maxima (and minima) of positively scaled tiles before the scale, and
+    their exponentials in base 2 where its outputs are 16-bit (module docstring); ops left without a reader are
+    erased."""
 
     name = "amk-fold-exponent-scales"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
-            PatternRewriteWalker(GreedyRewritePatternApplier([_MaskBeforeScale(), _ExtremumBeforeScale()]),
-                                 apply_recursively=True).rewrite_region(kernel.body)
+            # the exponent's pattern applies once the extrema are taken before their scales (the scaled tile then
+            # has one reader)
+            patterns = [_MaskBeforeScale(), _ExtremumBeforeScale(), _ExponentInBaseTwo()]
+            PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True).rewrite_region(
+                kernel.body)

@@ -542,7 +542,7 @@ def test_tiled_loop_binary_broadcast_mismatch():
 
 def test_tiled_loop_function_names():
     (a,) = args(TileType([16, 64], f32))
-    with pytest.raises(VerifyException, match="function must be one of exp, log"):
+    with pytest.raises(VerifyException, match="function must be one of exp, exp2, log"):
         tl.UnaryOp("tan", a).verify()
     with pytest.raises(VerifyException, match="function must be one of sum, max, min"):
         tl.ReduceOp("mean", a).verify()

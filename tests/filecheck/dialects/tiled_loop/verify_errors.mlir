@@ -322,7 +322,7 @@ tiled_loop.kernel @unary_fn attributes {grid = #tiled_loop.exprs<[1]>, program_i
   %b = tiled_loop.unary "tan" %a : !tiled_loop.tile<[16, 16], f32>
 }
 
-// CHECK: {{^}}'tiled_loop.unary' function must be one of exp, log, erf, sqrt, rsqrt, abs, neg, sigmoid, got 'tan'
+// CHECK: {{^}}'tiled_loop.unary' function must be one of exp, exp2, log, erf, sqrt, rsqrt, abs, neg, sigmoid, got 'tan'
 
 // -----
 
