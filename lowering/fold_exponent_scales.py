@@ -15,11 +15,15 @@ rounded once): an FP32 instruction an element less, on kernels whose exponential
 
 - in a kernel whose outputs are fp16 or bf16, ``exp(x * c - m)`` is ``exp2(x * (c * log2(e)) - m * log2(e))``
   (FlashAttention's form), which saves the multiply by log2(e) that ``exp`` does before ``ex2``: the exponent is one
-  FMA. Only where ``c * log2(e) <= 1``: then neither product can overflow (``m`` is a row maximum of the scaled
-  tile, at most ``c`` times the largest fp32 in magnitude), where an unscaled ``finfo(bfloat16).min`` mask (Hugging
-  Face's) times log2(e) overflowed to -inf and made whole rows NaN. Its exponent carries the rounding of ``x * c *
-  log2(e)``, a relative error of about 1e-7 of the logit (6e-5 of the result at logits of 1000): within a 16-bit
-  output's tolerance, not fp32's 1e-5, so fp32 kernels keep ``exp``.
+  FMA. Only where ``c * log2(e) <= 1``, so that neither product can overflow (``m`` is a row maximum of the scaled
+  tile, at most ``c`` times the largest fp32 in magnitude), and only where ``x`` is a matmul's tile (scores). The
+  exponent at a row's maximum is then the rounding of ``m * log2(e)`` against that of ``x * c * log2(e)``, about
+  1e-7 of the logit: 6e-5 of the result at logits of 1000, within a 16-bit output's tolerance (not fp32's 1e-5: fp32
+  kernels keep ``exp``), but larger than 128 at logits beyond about 1e9, where the row becomes inf / inf. Scores do
+  not reach that (nor does FlashAttention, which computes them so); a mask's lowest value added before the scale
+  (``(s + finfo(bfloat16).min) * c``, a row masked whole) does, so a tile that is not a matmul's keeps ``exp`` (a
+  helper's hunt; without the condition on ``c``, an unscaled mask times log2(e) overflowed to -inf and made whole
+  rows NaN).
 
 Input (a tile of scaled logits, its maximum and their exponentials)::
 
@@ -154,7 +158,7 @@ class _ExponentInBaseTwo(RewritePattern):
             return
         x, c = scaled
         folded = _as_float32(_scalar(c) * _LOG2_E)
-        if folded > 1:
+        if folded > 1 or not _is_product(x):
             return
         row = shifted.rhs
         scale = _insert(rewriter, op, tiled_loop.FullOp(folded, c.type))
@@ -162,6 +166,15 @@ class _ExponentInBaseTwo(RewritePattern):
         exponent = _insert(rewriter, op, tiled_loop.BinaryOp("sub", _insert(rewriter, op, tiled_loop.BinaryOp(
             "mul", x, scale)), _insert(rewriter, op, tiled_loop.BinaryOp("mul", row, log2_e))))
         rewriter.replace(op, _with_origin(op, tiled_loop.UnaryOp("exp2", exponent)))
+
+
+def _is_product(value: SSAValue) -> bool:
+    """Whether ``value`` is a matmul's tile, or that tile with out-of-bounds columns set to -inf: scores, not a tile
+    that may hold a mask's lowest value (see the module docstring)."""
+    owner = value.owner
+    if isinstance(owner, tiled_loop.SelectOp) and _scalar(owner.false_value) == -math.inf:
+        owner = owner.true_value.owner
+    return isinstance(owner, tiled_loop.DotOp)
 
 
 def _has_16_bit_outputs(op: Operation) -> bool:

@@ -197,6 +197,25 @@ def test_masked_attention_rows(dtype, grid):
     check_special(["add", "logsumexp"], [(rows, cols), (rows, cols)], dtype, [q @ k, mask], grid=grid)
 
 
+@pytest.mark.parametrize("scale", [96 ** -0.5, 0.69])
+def test_a_row_masked_whole_before_the_scale_stays_uniform(scale):
+    """softmax((q @ k + mask) * c) in bf16 with Hugging Face's finfo.min padding mask and a query row masked whole:
+    uniform, as eager's. The exponent in base 2 (amk-fold-exponent-scales) rounds x * c * log2(e) and the row
+    maximum's own product apart by more than 128 at such values, which made the row inf / inf = NaN; it is kept to
+    matmul tiles (scores), so this tile, a mask added to them, keeps exp (a helper's hunt)."""
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(16, 32, generator=generator), torch.randn(32, 64, generator=generator)
+    mask = torch.zeros(16, 64)
+    mask[3, :] = torch.finfo(BF16).min
+    mask[5, 10:] = torch.finfo(BF16).min
+    ops = ["matmul", "add", ("scale", {"factor": scale}), "softmax"]
+    kernel = amk.build_fused_kernel(ops, [(16, 32), (32, 64), (16, 64)], BF16, autotune=False)
+    out = kernel(*(t.to(BF16).to(kernel.device) for t in (q, k, mask))).double().cpu()
+    reference = torch.softmax((q.to(BF16).double() @ k.to(BF16).double() + mask.to(BF16).double()) * scale, dim=-1)
+    assert out.isfinite().all() and torch.allclose(out[3], torch.full((64,), 1 / 64, dtype=torch.float64))
+    assert rel_l2(out, reference) <= TOLERANCES[BF16]
+
+
 @pytest.mark.parametrize("op", ["relu", "maximum", "clamp", "max"])
 def test_triton_max_alone_would_drop_nan(op):
     """The emitted code asks Triton for NaN propagation (its default, PropagateNan.NONE, gives relu(NaN) = 0)."""
