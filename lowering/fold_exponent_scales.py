@@ -144,8 +144,8 @@ _LOG2_E = 1.4426950408889634
 
 
 class _ExponentInBaseTwo(RewritePattern):
-    """``exp(x * c - m)`` -> ``exp2(x * (c log2 e) - m * log2 e)`` (``0 < c log2 e <= 1``, the product read only
-    here), in kernels whose outputs are 16-bit (module docstring)."""
+    """``exp(x * c - m)`` -> ``exp2(x * (c log2 e) - m * log2 e)`` (``0 < c log2 e <= 1``, ``x`` a matmul's tile,
+    the product read only here); applied to kernels whose outputs are 16-bit (module docstring)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tiled_loop.UnaryOp, rewriter: PatternRewriter, /):
@@ -153,8 +153,7 @@ class _ExponentInBaseTwo(RewritePattern):
         if op.fn.data != "exp" or not (isinstance(shifted, tiled_loop.BinaryOp) and shifted.fn.data == "sub"):
             return
         scaled = _positive_scale(shifted.lhs)
-        if (scaled is None or len(list(shifted.lhs.uses)) != 1 or len(list(op.input.uses)) != 1
-                or not _has_16_bit_outputs(op)):
+        if scaled is None or len(list(shifted.lhs.uses)) != 1 or len(list(op.input.uses)) != 1:
             return
         x, c = scaled
         folded = _as_float32(_scalar(c) * _LOG2_E)
@@ -177,10 +176,7 @@ def _is_product(value: SSAValue) -> bool:
     return isinstance(owner, tiled_loop.DotOp)
 
 
-def _has_16_bit_outputs(op: Operation) -> bool:
-    kernel = op.parent_op()
-    while not isinstance(kernel, tiled_loop.KernelOp):
-        kernel = kernel.parent_op()
+def _has_16_bit_outputs(kernel: tiled_loop.KernelOp) -> bool:
     return bool(kernel.outputs) and all(getattr(output.type.element_type, "bitwidth", 32) == 16
                                         for output in kernel.outputs)
 
@@ -197,6 +193,8 @@ class FoldExponentScalesPass(ModulePass):
         for kernel in [o for o in op.walk() if isinstance(o, tiled_loop.KernelOp)]:
             # the exponent's pattern applies once the extrema are taken before their scales (the scaled tile then
             # has one reader)
-            patterns = [_MaskBeforeScale(), _ExtremumBeforeScale(), _ExponentInBaseTwo()]
+            patterns = [_MaskBeforeScale(), _ExtremumBeforeScale()]
+            if _has_16_bit_outputs(kernel):
+                patterns.append(_ExponentInBaseTwo())
             PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True).rewrite_region(
                 kernel.body)

@@ -449,8 +449,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
 
 
 def _output_leaves(gm: GraphModule) -> list:
-    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
-    return torch.utils._pytree.tree_leaves(output.args[0])
+    return torch.utils._pytree.tree_leaves(gm.graph.output_node().args[0])
 
 
 def _symbolic_output_dims(gm: GraphModule) -> list[set[int]]:
@@ -475,8 +474,7 @@ def _mark_outputs_dynamic(gm: GraphModule, dims: list[set[int]]) -> None:
     if not marked:
         return
     mark = _dynamic_dims_marker()
-    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
-    with gm.graph.inserting_before(output):
+    with gm.graph.inserting_before(gm.graph.output_node()):
         for leaf, leaf_dims in marked:
             gm.graph.call_function(mark, (leaf, leaf_dims))
     gm.recompile()
