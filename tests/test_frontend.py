@@ -1255,6 +1255,35 @@ def test_contiguous_of_a_transposed_tensor_is_a_copy_the_model_can_view():
         torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
 
 
+def test_results_keep_the_layout_pytorch_gives_them():
+    """An elementwise chain on a transposed or channels-last input: PyTorch's result keeps the input's layout, and
+    the code after it was traced on those strides. amk's kernels write row-major results, so the model's ``.view``
+    raised; such outputs are now left to PyTorch (explain says why), and row-major ones stay fused."""
+
+    class Mixer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            y = F.gelu(x.transpose(1, 2) * 2.0 + 1.0)  # [B, C, T], laid out as x
+            return y.transpose(1, 2).view(x.shape[0], -1), torch.relu(self.fc(x))
+
+    model = Mixer().to(DEVICE)
+    x = inputs(2, 8)
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for have, want in zip(compiled(x), model(x)):
+            torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
+            assert have.stride() == want.stride()
+    report = str(amk.explain(compiled, print_report=False)).splitlines()
+    assert any("gelu" in line and "not row-major" in line for line in report), report
+    assert any("relu" in line and "fused" in line for line in report), report
+    channels_last = torch.randn(2, 8, 4, 4, device=DEVICE).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert amk.compile(lambda t: F.gelu(t * 2.0 + 1.0), autotune=False)(channels_last).stride() == (128, 1, 32, 8)
+
+
 def test_outputs_without_a_grad_history_in_pytorch_have_none():
     """A frozen backbone and a trainable head in one subgraph: the backbone's features come back as PyTorch returns
     them, without a grad history (``.numpy()`` works on them), and the head's gradients match eager's."""

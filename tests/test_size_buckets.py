@@ -97,6 +97,18 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert scores.hints(scores.key((*twelve_heads, 512)), (*twelve_heads, 512)) == {"s": 682, "h": 12, "b": 8, "t": 512}
 
 
+def test_an_empty_outer_batch_on_the_first_call_runs_pytorch():
+    """x of [0, T, C] on a 3-D Linear's first call: the bucket's hints divided the bound by the outer sizes' product,
+    0 (a ZeroDivisionError wrapped in TorchDynamo's BackendCompilerFailed); empty, it is built as one too large."""
+    assert SizeBuckets(("t", "b"), 2).hints(1, (5, 0)) == {"t": 1, "b": 1}
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU()).to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for shape in ((0, 5, 32), (2, 5, 32)):
+            x = torch.randn(shape, device=DEVICE)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+
+
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
     """relu(x @ w.t()) with both leading dims symbolic (dynamic=None): w's leading dim is the results' columns N, kept
     exact (a build per value), not a second row symbol; the bucket is x's row count, built for it."""
@@ -114,7 +126,8 @@ def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
     assert "[skinny_m]" not in bucket.kernels[0]
 
 
-@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3, {16: 2}, [10 ** 12]])
+@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3, {16: 2}, [10 ** 12], torch.tensor(16),
+                                 numpy.array(16), [torch.tensor(True)], [numpy.True_]])
 def test_tune_sizes_are_checked(bad):
     with pytest.raises(InvalidArgumentError, match="tune_sizes must be None or a list of row counts"):
         check_tune_sizes(bad)

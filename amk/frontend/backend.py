@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch._prims_common import is_contiguous_or_false
 from torch.fx import GraphModule, Node
 
 from amk.build import BuildRequest, build
@@ -24,7 +25,7 @@ from amk.errors import InvalidArgumentError
 from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
-from amk.frontend.nodes import Unsupported, describe_target, meta_value
+from amk.frontend.nodes import Unsupported, describe_target, fake_tensor, meta_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
@@ -162,6 +163,19 @@ def _symbol_sources(symbols: Sequence[str], gm: GraphModule) -> list[tuple[str, 
     return sources
 
 
+def _strided_outputs(outputs: Sequence[Node]) -> list[tuple[Node, str]]:
+    """The outputs whose traced result is not row-major (an elementwise op keeps a transposed or channels-last
+    input's layout), each with the reason to leave it to PyTorch: amk's kernels write row-major results, and the code
+    after the subgraph was traced on PyTorch's strides (a ``.view`` of them raises on others)."""
+    strided = []
+    for node in outputs:
+        value = fake_tensor(node)
+        if not is_contiguous_or_false(value):
+            strided.append((node, f"PyTorch lays its result out with strides {tuple(value.stride())}, not row-major as "
+                                  "amk's kernels write results, and the ops after it are traced on PyTorch's layout"))
+    return strided
+
+
 def _example_size(node: Node, axis: int | None) -> int:
     """The value TorchDynamo traced a symbol with (a SymInt input, or a tensor input's size ``axis``)."""
     value = meta_value(node)
@@ -208,6 +222,7 @@ class _Built:
     first: tuple | None = None
     report: SubgraphReport | None = None
     failure: str | None = None
+    retry_without: list[tuple[Node, str]] = field(default_factory=list)  # nodes to leave to PyTorch, and why
 
 
 class _GraphCompiler:
@@ -233,11 +248,12 @@ class _GraphCompiler:
                     continue
                 result = built[key] = self._build(nodes)
                 if result.failure is not None and self.off_device is None:
-                    fragile = [n for n in nodes if self.analysis.infos[n].fragile]
-                    for node in fragile:
-                        self.analysis.reject(node, f"the subgraph with it did not compile ({result.failure}); "
-                                                   "retried without it")
-                    retry = retry or bool(fragile)
+                    rejected = result.retry_without or [
+                        (node, f"the subgraph with it did not compile ({result.failure}); retried without it")
+                        for node in nodes if self.analysis.infos[node].fragile]
+                    for node, reason in rejected:
+                        self.analysis.reject(node, reason)
+                    retry = retry or bool(rejected)
             if not retry:
                 break
         results = [built[frozenset(nodes)] for nodes in partitions]
@@ -280,6 +296,9 @@ class _GraphCompiler:
             return self._fail(result, self.off_device)
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
+            result.retry_without = _strided_outputs(imported.outputs)
+            if result.retry_without:
+                return self._fail(result, "an output PyTorch lays out other than row-major")
             argument_dims = _function_dims(imported)
             result.sizes = SizeBuckets.of(argument_dims, _result_dims(imported))
             result.symbols = _symbol_sources(result.sizes.symbols, self.gm)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from amk.errors import InvalidArgumentError
@@ -109,7 +109,7 @@ class SizeBuckets:
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
         outer = list(sizes[1:self.row_symbols]) if sizes is not None else []
-        if not outer or math.prod(outer) > bound:
+        if not outer or not 0 < math.prod(outer) <= bound:  # an empty batch (0) as well as one too large
             outer = [1] * (self.row_symbols - 1)
         first = bound // math.prod(outer)
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
@@ -139,12 +139,16 @@ def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
     if tune_sizes is None:
         return ()
     accepted = f"None or a list of row counts M (ints from 1 to {MAX_TUNE_ROWS}), e.g. [1, 16, 4096]"
-    if isinstance(tune_sizes, str | bytes | Mapping) or not isinstance(tune_sizes, Iterable):
+    try:  # a 0-d tensor or array is an Iterable whose iteration raises
+        given = None if isinstance(tune_sizes, str | bytes | Mapping) else list(tune_sizes)
+    except TypeError:
+        given = None
+    if given is None:
         raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}")
     sizes, bad = [], []
-    for size in tune_sizes:
-        try:  # ints and what behaves as one (numpy's integers); not floats, nor bools
-            value = None if isinstance(size, bool) else operator.index(size)
+    for size in given:
+        try:  # ints and what behaves as one (numpy's and torch's integers); not floats, nor bools of any kind
+            value = None if isinstance(size, bool) or "bool" in str(getattr(size, "dtype", "")) else operator.index(size)
         except TypeError:
             value = None
         if value is None or not 1 <= value <= MAX_TUNE_ROWS:
