@@ -11,6 +11,7 @@ import torch
 from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
+from amk.environment import float32_matmul_precision
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.runtime import CompiledProgram, default_device
@@ -46,10 +47,12 @@ class FusedKernel(torch.nn.Module):
     cache_hit: bool = False
     cache_key: str | None = None
 
-    def __init__(self, build_arguments: dict, compiled: CompiledProgram, builder):
+    def __init__(self, build_arguments: dict, precision: str, compiled: CompiledProgram, builder):
         super().__init__()
-        # build_fused_kernel's arguments, normalized: with_dtype, copies and pickles build with them
+        # build_fused_kernel's arguments, normalized, and the float32 matmul precision it was built at: with_dtype,
+        # copies and pickles build with them
         self._build_arguments = build_arguments
+        self.float32_matmul_precision = precision
         self.ops = build_arguments["ops"]
         self.shapes = build_arguments["input_shapes"]
         self.dtype = build_arguments["dtype"]
@@ -96,11 +99,12 @@ class FusedKernel(torch.nn.Module):
         """``copy.deepcopy`` and pickling (``torch.save`` of the kernel) build the op chain again with the same
         arguments, from the kernel cache where the first build left it, rather than copy the compiled launchers
         (loaded modules and per-thread state, which can be neither copied nor pickled)."""
-        return build_fused_kernel_from, (self._build_arguments,)
+        return build_fused_kernel_from, (self._build_arguments, self.float32_matmul_precision)
 
     def with_dtype(self, dtype: torch.dtype) -> FusedKernel:
         """The same op chain built for another dtype (untuned, in the same cache directory)."""
-        return build_fused_kernel(**{**self._build_arguments, "dtype": dtype, "autotune": False, "verify": False})
+        return build_fused_kernel_from({**self._build_arguments, "dtype": dtype, "autotune": False, "verify": False},
+                                       self.float32_matmul_precision)
 
     def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
         if len(tensors) != len(self.shapes):
@@ -232,8 +236,22 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
 
     ``ops`` are names (or ``(name, params)`` pairs) from :data:`amk.oplist.OPS`; ``input_shapes`` the shapes of the
     operands in the order the ops take them (see :mod:`amk.oplist`). Returns a :class:`FusedKernel`. With
-    ``verify=True`` the kernel is checked against PyTorch on random inputs before it is returned.
+    ``verify=True`` the kernel is checked against PyTorch on random inputs before it is returned. fp32 matmuls follow
+    PyTorch's float32 matmul precision in force now (:func:`amk.environment.float32_matmul_precision`); the kernel
+    keeps it for the other shapes it is called with, its copies and pickles.
     """
+    arguments = {"ops": ops, "input_shapes": input_shapes, "dtype": dtype, "backend": backend, "autotune": autotune,
+                 "tuner_config": tuner_config, "parameter_grid": parameter_grid, "verify": verify}
+    return build_fused_kernel_from(arguments, float32_matmul_precision())
+
+
+def build_fused_kernel_from(arguments: dict, precision: str | None = None) -> FusedKernel:
+    """:func:`build_fused_kernel` called with ``arguments`` at the float32 matmul ``precision`` (None: the one in force
+    now): a first build, a kernel's copy or one loaded back by pickle, which keep the precision it was built at."""
+    ops, input_shapes, dtype, backend = (arguments[name] for name in ("ops", "input_shapes", "dtype", "backend"))
+    autotune, tuner_config, parameter_grid, verify = (arguments[name] for name in ("autotune", "tuner_config",
+                                                                                   "parameter_grid", "verify"))
+    precision = precision or float32_matmul_precision()
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not supported; available: {', '.join(BACKENDS)}")
     check_build_arguments(autotune, verify, tuner_config)
@@ -245,7 +263,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
 
     def request(call_shapes: list[tuple[int, ...]]) -> BuildRequest:
         return BuildRequest(lambda: build_module(op_list, call_shapes, dtype), call_shapes, dtype, op_list, autotune,
-                            tuner_config, grid)
+                            tuner_config, grid, float32_matmul_precision=precision)
 
     tuning_log: dict[str, list[dict]] = {}  # every build's, re-specializations to other shapes included
 
@@ -259,7 +277,7 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
         built = build(request(shapes), save=not verify)
         arguments = {"ops": op_list, "input_shapes": shapes, "dtype": dtype, "backend": backend, "autotune": autotune,
                      "tuner_config": tuner_config, "parameter_grid": parameter_grid, "verify": verify}
-        kernel = FusedKernel(arguments, built.compiled, build_for)
+        kernel = FusedKernel(arguments, precision, built.compiled, build_for)
         tuning_log.update(built.tuning_log)
         kernel.tuning_log = tuning_log
         kernel.program_times = built.program_times
@@ -273,11 +291,6 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     if not kernel.cache_hit:
         log.info("built %s in %.1f s (%s)", [n for n, _ in op_list], kernel.build_phases["total"], clock.summary())
     return kernel
-
-
-def build_fused_kernel_from(arguments: dict) -> FusedKernel:
-    """:func:`build_fused_kernel` called with ``arguments`` (a kernel's copy, or one loaded back by pickle)."""
-    return build_fused_kernel(**arguments)
 
 
 def _verify(kernel: FusedKernel, request: BuildRequest, built: Built) -> None:

@@ -37,7 +37,7 @@ import torch
 
 from amk import cache
 from amk.build_phases import phase, recording
-from amk.environment import interpreting
+from amk.environment import float32_matmul_precision, interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
@@ -174,13 +174,13 @@ class BuildRequest:
     pipeline: str | None = None
     dumper: IRDumper | None = field(default=None, compare=False)
     size_hints: tuple[tuple[str, int], ...] = ()
-    # PyTorch's setting when the request was made ("highest", its default, "high" or "medium").
-    float32_matmul_precision: str = field(default_factory=torch.get_float32_matmul_precision)
+    # PyTorch's setting when the request was made ("highest", its default, or "high").
+    float32_matmul_precision: str = field(default_factory=float32_matmul_precision)
 
     @property
     def fp32_dot(self) -> str:
         """How fp32 matmul tiles are multiplied, as PyTorch's float32 matmul precision allows: fp32-accurate
-        (IEEE) under "highest", TF32 under "high" and "medium"."""
+        (IEEE) under "highest", TF32 under "high"."""
         return "ieee" if self.float32_matmul_precision == "highest" else "tf32"
 
     @property

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from amk.environment import initialize, interpreting
+from amk.environment import float32_matmul_precision, initialize, interpreting
 
 # The cache directory's rules live with the environment; the CLI and the tests name them here.
 from amk.environment import resolve_root as resolve_root
@@ -185,10 +185,8 @@ def race_key(entry_key: str, configs: dict[str, dict]) -> str:
     the PyTorch ops it replaces (a bucket of ``amk.compile``): the entry's key names the device and versions, but
     not the configurations, which another tuning of the same key may choose otherwise; PyTorch's float32 matmul
     precision decides what its ops compute in."""
-    import torch
-
     return _sha256(_canonical_json({"format": FORMAT, "race": entry_key, "configs": configs,
-                                    "float32_matmul_precision": torch.get_float32_matmul_precision()}))
+                                    "float32_matmul_precision": float32_matmul_precision()}))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -73,6 +73,18 @@ def interpreting() -> bool:
     return knobs.runtime.interpret
 
 
+def float32_matmul_precision() -> str:
+    """PyTorch's precision for fp32 matmuls on CUDA, named as ``torch.get_float32_matmul_precision()`` names it:
+    ``"highest"`` (IEEE fp32, PyTorch's default) or ``"high"`` (TF32; ``"medium"`` is TF32 on CUDA too). Read as
+    cuBLAS and Inductor read it, from ``torch.backends.cuda.matmul.fp32_precision``, which the legacy setters and the
+    newer API (``torch.backends.fp32_precision``, ``torch.backends.cuda.matmul.fp32_precision``) both set:
+    ``get_float32_matmul_precision()`` raises once the newer API has been used, and misses it where the two disagree."""
+    precision = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+    if precision is None:  # a torch without the newer API
+        return torch.get_float32_matmul_precision()
+    return "high" if precision == "tf32" else "highest"
+
+
 def default_device() -> torch.device:
     """Where kernels run: CUDA when there is a GPU and the interpreter is off, else the CPU."""
     return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")

@@ -302,7 +302,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
         if reason:
             return reason
     if config.TF32X3 and not tf32x3:
-        return ('TF32X3 applies to fp32 dots under torch.get_float32_matmul_precision() "highest" (elsewhere the dots '
+        return ('TF32X3 applies to fp32 dots under PyTorch\'s float32 matmul precision "highest" (elsewhere the dots '
                 "are TF32 or fp16/bf16 already)")
     reason = tiling.prune_reason(config, cols, limits)
     if reason:

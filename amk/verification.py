@@ -23,6 +23,8 @@ from amk.oplist import bind_operands
 
 # Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float8_e4m3fn: 1.2e-1}
+# fp32 kernels built under PyTorch's "high" precision multiply in TF32, whose 10-bit mantissa is fp16's.
+TF32_TOLERANCE = TOLERANCES[torch.float16]
 
 
 @dataclass
@@ -52,12 +54,14 @@ class DTypeResult:
 @runtime_checkable
 class BuiltChain(Protocol):
     """What :func:`verify` needs of a kernel built from an op chain (an :class:`amk.FusedKernel`): its op list and
-    shapes (for inputs and their scales), its dtype, its device, and the same chain built for another dtype."""
+    shapes (for inputs and their scales), its dtype, its device, the float32 matmul precision it was built at, and the
+    same chain built for another dtype."""
 
     ops: list
     shapes: list
     dtype: torch.dtype
     device: torch.device
+    float32_matmul_precision: str
 
     def with_dtype(self, dtype: torch.dtype) -> BuiltChain: ...
 
@@ -85,18 +89,21 @@ class VerificationReport:
                                 r["relative_l2_error"], r["tolerance"], r["skipped"]) for r in data["results"]])
 
 
-def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> DTypeResult:
+def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
+            tolerance: float | None = None) -> DTypeResult:
+    """``output`` against ``expected``, judged at ``tolerance`` (None: ``dtype``'s in ``TOLERANCES``)."""
+    tolerance = tolerance or TOLERANCES.get(dtype, 1e-2)
     out, ref = output.double(), expected.double()
     if out.shape != ref.shape:
         raise VerificationError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
     difference = (out - ref).abs()
     finite = torch.isfinite(ref)
     if not torch.equal(torch.isfinite(out), finite):
-        return DTypeResult(dtype, math.inf, math.inf, math.inf, TOLERANCES.get(dtype, 1e-2))
+        return DTypeResult(dtype, math.inf, math.inf, math.inf, tolerance)
     difference = torch.where(finite, difference, torch.zeros_like(difference))
     ref_norm = torch.linalg.vector_norm(torch.where(finite, ref, torch.zeros_like(ref))).item()
     relative = torch.linalg.vector_norm(difference).item() / max(ref_norm, 1e-30)
-    return DTypeResult(dtype, difference.max().item(), difference.mean().item(), relative, TOLERANCES.get(dtype, 1e-2))
+    return DTypeResult(dtype, difference.max().item(), difference.mean().item(), relative, tolerance)
 
 
 def compare_with_pytorch(output: torch.Tensor, pytorch_output: torch.Tensor, dtype: torch.dtype,
@@ -227,7 +234,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
 
     ``kernel`` is a :class:`amk.FusedKernel` (rebuilt for each dtype in ``dtypes``; fresh random inputs unless
     ``inputs`` are given) or any callable (then ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
-    carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``).
+    carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``; an fp32 kernel built under
+    PyTorch's "high" float32 matmul precision, whose dots are TF32, at ``TF32_TOLERANCE``).
     """
     if not callable(reference_fn):
         raise InvalidArgumentError("reference_fn must be callable")
@@ -249,7 +257,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
                 kernel.shapes, dtype, variant.device, input_scales(kernel.ops, kernel.shapes))
             output = variant(*tensors)
             expected = reference_fn(*[t.double() for t in tensors])
-            report.results.append(compare(output, expected, dtype))
+            tf32 = dtype == torch.float32 and variant.float32_matmul_precision != "highest"
+            report.results.append(compare(output, expected, dtype, TF32_TOLERANCE if tf32 else None))
     if raise_on_failure and not report.passed:
         raise VerificationError(str(report), report)
     return report

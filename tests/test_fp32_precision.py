@@ -197,3 +197,91 @@ def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
     assert {config.TF32X3 for config in first} == {0, 1} and refined[0].PERSISTENT == 0
     assert {(config.PERSISTENT, config.TMA) for config in ran if config.TF32X3} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert len(ran) - len(searched) - 1 <= 3 * 3 + 3 * 3
+
+
+@pytest.fixture
+def newer_api():
+    """torch.backends' ``fp32_precision`` settings (the API newer torch has beside the legacy setters) for the test,
+    put back after it."""
+    if not hasattr(torch.backends, "fp32_precision"):
+        pytest.skip("this torch has no fp32_precision settings")
+    matmul = torch.backends.cuda.matmul
+    previous = torch.backends.fp32_precision, matmul.fp32_precision
+    yield matmul
+    torch.backends.fp32_precision, matmul.fp32_precision = previous
+
+
+def test_the_newer_precision_api_is_followed(tmp_path, newer_api):
+    """``torch.backends.cuda.matmul.fp32_precision`` (or the generic setting it inherits) is what cuBLAS and Inductor
+    follow: amk read ``torch.get_float32_matmul_precision()``, which raises once that API is used (build_fused_kernel
+    failed; amk.compile left every subgraph to PyTorch) and misses it where the two disagree (TF32 dots where PyTorch
+    had gone back to IEEE)."""
+    settings = amk.TunerConfig(target_cache_dir=tmp_path)
+
+    def dots() -> str:
+        source = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False, tuner_config=settings).source
+        return "tf32" if 'input_precision="tf32"' in source else "ieee" if 'input_precision="ieee"' in source else "?"
+
+    newer_api.fp32_precision = "tf32"
+    assert dots() == "tf32"
+    newer_api.fp32_precision, torch.backends.fp32_precision = "none", "tf32"  # inherited
+    assert dots() == "tf32"
+    torch.set_float32_matmul_precision("high")
+    newer_api.fp32_precision = "ieee"  # the two disagree: cuBLAS follows the newer one
+    assert dots() == "ieee"
+    newer_api.fp32_precision = "tf32"
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).to(DEVICE)
+    compiled = amk.compile(model, autotune=False, tuner_config=settings)
+    with torch.no_grad():
+        compiled(torch.randn(4, 32).to(DEVICE))
+    assert "fused subgraph" in str(amk.explain(compiled, print_report=False))
+
+
+def test_a_kernel_keeps_the_precision_it_was_built_at(tmp_path, precision):
+    """A kernel built under "highest" and called under "high" with other leading dims built those with TF32 dots,
+    and its copies (deepcopy, pickles) were built at the precision of the moment; its verification judged fp32 at
+    1e-5 whatever its dots (TF32 dots are fp16's mantissa: 1e-3)."""
+    import copy
+
+    from amk.verification import TF32_TOLERANCE, TOLERANCES
+
+    settings = amk.TunerConfig(target_cache_dir=tmp_path)
+    precision("highest")
+    kernel = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False, tuner_config=settings)
+    precision("high")
+    with torch.no_grad():
+        kernel(*(torch.randn(shape).to(DEVICE) for shape in [(24, 32), (32, 16), (16,)]))
+    assert len(kernel._compiled) == 2
+    assert all('input_precision="ieee"' in compiled.source for compiled in kernel._compiled.values())
+    assert 'input_precision="ieee"' in copy.deepcopy(kernel).source
+    assert kernel.float32_matmul_precision == "highest"
+    fast = amk.build_fused_kernel(OPS, SHAPES, torch.float32, autotune=False, tuner_config=settings)
+    reference = amk.verification.reference_for(OPS, len(SHAPES))
+    assert amk.verify(fast, reference).results[0].tolerance == TF32_TOLERANCE
+    assert amk.verify(kernel, reference).results[0].tolerance == TOLERANCES[torch.float32]
+
+
+def test_cuda_graph_replays_are_kept_apart_per_precision(precision):
+    """A replay skips TorchDynamo's guards, so its signature holds the precision: a graph captured under "high"
+    (TF32 kernels and cuBLAS) was replayed after "highest" was asked for."""
+    from amk.frontend.graphs import _signature
+
+    precision("high")
+    fast = _signature([], None, None)
+    precision("highest")
+    assert _signature([], None, None) != fast
+
+
+def test_an_exact_cast_up_is_checked_at_the_precision_after_it():
+    """amk.compile's first-call check judged every output at the coarsest dtype anywhere in the subgraph: an fp32
+    Linear of a bf16 input cast up with ``.float()`` (exact) was judged at bf16's 1e-2. Per output, the dtypes
+    computed on its way count, not the arguments'."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from amk.frontend.subgraph import _coarsest_floats
+
+    x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(16, 8)
+    exact = make_fx(lambda x, w: (torch.nn.functional.linear(x.float(), w), x.float() * 2))(x, w)
+    assert _coarsest_floats(exact) == [torch.float32, torch.float32]
+    rounded = make_fx(lambda x, w: (torch.nn.functional.linear(x, w.bfloat16()).float(), x.float()))(x, w)
+    assert _coarsest_floats(rounded) == [torch.bfloat16, torch.float32]

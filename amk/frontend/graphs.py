@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils import _pytree as pytree
 
+from amk.environment import float32_matmul_precision
 from amk.errors import InvalidArgumentError
 from amk.graph_capture import end_failed_capture
 
@@ -241,10 +242,11 @@ def _arguments(leaves, structure, tensors: list[torch.Tensor]) -> tuple[tuple, d
 def _signature(leaves, structure, training: bool | None) -> tuple:
     """What selects a graph: each tensor's shape, strides, dtype, device and requires_grad, each other value with its
     type (``1``, ``1.0`` and ``True`` are equal keys otherwise), the arguments' structure, the global modes that
-    change what a call computes (grad, inference, autocast and its dtype) and the wrapped module's ``training`` flag
-    (dropout, batch-norm statistics): a replay skips the guards TorchDynamo would check."""
+    change what a call computes (grad, inference, autocast and its dtype, the float32 matmul precision) and the wrapped
+    module's ``training`` flag (dropout, batch-norm statistics): a replay skips the guards TorchDynamo would check."""
     autocast = torch.is_autocast_enabled("cuda")
-    parts: list = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast, training]
+    parts: list = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast, training,
+                   float32_matmul_precision()]
     if autocast:
         parts.append(torch.get_autocast_dtype("cuda"))
     for leaf in leaves:

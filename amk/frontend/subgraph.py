@@ -306,8 +306,7 @@ class FusedSubgraph(torch.nn.Module):
             if self.verify:
                 expected = self.fallback(*fallback_args)
                 precise = _in_float64(self.fallback, fallback_args)
-                coarsest = _coarsest_float(self.fallback)
-                for index, (have, want) in enumerate(zip(outputs, expected)):
+                for index, (have, want, coarsest) in enumerate(zip(outputs, expected, _coarsest_floats(self.fallback))):
                     reference = (lambda index=index: precise(index)) if want.is_floating_point() else None
                     judged_in = max((want.dtype, coarsest or want.dtype), key=lambda dtype: TOLERANCES.get(dtype, 0))
                     result = compare_with_pytorch(have, want, judged_in, reference)
@@ -331,13 +330,27 @@ class FusedSubgraph(torch.nn.Module):
         return f"name={self.name!r}, buckets={[bucket.report.sizes for bucket in self.buckets.values()]}"
 
 
-def _coarsest_float(fallback: GraphModule) -> torch.dtype | None:
-    """The least precise floating dtype the replaced nodes compute in, or None: an fp32 output computed through a
-    bf16 Linear (``x.to(torch.bfloat16)`` in the model) carries bf16's rounding, in PyTorch and in the kernels alike,
-    and is checked with bf16's tolerance."""
-    dtypes = {value.dtype for node in fallback.graph.nodes for value in [meta_value(node)]
-              if isinstance(value, torch.Tensor) and value.is_floating_point()}
-    return max(dtypes, key=lambda dtype: TOLERANCES.get(dtype, 0), default=None)
+def _coarsest_floats(fallback: GraphModule) -> list[torch.dtype | None]:
+    """Per output of the replaced nodes, the least precise floating dtype computed on its way (None: none): an fp32
+    output computed through a bf16 Linear (``x.to(torch.bfloat16)`` in the model) carries bf16's rounding, in PyTorch
+    and in the kernels alike, and is checked with bf16's tolerance. The arguments' own dtypes do not count: a bf16
+    argument cast up with ``.float()`` is exact, and what follows it is checked at fp32's tolerance."""
+    def coarser(a: torch.dtype | None, b: torch.dtype | None) -> torch.dtype | None:
+        return max((a, b), key=lambda dtype: -1 if dtype is None else TOLERANCES.get(dtype, 0))
+
+    coarsest: dict = {}
+    for node in fallback.graph.nodes:
+        if node.op == "output":
+            return [coarsest.get(output) for output in node.args[0]]
+        computed = None
+        if node.op in ("call_function", "call_method", "call_module"):
+            value = meta_value(node)
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                computed = value.dtype
+        for source in node.all_input_nodes:
+            computed = coarser(computed, coarsest.get(source))
+        coarsest[node] = computed
+    return []
 
 
 def _in_float64(fallback: GraphModule, args) -> Callable[[int], torch.Tensor | None]:
