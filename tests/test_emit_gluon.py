@@ -495,8 +495,10 @@ def test_column_sweeps_compile_for_hopper_without_a_gpu(tmp_path, block_m, block
                     reason="Gluon's wgmma kernels run on Hopper GPUs only")
 @pytest.mark.parametrize(("shapes", "block_m", "block_n"), [
     ([(8192, 128), (128, 8192)], 128, 128),  # workload G, its best form by hand
-    ([(4001, 64), (64, 1000)], 128, 64),  # ragged rows and columns: zero-filled loads, masks, clipped stores
-    ([(4096, 128), (128, 4096)], 256, 64),  # four consumers
+    # ragged rows and columns (zero-filled loads, masks, clipped stores), big enough for chunk_recompute's
+    # gluon_min_macs
+    ([(16001, 128), (128, 4000)], 128, 64),
+    ([(8192, 128), (128, 8192)], 256, 64),  # four consumers
 ])
 def test_a_gluon_column_sweep_is_built_and_runs_through_the_build_service(tmp_path, shapes, block_m, block_n):
     """softmax(q @ k * scale) through build_fused_kernel with a grid of Gluon configurations only: chunk_recompute's

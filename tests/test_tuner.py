@@ -645,12 +645,12 @@ def test_chunk_recompute_times_its_gluon_column_sweep_on_hopper(monkeypatch, bat
 
 def test_gluon_fit_of_column_sweeps():
     """A column sweep's fit: its output tile staged at the output's size (the fp32 workspace of statistics is no
-    output), and no Gluon kernel where a launch has no column loop (a logsumexp's finishing launch only merges the
-    chunks' statistics)."""
+    output), no Gluon kernel where a launch has no column loop (a logsumexp's finishing launch only merges the
+    chunks' statistics), nor below chunk_recompute's 2^32 multiply-adds (G2's 4096 x 4096 x 64 ran slower)."""
     from amk.symbolic import Dim
     from amk.tuner import gluon_fit
 
-    def fit(reduction: str, result: str):
+    def fit(reduction: str, result: str, sizes=(8192, 8192, 128)):
         text = SCORES.format(batch="", k="128, 8192", transpose="").replace(
             "%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16>", reduction)
         module = parse_module(text.replace("func.return %1 : !tensor_op.tensor<[8192, 8192], f16>", result)
@@ -660,11 +660,14 @@ def test_gluon_fit_of_column_sweeps():
         TilePass().apply(make_context(), module)
         kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
         assert kernel.strategy.data == "chunk_recompute"
-        return gluon_fit(kernel, Dim(8192), Dim(8192), Dim(128))
+        return gluon_fit(kernel, *map(Dim, sizes))
 
     softmax = fit("%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16>",
                   "func.return %1 : !tensor_op.tensor<[8192, 8192], f16>")
     assert softmax == amk.tuner.GluonFit(None, 2, 2)
+    small = fit("%1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16>",
+                "func.return %1 : !tensor_op.tensor<[8192, 8192], f16>", sizes=(4096, 4096, 64))
+    assert "too small for a GLUON kernel" in small.refusal
     logsumexp = fit("%1 = tensor_op.logsumexp %0 {axis = -1 : i64} : !tensor_op.tensor<[8192, 8192], f16> -> "
                     "!tensor_op.tensor<[8192], f16>", "func.return %1 : !tensor_op.tensor<[8192], f16>")
     assert "its launch 2 has 0 loops over column tiles" in logsumexp.refusal

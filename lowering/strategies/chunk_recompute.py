@@ -43,12 +43,14 @@ class ChunkRecompute(TilingStrategy):
     without_matmul = "row_strip"
     # On Hopper each launch may be a warp-specialized Gluon kernel: a TMA producer warp, consumer warpgroups issuing a
     # column tile's product before folding the one before (benchmarks/probes/gluon_softmax_probe.py: G in 0.0852 ms
-    # by hand against this strategy's Triton kernel's 0.1092, 2026-12-04-h200-gluon-softmax-G). Its kernels are short
-    # (one K tile), so no multiply-add floor.
+    # by hand against this strategy's Triton kernel's 0.1092, 2026-12-04-h200-gluon-softmax-G). Chosen by the tuner
+    # at 2^33 and 2^35 multiply-adds (G, G3: 0.090 and 0.311 ms against Triton's 0.104 and 0.362), slower at 2^30 (G2:
+    # 0.041 against 0.025, too few 128-row programs) and not chosen for attention's 2^31 (8 x 16 heads of 512 x 512 x
+    # 64), whose first call its compiles took from 8.6 to 16.7 s (2026-12-05-h200-G-extra-39, -models-39).
     gluon_form = COLUMN_SWEEP
     gluon = True
     gluon_batches = True  # attention's q @ k^T: TMA descriptors over the batch of matrices, one matrix a block
-    gluon_min_macs = 0
+    gluon_min_macs = 1 << 32
     # The second launch would need the prologue's statistics again.
     with_prologue = "tile_stats"
 
