@@ -240,18 +240,18 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
     PyTorch's float32 matmul precision in force now (:func:`amk.environment.float32_matmul_precision`); the kernel
     keeps it for the other shapes it is called with, its copies and pickles.
     """
-    arguments = {"ops": ops, "input_shapes": input_shapes, "dtype": dtype, "backend": backend, "autotune": autotune,
-                 "tuner_config": tuner_config, "parameter_grid": parameter_grid, "verify": verify}
-    return build_fused_kernel_from(arguments, float32_matmul_precision())
+    return _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_config, parameter_grid, verify,
+                               float32_matmul_precision())
 
 
 def build_fused_kernel_from(arguments: dict, precision: str | None = None) -> FusedKernel:
     """:func:`build_fused_kernel` called with ``arguments`` at the float32 matmul ``precision`` (None: the one in force
-    now): a first build, a kernel's copy or one loaded back by pickle, which keep the precision it was built at."""
-    ops, input_shapes, dtype, backend = (arguments[name] for name in ("ops", "input_shapes", "dtype", "backend"))
-    autotune, tuner_config, parameter_grid, verify = (arguments[name] for name in ("autotune", "tuner_config",
-                                                                                   "parameter_grid", "verify"))
-    precision = precision or float32_matmul_precision()
+    now): a kernel's copy or one loaded back by pickle, which keep the precision it was built at."""
+    return _build_fused_kernel(**arguments, precision=precision or float32_matmul_precision())
+
+
+def _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_config, parameter_grid, verify,
+                        precision: str) -> FusedKernel:
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not supported; available: {', '.join(BACKENDS)}")
     check_build_arguments(autotune, verify, tuner_config)

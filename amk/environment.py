@@ -80,8 +80,8 @@ def float32_matmul_precision() -> str:
     newer API (``torch.backends.fp32_precision``, ``torch.backends.cuda.matmul.fp32_precision``) both set:
     ``get_float32_matmul_precision()`` raises once the newer API has been used, and misses it where the two disagree."""
     precision = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
-    if precision is None:  # a torch without the newer API
-        return torch.get_float32_matmul_precision()
+    if precision is None:  # a torch without the newer API, whose "medium" is TF32 on CUDA as well
+        return "highest" if torch.get_float32_matmul_precision() == "highest" else "high"
     return "high" if precision == "tf32" else "highest"
 
 

@@ -202,7 +202,8 @@ def untimed_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig, kernel,
     if config.GLUON:
         rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
         reason = _gluon_prune_reason(config, strategy_named(kernel.strategy.data), contraction is not None,
-                                     element_bytes, DeviceLimits.current(), gluon_fit(kernel, rows, cols, contraction),
+                                     element_bytes, DeviceLimits.current(),
+                                     gluon_fit(kernel, rows, cols, contraction, size_hints),
                                      contraction)
         if reason:
             log.warning("parameter_grid asks for GLUON=1, which kernel %s cannot use here (%s): its Triton kernel is "
@@ -338,13 +339,16 @@ class GluonFit:
     output_bytes: int
 
 
-def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit:
-    """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for."""
+def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None,
+              size_hints: Mapping[str, int] | None = None) -> GluonFit:
+    """The :class:`GluonFit` of a tile-level kernel at the sizes it is tuned for (``rows``, ``cols``,
+    ``contraction``, and ``size_hints`` for a batched kernel's batch)."""
     from amk.dialects import tiled_loop
     from amk.dtypes import to_torch
     from amk.lowering.emit_gluon import gluon_kernel_problem
     from amk.lowering.stage import kernel_problem
     from amk.lowering.strategies import strategy_named
+    from amk.symbolic import Dim
 
     num_inputs = kernel.num_inputs.value.data
     args = list(kernel.body.block.args)
@@ -377,10 +381,13 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None) -> GluonFit
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long: a row length of "
                    f"symbolic size ({kernel_cols}, {kernel_contraction}) may not be one at every size")
     least = tiling.gluon_min_macs
-    if (all(d is not None and d.is_static for d in (rows, cols, contraction))
-            and rows.value * cols.value * contraction.value < least):
-        return fit(f"a GEMM of {rows.value} x {cols.value} x {contraction.value} is too small for a GLUON kernel "
-                   f"(under {least} multiply-adds)")
+    # A batched kernel's rank-3 operands lead with its batch: the matrices it multiplies.
+    batch = next((a.type.dims[0] for a in kernel.inputs if a.type.rank == 3), Dim(1)).subs(dict(size_hints or {}))
+    if (all(d is not None and d.is_static for d in (batch, rows, cols, contraction))
+            and batch.value * rows.value * cols.value * contraction.value < least):
+        matrices = f"{batch.value} x " if kernel.batched else ""
+        return fit(f"a GEMM of {matrices}{rows.value} x {cols.value} x {contraction.value} is too small for a GLUON "
+                   f"kernel (under {least} multiply-adds)")
     return fit(None)
 
 
@@ -614,7 +621,7 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
     used = {param.data for param in kernel.tile_params.data} | {"num_warps", "num_stages", *offered}
 
     tf32x3 = offers_tf32x3(kernel, fp32_dot)
-    gluon = gluon_fit(kernel, rows, cols, contraction)
+    gluon = gluon_fit(kernel, rows, cols, contraction, size_hints)
 
     def pruned(config: KernelConfig) -> str | None:
         return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3, gluon)

@@ -92,7 +92,7 @@ class VerificationReport:
 def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
             tolerance: float | None = None) -> DTypeResult:
     """``output`` against ``expected``, judged at ``tolerance`` (None: ``dtype``'s in ``TOLERANCES``)."""
-    tolerance = tolerance or TOLERANCES.get(dtype, 1e-2)
+    tolerance = TOLERANCES.get(dtype, 1e-2) if tolerance is None else tolerance
     out, ref = output.double(), expected.double()
     if out.shape != ref.shape:
         raise VerificationError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
@@ -234,8 +234,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
 
     ``kernel`` is a :class:`amk.FusedKernel` (rebuilt for each dtype in ``dtypes``; fresh random inputs unless
     ``inputs`` are given) or any callable (then ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
-    carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``; an fp32 kernel built under
-    PyTorch's "high" float32 matmul precision, whose dots are TF32, at ``TF32_TOLERANCE``).
+    carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``; the matmuls of an fp32 kernel
+    built under PyTorch's "high" float32 matmul precision, whose dots are TF32, at ``TF32_TOLERANCE``).
     """
     if not callable(reference_fn):
         raise InvalidArgumentError("reference_fn must be callable")
@@ -257,7 +257,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
                 kernel.shapes, dtype, variant.device, input_scales(kernel.ops, kernel.shapes))
             output = variant(*tensors)
             expected = reference_fn(*[t.double() for t in tensors])
-            tf32 = dtype == torch.float32 and variant.float32_matmul_precision != "highest"
+            tf32 = (dtype == torch.float32 and variant.float32_matmul_precision != "highest"
+                    and any(name == "matmul" for name, _ in kernel.ops))
             report.results.append(compare(output, expected, dtype, TF32_TOLERANCE if tf32 else None))
     if raise_on_failure and not report.passed:
         raise VerificationError(str(report), report)

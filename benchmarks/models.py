@@ -91,6 +91,7 @@ from workloads import ROWS, Row, relative_error
 import amk
 from amk.benchmarking import environment, host_us, time_ms
 from amk.compile_worker import shared_pool
+from amk.environment import float32_matmul_precision
 from amk.frontend.graphs import cuda_graphed
 from amk.runtime import default_device
 from amk.tuner import compile_workers
@@ -505,7 +506,7 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
     out.mkdir(parents=True, exist_ok=True)
     stem = args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models"
     document = {"environment": env, "command": " ".join(["python", "benchmarks/models.py", *(argv or sys.argv[1:])]),
-                "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "float32_matmul_precision": float32_matmul_precision(),
                 "caches": "the user's" if args.warm_caches else "fresh temporary directories", "rows": [],
                 "not_run": []}
     earlier = out / f"{stem}.json"

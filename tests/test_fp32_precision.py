@@ -237,6 +237,18 @@ def test_the_newer_precision_api_is_followed(tmp_path, newer_api):
     assert "fused subgraph" in str(amk.explain(compiled, print_report=False))
 
 
+def test_a_torch_without_the_newer_api_reads_the_legacy_setting(monkeypatch, precision):
+    """Before torch's fp32_precision settings, the legacy one is read, "medium" (TF32 on CUDA too) as "high"."""
+    import types
+
+    from amk.environment import float32_matmul_precision
+
+    monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace())
+    for legacy, read in (("highest", "highest"), ("high", "high"), ("medium", "high")):
+        precision(legacy)
+        assert float32_matmul_precision() == read
+
+
 def test_a_kernel_keeps_the_precision_it_was_built_at(tmp_path, precision):
     """A kernel built under "highest" and called under "high" with other leading dims built those with TF32 dots,
     and its copies (deepcopy, pickles) were built at the precision of the moment; its verification judged fp32 at
@@ -259,6 +271,9 @@ def test_a_kernel_keeps_the_precision_it_was_built_at(tmp_path, precision):
     reference = amk.verification.reference_for(OPS, len(SHAPES))
     assert amk.verify(fast, reference).results[0].tolerance == TF32_TOLERANCE
     assert amk.verify(kernel, reference).results[0].tolerance == TOLERANCES[torch.float32]
+    no_matmul = amk.build_fused_kernel(["softmax"], [(8, 32)], torch.float32, autotune=False, tuner_config=settings)
+    assert amk.verify(no_matmul, amk.verification.reference_for(["softmax"], 1)).results[0].tolerance == TOLERANCES[
+        torch.float32]
 
 
 def test_cuda_graph_replays_are_kept_apart_per_precision(precision):

@@ -1282,6 +1282,17 @@ def test_results_keep_the_layout_pytorch_gives_them():
     channels_last = torch.randn(2, 8, 4, 4, device=DEVICE).to(memory_format=torch.channels_last)
     with torch.no_grad():
         assert amk.compile(lambda t: F.gelu(t * 2.0 + 1.0), autotune=False)(channels_last).stride() == (128, 1, 32, 8)
+    # an identity hands back its argument as PyTorch laid it out: it stays in the subgraph
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE)
+
+    def identity_beside(t):
+        return F.dropout(t.transpose(0, 1), training=False), torch.relu(F.linear(t, weight))
+
+    compiled = amk.compile(identity_beside, autotune=False)
+    with torch.no_grad():
+        for have, want in zip(compiled(inputs(4)[0]), identity_beside(inputs(4)[0])):
+            assert have.stride() == want.stride()
+    assert "not row-major" not in str(amk.explain(compiled, print_report=False))
 
 
 def test_outputs_without_a_grad_history_in_pytorch_have_none():

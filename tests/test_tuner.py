@@ -673,6 +673,22 @@ def test_gluon_fit_of_column_sweeps():
     assert "its launch 2 has 0 loops over column tiles" in logsumexp.refusal
 
 
+def test_gluon_fit_counts_a_batched_kernels_matrices():
+    """chunk_recompute's floor of 2^32 multiply-adds counts every matrix of a batched kernel (attention's 8 x 16
+    heads of 512 x 512 x 64 are 2^31 together): one matrix's were compared with it, refusing any batch of them."""
+    from amk.symbolic import Dim
+    from amk.tuner import gluon_fit
+
+    module = parse_module(SCORES.format(batch="B, H, ", k="8192, 128", transpose=" {transpose_rhs = true}"))
+    FusePass().apply(make_context(), module)
+    TilePass().apply(make_context(), module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert kernel.strategy.data == "chunk_recompute" and kernel.batched
+    attention = gluon_fit(kernel, Dim(512), Dim(512), Dim(64), {"B": 8, "H": 16})
+    assert "a GEMM of 128 x 512 x 512 x 64 is too small for a GLUON kernel" in attention.refusal
+    assert gluon_fit(kernel, Dim(512), Dim(512), Dim(64), {"B": 64, "H": 32}).refusal is None
+
+
 def test_gluon_fit_refuses_rows_of_symbolic_length():
     """A key length T that is a symbol: the hints (T = 8192) make its rows 16-byte multiples, but the same kernel
     serves T = 8191, whose output rows TMA cannot store; GLUON is not offered (its launcher raised a ValueError)."""

@@ -163,14 +163,15 @@ def _symbol_sources(symbols: Sequence[str], gm: GraphModule) -> list[tuple[str, 
     return sources
 
 
-def _strided_outputs(outputs: Sequence[Node]) -> list[tuple[Node, str]]:
+def _strided_outputs(outputs: Sequence[Node], analysis: Analysis) -> list[tuple[Node, str]]:
     """The outputs whose traced result is not row-major (an elementwise op keeps a transposed or channels-last
     input's layout), each with the reason to leave it to PyTorch: amk's kernels write row-major results, and the code
-    after the subgraph was traced on PyTorch's strides (a ``.view`` of them raises on others)."""
+    after the subgraph was traced on PyTorch's strides (a ``.view`` of them raises on others). An identity's output
+    is its argument itself, laid out as PyTorch lays it."""
     strided = []
     for node in outputs:
         value = fake_tensor(node)
-        if not is_contiguous_or_false(value):
+        if analysis.infos[node].kind != "identity" and not is_contiguous_or_false(value):
             strided.append((node, f"PyTorch lays its result out with strides {tuple(value.stride())}, not row-major as "
                                   "amk's kernels write results, and the ops after it are traced on PyTorch's layout"))
     return strided
@@ -296,7 +297,7 @@ class _GraphCompiler:
             return self._fail(result, self.off_device)
         try:
             imported = import_subgraph(nodes, self.analysis, self.resolve)
-            result.retry_without = _strided_outputs(imported.outputs)
+            result.retry_without = _strided_outputs(imported.outputs, self.analysis)
             if result.retry_without:
                 return self._fail(result, "an output PyTorch lays out other than row-major")
             argument_dims = _function_dims(imported)

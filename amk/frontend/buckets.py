@@ -30,6 +30,8 @@ import operator
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from amk.errors import InvalidArgumentError
 
 # The buckets' upper bounds below the powers of two (see the module's docstring).
@@ -147,8 +149,9 @@ def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
         raise InvalidArgumentError(f"tune_sizes must be {accepted}; got {tune_sizes!r}")
     sizes, bad = [], []
     for size in given:
-        try:  # ints and what behaves as one (numpy's and torch's integers); not floats, nor bools of any kind
-            value = None if isinstance(size, bool) or "bool" in str(getattr(size, "dtype", "")) else operator.index(size)
+        try:  # ints and what behaves as one (numpy's and torch's integers); not floats, nor bools (a bool tensor
+            # passes operator.index, numpy's bools do not)
+            value = None if isinstance(size, bool) or getattr(size, "dtype", None) == torch.bool else operator.index(size)
         except TypeError:
             value = None
         if value is None or not 1 <= value <= MAX_TUNE_ROWS:

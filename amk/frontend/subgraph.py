@@ -340,8 +340,6 @@ def _coarsest_floats(fallback: GraphModule) -> list[torch.dtype | None]:
 
     coarsest: dict = {}
     for node in fallback.graph.nodes:
-        if node.op == "output":
-            return [coarsest.get(output) for output in node.args[0]]
         computed = None
         if node.op in ("call_function", "call_method", "call_module"):
             value = meta_value(node)
@@ -350,7 +348,7 @@ def _coarsest_floats(fallback: GraphModule) -> list[torch.dtype | None]:
         for source in node.all_input_nodes:
             computed = coarser(computed, coarsest.get(source))
         coarsest[node] = computed
-    return []
+    return [coarsest[output] for output in fallback.graph.output_node().args[0]]
 
 
 def _in_float64(fallback: GraphModule, args) -> Callable[[int], torch.Tensor | None]:
