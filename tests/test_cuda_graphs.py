@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import types
 
 import pytest
 import torch
@@ -321,14 +322,35 @@ def test_tensors_on_the_cpu_beside_cuda_ones_run_plainly():
     assert graphed.graph_count == 0
 
 
+def test_a_module_unfrozen_after_capture_selects_another_graph():
+    """With grad mode on, a module captured frozen (its parameters not requiring grad, so its outputs have no grad
+    history to lose) and unfrozen since would replay outputs without a grad history: whether a parameter requires grad
+    is part of the signature then (and costs nothing under no_grad or inference_mode)."""
+    from amk.frontend.graphs import _signature
+
+    x = torch.zeros(2, 3)
+    model = nn.Linear(3, 3)
+    caller = types.SimpleNamespace(module=model, training=True)  # amk.compile's, which CUDA graphs wrap
+    model.requires_grad_(False)
+    frozen = [_signature((x,), 1, fn) for fn in (model, caller)]
+    with torch.no_grad():
+        frozen_without_grad = _signature((x,), 1, model)
+    model.requires_grad_(True)
+    assert all(_signature((x,), 1, fn) != before for fn, before in zip((model, caller), frozen))
+    with torch.no_grad():
+        assert _signature((x,), 1, model) == frozen_without_grad
+
+
 def test_the_modules_mode_selects_its_own_graph():
     """A replay skips TorchDynamo's guards, so the wrapped module's training flag is part of a graph's signature
     (dropout and batch-norm statistics differ between train() and eval())."""
     from amk.frontend.graphs import _signature
 
     x = torch.zeros(2, 3)
-    assert _signature((x,), 1, True) != _signature((x,), 1, False)
     model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    training = _signature((x,), 1, model)
+    assert _signature((x,), 1, model.eval()) != training
+    model.train()
     compiled = amk.compile(model, cuda_graphs=True)
     assert compiled._amk_caller.fn.training is True
     compiled.eval()

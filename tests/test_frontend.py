@@ -1148,6 +1148,50 @@ def test_calls_that_write_into_an_argument_end_fused_subgraphs(mutation):
     torch.testing.assert_close(compiled(x), expected, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("spelling", ["aten_overload", "custom_op"])
+def test_operators_whose_schema_writes_an_argument_end_fused_subgraphs(spelling):
+    """``torch.ops.aten.add_.Tensor`` (named ``add_.Tensor``) and a custom op declared with ``mutates_args`` (a
+    KV-cache update kernel) update a bias between a Linear that reads it and the GELU after: their names do not end in
+    ``_``, so the Linear and the GELU formed one subgraph, run after the update (relative error 0.74)."""
+    if spelling == "custom_op":
+        @torch.library.custom_op("amk_tests::bump_in_place", mutates_args=("buffer",))
+        def update(buffer: torch.Tensor) -> None:
+            buffer.add_(1.0)
+    else:
+        def update(buffer: torch.Tensor) -> None:
+            torch.ops.aten.add_.Tensor(buffer, 1.0)
+
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+
+    def block(x, bias):
+        h = F.linear(x, weight, bias)  # reads the bias before the update
+        update(bias)
+        return F.gelu(h) + bias
+
+    x, bias = inputs(3), torch.zeros(HIDDEN, device=DEVICE)
+    expected = block(x, bias.clone())
+    torch.testing.assert_close(amk.compile(block, autotune=False)(x, bias), expected, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.skipif(not hasattr(torch._dynamo.config, "invalidate_compile_context_weakrefs"),
+                    reason="this torch keeps weak references to every compiled model's parameters")
+@pytest.mark.parametrize("front_end", ["amk.compile", "backend"])
+def test_parameters_can_be_swapped_after_a_compiled_call(front_end):
+    """TorchDynamo drops its weak references to the traced parameters after a compile for registered backends only,
+    and amk kept its records of them in the graphs it rewrote: a parameter with a weak reference cannot be swapped
+    (``torch.utils.swap_tensors``, as ``load_state_dict`` and ``.to()`` do under
+    ``swap_module_params_on_conversion``, and tensor-subclass parameters always)."""
+    import weakref
+
+    model = nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.GELU(), nn.LayerNorm(HIDDEN)).to(DEVICE)
+    compiled = amk.compile(model, autotune=False) if front_end == "amk.compile" else torch.compile(model, backend="amk")
+    with torch.no_grad():
+        compiled(inputs(2))
+    assert all(weakref.getweakrefcount(parameter) == 0 for parameter in model.parameters())
+    torch.utils.swap_tensors(model[0].weight, nn.Parameter(torch.zeros_like(model[0].weight)))
+
+
 def test_views_stay_in_pytorch_and_composite_dims_bind():
     """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
     torch.manual_seed(0)

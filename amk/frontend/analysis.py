@@ -78,7 +78,16 @@ def is_barrier(node: Node) -> bool:
     name = getattr(target, "__name__", "") or ""
     if name.endswith("_") and not name.endswith("__"):
         return True
-    return any(word in name for word in _STATE_WORDS) or _writes_into_an_argument(node)
+    return (any(word in name for word in _STATE_WORDS) or _schema_writes(target)
+            or _writes_into_an_argument(node))
+
+
+def _schema_writes(target) -> bool:
+    """An operator whose schema says it writes into an argument: an overload (``torch.ops.aten.add_.Tensor``, named
+    ``add_.Tensor``) or a custom op declared with ``mutates_args``, whose names need not end in ``_``."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(argument.alias_info is not None and argument.alias_info.is_write
+                                      for argument in schema.arguments)
 
 
 def _writes_into_an_argument(node: Node) -> bool:

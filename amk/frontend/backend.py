@@ -163,6 +163,15 @@ def _symbol_sources(symbols: Sequence[str], gm: GraphModule) -> list[tuple[str, 
     return sources
 
 
+def _forget_graph_args(graph: torch.fx.Graph) -> None:
+    """Drops TorchDynamo's record of each input (``meta["grapharg"]``, weak references to the parameters and inputs
+    it traced) from a graph amk keeps, as TorchDynamo drops it from its own after the compile: a parameter with a
+    weak reference cannot be swapped (``torch.utils.swap_tensors``, ``load_state_dict`` or ``.to()`` under
+    ``torch.__future__.set_swap_module_params_on_conversion``, tensor-subclass parameters)."""
+    for node in graph.find_nodes(op="placeholder"):
+        node.meta.pop("grapharg", None)
+
+
 def _strided_outputs(outputs: Sequence[Node], analysis: Analysis) -> list[tuple[Node, str]]:
     """The outputs whose traced result is not row-major (an elementwise op keeps a transposed or channels-last
     input's layout), each with the reason to leave it to PyTorch: amk's kernels write row-major results, and the code
@@ -284,7 +293,8 @@ class _GraphCompiler:
         if any(r.failure is None for r in results):
             from torch.fx.passes.tools_common import stable_topological_sort
 
-            stable_topological_sort(self.gm)
+            stable_topological_sort(self.gm)  # a new graph, whose placeholders TorchDynamo's cleanup does not reach
+            _forget_graph_args(self.gm.graph)
             self.gm.graph.lint()
             self.gm.recompile()
         return self.gm, report
@@ -379,6 +389,7 @@ class _GraphCompiler:
         name = result.report.name
         fallback, inputs, outputs = fuse_as_graphmodule(gm, nodes, f"{name}_reference", dict.fromkeys(nodes),
                                                         always_return_tuple=True)
+        _forget_graph_args(fallback.graph)
         if list(outputs) != imported.outputs:
             raise AssertionError(f"{name}: outputs {outputs} differ from the imported {imported.outputs}")
         arguments = list(inputs)

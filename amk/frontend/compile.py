@@ -44,7 +44,7 @@ import torch
 from amk.build import expect_tuned_builds
 from amk.environment import initialize
 from amk.errors import InvalidArgumentError
-from amk.frontend.backend import amk_backend, compile_graph, register_backend
+from amk.frontend.backend import BACKEND_NAME, amk_backend, compile_graph, register_backend
 from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
@@ -265,6 +265,10 @@ def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda
     """``model_or_fn`` compiled by TorchDynamo with the amk backend (on its first call), called through
     :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``."""
     backend = functools.partial(compile_graph, settings=settings)
+    # torch.compile names a backend by its __name__, and after a compile TorchDynamo drops its weak references to the
+    # traced parameters for a registered name only ("amk" is one); a parameter with one cannot be swapped
+    # (torch.utils.swap_tensors: load_state_dict or .to() under swap_module_params_on_conversion, tensor subclasses).
+    backend.__name__ = BACKEND_NAME
     compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
     module = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None
     caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn)

@@ -107,7 +107,7 @@ class CUDAGraphed:
             leaves, structure = pytree.tree_flatten((args, kwargs))
         else:
             leaves, structure = args, len(args)
-        signature = _signature(leaves, structure, getattr(self.fn, "training", None))
+        signature = _signature(leaves, structure, self.fn)
         try:
             entry = self._graphs.get(signature, _UNSEEN)
         except TypeError:  # an argument that cannot be hashed, so no signature: no graph can be keyed on it
@@ -239,14 +239,20 @@ def _arguments(leaves, structure, tensors: list[torch.Tensor]) -> tuple[tuple, d
     return pytree.tree_unflatten(replaced, structure)
 
 
-def _signature(leaves, structure, training: bool | None) -> tuple:
+def _signature(leaves, structure, fn) -> tuple:
     """What selects a graph: each tensor's shape, strides, dtype, device and requires_grad, each other value with its
     type (``1``, ``1.0`` and ``True`` are equal keys otherwise), the arguments' structure, the global modes that
-    change what a call computes (grad, inference, autocast and its dtype, the float32 matmul precision) and the wrapped
-    module's ``training`` flag (dropout, batch-norm statistics): a replay skips the guards TorchDynamo would check."""
+    change what a call computes (grad, inference, autocast and its dtype, the float32 matmul precision), the wrapped
+    module's ``training`` flag (dropout, batch-norm statistics) and, with grad mode on, whether a parameter of it
+    requires grad (a module frozen at capture and unfrozen since would replay outputs without a grad history): a
+    replay skips the guards TorchDynamo would check."""
     autocast = torch.is_autocast_enabled("cuda")
-    parts: list = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast, training,
+    grad = torch.is_grad_enabled()
+    parts: list = [structure, grad, torch.is_inference_mode_enabled(), autocast, getattr(fn, "training", None),
                    float32_matmul_precision()]
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "module", None)  # amk.compile's caller's
+    if grad and isinstance(module, torch.nn.Module):
+        parts.append(any(parameter.requires_grad for parameter in module.parameters()))
     if autocast:
         parts.append(torch.get_autocast_dtype("cuda"))
     for leaf in leaves:
