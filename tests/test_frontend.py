@@ -1192,6 +1192,38 @@ def test_parameters_can_be_swapped_after_a_compiled_call(front_end):
     torch.utils.swap_tensors(model[0].weight, nn.Parameter(torch.zeros_like(model[0].weight)))
 
 
+@pytest.mark.parametrize("entry", ["pre_hook", "wrapped_forward"])
+def test_a_batch_of_one_broadcast_against_a_parameter_behind_a_hook(entry):
+    """A batch of 1 broadcast against a parameter fails TorchDynamo's trace with the size-1 dim marked dynamic; amk
+    traces it again with the dim static, but not where a forward pre-hook or a wrapper of the instance's forward (as
+    accelerate and PEFT install) ran before the failed frame, and the error reached the caller. Such calls are now
+    traced with their size-1 dims static from the start."""
+    import functools
+
+    class Prototypes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+            self.prototypes = nn.Parameter(torch.randn(4, HIDDEN))
+
+        def forward(self, x):
+            return F.gelu(self.fc(x)) - self.prototypes
+
+    model = Prototypes().to(DEVICE)
+    calls = []
+    if entry == "pre_hook":
+        model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    else:
+        inner = model.forward
+        model.forward = functools.wraps(inner)(lambda *args: calls.append(1) or inner(*args))
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for rows in (1, 4):
+            x = torch.randn(rows, HIDDEN, device=DEVICE)
+            torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert len(calls) == 4  # once per call of each, never twice for one
+
+
 def test_views_stay_in_pytorch_and_composite_dims_bind():
     """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
     torch.manual_seed(0)

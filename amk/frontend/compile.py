@@ -192,7 +192,8 @@ class _Caller:
             # sees the leading dims unmarked, and TorchDynamo makes them dynamic when their sizes next change (one
             # compile more).
             return self.call(*args, **kwargs)
-        marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs), self.mark_size_one)
+        marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs),
+                                                                      self.mark_size_one and self._forward_first())
         frames_before = _frames_traced()
         try:
             result = self._traced_call(args, kwargs)
@@ -200,6 +201,15 @@ class _Caller:
             result = self._call_again(args, kwargs, error, marked_size_one, frames_before)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
+
+    def _forward_first(self) -> bool:
+        """Whether the call's first traced frame is the module's own forward (or the function): no forward pre-hook
+        runs before it, nor a wrapper installed on the instance (as accelerate and PEFT do). Otherwise a trace that
+        fails on a marked size-1 dim (a batch of 1 broadcast against a parameter) cannot be made again, part of the
+        call having run, so such dims are not marked (a batch of 1, then another, compiles twice)."""
+        module = self.module
+        return module is None or not (module._forward_pre_hooks or "forward" in vars(module)
+                                      or torch.nn.modules.module._global_forward_pre_hooks)
 
     def _call_again(self, args, kwargs, error: Exception, marked_size_one: bool, frames_before: int):
         """The call made again after TorchDynamo's trace of it failed with ``error``: with the first argument's size-1
