@@ -49,8 +49,8 @@ _BINARY_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", 
 # NaN propagates through max and min as in torch.maximum / torch.relu / torch.clamp (Triton's default drops it).
 _BINARY_FUNCTIONS = {"max": "tl.maximum", "min": "tl.minimum"}
 _PROPAGATE_NAN = "propagate_nan=tl.PropagateNan.ALL"
-_UNARY_FUNCTIONS = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "erf": "tl.erf", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt",
-                    "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
+_UNARY_FUNCTIONS = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "erf": "tl.erf", "sqrt": "tl.sqrt",
+                    "rsqrt": "tl.rsqrt", "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
 _RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max"}
 
 

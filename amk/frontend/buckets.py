@@ -151,7 +151,8 @@ def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
     for size in given:
         try:  # ints and what behaves as one (numpy's and torch's integers); not floats, nor bools (a bool tensor
             # passes operator.index, numpy's bools do not)
-            value = None if isinstance(size, bool) or getattr(size, "dtype", None) == torch.bool else operator.index(size)
+            is_bool = isinstance(size, bool) or getattr(size, "dtype", None) == torch.bool
+            value = None if is_bool else operator.index(size)
         except TypeError:
             value = None
         if value is None or not 1 <= value <= MAX_TUNE_ROWS:
