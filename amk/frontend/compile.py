@@ -44,7 +44,7 @@ import torch
 from amk.build import expect_tuned_builds
 from amk.environment import initialize
 from amk.errors import InvalidArgumentError
-from amk.frontend.backend import BACKEND_NAME, amk_backend, compile_graph, register_backend
+from amk.frontend.backend import BACKEND_NAME, amk_backend, register_backend
 from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
@@ -274,12 +274,11 @@ class _Caller:
 def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda_graphs: bool) -> _Caller | CUDAGraphed:
     """``model_or_fn`` compiled by TorchDynamo with the amk backend (on its first call), called through
     :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``."""
-    backend = functools.partial(compile_graph, settings=settings)
-    # torch.compile names a backend by its __name__, and after a compile TorchDynamo drops its weak references to the
-    # traced parameters for a registered name only ("amk" is one); a parameter with one cannot be swapped
+    # The registered backend by its name, not a callable of ours: after a compile TorchDynamo drops its weak references
+    # to the traced parameters for a registered backend only, and a parameter with one cannot be swapped
     # (torch.utils.swap_tensors: load_state_dict or .to() under swap_module_params_on_conversion, tensor subclasses).
-    backend.__name__ = BACKEND_NAME
-    compiled = torch.compile(model_or_fn, backend=backend, dynamic=dynamic)
+    register_backend()  # for a source tree on sys.path, or a module unpickled in a new process
+    compiled = torch.compile(model_or_fn, backend=BACKEND_NAME, options=settings.as_backend_options(), dynamic=dynamic)
     module = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None
     caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn)
     return cuda_graphed(caller) if cuda_graphs else caller
@@ -432,7 +431,6 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     if autotune and isinstance(model_or_fn, torch.nn.Module):
         # Before TorchDynamo's import (2.3 s of a new process's amk.compile on the H200 host), which they overlap.
         expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)
-    register_backend()
     return _compile(model_or_fn, example_inputs, settings, dynamic, cuda_graphs)
 
 

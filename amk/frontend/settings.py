@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from amk.errors import InvalidArgumentError
 
@@ -31,6 +31,12 @@ class Settings:
     @property
     def dump_directory(self) -> str | None:
         return self.dump_ir if self.dump_ir is not None else (os.environ.get("AMK_DUMP_IR") or None)
+
+    def as_backend_options(self) -> dict:
+        """These settings as the ``options`` of ``torch.compile(backend="amk")``, from which it makes them again."""
+        options = {field.name: getattr(self, field.name) for field in fields(self)}
+        options["tune_sizes"] = self.tune_sizes or None  # the empty tuple is what None validates to
+        return options
 
 
 def _check_pipeline(pipeline) -> None:
