@@ -1174,6 +1174,48 @@ def test_operators_whose_schema_writes_an_argument_end_fused_subgraphs(spelling)
     torch.testing.assert_close(amk.compile(block, autotune=False)(x, bias), expected, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("spelling", ["pow_one", "operator_pow_one", "to_copy_positional", "to_copy_keyword"])
+@pytest.mark.parametrize("of", ["fused_result", "argument"])
+def test_an_op_that_copies_in_pytorch_gives_a_tensor_of_its_own(spelling, of):
+    """``y ** 1`` and ``y.to(y.dtype, False, True)`` are new tensors in PyTorch: an in-place op on them leaves ``y``
+    alone. Imported as ``y``'s own value, the subgraph returned ``y`` itself for both, and ``z.add_(1)`` changed
+    ``y`` (the fused ReLU's result, or the caller's input)."""
+    copies = {"pow_one": lambda t: t.pow(1), "operator_pow_one": lambda t: t ** 1,
+              "to_copy_positional": lambda t: t.to(torch.float32, False, True),
+              "to_copy_keyword": lambda t: t.to(torch.float32, copy=True)}[spelling]
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+
+    def block(x):
+        y = torch.relu(F.linear(x, weight))
+        z = copies(y if of == "fused_result" else x)
+        z.add_(1.0)
+        return y * 2.0, z
+
+    x = inputs(3)
+    expected = block(x.clone())
+    given = x.clone()
+    torch.testing.assert_close(amk.compile(block, autotune=False)(given), expected, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(given, x, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("spelling", ["F.dropout", "torch.dropout"])
+def test_dropout_in_evaluation_is_fused_in_either_spelling(spelling):
+    """``torch.dropout(x, p, False)``'s third argument is ``train``: it was read as F.dropout's default
+    ``training=True``, and the dropout left to PyTorch as "dropout in training mode"."""
+    dropout = {"F.dropout": lambda t: F.dropout(t, 0.1, False), "torch.dropout": lambda t: torch.dropout(t, 0.1, False)}
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+
+    def block(x):
+        return dropout[spelling](torch.relu(F.linear(x, weight)) * 2.0)
+
+    x = inputs(3)
+    report = amk.explain(block, (x,), print_report=False)
+    assert "dropout in training mode" not in str(report)
+    assert not report.pytorch and "dropout" in report.graphs[0].subgraphs[0].nodes, str(report)
+
+
 @pytest.mark.skipif(not hasattr(torch._dynamo.config, "invalidate_compile_context_weakrefs"),
                     reason="this torch keeps weak references to every compiled model's parameters")
 @pytest.mark.parametrize("front_end", ["amk.compile", "backend"])

@@ -147,8 +147,9 @@ def _pow(b, node):
         x, exponent = a["input"], a["exponent"]
     if not b.is_tensor(x) or isinstance(exponent, Node):
         raise Unsupported("only tensor ** constant")
-    dtype = _result_dtype(node)
-    value = b.tensor(x, dtype)
+    if exponent == 1 and _result_dtype(node) == fake_tensor(x).dtype:
+        return b.unchanged(node, x)
+    value = b.tensor(x, _result_dtype(node))
     if exponent == 1:
         return value
     if exponent == 2:
@@ -416,16 +417,15 @@ def _cast(b, node):
         raise Unsupported(f"a copy to another device ({after.device})")
     if node.target == "to":
         extra = set(node.kwargs) - {"dtype", "copy", "non_blocking", "device", "memory_format"}
-        if extra or node.kwargs.get("copy") or node.kwargs.get("memory_format") not in (None, torch.preserve_format):
+        if extra or node.kwargs.get("memory_format") not in (None, torch.preserve_format):
             raise Unsupported(f"Tensor.to with {sorted(node.kwargs)}")
     if node.target == "type" and len(node.args) < 2 and "dtype" not in node.kwargs:
         raise Unsupported("Tensor.type() without a dtype returns a string")
-    value = b.tensor(source)
     if before.dtype == after.dtype:
-        return value
+        return b.unchanged(node, source)  # a copy where PyTorch makes one (copy=True)
     if after.dtype not in FLOAT_DTYPES:
         raise Unsupported(f"cast to {after.dtype}")
-    return b.add(tensor_op.CastOp(value, to_ir(after.dtype)))
+    return b.add(tensor_op.CastOp(b.tensor(source), to_ir(after.dtype)))
 
 
 @register(spellings([], ["contiguous"]), "contiguous", kind="identity")
@@ -442,10 +442,12 @@ def _contiguous(b, node):
 
 @register(spellings([F.dropout, torch.dropout], []), "dropout", kind="identity")
 def _dropout(b, node):
-    names = ("input", "p", "training", "inplace") if node.target is F.dropout else ("input", "p", "train")
-    a = bind_arguments(node, names, {"p": 0.5, "training": True, "inplace": False})
-    training = a.get("training", a.get("train"))
-    if training and a["p"] != 0:
+    if node.target is F.dropout:
+        a = bind_arguments(node, ("input", "p", "training", "inplace"), {"p": 0.5, "training": True, "inplace": False})
+    else:  # torch.dropout(input, p, train), all three required
+        a = bind_arguments(node, ("input", "p", "train"))
+        a["training"] = a["train"]
+    if a["training"] and a["p"] != 0:
         raise Unsupported("dropout in training mode")
     _inplace_unsupported(a)
     return b.tensor(a["input"])

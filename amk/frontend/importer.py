@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.fx import Node
+from torch.multiprocessing.reductions import StorageWeakRef
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import FloatAttr, ModuleOp, f64
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -129,6 +130,15 @@ class SubgraphImporter:
         if dtype is not None and value.type.element_type != to_ir(dtype):
             value = self.add(tensor_op.CastOp(value, to_ir(dtype)), "cast")
         return value
+
+    def unchanged(self, node: Node, operand: Node) -> SSAValue:
+        """``operand``'s value as the result of ``node``, an op that computes it unchanged (``x.float()`` of a float
+        tensor, ``x ** 1``): ``operand``'s own value where PyTorch hands back its operand, else a copy (``x ** 1``,
+        ``x.to(x.dtype, copy=True)``), so that an in-place op on one of the two does not change the other."""
+        value = self.tensor(operand)
+        if StorageWeakRef(fake_tensor(node).untyped_storage()) == StorageWeakRef(fake_tensor(operand).untyped_storage()):
+            return value
+        return self.add(tensor_op.ScaleOp(value, factor=FloatAttr(1.0, f64)), "copy")
 
     def constant(self, value: float, dtype: torch.dtype) -> SSAValue:
         """A one-element tensor argument holding a constant (broadcasts as a scalar in every kernel)."""
