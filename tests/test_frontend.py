@@ -995,13 +995,17 @@ def test_graph_without_supported_ops():
     ({"pipeline": "amk-fuse,no-such-pass"}, "no-such-pass"),
     ({"pipeline": "amk-fuse,amk-tile"}, "amk-tile"),
     ({"pipeline": 7}, "pipeline must be"),
+    # xDSL's parse error is a BaseException, which escaped the check (an `except Exception` did not catch it)
+    ({"pipeline": ",amk-fuse"}, "is not valid"),
+    # a size bound in the pipeline served every size of its bucket: a call of 9 rows returned 4
+    ({"pipeline": 'amk-bind-sizes{sizes="s0=4"},amk-fuse'}, "binds the sizes it keeps exact itself"),
     ({"autotune": "yes"}, "autotune must be True or False"),
     ({"verify": None}, "verify must be True or False"),
     ({"tuner_config": {"search_budget": 4}}, "tuner_config must be an amk.TunerConfig"),
     ({"dynamic": "batch"}, "dynamic must be None, True or False"),
     ({"example_inputs": 3}, "example_inputs must be"),
-], ids=["dump_ir", "dump_ir-empty", "unknown-pass", "lowering-pass", "pipeline-type", "autotune", "verify", "tuner_config", "dynamic",
-        "example_inputs"])
+], ids=["dump_ir", "dump_ir-empty", "unknown-pass", "lowering-pass", "pipeline-type", "pipeline-syntax",
+        "bind-sizes-pass", "autotune", "verify", "tuner_config", "dynamic", "example_inputs"])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidArgumentError, match=message):
         amk.compile(make("gpt2"), **kwargs)
@@ -1047,6 +1051,8 @@ def test_a_dump_directory_that_cannot_be_written_leaves_the_model_compiling(tmp_
 def test_backend_rejects_unknown_options():
     with pytest.raises(InvalidArgumentError, match="unknown amk backend option.*accepted: .*tune_sizes, report$"):
         frontend.amk_backend(None, [], options={"fast": True})
+    with pytest.raises(InvalidArgumentError, match=r"unknown amk backend option\(s\) \['typo', 1\]"):  # not sort's TypeError
+        frontend.amk_backend(None, [], options={"autotune": False, 1: True, "typo": 2})
     with pytest.raises(InvalidArgumentError, match="torch.compile's mode is Inductor's"):
         frontend.amk_backend(None, [], options={"mode": "max-autotune"})
     with pytest.raises(InvalidArgumentError, match=r"CUDA graphs run with amk.compile\(model, cuda_graphs=True\)"):

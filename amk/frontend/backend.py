@@ -461,7 +461,7 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
             hints.append("torch.compile's mode is Inductor's: amk tunes its kernels with autotune=True")
         if unknown & {"mode", "cuda_graphs"}:
             hints.append("CUDA graphs run with amk.compile(model, cuda_graphs=True)")
-        raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown)}; accepted: "
+        raise InvalidArgumentError(f"unknown amk backend option(s) {sorted(unknown, key=repr)}; accepted: "
                                    f"{', '.join(BACKEND_OPTIONS)}" + (f" ({'; '.join(hints)})" if hints else ""))
     settings = make_settings(**merged)
     return compile_graph(gm, example_inputs, settings)

@@ -11,7 +11,10 @@ from dataclasses import dataclass, fields
 from amk.errors import InvalidArgumentError
 
 DEFAULT_PIPELINE = "amk-duplicate-norm-prologues,amk-fuse"
-LOWERING_PASSES = ("amk-tile", "amk-stage", "amk-emit-triton")
+# Passes a pipeline may not name: the lowering, which always runs after it, and amk-bind-sizes, which amk.compile
+# runs itself for the sizes a bucket keeps exact (a size bound in the pipeline would serve every size of the bucket)
+LOWERING_PASSES = ("amk-tile", "amk-fold-exponent-scales", "amk-stage", "amk-emit-triton", "amk-emit-gluon")
+RESERVED_PASSES = ("amk-bind-sizes", *LOWERING_PASSES)
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,21 @@ def _check_pipeline(pipeline) -> None:
     if not isinstance(pipeline, str) or not pipeline.strip():
         raise InvalidArgumentError(f"pipeline must be a pass pipeline string such as {DEFAULT_PIPELINE!r}, "
                                    f"got {pipeline!r}")
+    from xdsl.utils.exceptions import ArgSpecParseError
+
     from amk.opt import AMK_PASSES
     from amk.pipeline import fusion_passes
 
     try:
         passes = fusion_passes(pipeline)
-    except Exception as error:  # xDSL raises ValueError or its own parse errors
+    except (Exception, ArgSpecParseError) as error:  # xDSL's parse errors (ArgSpecParseError is a BaseException)
         raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid: {error}; available passes: "
-                                   f"{', '.join(sorted(AMK_PASSES))}") from None
-    lowering = [p.name for p in passes if p.name in LOWERING_PASSES]
-    if lowering:
-        raise InvalidArgumentError(f"pipeline {pipeline!r} names {', '.join(lowering)}: the pipeline holds the "
-                                   "tensor_op passes only (amk-tile, amk-stage and amk-emit-triton always run after it)")
+                                   f"{', '.join(sorted(set(AMK_PASSES) - set(RESERVED_PASSES)))}") from None
+    reserved = [p.name for p in passes if p.name in RESERVED_PASSES]
+    if reserved:
+        raise InvalidArgumentError(f"pipeline {pipeline!r} names {', '.join(reserved)}: the pipeline holds the "
+                                   "tensor_op passes only (amk-tile, amk-stage and amk-emit-triton always run after it, "
+                                   "and amk.compile binds the sizes it keeps exact itself)")
 
 
 def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None,
