@@ -240,6 +240,12 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
             raise NotFusable("only ops producing the matmul's lhs can precede it in a kernel")
         if any(m.rhs in produced for m in matmuls):
             raise NotFusable("the matmul's rhs must be a kernel input (a weight)")
+        # A kernel reads each input through one view: the rhs's (its [K, N] tiles, transposed or not) cannot also
+        # serve as the lhs's ([M, K] tiles, x @ x.T) or an epilogue's ([M, N] tiles, linear(x, w) + w, square w).
+        if any(m.rhs == matmul.lhs and m.rhs_transposed != matmul.lhs_transposed for m in matmuls):
+            raise NotFusable("the matmul's lhs is its rhs transposed (x @ x.T)")
+        if any(use.operation in ops and use.operation not in matmuls for m in matmuls for use in m.rhs.uses):
+            raise NotFusable("the matmul's rhs is read by another op of the kernel")
         for op in prologue_ops:
             for result in op.results:
                 users = {use.operation for use in result.uses}

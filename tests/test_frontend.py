@@ -1205,6 +1205,23 @@ def test_an_op_that_copies_in_pytorch_gives_a_tensor_of_its_own(spelling, of):
     torch.testing.assert_close(given, x, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("case", ["gram", "gram_softmax", "rhs_in_epilogue", "square_power", "transposed_gram"])
+def test_a_tensor_that_is_the_rhs_and_another_operand_of_a_kernel(case):
+    """A kernel reads each input through one view. ``x @ x.T`` read the rhs through the lhs's (relative error 1.06),
+    and ``linear(x, w) + w`` (a square ``w``) the epilogue's ``w`` through the rhs's transposed one (0.31), when
+    verification was off; ``x @ x`` and ``x.T @ x``, whose two views are one, stay fused."""
+    torch.manual_seed(0)
+    weight = torch.randn(16, 16, device=DEVICE) / 4
+    fn = {"gram": lambda x: x @ x.T, "gram_softmax": lambda x: torch.softmax(x @ x.mT * 0.5, dim=-1),
+          "rhs_in_epilogue": lambda x: F.linear(x, weight) + weight, "square_power": lambda x: torch.relu(x @ x),
+          "transposed_gram": lambda x: torch.relu(x.T @ x)}[case]
+    x = torch.randn(16, 16, device=DEVICE) / 4
+    compiled = amk.compile(fn, autotune=False, verify=False, dynamic=False)
+    torch.testing.assert_close(compiled(x), fn(x), atol=ATOL, rtol=RTOL)
+    if case in ("square_power", "transposed_gram"):
+        assert amk.explain(compiled, print_report=False).kernels
+
+
 @pytest.mark.parametrize("spelling", ["F.dropout", "torch.dropout"])
 def test_dropout_in_evaluation_is_fused_in_either_spelling(spelling):
     """``torch.dropout(x, p, False)``'s third argument is ``train``: it was read as F.dropout's default

@@ -201,3 +201,24 @@ func.func @standalone_layernorm(%x : !tensor_op.tensor<[M, 64], f32>, %g : !tens
 // CHECK-NEXT:      tensor_op.yield %[[RELU]]
 // CHECK-NEXT:    }
 // CHECK-NOT:     tensor_op.fused
+
+// -----
+
+// A kernel reads each input through one view: x @ x.T would need x as [M, K] lhs tiles and as transposed rhs tiles,
+// so the matmul stays outside, and the scale and softmax after it form a kernel of their own.
+func.func @gram_not_fused(%x : !tensor_op.tensor<[M, 32], f32>) -> !tensor_op.tensor<[M, M], f32> {
+  %0 = tensor_op.matmul %x, %x {transpose_rhs = true} : (!tensor_op.tensor<[M, 32], f32>, !tensor_op.tensor<[M, 32], f32>) -> !tensor_op.tensor<[M, M], f32>
+  %1 = tensor_op.scale %0 {factor = 5.000000e-01 : f64} : !tensor_op.tensor<[M, M], f32>
+  %2 = tensor_op.softmax %1 {axis = 1 : i64} : !tensor_op.tensor<[M, M], f32>
+  func.return %2 : !tensor_op.tensor<[M, M], f32>
+}
+
+// CHECK-LABEL: func.func @gram_not_fused(
+// CHECK-NEXT:    %[[MM:[0-9]+]] = tensor_op.matmul %x, %x {transpose_rhs = true}
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %[[MM]] :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.scale
+// CHECK-NEXT:      tensor_op.softmax
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
