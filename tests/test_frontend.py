@@ -1289,6 +1289,50 @@ def test_a_batch_of_one_broadcast_against_a_parameter_behind_a_hook(entry):
     assert len(calls) == 4  # once per call of each, never twice for one
 
 
+@pytest.mark.parametrize("entry", ["decorated_function", "decorated_forward", "partial", "callable_object"])
+def test_a_broadcast_size_one_dim_is_traced_again_behind_a_decorator_a_partial_or_a_call_method(entry):
+    """A [1, N] argument after [B, N] ones (or a batch of 1 broadcast against a parameter) fails TorchDynamo's trace
+    in the call's first frame, which amk makes again; that frame was not recognised where it is a decorator's wrapper
+    (``@torch.no_grad()``), a partial's function or an object's ``__call__``, and every such call raised
+    TorchRuntimeError."""
+    import functools
+
+    torch.manual_seed(0)
+    weight, prototypes = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8, torch.randn(4, HIDDEN, device=DEVICE)
+
+    def scaled(x, y):
+        return F.gelu(x @ weight.t()) * y
+
+    class Prototypes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, HIDDEN)
+            self.prototypes = nn.Parameter(prototypes.clone())
+
+        @torch.no_grad()
+        def forward(self, x):
+            return F.gelu(self.fc(x)) - self.prototypes
+
+    def shifted(x, table):
+        return F.gelu(x @ weight.t()) - table
+
+    class Call:
+        def __call__(self, x):
+            return shifted(x, prototypes)
+
+    fn = {"decorated_function": torch.no_grad()(scaled), "decorated_forward": Prototypes().to(DEVICE),
+          "partial": functools.partial(shifted, table=prototypes), "callable_object": Call()}[entry]
+    if entry == "decorated_function":
+        calls = [(inputs(4)[:, 0], inputs(4, seed=2)[:, 0]), (inputs(4)[:, 0], inputs(1, seed=2)[:, 0]),
+                 (inputs(6)[:, 0], inputs(1, seed=3)[:, 0])]
+    else:
+        calls = [(torch.randn(rows, HIDDEN, device=DEVICE),) for rows in (1, 4, 1)]
+    compiled = amk.compile(fn, autotune=False)
+    with torch.no_grad():
+        for arguments in calls:
+            torch.testing.assert_close(compiled(*arguments), fn(*arguments), atol=ATOL, rtol=RTOL)
+
+
 def test_views_stay_in_pytorch_and_composite_dims_bind():
     """``x.view(-1, H)`` runs in PyTorch; the subgraph after it has a ``s0*s1`` row dim, bound from the graph input."""
     torch.manual_seed(0)

@@ -148,6 +148,25 @@ def _global_state():
     return GlobalStateGuard()
 
 
+def _entry_codes(function: Callable | None) -> tuple[types.CodeType, ...]:
+    """The code of the frame TorchDynamo traces first when ``function`` is called, with the code of what it wraps:
+    a decorated function's wrapper (``@torch.no_grad()``'s) is that frame and the functions under it
+    (``__wrapped__``) are traced inside it; a ``functools.partial``'s function; a callable object's ``__call__``."""
+    codes = []
+    while function is not None and len(codes) < 16:  # a __wrapped__ chain that loops ends somewhere
+        if isinstance(function, functools.partial):
+            function = function.func
+            continue
+        code = getattr(function, "__code__", None)
+        if code is None:  # a callable object: its class's __call__, unless that is a builtin's
+            call = inspect.getattr_static(type(function), "__call__", None)
+            function = call if isinstance(call, types.FunctionType) else None
+            continue
+        codes.append(code)
+        function = getattr(function, "__wrapped__", None)
+    return tuple(codes)
+
+
 class _Caller:
     """Calls the Dynamo-compiled callable with amk's dynamic-shape treatment of the arguments: leading dims marked
     dynamic, and ``backed_size_oblivious`` on while Dynamo may trace the call (a call whose arguments differ from the
@@ -172,8 +191,7 @@ class _Caller:
         self.mark_size_one = True
         # The code TorchDynamo traces first at each call (the module's forward, or the function): a trace that failed
         # there failed before anything of the call ran.
-        function = type(module).forward if module is not None else entry
-        self.entry_code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
+        self.entry_codes = _entry_codes(type(module).forward if module is not None else entry)
 
     @property
     def training(self) -> bool | None:
@@ -244,7 +262,7 @@ class _Caller:
 
     def _failed_in_entry_frame(self, error: Exception, frames_before: int) -> bool:
         """Whether TorchDynamo's failed trace was the only frame it traced since ``frames_before`` and that frame was
-        the call's own first one (the outermost user frame of the error's stack is a line of ``entry_code``, not a
+        the call's own first one (the outermost user frame of the error's stack is a line of ``entry_codes``, not a
         function resumed after a graph break, nor a callee traced on its own after its caller ran, which may share
         its name and file: another module's ``forward``): then nothing of the call ran, and it can be made again."""
         # A module class of torch's own (nn.Sequential) is traced through a wrapper frame of TorchDynamo's first
@@ -252,12 +270,12 @@ class _Caller:
         dynamo_sources = os.path.dirname(torch._dynamo.__file__) + os.sep
         stack = list(itertools.dropwhile(lambda frame: frame.filename.startswith(dynamo_sources),
                                          getattr(error, "real_stack", None) or ()))
-        code = self.entry_code
         # Name, file and line: a function resumed after a graph break (torch_dynamo_resume_in_forward_at_N) has the
         # file and lines of the one it resumes, another module's forward its name and maybe its file.
-        return (_frames_traced() - frames_before == 1 and code is not None and bool(stack)
-                and stack[0].name == code.co_name and stack[0].filename == code.co_filename
-                and stack[0].lineno in {line for *_, line in code.co_lines() if line is not None})
+        return _frames_traced() - frames_before == 1 and bool(stack) and any(
+            stack[0].name == code.co_name and stack[0].filename == code.co_filename
+            and stack[0].lineno in {line for *_, line in code.co_lines() if line is not None}
+            for code in self.entry_codes)
 
     def _traced_call(self, args, kwargs):
         """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
