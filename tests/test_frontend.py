@@ -1480,6 +1480,30 @@ def test_results_keep_the_layout_pytorch_gives_them():
     assert "not row-major" not in str(amk.explain(compiled, print_report=False))
 
 
+def test_a_sequence_of_one_after_longer_ones_stays_fused():
+    """Attention scores over a sequence of 3, then of 1: TorchDynamo's matmul guards the length against 1, and the
+    second trace (the length static) specializes it to 1; its row-major results, strides (s1**2, s1, 1), were taken
+    for strided ones, and the whole graph was left to PyTorch."""
+
+    class Scores(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, y):
+            return torch.softmax(self.q(y) @ self.k(y).transpose(-2, -1) * 0.25, -1)
+
+    torch.manual_seed(0)
+    model = Scores().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    with torch.no_grad():
+        for shape in ((2, 3, 16), (4, 1, 16)):
+            y = torch.randn(*shape, device=DEVICE)
+            torch.testing.assert_close(compiled(y), model(y), atol=ATOL, rtol=RTOL)
+    report = amk.explain(compiled, print_report=False)
+    assert not report.pytorch and all(graph.subgraphs for graph in report.graphs), str(report)
+
+
 def test_outputs_without_a_grad_history_in_pytorch_have_none():
     """A frozen backbone and a trainable head in one subgraph: the backbone's features come back as PyTorch returns
     them, without a grad history (``.numpy()`` works on them), and the head's gradients match eager's."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch._prims_common import is_contiguous_or_false
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 from amk.build import BuildRequest, build
 from amk.environment import default_device, initialize, interpreting
@@ -180,10 +181,22 @@ def _strided_outputs(outputs: Sequence[Node], analysis: Analysis) -> list[tuple[
     strided = []
     for node in outputs:
         value = fake_tensor(node)
-        if analysis.infos[node].kind != "identity" and not is_contiguous_or_false(value):
+        if analysis.infos[node].kind != "identity" and not (is_contiguous_or_false(value) or _row_major(value)):
             strided.append((node, f"PyTorch lays its result out with strides {tuple(value.stride())}, not row-major as "
                                   "amk's kernels write results, and the ops after it are traced on PyTorch's layout"))
     return strided
+
+
+def _row_major(value: torch.Tensor) -> bool:
+    """Whether ``value``'s strides are, as expressions of its sizes, row-major: each the product of the sizes after
+    it, or its dim of size 1. ``is_contiguous_or_false`` says False for some of those, (s1**2, s1, 1) where the
+    shape environment specializes s1 to 1 (a trace made again with size-1 dims static)."""
+    expected = 1
+    for size, stride in reversed(list(zip(value.shape, value.stride(), strict=True))):
+        if not (statically_known_true(sym_eq(stride, expected)) or statically_known_true(sym_eq(size, 1))):
+            return False
+        expected = expected * size
+    return True
 
 
 def _example_size(node: Node, axis: int | None) -> int:
