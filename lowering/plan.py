@@ -178,6 +178,12 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
             if expected is not None and not _same(result.type.dims, expected):
                 raise NotFusable(f"{op.name}: result shape differs from the iteration space")
         elif kind == "elementwise":
+            if any(cls == COL and operand.type.rank < result.type.rank
+                   for operand, cls in zip(operands, operand_classes, strict=True)):
+                # PyTorch aligns a [rows] result (a row reduction without keepdim) with the last dim: one value per
+                # column, not per row (x * x.sum(-1) of a square x), or an outer product with a [rows, 1] one.
+                raise NotFusable(f"{op.name}: a row reduction's result without keepdim broadcasts against a value of "
+                                 "higher rank (PyTorch aligns it with the last dim)")
             cls = broadcast_class(operand_classes)
             classes[result] = cls
             if cls == FULL and not _same(result.type.dims, section.space.dims):

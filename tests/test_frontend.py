@@ -1222,6 +1222,25 @@ def test_a_tensor_that_is_the_rhs_and_another_operand_of_a_kernel(case):
         assert amk.explain(compiled, print_report=False).kernels
 
 
+@pytest.mark.parametrize("case", ["times_sum", "minus_logsumexp_of_linear", "outer_with_keepdim", "ratio_of_two"])
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_a_row_reduction_without_keepdim_broadcasts_as_pytorch_aligns_it(case, dynamic):
+    """``x.sum(-1)`` is [rows]: against [rows, cols] PyTorch aligns it with the columns (square x), against
+    [rows, 1] it makes an outer product. The kernel applied it per row (relative error 1.34 for ``x * x.sum(-1)``,
+    0.14 for ``h - h.logsumexp(-1)``) or wrote rows values of rows x rows; such ops now leave the kernel, while
+    [rows] values combined with each other stay in it."""
+    torch.manual_seed(0)
+    weight = torch.randn(8, 16, device=DEVICE) / 4
+    fn = {"times_sum": lambda x: x[:, :8] * x[:, :8].sum(-1),
+          "minus_logsumexp_of_linear": lambda x: (lambda h: h - h.logsumexp(-1))(F.linear(x, weight)),
+          "outer_with_keepdim": lambda x: F.silu(x).mean(-1) * x.amax(-1, keepdim=True),
+          "ratio_of_two": lambda x: x.sum(-1) / x.amax(-1)}[case]
+    x = torch.randn(8, 16, device=DEVICE)
+    compiled = amk.compile(fn, autotune=False, verify=False, dynamic=dynamic)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x), atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.parametrize("spelling", ["F.dropout", "torch.dropout"])
 def test_dropout_in_evaluation_is_fused_in_either_spelling(spelling):
     """``torch.dropout(x, p, False)``'s third argument is ``train``: it was read as F.dropout's default

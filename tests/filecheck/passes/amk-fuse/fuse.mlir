@@ -222,3 +222,26 @@ func.func @gram_not_fused(%x : !tensor_op.tensor<[M, 32], f32>) -> !tensor_op.te
 // CHECK-NEXT:      tensor_op.yield
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// A row reduction without keepdim is [rows]: PyTorch aligns it with the last dim of a [rows, cols] value (one value
+// per column, for a square x), so the mul cannot take it as a per-row value and stays outside.
+func.func @unkept_row_sum_times_x(%x : !tensor_op.tensor<[8, 8], f32>) -> !tensor_op.tensor<[8, 8], f32> {
+  %0 = tensor_op.reduce_sum %x {axis = 1 : i64} : !tensor_op.tensor<[8, 8], f32> -> !tensor_op.tensor<[8], f32>
+  %1 = tensor_op.mul %x, %0 : (!tensor_op.tensor<[8, 8], f32>, !tensor_op.tensor<[8], f32>) -> !tensor_op.tensor<[8, 8], f32>
+  func.return %1 : !tensor_op.tensor<[8, 8], f32>
+}
+
+// CHECK-LABEL: func.func @unkept_row_sum_times_x(
+// CHECK-NEXT:    %[[S:[0-9]+]] = tensor_op.fused %x :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.reduce_sum
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[M:[0-9]+]] = tensor_op.fused %x, %[[S]] :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      tensor_op.mul
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[M]]
