@@ -13,6 +13,7 @@ from amk.build import BuildRequest, Built, build, check_build_arguments, keep_ve
 from amk.build_phases import phase, recording
 from amk.environment import float32_matmul_precision
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
+from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.runtime import CompiledProgram, default_device
 from amk.tuner import TunerConfig, validate_grid
@@ -110,8 +111,8 @@ class FusedKernel(torch.nn.Module):
         if len(tensors) != len(self.shapes):
             raise InvalidArgumentError(f"the kernel takes {len(self.shapes)} tensors, got {len(tensors)}")
         for index, tensor in enumerate(tensors):  # one cheap test per tensor on the hot path; the reasons below
-            if not (isinstance(tensor, torch.Tensor) and tensor.dtype == self.dtype
-                    and tensor.device.type == self.device.type and tensor.numel()):
+            if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and not tensor.is_nested
+                    and tensor.dtype == self.dtype and tensor.device.type == self.device.type and tensor.numel()):
                 self._reject(index, tensor)
         call_shapes = tuple(tuple(t.shape) for t in tensors)
         if call_shapes in self._compiled:  # built for (or re-specialized to) these shapes: checked then
@@ -129,6 +130,9 @@ class FusedKernel(torch.nn.Module):
     def _reject(self, index: int, tensor) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise InvalidArgumentError(f"argument {index} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.layout is not torch.strided or tensor.is_nested:
+            raise InvalidArgumentError(f"argument {index} is a {'nested' if tensor.is_nested else tensor.layout} tensor; "
+                                       "amk kernels take dense (torch.strided) tensors: call .to_dense() first")
         if tensor.dtype != self.dtype:
             raise DTypeError(f"argument {index} has dtype {tensor.dtype}; the kernel was built for {self.dtype}")
         if tensor.device.type != self.device.type:
@@ -136,16 +140,21 @@ class FusedKernel(torch.nn.Module):
                               + (" (no CUDA here: pass CPU tensors)" if self.device.type == "cpu" else ""))
         raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
 
-    def forward(self, *tensors: torch.Tensor):
+    def forward(self, *tensors: torch.Tensor, **keywords):
         hot = self._hot
-        if hot is not None and hot.accepts(tensors, self.dtype):  # (it refuses inputs that need a grad history)
-            outputs = hot.run(tensors)
-        elif torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        if hot is not None and hot.accepts(tensors, self.dtype) and not keywords:  # (it refuses inputs that need a
+            return _single(hot.run(tensors))  # grad history)
+        if keywords:
+            raise InvalidArgumentError(f"the kernel takes its {len(self.shapes)} tensors as positional arguments, got "
+                                       f"keyword argument(s) {', '.join(map(repr, keywords))}")
+        # A tensor with PyTorch's negative bit (z.conj().imag) holds -x in memory; the kernels read memory.
+        tensors = tuple(t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors)
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
             self._check(tensors)  # bad arguments fail here, not inside autograd
             outputs = _RecomputedBackward.apply(self, *tensors)
         else:
             outputs = self._walk(tensors)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return _single(outputs)
 
     def _run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The kernels' outputs, without autograd: the hot path when it applies, else the program walk."""
@@ -179,6 +188,11 @@ class FusedKernel(torch.nn.Module):
         if function is None:  # built once per shapes: building the IR takes milliseconds
             function = self._references[shapes] = reference_function(self.ops, list(shapes))
         return evaluate_function(function, tensors, evaluate=evaluate_reference)
+
+
+def _single(outputs: Sequence[torch.Tensor]):
+    """A kernel's outputs as a call returns them: the tensor itself where there is one."""
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 class _RecomputedBackward(torch.autograd.Function):
@@ -224,7 +238,8 @@ class _HotPath:
             # requires_grad is tested first and is_grad_enabled only when it is set: a call without grads pays
             # one attribute read per tensor for autograd.
             if not (isinstance(tensor, torch.Tensor) and tensor.dtype is dtype and tensor.shape == size
-                    and tensor.device == device and not (tensor.requires_grad and torch.is_grad_enabled())):
+                    and tensor.device == device and tensor.layout is torch.strided and not tensor.is_neg()
+                    and not (tensor.requires_grad and torch.is_grad_enabled())):
                 return False
         return True
 
@@ -276,7 +291,7 @@ def _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_confi
     with recording() as clock:
         built = build(request(shapes), save=not verify)
         arguments = {"ops": op_list, "input_shapes": shapes, "dtype": dtype, "backend": backend, "autotune": autotune,
-                     "tuner_config": tuner_config, "parameter_grid": parameter_grid, "verify": verify}
+                     "tuner_config": tuner_config, "parameter_grid": _user_grid(grid), "verify": verify}
         kernel = FusedKernel(arguments, precision, built.compiled, build_for)
         tuning_log.update(built.tuning_log)
         kernel.tuning_log = tuning_log
@@ -291,6 +306,14 @@ def _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_confi
     if not kernel.cache_hit:
         log.info("built %s in %.1f s (%s)", [n for n, _ in op_list], kernel.build_phases["total"], clock.summary())
     return kernel
+
+
+def _user_grid(grid: dict[str, list[int]] | None) -> dict[str, list[int]] | None:
+    """A checked grid under its ``parameter_grid`` names: what a kernel's copies are built with, rather than the
+    caller's mapping, which may change after the build or not pickle (a ``MappingProxyType``)."""
+    if grid is None:
+        return None
+    return {key: list(grid[field]) for key, field in PARAMETER_KEYS.items() if field in grid}
 
 
 def _verify(kernel: FusedKernel, request: BuildRequest, built: Built) -> None:

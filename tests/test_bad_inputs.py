@@ -412,6 +412,45 @@ def test_call_empty_tensor(kernel, tensors, shape):
     expect(ShapeError, lambda: kernel(*tensors), "argument 0", "empty")
 
 
+def test_a_tensor_with_the_negative_bit_is_read_as_its_values(kernel, tensors):
+    """``z.conj().imag`` is a float tensor whose memory holds the negated values (PyTorch's negative bit): the kernel
+    read the memory and computed relu(-x @ w + b), on the checked path and on the hot path after a plain call."""
+    negated = torch.randn(*SHAPES[0], dtype=torch.complex64, device=DEVICE).conj().imag
+    assert negated.is_neg()
+    for first in (negated, tensors[0]):  # the checked path, then the hot path of the same shapes
+        kernel(first, *tensors[1:])
+        expected = torch.relu(negated.double() @ tensors[1].double() + tensors[2].double())
+        torch.testing.assert_close(kernel(negated, *tensors[1:]).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("make, name", [(lambda t: t.to_sparse(), "sparse_coo"), (lambda t: t.to_sparse_csr(),
+                                        "sparse_csr")], ids=["coo", "csr"])
+def test_call_with_a_sparse_tensor(kernel, tensors, make, name):
+    tensors[0] = make(tensors[0])
+    expect(InvalidArgumentError, lambda: kernel(*tensors), "argument 0", name, "dense")
+
+
+def test_call_with_keyword_arguments(kernel, tensors):
+    expect(InvalidArgumentError, lambda: kernel(*tensors[:2], bias=tensors[2]), "positional", "'bias'")
+
+
+def test_a_kernel_keeps_its_parameter_grid_as_checked():
+    """A kernel kept the caller's grid: a copy built after the caller changed it got another configuration, and one
+    given as a read-only mapping could not be copied or pickled."""
+    import copy
+    import pickle
+    import types
+
+    grid = {"BLOCK_SIZE_M": [16]}
+    fused = amk.build_fused_kernel(OPS, SHAPES, FP32, autotune=False, parameter_grid=grid)
+    grid["BLOCK_SIZE_M"] = [64]
+    assert copy.deepcopy(fused).config["BLOCK_SIZE_M"] == fused.config["BLOCK_SIZE_M"] == 16
+    frozen = amk.build_fused_kernel(OPS, SHAPES, FP32, autotune=False,
+                                    parameter_grid=types.MappingProxyType({"BLOCK_SIZE_M": [16]}))
+    assert pickle.loads(pickle.dumps(frozen)).config["BLOCK_SIZE_M"] == 16
+
+
 def test_call_still_works_after_errors(kernel, tensors):
     for bad in ([tensors[0].half(), *tensors[1:]], tensors[:2]):
         with pytest.raises(AmkError):

@@ -1241,6 +1241,22 @@ def test_a_row_reduction_without_keepdim_broadcasts_as_pytorch_aligns_it(case, d
         torch.testing.assert_close(compiled(x), fn(x), atol=ATOL, rtol=RTOL)
 
 
+def test_an_input_with_the_negative_bit_is_read_as_its_values():
+    """``z.conj().imag`` holds the negated values in memory (PyTorch's negative bit, which TorchDynamo guards): the
+    fused kernels read the memory (max error 24); what takes such a tensor is left to PyTorch now."""
+    torch.manual_seed(0)
+    weight = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+
+    def block(x):
+        return torch.relu(F.linear(x, weight)) * 2.0
+
+    negated = torch.randn(8, HIDDEN, dtype=torch.complex64, device=DEVICE).conj().imag
+    compiled = amk.compile(block, autotune=False, verify=False)
+    with torch.no_grad():
+        for x in (negated, inputs(8)[:, 0], negated):
+            torch.testing.assert_close(compiled(x), block(x), atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.parametrize("spelling", ["F.dropout", "torch.dropout"])
 def test_dropout_in_evaluation_is_fused_in_either_spelling(spelling):
     """``torch.dropout(x, p, False)``'s third argument is ``train``: it was read as F.dropout's default

@@ -108,7 +108,11 @@ class SubgraphImporter:
 
     # -- operands -------------------------------------------------------------------------------------------------------
     def _argument(self, node: Node) -> SSAValue:
-        arg = self.block.insert_arg(tensor_type_of(fake_tensor(node)), len(self.block.args))
+        fake = fake_tensor(node)
+        if fake.is_neg():  # TorchDynamo guards the bit, so another call's tensor has it too
+            raise Unsupported(f"{node.name} has PyTorch's negative bit (a view such as z.conj().imag): its memory "
+                              "holds the negated values, which a kernel would read")
+        arg = self.block.insert_arg(tensor_type_of(fake), len(self.block.args))
         arg.name_hint = _hint(node.name)
         self.sources.append(ArgSource(node=node))
         self.values[node] = arg
