@@ -237,14 +237,13 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
     carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``; the matmuls of an fp32 kernel
     built under PyTorch's "high" float32 matmul precision, whose dots are TF32, at ``TF32_TOLERANCE``).
     """
-    if not callable(reference_fn):
-        raise InvalidArgumentError("reference_fn must be callable")
+    _check_verify_arguments(kernel, reference_fn, inputs, dtypes, raise_on_failure)
     report = VerificationReport()
     if not isinstance(kernel, BuiltChain):
         if inputs is None:
             raise InvalidArgumentError("verify needs inputs= when the kernel is not an amk.FusedKernel")
         dtype = inputs[0].dtype
-        report.results.append(compare(kernel(*inputs), reference_fn(*[t.double() for t in inputs]), dtype))
+        report.results.extend(_compared(kernel(*inputs), reference_fn(*[t.double() for t in inputs]), dtype))
     else:
         for dtype in dtypes or [kernel.dtype]:
             if dtype not in TOLERANCES:
@@ -259,7 +258,38 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
             expected = reference_fn(*[t.double() for t in tensors])
             tf32 = (dtype == torch.float32 and variant.float32_matmul_precision != "highest"
                     and any(name == "matmul" for name, _ in kernel.ops))
-            report.results.append(compare(output, expected, dtype, TF32_TOLERANCE if tf32 else None))
+            report.results.extend(_compared(output, expected, dtype, TF32_TOLERANCE if tf32 else None))
     if raise_on_failure and not report.passed:
         raise VerificationError(str(report), report)
     return report
+
+
+def _check_verify_arguments(kernel, reference_fn, inputs, dtypes, raise_on_failure) -> None:
+    """Raise :class:`InvalidArgumentError` naming the first argument of :func:`verify` that it cannot take."""
+    if not isinstance(kernel, BuiltChain) and not callable(kernel):
+        raise InvalidArgumentError(f"kernel must be an amk.FusedKernel or a callable, got {type(kernel).__name__}")
+    if not callable(reference_fn):
+        raise InvalidArgumentError("reference_fn must be callable")
+    if inputs is not None and (not isinstance(inputs, list | tuple) or not inputs
+                               or not all(isinstance(t, torch.Tensor) for t in inputs)):
+        raise InvalidArgumentError("inputs must be None (random inputs) or a non-empty list of the kernel's tensors, "
+                                   f"got {type(inputs).__name__}")
+    if dtypes is not None and (not isinstance(dtypes, list | tuple) or not dtypes
+                               or not all(isinstance(d, torch.dtype) for d in dtypes)):
+        raise InvalidArgumentError(f"dtypes must be None (the kernel's dtype) or a non-empty list of torch dtypes such "
+                                   f"as [torch.float16, torch.bfloat16], got {dtypes!r}")
+    if not isinstance(raise_on_failure, bool):
+        raise InvalidArgumentError(f"raise_on_failure must be True or False, got {raise_on_failure!r}")
+
+
+def _compared(output, expected, dtype: torch.dtype, tolerance: float | None = None) -> list[DTypeResult]:
+    """Each output of a kernel (a tensor or a tuple of them) against the reference's (the same structure)."""
+    outputs = list(output) if isinstance(output, tuple | list) else [output]
+    references = list(expected) if isinstance(expected, tuple | list) else [expected]
+    if len(outputs) != len(references):
+        raise InvalidArgumentError(f"the kernel returned {len(outputs)} tensor(s) and reference_fn {len(references)}")
+    for who, values in (("the kernel", outputs), ("reference_fn", references)):
+        wrong = next((value for value in values if not isinstance(value, torch.Tensor)), None)
+        if wrong is not None:
+            raise InvalidArgumentError(f"{who} returned a {type(wrong).__name__}; verify compares tensors")
+    return [compare(have, want, dtype, tolerance) for have, want in zip(outputs, references, strict=True)]

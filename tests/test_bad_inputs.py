@@ -520,6 +520,27 @@ def test_verify_plain_callable_needs_inputs():
     expect(InvalidArgumentError, lambda: amk.verify(torch.relu, torch.relu), "needs inputs=")
 
 
+@pytest.mark.parametrize("call, substrings", [
+    (lambda k, t: amk.verify(None, torch.relu, inputs=t), ["kernel must be", "NoneType"]),
+    (lambda k, t: amk.verify(k, torch.relu, dtypes=torch.float16), ["dtypes must be", "list of torch dtypes"]),
+    (lambda k, t: amk.verify(k, torch.relu, dtypes=[]), ["dtypes must be"]),
+    (lambda k, t: amk.verify(torch.relu, torch.relu, inputs=[]), ["inputs must be", "non-empty list"]),
+    (lambda k, t: amk.verify(k, torch.relu, inputs=t[0]), ["inputs must be", "Tensor"]),
+    (lambda k, t: amk.verify(k, torch.relu, raise_on_failure="no"), ["raise_on_failure must be True or False"]),
+    (lambda k, t: amk.verify(lambda x: (x, x), torch.relu, inputs=t[:1]), ["returned 2 tensor(s)", "reference_fn 1"]),
+    (lambda k, t: amk.verify(torch.relu, lambda x: x.sum().item(), inputs=t[:1]), ["reference_fn returned a float"]),
+], ids=["kernel-none", "dtypes-one", "dtypes-empty", "inputs-empty", "inputs-tensor", "raise_on_failure",
+        "outputs-count", "reference-float"])
+def test_verify_bad_arguments(kernel, tensors, call, substrings):
+    """These raised TypeError, IndexError or AttributeError from inside verify, or a count of a tensor's rows."""
+    expect(InvalidArgumentError, lambda: call(kernel, tensors), *substrings)
+
+
+def test_verify_compares_each_output_of_a_callable(tensors):
+    report = amk.verify(lambda x: (torch.relu(x), x * 2), lambda x: (torch.relu(x), x * 2), inputs=tensors[:1])
+    assert len(report.results) == 2 and report.passed
+
+
 def test_verify_failure_raises_verification_error(kernel):
     from amk.verification import reference_for
 
