@@ -469,6 +469,18 @@ class Store:
             self._corrupt(key, f"{type(error).__name__}: {error}")
         return None
 
+    def entry_document(self, key: str) -> dict | None:
+        """The document of ``key``'s ``entry.json`` as amk wrote it (None where there is none); raises
+        :class:`CacheError` where the file is damaged (its checksum or format does not hold)."""
+        try:
+            raw = (self.entry_dir(key) / "entry.json").read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            return _unsealed(raw, "entry.json")
+        except CorruptEntry as error:
+            raise CacheError(f"entry {key[:12]} is damaged ({error}); `amk cache clear` removes it") from None
+
     def _entry(self, key: str, doc: dict, files: dict[str, bytes]) -> Entry:
         if doc.get("key") != key:
             raise CorruptEntry(f"entry.json belongs to key {doc.get('key')!r}")

@@ -81,16 +81,10 @@ def _tuning_summary(name: str, trials) -> str:
 def cmd_show(args) -> int:
     store = _store(args)
     key = store.find(args.key)
-    path = store.entry_dir(key) / "entry.json"
-    if path.exists():
-        try:
-            doc = json.loads(path.read_bytes())
-            if not isinstance(doc, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError) as error:
-            raise CacheError(f"entry {key[:12]} is unreadable ({error}); `amk cache clear` removes it") from None
+    doc = store.entry_document(key)  # checked against its checksum: what amk wrote
+    if doc is not None:
         configs = {name: k.get("config") for name, k in doc.get("kernels", {}).items() if isinstance(k, dict)}
-        print(f"entry {key}\ndirectory: {path.parent}\nentry.json:")
+        print(f"entry {key}\ndirectory: {store.entry_dir(key)}\nentry.json:")
     else:
         doc = store.load_config(key)
         if doc is None:
@@ -119,8 +113,8 @@ def cmd_show(args) -> int:
 def cmd_clear(args) -> int:
     store = _store(args)
     count = store.clear(everything=args.all)
-    what = "entries, tuned configs and timings" if args.all else "entries (tuned configs and timings are kept)"
-    print(f"removed {count} {what} from {store.root}")
+    kept = "and every tuned config and timing" if args.all else "(tuned configs and timings are kept)"
+    print(f"removed {count} entries {kept} from {store.root}")
     return 0
 
 

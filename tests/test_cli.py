@@ -13,6 +13,7 @@ from conftest import DEVICE, GPU, installed_script
 
 import amk
 from amk import cli
+from amk.cache import _sealed
 from amk.tuner import TunerConfig
 
 OPS = ["matmul", "add_bias", "relu"]
@@ -80,15 +81,32 @@ def test_show_prints_the_entry_config_and_tuning_summary(populated, capsys):
 def test_show_summarizes_a_tuning_log(tmp_path, capsys):
     kernel = build(tmp_path)
     path = tmp_path / "entries" / kernel.cache_key / "entry.json"
-    doc = json.loads(path.read_text())
+    doc = {k: v for k, v in json.loads(path.read_text()).items() if k != "checksum"}
     doc["tuning_log"] = {"fused_0": [
         {"config": {"BLOCK_SIZE_M": 16}, "status": "ok", "time_ms": 0.25, "detail": "", "reused": True},
         {"config": {"BLOCK_SIZE_M": 32}, "status": "ok", "time_ms": 0.125, "detail": "", "reused": False},
         {"config": {"BLOCK_SIZE_M": 8}, "status": "pruned", "time_ms": None, "detail": "too small", "reused": False}]}
-    path.write_text(json.dumps(doc))  # show reads what is there, checksum or not
+    path.write_bytes(_sealed(doc))
     code, out, _ = run(capsys, "cache", "show", kernel.cache_key, "--cache-dir", str(tmp_path))
     assert code == 0
     assert "fused_0: 3 trials (2 ok, 1 pruned), 1 reused from earlier timings; best 0.1250 ms" in out
+
+
+@pytest.mark.parametrize("damage", [
+    lambda doc: doc.update(verification={"results": [1]}), lambda doc: doc.update(kernels=[]),
+    lambda doc: doc["tuning_log"].update(fused_0=[{"status": "ok", "time_ms": "1.0"}])],
+    ids=["verification", "kernels", "time_ms"])
+def test_show_of_an_entry_edited_since_amk_wrote_it_fails_cleanly(tmp_path, capsys, damage):
+    """An entry.json that is JSON but not what amk wrote raised AttributeError or ValueError with a traceback."""
+    kernel = build(tmp_path)
+    path = tmp_path / "entries" / kernel.cache_key / "entry.json"
+    doc = json.loads(path.read_text())
+    doc.setdefault("tuning_log", {})
+    damage(doc)
+    path.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "cache", "show", kernel.cache_key, "--cache-dir", str(tmp_path))
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("amk: error: ") and "damaged" in err and "does not match its checksum" in err
 
 
 @pytest.mark.parametrize("key, message", [
@@ -121,7 +139,7 @@ def test_clear_removes_entries_without_asking(populated, capsys):
     rebuilt = build(root)
     assert not rebuilt.cache_hit and rebuilt.cache_key == first.cache_key
     code, out, _ = run(capsys, "cache", "clear", "--yes", "--all", "--cache-dir", str(root))
-    assert code == 0 and "removed 1 entries, tuned configs and timings" in out
+    assert code == 0 and "removed 1 entries and every tuned config and timing" in out
     assert not (root / "configs").exists()  # ...unless --all
 
 
