@@ -162,9 +162,24 @@ def request_key(ops, shapes, dtype, settings: dict) -> str:
     """The key of a build request (op list, shapes, dtype, device, versions, settings). It determines the entry key
     (amk's sources are part of it, so the same request always gives the same IR); the ``index`` folder maps one to
     the other so that a warm start need not build and print the IR."""
-    return _sha256(_canonical_json({"format": FORMAT, "ops": jsonable([[n, p] for n, p in ops]),
-                                    "shapes": [list(s) for s in shapes], "dtype": dtype_name(dtype),
-                                    "device": device_descriptor(), "versions": versions(), "settings": settings}))
+    return _request_digest({"ops": jsonable([[n, p] for n, p in ops]), "shapes": [list(s) for s in shapes],
+                            "dtype": dtype_name(dtype), "device": device_descriptor(), "versions": versions(),
+                            "settings": settings})
+
+
+_REQUEST_FIELDS = ("ops", "shapes", "dtype", "device", "versions", "settings")
+
+
+def _request_digest(request: dict) -> str:
+    return _sha256(_canonical_json({"format": FORMAT, **{field: request[field] for field in _REQUEST_FIELDS}}))
+
+
+def entry_request_key(meta: dict) -> str | None:
+    """The :func:`request_key` of the request an entry with ``meta`` was built for (None where ``meta`` has no op
+    list: a captured subgraph's entry, which no index file names)."""
+    if any(field not in meta for field in _REQUEST_FIELDS):
+        return None
+    return _request_digest(meta)
 
 
 def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = None, fp32_dot: str = "ieee") -> str:

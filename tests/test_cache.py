@@ -245,6 +245,22 @@ def test_damaged_index_and_config_records_are_harmless(tmp_path, caplog):
     assert any("unusable" in r.getMessage() for r in caplog.records if r.name == "amk.cache")
 
 
+def test_an_index_file_naming_another_requests_entry_is_not_followed(tmp_path, caplog):
+    """The index maps a request to its entry's key; one naming another valid entry (a sigmoid chain's for this
+    relu chain's request) made the build load that program, a cache hit computing the other chain."""
+    relu = build(tmp_path)
+    other = amk.build_fused_kernel(["matmul", "add_bias", "sigmoid"], SHAPES, torch.float32, autotune=False,
+                                   tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    (index,) = [path for path in (tmp_path / "index").iterdir() if path.read_text().strip() == relu.cache_key]
+    index.write_text(other.cache_key)
+    cache._STORES.clear()  # forget the in-process index
+    with caplog.at_level(logging.WARNING, logger="amk"):
+        again = build(tmp_path)
+    assert again.cache_key == relu.cache_key
+    assert_correct(again)
+    assert any("for another request" in r.getMessage() for r in caplog.records)
+
+
 def shutil_rmtree(path):
     import shutil
 
