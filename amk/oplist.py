@@ -106,7 +106,10 @@ def _clamp(x, operands, params):
 
 
 def _hardtanh(x, operands, params):
-    return _op("ClampOp")(x, min=_f64(params.get("min_val", -1.0)), max=_f64(params.get("max_val", 1.0)))
+    low, high = params.get("min_val", -1.0), params.get("max_val", 1.0)
+    if low > high:
+        raise InvalidArgumentError(f"hardtanh: min_val ({low}) must not exceed max_val ({high})")
+    return _op("ClampOp")(x, min=_f64(low), max=_f64(high))
 
 
 def _scale(x, operands, params):

@@ -138,7 +138,7 @@ class AmkOptMain(xDSLOptMain):
             help="print the IR after every pass (the last one included) to stdout",
         )
         arg_parser.add_argument(
-            "--dump-ir-dir", metavar="DIR", default=None,
+            "--dump-ir-dir", metavar="DIR", default=None, type=_directory_path,
             help="write the input IR and the IR after every pass to DIR as numbered .mlir files",
         )
 
@@ -193,6 +193,13 @@ def main() -> None:
             OSError) as error:
         print(f"amk-opt: error: {error}", file=sys.stderr)
         sys.exit(1)
+
+
+def _directory_path(text: str) -> str:
+    """``--dump-ir-dir``'s value: a path, not an empty string (which would dump nothing, silently)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a directory path, got an empty one")
+    return text
 
 
 if __name__ == "__main__":

@@ -80,8 +80,9 @@ class TunerConfig:
     def __post_init__(self):
         for name in ("search_budget", "warmup_runs", "measure_runs"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "warmup_runs" else 1):
-                raise InvalidArgumentError(f"TunerConfig.{name} must be a positive integer, got {value!r}")
+            least = 0 if name == "warmup_runs" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InvalidArgumentError(f"TunerConfig.{name} must be an integer >= {least}, got {value!r}")
         for name in ("enable_warp_specialization", "vendor_gemm"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")

@@ -128,6 +128,11 @@ def test_print_ir_after_all(chain_file):
     assert "memory_staged.kernel" in sections[3]
 
 
+def test_an_empty_dump_ir_dir_is_refused(chain_file):
+    """``--dump-ir-dir ""`` dumped nothing, silently."""
+    assert "must be a directory path" in fails_cleanly(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", "", chain_file))
+
+
 def test_dump_ir_dir(chain_file, tmp_path):
     directory = tmp_path / "dump"
     ok(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", directory, chain_file))

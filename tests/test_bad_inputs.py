@@ -145,6 +145,12 @@ def test_clamp_min_greater_than_max():
     expect(InvalidArgumentError, build([("clamp", {"min": 1.0, "max": 0.0})], [(32, 64)]), "clamp", "min", "max")
 
 
+def test_hardtanh_min_greater_than_max():
+    """It raised a ShapeError from the IR verifier ("does not fit its inputs"); clamp's check names the bounds."""
+    expect(InvalidArgumentError, build([("hardtanh", {"min_val": 2, "max_val": -2})], [(32, 64)]),
+           "min_val (2) must not exceed max_val (-2)")
+
+
 def test_clamp_min_greater_than_max_names_the_problem():
     """Whatever its class, the message of the min > max error names both bounds."""
     with pytest.raises(AmkError) as info:
@@ -305,7 +311,7 @@ def test_parameter_grid_accepted_and_used():
 
 
 @pytest.mark.parametrize("kwargs, substrings", [
-    ({"search_budget": 0}, ["search_budget", "positive integer", "0"]),
+    ({"search_budget": 0}, ["search_budget", "integer >= 1", "0"]),
     ({"search_budget": -4}, ["search_budget", "-4"]),
     ({"search_budget": "8"}, ["search_budget", "'8'"]),
     ({"search_budget": 8.0}, ["search_budget", "8.0"]),

@@ -2,9 +2,10 @@
 
 Conventions for code blocks in those files:
 
-- ```` ```python ````: executed, each file's blocks in order in one namespace (``torch`` and ``amk`` are imported in
-  it beforehand), on the CPU (Triton's interpreter), with the repository root as the working directory. Python that
-  must not run here (it needs a GPU, or shows an API of another component) is fenced ```` ```py ````.
+- ```` ```python ````: executed, each file's blocks in order in one namespace that starts empty (a file's blocks import
+  what they use, as a reader who copies them runs them), on the CPU (Triton's interpreter), with the repository root
+  as the working directory. Python that must not run here (it needs a GPU, or shows an API of another component)
+  is fenced ```` ```py ````.
 - a block with ``title="Output"`` (```` ```text title="Output" ````, ```` ```mlir title="Output" ````, ...) right
   after a python block: that block's stdout must match it; ``...`` stands for any text.
 - ```` ```mlir ````: must parse and verify with ``amk-opt`` (blocks using the tutorial's dialect, with the tutorial's
@@ -158,7 +159,6 @@ def isolated_registries():
 def test_python_blocks_run(path, isolated_registries, monkeypatch):
     monkeypatch.chdir(REPO)
     namespace = {"__name__": DOCS_MODULE}
-    exec("import torch\nimport amk", namespace)
     blocks = code_blocks(path)
     for index, block in enumerate(blocks):
         if block.lang != "python":
@@ -332,7 +332,6 @@ def update_outputs(path: Path) -> list[str]:
 
     os.chdir(REPO)
     namespace = {"__name__": DOCS_MODULE}
-    exec("import torch\nimport amk", namespace)
     blocks = code_blocks(path)
     lines = path.read_text().splitlines()
     replacements, stale = [], []
