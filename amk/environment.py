@@ -92,6 +92,9 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")
 
 
+_ANCHORED_CACHE_DIRS: dict[str, Path] = {}  # each AMK_CACHE_DIR value read -> the directory it named then
+
+
 def resolve_root(override: str | os.PathLike | None = None) -> Path:
     """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory.
 
@@ -101,7 +104,9 @@ def resolve_root(override: str | os.PathLike | None = None) -> Path:
         return Path(override)
     environment = os.environ.get("AMK_CACHE_DIR", "")
     if environment.strip():
-        return Path(environment)
+        # A relative one names a directory under the current directory of its first use: a later os.chdir does not
+        # move the cache (as TunerConfig anchors its target_cache_dir when made).
+        return _ANCHORED_CACHE_DIRS.setdefault(environment, Path(os.path.abspath(environment)))
     return Path(platformdirs.user_cache_dir("amk"))
 
 

@@ -92,6 +92,19 @@ def test_relative_target_cache_dir_is_fixed_at_build_time(tmp_path, user_cache, 
     assert not (tmp_path / "relative-cache" / "relative-cache").exists()
 
 
+def test_a_relative_amk_cache_dir_is_fixed_at_its_first_use(tmp_path, user_cache, monkeypatch):
+    """A relative AMK_CACHE_DIR was resolved again at every build: after an os.chdir, a kernel's copy for another
+    dtype went to a second cache under the new directory."""
+    monkeypatch.setenv("AMK_CACHE_DIR", f"relative-env-cache-{tmp_path.name}")  # a value of this test's own
+    monkeypatch.chdir(tmp_path)
+    kernel = build()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    other = kernel.with_dtype(torch.float32)
+    assert all(Path(path).is_relative_to(tmp_path / os.environ["AMK_CACHE_DIR"]) for path in other.source_paths)
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
 @pytest.mark.parametrize("value, message", [
     ("", "non-empty path"),
     ("   ", "non-empty path"),
