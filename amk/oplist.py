@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from amk.errors import InvalidArgumentError, ShapeError, UnsupportedOpError
+from amk.errors import DTypeError, InvalidArgumentError, ShapeError, UnsupportedOpError
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import FloatAttr, ModuleOp
@@ -267,7 +267,7 @@ def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> M
     from xdsl.utils.exceptions import VerifyException
 
     from amk.dialects.tensor_op import TensorType
-    from amk.dtypes import to_ir
+    from amk.dtypes import to_ir, to_torch
 
     op_list = normalize_ops(ops)
     shapes = normalize_shapes(input_shapes)
@@ -282,6 +282,11 @@ def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> M
     for index, ((name, params), count) in enumerate(zip(op_list, counts)):
         operands = list(block.args[position:position + count])
         position += count
+        if operands and value.type.element_type != element:
+            chain = to_torch(value.type.element_type)
+            raise DTypeError(f"ops[{index}] ({name}) takes operands in the chain's dtype {dtype}, but its input is "
+                             f"{chain} after a cast: cast after the ops that take operands, or build the chain in "
+                             f"{chain}")
         try:
             op = OPS[name].build(value, operands, params)
             op.verify()

@@ -151,6 +151,13 @@ def test_hardtanh_min_greater_than_max():
            "min_val (2) must not exceed max_val (-2)")
 
 
+def test_an_op_with_operands_after_a_cast_names_the_dtypes():
+    """It raised a ShapeError on the IR's element types ("f32 vs f16"), not saying that operands take the chain's
+    dtype."""
+    expect(DTypeError, build([("cast", {"dtype": torch.float32}), "mul"], [(4, 8), (4, 8)], torch.float16),
+           "ops[1] (mul)", "chain's dtype torch.float16", "torch.float32 after a cast")
+
+
 def test_clamp_min_greater_than_max_names_the_problem():
     """Whatever its class, the message of the min > max error names both bounds."""
     with pytest.raises(AmkError) as info:
