@@ -818,6 +818,64 @@ def test_a_model_holding_a_compiled_block_compiles(outer):
     torch.testing.assert_close(outer_fn(x), (F.gelu(x * 2.0) + 1.0).relu(), atol=ATOL, rtol=RTOL)
 
 
+def test_a_compiled_module_runs_its_kernels_while_another_thread_compiles(monkeypatch):
+    """``torch.compiler.is_compiling()`` is one flag for the process, True while any thread compiles: a compiled
+    module called meanwhile took itself for being traced inside a compile and ran its PyTorch ops (20 of 21 calls
+    in a helper's run). The flag is set here as another thread's compile sets it."""
+    model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64)).to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = torch.randn(4, 32, device=DEVICE)
+    with torch.no_grad():
+        compiled(x)
+        monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+        assert torch.compiler.is_compiling()
+        before = frontend.STATS.as_dict()["kernel_calls"]
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+        assert frontend.STATS.as_dict()["kernel_calls"] == before + 1
+
+
+def test_first_calls_in_threads_that_trace_a_broadcast_size_one_dim_again_all_succeed():
+    """Four threads' first calls, each with a [1, 1, H] argument that broadcasts against a parameter: each trace
+    fails in its first frame and is made again with the dim static. Whether a trace was the call's first was told
+    from TorchDynamo's count of frames traced in the process, which the other threads' traces raised, so the calls
+    were not made again and raised TorchRuntimeError."""
+    import threading
+
+    class Gain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(4, HIDDEN))
+            self.proj = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, gain, x):
+            return self.proj(x + (gain * self.table).sum(1))
+
+    torch.manual_seed(0)
+    model = Gain().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    calls = [(torch.randn(1, 1, HIDDEN, device=DEVICE), torch.randn(3 + index, HIDDEN, device=DEVICE))
+             for index in range(4)]
+    start, outcomes = threading.Barrier(len(calls)), {}
+
+    def call(index):
+        start.wait()
+        try:
+            with torch.no_grad():
+                outcomes[index] = compiled(*calls[index])
+        except Exception as error:  # noqa: BLE001 - the test reports what each thread got
+            outcomes[index] = error
+
+    threads = [threading.Thread(target=call, args=(index,)) for index in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with torch.no_grad():
+        for index, arguments in enumerate(calls):
+            assert isinstance(outcomes[index], torch.Tensor), outcomes[index]
+            torch.testing.assert_close(outcomes[index], model(*arguments), atol=ATOL, rtol=RTOL)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Copies and pickling
 # --------------------------------------------------------------------------------------------------------------------

@@ -30,12 +30,14 @@ bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import inspect
 import itertools
 import logging
 import os
+import threading
 import types
 from collections.abc import Callable
 
@@ -66,6 +68,14 @@ def clear_cache(cache_dir=None) -> None:
 
     check_directory_argument(cache_dir, "clear_cache's cache_dir")
     cache.store_for(cache_dir).clear()
+
+
+def _being_traced() -> bool:
+    """Whether this call is traced as part of another model's compile (by TorchDynamo, which reads
+    ``is_dynamo_compiling`` as True, or by torch.export), not run: then it is traced as its Python. Not
+    ``torch.compiler.is_compiling()``, a flag of the process that is True in every thread while any thread compiles
+    (a compiled module called then ran its PyTorch ops instead of its kernels)."""
+    return torch.compiler.is_dynamo_compiling() or torch.compiler.is_exporting()
 
 
 def _size_oblivious_config():
@@ -118,9 +128,22 @@ def _unmark_size_one_dims(values) -> None:
             getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
 
 
-def _frames_traced() -> int:
-    """How many frames TorchDynamo has started to trace in this process (failed traces included)."""
-    return torch._dynamo.utils.counters["frames"]["total"]
+def _nothing_ran_before_the_trace(error: Exception) -> bool:
+    """Whether the frames executing when TorchDynamo's trace failed with ``error`` were this module's and torch's call
+    machinery only (``Module.__call__``, TorchDynamo's entry and frame conversion): no frame of the model was running
+    (the caller of a callee traced on its own, the frame a resumed function continues), so the failed trace was the
+    call's first. Read from the error's own traceback, so that traces in other threads do not count."""
+    dynamo = os.path.dirname(torch._dynamo.__file__) + os.sep
+    module_call = torch.nn.Module._call_impl.__code__.co_filename
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_filename == os.path.join(dynamo, "convert_frame.py"):
+            return True
+        if not (code.co_filename in (__file__, module_call) or code.co_filename.startswith(dynamo)):
+            return False
+        frame = frame.tb_next
+    return False
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -212,11 +235,10 @@ class _Caller:
             return self.call(*args, **kwargs)
         marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs),
                                                                       self.mark_size_one and self._forward_first())
-        frames_before = _frames_traced()
         try:
             result = self._traced_call(args, kwargs)
         except torch._dynamo.exc.TorchRuntimeError as error:  # raised while TorchDynamo traced on fake tensors
-            result = self._call_again(args, kwargs, error, marked_size_one, frames_before)
+            result = self._call_again(args, kwargs, error, marked_size_one)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
@@ -229,14 +251,14 @@ class _Caller:
         return module is None or not (module._forward_pre_hooks or "forward" in vars(module)
                                       or torch.nn.modules.module._global_forward_pre_hooks)
 
-    def _call_again(self, args, kwargs, error: Exception, marked_size_one: bool, frames_before: int):
+    def _call_again(self, args, kwargs, error: Exception, marked_size_one: bool):
         """The call made again after TorchDynamo's trace of it failed with ``error``: with the first argument's size-1
         dims static where they were marked dynamic (one broadcasts against a parameter's dim), then also without
         ``backed_size_oblivious`` (a dim TorchDynamo itself made dynamic, traced size-obliviously like amk's: a
         second argument's size-1 dim that broadcasts, [1, N] after [B, N], or a first argument's after a call where
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
-        was the call's only one and of its first frame (:meth:`_failed_in_entry_frame`), so that nothing of the call
-        ran; else ``error`` reaches the caller."""
+        was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`); else
+        ``error`` reaches the caller."""
         attempts = []
         if marked_size_one:
             # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then
@@ -247,24 +269,23 @@ class _Caller:
         if self.size_oblivious is not None:
             attempts.append(("without backed_size_oblivious", lambda: self.call(*args, **kwargs)))
         for how, attempt in attempts:
-            if not self._failed_in_entry_frame(error, frames_before):
+            if not self._failed_in_entry_frame(error):
                 log.warning("amk.compile: TorchDynamo's trace failed after part of the call may have run, so the call "
                             "is not made again: %s", str(error).splitlines()[0])
                 break
             log.info("amk.compile: TorchDynamo's trace failed in the call's first frame (%s); tracing again %s",
                      str(error).splitlines()[0], how)
-            frames_before = _frames_traced()
             try:
                 return attempt()
             except torch._dynamo.exc.TorchRuntimeError as again:
                 error = again
         raise error
 
-    def _failed_in_entry_frame(self, error: Exception, frames_before: int) -> bool:
-        """Whether TorchDynamo's failed trace was the only frame it traced since ``frames_before`` and that frame was
-        the call's own first one (the outermost user frame of the error's stack is a line of ``entry_codes``, not a
-        function resumed after a graph break, nor a callee traced on its own after its caller ran, which may share
-        its name and file: another module's ``forward``): then nothing of the call ran, and it can be made again."""
+    def _failed_in_entry_frame(self, error: Exception) -> bool:
+        """Whether TorchDynamo's failed trace was of the call's own first frame, before any frame of the model ran
+        (:func:`_nothing_ran_before_the_trace`), and the outermost user frame of the error's stack is a line of
+        ``entry_codes`` (not a function resumed after a graph break, nor a callee traced on its own after its caller
+        ran, which may share its name and file: another module's ``forward``): then the call can be made again."""
         # A module class of torch's own (nn.Sequential) is traced through a wrapper frame of TorchDynamo's first
         # (external_utils.wrap_inline), which is not the user's.
         dynamo_sources = os.path.dirname(torch._dynamo.__file__) + os.sep
@@ -272,21 +293,46 @@ class _Caller:
                                          getattr(error, "real_stack", None) or ()))
         # Name, file and line: a function resumed after a graph break (torch_dynamo_resume_in_forward_at_N) has the
         # file and lines of the one it resumes, another module's forward its name and maybe its file.
-        return _frames_traced() - frames_before == 1 and bool(stack) and any(
+        return _nothing_ran_before_the_trace(error) and bool(stack) and any(
             stack[0].name == code.co_name and stack[0].filename == code.co_filename
             and stack[0].lineno in {line for *_, line in code.co_lines() if line is not None}
             for code in self.entry_codes)
 
     def _traced_call(self, args, kwargs):
         """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
-        config = self.size_oblivious
-        if config is None or config.backed_size_oblivious:
+        if self.size_oblivious is None:
             return self.call(*args, **kwargs)
-        config.backed_size_oblivious = True
+        with _SIZE_OBLIVIOUS_TRACING.on(self.size_oblivious):
+            return self.call(*args, **kwargs)
+
+
+class _SizeObliviousTracing:
+    """Turns torch's ``backed_size_oblivious`` on from the first call in flight that TorchDynamo may trace, in any
+    thread, to the last one's end, then back to what it was: one thread's call ending does not turn it off under
+    another thread's trace."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.before = False
+
+    @contextlib.contextmanager
+    def on(self, config):
+        with self.lock:
+            if self.calls == 0:
+                self.before = config.backed_size_oblivious
+                config.backed_size_oblivious = True
+            self.calls += 1
         try:
-            return self.call(*args, **kwargs)
+            yield
         finally:
-            config.backed_size_oblivious = False
+            with self.lock:
+                self.calls -= 1
+                if self.calls == 0:
+                    config.backed_size_oblivious = self.before
+
+
+_SIZE_OBLIVIOUS_TRACING = _SizeObliviousTracing()
 
 
 def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda_graphs: bool) -> _Caller | CUDAGraphed:
@@ -388,7 +434,7 @@ class CompiledModule(torch.nn.Module):
         self._compile_orig_mod()
 
     def forward(self, *args, **kwargs):
-        if torch.compiler.is_compiling():  # called from a model being compiled: traced as the model, inlined
+        if _being_traced():  # called from a model being compiled: traced as the model, inlined
             return self._orig_mod(*args, **kwargs)
         return self._amk_caller(*args, **kwargs)
 
@@ -468,7 +514,7 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
 
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
-            if torch.compiler.is_compiling():  # called from a function being compiled: traced as the function
+            if _being_traced():  # called from a function being compiled: traced as the function
                 return model_or_fn(*args, **kwargs)
             return caller(*args, **kwargs)
 
