@@ -54,6 +54,19 @@ def print_dim_list(printer: Printer, dims: tuple[Dim, ...]) -> None:
     printer.print_string("[" + ", ".join(d.text for d in dims) + "]")
 
 
+# The names amk's lowering gives what it brings into index expressions: the loop variables of its strategies, the
+# program ids, a configuration's tile parameters. A tensor's dim may not be named so (tensor_op's verifier says so):
+# the kernel would read the lowering's value where the dim's was meant.
+LOOP_VARIABLES = frozenset({"k", "n", "t", "split"})
+_LOWERING_PREFIXES = ("pid_", "BLOCK_", "SPLIT_", "GROUP_", "WARP_", "NUM_", "EVEN_", "even_")
+
+
+def lowering_name(name: str) -> bool:
+    """Whether ``name`` is one amk's lowering uses in index expressions (:data:`LOOP_VARIABLES`, ``pid_*``,
+    ``BLOCK_*``, ...)."""
+    return name in LOOP_VARIABLES or name.startswith(_LOWERING_PREFIXES)
+
+
 class SymbolicShapedType:
     """Mixin for types written ``<[d0, d1, ...], element-type>`` with symbolic dims (tensors, tiles).
 
@@ -99,9 +112,13 @@ class SymbolicShapedType:
     def verify(self) -> None:
         for text in self.shape.data:
             try:
-                Dim(text.data)
+                dim = Dim(text.data)
             except ValueError as error:
                 raise VerifyException(f"{self.name}: {error}") from None
+            # 3/2 or M/2: a launcher would size a buffer by its floor, and the kernel fill the rows it is given
+            if dim.expr.is_integer is not True or dim.expr.is_zero:
+                raise VerifyException(f"{self.name}: dimension {dim.text} is not a whole number of at least 1 (write "
+                                      "floor(M/2) or cdiv(M, 2) for a quotient)")
 
 
 class SymbolicExprList:

@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import StringAttr, UnitAttr, bf16, f16, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from amk.dialects import tensor_op, tiled_loop
+from amk.dialects.syntax import LOOP_VARIABLES
 from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
 from amk.errors import CompilationError
@@ -170,7 +171,11 @@ class KernelLowering:
              lower: Dim | int = 0, pipelined: bool = False) -> list[SSAValue]:
         """A ``tiled_loop.for`` whose body is built by ``body(carried) -> next carried``; ``note`` says what the loop
         is for (it becomes the comment above the loop in the emitted code). ``pipelined`` marks a loop whose loads do
-        not depend on what it carries, so that they may be issued iterations ahead."""
+        not depend on what it carries, so that they may be issued iterations ahead. ``iv`` is one of
+        :data:`~amk.dialects.syntax.LOOP_VARIABLES`, names no tensor dim may take."""
+        if iv not in LOOP_VARIABLES:
+            raise CompilationError(f"loop variable {iv!r} is not one of {sorted(LOOP_VARIABLES)}: add it to "
+                                   "amk.dialects.syntax.LOOP_VARIABLES, which tensor dims may not be named")
         for_op = tiled_loop.ForOp(iv, lower, upper, step, inits)
         for_op.attributes["note"] = StringAttr(note)
         if pipelined:

@@ -48,12 +48,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import tensor_op, tiled_loop
+from amk.dialects.syntax import LOOP_VARIABLES, lowering_name
 from amk.dialects.tensor_op import TensorType
 from amk.lowering.kernel_lowering import (
     DEFAULT_MERGE_CHUNK,
@@ -62,7 +63,7 @@ from amk.lowering.kernel_lowering import (
     Workspace,
     WorkspaceBuffer,
 )
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, plan_group
+from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, NotFusable, plan_group
 from amk.lowering.strategies import AUTO, STRATEGIES, choose_strategy
 from amk.symbolic import Dim
 
@@ -94,6 +95,25 @@ def _product(dims) -> str:
 
 
 
+def _check_region(fused: tensor_op.FusedOp, name: str, ops: list) -> None:
+    """Raise PassFailedException for what amk-fuse never forms and a kernel cannot be made of: a region without ops,
+    an argument no op reads, a dim named as the lowering names its own symbols (:func:`lowering_name`)."""
+    if not ops:
+        raise PassFailedException(f"amk-tile: {name}: a tensor_op.fused region without ops has no kernel to make")
+    unread = [arg for arg in fused.body.block.args if not arg.uses]
+    if unread:
+        raise PassFailedException(f"amk-tile: {name}: argument {unread[0].index} of its tensor_op.fused region is read "
+                                  "by no op (a kernel takes the operands its ops read)")
+    for value in (*fused.operands, *fused.results):
+        reserved = sorted(symbol for dim in tensor_op.tensor_type(value).dims for symbol in dim.free_symbols
+                          if lowering_name(symbol))
+        if reserved:
+            raise PassFailedException(
+                f"amk-tile: {name}: dimension name {reserved[0]!r} is one amk's lowering gives its loop variables "
+                f"({', '.join(sorted(LOOP_VARIABLES))}), program ids (pid_*) or tile parameters (BLOCK_*, SPLIT_*, "
+                "...), which the kernel would read instead: rename the dimension")
+
+
 def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge_chunk: int = 0,
                 size_hints: Mapping[str, int] | None = None) -> tuple[tiled_loop.KernelOp, tiled_loop.LaunchOp]:
     """The kernel of one fused region, tiled by ``strategy`` (a registered name, or ``auto``, which chooses as for
@@ -102,7 +122,11 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
     block = fused.body.block
     ops = list(block.ops)[:-1]
     outputs = list(block.last_op.values)
-    plan = plan_group(ops, outputs)
+    _check_region(fused, name, ops)
+    try:
+        plan = plan_group(ops, outputs)
+    except NotFusable as error:  # a region written by hand (amk-fuse forms only regions it can plan)
+        raise PassFailedException(f"amk-tile: {name}: its tensor_op.fused region cannot be one kernel: {error}") from None
     arg_types, views, names = [], [], []
     for arg in block.args:
         cls = plan.input_class[arg]
@@ -219,7 +243,7 @@ class TilePass(ModulePass):
             raise PassFailedException(f"amk-tile: reduction_strategy must be {', '.join(accepted)}, "
                                       f"got {self.reduction_strategy!r}")
         size_hints = parse_size_hints(self.size_hints)
-        taken = {o.sym_name.data for o in op.walk() if isinstance(o, tiled_loop.KernelOp)}
+        taken = {o.sym_name.data for o in op.walk() if isinstance(getattr(o, "sym_name", None), StringAttr)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block
         first = module_block.first_op

@@ -877,3 +877,15 @@ def test_diagonal_needs_a_square_tile():
     diagonal.verify()
     with pytest.raises(VerifyException, match=r"'tiled_loop.diagonal' needs a square tile, got \[BLOCK_M, BLOCK_N\]"):
         not_square.verify()
+
+
+@pytest.mark.parametrize("dim", ["3/2", "M/2", "0", "2*M/3"])
+def test_a_dimension_is_a_whole_number_of_at_least_one(dim):
+    """``3/2`` was accepted: a launcher sized the buffer by its floor while the kernel wrote the rows it was given."""
+    with pytest.raises(VerifyException, match="is not a whole number of at least 1"):
+        TensorType([dim, 4], f32)
+
+
+@pytest.mark.parametrize("dim", ["floor(M/2)", "cdiv(M, 2)", "M - 1", "B*S"])
+def test_whole_number_dimensions_are_accepted(dim):
+    assert TensorType([dim, 4], f32).rank == 2
