@@ -98,8 +98,8 @@ def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
         return f"code({obj.co_code.hex()}, {constants}, {obj.co_names})"
     if isinstance(obj, functools.partial):
         return f"partial({_definition(obj.func, seen)}, {_definition(obj.args, seen)}, {_definition(obj.keywords, seen)})"
-    if isinstance(obj, types.MethodType):
-        return _definition(obj.__func__, seen)
+    if isinstance(obj, types.MethodType):  # and what it is bound to: Scaler(2.0).rule is not Scaler(3.0).rule
+        return f"method({_definition(obj.__func__, seen)}, {_instance(obj.__self__, seen)})"
     if isinstance(obj, types.FunctionType):
         closure = [cell.cell_contents for cell in obj.__closure__ or () if cell.cell_contents is not obj]
         return (f"function({obj.__qualname__}, {_definition(obj.__code__, seen)}, {_definition(closure, seen)}, "
@@ -115,8 +115,15 @@ def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
         bases = [_definition(base, seen) for base in obj.__bases__]
         return f"class({obj.__qualname__}, {bases}, {_definition(members, seen)})"
     if callable(obj):  # an instance whose class defines __call__
-        return f"instance({_definition(type(obj), seen)}, {_definition(vars(obj) if hasattr(obj, '__dict__') else {}, seen)})"
+        return _instance(obj, seen)
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _instance(obj, seen: frozenset[int]) -> str:
+    """An object by its class and attributes (a bound method's ``self``, a callable instance)."""
+    if isinstance(obj, type):
+        return _definition(obj, seen)
+    return f"instance({_definition(type(obj), seen)}, {_definition(vars(obj) if hasattr(obj, '__dict__') else {}, seen)})"
 
 
 def extensions_fingerprint() -> str:
@@ -131,16 +138,16 @@ def extensions_fingerprint() -> str:
     parts = []
     if rules is not None:
         parts += [f"rule {op.name}: {_definition(rule)}" for op, rule in rules.ELEMENTWISE_RULES.items()
-                  if not _defined_in_amk(rule)]
+                  if rule is not rules.BUILT_IN_ELEMENTWISE_RULES.get(op)]
         for op, reduction in rules.ROW_REDUCTIONS.items():
-            # (fields, not dataclasses.astuple, which deep-copies them)
-            functions = [value for field in dataclasses.fields(reduction)
-                         if callable(value := getattr(reduction, field.name))]
-            if not all(_defined_in_amk(function) for function in functions):
+            if reduction is not rules.BUILT_IN_ROW_REDUCTIONS.get(op):
+                # (fields, not dataclasses.astuple, which deep-copies them)
+                functions = [value for field in dataclasses.fields(reduction)
+                             if callable(value := getattr(reduction, field.name))]
                 parts.append(f"reduction {op.name}: " + "".join(map(_definition, functions)))
     if references is not None:
         parts += [f"reference {op.name}: {_definition(fn)}" for op, fn in references.REFERENCE.items()
-                  if not _defined_in_amk(fn)]
+                  if fn is not references.BUILT_IN_REFERENCE.get(op)]
     if strategies is not None:
         parts += [f"strategy {name}: {_definition(type(strategy))}" for name, strategy in strategies.STRATEGIES.items()
                   if not _defined_in_amk(type(strategy))]

@@ -88,6 +88,10 @@ def callable_name(fn) -> str:
     return getattr(fn, "__qualname__", type(fn).__qualname__)
 
 
+# amk's own references: what a build's cache key need not name (see amk.lowering.rules.BUILT_IN_ELEMENTWISE_RULES).
+BUILT_IN_REFERENCE = dict(REFERENCE)
+
+
 def register_reference(op_class: type[Operation], fn: Callable) -> None:
     """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
     replaced = REFERENCE.get(op_class)

@@ -485,6 +485,12 @@ ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
     column_sums=(ColumnSum("count", _column_count, per_row=False), ColumnSum("sumsq", _squares, squares=True)))
 
 
+# amk's own rules, as this module registers them: what a build's cache key need not name (amk.build's
+# extensions_fingerprint names every entry that differs, an amk function registered for another op included).
+BUILT_IN_ELEMENTWISE_RULES = dict(ELEMENTWISE_RULES)
+BUILT_IN_ROW_REDUCTIONS = dict(ROW_REDUCTIONS)
+
+
 def reduction_input(op: Operation) -> SSAValue:
     """The operand a row reduction reduces."""
     return op.input

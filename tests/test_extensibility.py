@@ -373,6 +373,36 @@ def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process
     assert edited != first
 
 
+def test_the_fingerprint_follows_what_a_rule_is_bound_to_and_amk_rules_moved_to_another_op():
+    """``Scaler(2.0).rule`` and ``Scaler(3.0).rule`` had one fingerprint (a bound method counted as its function),
+    and an amk rule registered for another op (sigmoid's for relu) none: the second build loaded the first's kernel,
+    computing x * 2 or relu."""
+    import warnings
+
+    from amk.build import extensions_fingerprint
+    from amk.dialects import tensor_op
+
+    class Scaler:
+        def __init__(self, factor):
+            self.factor = factor
+
+        def rule(self, b, op, x):
+            return b.mul(x, self.factor)
+
+    original, base = rules.ELEMENTWISE_RULES[tensor_op.ReluOp], extensions_fingerprint()
+    prints = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # each registration replaces the last one, with a warning
+            for rule in (Scaler(2.0).rule, Scaler(3.0).rule, rules.ELEMENTWISE_RULES[tensor_op.SigmoidOp]):
+                rules.register_elementwise(tensor_op.ReluOp)(rule)
+                prints.append(extensions_fingerprint())
+    finally:
+        rules.ELEMENTWISE_RULES[tensor_op.ReluOp] = original
+    assert len({base, *prints}) == 4, prints
+    assert extensions_fingerprint() == base
+
+
 def test_a_partial_replacing_a_registration_is_named_in_the_warning(registered):
     """A rule or reference that is a partial (no __qualname__) replaces another with the warning, not an
     AttributeError that left the registration undone."""
