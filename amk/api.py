@@ -237,8 +237,8 @@ class _HotPath:
         for tensor, size in zip(tensors, self.sizes):
             # requires_grad is tested first and is_grad_enabled only when it is set: a call without grads pays
             # one attribute read per tensor for autograd.
-            if not (isinstance(tensor, torch.Tensor) and tensor.dtype is dtype and tensor.shape == size
-                    and tensor.device == device and tensor.layout is torch.strided and not tensor.is_neg()
+            if not (isinstance(tensor, torch.Tensor) and tensor.dtype is dtype and tensor.layout is torch.strided
+                    and tensor.shape == size and tensor.device == device and not tensor.is_neg()
                     and not (tensor.requires_grad and torch.is_grad_enabled())):
                 return False
         return True

@@ -1,4 +1,5 @@
 // RUN: not amk-opt %s 2>&1 | filecheck %s
+// NO-ROUNDTRIP: the input is what the verifier refuses, so it has no printed form
 
 // A dimension is a whole number of at least 1: a launcher sized 3/2's buffer by its floor (one row) while the kernel
 // wrote the rows it was given, past the buffer's end.
