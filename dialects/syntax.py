@@ -55,7 +55,7 @@ def print_dim_list(printer: Printer, dims: tuple[Dim, ...]) -> None:
 
 
 # The names amk's lowering gives what it brings into index expressions: the loop variables of its strategies, the
-# program ids, a configuration's tile parameters. A tensor's dim may not be named so (tensor_op's verifier says so):
+# program ids, a configuration's tile parameters. A fused region's dims may not be named so (amk-tile refuses them):
 # the kernel would read the lowering's value where the dim's was meant.
 LOOP_VARIABLES = frozenset({"k", "n", "t", "split"})
 _LOWERING_PREFIXES = ("pid_", "BLOCK_", "SPLIT_", "GROUP_", "WARP_", "NUM_", "EVEN_", "even_")
