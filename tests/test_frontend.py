@@ -330,21 +330,23 @@ def test_arguments_with_size_one_dims_that_broadcast_compile_once_for_every_batc
     assert amk.explain(compiled, print_report=False).graphs[0].subgraphs  # the norm and the projection fused
 
 
+class GainTable(nn.Module):
+    """A gain table summed over a [B, 1, H] argument: a batch of 1 there broadcasts against the table's 4 rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(4, HIDDEN))
+        self.proj = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, gain, x):
+        return self.proj(x + (gain * self.table).sum(1))
+
+
 def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_them_static():
     """The first tensor argument's size-1 dims are marked dynamic; where one broadcasts against a parameter's dim, the
     trace fails in the call's first frame (nothing of the call has run), and is made again with no size-1 dim
     dynamic."""
-
-    class Gain(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.table = nn.Parameter(torch.randn(4, HIDDEN))
-            self.proj = nn.Linear(HIDDEN, HIDDEN)
-
-        def forward(self, gain, x):
-            return self.proj(x + (gain * self.table).sum(1))
-
-    model = Gain().to(DEVICE)
+    model = GainTable().to(DEVICE)
     compiled = amk.compile(model, autotune=False)
     stats = frontend.STATS.as_dict()
     gain = torch.randn(1, 1, HIDDEN).to(DEVICE)
@@ -355,7 +357,7 @@ def test_a_first_argument_whose_size_one_dims_broadcast_is_traced_again_with_the
     assert not compiled._amk_caller.mark_size_one
 
     # The same on a later call: the first had no size-1 dim to mark, the second's trace fails in its first frame.
-    compiled = amk.compile(Gain().to(DEVICE), autotune=False)
+    compiled = amk.compile(GainTable().to(DEVICE), autotune=False)
     for gain, x in ((torch.randn(4, 4, HIDDEN), inputs(4)[:, 0]), (torch.randn(1, 1, HIDDEN), inputs(3)[:, 0])):
         gain, x = gain.to(DEVICE), x.contiguous()
         torch.testing.assert_close(compiled(gain, x), compiled._orig_mod(gain, x), atol=ATOL, rtol=RTOL)
@@ -841,17 +843,8 @@ def test_first_calls_in_threads_that_trace_a_broadcast_size_one_dim_again_all_su
     were not made again and raised TorchRuntimeError."""
     import threading
 
-    class Gain(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.table = nn.Parameter(torch.randn(4, HIDDEN))
-            self.proj = nn.Linear(HIDDEN, HIDDEN)
-
-        def forward(self, gain, x):
-            return self.proj(x + (gain * self.table).sum(1))
-
     torch.manual_seed(0)
-    model = Gain().to(DEVICE)
+    model = GainTable().to(DEVICE)
     compiled = amk.compile(model, autotune=False)
     calls = [(torch.randn(1, 1, HIDDEN, device=DEVICE), torch.randn(3 + index, HIDDEN, device=DEVICE))
              for index in range(4)]

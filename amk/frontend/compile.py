@@ -128,12 +128,17 @@ def _unmark_size_one_dims(values) -> None:
             getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
 
 
+def _dynamo_sources() -> str:
+    """The folder of TorchDynamo's own files (with a trailing separator), whose frames are not the model's."""
+    return os.path.dirname(torch._dynamo.__file__) + os.sep
+
+
 def _nothing_ran_before_the_trace(error: Exception) -> bool:
     """Whether the frames executing when TorchDynamo's trace failed with ``error`` were this module's and torch's call
     machinery only (``Module.__call__``, TorchDynamo's entry and frame conversion): no frame of the model was running
     (the caller of a callee traced on its own, the frame a resumed function continues), so the failed trace was the
     call's first. Read from the error's own traceback, so that traces in other threads do not count."""
-    dynamo = os.path.dirname(torch._dynamo.__file__) + os.sep
+    dynamo = _dynamo_sources()
     module_call = torch.nn.Module._call_impl.__code__.co_filename
     frame = error.__traceback__
     while frame is not None:
@@ -288,7 +293,7 @@ class _Caller:
         ran, which may share its name and file: another module's ``forward``): then the call can be made again."""
         # A module class of torch's own (nn.Sequential) is traced through a wrapper frame of TorchDynamo's first
         # (external_utils.wrap_inline), which is not the user's.
-        dynamo_sources = os.path.dirname(torch._dynamo.__file__) + os.sep
+        dynamo_sources = _dynamo_sources()
         stack = list(itertools.dropwhile(lambda frame: frame.filename.startswith(dynamo_sources),
                                          getattr(error, "real_stack", None) or ()))
         # Name, file and line: a function resumed after a graph break (torch_dynamo_resume_in_forward_at_N) has the
