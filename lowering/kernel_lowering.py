@@ -598,13 +598,16 @@ def row_scaled_prologue(plan: GroupPlan, strategy: TilingStrategy) -> Operation 
     """The norm of a decode kernel's prologue whose per-row scale is better applied to the accumulator: each
     program then gathers the norm's statistics over its own chunk of K inside the K loop (split_k programs merge
     theirs in the finisher) instead of a pass over all of K before it. Applies when the matmuls read the norm
-    directly and it is the prologue's only reduction (RMSNorm: ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``)."""
+    directly and it is the prologue's only reduction (RMSNorm: ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``), and
+    the unscaled tile fits the matmul's operand type: in fp16, ``x * g`` overflows where ``|x * g| > 65504`` (NaN in
+    every output of the row) while PyTorch's norm, rounding only ``rstd * x * g``, stays finite."""
     prologue = plan.prologue
     if not strategy.scales_accumulator or prologue is None or len(prologue.reductions) != 1:
         return None
     (norm,) = prologue.reductions
     reads_norm = all(matmul.lhs == norm.results[0] for matmul in plan.matmuls)
     rule = rules.ROW_REDUCTIONS[type(norm)]
-    return norm if reads_norm and rule.unscaled is not None and rule.column_sums is not None else None
+    fits = rule.unscaled_within_input(norm) or norm.results[0].type.element_type != f16
+    return norm if reads_norm and fits and rule.unscaled is not None and rule.column_sums is not None else None
 
 

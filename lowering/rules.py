@@ -246,7 +246,10 @@ class RowReduction:
     norms and softmax (``x`` is then the input tile and ``operands`` the per-column operand tiles, e.g. the weight).
     ``unscaled(b, op, x, operands)``, for a norm whose value is a per-row scale (its first statistic) times a tile
     that needs no statistics (RMSNorm: ``rstd * (x * weight)``), gives that tile: a matmul reading the norm can then
-    scale its accumulator's rows instead of waiting for the statistics. ``column_sums``, for
+    scale its accumulator's rows instead of waiting for the statistics; ``unscaled_within_input(op)`` says whether
+    that tile's values are the input's (RMSNorm without a weight): times a weight they may exceed fp16's range where
+    PyTorch, which rounds only the scaled value, stays finite, so an fp16 matmul operand cannot hold them.
+    ``column_sums``, for
     states made of row sums (one :class:`ColumnSum` per component), lets a loop defer the row reductions to its end.
     """
 
@@ -258,6 +261,7 @@ class RowReduction:
     apply: Callable
     keeps_shape: bool
     unscaled: Callable | None = None
+    unscaled_within_input: Callable[[Operation], bool] = lambda op: True
     column_sums: tuple[ColumnSum, ...] | None = None
 
     def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:
@@ -482,6 +486,7 @@ ROW_REDUCTIONS[tensor_op.LayerNormOp] = RowReduction(
     keeps_shape=True)
 ROW_REDUCTIONS[tensor_op.RMSNormOp] = RowReduction(
     _rms_init, _rms_tile, _add_states, _sum_states, _rms_finalize, _rms_apply, keeps_shape=True, unscaled=_rms_unscaled,
+    unscaled_within_input=lambda op: op.weight is None,
     column_sums=(ColumnSum("count", _column_count, per_row=False), ColumnSum("sumsq", _squares, squares=True)))
 
 

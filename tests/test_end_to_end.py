@@ -248,12 +248,30 @@ def test_rmsnorm_prologue_scales_the_accumulator(rows, k, dtype):
     """Decode kernels gather RMSNorm's statistics inside the K loop (each split over its own chunk of K, merged by
     the finisher) and scale the accumulator's rows, ``(rstd * x * g) @ W = rstd * ((x * g) @ W)``: there is no
     loop over K before the main loop; the sums of squares of the 16-bit rows are the diagonal of ``x @ x^T`` (exact
-    products; ragged K and padded rows load as zeros). LayerNorm, whose mean does not factor out, keeps that loop."""
-    kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(rows, k), (k,), (k, N), (rows, N)], dtype)
+    products; ragged K and padded rows load as zeros). LayerNorm, whose mean does not factor out, keeps that loop.
+    In fp16 the norm has no weight here: ``x * g`` might not fit an fp16 operand (the next test)."""
+    weight = [(k,)] if dtype == BF16 else []
+    kernel, _ = run_chain(["rmsnorm", "matmul", "add"], [(rows, k), *weight, (k, N), (rows, N)], dtype)
     assert kernel.ir["tiled_loop"].count('tiled_loop.for "k"') == 1
     assert kernel.ir["tiled_loop"].count("tiled_loop.diagonal") == 1
     layernorm, _ = run_chain(["layernorm", "matmul", "add_bias"], [(rows, k), (k,), (k,), (k, N), (N,)], dtype)
     assert layernorm.ir["tiled_loop"].count('tiled_loop.for "k"') == 2
+
+
+@pytest.mark.parametrize("rows,k", [(1, 64), (16, 2048)], ids=["skinny_m", "split_k"])
+def test_an_fp16_rmsnorm_weight_is_applied_before_the_matmul(rows, k):
+    """fp16 holds ``x`` and ``rstd * x * g`` (all PyTorch rounds) but not always ``x * g``: a 20000 times a gain of 4
+    overflowed the unscaled operand and made the row NaN. The fp16 norm with a weight keeps its loop over K first."""
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, k, dtype=FP16, device=DEVICE), torch.randn(k, N, dtype=FP16, device=DEVICE) / k ** 0.5
+    x[0, 1] = 20000.0
+    g = torch.full((k,), 4.0, dtype=FP16, device=DEVICE)
+    kernel = amk.build_fused_kernel(["rmsnorm", "matmul"], [x.shape, g.shape, w.shape], FP16, autotune=False)
+    output = kernel(x, g, w)
+    expected = torch.nn.functional.rms_norm(x.double(), (k,), g.double(), eps=1e-5) @ w.double()
+    assert torch.isfinite(output).all()
+    assert rel_l2(output, expected) <= TOLERANCES[FP16]
+    assert kernel.ir["tiled_loop"].count('tiled_loop.for "k"') == 2
 
 
 @pytest.mark.parametrize("rows,gram", [(32, True), (40, False)])
