@@ -176,6 +176,20 @@ def tile_level_kernel(ops, shapes, dtype):
     return kernel
 
 
+@pytest.fixture(autouse=True)
+def _precision_put_back():
+    """Every test leaves torch's fp32 precision settings as it found them, the legacy one and the newer API's alike:
+    test_fp32_precision.py put the newer settings back over a legacy "high", which left cuBLAS on TF32, and on the GPU
+    the reference matmuls of the test modules run after it drifted from their fp32 kernels by 1e-2."""
+    legacy = torch._C._get_float32_matmul_precision()
+    newer = (torch.backends.fp32_precision, torch.backends.cuda.matmul.fp32_precision) \
+        if hasattr(torch.backends, "fp32_precision") else None
+    yield
+    torch.set_float32_matmul_precision(legacy)
+    if newer is not None:
+        torch.backends.fp32_precision, torch.backends.cuda.matmul.fp32_precision = newer
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_memory_given_back(request):
     """On a GPU, each test module hands its cached blocks back to the driver when it ends: the suite runs in several

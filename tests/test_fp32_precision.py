@@ -18,10 +18,8 @@ OPS, SHAPES = ["matmul", "add_bias", "relu"], [(8, 32), (32, 16), (16,)]
 
 @pytest.fixture
 def precision():
-    """Sets torch's float32 matmul precision for the test, and puts the previous one back."""
-    previous = torch.get_float32_matmul_precision()
-    yield torch.set_float32_matmul_precision
-    torch.set_float32_matmul_precision(previous)
+    """Sets torch's float32 matmul precision for the test (conftest puts it back after every test)."""
+    return torch.set_float32_matmul_precision
 
 
 def test_highest_gives_ieee_dots_and_high_gives_tf32(tmp_path, precision):
@@ -201,14 +199,11 @@ def test_the_dot_precision_is_refined_with_every_launch_setting(monkeypatch):
 
 @pytest.fixture
 def newer_api():
-    """torch.backends' ``fp32_precision`` settings (the API newer torch has beside the legacy setters) for the test,
-    put back after it."""
+    """torch.backends' ``fp32_precision`` settings (the API newer torch has beside the legacy setters) for the test
+    (conftest puts them back after every test)."""
     if not hasattr(torch.backends, "fp32_precision"):
         pytest.skip("this torch has no fp32_precision settings")
-    matmul = torch.backends.cuda.matmul
-    previous = torch.backends.fp32_precision, matmul.fp32_precision
-    yield matmul
-    torch.backends.fp32_precision, matmul.fp32_precision = previous
+    return torch.backends.cuda.matmul
 
 
 def test_the_newer_precision_api_is_followed(tmp_path, newer_api):
