@@ -26,6 +26,7 @@ import functools
 import hashlib
 import logging
 import math
+import numbers
 import sys
 import time
 import types
@@ -79,14 +80,21 @@ _PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes)
 def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
     """What an extension computes, the same text in every process that registers the same code: a function's bytecode,
     constants (nested code by the same rule), names and the values it closes over or defaults to; a partial's
-    function and arguments; a class's attributes and functions; a plain value's repr; anything else its type's name
-    (never a repr that holds an address). The code actually registered, not its file, which may have been edited
-    since; what it calls by name is not followed."""
+    function and arguments; a class's attributes and functions (``__call__`` and ``__init__`` included); a plain
+    value's or number's repr; a tensor's values; a module's name; any other object its class and attributes (never a
+    repr that holds an address). The code actually registered, not its file, which may have been edited since; what
+    it calls by name is not followed."""
     if id(obj) in seen:
         return "<cycle>"
     seen = seen | {id(obj)}
     if isinstance(obj, _PLAIN_VALUES):
         return repr(obj)
+    if isinstance(obj, numbers.Number):  # numpy's scalars: float32(2.0) is not float32(3.0)
+        return f"{type(obj).__qualname__}({obj!r})"
+    if isinstance(obj, torch.Tensor):
+        return f"tensor({obj.dtype}, {list(obj.shape)}, {obj.detach().cpu().tolist()})"
+    if isinstance(obj, types.ModuleType):
+        return f"module({obj.__name__})"
     if isinstance(obj, tuple | list | frozenset | set):
         parts = sorted(_definition(item, seen) for item in obj) if isinstance(obj, frozenset | set) else \
             [_definition(item, seen) for item in obj]
@@ -111,19 +119,27 @@ def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
     if isinstance(obj, type):
         if _defined_in_amk(obj) or obj.__module__ in ("builtins", "abc", "typing"):
             return f"{obj.__module__}.{obj.__qualname__}"
-        members = {name: value for name, value in vars(obj).items() if not name.startswith("__")}
+        members = {name: value for name, value in vars(obj).items()
+                   if not name.startswith("__") or isinstance(value, types.FunctionType | staticmethod | classmethod)}
         bases = [_definition(base, seen) for base in obj.__bases__]
         return f"class({obj.__qualname__}, {bases}, {_definition(members, seen)})"
-    if callable(obj):  # an instance whose class defines __call__
-        return _instance(obj, seen)
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return _instance(obj, seen)  # a callable instance, a configuration object a rule closes over
 
 
 def _instance(obj, seen: frozenset[int]) -> str:
-    """An object by its class and attributes (a bound method's ``self``, a callable instance)."""
+    """An object by its class and attributes, those in ``__slots__`` included (a bound method's ``self``, a callable
+    instance, an object a rule closes over)."""
     if isinstance(obj, type):
         return _definition(obj, seen)
-    return f"instance({_definition(type(obj), seen)}, {_definition(vars(obj) if hasattr(obj, '__dict__') else {}, seen)})"
+    attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    attributes.update({name: getattr(obj, name) for cls in type(obj).__mro__
+                       for name in _slot_names(cls) if hasattr(obj, name)})
+    return f"instance({_definition(type(obj), seen)}, {_definition(attributes, seen)})"
+
+
+def _slot_names(cls: type) -> tuple[str, ...]:
+    slots = vars(cls).get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
 def extensions_fingerprint() -> str:
@@ -142,9 +158,8 @@ def extensions_fingerprint() -> str:
         for op, reduction in rules.ROW_REDUCTIONS.items():
             if reduction is not rules.BUILT_IN_ROW_REDUCTIONS.get(op):
                 # (fields, not dataclasses.astuple, which deep-copies them)
-                functions = [value for field in dataclasses.fields(reduction)
-                             if callable(value := getattr(reduction, field.name))]
-                parts.append(f"reduction {op.name}: " + "".join(map(_definition, functions)))
+                fields = {field.name: getattr(reduction, field.name) for field in dataclasses.fields(reduction)}
+                parts.append(f"reduction {op.name}: {_definition(fields)}")
     if references is not None:
         parts += [f"reference {op.name}: {_definition(fn)}" for op, fn in references.REFERENCE.items()
                   if fn is not references.BUILT_IN_REFERENCE.get(op)]

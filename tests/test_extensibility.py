@@ -7,6 +7,7 @@ The op is ``test.square_plus_one`` (``x * x + 1``), a subclass of ``ElementwiseU
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -348,12 +349,33 @@ rules.register_elementwise(tensor_op.ReluOp)(functools.partial(scaled, factor=2.
 made = {}
 exec("def square(b, op, x):\n    return [y for y in [b.mul(x, x)]][0]", made)
 rules.register_elementwise(tensor_op.TanhOp)(made["square"])
+
+import dataclasses, torch
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    factor: float
+
+def configured(config):
+    return lambda b, op, x: b.mul(x, config.factor)
+
+class Scaler:
+    __slots__ = ("factor",)
+
+    def __init__(self, factor):
+        self.factor = torch.tensor(factor)
+
+    def __call__(self, b, op, x):
+        return b.mul(x, self.factor.item())
+
+rules.register_elementwise(tensor_op.SigmoidOp)(configured(Config(2.0)))
+rules.register_elementwise(tensor_op.ExpOp)(Scaler(2.0))
 """
 
 
 def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process(tmp_path):
     """The same registrations give the same key in every process (a partial, a function made at run time with a
-    comprehension inside: no address in the text), and the key follows the code registered, not its file, which may
+    comprehension inside, a closure over a dataclass, a callable with slots: no address in the text), and the key follows the code registered, not its file, which may
     have been edited since (a stale kernel would be stored under the edited text's key)."""
     path = tmp_path / "user_rules.py"
     path.write_text(_USER_RULES)
@@ -376,7 +398,8 @@ def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process
 def test_the_fingerprint_follows_what_a_rule_is_bound_to_and_amk_rules_moved_to_another_op():
     """``Scaler(2.0).rule`` and ``Scaler(3.0).rule`` had one fingerprint (a bound method counted as its function),
     and an amk rule registered for another op (sigmoid's for relu) none: the second build loaded the first's kernel,
-    computing x * 2 or relu."""
+    computing x * 2 or relu. So had closures over a dataclass or a tensor holding 2 or 3, methods of instances with
+    slots, and callable classes differing only in ``__call__``."""
     import warnings
 
     from amk.build import extensions_fingerprint
@@ -389,18 +412,57 @@ def test_the_fingerprint_follows_what_a_rule_is_bound_to_and_amk_rules_moved_to_
         def rule(self, b, op, x):
             return b.mul(x, self.factor)
 
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        factor: float
+
+    class SlottedScaler:
+        __slots__ = ("factor",)
+
+        def __init__(self, factor):
+            self.factor = factor
+
+        def rule(self, b, op, x):
+            return b.mul(x, self.factor)
+
+    class Doubler:
+        def __call__(self, b, op, x):
+            return b.mul(x, 2.0)
+
+    Tripler = type("Doubler", (), {"__call__": lambda self, b, op, x: b.mul(x, 3.0)})
+
+    def configured(config):
+        return lambda b, op, x: b.mul(x, config.factor)
+
+    def from_tensor(factor):
+        return lambda b, op, x: b.mul(x, factor.item())
+
     original, base = rules.ELEMENTWISE_RULES[tensor_op.ReluOp], extensions_fingerprint()
+    registered = (Scaler(2.0).rule, Scaler(3.0).rule, rules.ELEMENTWISE_RULES[tensor_op.SigmoidOp],
+                  configured(Config(2.0)), configured(Config(3.0)), SlottedScaler(2.0).rule, SlottedScaler(3.0).rule,
+                  Doubler(), Tripler(), from_tensor(torch.tensor(2.0)), from_tensor(torch.tensor(3.0)))
     prints = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # each registration replaces the last one, with a warning
-            for rule in (Scaler(2.0).rule, Scaler(3.0).rule, rules.ELEMENTWISE_RULES[tensor_op.SigmoidOp]):
+            for rule in registered:
                 rules.register_elementwise(tensor_op.ReluOp)(rule)
                 prints.append(extensions_fingerprint())
     finally:
         rules.ELEMENTWISE_RULES[tensor_op.ReluOp] = original
-    assert len({base, *prints}) == 4, prints
+    assert len({base, *prints}) == len(registered) + 1, prints
     assert extensions_fingerprint() == base
+    # A row reduction by all its fields: column_sums holds functions too.
+    rms = rules.ROW_REDUCTIONS[tensor_op.RMSNormOp]
+    prints = []
+    try:
+        for term in (lambda b, x, valid: x, lambda b, x, valid: b.mul(x, x)):
+            rules.ROW_REDUCTIONS[tensor_op.RMSNormOp] = dataclasses.replace(
+                rms, column_sums=(rules.ColumnSum("sumsq", term, squares=True),))
+            prints.append(extensions_fingerprint())
+    finally:
+        rules.ROW_REDUCTIONS[tensor_op.RMSNormOp] = rms
+    assert len({base, *prints}) == 3, prints
 
 
 def test_a_partial_replacing_a_registration_is_named_in_the_warning(registered):
