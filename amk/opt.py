@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.universe import Universe
-from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
+from xdsl.utils.exceptions import (
+    ArgSpecParseError,
+    DiagnosticException,
+    ParseError,
+    PassFailedException,
+    VerifyException,
+)
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 
@@ -49,9 +57,23 @@ AMK_TARGETS: dict[str, Callable] = {
 REGISTERED_PASSES: dict[str, type[ModulePass]] = {}
 
 
+# What a pass pipeline string parses as a pass name.
+_PASS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def register_pass(pass_class: type[ModulePass]) -> type[ModulePass]:
     """Make a user's pass available to ``amk-opt -p`` and to ``pipeline=`` strings (usable as a decorator); one of a
-    name already registered (amk's own passes included) replaces it, with a warning."""
+    name already registered (amk's own passes included) replaces it, with a warning: ``amk-fuse``'s replacement is
+    then what every build runs (given a ``vendor_gemm`` field, it also forms the vendor-GEMM program)."""
+    from amk.errors import InvalidArgumentError
+
+    if not (isinstance(pass_class, type) and issubclass(pass_class, ModulePass)) or inspect.isabstract(pass_class):
+        raise InvalidArgumentError("register_pass takes a ModulePass subclass with an apply(ctx, op) method (as a "
+                                   f"decorator of the class, without parentheses), got {pass_class!r}")
+    name = getattr(pass_class, "name", None)
+    if not isinstance(name, str) or not _PASS_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"register_pass: {pass_class.__qualname__}.name must be a pass name, made of "
+                                   f"letters, digits, '-' and '_' (a pipeline string names it), got {name!r}")
     if pass_class.name in AMK_PASSES and REGISTERED_PASSES.get(pass_class.name) is not pass_class:
         warnings.warn(f"register_pass: {pass_class.__qualname__} replaces the pass named {pass_class.name!r}",
                       stacklevel=2)
@@ -190,7 +212,7 @@ def main() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except (AmkError, ParseError, VerifyException, DiagnosticException, PassFailedException, ValueError,
-            OSError) as error:
+            OSError, ArgSpecParseError) as error:  # (a malformed -p, a BaseException)
         print(f"amk-opt: error: {error}", file=sys.stderr)
         sys.exit(1)
 

@@ -13,10 +13,12 @@ from dataclasses import dataclass, replace
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils.exceptions import ArgSpecParseError
 
 from amk.build_phases import phase
 from amk.context import make_context
 from amk.dialects import memory_staged, tiled_loop
+from amk.errors import InvalidArgumentError
 from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_gluon import EmitGluonPass
@@ -24,24 +26,28 @@ from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.fold_exponent_scales import FoldExponentScalesPass
 from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option
-from amk.opt import AMK_PASSES
+from amk.opt import AMK_PASSES, PASS_INPUT_LEVEL
 from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
-from amk.passes.fuse import FusePass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
 
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
-    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default, or a pipeline string's passes;
-    ``vendor_gemm`` sets that option of its ``amk-fuse`` and leaves out ``amk-duplicate-norm-prologues``: with the
-    matmuls in the vendor library, a norm cloned per matmul would run as a kernel per clone."""
-    if not pipeline:
-        return [FusePass(vendor_gemm=vendor_gemm)]
-    passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
+    """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default (the pass registered under that name, a
+    user's replacement included), or a pipeline string's passes; ``vendor_gemm`` sets that option of the passes
+    that have it (``amk-fuse``) and leaves out ``amk-duplicate-norm-prologues``: with the matmuls in the vendor
+    library, a norm cloned per matmul would run as a kernel per clone. A pipeline that does not parse or names an
+    unknown pass or option raises :class:`amk.errors.InvalidArgumentError`."""
+    pipeline = pipeline or "amk-fuse"
+    try:
+        passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
+    except (Exception, ArgSpecParseError) as error:  # xDSL's parse errors (ArgSpecParseError is a BaseException)
+        raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid: {error}; the tensor_op passes available: "
+                                   f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
         return passes
-    return [replace(p, vendor_gemm=True) if isinstance(p, FusePass) else p for p in passes
+    return [replace(p, vendor_gemm=True) if hasattr(p, "vendor_gemm") else p for p in passes
             if not isinstance(p, DuplicateNormProloguesPass)]
 
 

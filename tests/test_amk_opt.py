@@ -199,6 +199,13 @@ def test_unknown_pass(chain_file):
     assert "amk-frobnicate" in stderr
 
 
+@pytest.mark.parametrize("pipeline", ["amk-fuse{", ",,", "amk fuse", "amk-fuse}"])
+def test_a_malformed_pipeline(chain_file, pipeline):
+    """xDSL's parse error of the -p string is a BaseException: it ended amk-opt with a 30-line traceback."""
+    stderr = fails_cleanly(run(AMK_OPT, "-p", pipeline, chain_file))
+    assert stderr.startswith("amk-opt: error: Error parsing pass pipeline specification"), stderr
+
+
 def test_missing_input_file(tmp_path):
     stderr = fails_cleanly(run(AMK_OPT, tmp_path / "missing.mlir"))
     assert "missing.mlir" in stderr

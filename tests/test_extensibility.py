@@ -21,6 +21,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, f32
 from xdsl.ir import Block, Region
 from xdsl.irdl import irdl_op_definition
+from xdsl.passes import ModulePass
 
 import amk
 from amk import oplist, reference
@@ -280,6 +281,65 @@ def test_a_strategy_or_pass_registered_under_a_taken_name_replaces_it_with_a_war
         register_strategy(type("Shadow", (type(STRATEGIES["row_strip"]),), {}))
     with pytest.warns(UserWarning, match="ShadowFuse replaces the pass named 'amk-fuse'"):
         opt.register_pass(type("ShadowFuse", (opt.AMK_PASSES["amk-fuse"](),), {}))
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: object(), "takes a ModulePass subclass"),
+    (lambda: type("NotAPass", (), {"name": "x"}), "takes a ModulePass subclass"),
+    (lambda: type("NoApply", (ModulePass,), {"name": "x"}), "takes a ModulePass subclass"),
+    (lambda: type("Nameless", (ModulePass,), {"apply": lambda self, ctx, op: None}), r"name must be a pass name.*None"),
+    (lambda: type("Comma", (ModulePass,), {"name": "a,b", "apply": lambda self, ctx, op: None}), "'a,b'"),
+], ids=["an object", "not a pass", "no apply", "no name", "a comma in the name"])
+def test_a_pass_no_pipeline_could_run_is_refused_when_registered(monkeypatch, make, message):
+    """register_pass took anything: a nameless class failed with an AttributeError, one named "a,b" or without apply
+    only when a pipeline ran it."""
+    from amk import opt
+    from amk.errors import InvalidArgumentError
+
+    monkeypatch.setattr(opt, "REGISTERED_PASSES", {})
+    monkeypatch.setattr(opt, "AMK_PASSES", dict(opt.AMK_PASSES))
+    with pytest.raises(InvalidArgumentError, match=message):
+        opt.register_pass(make())
+    assert not opt.REGISTERED_PASSES
+
+
+@pytest.mark.parametrize("pipeline", ["amk-fuse{", "amk-fuse}", "amk-frobnicate", "amk-fuse{frob=1}"])
+def test_a_bad_pipeline_of_compile_module_names_the_passes_available(pipeline):
+    """compile_module's pipeline raised xDSL's ValueError, or its ArgSpecParseError (a BaseException that
+    ``except Exception`` lets through)."""
+    from amk.errors import InvalidArgumentError
+
+    module = build_module([(M, N)], lambda a: [tensor_op.ReluOp(a[0])])
+    with pytest.raises(InvalidArgumentError, match="tensor_op passes available: .*amk-fuse"):
+        compile_module(module, pipeline=pipeline)
+
+
+def test_a_pass_replacing_amk_fuse_is_what_every_build_runs(monkeypatch, tmp_path):
+    """A pass registered as amk-fuse ran in amk-opt and amk.compile, while build_fused_kernel's default pipeline kept
+    amk's FusePass (and the vendor-GEMM program left the replacement out)."""
+    import warnings
+
+    from amk import opt
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import fusion_passes
+
+    ran = []
+
+    @dataclasses.dataclass(frozen=True)
+    class CountingFuse(FusePass):
+        def apply(self, ctx, op):
+            ran.append(self.vendor_gemm)
+            super().apply(ctx, op)
+
+    monkeypatch.setitem(opt.AMK_PASSES, "amk-fuse", opt.AMK_PASSES["amk-fuse"])
+    monkeypatch.setattr(opt, "REGISTERED_PASSES", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt.register_pass(CountingFuse)
+    assert fusion_passes(None) == (CountingFuse(),) and fusion_passes(None, vendor_gemm=True) == [CountingFuse(True)]
+    kernel = amk.build_fused_kernel(["matmul", "relu"], [(8, 16), (16, 8)], torch.float32, autotune=False,
+                                    tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
+    assert ran and kernel.num_kernels == 1
 
 
 def _strategy(**attributes):
