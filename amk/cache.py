@@ -35,7 +35,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 import warnings
@@ -46,7 +45,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from amk.environment import float32_matmul_precision, initialize, interpreting
+from amk.environment import float32_matmul_precision, initialize, interpreting, write_atomically
 
 # The cache directory's rules live with the environment; the CLI and the tests name them here.
 from amk.environment import resolve_root as resolve_root
@@ -367,17 +366,7 @@ class Store:
         if path.parent not in self._swept:
             self._swept.add(path.parent)
             self.remove_stale_temporaries(path.parent)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            raise
+        write_atomically(path, data)
 
     def _writing(self, what: str, write) -> bool:
         """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict)."""

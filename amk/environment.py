@@ -12,6 +12,7 @@ compile workers' loading; it runs once per process.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 from pathlib import Path
@@ -95,19 +96,45 @@ def default_device() -> torch.device:
 _ANCHORED_CACHE_DIRS: dict[str, Path] = {}  # each AMK_CACHE_DIR value read -> the directory it named then
 
 
+def absolute_directory(path: str | os.PathLike) -> Path:
+    """``path`` as the directory it names now: ``~`` expanded (a path from a ``.env`` file or a string in Python is
+    not expanded by a shell, and a literal ``~`` folder is a trap for ``rm -rf ~``), relative to the current
+    directory."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
 def resolve_root(override: str | os.PathLike | None = None) -> Path:
     """The cache directory (not created): ``override``, else ``AMK_CACHE_DIR``, else the user cache directory.
 
     An ``AMK_CACHE_DIR`` that is empty or only blanks counts as unset (``AMK_CACHE_DIR= amk ...`` means "the
     default"), never as the current directory. ``override`` is checked by ``TunerConfig`` (a non-empty path)."""
     if override is not None:
-        return Path(override)
+        return absolute_directory(override)
     environment = os.environ.get("AMK_CACHE_DIR", "")
     if environment.strip():
         # A relative one names a directory under the current directory of its first use: a later os.chdir does not
         # move the cache (as TunerConfig anchors its target_cache_dir when made).
-        return _ANCHORED_CACHE_DIRS.setdefault(environment, Path(os.path.abspath(environment)))
+        return _ANCHORED_CACHE_DIRS.setdefault(environment, absolute_directory(environment))
     return Path(platformdirs.user_cache_dir("amk"))
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder (``.<name>.<random>.tmp``) and
+    ``os.replace``: a reader sees the old file or the new one, never part of one. The file gets the permissions
+    ``open`` gives (0666 less the umask), not mkstemp's 0600: a cache built as another user (an image built as root,
+    a directory shared by a group) stays readable."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
 
 
 def cache_root(override: str | os.PathLike | None = None) -> Path:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from amk.environment import cache_root, initialize
+from amk.environment import cache_root, initialize, write_atomically
 
 # Where kernels run, as the examples and tests have always imported it from here.
 from amk.environment import default_device as default_device
@@ -103,26 +103,36 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     if loaded is not None:
         return loaded
     path = directory / f"{module_name}.py"
-    temporary = None
+    text = source.encode()
     try:
-        if not path.exists() or path.read_text() != source:
-            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{module_name}.", suffix=".tmp")
-            with os.fdopen(handle, "w") as stream:
-                stream.write(source)
-            os.replace(temporary, path)
+        if not path.exists() or path.read_bytes() != text:  # bytes: a damaged file need not be UTF-8
+            write_atomically(path, text)
     except OSError:  # an unwritable cache directory: a private temporary directory serves as well
-        if temporary is not None and os.path.exists(temporary):  # a full disk: leave no partial file behind
-            os.unlink(temporary)
         path = _fallback_source_directory() / f"{module_name}.py"
-        path.write_text(source)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+        path.write_bytes(text)
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # a syntax or definition error in generated code is a compiler bug
-        raise CompilationError(f"emitted kernel {name} failed to load: {error}") from error
+        module = _import_file(module_name, path)
+    except Exception as error:
+        # Python's bytecode of the file, when damaged (a process killed while writing it), fails every import:
+        # without it the source is compiled again. Otherwise a syntax or definition error in generated code is a
+        # compiler bug.
+        bytecode = Path(importlib.util.cache_from_source(str(path)))
+        if not bytecode.exists():
+            raise CompilationError(f"emitted kernel {name} failed to load: {error}") from error
+        bytecode.unlink(missing_ok=True)
+        try:
+            module = _import_file(module_name, path)
+        except Exception as again:
+            raise CompilationError(f"emitted kernel {name} failed to load: {again}") from again
     _LOADED_SOURCES[directory, module_name] = module
     sys.modules.setdefault(module_name, module)  # the same source under another cache directory shares the name
+    return module
+
+
+def _import_file(module_name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 

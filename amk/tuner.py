@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from amk import build_phases
 from amk.benchmarking import EVENTS, timed_by  # the one timer, the benchmarks' too
 from amk.build_phases import phase
-from amk.environment import interpreting
+from amk.environment import absolute_directory, interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import (
     PARAMETER_KEYS,
@@ -88,7 +88,7 @@ class TunerConfig:
                 raise InvalidArgumentError(f"TunerConfig.{name} must be True or False")
         check_directory_argument(self.target_cache_dir, "TunerConfig.target_cache_dir")
         if self.target_cache_dir is not None:  # relative to the directory of now: a later os.chdir does not move it
-            object.__setattr__(self, "target_cache_dir", os.path.abspath(self.target_cache_dir))
+            object.__setattr__(self, "target_cache_dir", str(absolute_directory(self.target_cache_dir)))
         if self.search not in SEARCH_METHODS:
             raise InvalidArgumentError(
                 f"TunerConfig.search must be one of {', '.join(SEARCH_METHODS)}, got {self.search!r}")
@@ -136,11 +136,12 @@ def check_directory_argument(value, what: str, none_means: str = "the default") 
     path = os.fspath(value)
     if not isinstance(path, str) or not path.strip() or "\0" in path:
         raise InvalidArgumentError(f"{what} must be {accepted}; got {value!r}")
-    existing = os.path.abspath(path)  # the path itself or, when it does not exist yet, its nearest existing parent
+    named = str(absolute_directory(path))
+    existing = named  # the path itself or, when it does not exist yet, its nearest existing parent
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        where = "exists and is not a directory" if existing == os.path.abspath(path) else f"is under the file {existing!r}"
+        where = "exists and is not a directory" if existing == named else f"is under the file {existing!r}"
         raise InvalidArgumentError(f"{what} {path!r} {where}; it must be {accepted}")
 
 

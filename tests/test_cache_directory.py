@@ -231,3 +231,47 @@ def test_clear_cache_refuses_what_is_not_a_cache_directory(bad, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidArgumentError, match="clear_cache's cache_dir must be a non-empty path"):
         clear_cache(bad)
+
+
+def test_files_are_written_readable_as_the_umask_allows(tmp_path, user_cache):
+    """amk's files were mkstemp's 0600 whatever the umask: a cache filled as root (a container image) gave another
+    user no hit, only a rebuild and a warning."""
+    previous = os.umask(0o022)
+    try:
+        build(tmp_path / "shared")
+    finally:
+        os.umask(previous)
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in files_under(tmp_path / "shared")
+             if path.parent.name != "locks"}  # (filelock's own)
+    assert modes and set(modes.values()) == {"0o644"}, modes
+
+
+def test_a_leading_tilde_is_the_home_directory(tmp_path, user_cache, monkeypatch):
+    """``~`` from a .env file or a Python string made a folder named ``~`` in the current directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert amk.TunerConfig(target_cache_dir="~/amk-config").target_cache_dir == str(tmp_path / "home" / "amk-config")
+    monkeypatch.setenv("AMK_CACHE_DIR", "~/amk-environment")
+    assert cache.resolve_root() == tmp_path / "home" / "amk-environment"
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_damaged_source_file_or_its_bytecode_is_replaced(tmp_path, user_cache):
+    """A sources/ file that is not UTF-8 raised UnicodeDecodeError at every build of its kernel, and a truncated
+    bytecode file of it ("marshal data too short") failed every load: both until ``amk cache clear``."""
+    import importlib.util
+    import py_compile
+
+    from amk import runtime
+
+    source = "def launch():\n    return 7\n"
+    first = load_source(source, "damaged", tmp_path)
+    path = Path(first.__file__)
+    runtime._LOADED_SOURCES.clear()  # as a new process finds the file
+    path.write_bytes(b"\xff\xfe not utf-8")
+    assert load_source(source, "damaged", tmp_path).launch() == 7
+    runtime._LOADED_SOURCES.clear()
+    bytecode = Path(importlib.util.cache_from_source(str(path)))
+    py_compile.compile(str(path), cfile=str(bytecode), doraise=True)
+    bytecode.write_bytes(bytecode.read_bytes()[:20])  # its header still matches the source
+    assert load_source(source, "damaged", tmp_path).launch() == 7
