@@ -109,6 +109,22 @@ def test_an_empty_outer_batch_on_the_first_call_runs_pytorch():
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_an_empty_row_length_leaves_its_graph_to_pytorch_without_a_warning(caplog):
+    """A softmax first called on [3, 0] (TorchDynamo traces empty tensors in a graph of their own): its build bound
+    the row length 0, amk-bind-sizes refused it, and a warning said the subgraph "did not compile"."""
+    def scaled_softmax(x):
+        return torch.softmax(x, -1) * 3.0
+
+    compiled = amk.compile(scaled_softmax, dynamic=True, autotune=False)
+    with torch.no_grad(), caplog.at_level("WARNING", logger="amk"):
+        for shape in ((3, 0), (4, 8)):
+            x = torch.randn(shape, device=DEVICE)
+            torch.testing.assert_close(compiled(x), scaled_softmax(x))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    empty, full = (graph.subgraphs[0] for graph in amk.explain(compiled, print_report=False).graphs)
+    assert "empty dim" in empty.failure and full.compiled
+
+
 def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
     """relu(x @ w.t()) with both leading dims symbolic (dynamic=None): w's leading dim is the results' columns N, kept
     exact (a build per value), not a second row symbol; the bucket is x's row count, built for it."""
@@ -126,15 +142,16 @@ def test_a_weight_passed_as_an_argument_is_not_bucketed_as_rows(tmp_path):
     assert "[skinny_m]" not in bucket.kernels[0]
 
 
-@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3, {16: 2}, [10 ** 12], torch.tensor(16),
+@pytest.mark.parametrize("bad", ["16", [0], [2.0], [True], [], 3, {16: 2}, [2 ** 30 + 1], torch.tensor(16),
                                  numpy.array(16), [torch.tensor(True)], [numpy.True_]])
 def test_tune_sizes_are_checked(bad):
-    with pytest.raises(InvalidArgumentError, match="tune_sizes must be None or a list of row counts"):
+    with pytest.raises(InvalidArgumentError, match="tune_sizes must be None or a non-empty list of row counts"):
         check_tune_sizes(bad)
     with pytest.raises(InvalidArgumentError, match="tune_sizes must be"):
         amk.compile(torch.nn.ReLU(), tune_sizes=bad)
     assert check_tune_sizes(range(1, 3)) == (1, 2)
     assert check_tune_sizes([numpy.int64(16), 4096]) == (16, 4096)  # sizes computed with numpy
+    assert bucket_of(check_tune_sizes([2 ** 30])[0]) == 2 ** 30  # the largest bucket tune_sizes may build
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -329,6 +329,10 @@ class _GraphCompiler:
             result.example = tuple(_example_size(node, axis) for _, node, axis in result.symbols)
         except Unsupported as error:
             return self._fail(result, str(error))
+        if any(size == 0 and symbol in result.sizes.exact_symbols
+               for (symbol, _, _), size in zip(result.symbols, result.example)):
+            # TorchDynamo traces empty tensors in a graph of their own (their strides differ): nothing to compute.
+            return self._fail(result, "its example has an empty dim (size 0) that its builds keep exact")
         STATS.subgraphs += 1
         result.imported = imported
         settings = self.settings

@@ -131,8 +131,9 @@ class SizeBuckets:
         return ", ".join(parts)
 
 
-# The most rows tune_sizes may ask a bucket for (a bucket's build allocates its bound's rows to tune at).
-MAX_TUNE_ROWS = 2 ** 31 - 1
+# The most rows tune_sizes may ask a bucket for: a bucket's build allocates its bound's rows to tune at, and the
+# bound is the power of two at or above the count (2^31 - 1 rows asked for a 2^31-row bucket).
+MAX_TUNE_ROWS = 2 ** 30
 
 
 def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
@@ -140,7 +141,7 @@ def check_tune_sizes(tune_sizes) -> tuple[int, ...]:
     ahead of the first call; anything else is an :class:`~amk.errors.InvalidArgumentError`."""
     if tune_sizes is None:
         return ()
-    accepted = f"None or a list of row counts M (ints from 1 to {MAX_TUNE_ROWS}), e.g. [1, 16, 4096]"
+    accepted = f"None or a non-empty list of row counts M (ints from 1 to {MAX_TUNE_ROWS}), e.g. [1, 16, 4096]"
     try:  # a 0-d tensor or array is an Iterable whose iteration raises
         given = None if isinstance(tune_sizes, str | bytes | Mapping) else list(tune_sizes)
     except TypeError:
