@@ -13,7 +13,7 @@ from xdsl.ir import Operation
 
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
-from amk.errors import UnsupportedOpError
+from amk.errors import InvalidArgumentError, UnsupportedOpError
 
 
 def _layernorm(op: tensor_op.LayerNormOp, x, *extras):
@@ -92,8 +92,22 @@ def callable_name(fn) -> str:
 BUILT_IN_REFERENCE = dict(REFERENCE)
 
 
+def check_registration(registrar: str, op_class, fn=None) -> None:
+    """``registrar``'s arguments: an op class (an xDSL ``Operation`` subclass with a name) and, given, a callable.
+    A string or an instance as the key broke every later build (the cache key reads the class's name), and
+    ``@register_elementwise`` without its ``(MyOp)`` registered nothing."""
+    if not (isinstance(op_class, type) and issubclass(op_class, Operation) and isinstance(op_class.name, str)):
+        hint = (f" ({callable_name(op_class)} is a function: the decorator takes the op class first, "
+                f"@{registrar}(MyOp))" if callable(op_class) and not isinstance(op_class, type) else "")
+        raise InvalidArgumentError(f"{registrar} takes an op class (an xDSL Operation subclass with a name, such as "
+                                   f"the tensor_op ones), got {op_class!r}{hint}")
+    if fn is not None and not callable(fn):
+        raise InvalidArgumentError(f"{registrar}({op_class.__name__}, ...) takes a function, got {fn!r}")
+
+
 def register_reference(op_class: type[Operation], fn: Callable) -> None:
     """Give a new ``tensor_op`` op its PyTorch semantics: ``fn(op, *tensors) -> tensor``."""
+    check_registration("register_reference", op_class, fn)
     replaced = REFERENCE.get(op_class)
     if replaced is not None and replaced is not fn:
         warnings.warn(f"register_reference: {callable_name(fn)} replaces {callable_name(replaced)} as the reference "

@@ -533,8 +533,15 @@ def _parse_op(text: str):
     from xdsl.parser import Parser
 
     from amk.context import make_context
+    from amk.reference import REFERENCE
 
-    module = Parser(make_context(), text).parse_module()
+    ctx = make_context()
+    # An op step runs by its reference: a user's op may have one without its dialect in AMK_DIALECTS (which only
+    # amk-opt needs), and a cache hit parses the step's stored text.
+    for op_class in REFERENCE:
+        if ctx.get_optional_op(op_class.name) is None:
+            ctx.load_op(op_class)
+    module = Parser(ctx, text).parse_module()
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))
     return module, function.body.block.first_op
 

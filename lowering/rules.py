@@ -26,7 +26,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tiled_loop import TileType
-from amk.reference import callable_name
+from amk.reference import callable_name, check_registration
 from amk.symbolic import Dim
 
 
@@ -123,8 +123,10 @@ ELEMENTWISE_RULES: dict[type[Operation], ElementwiseRule] = {}
 
 def register_elementwise(op_class: type[Operation]) -> Callable[[ElementwiseRule], ElementwiseRule]:
     """Decorator: ``@register_elementwise(MyOp) def rule(builder, op, x, ...) -> tile``."""
+    check_registration("register_elementwise", op_class)
 
     def decorate(rule: ElementwiseRule) -> ElementwiseRule:
+        check_registration("register_elementwise", op_class, rule)
         replaced = ELEMENTWISE_RULES.get(op_class)
         if replaced is not None and replaced is not rule:
             warnings.warn(f"register_elementwise: {callable_name(rule)} replaces {callable_name(replaced)} as the "

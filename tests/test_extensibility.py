@@ -220,6 +220,47 @@ def test_without_a_rule_the_op_runs_eagerly():
         reference.REFERENCE.pop(SquarePlusOneOp, None)
 
 
+def test_registrations_of_something_else_than_an_op_class_are_refused(monkeypatch):
+    """``register_elementwise("hx.op")`` was accepted and then broke every build, of other chains too (the cache key
+    reads the class's name); ``@register_elementwise`` without ``(MyOp)`` registered nothing; a tuple set in
+    ROW_REDUCTIONS failed every build with a TypeError. Each now names what is accepted."""
+    from amk.errors import InvalidArgumentError
+
+    before = dict(rules.ELEMENTWISE_RULES)
+    with pytest.raises(InvalidArgumentError, match="takes an op class .* got 'test.op'"):
+        rules.register_elementwise("test.op")
+    with pytest.raises(InvalidArgumentError, match=r"the decorator takes the op class first, @register_elementwise\(MyOp"):
+        @rules.register_elementwise
+        def bare(b, op, x):
+            return x
+    with pytest.raises(InvalidArgumentError, match="takes a function"):
+        rules.register_elementwise(SquarePlusOneOp)(2.0)
+    with pytest.raises(InvalidArgumentError, match="register_reference takes an op class"):
+        reference.register_reference("test.op", lambda op, x: x)
+    assert rules.ELEMENTWISE_RULES == before
+    monkeypatch.setitem(rules.ROW_REDUCTIONS, SquarePlusOneOp, (square_plus_one_rule,))
+    with pytest.raises(InvalidArgumentError, match=r"ROW_REDUCTIONS\[SquarePlusOneOp\] must be a .*RowReduction"):
+        amk.build_fused_kernel(["relu"], [(M, N)], torch.float32, autotune=False)
+
+
+def test_an_op_without_a_rule_runs_from_a_cache_hit_too(tmp_path, monkeypatch):
+    """The stored program names the op PyTorch runs by its text; parsing it knew only amk-opt's dialects, so the
+    cache hit of a build that had worked failed at its call (``Operation test.square_plus_one is not registered``)."""
+    reference.register_reference(SquarePlusOneOp, lambda op, x: x * x + 1)
+    monkeypatch.setitem(oplist.OPS, "square_plus_one",
+                        oplist.OpSpec(0, 0, {}, lambda x, operands, params: SquarePlusOneOp(x), "x * x + 1"))
+    try:
+        x = inputs([(M, N)], seed=5)[0]
+        for cache_hit in (False, True):
+            kernel = amk.build_fused_kernel(["sigmoid", "square_plus_one", "tanh"], [(M, N)], torch.float32,
+                                            autotune=False, tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
+            assert kernel.cache_hit == cache_hit
+            expected = torch.tanh(torch.sigmoid(x.double()) ** 2 + 1)
+            assert rel_l2(kernel(x), expected) <= TOLERANCES[torch.float32]
+    finally:
+        reference.REFERENCE.pop(SquarePlusOneOp, None)
+
+
 def test_a_rule_changed_after_a_build_is_not_found_in_the_cache(registered, tmp_path, monkeypatch):
     """The cache keys a build by the definitions of what was registered from outside amk (rules, references,
     strategies, passes, op-list entries), as it keys amk's own sources: once the op's rule and reference are changed
