@@ -369,9 +369,6 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
     """A :class:`Built` from the cache, or ``(key, meta, module)`` to build (the module already made for the key)."""
     known = store.alias(alias) if alias is not None else None  # a warm start skips building and printing the IR
     hit = _load(store, known) if known is not None else None
-    if hit is not None and cache.entry_request_key(hit.meta) != alias:
-        log.warning("the cache's index names entry %s for another request than this one; building it", known[:12])
-        hit = known = None
     module = key = meta = None
     if hit is None:
         # A build whose kernels will be tuned has its compile workers boot (seconds) while its passes run, not from

@@ -161,24 +161,17 @@ def request_key(ops, shapes, dtype, settings: dict) -> str:
     """The key of a build request (op list, shapes, dtype, device, versions, settings). It determines the entry key
     (amk's sources are part of it, so the same request always gives the same IR); the ``index`` folder maps one to
     the other so that a warm start need not build and print the IR."""
-    return _request_digest({"ops": jsonable([[n, p] for n, p in ops]), "shapes": [list(s) for s in shapes],
-                            "dtype": dtype_name(dtype), "device": device_descriptor(), "versions": versions(),
-                            "settings": settings})
+    return _sha256(_canonical_json({"format": FORMAT, "ops": jsonable([[n, p] for n, p in ops]),
+                                    "shapes": [list(s) for s in shapes], "dtype": dtype_name(dtype),
+                                    "device": device_descriptor(), "versions": versions(), "settings": settings}))
 
 
-_REQUEST_FIELDS = ("ops", "shapes", "dtype", "device", "versions", "settings")
-
-
-def _request_digest(request: dict) -> str:
-    return _sha256(_canonical_json({"format": FORMAT, **{field: request[field] for field in _REQUEST_FIELDS}}))
-
-
-def entry_request_key(meta: dict) -> str | None:
-    """The :func:`request_key` of the request an entry with ``meta`` was built for (None where ``meta`` has no op
-    list: a captured subgraph's entry, which no index file names)."""
-    if any(field not in meta for field in _REQUEST_FIELDS):
-        return None
-    return _request_digest(meta)
+def _index_record(request: str, key: str) -> str:
+    """An index file's text: the entry key and a digest binding it to the request its file is named after, so that
+    a file damaged, copied or renamed onto another request's name is not followed (a hit computing another chain).
+    Not the entry's recorded request: op lists that mean the same computation (``factor: 2`` and ``2.0``) share an
+    entry built for one of them."""
+    return f"{key} {_sha256(f'{request} {key}'.encode())[:16]}"
 
 
 def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = None, fp32_dot: str = "ieee") -> str:
@@ -394,15 +387,21 @@ class Store:
         if request in self._memory["index"]:
             return self._memory["index"][request]
         try:
-            key = (self.root / "index" / request).read_text().strip()
+            text = (self.root / "index" / request).read_text().strip()
         except (OSError, UnicodeDecodeError):
             return None
-        return key if _KEY.fullmatch(key) else None
+        key = text.partition(" ")[0]
+        if _KEY.fullmatch(key) and text == _index_record(request, key):
+            return key
+        log.warning("the cache's index file %s does not name an entry for its request (damaged or edited); "
+                    "building the IR instead", request[:12])
+        return None
 
     def save_alias(self, request: str, key: str) -> None:
         self._memory["index"][request] = key
         if not self.memory_only:
-            self._writing(f"index {request[:12]}", lambda: self._write_file(self.root / "index" / request, key.encode()))
+            self._writing(f"index {request[:12]}", lambda: self._write_file(self.root / "index" / request,
+                                                                            _index_record(request, key).encode()))
 
     def save(self, entry: Entry) -> bool:
         """Writes (or overwrites) an entry and its config record. Returns False when it stayed in memory."""

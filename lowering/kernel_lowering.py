@@ -61,6 +61,19 @@ def _check_rule_result(op: Operation, rule: Callable, result, operands: list[SSA
     raise CompilationError(f"the lowering rule of {op.name} ({callable_name(rule)}) {problem}")
 
 
+def _check_reduction_result(op: Operation, rule: rules.RowReduction, result, x: SSAValue | None) -> None:
+    """A row reduction's ``apply`` gives a tile of its input's shape (``keeps_shape``) or a ``[rows, 1]`` statistic:
+    a statistic given for a norm was stored as its first column, leaving the rest of the output unwritten."""
+    dims = result.type.dims if isinstance(result, SSAValue) and isinstance(result.type, TileType) else None
+    if dims is not None and (dims == x.type.dims if rule.keeps_shape else len(dims) == 2 and dims[1] == Dim(1)):
+        return
+    expected = (f"a tile of its input's shape [{', '.join(map(str, x.type.dims))}] (keeps_shape=True)"
+                if rule.keeps_shape else "a [rows, 1] tile (keeps_shape=False)")
+    got = f"a [{', '.join(map(str, dims))}] tile" if dims is not None else repr(result)
+    raise CompilationError(f"the row reduction of {op.name}: its apply ({callable_name(rule.apply)}) returned {got}, "
+                           f"and it must return {expected}")
+
+
 @dataclass
 class ColumnTile:
     """Where a section is being computed: the tile's row and column offsets and sizes, and validity of columns."""
@@ -155,6 +168,7 @@ class KernelLowering:
                 extras = [self.compute(v, at) for v in rules.reduction_extras(op)] if rule.keeps_shape else []
                 self.b.origin = origin_label(op)
                 result = rule.apply(self.b, op, self.stats[op], x, extras)
+                _check_reduction_result(op, rule, result, x)
             else:
                 raise AssertionError(f"{op.name} is not available in this phase of the kernel")
         at.env[value] = result
@@ -369,6 +383,12 @@ class KernelLowering:
         if plan.prologue is not None and plan.prologue.has_reductions and self.row_scaled is None:
             self.reduce_over_columns(plan.prologue, "k", BLOCK_K)
         self.strategy.build(self)
+        stored = {op.dest for op in self.kernel.walk() if isinstance(op, tiled_loop.StoreOp)}
+        unstored = [arg.name_hint for arg in self.output_arg.values() if arg not in stored]
+        if unstored:  # (a contributor's strategy: its outputs would be whatever the allocator left)
+            raise CompilationError(f"tiling strategy {self.strategy.name} built kernel {self.kernel.sym_name.data} "
+                                   f"without storing its output(s) {', '.join(unstored)}: its build must store every "
+                                   "output (KernelLowering.store, or output_tile / finish_rows)")
 
     def output_tile(self) -> None:
         """This program's ``BLOCK_M x BLOCK_N`` output tile: the K loop (if any), then every output from it."""

@@ -18,6 +18,7 @@ import torch
 from conftest import DEVICE
 
 import amk
+import amk.build
 import amk.tuner
 from amk import cache, cli
 from amk.build import BuildRequest, Built, entry_of, known_trials, record_trials
@@ -251,14 +252,35 @@ def test_an_index_file_naming_another_requests_entry_is_not_followed(tmp_path, c
     relu = build(tmp_path)
     other = amk.build_fused_kernel(["matmul", "add_bias", "sigmoid"], SHAPES, torch.float32, autotune=False,
                                    tuner_config=TunerConfig(target_cache_dir=tmp_path))
-    (index,) = [path for path in (tmp_path / "index").iterdir() if path.read_text().strip() == relu.cache_key]
-    index.write_text(other.cache_key)
-    cache._STORES.clear()  # forget the in-process index
+    index_of = {path.read_text().split()[0]: path for path in (tmp_path / "index").iterdir()}
+    for damage in (other.cache_key, index_of[other.cache_key].read_text()):  # edited; copied from the other's file
+        index_of[relu.cache_key].write_text(damage)
+        cache._STORES.clear()  # forget the in-process index
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="amk"):
+            again = build(tmp_path)
+        assert again.cache_key == relu.cache_key
+        assert_correct(again)
+        assert any("does not name an entry for its request" in r.getMessage() for r in caplog.records)
+
+
+def test_op_lists_of_one_computation_share_an_entry_without_warnings(tmp_path, caplog, monkeypatch):
+    """(matmul, leaky_relu) and (matmul {transpose_b: False}, leaky_relu) give one IR, so one entry; the second's
+    index file named an entry recorded for the first's request, and each warm start warned and built the IR."""
+    spellings = (["matmul", "add_bias", "relu"], [("matmul", {"transpose_b": False}), "add_bias", "relu"])
+    for ops in spellings:
+        amk.build_fused_kernel(ops, SHAPES, torch.float32, autotune=False,
+                               tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    cache._STORES.clear()  # as a new process finds the cache
+    built_ir = []
+    monkeypatch.setattr(amk.build, "anonymous_text", lambda module: built_ir.append(module) or "")
     with caplog.at_level(logging.WARNING, logger="amk"):
-        again = build(tmp_path)
-    assert again.cache_key == relu.cache_key
-    assert_correct(again)
-    assert any("for another request" in r.getMessage() for r in caplog.records)
+        for ops in spellings:
+            kernel = amk.build_fused_kernel(ops, SHAPES, torch.float32, autotune=False,
+                                            tuner_config=TunerConfig(target_cache_dir=tmp_path))
+            assert kernel.cache_hit
+            assert_correct(kernel)
+    assert not caplog.records and not built_ir
 
 
 def shutil_rmtree(path):

@@ -243,6 +243,43 @@ def test_registrations_of_something_else_than_an_op_class_are_refused(monkeypatc
         amk.build_fused_kernel(["relu"], [(M, N)], torch.float32, autotune=False)
 
 
+def test_a_row_reduction_whose_apply_gives_the_wrong_shape_is_named(monkeypatch):
+    """RMSNorm's apply returning its [rows, 1] statistic was stored as the output's first column, the rest left as
+    the allocator gave it (values up to 1e37)."""
+    import dataclasses
+
+    wrong = dataclasses.replace(rules.ROW_REDUCTIONS[tensor_op.RMSNormOp],
+                                apply=lambda b, op, stats, x, operands: stats[0])
+    monkeypatch.setitem(rules.ROW_REDUCTIONS, tensor_op.RMSNormOp, wrong)
+    module = build_module([(M, N)], lambda a: [tensor_op.RMSNormOp(a[0])])
+    with pytest.raises(CompilationError, match=r"row reduction of tensor_op.rmsnorm: its apply .* returned a "
+                                               r"\[BLOCK_M, 1\] tile, and it must return a tile of its input's shape"):
+        compile_module(module)
+
+
+def test_a_strategy_that_stores_no_output_is_named(monkeypatch):
+    """A row strategy whose build forgot its second sweep compiled, and its kernel returned uninitialized memory."""
+    from amk.lowering.configs import KernelConfig
+    from amk.lowering.kernel_lowering import BLOCK_N
+    from amk.lowering.strategies import STRATEGIES
+
+    class Forgetful(STRATEGIES["row_strip"].__class__):
+        name = "forgetful"
+        description = "row_strip's statistics without the sweep that stores the output"
+
+        def build(self, lowering):
+            lowering.reduce_over_columns(lowering.plan.main, "n", BLOCK_N)
+
+        def default_config(self, rows, cols, contraction, element_bytes):
+            return KernelConfig(BLOCK_M=1, BLOCK_N=128, num_warps=4, num_stages=1)
+
+    monkeypatch.setitem(STRATEGIES, Forgetful.name, Forgetful())
+    module = build_module([(M, N)], lambda a: [tensor_op.SoftmaxOp(a[0])])
+    with pytest.raises(CompilationError, match="tiling strategy forgetful built kernel .* without storing its "
+                                               "output"):
+        compile_module(module, reduction_strategy="forgetful")
+
+
 def test_an_op_without_a_rule_runs_from_a_cache_hit_too(tmp_path, monkeypatch):
     """The stored program names the op PyTorch runs by its text; parsing it knew only amk-opt's dialects, so the
     cache hit of a build that had worked failed at its call (``Operation test.square_plus_one is not registered``)."""
