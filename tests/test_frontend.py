@@ -1078,6 +1078,23 @@ def test_not_callable():
         amk.explain("model", (inputs(1),))
 
 
+def test_a_module_compiled_in_place_is_refused():
+    """After ``m.compile()`` its own compiled forward ran: amk.compile(m) traced no graph and launched nothing,
+    silently (an nn.Sequential happened to reach amk)."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.fc(x))
+
+    block = Block()
+    block.compile(backend="eager")
+    with pytest.raises(InvalidArgumentError, match=r"compiled in place \(Module.compile\(\)\)"):
+        amk.compile(block)
+
+
 def test_dump_ir_is_a_file(tmp_path):
     path = tmp_path / "file"
     path.write_text("")

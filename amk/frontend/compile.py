@@ -490,6 +490,11 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     """
     if not callable(model_or_fn):
         raise InvalidArgumentError(f"amk.compile needs an nn.Module or a callable, got {type(model_or_fn).__name__}")
+    if getattr(model_or_fn, "_compiled_call_impl", None) is not None:
+        # Its own compiled forward would run instead of amk's kernels, silently.
+        raise InvalidArgumentError("amk.compile got a module compiled in place (Module.compile()): its compiled "
+                                   "forward would run instead of amk's kernels; call amk.compile on a module not "
+                                   "compiled in place, or Module.compile(backend='amk')")
     _check_flag("dynamic", dynamic, none_allowed=True)
     if example_inputs is not None and not isinstance(example_inputs, torch.Tensor | tuple | list):
         raise InvalidArgumentError("example_inputs must be a tuple (or list) of arguments or a single tensor, got "
