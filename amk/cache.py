@@ -27,6 +27,7 @@ in-memory cache with one warning.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import importlib.util
@@ -365,20 +366,26 @@ class Store:
         """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict)."""
         if self.memory_only:
             return False
-        try:
-            write()
-            return True
-        except Timeout:
-            if self.strict:
-                raise CacheError(f"cannot write {what}: the cache lock is held by another process") from None
-            log.warning("cache lock for %s is held for more than %.0f s; not writing it", what, LOCK_TIMEOUT_S)
-            return False
-        except OSError as error:
-            if self.strict:
-                raise CacheError(f"cannot write {what} in {self.root}: {error}") from None
-            self.memory_only = True
-            _warn_degraded(self.root, error)
-            return False
+        for attempt in range(2):
+            try:
+                write()
+                return True
+            except Timeout:
+                if self.strict:
+                    raise CacheError(f"cannot write {what}: the cache lock is held by another process") from None
+                log.warning("cache lock for %s is held for more than %.0f s; not writing it", what, LOCK_TIMEOUT_S)
+                return False
+            except OSError as error:
+                if attempt == 0 and error.errno in (errno.ENOENT, errno.EEXIST):
+                    # A folder removed under the write (`amk cache clear` in another process) or made by another
+                    # writer between two steps: once more, before taking the directory for unwritable.
+                    log.debug("writing %s again after %s", what, error)
+                    continue
+                if self.strict:
+                    raise CacheError(f"cannot write {what} in {self.root}: {error}") from None
+                self.memory_only = True
+                _warn_degraded(self.root, error)
+                return False
 
     # -- entries -------------------------------------------------------------------------------------------------------
 

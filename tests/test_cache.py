@@ -283,6 +283,26 @@ def test_op_lists_of_one_computation_share_an_entry_without_warnings(tmp_path, c
     assert not caplog.records and not built_ir
 
 
+def test_a_folder_removed_under_a_write_does_not_turn_the_cache_off(tmp_path, monkeypatch):
+    """``amk cache clear`` in another process removed a folder between a writer's mkdir and its write: the store took
+    the directory for unwritable and kept every later build of its process in memory, warning of permissions."""
+    store = cache.Store(tmp_path)
+    write, failures = cache.write_atomically, []
+
+    def removed_once(path, data):
+        if not failures:
+            failures.append(path)
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        write(path, data)
+
+    monkeypatch.setattr(cache, "write_atomically", removed_once)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot be written" warning
+        store.save_alias("0" * 64, "1" * 64)
+    assert failures and not store.memory_only
+    assert cache.Store(tmp_path).alias("0" * 64) == "1" * 64
+
+
 def shutil_rmtree(path):
     import shutil
 
