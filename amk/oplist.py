@@ -263,7 +263,7 @@ def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> M
     """A module with ``func.func @fused_chain`` computing the chain; raises amk errors for bad input."""
     from xdsl.dialects import func
     from xdsl.dialects.builtin import ModuleOp
-    from xdsl.ir import Block, Region, SSAValue
+    from xdsl.ir import Block, Operation, Region, SSAValue
     from xdsl.utils.exceptions import VerifyException
 
     from amk.dialects.tensor_op import TensorType
@@ -289,6 +289,10 @@ def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> M
                              f"{chain}")
         try:
             op = OPS[name].build(value, operands, params)
+            if not (isinstance(op, Operation) and len(op.results) == 1):
+                # (a contributor's OpSpec: its builder's mistake named here, not as an AttributeError further on)
+                raise InvalidArgumentError(f"OPS[{name!r}].build returned {op!r}; it must return one new op (an xDSL "
+                                           "Operation with one result, such as tensor_op.ReluOp(x))")
             op.verify()
         except VerifyException as error:
             raise ShapeError(f"ops[{index}] ({name}) does not fit its inputs: {error}; operand shapes: "

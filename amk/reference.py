@@ -126,8 +126,23 @@ def semantics(op: Operation) -> Callable:
 
 
 def evaluate(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
-    """Run one ``tensor_op`` op eagerly on its operand tensors."""
-    return semantics(op)(op, *args)
+    """Run one ``tensor_op`` op eagerly on its operand tensors. A contributor's reference that raises, or gives
+    something else than a tensor of the op's rank, is named in an :class:`~amk.errors.InvalidArgumentError` (it
+    surfaced as its own TypeError, or an IndexError further on)."""
+    fn = semantics(op)
+    if fn is BUILT_IN_REFERENCE.get(type(op)):
+        return fn(op, *args)
+    what = f"the reference of {op.name} ({callable_name(fn)}), fn(op, *tensors) -> tensor,"
+    try:
+        result = fn(op, *args)
+    except Exception as error:
+        raise InvalidArgumentError(f"{what} raised {type(error).__name__}: {error}") from error
+    rank = len(op.results[0].type.dims) if len(op.results) == 1 and hasattr(op.results[0].type, "dims") else None
+    if not isinstance(result, torch.Tensor) or (rank is not None and result.dim() != rank):
+        got = f"a {result.dim()}-d tensor" if isinstance(result, torch.Tensor) else repr(type(result).__name__)
+        raise InvalidArgumentError(f"{what} returned {got}; it must return a tensor of the op's value "
+                                   f"({rank}-d)")
+    return result
 
 
 # Ops whose function of the tensors alone is worth preparing once (:func:`bound`): a vendor GEMM runs on every call of

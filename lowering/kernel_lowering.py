@@ -52,6 +52,10 @@ def _check_rule_result(op: Operation, rule: Callable, result, operands: list[SSA
     if not isinstance(result, SSAValue) or not isinstance(result.type, TileType):
         problem = (f"returned {result!r}: a rule returns the tile of the op's value (an SSAValue of a !tiled_loop.tile "
                    "type, made with the TileBuilder)")
+    elif result.type.element_type != f32:
+        problem = (f"returned a tile of {result.type.element_type}: tiles hold fp32 values between ops (a rule "
+                   "rounding through another type casts back, as b.cast(b.cast(x, f16), f32); a comparison selects "
+                   "1.0 or 0.0 with b.select)")
     else:
         expected = tiled_loop.broadcast_tiles([value.type.dims for value in operands], op.name)
         if result.type.dims == expected:

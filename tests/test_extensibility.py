@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import DEVICE, REPO, rel_l2
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.dialects.builtin import ModuleOp, f16, f32
 from xdsl.ir import Block, Region
 from xdsl.irdl import irdl_op_definition
 from xdsl.passes import ModulePass
@@ -280,6 +280,41 @@ def test_a_strategy_that_stores_no_output_is_named(monkeypatch):
         compile_module(module, reduction_strategy="forgetful")
 
 
+@pytest.mark.parametrize("made", [None, "result", "list"])
+def test_an_op_list_entry_whose_builder_gives_no_op_is_named(monkeypatch, made):
+    """An OpSpec builder returning None, the op's result or a list failed with ``AttributeError: ... 'verify'``."""
+    from amk.errors import InvalidArgumentError
+
+    def build(x, operands, params):
+        op = tensor_op.ReluOp(x)
+        return {None: None, "result": op.results[0], "list": [op]}[made]
+
+    monkeypatch.setitem(oplist.OPS, "broken", oplist.OpSpec(0, 0, {}, build, "a builder that gives no op"))
+    with pytest.raises(InvalidArgumentError, match=r"OPS\['broken'\].build returned .*; it must return one new op"):
+        amk.build_fused_kernel(["broken"], [(M, N)], torch.float32, autotune=False)
+
+
+@pytest.mark.parametrize(("fn", "message"), [
+    (lambda op, x: 1 / 0, "raised ZeroDivisionError: division by zero"),
+    (lambda op, x: (x,), "returned 'tuple'"),
+    (lambda op, x: x.sum(-1), "returned a 1-d tensor; it must return a tensor of the op's value \\(2-d\\)"),
+    (lambda x: x, "raised TypeError"),
+], ids=["raises", "a tuple", "the wrong rank", "no op argument"])
+def test_a_reference_that_gives_no_tensor_of_the_ops_value_is_named(fn, message):
+    """A contributor's reference that raised, or gave a tuple or a reduced tensor, surfaced as its own error or an
+    IndexError where the op ran."""
+    from amk.errors import InvalidArgumentError
+
+    reference.register_reference(SquarePlusOneOp, fn)
+    try:
+        module = build_module([(M, N)], lambda a: [SquarePlusOneOp(a[0])])
+        op = next(op for op in module.walk() if isinstance(op, SquarePlusOneOp))
+        with pytest.raises(InvalidArgumentError, match=f"the reference of test.square_plus_one .* {message}"):
+            reference.evaluate(op, inputs([(M, N)], seed=7))
+    finally:
+        reference.REFERENCE.pop(SquarePlusOneOp, None)
+
+
 def test_an_op_without_a_rule_runs_from_a_cache_hit_too(tmp_path, monkeypatch):
     """The stored program names the op PyTorch runs by its text; parsing it knew only amk-opt's dialects, so the
     cache hit of a build that had worked failed at its call (``Operation test.square_plus_one is not registered``)."""
@@ -330,7 +365,9 @@ def test_a_rule_changed_after_a_build_is_not_found_in_the_cache(registered, tmp_
 @pytest.mark.parametrize(("rule", "message"), [
     (lambda b, op, x: None, "returned None: a rule returns the tile"),
     (lambda b, op, x: b.reduce("sum", x), "an elementwise rule keeps its operands' (broadcast) shape"),
-], ids=["nothing", "a reduced tile"])
+    (lambda b, op, x: b.binary("gt", x, 0.0), "returned a tile of i1: tiles hold fp32 values"),
+    (lambda b, op, x: b.cast(x, f16), "returned a tile of f16"),
+], ids=["nothing", "a reduced tile", "a mask", "an fp16 tile"])
 def test_a_rule_that_does_not_give_a_tile_of_its_operands_shape_is_named(rule, message):
     """A contributor's rule returning no tile, or a reduced one (which the kernel would store as column 0 of every
     row, with no error), fails where it is called, naming the op and the rule."""
