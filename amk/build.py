@@ -22,12 +22,14 @@ own reference is the caller's: :func:`keep_verification` stores a passing report
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import hashlib
 import logging
 import math
 import numbers
 import sys
+import sysconfig
 import time
 import types
 from collections.abc import Callable, Iterable
@@ -74,72 +76,112 @@ def _defined_in_amk(obj) -> bool:
     return module == "amk" or module.startswith("amk.")
 
 
-_PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes)
+_PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
+# How deep the objects a rule reaches are followed: what lies deeper counts by its class (a linked structure of
+# thousands of nodes exceeded Python's recursion limit).
+_MAX_DEPTH = 24
+# Objects of the standard library and of the libraries amk runs on count by their class, not their attributes: a
+# closed-over logging.Logger reached every logger of the process (37 MB, another text once a library made one), an
+# nn.Linear its weights. (Other installed packages are walked: a rule may be the method of one's configured object.)
+_STANDARD_LIBRARY = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib")})
+_LIBRARIES = {"torch", "numpy", "triton", "xdsl", "sympy", "optuna", "filelock", "platformdirs"}
 
 
-def _definition(obj, seen: frozenset[int] = frozenset()) -> str:
-    """What an extension computes, the same text in every process that registers the same code: a function's bytecode,
-    constants (nested code by the same rule), names and the values it closes over or defaults to; a partial's
-    function and arguments; a class's attributes and functions (``__call__`` and ``__init__`` included); a plain
-    value's or number's repr; a tensor's values; a module's name; any other object its class and attributes (never a
-    repr that holds an address). The code actually registered, not its file, which may have been edited since; what
-    it calls by name is not followed."""
-    if id(obj) in seen:
-        return "<cycle>"
-    seen = seen | {id(obj)}
-    if isinstance(obj, _PLAIN_VALUES):
-        return repr(obj)
-    if isinstance(obj, numbers.Number):  # numpy's scalars: float32(2.0) is not float32(3.0)
-        return f"{type(obj).__qualname__}({obj!r})"
-    if isinstance(obj, torch.Tensor):
-        return f"tensor({obj.dtype}, {list(obj.shape)}, {obj.detach().cpu().tolist()})"
-    if isinstance(obj, types.ModuleType):
-        return f"module({obj.__name__})"
-    if isinstance(obj, tuple | list | frozenset | set):
-        parts = sorted(_definition(item, seen) for item in obj) if isinstance(obj, frozenset | set) else \
-            [_definition(item, seen) for item in obj]
-        return f"{type(obj).__name__}({', '.join(parts)})"
-    if isinstance(obj, dict):
-        return "{" + ", ".join(f"{_definition(k, seen)}: {_definition(v, seen)}" for k, v in obj.items()) + "}"
-    if isinstance(obj, types.CodeType):
-        constants = [_definition(constant, seen) for constant in obj.co_consts]
-        return f"code({obj.co_code.hex()}, {constants}, {obj.co_names})"
-    if isinstance(obj, functools.partial):
-        return f"partial({_definition(obj.func, seen)}, {_definition(obj.args, seen)}, {_definition(obj.keywords, seen)})"
-    if isinstance(obj, types.MethodType):  # and what it is bound to: Scaler(2.0).rule is not Scaler(3.0).rule
-        return f"method({_definition(obj.__func__, seen)}, {_instance(obj.__self__, seen)})"
-    if isinstance(obj, types.FunctionType):
-        closure = [cell.cell_contents for cell in obj.__closure__ or () if cell.cell_contents is not obj]
-        return (f"function({obj.__qualname__}, {_definition(obj.__code__, seen)}, {_definition(closure, seen)}, "
-                f"{_definition(obj.__defaults__, seen)}, {_definition(obj.__kwdefaults__, seen)})")
-    if isinstance(obj, staticmethod | classmethod):
-        return _definition(obj.__func__, seen)
-    if isinstance(obj, property):
-        return _definition([obj.fget, obj.fset, obj.fdel], seen)
-    if isinstance(obj, type):
-        if _defined_in_amk(obj) or obj.__module__ in ("builtins", "abc", "typing"):
-            return f"{obj.__module__}.{obj.__qualname__}"
-        members = {name: value for name, value in vars(obj).items()
-                   if not name.startswith("__") or isinstance(value, types.FunctionType | staticmethod | classmethod)}
-        bases = [_definition(base, seen) for base in obj.__bases__]
-        return f"class({obj.__qualname__}, {bases}, {_definition(members, seen)})"
-    return _instance(obj, seen)  # a callable instance, a configuration object a rule closes over
+def _library_class(cls: type) -> bool:
+    if cls.__module__ == "builtins" or cls.__module__.partition(".")[0] in _LIBRARIES:
+        return True
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None) or ""
+    return file.startswith(_STANDARD_LIBRARY) and "-packages" not in file
 
 
-def _instance(obj, seen: frozenset[int]) -> str:
-    """An object by its class and attributes, those in ``__slots__`` included (a bound method's ``self``, a callable
-    instance, an object a rule closes over)."""
-    if isinstance(obj, type):
-        return _definition(obj, seen)
-    attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
-    attributes.update({name: getattr(obj, name) for cls in type(obj).__mro__
-                       for name in _slot_names(cls) if hasattr(obj, name)})
-    return f"instance({_definition(type(obj), seen)}, {_definition(attributes, seen)})"
+class _Definitions:
+    """What an extension computes, the same text in every process that registers the same code: a function's
+    bytecode, constants (nested code by the same rule), names and the values it closes over or defaults to; a
+    partial's function and arguments; a class's attributes and functions (``__call__`` and ``__init__`` included); a
+    plain value's, number's, dtype's or device's repr; a tensor's or array's dtype, shape and a digest of its bytes; a
+    module's name; an object of the standard library or of the libraries amk runs on its class, any other its
+    class and attributes (slots included). An object met again is written as a reference to its first occurrence (a structure sharing its nodes grew
+    exponentially). Never a repr that holds an address. The code actually registered, not its file, which may have
+    been edited since; what it calls by name is not followed."""
+
+    def __init__(self):
+        self.numbers: dict[int, int] = {}  # id -> order of first occurrence
+        self.kept: list = []  # what the ids name, alive until the text is made
+
+    def __call__(self, obj, depth: int = 0) -> str:
+        if isinstance(obj, _PLAIN_VALUES):
+            return repr(obj)
+        if id(obj) in self.numbers:
+            return f"<same as #{self.numbers[id(obj)]}>"
+        self.numbers[id(obj)] = len(self.numbers)
+        self.kept.append(obj)
+        if depth > _MAX_DEPTH:
+            return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
+        inner = functools.partial(self, depth=depth + 1)
+        if isinstance(obj, numbers.Number):  # numpy's scalars: float32(2.0) is not float32(3.0)
+            return f"{type(obj).__qualname__}({obj!r})"
+        if isinstance(obj, torch.Tensor):
+            return f"tensor({obj.dtype}, {list(obj.shape)}, {obj.layout}, {_tensor_digest(obj)})"
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(obj, numpy.ndarray | numpy.generic):
+            array = numpy.ascontiguousarray(obj)
+            return f"ndarray({array.dtype}, {list(array.shape)}, {hashlib.sha256(array.tobytes()).hexdigest()[:16]})"
+        if isinstance(obj, types.ModuleType):
+            return f"module({obj.__name__})"
+        if isinstance(obj, enum.Enum):
+            return f"{type(obj).__qualname__}.{obj.name}"
+        if isinstance(obj, tuple | list | frozenset | set):
+            parts = sorted(map(inner, obj)) if isinstance(obj, frozenset | set) else [inner(item) for item in obj]
+            return f"{type(obj).__name__}({', '.join(parts)})"
+        if isinstance(obj, dict):
+            return "{" + ", ".join(f"{inner(k)}: {inner(v)}" for k, v in obj.items()) + "}"
+        if isinstance(obj, types.CodeType):
+            constants = [inner(constant) for constant in obj.co_consts]
+            return f"code({obj.co_code.hex()}, {constants}, {obj.co_names})"
+        if isinstance(obj, functools.partial):
+            return f"partial({inner(obj.func)}, {inner(obj.args)}, {inner(obj.keywords)})"
+        if isinstance(obj, types.MethodType):  # and what it is bound to: Scaler(2.0).rule is not Scaler(3.0).rule
+            return f"method({inner(obj.__func__)}, {inner(obj.__self__)})"
+        if isinstance(obj, types.FunctionType):
+            closure = [cell.cell_contents for cell in obj.__closure__ or () if cell.cell_contents is not obj]
+            return (f"function({obj.__qualname__}, {inner(obj.__code__)}, {inner(closure)}, "
+                    f"{inner(obj.__defaults__)}, {inner(obj.__kwdefaults__)})")
+        if isinstance(obj, staticmethod | classmethod):
+            return inner(obj.__func__)
+        if isinstance(obj, property):
+            return inner([obj.fget, obj.fset, obj.fdel])
+        if isinstance(obj, type):
+            if _defined_in_amk(obj) or _library_class(obj):
+                return f"{obj.__module__}.{obj.__qualname__}"
+            members = {name: value for name, value in vars(obj).items()
+                       if not name.startswith("__") or isinstance(value, types.FunctionType | staticmethod | classmethod)}
+            return f"class({obj.__qualname__}, {inner(list(obj.__bases__))}, {inner(members)})"
+        if _library_class(type(obj)):
+            return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
+        # A callable instance, a bound method's self, a configuration a rule closes over, amk's ColumnSum.
+        attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+        attributes.update({name: getattr(obj, name) for cls in type(obj).__mro__ for name in _slot_names(cls)
+                           if hasattr(obj, name)})
+        return f"instance({inner(type(obj))}, {inner(attributes)})"
+
+
+def _definition(obj) -> str:
+    """:class:`_Definitions`' text of ``obj``."""
+    return _Definitions()(obj)
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
+    """A digest of a tensor's values; of its kind alone where it has none to read (meta, sparse, other layouts)."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return f"{tensor.device.type} values not read"
+    data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
 
 
 def _slot_names(cls: type) -> tuple[str, ...]:
     slots = vars(cls).get("__slots__", ())
-    return (slots,) if isinstance(slots, str) else tuple(slots)
+    names = (slots,) if isinstance(slots, str) else tuple(slots)
+    return tuple(name for name in names if name not in ("__dict__", "__weakref__"))
 
 
 def extensions_fingerprint() -> str:

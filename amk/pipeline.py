@@ -8,7 +8,7 @@ them in order, keeps the IR text of every level, and loads the emitted kernels.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -46,8 +46,8 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
         raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid: {error}; the tensor_op passes available: "
                                    f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
-        return passes
-    return [replace(p, vendor_gemm=True) if hasattr(p, "vendor_gemm") else p for p in passes
+        return list(passes)
+    return [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)} else p for p in passes
             if not isinstance(p, DuplicateNormProloguesPass)]
 
 

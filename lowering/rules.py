@@ -249,8 +249,9 @@ class RowReduction:
     ``unscaled(b, op, x, operands)``, for a norm whose value is a per-row scale (its first statistic) times a tile
     that needs no statistics (RMSNorm: ``rstd * (x * weight)``), gives that tile: a matmul reading the norm can then
     scale its accumulator's rows instead of waiting for the statistics; ``unscaled_within_input(op)`` says whether
-    that tile's values are the input's (RMSNorm without a weight): times a weight they may exceed fp16's range where
-    PyTorch, which rounds only the scaled value, stays finite, so an fp16 matmul operand cannot hold them.
+    that tile's values are the input's (RMSNorm without a weight; by default not): times a weight they may exceed
+    fp16's range where PyTorch, which rounds only the scaled value, stays finite, so an fp16 matmul operand cannot
+    hold them and an fp16 kernel gathers the statistics first.
     ``column_sums``, for
     states made of row sums (one :class:`ColumnSum` per component), lets a loop defer the row reductions to its end.
     """
@@ -263,7 +264,7 @@ class RowReduction:
     apply: Callable
     keeps_shape: bool
     unscaled: Callable | None = None
-    unscaled_within_input: Callable[[Operation], bool] = lambda op: True
+    unscaled_within_input: Callable[[Operation], bool] = lambda op: False
     column_sums: tuple[ColumnSum, ...] | None = None
 
     def update(self, b: TileBuilder, state: list[SSAValue], x: SSAValue, valid: SSAValue | None) -> list[SSAValue]:

@@ -8,10 +8,12 @@ The op is ``test.square_plus_one`` (``x * x + 1``), a subclass of ``ElementwiseU
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -451,7 +453,7 @@ def test_a_pass_replacing_amk_fuse_is_what_every_build_runs(monkeypatch, tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt.register_pass(CountingFuse)
-    assert fusion_passes(None) == (CountingFuse(),) and fusion_passes(None, vendor_gemm=True) == [CountingFuse(True)]
+    assert fusion_passes(None) == [CountingFuse()] and fusion_passes(None, vendor_gemm=True) == [CountingFuse(True)]
     kernel = amk.build_fused_kernel(["matmul", "relu"], [(8, 16), (16, 8)], torch.float32, autotune=False,
                                     tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
     assert ran and kernel.num_kernels == 1
@@ -638,6 +640,53 @@ def test_the_fingerprint_follows_what_a_rule_is_bound_to_and_amk_rules_moved_to_
     finally:
         rules.ROW_REDUCTIONS[tensor_op.RMSNormOp] = rms
     assert len({base, *prints}) == 3, prints
+
+
+def _linked(length):
+    head = None
+    for _ in range(length):
+        head = types.SimpleNamespace(next=head)
+    return head
+
+
+def _shared(depth):
+    node = types.SimpleNamespace(value=1)
+    for _ in range(depth):
+        node = types.SimpleNamespace(left=node, right=node)
+    return node
+
+
+@pytest.mark.parametrize("reached", [
+    lambda: torch.randn(512, 512), lambda: torch.empty(4, 4, device="meta"), lambda: torch.eye(3).to_sparse(),
+    lambda: torch.nn.Linear(1024, 1024), lambda: logging.getLogger("amk"), lambda: _linked(3000),
+    lambda: _shared(40),
+], ids=["a large tensor", "a meta tensor", "a sparse tensor", "a module", "a logger", "a long chain",
+        "a shared structure"])
+def test_what_a_rule_closes_over_counts_in_a_short_stable_text(reached):
+    """What a rule reaches was written out whole, at every build: a module's weights value by value (23 MB), every
+    logger of the process (a text that changed when a library made one), a structure sharing its nodes once per
+    path (889 MB at 22 levels), a long chain past the recursion limit, a meta tensor's values (an error)."""
+    from amk.build import _definition
+
+    obj = reached()
+    rule = (lambda o: lambda b, op, x: b.mul(x, 1.0 if o is None else 2.0))(obj)
+    first = _definition(rule)
+    logging.getLogger("amk.test.another")
+    assert len(first) < 20_000 and _definition(rule) == first
+
+
+def test_dtypes_devices_and_arrays_count_by_value():
+    """float16 and bfloat16, two devices, two arrays closed over: each pair had one text (one cache key)."""
+    import numpy
+
+    from amk.build import _definition
+
+    def closing(value):
+        return lambda b, op, x: b.mul(x, value)
+
+    for a, b in ((torch.float16, torch.bfloat16), (torch.device("cpu"), torch.device("meta")),
+                 (numpy.zeros(3), numpy.ones(3)), (numpy.bool_(True), numpy.bool_(False))):
+        assert _definition(closing(a)) != _definition(closing(b)), (a, b)
 
 
 def test_a_partial_replacing_a_registration_is_named_in_the_warning(registered):
