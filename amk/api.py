@@ -11,7 +11,7 @@ import torch
 from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
-from amk.environment import float32_matmul_precision
+from amk.environment import float32_matmul_precision, fp8_supported, interpreting
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module, normalize_ops, normalize_shapes
@@ -259,6 +259,12 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
                                float32_matmul_precision())
 
 
+def _device_name() -> str:
+    if not torch.cuda.is_available() or interpreting():
+        return "its kernels in Triton's CPU interpreter"
+    return f"on a {torch.cuda.get_device_name()} (compute capability {'.'.join(map(str, torch.cuda.get_device_capability()))})"
+
+
 def build_fused_kernel_from(arguments: dict, precision: str | None = None) -> FusedKernel:
     """:func:`build_fused_kernel` called with ``arguments`` at the float32 matmul ``precision`` (None: the one in force
     now): a kernel's copy or one loaded back by pickle, which keep the precision it was built at."""
@@ -275,6 +281,11 @@ def _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_confi
     grid = validate_grid(parameter_grid)
     op_list = normalize_ops(ops)
     shapes = normalize_shapes(input_shapes)
+    if torch.float8_e4m3fn in (dtype, *(params.get("dtype") for name, params in op_list if name == "cast")) \
+            and not fp8_supported():
+        # (Triton's CPU interpreter converts to fp8 wrongly: 0.49 became 0.25, silently)
+        raise DTypeError("fp8 (torch.float8_e4m3fn) kernels need a CUDA GPU of compute capability 8.9 or newer; "
+                         f"this process runs {_device_name()}")
 
     def request(call_shapes: list[tuple[int, ...]]) -> BuildRequest:
         return BuildRequest(lambda: build_module(op_list, call_shapes, dtype), call_shapes, dtype, op_list, autotune,

@@ -88,6 +88,12 @@ def float32_matmul_precision() -> str:
     return "high" if getter("cuda", "matmul") == "tf32" else "highest"
 
 
+def fp8_supported() -> bool:
+    """Whether fp8 (e4m3) kernels can run here: on a CUDA GPU of compute capability 8.9 or newer (not in Triton's CPU
+    interpreter, which converts to fp8 wrongly)."""
+    return torch.cuda.is_available() and not interpreting() and torch.cuda.get_device_capability() >= (8, 9)
+
+
 def default_device() -> torch.device:
     """Where kernels run: CUDA when there is a GPU and the interpreter is off, else the CPU."""
     return torch.device("cuda") if torch.cuda.is_available() and not interpreting() else torch.device("cpu")

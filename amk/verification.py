@@ -18,6 +18,7 @@ from xdsl.ir import Operation
 from amk import reference
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
+from amk.environment import fp8_supported
 from amk.errors import InvalidArgumentError, VerificationError
 from amk.oplist import bind_operands
 
@@ -140,10 +141,6 @@ def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device,
         tensors.append(values.to(dtype=dtype))
         del values
     return tensors
-
-
-def fp8_supported() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
 def reference_for(op_list, shape_count: int, dtype: torch.dtype | None = None) -> Callable:

@@ -9,6 +9,7 @@ from conftest import DEVICE
 
 import amk
 from amk import errors
+from amk.environment import fp8_supported
 from amk.errors import (
     AmkError,
     DeviceError,
@@ -570,3 +571,14 @@ def test_error_hierarchy():
         assert issubclass(cls, AmkError)
     assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
     assert issubclass(errors.VerificationError, AssertionError)
+
+
+@pytest.mark.skipif(fp8_supported(), reason="this GPU runs fp8 kernels")
+@pytest.mark.parametrize("ops,dtype", [(["relu"], torch.float8_e4m3fn),
+                                       ([("cast", {"dtype": torch.float8_e4m3fn}), "relu"], torch.float32)],
+                         ids=["fp8 chain", "cast to fp8"])
+def test_fp8_where_it_cannot_run_is_refused(ops, dtype):
+    """Triton's CPU interpreter converts to fp8 wrongly (0.49 became 0.25; a matmul's relative error 0.14): the
+    kernels ran silently, and verification skipped fp8."""
+    with pytest.raises(DTypeError, match="fp8 .* need a CUDA GPU of compute capability 8.9 or newer"):
+        amk.build_fused_kernel(ops, [(4, 8)], dtype, autotune=False)
