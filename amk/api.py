@@ -123,8 +123,9 @@ class FusedKernel(torch.nn.Module):
                 continue
             leading = len(built) == len(self.shapes[0]) and len(have) == len(built) and have[rows:] == built[rows:]
             if not leading:
-                raise ShapeError(f"argument {index} has shape {have}; the kernel was built for {built} (only the "
-                                 f"leading dims {self.shapes[0][:rows]} of the first input may change)")
+                raise ShapeError(f"argument {index} has shape {have}; the kernel was built for {built} (an argument "
+                                 f"of the first input's rank may change its leading dims, here the first {rows}, and "
+                                 "keep its last; the others keep their shapes)")
         return call_shapes
 
     def _reject(self, index: int, tensor) -> None:
