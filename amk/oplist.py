@@ -295,8 +295,11 @@ def build_module(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype) -> M
                                            "Operation with one result, such as tensor_op.ReluOp(x))")
             op.verify()
         except VerifyException as error:
+            optional = count > OPS[name].required
+            hint = (f" (shapes bind to operands in list order, optional ones included: {name} took "
+                    f"{count - OPS[name].required} optional operand(s))" if optional else "")
             raise ShapeError(f"ops[{index}] ({name}) does not fit its inputs: {error}; operand shapes: "
-                             f"{[tuple(str(d) for d in v.type.dims) for v in [value, *operands]]}") from None
+                             f"{[tuple(str(d) for d in v.type.dims) for v in [value, *operands]]}{hint}") from None
         block.add_op(op)
         value = op.results[0]
     block.add_op(func.ReturnOp(value))

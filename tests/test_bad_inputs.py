@@ -582,3 +582,9 @@ def test_fp8_where_it_cannot_run_is_refused(ops, dtype):
     kernels ran silently, and verification skipped fp8."""
     with pytest.raises(DTypeError, match="fp8 .* need a CUDA GPU of compute capability 8.9 or newer"):
         amk.build_fused_kernel(ops, [(4, 8)], dtype, autotune=False)
+
+
+def test_a_shape_bound_to_an_optional_operand_is_said_so():
+    """rmsnorm's optional weight took the matmul's (32, 16), and the error named only the weight's rank."""
+    with pytest.raises(ShapeError, match=r"rmsnorm took 1 optional operand\(s\)"):
+        amk.build_fused_kernel(["rmsnorm", "matmul", "layernorm"], [(4, 32), (32, 16), (16,)], FP32, autotune=False)
