@@ -132,8 +132,13 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="x[2, 8, 64] (a smoke test; CPU is fine)")
     parser.add_argument("--out", required=True, help="JSON results file")
     args = parser.parse_args()
+    import torch
+
     from amk.benchmarking import environment
 
+    if not args.small and not torch.cuda.is_available():
+        parser.error("the full sizes are timed on a GPU (Triton's interpreter runs them for many minutes); "
+                     "--small runs a smoke test on the CPU")
     mode = "compile" if args.compile else "kernel"
     sizes = [2, 8, 64] if args.small else [16, 2048, 8192]
     with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as bytecode_dir:
