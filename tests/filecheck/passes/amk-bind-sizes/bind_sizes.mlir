@@ -1,6 +1,7 @@
 // RUN: amk-opt %s -p 'amk-bind-sizes{sizes="T=512,D=64"}' | filecheck %s
 // RUN: amk-opt %s -p 'amk-bind-sizes{sizes="T=512,D=64"},amk-fuse,amk-tile' | filecheck %s --check-prefix=TILE
 // RUN: not amk-opt %s -p 'amk-bind-sizes{sizes="T=0"}' 2>&1 | filecheck %s --check-prefix=ERROR
+// RUN: not amk-opt %s -p 'amk-bind-sizes{sizes="Z=16"}' 2>&1 | filecheck %s --check-prefix=UNKNOWN
 
 // amk-bind-sizes writes the values of bound symbols into every tensor type: the function's signature and every op's
 // result. Unbound symbols (S) stay. The passes after it then see numbers: amk-tile's loops over the columns have
@@ -20,3 +21,4 @@ func.func @scores(%q : !tensor_op.tensor<[S, D], f16>, %k : !tensor_op.tensor<[T
 // TILE:        tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(S, BLOCK_M), cdiv(512, BLOCK_N*cdiv(cdiv(512, BLOCK_N), SPLIT_N))]>
 
 // ERROR: amk-bind-sizes: sizes must be SYMBOL=VALUE pairs separated by commas, each value a positive integer (s0=16,s1=1); got 'T=0' in 'T=0'
+// UNKNOWN: amk-bind-sizes: no tensor type has the size Z; the module's symbolic sizes: D, S, T
