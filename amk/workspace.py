@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from collections.abc import Callable, Sequence
 
@@ -67,11 +68,25 @@ def serialized(launch: Callable) -> Callable:
     divide 0 by 0 (numpy would print ``RuntimeWarning: invalid value encountered in divide`` on ordinary inputs)."""
     import numpy
 
+    _renew_the_lock_in_forked_children()
+
     def run_alone(*args, **kwargs):
         with INTERPRETER_LOCK, numpy.errstate(all="ignore"):
             return launch(*args, **kwargs)
 
     return run_alone
+
+
+@functools.cache
+def _renew_the_lock_in_forked_children() -> None:
+    """A process forked while another thread ran a kernel got :data:`INTERPRETER_LOCK` held by a thread it does not
+    have, and its first kernel waited forever (a DataLoader's fork beside a thread running inference): the child
+    gets a lock of its own. (Registered once, when kernels are first serialized: nothing at import.)"""
+    def renew() -> None:
+        global INTERPRETER_LOCK
+        INTERPRETER_LOCK = threading.RLock()
+
+    os.register_at_fork(after_in_child=renew)
 
 
 @functools.cache

@@ -197,3 +197,41 @@ def test_a_capture_after_a_call_zeroes_no_counters_in_the_graph(warmed_up):
     assert bool((counters == 7).all()) is warmed_up
     with torch.cuda.graph(torch.cuda.CUDAGraph()):
         assert workspace()[1] is not counters
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="the interpreter's lock (a forked CUDA context is not usable anyway)")
+def test_a_process_forked_while_a_thread_runs_a_kernel_runs_kernels_too():
+    """The child of a fork made while another thread was inside a kernel call inherited the interpreter's lock held
+    by a thread it does not have: its first kernel call waited forever (a DataLoader worker forked beside a thread
+    running inference)."""
+    import os
+    import signal
+    import time
+
+    kernel = build("layernorm")
+    (inputs, expected), = cases("layernorm", 1, seed=9)
+    running, stop = threading.Event(), threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            kernel(*inputs)
+            running.set()
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    running.wait(60)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 when its kernel ran and was right
+            signal.alarm(120)
+            os._exit(0 if relative_error(kernel(*inputs), expected) < 1e-5 else 1)
+        deadline = time.monotonic() + 120
+        while (finished := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if finished[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert finished[0] == pid and os.waitstatus_to_exitcode(finished[1]) == 0, "the forked child hung or failed"
+    finally:
+        stop.set()
+        thread.join(60)
