@@ -263,7 +263,8 @@ def build_fused_kernel(ops: Sequence, input_shapes: Sequence, dtype: torch.dtype
 def _device_name() -> str:
     if not torch.cuda.is_available() or interpreting():
         return "its kernels in Triton's CPU interpreter"
-    return f"on a {torch.cuda.get_device_name()} (compute capability {'.'.join(map(str, torch.cuda.get_device_capability()))})"
+    capability = ".".join(map(str, torch.cuda.get_device_capability()))
+    return f"on a {torch.cuda.get_device_name()} (compute capability {capability})"
 
 
 def build_fused_kernel_from(arguments: dict, precision: str | None = None) -> FusedKernel:

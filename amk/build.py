@@ -100,9 +100,9 @@ class _Definitions:
     partial's function and arguments; a class's attributes and functions (``__call__`` and ``__init__`` included); a
     plain value's, number's, dtype's or device's repr; a tensor's or array's dtype, shape and a digest of its bytes; a
     module's name; an object of the standard library or of the libraries amk runs on its class, any other its
-    class and attributes (slots included). An object met again is written as a reference to its first occurrence (a structure sharing its nodes grew
-    exponentially). Never a repr that holds an address. The code actually registered, not its file, which may have
-    been edited since; what it calls by name is not followed."""
+    class and attributes (slots included). An object met again is written as a reference to its first occurrence (a
+    structure sharing its nodes grew exponentially). Never a repr that holds an address. The code actually
+    registered, not its file, which may have been edited since; what it calls by name is not followed."""
 
     def __init__(self):
         self.numbers: dict[int, int] = {}  # id -> order of first occurrence
@@ -153,8 +153,9 @@ class _Definitions:
         if isinstance(obj, type):
             if _defined_in_amk(obj) or _library_class(obj):
                 return f"{obj.__module__}.{obj.__qualname__}"
+            functions = types.FunctionType | staticmethod | classmethod
             members = {name: value for name, value in vars(obj).items()
-                       if not name.startswith("__") or isinstance(value, types.FunctionType | staticmethod | classmethod)}
+                       if not name.startswith("__") or isinstance(value, functions)}
             return f"class({obj.__qualname__}, {inner(list(obj.__bases__))}, {inner(members)})"
         if _library_class(type(obj)):
             return f"<{type(obj).__module__}.{type(obj).__qualname__}>"

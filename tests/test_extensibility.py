@@ -231,7 +231,7 @@ def test_registrations_of_something_else_than_an_op_class_are_refused(monkeypatc
     before = dict(rules.ELEMENTWISE_RULES)
     with pytest.raises(InvalidArgumentError, match="takes an op class .* got 'test.op'"):
         rules.register_elementwise("test.op")
-    with pytest.raises(InvalidArgumentError, match=r"the decorator takes the op class first, @register_elementwise\(MyOp"):
+    with pytest.raises(InvalidArgumentError, match=r"takes the op class first, @register_elementwise\(MyOp"):
         @rules.register_elementwise
         def bare(b, op, x):
             return x
@@ -552,8 +552,9 @@ rules.register_elementwise(tensor_op.ExpOp)(Scaler(2.0))
 
 def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process(tmp_path):
     """The same registrations give the same key in every process (a partial, a function made at run time with a
-    comprehension inside, a closure over a dataclass, a callable with slots: no address in the text), and the key follows the code registered, not its file, which may
-    have been edited since (a stale kernel would be stored under the edited text's key)."""
+    comprehension inside, a closure over a dataclass, a callable with slots: no address in the text), and the key
+    follows the code registered, not its file, which may have been edited since (a stale kernel would be stored
+    under the edited text's key)."""
     path = tmp_path / "user_rules.py"
     path.write_text(_USER_RULES)
     environment = {key: value for key, value in os.environ.items() if key != "AMK_CACHE_DIR"}
