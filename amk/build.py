@@ -105,15 +105,15 @@ class _Definitions:
     registered, not its file, which may have been edited since; what it calls by name is not followed."""
 
     def __init__(self):
-        self.numbers: dict[int, int] = {}  # id -> order of first occurrence
+        self.first_seen: dict[int, int] = {}  # id -> order of first occurrence
         self.kept: list = []  # what the ids name, alive until the text is made
 
     def __call__(self, obj, depth: int = 0) -> str:
         if isinstance(obj, _PLAIN_VALUES):
             return repr(obj)
-        if id(obj) in self.numbers:
-            return f"<same as #{self.numbers[id(obj)]}>"
-        self.numbers[id(obj)] = len(self.numbers)
+        if id(obj) in self.first_seen:
+            return f"<same as #{self.first_seen[id(obj)]}>"
+        self.first_seen[id(obj)] = len(self.first_seen)
         self.kept.append(obj)
         if depth > _MAX_DEPTH:
             return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
