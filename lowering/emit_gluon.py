@@ -78,6 +78,7 @@ from amk.lowering.emit_triton import (
     TritonEmitter,
     _Launch,
     split_launches,
+    unflattened_ids,
 )
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.stage import element_size
@@ -1134,9 +1135,10 @@ class GluonSweepEmitter(GluonTileEmitter):
             if length.is_static and length.value * element_bytes % 16:
                 raise self.refuse(f"TMA moves rows a multiple of 16 bytes long; {self.names[buffer]}'s are "
                                   f"{length.value * element_bytes} bytes")
-        names = ("lhs_tiles", "rhs_ring", "lhs_ready", "ready", "empty", "output_tiles", "tiles", "pair", "j", "slot")
+        names = ("lhs_tiles", "rhs_ring", "lhs_ready", "ready", "empty", "output_tiles", "tiles", "pair", "j", "slot",
+                 "flat", "strip")
         (self.lhs_tiles, self.ring, self.lhs_ready, self.ready, self.empty, self.staging, self.tiles, self.pair,
-         self.index, self.slot) = (self.fresh(n) for n in names)
+         self.index, self.slot, self.flat, self.strip) = (self.fresh(n) for n in names)
         # the two products in flight (asynchronous wgmma results), and the one waited for
         self.products = (self.fresh("product_a"), self.fresh("product_b"))
         self.finished = self.fresh("product")
@@ -1172,13 +1174,16 @@ class GluonSweepEmitter(GluonTileEmitter):
 
     def strip_id(self, sweep: _Sweep, consumer: str) -> None:
         """The row program id as the IR reads it, for the strip of ``consumer``: it counts strips of ``BLOCK_M`` (a
-        consumer's 64 rows)."""
-        self.code.writeline(f"{sweep.launch.program_ids[0]} = gl.program_id(0) * {self.consumers} + {consumer}")
+        consumer's 64 rows); ``program_ids`` wrote the program's own strip."""
+        self.code.writeline(f"{sweep.launch.program_ids[0]} = {self.strip} * {self.consumers} + {consumer}")
 
     def program_ids(self, sweep: _Sweep) -> None:
-        """The other program ids: the program's own."""
-        self.code.writelines(f"{pid} = gl.program_id({axis})"
-                             for axis, pid in enumerate(sweep.launch.program_ids[1:], 1))
+        """The program's strip (of all its consumers' rows) and its other program ids, from the one flat grid axis
+        the launcher gives (CUDA caps a grid's other axes at 65535 programs)."""
+        self.code.writeline(f"{self.flat} = gl.program_id(0)")
+        # counted in the launcher's BLOCK_M (all consumers' rows), not the kernels' own
+        extents = [f"({self.substitute_constants(self.expr(dim))})" for dim in sweep.launch.grid[:-1]]
+        self.code.writelines(unflattened_ids(self.flat, [self.strip, *sweep.launch.program_ids[1:]], extents))
 
     def tile_count(self, sweep: _Sweep) -> str:
         loop = sweep.loop
@@ -1250,8 +1255,8 @@ class GluonSweepEmitter(GluonTileEmitter):
             if sweep.store is not None:
                 code.writeline(self.make_descriptor(self.output, self.blocks()[self.output]))
             self.write_layouts([op for top in [*sweep.before, *sweep.body, *sweep.after] for op in top.walk()], 4)
-            self.strip_id(sweep, "WARP_GROUP")
             self.program_ids(sweep)
+            self.strip_id(sweep, "WARP_GROUP")
             self.last_origin = None
             for op in sweep.before:
                 self.emit_op(op)
@@ -1375,7 +1380,7 @@ class GluonSweepEmitter(GluonTileEmitter):
             args += [f"STAGES={self.stages}", "num_warps=4"]
             for sweep in self.sweeps:
                 axes = [self.substitute_constants(self.expr(d, "triton.cdiv")) for d in sweep.launch.grid]
-                code.writeline(f"grid = ({', '.join(axes)},)")
+                code.writeline(f"grid = ({' * '.join(axes)},)")
                 self.write_launch(code, sweep.launch.name, args)
         return code
 

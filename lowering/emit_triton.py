@@ -157,6 +157,17 @@ def split_launches(kernel) -> list[tuple[tiled_loop.RelaunchOp | None, list[Oper
     return [(None, ops[:ends[0]])] + [(ops[cut], ops[cut + 1:end]) for cut, end in zip(cuts, ends[1:])]
 
 
+def unflattened_ids(flat: str, program_ids: Sequence[str], extents: Sequence[str]) -> list[str]:
+    """Lines setting ``program_ids`` from ``flat``, the one program index of a grid of several axes whose first
+    extents (all but the last's) are ``extents``, each a name or parenthesized: the first axis varies fastest, as on a
+    grid's own axes."""
+    lines = []
+    for axis, pid in enumerate(program_ids):
+        index = " // ".join([flat, *extents[:axis]])
+        lines.append(f"{pid} = {index} % {extents[axis]}" if axis < len(extents) else f"{pid} = {index}")
+    return lines
+
+
 @functools.lru_cache(maxsize=16384)
 def _python_of(text: str, parameters: tuple[tuple[str, str], ...], known: frozenset[str],
                cdiv_name: str) -> str | set[str]:
@@ -430,16 +441,27 @@ class TritonEmitter:
         elif launch.group_size is not None:
             code.writeline(f"# grouped launch order: {launch.group_size} row tiles in a row share each column tile of "
                            "the weight in L2")
-            if self.kernel.batched:
-                code.writeline(f"{pids[2]} = tl.program_id(1)  # the batch index")
             code.writeline("pid = tl.program_id(0)")
             self.emit_tile_counts(grid)
+            if self.kernel.batched:
+                code.writeline(f"{pids[2]} = pid // (num_pid_m * num_pid_n)  # the batch index")
+                code.writeline("pid = pid % (num_pid_m * num_pid_n)")
             code.writeline(f"num_pid_in_group = {launch.group_size} * num_pid_n")
             self.emit_grouped_ids("pid", launch)
+        elif len(pids) == 1:
+            code.writeline(f"{pids[0]} = tl.program_id(0)")
         else:
-            for axis, pid in enumerate(pids):
-                code.writeline(f"{pid} = tl.program_id({axis})")
+            self.emit_flat_ids(launch)
         self.taken.update(pids)
+
+    def emit_flat_ids(self, launch: _Launch) -> None:
+        """The program ids of a grid of several axes, launched as one: CUDA caps a grid's second and third axes at
+        65535 programs (a batch of heads exceeds that), the first at 2**31 - 1."""
+        flat = self.fresh("flat")
+        self.code.writeline(f"{flat} = tl.program_id(0)  # one flat axis: CUDA caps the others at 65535 programs")
+        extents = [self.fresh(f"num_{pid}") for pid in launch.program_ids[:-1]]
+        self.code.writelines(f"{extent} = {self.expr(dim)}" for extent, dim in zip(extents, launch.grid))
+        self.code.writelines(unflattened_ids(flat, launch.program_ids, extents))
 
     def emit_grouped_ids(self, flat: str, launch: _Launch) -> None:
         """(pid_m, pid_n) of the flat tile index ``flat`` in grouped order."""
@@ -730,11 +752,8 @@ class TritonEmitter:
                 elif self.persistent(launch):
                     code.writeline(f"grid = (min({' * '.join(axes)}, _resident_programs({axes[1]})),)")
                 else:
-                    # A grouped grid is launched flat (then the batch); the kernel recovers (pid_m, pid_n) from the
-                    # group order.
-                    grid = (", ".join([" * ".join(axes[:2]), *axes[2:]]) if launch.group_size is not None
-                            else ", ".join(axes))
-                    code.writeline(f"grid = ({grid},)")
+                    # One flat axis; the kernel recovers its program ids (emit_program_ids).
+                    code.writeline(f"grid = ({' * '.join(axes)},)")
                 self.write_launch(code, launch.name, args)
         return code
 

@@ -7,12 +7,13 @@ through the pipeline with each tiling strategy that lowers a batched matmul.
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
 import torch
 import torch.nn as nn
-from conftest import DEVICE, INTERPRETER_WARNINGS
+from conftest import DEVICE, GPU, INTERPRETER_WARNINGS
 from xdsl.parser import Parser
 
 import amk
@@ -169,10 +170,23 @@ def test_each_strategy_that_batches_matches_pytorch(keys, requested, strategy):
     compiled = compile_module(module, SMALL_TILES, reduction_strategy=requested)
     assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
     assert '"pid_b"]' in compiled.ir["tiled_loop"]  # the last grid axis of every launch
+    # ... launched as one flat axis with the others: CUDA caps a grid's second and third axes at 65535 programs
+    grids = re.findall(r"^ *grid = (.*)$", compiled.ir["triton"], re.MULTILINE)
+    assert grids and all(len(ast.parse(grid, mode="eval").body.elts) == 1 for grid in grids), grids
     for seed in range(2):
         q, k = random(2, 3, 37, 16, seed=seed), random(2, 3, 70, 16, seed=seed + 10)
         expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.25, dim=-1)
         assert relative_error(compiled.program(q, k)[0], expected) < 1e-5
+
+
+@pytest.mark.skipif(not GPU, reason="CUDA's limit on a grid's second and third axes is a GPU's")
+def test_a_batch_of_more_heads_than_cuda_allows_on_a_second_grid_axis_runs():
+    """batch x heads = 66000 matrices: more than the 65535 programs CUDA launches on a grid's second or third axis,
+    where the batch axis was (an 'invalid argument' launch error before the grid was one flat axis)."""
+    model = AttentionProbabilities()
+    q, k = random(1000, 66, 8, 16), random(1000, 66, 24, 16, seed=1)
+    out = amk.compile(model, autotune=False)(q, k)
+    assert relative_error(out, model(q.double(), k.double())) < 1e-5
 
 
 def test_a_batched_transposed_operand_is_viewed_and_timed_with_the_strides_of_its_call():

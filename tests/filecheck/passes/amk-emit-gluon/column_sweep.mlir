@@ -15,10 +15,12 @@ func.func @attention_scores(%q : !tensor_op.tensor<[M, 64], f16>, %k : !tensor_o
 }
 
 // CHECK:       def fused_0_kernel_load_partition(
-// CHECK:           pid_n = gl.program_id(1)
+// CHECK:           flat = gl.program_id(0)
+// CHECK-NEXT:      strip = flat % (gl.cdiv(M, 128))
+// CHECK-NEXT:      pid_n = flat // (gl.cdiv(M, 128))
 // CHECK-NEXT:      mbarrier.expect(lhs_ready.index(0), 2 * q_desc.block_type.nbytes)
 // CHECK-NEXT:      for consumer in gl.static_range(2):
-// CHECK-NEXT:          pid_m = gl.program_id(0) * 2 + consumer
+// CHECK-NEXT:          pid_m = strip * 2 + consumer
 // CHECK-NEXT:          tma.{{async_copy_global_to_shared|async_load}}(q_desc, [BLOCK_M*pid_m, 0], lhs_ready.index(0), lhs_tiles.index(consumer))
 // CHECK:           for j in range(tiles):
 // CHECK-NEXT:          n = lower + j * BLOCK_N
@@ -29,7 +31,8 @@ func.func @attention_scores(%q : !tensor_op.tensor<[M, 64], f16>, %k : !tensor_o
 // CHECK:       def fused_0_kernel_mma_partition(
 // CHECK:           WARP_GROUP: gl.constexpr,
 // CHECK:           acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])
-// CHECK:           pid_m = gl.program_id(0) * 2 + WARP_GROUP
+// CHECK:           strip = flat % (gl.cdiv(M, 128))
+// CHECK:           pid_m = strip * 2 + WARP_GROUP
 // CHECK:           zero = gl.zeros((64, 64), dtype=gl.float32, layout=acc_layout)
 // CHECK:           mbarrier.wait(lhs_ready.index(0), 0)
 // CHECK:           if tiles > 0:
@@ -78,7 +81,7 @@ func.func @attention_scores(%q : !tensor_op.tensor<[M, 64], f16>, %k : !tensor_o
 
 // CHECK:       def launch(q, k, out0, partial0, partial1):
 // CHECK:           out0 = _tma_operand(out0, output=True)
-// CHECK:           grid = (triton.cdiv(M, 128), {{.*}})
+// CHECK:           grid = (triton.cdiv(M, 128) * triton.cdiv(1000, {{.*}}),)
 // CHECK-NEXT:      fused_0_kernel[grid](
 // CHECK:               BLOCK_M=64,
 // CHECK:               STAGES=3,

@@ -11,8 +11,9 @@ func.func @attention_values(%p : !tensor_op.tensor<[B, S, T], f16>, %v : !tensor
 }
 
 // CHECK:       def fused_0_kernel(
-// CHECK:           pid_b = tl.program_id(1)  # the batch index
-// CHECK-NEXT:      pid = tl.program_id(0)
+// CHECK:           pid = tl.program_id(0)
+// CHECK:           pid_b = pid // (num_pid_m * num_pid_n)  # the batch index
+// CHECK-NEXT:      pid = pid % (num_pid_m * num_pid_n)
 // CHECK-NOT:       tl.range(tl.program_id(0)
 // CHECK:           p_tile = tl.load(p_ptr + (pid_b).to(tl.int64) * stride_p_0 + p_rows.to(tl.int64)[:, None] * stride_p_1 + p_cols.to(tl.int64)[None, :] * stride_p_2, mask=None if EVEN_TILES else (p_rows[:, None] < S) & (p_cols[None, :] < T), other=None if EVEN_TILES else 0.0)
 // CHECK:           v_tile = tl.load(v_ptr + (pid_b).to(tl.int64) * stride_v_0 + {{.*}}, mask=None if EVEN_TILES else (v_rows[:, None] < T), other=None if EVEN_TILES else 0.0)
@@ -20,4 +21,4 @@ func.func @attention_values(%p : !tensor_op.tensor<[B, S, T], f16>, %v : !tensor
 // CHECK:       def launch(p, v, out0):
 // CHECK:           even_tiles = S % 64 == 0 and T % 32 == 0
 // CHECK-NOT:       _tma_readable
-// CHECK:           grid = (triton.cdiv(S, 64) * triton.cdiv(64, 64), B,)
+// CHECK:           grid = (triton.cdiv(S, 64) * triton.cdiv(64, 64) * B,)

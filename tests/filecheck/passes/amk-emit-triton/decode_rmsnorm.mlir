@@ -11,6 +11,10 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
   func.return %2 : !tensor_op.tensor<[16, 4096], bf16>
 }
 
+// CHECK:       flat = tl.program_id(0)  # one flat axis: CUDA caps the others at 65535 programs
+// CHECK:       pid_n = flat % num_pid_n
+// CHECK:       pid_m = flat // num_pid_n % num_pid_m
+// CHECK-NEXT:  pid_k = flat // num_pid_n // num_pid_m
 // CHECK:       gram = tl.zeros((BLOCK_M, BLOCK_M), dtype=tl.float32)
 // CHECK:       for k in tl.range({{.*}}, num_stages=5):
 // CHECK:           x_tile = tl.load(x_ptr + x_rows[:, None] * stride_x_0 + x_cols[None, :] * stride_x_1)
@@ -22,4 +26,4 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 // CHECK:       arrived = tl.atomic_add(tile_counters_ptr
 // CHECK:       if last_split:
 // CHECK:           rstd = tl.rsqrt(
-// CHECK:       grid = (triton.cdiv(4096, 128), triton.cdiv(16, 16), 4,)
+// CHECK:       grid = (triton.cdiv(4096, 128) * triton.cdiv(16, 16) * 4,)

@@ -20,8 +20,10 @@ func.func @matmul_rmsnorm(%x : !tensor_op.tensor<[M, 1024], f16>, %w : !tensor_o
 // CHECK:       @triton.jit
 // CHECK-NEXT:  def fused_0_finish_kernel(
 // CHECK:           """Second launch, after every program of the first has finished: each program merges its rows' partial statistics and finishes one output tile."""
-// CHECK-NEXT:      pid_m = tl.program_id(0)
-// CHECK-NEXT:      pid_n = tl.program_id(1)
+// CHECK-NEXT:      flat = tl.program_id(0)  # one flat axis: CUDA caps the others at 65535 programs
+// CHECK-NEXT:      num_pid_m = tl.cdiv(M, BLOCK_M)
+// CHECK-NEXT:      pid_m = flat % num_pid_m
+// CHECK-NEXT:      pid_n = flat // num_pid_m
 // CHECK:           # merge the partial statistics written by every tile of this row strip
 // CHECK-NEXT:      for t in tl.range(0, tl.cdiv(512, BLOCK_N), 64, num_stages=3):
 // CHECK:           rstd = tl.rsqrt(
@@ -31,5 +33,5 @@ func.func @matmul_rmsnorm(%x : !tensor_op.tensor<[M, 1024], f16>, %w : !tensor_o
 // CHECK:       def launch(x, w, r, out0, partial0, partial1):
 // CHECK:           grid = (triton.cdiv(M, 64) * triton.cdiv(512, 128),)
 // CHECK-NEXT:      fused_0_kernel[grid](
-// CHECK:           grid = (triton.cdiv(M, 64), triton.cdiv(512, 128),)
+// CHECK:           grid = (triton.cdiv(M, 64) * triton.cdiv(512, 128),)
 // CHECK-NEXT:      fused_0_finish_kernel[grid](
