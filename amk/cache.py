@@ -863,23 +863,17 @@ def _is_trial(trial) -> bool:
 
 
 def _user_triton_cache() -> bool:
-    return bool(os.environ.get("TRITON_CACHE_DIR")) and not _TRITON_SCOPE
+    """Whether the user chose where Triton keeps its binaries (``TRITON_CACHE_DIR``, or a cache manager of their own):
+    amk then leaves Triton's cache alone."""
+    from amk.triton_cache import user_manager
 
-
-_TRITON_SCOPE: list[Path] = []
+    return bool(os.environ.get("TRITON_CACHE_DIR")) or user_manager()
 
 
 @contextmanager
 def _triton_cache_dir(directory: Path):
-    """Sets TRITON_CACHE_DIR (read by Triton whenever it compiles) for the duration, then restores it."""
-    previous = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(directory)
-    _TRITON_SCOPE.append(directory)
-    try:
+    """Triton compiles into ``directory`` for the duration, in this thread only."""
+    from amk.triton_cache import compiling_into
+
+    with compiling_into(directory):
         yield
-    finally:
-        _TRITON_SCOPE.pop()
-        if previous is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = previous

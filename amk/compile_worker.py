@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from amk.runtime import sources_cache_directory
+from amk.triton_cache import current_folder
 
 log = logging.getLogger("amk")
 
@@ -98,9 +99,12 @@ def triton_environment() -> dict[str, str]:
     under those of the process that submitted it, not those the worker was started with (Inductor's compile pool does
     the same): they choose Triton's cache folder (a build's own) and settings read at each compile, and a binary
     compiled under other ones would be compiled again by the tuning process."""
-    # Names first, values read one by one: another build's thread may unset its TRITON_CACHE_DIR meanwhile.
+    # Names first, values read one by one: another thread may change the environment meanwhile.
     environment = {name: value for name in list(os.environ)
                    if name.startswith("TRITON_") and (value := os.environ.get(name)) is not None}
+    folder = current_folder()  # the folder of the build submitting the job (a worker runs one job at a time)
+    if folder is not None:
+        environment["TRITON_CACHE_DIR"] = str(folder)
     version = ptxas_version_in_cache_keys()
     if version is not None:
         environment.setdefault("TRITON_MOCK_PTX_VERSION", version)

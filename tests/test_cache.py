@@ -11,11 +11,15 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import DEVICE
+from triton import knobs
+from triton.runtime.cache import FileCacheManager, get_cache_manager
 
 import amk
 import amk.build
@@ -407,6 +411,56 @@ def test_a_hit_from_a_read_only_cache_leaves_tritons_cache_alone(tmp_path, monke
         warnings.simplefilter("always")
         store.attach_triton_cache("another-entry", kernel)
     assert kernel.launch is launch and not store.memory_only and _cache_warnings(caught) == []
+
+
+def test_a_builds_triton_folder_is_its_threads_alone(tmp_path, monkeypatch):
+    """Two threads compiling into their entries' folders at once, a third into Triton's own: each Triton cache
+    manager opens in its own thread's folder. TRITON_CACHE_DIR, swapped process-wide, put the third thread's binaries
+    in an entry's folder, and two builds restoring it out of order left it set for good, which amk then took for
+    the user's own setting (Triton's cache left alone for every later build)."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setattr(cache, "interpreting", lambda: False)
+    own = tmp_path / "triton-own"
+    monkeypatch.setattr(knobs.cache, "home_dir", str(own))
+    entered, exits = threading.Barrier(3), [threading.Event(), threading.Event()]
+    folders: dict[str, str] = {}
+
+    def build(name: str, exit_first: threading.Event | None, exit_after: threading.Event | None) -> None:
+        with cache._triton_cache_dir(tmp_path / name):
+            entered.wait()
+            if exit_after is not None:
+                exit_after.wait()
+            folders[name] = get_cache_manager("ab" * 32).cache_dir
+        if exit_first is not None:
+            exit_first.set()
+
+    def outside() -> None:
+        entered.wait()
+        folders["outside"] = get_cache_manager("cd" * 32).cache_dir
+
+    # "a" enters first and leaves first, "b" leaves after it: the out-of-order restore of TRITON_CACHE_DIR
+    threads = [threading.Thread(target=build, args=("a", exits[0], None)),
+               threading.Thread(target=build, args=("b", None, exits[0])), threading.Thread(target=outside)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert Path(folders["a"]).parent == tmp_path / "a" and Path(folders["b"]).parent == tmp_path / "b"
+    assert Path(folders["outside"]).is_relative_to(own)
+    assert "TRITON_CACHE_DIR" not in os.environ and not cache._user_triton_cache()
+    assert cache.Store(tmp_path / "store").triton_directory("an-entry") is not None
+
+
+def test_a_triton_cache_manager_of_the_users_leaves_tritons_cache_alone(tmp_path, monkeypatch):
+    class UsersManager(FileCacheManager):
+        pass
+
+    monkeypatch.setattr(cache, "interpreting", lambda: False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setattr(knobs.cache, "manager_class", UsersManager)
+    assert cache.Store(tmp_path).triton_directory("an-entry") is None
+    with cache._triton_cache_dir(tmp_path / "entry"):
+        assert knobs.cache.manager_class is UsersManager
 
 
 def test_verification_reports_are_kept_with_the_entry(tmp_path):

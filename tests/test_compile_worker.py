@@ -589,3 +589,15 @@ def test_workers_compile_without_a_cuda_context(tmp_path, monkeypatch, switches)
                           capture_output=True, text=True, check=True)
     assert json.loads(done.stdout.splitlines()[-1]) is False
     assert list((tmp_path / "triton-2").rglob("*.cubin")), "the job compiled"
+
+
+def test_a_job_is_compiled_into_the_triton_folder_of_the_thread_that_submits_it(tmp_path, monkeypatch):
+    """A build's Triton folder is its thread's, not the process's environment; a job it submits takes it along."""
+    from amk import cache
+    from amk.compile_worker import triton_environment
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    assert "TRITON_CACHE_DIR" not in triton_environment()
+    with cache._triton_cache_dir(tmp_path):
+        assert triton_environment()["TRITON_CACHE_DIR"] == str(tmp_path)
+        assert "TRITON_CACHE_DIR" not in os.environ
