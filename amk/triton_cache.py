@@ -11,6 +11,7 @@ reads it. A leaf module: it imports Triton, nothing of amk.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from contextlib import contextmanager
@@ -38,27 +39,60 @@ class ScopedFileCacheManager(FileCacheManager):
         os.makedirs(self.cache_dir, exist_ok=True)
 
 
-_INSTALLING = threading.Lock()
-
-
 def user_manager() -> bool:
-    """Whether Triton's cache manager is the user's own (``TRITON_CACHE_MANAGER`` or ``knobs.cache.manager_class``):
-    amk then leaves Triton's cache alone, as it does a ``TRITON_CACHE_DIR`` the user set."""
-    return knobs.cache.manager_class not in (None, FileCacheManager, ScopedFileCacheManager)
+    """Whether Triton's cache manager is the user's own (``TRITON_CACHE_MANAGER``, or ``knobs.cache.manager_class``
+    set in Python): amk then leaves Triton's cache alone, as it does a ``TRITON_CACHE_DIR`` the user set."""
+    with _LOCK:
+        manager = _replaced if _installed else knobs.cache.manager_class
+    return manager not in (None, FileCacheManager) or bool(os.environ.get("TRITON_CACHE_MANAGER"))
+
+
+# Triton's setting as it was before the first of the scopes now active installed amk's manager (put back when the last
+# one ends, so that between builds Triton's settings are as the user left them), and how many scopes are active.
+_LOCK = threading.Lock()
+_installed = 0
+_replaced: type | None = None
+_replaced_in_python = False
 
 
 @contextmanager
 def compiling_into(folder: Path):
     """Triton compiles into ``folder`` for this thread (or task) while this is active; its other threads are left
-    alone. Triton's cache manager becomes :class:`ScopedFileCacheManager` on first use, unless the user has set one."""
-    with _INSTALLING:
-        if not user_manager():
+    alone. Triton's cache manager is :class:`ScopedFileCacheManager` while a scope is active.
+
+    A thread pool does not carry the context variable: a kernel compiled on the executor of Triton's asynchronous
+    compile mode goes into Triton's own folder (compiled again by a later process; nothing wrong)."""
+    _renew_the_lock_in_forked_children()
+    global _installed, _replaced, _replaced_in_python
+    with _LOCK:
+        if not _installed:
+            _replaced_in_python = "manager_class" in vars(knobs.cache)
+            _replaced = knobs.cache.manager_class
             knobs.cache.manager_class = ScopedFileCacheManager
+        _installed += 1
     token = _FOLDER.set(folder)
     try:
         yield
     finally:
         _FOLDER.reset(token)
+        with _LOCK:
+            _installed -= 1
+            if not _installed:
+                if _replaced_in_python:
+                    knobs.cache.manager_class = _replaced
+                else:  # Triton reads TRITON_CACHE_MANAGER again
+                    del knobs.cache.manager_class
+
+
+@functools.cache
+def _renew_the_lock_in_forked_children() -> None:
+    """A process forked while another thread held the lock would wait for it forever: the child gets its own.
+    (Registered on first use: nothing at import.)"""
+    def renew() -> None:
+        global _LOCK
+        _LOCK = threading.Lock()
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def current_folder() -> Path | None:

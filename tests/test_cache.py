@@ -19,13 +19,14 @@ import pytest
 import torch
 from conftest import DEVICE
 from triton import knobs
-from triton.runtime.cache import FileCacheManager, get_cache_manager
+from triton.runtime.cache import FileCacheManager, RemoteCacheManager, get_cache_manager
 
 import amk
 import amk.build
 import amk.tuner
 from amk import cache, cli
 from amk.build import BuildRequest, Built, entry_of, known_trials, record_trials
+from amk.triton_cache import ScopedFileCacheManager
 from amk.tuner import TunerConfig
 
 OPS = ["matmul", "add_bias", "relu"]
@@ -451,16 +452,33 @@ def test_a_builds_triton_folder_is_its_threads_alone(tmp_path, monkeypatch):
     assert cache.Store(tmp_path / "store").triton_directory("an-entry") is not None
 
 
-def test_a_triton_cache_manager_of_the_users_leaves_tritons_cache_alone(tmp_path, monkeypatch):
+@pytest.fixture
+def users_manager():
+    """A Triton cache manager the user set in Python (taken away after the test: Triton reads its variable again)."""
     class UsersManager(FileCacheManager):
         pass
 
+    knobs.cache.manager_class = UsersManager
+    yield UsersManager
+    del knobs.cache.manager_class
+
+
+def test_a_triton_cache_manager_of_the_users_leaves_tritons_cache_alone(tmp_path, monkeypatch, users_manager):
     monkeypatch.setattr(cache, "interpreting", lambda: False)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    monkeypatch.setattr(knobs.cache, "manager_class", UsersManager)
     assert cache.Store(tmp_path).triton_directory("an-entry") is None
+
+
+def test_between_builds_tritons_cache_manager_is_as_the_user_left_it(tmp_path, monkeypatch):
+    """amk's cache manager is Triton's only while a build compiles: a library that names its own in
+    TRITON_CACHE_MANAGER after amk's first build (vLLM does) gets it, and amk leaves Triton's cache alone from then."""
+    monkeypatch.setattr(cache, "interpreting", lambda: False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     with cache._triton_cache_dir(tmp_path / "entry"):
-        assert knobs.cache.manager_class is UsersManager
+        assert knobs.cache.manager_class is ScopedFileCacheManager
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "triton.runtime.cache:RemoteCacheManager")
+    assert knobs.cache.manager_class is RemoteCacheManager
+    assert cache.Store(tmp_path).triton_directory("an-entry") is None
 
 
 def test_verification_reports_are_kept_with_the_entry(tmp_path):

@@ -1,7 +1,8 @@
 // RUN: amk-opt %s -p 'amk-fuse,amk-tile,amk-stage{block_m=64 block_n=64 block_k=32 num_warps=4 num_stages=3 persistent=1 tma=1},amk-emit-triton' -t triton | filecheck %s
 
 // A batched matmul (attention's probabilities times the values) as a tile2d kernel: the grouped grid of output tiles
-// is launched flat on axis 0 and repeated over the batch on axis 1 (pid_b). Each rank-3 operand is read at its batch
+// is repeated over the batch (pid_b), both on one flat grid axis (CUDA caps the others at 65535 programs, fewer than
+// batch x heads can be), the batch varying slowest. Each rank-3 operand is read at its batch
 // index's offset, one scalar term (no index vector, no mask: a program never leaves its batch index), and the masks
 // compare rows and columns with one matrix's S and T. A batched kernel's launch is neither persistent nor TMA: the
 // switches are ignored (and never searched).
