@@ -209,6 +209,23 @@ def test_a_gradient_penalty_differentiates_through_a_compiled_module():
         assert relative(parameter.grad, want.grad) < 1e-5, name
 
 
+def test_a_head_trained_on_features_made_under_inference_mode_gets_pytorchs_gradients():
+    """Features of a frozen backbone, made under ``torch.inference_mode()``, into a compiled head: autograd refuses to
+    save such a tensor for backward, which the recomputing backward did with every input ("Inference tensors cannot
+    be saved for backward"); eager never saves it here (its first op's output is what the weight's gradient reads)."""
+    torch.manual_seed(0)
+    head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(32, 10)).to(DEVICE)
+    eager = copy.deepcopy(head)
+    compiled = amk.compile(head, autotune=False)
+    with torch.inference_mode():
+        features = torch.randn(8, 32, device=DEVICE)
+    compiled(features).square().mean().backward()
+    eager(features).square().mean().backward()
+    assert len(amk.explain(compiled).kernels) == 1
+    for (name, parameter), want in zip(head.named_parameters(), eager.parameters()):
+        assert relative(parameter.grad, want.grad) < 1e-5, name
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_a_create_graph_gradient_counts_each_path_once_when_inputs_depend_on_each_other(dtype):
     """kernel(x, x) and kernel(x, 2x): the recomputation starts from a view of each input, so that the gradient

@@ -55,7 +55,11 @@ class _Recompute(torch.autograd.Function):
         ctx.positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ctx.others = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
         ctx.count = len(args)
-        ctx.save_for_backward(*[args[i] for i in ctx.positions])
+        # Autograd refuses to save a tensor made under inference mode (features of a frozen backbone); such a tensor
+        # never changes outside that mode, so the context holds it as it is, as eager's ops, which never save it here.
+        ctx.inference = {i: args[i] for i in ctx.positions if args[i].is_inference()}
+        ctx.saved_positions = [i for i in ctx.positions if i not in ctx.inference]
+        ctx.save_for_backward(*[args[i] for i in ctx.saved_positions])
         outputs = runner.launch(args)
         inputs = {id(args[i]) for i in ctx.positions}
         outputs = tuple(o.clone() if id(o) in inputs else o for o in outputs)
@@ -69,7 +73,7 @@ class _Recompute(torch.autograd.Function):
         create_graph = builds_graph()
         args = [None] * ctx.count
         wanted = []
-        for position, tensor in zip(ctx.positions, ctx.saved_tensors):
+        for position, tensor in [*zip(ctx.saved_positions, ctx.saved_tensors), *ctx.inference.items()]:
             needs = ctx.needs_input_grad[position + 1]
             args[position] = recomputation_input(tensor, needs, create_graph)
             if needs:
