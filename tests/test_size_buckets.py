@@ -78,6 +78,9 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert SizeBuckets.of([[Dim(4), Dim(8)]], [[Dim(4), Dim(8)]]).label(1) == "static sizes"
     # A reduction over the features: a vector of one value per row.
     assert SizeBuckets.of([[Dim("s0"), Dim(64)]], [[Dim("s0")]]) == SizeBuckets(("s0",), 1)
+    # ... of a 3-D input without keepdim, with a padding mask of the same dims: the sequence length is rows too.
+    per_token = SizeBuckets.of([[Dim("b"), Dim("t"), Dim(64)], [Dim("b"), Dim("t")]], [[Dim("b"), Dim("t")]])
+    assert per_token == SizeBuckets(("t", "b"), 2)
     # Attention's scores q @ k^T: a batched matmul's kernel repeats over batch and heads, its rows are the queries,
     # which take the bucket's rows; the keys' length is the scores' columns, kept exact.
     scores = SizeBuckets.of([[Dim("b"), Dim("h"), Dim("s"), Dim(64)], [Dim("b"), Dim("h"), Dim("t"), Dim(64)]],
@@ -95,6 +98,27 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert rows.hints(rows.key((12, 5)), (12, 5)) == {"s1": 12, "s0": 5}
     twelve_heads = (512, 12, 8)  # GPT-2 or BERT attention: 49152 rows, bucket 65536, tuned for the call's batch
     assert scores.hints(scores.key((*twelve_heads, 512)), (*twelve_heads, 512)) == {"s": 682, "h": 12, "b": 8, "t": 512}
+
+
+def test_a_reduction_without_keepdim_buckets_the_sequence_length(tmp_path):
+    """Linear then logsumexp(-1) over [B, T, C], as a per-token log-partition: [B, T] holds a value per row, so new
+    sequence lengths share the row buckets; T taken for the columns, each length was a build of its own."""
+    class PerTokenLogPartition(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(32, 64)
+
+        def forward(self, x):
+            return self.head(x).logsumexp(-1)
+
+    model = PerTokenLogPartition().to(DEVICE)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for length in (5, 6, 7, 9, 11):
+            x = torch.randn(2, length, 32, generator=generator).to(DEVICE)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert [b.sizes for b in only_subgraph(compiled).buckets] == ["2 <= M <= 16", "17 <= M <= 64"]
 
 
 def test_an_empty_outer_batch_on_the_first_call_runs_pytorch():

@@ -67,23 +67,30 @@ class SizeBuckets:
         """The size buckets of a function whose arguments and results have the dims ``argument_dims`` and
         ``result_dims`` (each a sequence of :class:`~amk.symbolic.Dim`). The row symbols are those of the results'
         rows: a leading dim of an argument may be a column of the results (the N of ``x @ w.t()``)."""
+        # A tensor whose dims are the leading dims of another's holds a value per row of it: a reduction over the
+        # features without keepdim ([B, T] of [B, T, N]), a padding mask beside it. Its last dim is a row dim.
+        leading_dims = {tuple(dims[:-1]) for dims in [*argument_dims, *result_dims] if len(dims) > 1}
+
+        def per_row(dims: Sequence) -> bool:
+            return tuple(dims) in leading_dims
+
         rows: dict[str, None] = {}
         columns: set[str] = set()
         for dims in result_dims:
             # A vector's one dim holds a value per row (a reduction over the features); otherwise the last dim holds
             # the columns.
-            leading = dims if len(dims) == 1 else dims[:-1]
+            leading = dims if len(dims) == 1 or per_row(dims) else dims[:-1]
             # Innermost first: the bucket's rows go to the rows of one matrix (a batched matmul's kernel repeats
             # over the outer dims, so its tiles and tuning are for the inner ones).
             for dim in reversed(leading):
                 rows.update(dict.fromkeys(sorted(dim.free_symbols)))
-            if len(dims) > 1:
+            if len(leading) < len(dims):
                 columns.update(dims[-1].free_symbols)
         symbols: set[str] = set()
         for dims in argument_dims:
             for dim in dims:
                 symbols.update(dim.free_symbols)
-            if dims:
+            if dims and not per_row(dims):
                 columns.update(dims[-1].free_symbols)
         row_symbols = tuple(symbol for symbol in rows if symbol in symbols and symbol not in columns)
         return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols))
