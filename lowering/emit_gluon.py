@@ -71,6 +71,7 @@ from amk.dialects import memory_staged, tiled_loop
 from amk.dtypes import triton_name
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_triton import (
+    _OFFSETS_FIT_INT32,
     _SM_COUNT,
     _TMA_READABLE,
     _TMA_WORKSPACE,
@@ -513,6 +514,7 @@ class GluonTileEmitter(TritonEmitter):
         descriptors' global memory; the caller writes the launches, one level deeper."""
         code = self.launcher_head(what)
         with code.indent():
+            self.emit_narrow_input_copies(code, tma_buffers)
             for buffer in tma_buffers:
                 options = [", transposed=True"] * self.read_transposed(buffer)
                 options += [", output=True"] * (buffer is self.stored_output())
@@ -928,7 +930,8 @@ class GluonEmitter(GluonTileEmitter):
         functions = [self.emit_producer(), self.emit_consumer(), self.emit_gluon_kernel(), self.emit_gluon_launcher()]
         code = IndentedWriter()
         code.writelines(_GLUON_PREAMBLE)
-        for helper in (_SM_COUNT, _TMA_READABLE, _TMA_OPERAND, _TMA_WORKSPACE):
+        for helper in (_SM_COUNT, *[_OFFSETS_FIT_INT32] * bool(self.narrow_inputs), _TMA_READABLE, _TMA_OPERAND,
+                       _TMA_WORKSPACE):
             code.writelines(["", ""])
             code.writelines(helper.splitlines())
         for function in functions:
@@ -1390,7 +1393,7 @@ class GluonSweepEmitter(GluonTileEmitter):
             functions += [self.emit_producer(sweep), self.emit_consumer(sweep), self.emit_kernel_function(sweep)]
         code = IndentedWriter()
         code.writelines(_GLUON_PREAMBLE)
-        for helper in (_TMA_READABLE, _TMA_OPERAND, _TMA_WORKSPACE):
+        for helper in (*[_OFFSETS_FIT_INT32] * bool(self.narrow_inputs), _TMA_READABLE, _TMA_OPERAND, _TMA_WORKSPACE):
             code.writelines(["", ""])
             code.writelines(helper.splitlines())
         for function in [*functions, self.emit_sweep_launcher()]:

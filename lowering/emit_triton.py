@@ -106,6 +106,13 @@ _TMA_READABLE = '''def _tma_readable(tensor):
             and all(tensor.stride(i) >= tensor.shape[i + 1] * tensor.stride(i + 1) for i in range(tensor.dim() - 1)))'''
 
 
+_OFFSETS_FIT_INT32 = '''def _offsets_fit_int32(tensor):
+    """Whether every element of ``tensor`` lies less than 2**31 elements past its first (the kernel's offsets into it
+    are 32-bit): not so for a view into a larger tensor, such as a few columns of one with 2**31 elements."""
+    return tensor.is_contiguous() or sum(max(size - 1, 0) * stride
+                                         for size, stride in zip(tensor.shape, tensor.stride())) < 2**31'''
+
+
 _TMA_WORKSPACE = '''def _tma_workspace(size, alignment, stream):
     """Global memory for the tensor descriptors a kernel builds on the device."""
     return torch.empty(size, device="cuda", dtype=torch.int8)'''
@@ -280,6 +287,15 @@ class TritonEmitter:
                       for p in op.program_ids.data}
         return frozenset(set(self.constants) | {p.data for p in self.kernel.program_ids.data} | relaunched | loops
                          | {p for p, _, _ in self.dims.values()})
+
+    @functools.cached_property
+    def narrow_inputs(self) -> list[SSAValue]:
+        """The inputs the kernel reads with 32-bit offsets (``amk-stage`` chose them for buffers of fewer than 2**31
+        elements), whose strides a call may still make wider: a view into a larger tensor."""
+        inputs = self.args[:self.kernel.num_inputs.value.data]
+        narrow = {op.source for op in self.kernel.walk()
+                  if isinstance(op, memory_staged.LoadOp | memory_staged.StageOp) and not op.wide_index}
+        return [buffer for buffer in inputs if buffer in narrow]
 
     @functools.cached_property
     def even_tiles(self) -> bool:
@@ -731,6 +747,7 @@ class TritonEmitter:
                                     else names[self.args.index(op.source)] for op in self.descriptor_stages()))
         code = self.launcher_head(what)
         with code.indent():
+            self.emit_narrow_input_copies(code)
             if self.even_tiles:
                 checks = " and ".join(f"{self.expr(extent, 'triton.cdiv')} % "
                                       f"{self.substitute_constants(self.expr(size, 'triton.cdiv'))} == 0"
@@ -756,6 +773,16 @@ class TritonEmitter:
                     code.writeline(f"grid = ({' * '.join(axes)},)")
                 self.write_launch(code, launch.name, args)
         return code
+
+    def emit_narrow_input_copies(self, code: IndentedWriter, skipped: Sequence[SSAValue] = ()) -> None:
+        """In the launcher: each input read with 32-bit offsets (but those in ``skipped``) copied where a call's
+        strides take its offsets past 2**31 (a view into a larger tensor), which would wrap."""
+        for buffer in self.narrow_inputs:
+            if buffer not in skipped:
+                name = self.names[buffer]
+                code.writeline(f"if not _offsets_fit_int32({name}):  # read through a copy of its elements alone")
+                with code.indent():
+                    code.writeline(f"{name} = {name}.contiguous()")
 
     def launcher_head(self, what: str) -> IndentedWriter:
         """``def launch(...)`` of ``what`` (its kernels' names), its docstring and the symbolic dims read from the
@@ -798,6 +825,8 @@ class TritonEmitter:
             helpers.append(_SM_COUNT_INTERPRETED if self.interpret else _SM_COUNT)
         if self.tiling.resident_programs:
             helpers.append(_RESIDENT_PROGRAMS)
+        if self.narrow_inputs:
+            helpers.append(_OFFSETS_FIT_INT32)
         if self.descriptor_stages():
             helpers += [_TMA_READABLE, _TMA_WORKSPACE]
         # Two blank lines between top-level definitions.

@@ -437,6 +437,18 @@ def test_a_tensor_with_the_negative_bit_is_read_as_its_values(kernel, tensors):
         torch.testing.assert_close(kernel(negated, *tensors[1:]).double(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_view_whose_offsets_pass_2_to_the_31_is_read_right():
+    """Eight columns of a tensor of more than 2**31 elements (allocated, never touched but for them): the kernel, built
+    for [3, 8] (32-bit offsets), read row 2 at 2 * (2**30 + 8), wrapped past 2**31 (a segfault in the interpreter).
+    The launcher reads such a view through a copy; on the checked path, then on the hot path."""
+    kernel = amk.build_fused_kernel(["relu"], [(3, 8)], torch.float16, autotune=False)
+    backing = torch.empty(3, 2**30 + 8, dtype=torch.float16, device=DEVICE)
+    x = backing[:, :8]
+    x.copy_(torch.randn(3, 8, device=DEVICE))
+    for _ in range(2):
+        assert torch.equal(kernel(x), torch.relu(x))
+
+
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize("make, name", [(lambda t: t.to_sparse(), "sparse_coo"), (lambda t: t.to_sparse_csr(),
                                         "sparse_csr")], ids=["coo", "csr"])

@@ -46,10 +46,15 @@ func.func @matmul_bias_gelu(%x : !tensor_op.tensor<[M, 100], f16>, %w : !tensor_
 // CHECK:           tl.erf(
 // CHECK:           tl.store(out0_ptr + out0_rows.to(tl.int64)[:, None] * stride_out0_0 + out0_cols.to(tl.int64)[None, :] * stride_out0_1, gelu_{{[0-9]+}}.to(tl.float16), mask=(out0_cols[None, :] < 75) if EVEN_TILES else (out0_cols[None, :] < 75) & (out0_rows[:, None] < M))
 
-// The launcher reads the symbolic dims from the arguments, checks them against their tiles and launches the grouped
-// grid flat.
+// The launcher reads the symbolic dims from the arguments, copies an input of a static size (read with 32-bit
+// offsets) whose strides would take them past 2**31 (x, of M rows, is read with 64-bit offsets), checks the dims
+// against their tiles and launches the grouped grid flat.
 // CHECK:       def launch(x, w, b, out0):
 // CHECK:           M = x.shape[0]  # M
+// CHECK-NEXT:      if not _offsets_fit_int32(w):  # read through a copy of its elements alone
+// CHECK-NEXT:          w = w.contiguous()
+// CHECK-NEXT:      if not _offsets_fit_int32(b):  # read through a copy of its elements alone
+// CHECK-NEXT:          b = b.contiguous()
 // CHECK-NEXT:      even_tiles = M % 64 == 0
 // CHECK-NEXT:      grid = (triton.cdiv(M, 64) * triton.cdiv(75, 64),)
 // CHECK-NEXT:      fused_0_kernel[grid](
