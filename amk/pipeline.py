@@ -7,6 +7,7 @@ them in order, keeps the IR text of every level, and loads the emitted kernels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
@@ -18,7 +19,7 @@ from xdsl.utils.exceptions import ArgSpecParseError
 from amk.build_phases import phase
 from amk.context import make_context
 from amk.dialects import memory_staged, tiled_loop
-from amk.errors import InvalidArgumentError
+from amk.errors import CompilationError, InvalidArgumentError
 from amk.ir_dump import IRDumper, module_text
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_gluon import EmitGluonPass
@@ -75,6 +76,7 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: 
         module = ModuleOp([kernel.clone()])
         StagePass.for_config(config).apply(ctx, module)
         module.verify()
+        _check_tile_sizes(module, config)
         if config.GLUON:
             EmitGluonPass().apply(ctx, module)
         else:
@@ -82,6 +84,27 @@ def stage_and_emit(kernel: tiled_loop.KernelOp, config: KernelConfig, fp32_dot: 
     staged = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
     source = staged.attributes.pop("gluon_source" if config.GLUON else "triton_source").data
     return StagedKernel(module, source)
+
+
+def _check_tile_sizes(module: ModuleOp, config: KernelConfig) -> None:
+    """Raises :class:`amk.errors.CompilationError` where ``config`` gives a tile more elements than Triton's largest
+    tensor (a ``parameter_grid``, or an imported configuration: each size is checked alone before the kernel is known,
+    by :func:`amk.lowering.configs.check_values`), which Triton would refuse at the kernel's first launch."""
+    from triton.language import TRITON_MAX_TENSOR_NUMEL
+
+    kernel = next(op for op in module.walk() if isinstance(op, memory_staged.KernelOp))
+    blocks = {key: value for key, value in config.user_view().items() if key.startswith("BLOCK_SIZE")}
+    constants = {name: attr.value.data for name, attr in kernel.constants.data.items()}
+    for op in kernel.walk():
+        for result in op.results:
+            if isinstance(result.type, tiled_loop.TileType):
+                dims = [dim.subs(constants) for dim in result.type.dims]
+                elements = math.prod(dim.value for dim in dims if dim.is_static)
+                if elements > TRITON_MAX_TENSOR_NUMEL:
+                    raise CompilationError(
+                        f"kernel {kernel.sym_name.data} ({kernel.strategy.data}) with block sizes {blocks} holds a "
+                        f"{' x '.join(dim.text for dim in dims)} tile, {elements} elements; Triton's tensors hold at "
+                        f"most {TRITON_MAX_TENSOR_NUMEL}: choose smaller block sizes")
 
 
 def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_config, *, pipeline: str | None = None,

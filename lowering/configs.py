@@ -125,8 +125,9 @@ def check_values(fields: Mapping[str, object]) -> None:
     all or some; other names are not looked at) hold a value no kernel can be built with: switches other than 0 or 1,
     a tile size that is not a power of two or above Triton's largest block, num_warps not in :data:`WARPS`, a count
     below 1 (a configuration from an import, or edited by hand). Which block sizes pair into a tile depends on the
-    kernel's strategy (a row kernel's BLOCK_K is unused), so their products are not checked here: a recorded
-    configuration that does not build is rebuilt without (``amk.build``)."""
+    kernel's strategy (a row kernel's BLOCK_K is unused), so their products are checked where the kernel is staged
+    (``amk.pipeline.stage_and_emit``): a recorded configuration that does not build is rebuilt without
+    (``amk.build``)."""
     from triton.language import TRITON_MAX_TENSOR_NUMEL
 
     defaults = KernelConfig().as_dict()

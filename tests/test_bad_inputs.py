@@ -12,6 +12,7 @@ from amk import errors
 from amk.environment import fp8_supported
 from amk.errors import (
     AmkError,
+    CompilationError,
     DeviceError,
     DTypeError,
     InvalidArgumentError,
@@ -299,6 +300,16 @@ def test_tuner_config_accepted():
         "negative", "float", "bool", "str-values", "empty-dict", "list", "str"])
 def test_bad_parameter_grid(grid, substrings):
     expect(InvalidArgumentError, build(parameter_grid=grid), *substrings)
+
+
+@pytest.mark.parametrize("ops, shapes, grid", [
+    (["relu"], [(40, 80)], {"BLOCK_SIZE_N": [2**20]}),
+    (OPS, SHAPES, {"BLOCK_SIZE_M": [1024], "BLOCK_SIZE_N": [2048]})], ids=["row-kernel", "matmul"])
+def test_a_parameter_grid_whose_tile_is_larger_than_triton_takes(ops, shapes, grid):
+    """Each size is allowed alone; their tile (8 x 2**20, 1024 x 2048) is past Triton's 2**20 elements, which Triton
+    refused at the kernel's first launch, with its own error."""
+    expect(CompilationError, build(ops, shapes, autotune=False, parameter_grid=grid), "tile", "1048576",
+           "smaller block sizes")
 
 
 def test_a_parameter_grid_for_rows_wider_than_16384_is_accepted():

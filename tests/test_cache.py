@@ -664,6 +664,18 @@ def test_an_imported_config_that_does_not_build_is_left_out_of_the_build(tmp_pat
     assert grouped_gemm(tmp_path / "there").cache_hit
 
 
+def test_an_imported_config_whose_tile_triton_cannot_hold_is_left_out_of_the_build(tmp_path, caplog):
+    """BLOCK_M = 2**20 is a value the import takes (each size is checked alone); with BLOCK_N it makes a tile past
+    Triton's 2**20 elements, refused at the first launch. The build says so and is done again without it."""
+    kernel = grouped_gemm(tmp_path / "here")
+    import_edited_config(kernel, tmp_path / "here", tmp_path / "there", "BLOCK_M", 2**20)
+    with caplog.at_level(logging.WARNING, logger="amk"):
+        rebuilt = grouped_gemm(tmp_path / "there")
+    assert not rebuilt.cache_hit and rebuilt.config == kernel.config
+    assert_grouped_gemm_correct(rebuilt)
+    assert any("do not build here" in r.getMessage() and "1048576" in r.getMessage() for r in caplog.records)
+
+
 def test_a_recorded_config_with_a_value_no_kernel_takes_is_ignored(tmp_path, caplog):
     """A config record on disk that the import of an earlier amk let through (BLOCK_M = 24) is unusable: logged and
     ignored, and the build chooses its own configuration."""
