@@ -214,6 +214,9 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
             if expected is _NUMBER and isinstance(value, int) and not _fits_a_float(value):
                 raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must fit a float64 (at most "
                                            f"{sys.float_info.max:.4g} in magnitude), got {value}")
+        if "dim" in params and "axis" in params and params["dim"] != params["axis"]:  # (NumPy's name for dim)
+            raise InvalidArgumentError(f"ops[{index}] ({name}): dim={params['dim']} and axis={params['axis']} name "
+                                       "two dims; give one of them")
         result.append((name, dict(params)))
     return result
 

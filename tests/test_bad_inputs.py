@@ -89,6 +89,13 @@ def test_unknown_op_parameter(entry, key, accepted):
            "ops[1]", entry[0], f"unknown parameter '{key}'", "accepted", accepted)
 
 
+@pytest.mark.parametrize("op", ["sum", "softmax"])
+def test_dim_and_axis_that_disagree(op):
+    """``axis`` is NumPy's name for ``dim``: both, naming two dims, built with ``dim`` alone, silently."""
+    expect(InvalidArgumentError, build(["matmul", (op, {"dim": 0, "axis": 1})], [(32, 64), (64, 48)]),
+           "ops[1]", op, "dim=0", "axis=1", "give one of them")
+
+
 @pytest.mark.parametrize("entry, key, type_name", [
     (("scale", {"factor": "2"}), "factor", "str"),
     (("scale", {"factor": True}), "factor", "bool"),
