@@ -11,10 +11,12 @@ compile workers' loading; it runs once per process.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -86,6 +88,14 @@ def float32_matmul_precision() -> str:
     if getter is None:  # a torch without the newer API, whose "medium" is TF32 on CUDA as well
         return "highest" if torch.get_float32_matmul_precision() == "highest" else "high"
     return "high" if getter("cuda", "matmul") == "tf32" else "highest"
+
+
+@functools.cache
+def renew_in_forked_children(renew: Callable[[], None]) -> None:
+    """Have ``renew`` run in every child this process forks from now on (registered once per function; its callers
+    register on first use, nothing at import): a lock another thread holds at the fork stays held in the child, which
+    has only the forking thread, and its first use there would wait forever. ``renew`` gives the module a new lock."""
+    os.register_at_fork(after_in_child=renew)
 
 
 def fp8_supported() -> bool:

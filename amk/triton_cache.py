@@ -6,12 +6,11 @@ own entry put the binaries of every other thread compiling at the same time into
 kernels, or a user's own Triton and torch.compile kernels), and two builds restoring it out of order left it set
 for good. Here the folder is a context variable, which each thread (and each asyncio task) holds on its own, and
 Triton's cache manager, its documented extension point (``knobs.cache.manager_class``, ``TRITON_CACHE_MANAGER``),
-reads it. A leaf module: it imports Triton, nothing of amk.
+reads it. A leaf module: it imports Triton and amk's environment.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from contextlib import contextmanager
@@ -20,6 +19,8 @@ from pathlib import Path
 
 from triton import knobs
 from triton.runtime.cache import FileCacheManager
+
+from amk.environment import renew_in_forked_children
 
 _FOLDER: ContextVar[Path | None] = ContextVar("amk_triton_cache_folder", default=None)
 
@@ -62,7 +63,7 @@ def compiling_into(folder: Path):
 
     A thread pool does not carry the context variable: a kernel compiled on the executor of Triton's asynchronous
     compile mode goes into Triton's own folder (compiled again by a later process; nothing wrong)."""
-    _renew_the_lock_in_forked_children()
+    renew_in_forked_children(_renew_lock)
     global _installed, _replaced, _replaced_in_python
     with _LOCK:
         if not _installed:
@@ -84,15 +85,9 @@ def compiling_into(folder: Path):
                     del knobs.cache.manager_class
 
 
-@functools.cache
-def _renew_the_lock_in_forked_children() -> None:
-    """A process forked while another thread held the lock would wait for it forever: the child gets its own.
-    (Registered on first use: nothing at import.)"""
-    def renew() -> None:
-        global _LOCK
-        _LOCK = threading.Lock()
-
-    os.register_at_fork(after_in_child=renew)
+def _renew_lock() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
 
 
 def current_folder() -> Path | None:

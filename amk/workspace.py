@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 from collections.abc import Callable, Sequence
 
 import torch
+
+from amk.environment import renew_in_forked_children
 
 # Kernels run in Triton's interpreter one at a time: it swaps triton.language's functions while a kernel runs.
 INTERPRETER_LOCK = threading.RLock()
@@ -68,7 +69,8 @@ def serialized(launch: Callable) -> Callable:
     divide 0 by 0 (numpy would print ``RuntimeWarning: invalid value encountered in divide`` on ordinary inputs)."""
     import numpy
 
-    _renew_the_lock_in_forked_children()
+    # (a DataLoader's fork beside a thread running inference: the child's first kernel waited forever)
+    renew_in_forked_children(_renew_interpreter_lock)
 
     def run_alone(*args, **kwargs):
         with INTERPRETER_LOCK, numpy.errstate(all="ignore"):
@@ -77,16 +79,9 @@ def serialized(launch: Callable) -> Callable:
     return run_alone
 
 
-@functools.cache
-def _renew_the_lock_in_forked_children() -> None:
-    """A process forked while another thread ran a kernel got :data:`INTERPRETER_LOCK` held by a thread it does not
-    have, and its first kernel waited forever (a DataLoader's fork beside a thread running inference): the child
-    gets a lock of its own. (Registered once, when kernels are first serialized: nothing at import.)"""
-    def renew() -> None:
-        global INTERPRETER_LOCK
-        INTERPRETER_LOCK = threading.RLock()
-
-    os.register_at_fork(after_in_child=renew)
+def _renew_interpreter_lock() -> None:
+    global INTERPRETER_LOCK
+    INTERPRETER_LOCK = threading.RLock()
 
 
 @functools.cache
