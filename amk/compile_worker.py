@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from amk.runtime import sources_cache_directory
-from amk.triton_cache import current_folder
 
 log = logging.getLogger("amk")
 
@@ -99,6 +98,8 @@ def triton_environment() -> dict[str, str]:
     under those of the process that submitted it, not those the worker was started with (Inductor's compile pool does
     the same): they choose Triton's cache folder (a build's own) and settings read at each compile, and a binary
     compiled under other ones would be compiled again by the tuning process."""
+    from amk.triton_cache import current_folder  # (it imports Triton, which this module imports where it runs)
+
     # Names first, values read one by one: another thread may change the environment meanwhile.
     environment = {name: value for name in list(os.environ)
                    if name.startswith("TRITON_") and (value := os.environ.get(name)) is not None}
