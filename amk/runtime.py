@@ -371,8 +371,9 @@ class Program:
             env.update(zip(step.outputs, results))
         raise AssertionError("function without func.return")
 
-    def fast_path(self, bindings: dict[str, int], device: torch.device) -> Callable:
-        """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors that
+    def fast_path(self, bindings: dict[str, int], device: torch.device, operands: Sequence | None = None) -> Callable:
+        """For a program of kernel launches and of ops run in PyTorch: a function of the argument tensors (or, given
+        ``operands``, of a call's arguments: see :func:`straight_line`) that
         allocates each launch's outputs and launches, with the output shapes and dtypes, the views the kernels take
         of their operands (a transposed weight, rows flattened; see :meth:`KernelArgument.viewer`) and the workspace
         buffers found once, here, for ``bindings`` on ``device`` (an op run in PyTorch, such as a matmul left to the
@@ -402,7 +403,7 @@ class Program:
             else:
                 launch = serialized(kernel.launch)
             plans.append((launch, step.operands, step.outputs, outputs, workspace, views))
-        return straight_line(plans, self.arg_ids, self.steps[-1].operands, output_allocator(device))
+        return straight_line(plans, self.arg_ids, self.steps[-1].operands, output_allocator(device), operands)
 
     def launch(self, op: Step, args: list[torch.Tensor], bindings: dict[str, int]) -> list[torch.Tensor]:
         kernel = self.kernels[op.kernel]
@@ -434,9 +435,13 @@ class Program:
         return workspace
 
 
-def straight_line(plans: list[tuple], arg_ids: list[int], returned: list[int], allocate: Callable) -> Callable:
+def straight_line(plans: list[tuple], arg_ids: list[int], returned: list[int], allocate: Callable,
+                  operands: Sequence | None = None) -> Callable:
     """A program's hot path as one generated Python function of its argument tensors, as Inductor writes a compiled
-    graph's ``call``: a line per allocation and launch, each value a local variable. ``plans`` holds, per step,
+    graph's ``call``: a line per allocation and launch, each value a local variable; it returns a tuple of the
+    program's results. ``operands``, when given, says per program argument where a call finds it: an int is the
+    position of the call's argument that is that tensor (a compiled graph passes sizes and other tensors too), a
+    tensor is the argument itself (a constant). ``plans`` holds, per step,
     ``(launch, operand ids, result ids, outputs, workspace, views)``: ``outputs`` None for an op run in PyTorch (its
     launch returns its result), else each result's ``(shape, strides, dtype)`` to allocate; ``workspace`` a
     :class:`~amk.workspace.Workspace` or None; ``views`` the viewers :func:`~amk.replay.viewed` applies to the launch's
@@ -448,8 +453,15 @@ def straight_line(plans: list[tuple], arg_ids: list[int], returned: list[int], a
     code = IndentedWriter()
     code.writeline("def run(tensors):")
     with code.indent():
-        if arg_ids:
-            code.writeline("".join(f"v{value}, " for value in arg_ids) + "= tensors")
+        if operands is None:
+            if arg_ids:
+                code.writeline("".join(f"v{value}, " for value in arg_ids) + "= tensors")
+        else:
+            for value, source in zip(arg_ids, operands, strict=True):
+                if isinstance(source, int):
+                    code.writeline(f"v{value} = tensors[{source}]")
+                else:
+                    names[f"v{value}"] = source  # read as a global
         for index, (launch, operands, ids, outputs, workspace, views) in enumerate(plans):
             names[f"step_{index}"] = launch
             if outputs is None:  # an op run in PyTorch: it allocates its own result
@@ -467,7 +479,7 @@ def straight_line(plans: list[tuple], arg_ids: list[int], returned: list[int], a
                 names[f"workspace_{index}"] = workspace
                 tensors += f", *workspace_{index}()"
             code.writeline(f"step_{index}({tensors})")
-        code.writeline(f"return [{', '.join(f'v{value}' for value in returned)}]")
+        code.writeline(f"return ({''.join(f'v{value}, ' for value in returned)})")
     exec(compile(code.getvalue(), "<amk fast path>", "exec"), names)
     return names["run"]
 

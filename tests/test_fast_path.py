@@ -47,3 +47,19 @@ def test_a_program_of_one_launch_on_its_arguments():
     run = straight_line([(double, [7], [8], [((3,), (1,), torch.float64)], None, None)], [7], [8], allocate)
     assert torch.equal(run([torch.arange(3.0, dtype=torch.float64)])[0], torch.tensor([0.0, 2.0, 4.0],
                                                                                        dtype=torch.float64))
+
+
+def test_operands_read_a_calls_arguments_by_position_and_take_constants_as_they_are():
+    """A compiled graph's call passes sizes and other tensors beside the program's: ``operands`` picks the program's
+    arguments out of the call's by position, a constant tensor stands for itself, and the results come as a tuple."""
+    def scaled_sum(x, y, scale, out):
+        out.copy_((x + y) * scale)
+
+    plans = [(scaled_sum, [0, 1, 2], [3], [((2,), (1,), torch.float32)], None, None)]
+    scale = torch.tensor([3.0])
+    run = straight_line(plans, [0, 1, 2], [3, 1], allocate, operands=[2, 0, scale])
+    x, y = torch.tensor([1.0, 2.0]), torch.tensor([10.0, 20.0])
+    out, second = run((y, 5, x))  # the call: y, a size, x
+    assert torch.equal(out, torch.tensor([33.0, 66.0]))
+    assert second is y
+    assert isinstance(run((y, 7, x)), tuple)

@@ -23,6 +23,7 @@ from amk.errors import InvalidArgumentError
 from amk.frontend.backend import _off_device_reason
 from amk.frontend.buckets import SizeBuckets, bucket_label, bucket_of, check_tune_sizes
 from amk.frontend.reports import AMK, PYTORCH, BucketReport, decide
+from amk.frontend.subgraph import SymbolSource, _size_reader
 from amk.lowering.tile import TilePass
 from amk.passes.fuse import FusePass
 from amk.symbolic import Dim
@@ -573,9 +574,9 @@ def test_each_size_gets_one_launcher_made_on_its_first_call(monkeypatch):
     made = []
     fast_path = amk.runtime.Program.fast_path
 
-    def counted(self, bindings, device):
+    def counted(self, bindings, device, *operands):
         made.append(dict(bindings))
-        return fast_path(self, bindings, device)
+        return fast_path(self, bindings, device, *operands)
 
     monkeypatch.setattr(amk.runtime.Program, "fast_path", counted)
     model = linear_relu()
@@ -653,8 +654,8 @@ def test_a_bucket_whose_first_call_fails_is_left_to_pytorch(monkeypatch, caplog)
     fast_path = amk.runtime.Program.fast_path
     failures = ["launch failed"]
 
-    def failing_once(self, bindings, device):
-        launch = fast_path(self, bindings, device)
+    def failing_once(self, bindings, device, *operands):
+        launch = fast_path(self, bindings, device, *operands)
 
         def run(tensors):
             if failures:
@@ -686,9 +687,9 @@ def test_workspaces_are_dropped_with_the_launchers(monkeypatch):
     programs = set()
     fast_path = amk.runtime.Program.fast_path
 
-    def recorded(self, bindings, device):
+    def recorded(self, bindings, device, *operands):
         programs.add(self)
-        return fast_path(self, bindings, device)
+        return fast_path(self, bindings, device, *operands)
 
     monkeypatch.setattr(amk.runtime.Program, "fast_path", recorded)
     torch.manual_seed(0)
@@ -713,3 +714,15 @@ def test_explain_shows_the_strategy_that_was_built():
     (kernel,) = subgraph.kernels
     (bucket,) = subgraph.buckets
     assert kernel.strategy == "row_resident" and "[row_resident]" in bucket.kernels[0]
+
+
+@pytest.mark.parametrize("sources, expected", [
+    ([], ()),
+    ([SymbolSource("s0", 1, None)], (5,)),  # a size TorchDynamo passes as an int argument
+    ([SymbolSource("s0", 0, 1)], (3,)),  # a tensor's dim
+    ([SymbolSource("s0", 1, None), SymbolSource("s1", 2, None)], (5, 7)),
+    ([SymbolSource("s0", 2, None), SymbolSource("s1", 0, 0)], (7, 2)),
+])
+def test_each_symbol_is_read_where_its_source_says(sources, expected):
+    """The size reader of a subgraph's call: ints by position, tensor dims from the tensor, in the symbols' order."""
+    assert _size_reader(sources)((torch.zeros(2, 3), 5, 7)) == expected
