@@ -11,7 +11,7 @@ import torch
 from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
-from amk.environment import float32_matmul_precision, fp8_supported, interpreting
+from amk.environment import being_traced, float32_matmul_precision, fp8_supported, interpreting
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module, normalize_ops, normalize_shapes
@@ -142,6 +142,11 @@ class FusedKernel(torch.nn.Module):
         raise ShapeError(f"argument {index} is empty (shape {tuple(tensor.shape)}); amk kernels need data")
 
     def forward(self, *tensors: torch.Tensor, **keywords):
+        if being_traced():
+            # Inside a model that TorchDynamo or torch.export traces: the op chain as PyTorch ops, which they trace and
+            # the model's compiler compiles (amk's fuses them again), as a compiled module called there is traced as
+            # its model. A kernel launch cannot be traced; the sizes may be symbols, so the IR is the built shapes'.
+            return _single(self._reference(tensors, tuple(map(tuple, self.shapes))))
         hot = self._hot
         if hot is not None and hot.accepts(tensors, self.dtype) and not keywords:  # (it refuses inputs that need a
             return _single(hot.run(tensors))  # grad history)
@@ -180,11 +185,12 @@ class FusedKernel(torch.nn.Module):
         self._hot = self._hot_paths[key]
         return outputs
 
-    def _reference(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``."""
+    def _reference(self, tensors: Sequence[torch.Tensor], shapes: tuple | None = None) -> list[torch.Tensor]:
+        """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``; its IR is built
+        for ``shapes`` (by default the tensors'; the ops read their sizes from the tensors)."""
         from amk.verification import evaluate_function, evaluate_reference, reference_function
 
-        shapes = tuple(tuple(t.shape) for t in tensors)
+        shapes = shapes or tuple(tuple(t.shape) for t in tensors)
         function = self._references.get(shapes)
         if function is None:  # built once per shapes: building the IR takes milliseconds
             function = self._references[shapes] = reference_function(self.ops, list(shapes))

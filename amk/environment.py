@@ -76,6 +76,14 @@ def interpreting() -> bool:
     return knobs.runtime.interpret
 
 
+def being_traced() -> bool:
+    """Whether this call is traced as part of a model's compile (by TorchDynamo, which reads ``is_dynamo_compiling``
+    as True, or by torch.export), not run: then a compiled module or kernel is traced as PyTorch ops. Not
+    ``torch.compiler.is_compiling()``, a flag of the process that is True in every thread while any thread compiles
+    (a compiled module called then ran its PyTorch ops instead of its kernels)."""
+    return torch.compiler.is_dynamo_compiling() or torch.compiler.is_exporting()
+
+
 def float32_matmul_precision() -> str:
     """PyTorch's precision for fp32 matmuls on CUDA, named as ``torch.get_float32_matmul_precision()`` names it:
     ``"highest"`` (IEEE fp32, PyTorch's default) or ``"high"`` (TF32; ``"medium"`` is TF32 on CUDA too). Read as

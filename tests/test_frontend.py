@@ -1675,3 +1675,34 @@ def test_runtime_scalars_are_guarded():
     assert subgraph.scalar_fallbacks == 1 and subgraph.scalar_fallback == (
         "scalar argument 1 is 3.0, the kernels were built for 2.0")
     assert "1 call(s) ran the subgraph's PyTorch ops" in str(amk.explain(compiled, print_report=False))
+
+
+@pytest.mark.parametrize("compiler", ["torch.compile", "amk.compile", "torch.export"])
+def test_a_fused_kernel_called_inside_a_traced_model_is_traced_as_its_ops(compiler):
+    """A build_fused_kernel kernel called by a model that TorchDynamo or torch.export traces is traced as its op chain
+    in PyTorch ops, which the model's compiler compiles: a kernel launch cannot be traced (TorchDynamo failed with
+    KeyError(torch.uint64)). Values as eager's, for another batch too, and gradients reach the weight."""
+    kernel = amk.build_fused_kernel(ops=["matmul", "relu"], input_shapes=[(8, 16), (16, 32)], dtype=torch.float32,
+                                    autotune=False)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(16, 32, device=DEVICE) / 4)
+
+        def forward(self, x):
+            return kernel(x, self.weight) * 2
+
+    model = Head()
+    x = torch.randn(8, 16, device=DEVICE)
+    if compiler == "torch.export":
+        compiled, batches = torch.export.export(model, (x,)).module(), [x]
+    else:
+        compiled = torch.compile(model, backend="eager") if compiler == "torch.compile" else amk.compile(model)
+        batches = [x, torch.randn(5, 16, device=DEVICE)]
+    for batch in batches:
+        torch.testing.assert_close(compiled(batch), (batch @ model.weight).relu() * 2, atol=1e-5, rtol=1e-5)
+    compiled(x).sum().backward()
+    traced_grad, model.weight.grad = model.weight.grad, None
+    ((x @ model.weight).relu() * 2).sum().backward()
+    torch.testing.assert_close(traced_grad, model.weight.grad, atol=1e-5, rtol=1e-5)

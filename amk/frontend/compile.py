@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 
 from amk.build import expect_tuned_builds
-from amk.environment import initialize
+from amk.environment import being_traced, initialize
 from amk.errors import InvalidArgumentError
 from amk.frontend.backend import BACKEND_NAME, amk_backend, register_backend
 from amk.frontend.graphs import CUDAGraphed, cuda_graphed
@@ -68,14 +68,6 @@ def clear_cache(cache_dir=None) -> None:
 
     check_directory_argument(cache_dir, "clear_cache's cache_dir")
     cache.store_for(cache_dir).clear()
-
-
-def _being_traced() -> bool:
-    """Whether this call is traced as part of another model's compile (by TorchDynamo, which reads
-    ``is_dynamo_compiling`` as True, or by torch.export), not run: then it is traced as its Python. Not
-    ``torch.compiler.is_compiling()``, a flag of the process that is True in every thread while any thread compiles
-    (a compiled module called then ran its PyTorch ops instead of its kernels)."""
-    return torch.compiler.is_dynamo_compiling() or torch.compiler.is_exporting()
 
 
 def _size_oblivious_config():
@@ -439,7 +431,7 @@ class CompiledModule(torch.nn.Module):
         self._compile_orig_mod()
 
     def forward(self, *args, **kwargs):
-        if _being_traced():  # called from a model being compiled: traced as the model, inlined
+        if being_traced():  # called from a model being compiled: traced as the model, inlined
             return self._orig_mod(*args, **kwargs)
         return self._amk_caller(*args, **kwargs)
 
@@ -524,7 +516,7 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
 
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
-            if _being_traced():  # called from a function being compiled: traced as the function
+            if being_traced():  # called from a function being compiled: traced as the function
                 return model_or_fn(*args, **kwargs)
             return caller(*args, **kwargs)
 
