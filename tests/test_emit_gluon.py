@@ -290,7 +290,7 @@ def test_the_gpu_probe_emits_the_strip_finish_kernels_of_a(tmp_path):
     for schedule in ("gluon", "gluon_pingpong"):
         source = (tmp_path / f"{schedule}.py").read_text()
         assert "gl.warp_specialize(" in source and "gl.atomic_add(strip_counters_ptr" in source
-        assert "def launch(x, w, bias, gamma, beta, out0, partial0, partial1, partial2, strip_counters):" in source
+        assert "def launch(x, w, bias, gamma, beta, out0, partial0, partial1, partial2, partial3, strip_counters):" in source
     assert "@triton.jit" in (tmp_path / "triton.py").read_text()
 
 

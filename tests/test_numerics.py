@@ -25,7 +25,10 @@ from xdsl.parser import Parser
 
 import amk
 from amk.dialects import memory_staged, tiled_loop
+from amk.lowering.configs import KernelConfig
 from amk.lowering.stage import INDEX_LIMIT
+from amk.oplist import build_module, normalize_ops
+from amk.pipeline import compile_module
 from amk.verification import TOLERANCES, reference_for
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -333,6 +336,57 @@ def test_hard_rows_after_matmul_fp16(op):
         eager_fp16 = reference_for(kernel.ops, 3)(x, w, residual)
         limit = max(TOLERANCES[FP16], 2 * rel_l2(eager_fp16, ref))
         assert rel_l2(out, ref) <= limit, f"{op}: rel L2 {rel_l2(out, ref):.2e} > {limit:.1e}"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# fp32 LayerNorm of wide rows far from zero
+# ----------------------------------------------------------------------------------------------------------------------
+
+WIDE = 16400  # past row_resident's 16384 columns: a row is ~129 column tiles of 128 whose statistics merge
+
+
+def wide_rows_far_from_zero(rows=4, seed=0) -> torch.Tensor:
+    return 100 + torch.randn(rows, WIDE, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_as_accurate_as_eager(out, ref, eager_fp32, what):
+    """Within fp32's bar and at most twice eager fp32's error (PyTorch rounds the mean once, at ulp(100))."""
+    error, eager_error = rel_l2(out, ref), rel_l2(eager_fp32, ref)
+    limit = min(TOLERANCES[FP32], 2 * eager_error)
+    assert error <= limit, f"{what}: rel L2 {error:.2e} > {limit:.1e} (eager fp32 {eager_error:.1e})"
+
+
+def test_layernorm_of_wide_rows_far_from_zero_fp32():
+    """Folding ~129 tiles' (count, mean, M2) one at a time rounded the running mean at ulp(100) in every merge: the
+    error random-walked into the mean, and LayerNorm's output carries it times rstd (rel L2 1.7e-5, eager 1.7e-6 on
+    the CPU). The statistics keep the mean as a per-row pivot plus a small offset (lowering/rules.py)."""
+    x = wide_rows_far_from_zero().to(DEVICE)
+    kernel = amk.build_fused_kernel(["layernorm"], [tuple(x.shape)], FP32, autotune=False)
+    assert 'strategy = "row_strip"' in kernel.ir["tiled_loop"]
+    ref = torch.nn.functional.layer_norm(x.double(), (WIDE,))
+    assert_as_accurate_as_eager(kernel(x), ref, torch.nn.functional.layer_norm(x, (WIDE,)), "layernorm")
+
+
+@pytest.mark.parametrize("strategy,merge_chunk", [("row_strip", 1), ("strip_finish", 1), ("chunk_recompute", 1),
+                                                  ("tile_recompute", 64)])
+def test_layernorm_of_wide_rows_far_from_zero_after_matmul_fp32(strategy, merge_chunk):
+    """The same rows as a residual added to a matmul's output, through the strategies that merge the tiles'
+    statistics one at a time (row_strip's sweep, strip_finish's merge), by chunk (chunk_recompute) and many at once
+    (tile_recompute: the 129 tiles' states in three loads). The matmul's operands are small integers (quarters), so
+    that its products and sums are exact in fp32 and TF32 alike, on a GPU as in the interpreter: the error measured is
+    the LayerNorm's (a GPU's fp32 dot, 3xTF32 or IEEE, otherwise rounds differently from cuBLAS's)."""
+    ops, shapes = ["matmul", "add", "layernorm"], [(4, 16), (16, WIDE), (4, WIDE)]
+    config = KernelConfig(BLOCK_M=16, BLOCK_N=128, BLOCK_K=16, SPLIT_N=4, num_warps=4, num_stages=2)
+    compiled = compile_module(build_module(ops, shapes, FP32), lambda kernel: config, reduction_strategy=strategy,
+                              merge_chunk=merge_chunk)
+    assert f'strategy = "{strategy}"' in compiled.ir["tiled_loop"]
+    generator = torch.Generator().manual_seed(1)
+    a = torch.randint(-4, 5, (4, 16), generator=generator) / 4
+    w = torch.randint(-4, 5, (16, WIDE), generator=generator).float()
+    inputs = [t.to(DEVICE) for t in (a, w, wide_rows_far_from_zero())]
+    reference = reference_for(normalize_ops(ops), len(shapes))
+    out = compiled.program(*inputs)[0]
+    assert_as_accurate_as_eager(out, reference(*[t.double() for t in inputs]), reference(*inputs), strategy)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

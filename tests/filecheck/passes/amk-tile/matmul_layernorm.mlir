@@ -8,8 +8,9 @@
 
 // A matmul followed by a layernorm over the last axis. amk-tile's reduction_strategy picks the tiling:
 // - row_strip: a program owns BLOCK_M full rows; phase 1 loops over the column tiles ("n"), runs the K loop for each,
-//   stores the pre-norm tile and merges its statistics (count, mean, M2) into running ones; phase 2 re-reads the
-//   stored tiles and normalizes them.
+//   stores the pre-norm tile and merges its statistics (count, pivot, offset, M2; the mean is pivot + offset, kept
+//   apart so that merges round at the offset's ulp) into running ones; phase 2 re-reads the stored tiles and
+//   normalizes them as (y - pivot) - offset.
 // - tile_stats: output tiles in parallel; each writes its rows' partial statistics to scratch buffers; after a
 //   tiled_loop.relaunch, a second launch over the same tiles merges each row's statistics and normalizes its tile.
 // - strip_finish: the same output tiles and partial statistics; each counts itself in at its row strip's counter,
@@ -29,7 +30,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 
 // STRIP-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M)]>, program_ids = ["pid_m"], strategy = "row_strip", tile_params = ["BLOCK_M", "BLOCK_N", "BLOCK_K"], num_inputs = 4 : i64
 // STRIP-NEXT:    ^bb0(%x: !tensor_op.tensor<[M, 256], f16>, %w: !tensor_op.tensor<[256, 512], f16>, %g: !tensor_op.tensor<[512], f16>, %b: !tensor_op.tensor<[512], f16>, %out0: !tensor_op.tensor<[M, 512], f16>):
-// STRIP:         %[[COUNT:[a-z0-9_]+]], %[[MEAN:[a-z0-9_]+]], %[[M2:[a-z0-9_]+]] = tiled_loop.for "n" = <[0, 512, BLOCK_N]> iter_args(
+// STRIP:         %[[COUNT:[a-z0-9_]+]], %[[PIVOT:[a-z0-9_]+]], %[[OFFSET:[a-z0-9_]+]], %[[M2:[a-z0-9_]+]] = tiled_loop.for "n" = <[0, 512, BLOCK_N]> iter_args(
 // STRIP:           tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // STRIP:             tiled_loop.load %x <[BLOCK_M*pid_m, k]>
 // STRIP-NEXT:        tiled_loop.load %w <[k, n]> : !tensor_op.tensor<[256, 512], f16> -> !tiled_loop.tile<[BLOCK_K, BLOCK_N], f16>
@@ -47,7 +48,8 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STRIP-NEXT:      %[[Y:[a-z0-9_]+]] = tiled_loop.load %out0 <[BLOCK_M*pid_m, n]> : !tensor_op.tensor<[M, 512], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f16>
 // STRIP:           tiled_loop.load %g <[n]>
 // STRIP:           tiled_loop.load %b <[n]>
-// STRIP:           tiled_loop.binary "sub" %{{[a-z0-9_]+}}, %[[MEAN]] {origin = "layernorm"}
+// STRIP:           tiled_loop.binary "sub" %{{[a-z0-9_]+}}, %[[PIVOT]] {origin = "layernorm"}
+// STRIP-NEXT:      tiled_loop.binary "sub" %{{[0-9]+}}, %[[OFFSET]] {origin = "layernorm"}
 // STRIP-NEXT:      tiled_loop.binary "mul" %{{[0-9]+}}, %[[RSTD]] {origin = "layernorm"}
 // STRIP:           tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
 // STRIP-NEXT:      tiled_loop.yield
@@ -56,13 +58,14 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STRIP-LABEL: func.func @matmul_layernorm(
 // STRIP-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
 
-// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", {{.*}}workspace = ["scratch", "scratch", "scratch"]{{.*}}} {
-// STATS-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}):
+// STATS-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "tile_stats", {{.*}}workspace = ["scratch", "scratch", "scratch", "scratch"]{{.*}}} {
+// STATS-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %partial3: {{.*}}):
 // STATS:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // STATS:         tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
 // STATS:         tiled_loop.store %{{[0-9]+}}, %partial0 <[BLOCK_M*pid_m, pid_n]> : !tiled_loop.tile<[BLOCK_M, 1], f32>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial1 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// STATS-NEXT:    tiled_loop.store %{{[0-9]+}}, %partial3 <[BLOCK_M*pid_m, pid_n]>
 // STATS-NEXT:    tiled_loop.relaunch {note = "Second launch, {{.*}}", grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"]}
 // STATS:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
 // STATS:           tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]>
@@ -73,11 +76,11 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // STATS-LABEL: func.func @matmul_layernorm(
 // STATS-NEXT:    tiled_loop.launch @fused_0(%x, %w, %g, %b) :
 
-// FINISH-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "strip_finish", {{.*}}workspace = ["scratch", "scratch", "scratch", "counter"]{{.*}}} {
-// FINISH-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %strip_counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
+// FINISH-LABEL: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(M, BLOCK_M), cdiv(512, BLOCK_N)]>, program_ids = ["pid_m", "pid_n"], strategy = "strip_finish", {{.*}}workspace = ["scratch", "scratch", "scratch", "scratch", "counter"]{{.*}}} {
+// FINISH-NEXT:    ^bb0({{.*}}, %out0: !tensor_op.tensor<[M, 512], f16>, %partial0: !tensor_op.tensor<[M, cdiv(512, BLOCK_N)], f32>, %partial1: {{.*}}, %partial2: {{.*}}, %partial3: {{.*}}, %strip_counters: !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32>):
 // FINISH:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // FINISH:         tiled_loop.store %{{[a-z0-9_]+}}, %out0 <[BLOCK_M*pid_m, BLOCK_N*pid_n]>
-// FINISH:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// FINISH:         tiled_loop.store %{{[0-9]+}}, %partial3 <[BLOCK_M*pid_m, pid_n]>
 // FINISH-NEXT:    %[[LAST:[a-z0-9_]+]] = tiled_loop.last_arrival %strip_counters <[pid_m]> of <[cdiv(512, BLOCK_N)]> : !tensor_op.tensor<[cdiv(M, BLOCK_M)], i32> -> i1
 // FINISH-NEXT:    tiled_loop.if %[[LAST]] {
 // FINISH:           tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]>
@@ -91,7 +94,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // RECOMPUTE-LABEL: tiled_loop.kernel @fused_0 attributes {{.*}}strategy = "tile_recompute"
 // RECOMPUTE:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
 // RECOMPUTE-NOT:     tiled_loop.store {{.*}}%out0
-// RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %partial2 <[BLOCK_M*pid_m, pid_n]>
+// RECOMPUTE:         tiled_loop.store %{{[0-9]+}}, %partial3 <[BLOCK_M*pid_m, pid_n]>
 // RECOMPUTE-NEXT:    tiled_loop.relaunch
 // RECOMPUTE:         tiled_loop.for "t" = <[0, cdiv(512, BLOCK_N), 64]> {{.*}}pipelined
 // RECOMPUTE:         tiled_loop.for "k" = <[0, 256, BLOCK_K]>
@@ -112,7 +115,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // SRECOMPUTE:           tiled_loop.store %{{[0-9]+}}, %out0 <[BLOCK_M*pid_m, n]>
 // SRECOMPUTE-LABEL: func.func @matmul_layernorm(
 
-// merge_chunk=16: the second launch loads 16 tiles' (count, mean, M2) per iteration as [BLOCK_M, 16] tiles, masks the
+// merge_chunk=16: the second launch loads 16 tiles' (count, pivot, offset, M2) per iteration as [BLOCK_M, 16] tiles, masks the
 // ones past the row's last tile, merges them at once and folds the result into the running state.
 // CHUNK-LABEL: tiled_loop.kernel @fused_0 attributes {{.*}}strategy = "tile_stats"
 // CHUNK:         tiled_loop.relaunch
@@ -122,6 +125,7 @@ func.func @matmul_layernorm(%x : !tensor_op.tensor<[M, 256], f16>, %w : !tensor_
 // CHUNK-NEXT:      tiled_loop.load %partial0 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
 // CHUNK-NEXT:      tiled_loop.load %partial1 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
 // CHUNK-NEXT:      tiled_loop.load %partial2 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
+// CHUNK-NEXT:      tiled_loop.load %partial3 <[BLOCK_M*pid_m, t]> : {{.*}} -> !tiled_loop.tile<[BLOCK_M, 16], f32>
 // CHUNK:           tiled_loop.reduce "sum"
 // CHUNK:           tiled_loop.yield
 // CHUNK-LABEL: func.func @matmul_layernorm(
