@@ -26,7 +26,7 @@ from amk.lowering.emit_gluon import EmitGluonPass
 from amk.lowering.emit_triton import EmitTritonPass
 from amk.lowering.fold_exponent_scales import FoldExponentScalesPass
 from amk.lowering.stage import StagePass, config_for
-from amk.lowering.tile import TilePass, size_hints_option
+from amk.lowering.tile import TilePass, size_hints_option, size_symbols
 from amk.opt import AMK_PASSES, PASS_INPUT_LEVEL
 from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
@@ -132,8 +132,10 @@ def compile_module(module: ModuleOp, choose_config: ConfigChooser = heuristic_co
     for pass_ in fusion_passes(pipeline, vendor_gemm):
         run(pass_)
     ir["fused"] = module_text(module)
-    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk,
-                 size_hints=size_hints_option(size_hints or {})))
+    # The bucket's sizes that a fusion pass wrote into the types as numbers (amk-bind-sizes) are no symbols to hint.
+    symbols = size_symbols(module)
+    hints = {symbol: value for symbol, value in (size_hints or {}).items() if symbol in symbols}
+    run(TilePass(reduction_strategy=reduction_strategy, merge_chunk=merge_chunk, size_hints=size_hints_option(hints)))
     run(FoldExponentScalesPass())
     ir["tiled_loop"] = module_text(module)
     function = next(op for op in module.walk() if isinstance(op, func.FuncOp))

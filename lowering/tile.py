@@ -195,6 +195,24 @@ def parse_size_hints(text: str, option: str = "amk-tile: size_hints") -> dict[st
     return hints
 
 
+def size_symbols(module: ModuleOp) -> set[str]:
+    """The symbolic sizes of ``module``'s tensor types."""
+    return {str(symbol) for operation in module.walk()
+            for value in (*operation.results, *(arg for region in operation.regions for block in region.blocks
+                                                for arg in block.args))
+            if isinstance(value.type, TensorType) for dim in value.type.dims for symbol in dim.free_symbols}
+
+
+def check_size_symbols(module: ModuleOp, values: Mapping[str, int], option: str) -> None:
+    """Refuse a value for a size that no tensor type of ``module`` has (a misspelt size would bind nothing, or hint
+    nothing, silently), naming ``option`` and the module's symbolic sizes."""
+    symbols = size_symbols(module)
+    unknown = sorted(set(values) - symbols)
+    if unknown:
+        raise PassFailedException(f"{option}: no tensor type has the size {', '.join(unknown)}; the module's "
+                                  f"symbolic sizes: {', '.join(sorted(symbols)) or 'none'}")
+
+
 def reduction_strategy_names() -> list[str]:
     """What amk-tile's ``reduction_strategy`` option accepts: ``auto`` and the registered row-reduction strategies."""
     return [AUTO] + [name for name, strategy in STRATEGIES.items() if strategy.row_reduction]
@@ -243,6 +261,7 @@ class TilePass(ModulePass):
             raise PassFailedException(f"amk-tile: reduction_strategy must be {', '.join(accepted)}, "
                                       f"got {self.reduction_strategy!r}")
         size_hints = parse_size_hints(self.size_hints)
+        check_size_symbols(op, size_hints, "amk-tile: size_hints")
         taken = {o.sym_name.data for o in op.walk() if isinstance(getattr(o, "sym_name", None), StringAttr)}
         fused_ops = [o for o in op.walk() if isinstance(o, tensor_op.FusedOp)]
         module_block: Block = op.body.block

@@ -29,10 +29,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriteWalker, TypeConversionPattern, attr_type_rewrite_pattern
-from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects.tensor_op import TensorType
-from amk.lowering.tile import parse_size_hints
+from amk.lowering.tile import check_size_symbols, parse_size_hints
 
 
 @dataclass
@@ -59,19 +58,5 @@ class BindSizesPass(ModulePass):
         values = parse_size_hints(self.sizes, "amk-bind-sizes: sizes")
         if not values:
             return
-        symbols = {str(symbol) for value in _tensor_values(op) for dim in value.type.dims
-                   for symbol in dim.free_symbols}
-        unknown = sorted(set(values) - symbols)
-        if unknown:  # (a misspelt size would bind nothing, silently)
-            raise PassFailedException(f"amk-bind-sizes: no tensor type has the size {', '.join(unknown)}; the "
-                                      f"module's symbolic sizes: {', '.join(sorted(symbols)) or 'none'}")
+        check_size_symbols(op, values, "amk-bind-sizes")
         PatternRewriteWalker(_BindTensorSizes(recursive=True, values=values)).rewrite_module(op)
-
-
-def _tensor_values(module: ModuleOp):
-    """Every block argument and result of a tensor type in ``module``."""
-    for operation in module.walk():
-        for value in (*operation.results, *(arg for region in operation.regions for block in region.blocks
-                                            for arg in block.args)):
-            if isinstance(value.type, TensorType):
-                yield value

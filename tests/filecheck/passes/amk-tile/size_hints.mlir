@@ -3,6 +3,7 @@
 // RUN: amk-opt %s -p 'amk-fuse,amk-tile{size_hints="s0=64"}' | filecheck %s --check-prefix=DECODE
 // RUN: amk-opt %s -p 'amk-fuse,amk-tile{size_hints="s0=4096"}' | filecheck %s --check-prefix=SYMBOLIC
 // RUN: not amk-opt %s -p 'amk-fuse,amk-tile{size_hints="s0=many"}' 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: not amk-opt %s -p 'amk-fuse,amk-tile{size_hints="S0=1"}' 2>&1 | filecheck %s --check-prefix=UNKNOWN
 
 // A symbolic row count s0 is tiled as a grid of output tiles (tile2d): it may be large. With size hints (the size
 // bucket amk.compile builds), auto chooses as for those sizes: split_k for a decode-sized s0 and this long K. Either
@@ -18,3 +19,4 @@ func.func @linear_relu(%x : !tensor_op.tensor<[s0, 1024], f16>, %w : !tensor_op.
 // DECODE: tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(128, BLOCK_N), cdiv(s0, BLOCK_M), SPLIT_K]>, {{.*}}strategy = "split_k"
 // DECODE: ^bb0(%x: !tensor_op.tensor<[s0, 1024], f16>
 // BAD: amk-tile: size_hints must be SYMBOL=VALUE pairs separated by commas, each value a positive integer
+// UNKNOWN: amk-tile: size_hints: no tensor type has the size S0; the module's symbolic sizes: s0
