@@ -17,6 +17,7 @@ from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.runtime import CompiledProgram, default_device
 from amk.tuner import TunerConfig, validate_grid
+from amk.verification import evaluate_function, evaluate_reference, reference_function
 
 # amk.pipeline (the xDSL passes and the emitter) and the IR are imported on a cache miss only: a warm start from
 # the persistent cache needs neither xDSL nor sympy.
@@ -63,6 +64,7 @@ class FusedKernel(torch.nn.Module):
         self._hot: _HotPath | None = None
         self._hot_paths: dict[tuple, _HotPath] = {}  # per (shapes, device), made on the first call with them
         self._references: dict[tuple, object] = {}  # per shapes: the tensor_op function a backward differentiates
+        self._op_chain = reference_function(self.ops, list(self.shapes))  # what a trace of a call traces
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -107,22 +109,24 @@ class FusedKernel(torch.nn.Module):
         return build_fused_kernel_from({**self._build_arguments, "dtype": dtype, "autotune": False, "verify": False},
                                        self.float32_matmul_precision)
 
-    def _check(self, tensors: Sequence) -> tuple[tuple[int, ...], ...]:
+    def _check(self, tensors: Sequence, traced: bool = False) -> tuple[tuple[int, ...], ...]:
+        """The call's shapes, once its tensors are checked. ``traced``: they are a trace's (TorchDynamo's fake
+        tensors), whose leading dims may be symbols that a comparison would guard, and whose emptiness the trace need
+        not know (an empty batch then reaches PyTorch's ops)."""
         if len(tensors) != len(self.shapes):
             raise InvalidArgumentError(f"the kernel takes {len(self.shapes)} tensors, got {len(tensors)}")
         for index, tensor in enumerate(tensors):  # one cheap test per tensor on the hot path; the reasons below
             if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and not tensor.is_nested
-                    and tensor.dtype == self.dtype and tensor.device.type == self.device.type and tensor.numel()):
+                    and tensor.dtype == self.dtype and tensor.device.type == self.device.type
+                    and (traced or tensor.numel())):
                 self._reject(index, tensor)
         call_shapes = tuple(tuple(t.shape) for t in tensors)
-        if call_shapes in self._compiled:  # built for (or re-specialized to) these shapes: checked then
+        if not traced and call_shapes in self._compiled:  # built for (or re-specialized to) these shapes: checked then
             return call_shapes
         rows = len(self.shapes[0]) - 1
         for index, (have, built) in enumerate(zip(call_shapes, self.shapes)):
-            if have == built:
-                continue
             leading = len(built) == len(self.shapes[0]) and len(have) == len(built) and have[rows:] == built[rows:]
-            if not leading:
+            if not leading and have != built:
                 raise ShapeError(f"argument {index} has shape {have}; the kernel was built for {built} (an argument "
                                  f"of the first input's rank may change its leading dims, here the first {rows}, and "
                                  "keep its last; the others keep their shapes)")
@@ -143,16 +147,11 @@ class FusedKernel(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor, **keywords):
         if being_traced():
-            # Inside a model that TorchDynamo or torch.export traces: the op chain as PyTorch ops, which they trace and
-            # the model's compiler compiles (amk's fuses them again), as a compiled module called there is traced as
-            # its model. A kernel launch cannot be traced; the sizes may be symbols, so the IR is the built shapes'.
-            return _single(self._reference(tensors, tuple(map(tuple, self.shapes))))
+            return _single(self._traced(tensors, keywords))
         hot = self._hot
         if hot is not None and hot.accepts(tensors, self.dtype) and not keywords:  # (it refuses inputs that need a
             return _single(hot.run(tensors))  # grad history)
-        if keywords:
-            raise InvalidArgumentError(f"the kernel takes its {len(self.shapes)} tensors as positional arguments, got "
-                                       f"keyword argument(s) {', '.join(map(repr, keywords))}")
+        self._refuse_keywords(keywords)
         # A tensor with PyTorch's negative bit (z.conj().imag) holds -x in memory; the kernels read memory.
         tensors = tuple(t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors)
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
@@ -161,6 +160,24 @@ class FusedKernel(torch.nn.Module):
         else:
             outputs = self._walk(tensors)
         return _single(outputs)
+
+    def _refuse_keywords(self, keywords: Mapping) -> None:
+        if keywords:
+            raise InvalidArgumentError(f"the kernel takes its {len(self.shapes)} tensors as positional arguments, got "
+                                       f"keyword argument(s) {', '.join(map(repr, keywords))}")
+
+    def _traced(self, tensors: Sequence, keywords: Mapping) -> list[torch.Tensor]:
+        """A call inside a model that TorchDynamo or torch.export traces: the arguments checked as a call's, then the
+        op chain as PyTorch ops, which they trace and the model's compiler compiles (amk's fuses them again), as a
+        compiled module called there is traced as its model; a kernel launch cannot be traced. Its IR was built with
+        the kernel (a trace cannot build xDSL IR); autocast stays off, as it does not touch the kernel's launch, and
+        casts round to their dtype, as the kernel's do."""
+        self._refuse_keywords(keywords)
+        self._check(tensors, traced=True)
+        if not torch.is_autocast_enabled(self.device.type):  # (no autocast region to split amk.compile's subgraphs)
+            return evaluate_function(self._op_chain, tensors)
+        with torch.autocast(self.device.type, enabled=False):
+            return evaluate_function(self._op_chain, tensors)
 
     def _run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The kernels' outputs, without autograd: the hot path when it applies, else the program walk."""
@@ -185,12 +202,9 @@ class FusedKernel(torch.nn.Module):
         self._hot = self._hot_paths[key]
         return outputs
 
-    def _reference(self, tensors: Sequence[torch.Tensor], shapes: tuple | None = None) -> list[torch.Tensor]:
-        """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``; its IR is built
-        for ``shapes`` (by default the tensors'; the ops read their sizes from the tensors)."""
-        from amk.verification import evaluate_function, evaluate_reference, reference_function
-
-        shapes = shapes or tuple(tuple(t.shape) for t in tensors)
+    def _reference(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``."""
+        shapes = tuple(tuple(t.shape) for t in tensors)
         function = self._references.get(shapes)
         if function is None:  # built once per shapes: building the IR takes milliseconds
             function = self._references[shapes] = reference_function(self.ops, list(shapes))

@@ -1706,3 +1706,25 @@ def test_a_fused_kernel_called_inside_a_traced_model_is_traced_as_its_ops(compil
     traced_grad, model.weight.grad = model.weight.grad, None
     ((x @ model.weight).relu() * 2).sum().backward()
     torch.testing.assert_close(traced_grad, model.weight.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_a_traced_kernel_checks_its_arguments_and_keeps_its_dtypes():
+    """Traced, a kernel refuses what its call refuses (a wrong dtype: DTypeError, not PyTorch's ops run on fp16),
+    keeps its output dtype under autocast (which does not touch its launch) and through a cast in its chain (rounded
+    to fp16, as the kernel's store), and needs no IR built during the trace (fullgraph, on a kernel never traced)."""
+    device = torch.device(DEVICE).type
+    linear = amk.build_fused_kernel(ops=["matmul", "relu"], input_shapes=[(8, 16), (16, 32)], dtype=torch.float32,
+                                    autotune=False)
+    narrowed = amk.build_fused_kernel(ops=["relu", ("cast", {"dtype": torch.float16})], input_shapes=[(8, 16)],
+                                      dtype=torch.float32, autotune=False)
+    x, w = torch.randn(8, 16, device=DEVICE), torch.randn(16, 32, device=DEVICE)
+    out = torch.compile(lambda a: narrowed(a), backend="eager", fullgraph=True)(x)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, narrowed(x))
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = torch.compile(lambda a, b: linear(a, b), backend="eager", fullgraph=True)(x, w)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, linear(x, w), atol=1e-5, rtol=1e-5)
+    with pytest.raises(amk.errors.DTypeError, match="argument 0 has dtype torch.float16"):
+        torch.compile(lambda a, b: linear(a.half(), b), backend="eager")(x, w)
+
