@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -17,7 +18,6 @@ from amk.lowering.configs import PARAMETER_KEYS
 from amk.oplist import build_module, normalize_ops, normalize_shapes
 from amk.runtime import CompiledProgram, default_device
 from amk.tuner import TunerConfig, validate_grid
-from amk.verification import evaluate_function, evaluate_reference, reference_function
 
 # amk.pipeline (the xDSL passes and the emitter) and the IR are imported on a cache miss only: a warm start from
 # the persistent cache needs neither xDSL nor sympy.
@@ -64,7 +64,8 @@ class FusedKernel(torch.nn.Module):
         self._hot: _HotPath | None = None
         self._hot_paths: dict[tuple, _HotPath] = {}  # per (shapes, device), made on the first call with them
         self._references: dict[tuple, object] = {}  # per shapes: the tensor_op function a backward differentiates
-        self._op_chain = reference_function(self.ops, list(self.shapes))  # what a trace of a call traces
+        # A kernel loaded from the cache in a new process leaves the compiler and its IR unimported (a warm start).
+        self._traced_chain = _op_chain_function(self.ops, self.shapes) if "xdsl" in sys.modules else None
 
     @property
     def compiled(self) -> CompiledProgram:
@@ -172,12 +173,24 @@ class FusedKernel(torch.nn.Module):
         compiled module called there is traced as its model; a kernel launch cannot be traced. Its IR was built with
         the kernel (a trace cannot build xDSL IR); autocast stays off, as it does not touch the kernel's launch, and
         casts round to their dtype, as the kernel's do."""
+        from amk.verification import evaluate_function
+
         self._refuse_keywords(keywords)
         self._check(tensors, traced=True)
         if not torch.is_autocast_enabled(self.device.type):  # (no autocast region to split amk.compile's subgraphs)
             return evaluate_function(self._op_chain, tensors)
         with torch.autocast(self.device.type, enabled=False):
             return evaluate_function(self._op_chain, tensors)
+
+    @property
+    def _op_chain(self):
+        """The tensor_op function a trace of a call evaluates. Built with the kernel where the compiler is imported
+        already (a build that compiled; ~1 ms), else here, on the first trace (a process that loaded every kernel from
+        the cache): building xDSL IR is not traceable, so TorchDynamo breaks the graph for it once, which
+        ``fullgraph=True`` refuses."""
+        if self._traced_chain is None:
+            self._traced_chain = _op_chain_function(self.ops, self.shapes)
+        return self._traced_chain
 
     def _run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The kernels' outputs, without autograd: the hot path when it applies, else the program walk."""
@@ -204,11 +217,21 @@ class FusedKernel(torch.nn.Module):
 
     def _reference(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The op chain evaluated op by op in PyTorch (differentiable), in the dtype of ``tensors``."""
+        from amk.verification import evaluate_function, evaluate_reference
+
         shapes = tuple(tuple(t.shape) for t in tensors)
         function = self._references.get(shapes)
         if function is None:  # built once per shapes: building the IR takes milliseconds
-            function = self._references[shapes] = reference_function(self.ops, list(shapes))
+            function = self._references[shapes] = _op_chain_function(self.ops, shapes)
         return evaluate_function(function, tensors, evaluate=evaluate_reference)
+
+
+def _op_chain_function(ops, shapes):
+    """The ``tensor_op`` function of ``ops`` at ``shapes`` that PyTorch evaluates (imports the compiler's IR: only
+    where it is needed, so that a kernel loaded from the cache starts without it)."""
+    from amk.verification import reference_function
+
+    return reference_function(ops, list(shapes))
 
 
 def _single(outputs: Sequence[torch.Tensor]):
