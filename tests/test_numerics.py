@@ -367,6 +367,18 @@ def test_layernorm_of_wide_rows_far_from_zero_fp32():
     assert_as_accurate_as_eager(kernel(x), ref, torch.nn.functional.layer_norm(x, (WIDE,)), "layernorm")
 
 
+def test_layernorm_of_a_row_whose_first_tile_is_far_from_its_mean_fp32():
+    """A ramp from -3 to 3 in 16-wide tiles: the first tile's mean (the row's pivot) is 3 from the row's. With the
+    pivot left there, the offset grew to 3 and every one of the 1025 merges rounded it at that scale (rel L2 1.3e-5,
+    eager 6.8e-8); the merged pivot now follows the mean (TwoSum), leaving the sequential sum of the M2s (~2e-7)."""
+    x = torch.linspace(-3, 3, WIDE, device=DEVICE).view(1, WIDE)
+    kernel = amk.build_fused_kernel(["layernorm"], [(1, WIDE)], FP32, autotune=False,
+                                    parameter_grid={"BLOCK_SIZE_N": [16]})
+    assert 'strategy = "row_strip"' in kernel.ir["tiled_loop"]
+    error = rel_l2(kernel(x), torch.nn.functional.layer_norm(x.double(), (WIDE,)))
+    assert error <= 1e-6, f"rel L2 {error:.2e}"
+
+
 @pytest.mark.parametrize("strategy,merge_chunk", [("row_strip", 1), ("strip_finish", 1), ("chunk_recompute", 1),
                                                   ("tile_recompute", 64)])
 def test_layernorm_of_wide_rows_far_from_zero_after_matmul_fp32(strategy, merge_chunk):
