@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from amk.errors import InvalidArgumentError
+from amk.opt import PASS_INPUT_LEVEL
 
 DEFAULT_PIPELINE = "amk-duplicate-norm-prologues,amk-fuse"
 # Passes a pipeline may not name: the lowering, which always runs after it, and amk-bind-sizes, which amk.compile
 # runs itself for the sizes a bucket keeps exact (a size bound in the pipeline would serve every size of the bucket)
-LOWERING_PASSES = ("amk-tile", "amk-fold-exponent-scales", "amk-stage", "amk-emit-triton", "amk-emit-gluon")
-RESERVED_PASSES = ("amk-bind-sizes", *LOWERING_PASSES)
+RESERVED_PASSES = ("amk-bind-sizes", *PASS_INPUT_LEVEL)
 
 
 @dataclass(frozen=True)
