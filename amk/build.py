@@ -130,9 +130,12 @@ class _Definitions:
             return f"module({obj.__name__})"
         if isinstance(obj, enum.Enum):
             return f"{type(obj).__qualname__}.{obj.name}"
-        if isinstance(obj, tuple | list | frozenset | set):
-            parts = sorted(map(inner, obj)) if isinstance(obj, frozenset | set) else [inner(item) for item in obj]
-            return f"{type(obj).__name__}({', '.join(parts)})"
+        if isinstance(obj, frozenset | set):
+            # In an order every process agrees on (a set iterates its objects hashed by address in another order in
+            # each), taken from each item's own text: the numbers of the objects met first follow from it.
+            return f"{type(obj).__name__}({', '.join(map(inner, sorted(obj, key=_definition)))})"
+        if isinstance(obj, tuple | list):
+            return f"{type(obj).__name__}({', '.join(inner(item) for item in obj)})"
         if isinstance(obj, dict):
             return "{" + ", ".join(f"{inner(k)}: {inner(v)}" for k, v in obj.items()) + "}"
         if isinstance(obj, types.CodeType):

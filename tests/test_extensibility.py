@@ -547,12 +547,26 @@ class Scaler:
 
 rules.register_elementwise(tensor_op.SigmoidOp)(configured(Config(2.0)))
 rules.register_elementwise(tensor_op.ExpOp)(Scaler(2.0))
+
+class Factor:  # hashed by address: a set of them iterates in another order in every process
+    def __init__(self, value):
+        self.value = value
+
+def product_of(factors):
+    def product(b, op, x):
+        for factor in sorted(factors, key=lambda f: f.value):
+            x = b.mul(x, factor.value)
+        return x
+    return product
+
+rules.register_elementwise(tensor_op.SiluOp)(product_of(frozenset(Factor(v) for v in (2.0, 3.0, 5.0, 7.0))))
 """
 
 
 def test_the_fingerprint_of_extensions_is_their_registered_code_in_every_process(tmp_path):
     """The same registrations give the same key in every process (a partial, a function made at run time with a
-    comprehension inside, a closure over a dataclass, a callable with slots: no address in the text), and the key
+    comprehension inside, a closure over a dataclass, a callable with slots: no address in the text; a set of objects
+    hashed by address, which each process iterates in its own order), and the key
     follows the code registered, not its file, which may have been edited since (a stale kernel would be stored
     under the edited text's key)."""
     path = tmp_path / "user_rules.py"
