@@ -170,9 +170,8 @@ class FusedKernel(torch.nn.Module):
     def _traced(self, tensors: Sequence, keywords: Mapping) -> list[torch.Tensor]:
         """A call inside a model that TorchDynamo or torch.export traces: the arguments checked as a call's, then the
         op chain as PyTorch ops, which they trace and the model's compiler compiles (amk's fuses them again), as a
-        compiled module called there is traced as its model; a kernel launch cannot be traced. Its IR was built with
-        the kernel (a trace cannot build xDSL IR); autocast stays off, as it does not touch the kernel's launch, and
-        casts round to their dtype, as the kernel's do."""
+        compiled module called there is traced as its model; a kernel launch cannot be traced. Autocast stays off,
+        as it does not touch the kernel's launch, and casts round to their dtype, as the kernel's do."""
         from amk.verification import evaluate_function
 
         self._refuse_keywords(keywords)
