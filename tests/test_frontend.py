@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import DEVICE, REPO, installed_script
+from conftest import DEVICE, REPO, installed_script, rel_l2
 
 import amk
 import amk.frontend.compile as frontend
@@ -1728,3 +1728,24 @@ def test_a_traced_kernel_checks_its_arguments_and_keeps_its_dtypes():
     with pytest.raises(amk.errors.DTypeError, match="argument 0 has dtype torch.float16"):
         torch.compile(lambda a, b: linear(a.half(), b), backend="eager")(x, w)
 
+
+
+def test_linears_under_autocast_are_fused_in_the_autocast_dtype():
+    """Under torch.autocast a Linear computes in the autocast dtype (its operands cast to it): each was left to
+    PyTorch ("imported as f32, but PyTorch computes bf16"), so an AMP model fused nothing but lone elementwise ops.
+    Now the casts are part of the subgraph and the matmul its kernel's, as eager's values within bf16's tolerance."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(HIDDEN, 64), nn.GELU(), nn.Linear(64, HIDDEN)).to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    device = torch.device(DEVICE).type
+    for batch in (2, 5):
+        x = inputs(batch)
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+            out, expected = compiled(x), model(x)
+        assert out.dtype == expected.dtype == torch.bfloat16
+        exact = model.double()(x.double())
+        model.float()
+        assert rel_l2(out, exact) <= 2 * max(rel_l2(expected, exact), 5e-3)
+    report = amk.explain(compiled, print_report=False)
+    assert not report.graphs[0].pytorch, [node.reason for node in report.graphs[0].pytorch]
+    assert "matmul(input_1) -> epilogue add(input_1), gelu(input_2)" in str(report)  # Linear and GELU: one kernel

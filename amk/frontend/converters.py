@@ -317,9 +317,9 @@ def _layer_norm(b, node):
     if node.target is torch.layer_norm:
         names = (*names, "cudnn_enable")
     a = bind_arguments(node, names, {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enable": True})
-    x = b.tensor(a["input"])
+    dtype = _result_dtype(node)  # fp32 under autocast (see _matmul_value)
+    x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
-    dtype = fake_tensor(a["input"]).dtype
     weight = _norm_vector(b, a["weight"], "weight", dtype)
     bias = _norm_vector(b, a["bias"], "bias", dtype)
     return b.add(tensor_op.LayerNormOp(x, weight, bias, b.scalar(a["eps"])))
@@ -328,9 +328,9 @@ def _layer_norm(b, node):
 @register(spellings([torch.rms_norm, F.rms_norm], ["rms_norm"]), "rms_norm")
 def _rms_norm(b, node):
     a = bind_arguments(node, ("input", "normalized_shape", "weight", "eps"), {"weight": None, "eps": None})
-    x = b.tensor(a["input"])
+    dtype = _result_dtype(node)  # fp32 under autocast (see _matmul_value)
+    x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
-    dtype = fake_tensor(a["input"]).dtype
     weight = _norm_vector(b, a["weight"], "weight", dtype)
     # PyTorch's default is the machine epsilon of the type it computes in: fp32 for fp16 and bf16 inputs (1.2e-7, not
     # bf16's 7.8e-3, which changed a bf16 nn.RMSNorm's outputs by 1% and failed every bucket's check).
@@ -351,12 +351,19 @@ def _check_matmul_ranks(lhs: SSAValue, rhs, what: str) -> None:
         raise Unsupported(f"{what} whose operands' batch dims differ or broadcast")
 
 
-def _matmul_value(b, lhs_node, rhs_node, what: str) -> SSAValue:
+# Under torch.autocast a matmul computes in the autocast dtype (its operands cast to it, bf16 or fp16) and a norm in
+# fp32: the node's result dtype, which PyTorch's trace records. Outside autocast the operands already have it (a
+# matmul refuses mixed dtypes; a norm's result has its input's), and the casts below are no ops.
+
+
+def _matmul_value(b, lhs_node, rhs_node, what: str, dtype: torch.dtype) -> SSAValue:
+    """``lhs @ rhs`` computed in ``dtype`` (the node's result dtype: see above)."""
     for operand in (lhs_node, rhs_node):
         if not b.is_tensor(operand):
             raise Unsupported(f"{what} of a non-tensor")
-    lhs = b.tensor(lhs_node)
+    lhs = b.tensor(lhs_node, dtype)
     rhs = b.operand(rhs_node, allow_transposed=True)
+    rhs = Transposed(b.cast(rhs.value, dtype)) if isinstance(rhs, Transposed) else b.cast(rhs, dtype)
     _check_matmul_ranks(lhs, rhs, what)
     if isinstance(rhs, Transposed):
         return b.add(tensor_op.MatmulOp(lhs, rhs.value, transpose_rhs=True), "mm" if what != "matmul" else None)
@@ -366,7 +373,8 @@ def _matmul_value(b, lhs_node, rhs_node, what: str) -> SSAValue:
 @register(LINEAR, "linear")
 def _linear(b, node):
     a = bind_arguments(node, ("input", "weight", "bias"), {"bias": None})
-    x, weight = b.tensor(a["input"]), b.tensor(a["weight"])
+    dtype = _result_dtype(node)  # the autocast dtype under autocast (see _matmul_value)
+    x, weight = b.tensor(a["input"], dtype), b.tensor(a["weight"], dtype)
     if x.type.rank < 2:
         raise Unsupported(f"linear on a rank-{x.type.rank} input")
     if weight.type.rank != 2:
@@ -374,7 +382,7 @@ def _linear(b, node):
     y = b.add(tensor_op.MatmulOp(x, weight, transpose_rhs=True), "mm" if a["bias"] is not None else None)
     if a["bias"] is None:
         return y
-    bias = b.tensor(a["bias"])
+    bias = b.tensor(a["bias"], dtype)
     return b.add(tensor_op.AddOp(y, bias))
 
 
@@ -384,13 +392,13 @@ def _matmul(b, node):
     if node.target is torch.mm or node.target == "mm":
         if fake_tensor(a["input"]).dim() != 2:
             raise Unsupported("torch.mm of a non 2-D lhs")
-    return _matmul_value(b, a["input"], a["other"], "matmul")
+    return _matmul_value(b, a["input"], a["other"], "matmul", _result_dtype(node))
 
 
 @register(ADDMM, "addmm")
 def _addmm(b, node):
     a = bind_arguments(node, ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1})
-    y = _matmul_value(b, a["mat1"], a["mat2"], "addmm")
+    y = _matmul_value(b, a["mat1"], a["mat2"], "addmm", _result_dtype(node))
     alpha, beta = b.scalar(a["alpha"]), b.scalar(a["beta"])
     if alpha != 1:
         y = b.add(tensor_op.ScaleOp(y, factor=FloatAttr(alpha, f64)), "alpha")

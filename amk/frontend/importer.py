@@ -130,7 +130,10 @@ class SubgraphImporter:
 
     def tensor(self, node, dtype: torch.dtype | None = None) -> SSAValue:
         """The SSA value of a tensor operand, cast to ``dtype`` when given."""
-        value = self.operand(node)
+        return self.cast(self.operand(node), dtype)
+
+    def cast(self, value: SSAValue, dtype: torch.dtype | None) -> SSAValue:
+        """``value`` cast to ``dtype`` (as it is where it has that dtype, or ``dtype`` is None)."""
         if dtype is not None and value.type.element_type != to_ir(dtype):
             value = self.add(tensor_op.CastOp(value, to_ir(dtype)), "cast")
         return value
