@@ -1749,3 +1749,31 @@ def test_linears_under_autocast_are_fused_in_the_autocast_dtype():
     report = amk.explain(compiled, print_report=False)
     assert not report.graphs[0].pytorch, [node.reason for node in report.graphs[0].pytorch]
     assert "matmul(input_1) -> epilogue add(input_1), gelu(input_2)" in str(report)  # Linear and GELU: one kernel
+
+
+def test_a_transpose_read_by_matmuls_of_several_subgraphs_runs_in_pytorch_and_each_subgraph_fuses():
+    """``wt = W.t()`` hoisted out of a loop whose matmuls land in separate subgraphs (an op amk leaves to PyTorch
+    between them): the subgraph holding the view could not hand it to the others, and was left whole to PyTorch. The
+    view now runs in PyTorch, each subgraph reading it."""
+
+    class SharedTranspose(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(HIDDEN, HIDDEN) / 8)
+
+        def forward(self, x):
+            wt = self.weight.t()
+            for _ in range(2):
+                x = F.gelu(x @ wt).cumsum(-1) / HIDDEN
+            return x
+
+    torch.manual_seed(0)
+    model = SharedTranspose().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert all(s.failure is None and s.buckets[0].runs == "amk" for s in graph.subgraphs), graph.subgraphs
+    assert sum(any(node.startswith("matmul") for node in s.nodes) for s in graph.subgraphs) == 2
+    assert [node.name for node in graph.pytorch if node.name.startswith("wt")] == ["wt"]

@@ -117,7 +117,11 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
             if any(analysis.infos[n].kind == "compute" for n in nodes):
                 partitions.append(nodes)
     partitions.sort(key=lambda nodes: order[nodes[0]])
-    return partitions
+    # A transpose read by matmuls of several subgraphs (``wt = W.t()`` hoisted out of a loop) runs in PyTorch, a view
+    # and free, each subgraph reading it as an argument: its own subgraph could not hand it to the others.
+    owner = {node: index for index, nodes in enumerate(partitions) for node in nodes}
+    return [kept for kept in ([node for node in nodes if not (analysis.infos[node].kind == "view" and any(
+        owner.get(user) != owner[node] for user in node.users))] for nodes in partitions) if kept]
 
 
 def _function_dims(imported: ImportedSubgraph) -> list[list]:
@@ -296,7 +300,8 @@ class _GraphCompiler:
             if info.supported:
                 failed = next((r for r in results if node in r.nodes and r.failure), None)
                 reason = (f"its subgraph did not compile: {failed.failure}" if failed
-                          else "an identity or view with nothing to fuse around it")
+                          else "an identity or view with nothing to fuse around it, or a transpose that matmuls "
+                               "of several subgraphs read")
             else:
                 reason = info.reason or "not supported"
             report.pytorch.append(PyTorchNode(node.name, describe_target(node), reason))
