@@ -1777,3 +1777,63 @@ def test_a_transpose_read_by_matmuls_of_several_subgraphs_runs_in_pytorch_and_ea
     assert all(s.failure is None and s.buckets[0].runs == "amk" for s in graph.subgraphs), graph.subgraphs
     assert sum(any(node.startswith("matmul") for node in s.nodes) for s in graph.subgraphs) == 2
     assert [node.name for node in graph.pytorch if node.name.startswith("wt")] == ["wt"]
+
+
+LAYER_NORMS_BY_HAND = {
+    "var": lambda x, w, b: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)
+                                                                       + 1e-5) * w + b,
+    "bert": lambda x, w, b: w * ((x - x.mean(-1, keepdim=True))
+                                 / torch.sqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + 1e-12)) + b,
+    "centered_once": lambda x, w, b: _centered_rsqrt(x) * w,
+    "correction": lambda x, w, b: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
+        torch.var(x, -1, keepdim=True, correction=0) + 1e-6),
+}
+
+
+def _centered_rsqrt(x):
+    centered = x - x.mean(-1, keepdim=True)
+    return centered * torch.rsqrt((centered * centered).mean(-1, keepdim=True) + 1e-5)
+
+
+@pytest.mark.parametrize("spelling", list(LAYER_NORMS_BY_HAND))
+def test_a_hand_written_layernorm_after_a_linear_is_one_kernel(spelling):
+    """LayerNorm written out (the variance by ``var`` or as the mean of squared deviations, ``sqrt`` or ``rsqrt``,
+    with or without its weight and bias) is recognised as one LayerNorm, fused into the Linear's kernel, as
+    ``nn.LayerNorm`` is: it ran as three kernels with its ``var`` and ``sqrt`` in PyTorch."""
+    norm = LAYER_NORMS_BY_HAND[spelling]
+
+    class LinearNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(HIDDEN, INTERMEDIATE)
+            self.weight, self.bias = nn.Parameter(torch.rand(INTERMEDIATE) + 0.5), nn.Parameter(torch.randn(INTERMEDIATE))
+
+        def forward(self, x):
+            return norm(self.linear(x), self.weight, self.bias)
+
+    torch.manual_seed(0)
+    model = LinearNorm().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        x = inputs(batch)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert not graph.pytorch and len(graph.subgraphs) == 1
+    assert "layernorm" in str(amk.explain(compiled, print_report=False))
+
+
+def test_a_hand_written_layernorm_whose_deviations_are_also_returned_is_not_merged():
+    """The centered values read outside the norm keep their own value: the pattern does not absorb them."""
+
+    class Returns(nn.Module):
+        def forward(self, x):
+            centered = x - x.mean(-1, keepdim=True)
+            return centered / torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + 1e-5), centered
+
+    model = Returns()
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(2)
+    with torch.no_grad():
+        for got, expected in zip(compiled(x), model(x), strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

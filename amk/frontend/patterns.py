@@ -1,7 +1,10 @@
 """Patterns: several FX nodes imported as one ``tensor_op`` op. :func:`match_patterns` finds the hand-written RMSNorm
 ``x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`` (and ``x / sqrt(...)``, with or without the weight) and
 returns it as a :class:`Pattern` whose root becomes one ``tensor_op.rmsnorm`` and whose other nodes are absorbed, so
-that the norm fuses as a matmul prologue like ``torch.rms_norm`` does; and a matmul of rows merged by a view and
+that the norm fuses as a matmul prologue like ``torch.rms_norm`` does; the hand-written LayerNorm ``(x - u) /
+sqrt(v + eps) * w + b`` (``u`` x's mean over the last dim, ``v`` its variance: ``x.var(-1, keepdim=True,
+unbiased=False)`` or the mean of the squared deviations; ``rsqrt`` too), which becomes one ``tensor_op.layernorm``;
+and a matmul of rows merged by a view and
 split again (Hugging Face GPT-2's ``Conv1D``: ``torch.addmm(b, x.view(-1, K), w).view(*x.shape[:-1], N)``), imported
 as the matmul of ``x`` itself, so that it fuses with the ops around it (amk has no view between leading dims)."""
 
@@ -29,6 +32,8 @@ from amk.frontend.spellings import (
     RSQRT,
     SQRT,
     SQUARE,
+    SUB,
+    VAR,
     is_,
     key_of,
 )
@@ -58,23 +63,30 @@ def _is_square_of(node, x) -> bool:
     return False
 
 
-def _mean_of_square(node, x) -> Node | None:
-    """``mean(sq(x), dim=-1, keepdim=True)``: returns the square node."""
-    if not is_(node, MEAN):
+def _row_statistic(node, family: frozenset, extra: dict) -> Node | None:
+    """The source of ``node`` = ``op(source, dim=-1, keepdim=True, **extra)`` of ``family`` (``mean``, ``var``) over
+    the last dim (the extra keywords as given, by keyword), else None."""
+    if not is_(node, family):
         return None
     args = list(node.args)
     kwargs = dict(node.kwargs)
     source = args.pop(0) if args else kwargs.pop("input", None)
     dim = args.pop(0) if args else kwargs.pop("dim", None)
     keepdim = args.pop(0) if args else kwargs.pop("keepdim", False)
-    if args or kwargs.pop("dtype", None) is not None or kwargs:
+    if args or kwargs.pop("dtype", None) is not None or kwargs != extra:
         return None
     if isinstance(dim, list | tuple) and len(dim) == 1:
         dim = dim[0]
-    rank = fake_tensor(x).dim() if isinstance(meta_value(x), torch.Tensor) else 0
+    rank = fake_tensor(source).dim() if isinstance(meta_value(source), torch.Tensor) else 0
     if not isinstance(dim, int) or rank == 0 or dim % rank != rank - 1 or keepdim is not True:
         return None
-    if not _single_user(source, node) or not _is_square_of(source, x):
+    return source
+
+
+def _mean_of_square(node, x) -> Node | None:
+    """``mean(sq(x), dim=-1, keepdim=True)``: returns the square node."""
+    source = _row_statistic(node, MEAN, {})
+    if source is None or not _single_user(source, node) or not _is_square_of(source, x):
         return None
     return source
 
@@ -106,8 +118,82 @@ def _match_rms_core(root: Node):
     return None
 
 
-def _rms_weight(root: Node):
-    """``norm * w`` / ``w * norm`` right after the core, with ``w`` a vector over the last dim."""
+def _centered(node) -> tuple[Node, Node] | None:
+    """``x - x.mean(-1, keepdim=True)`` → (x, the mean node)."""
+    if not is_(node, SUB) or len(node.args) != 2 or node.kwargs:
+        return None
+    x, mean = node.args
+    if not isinstance(x, Node) or _row_statistic(mean, MEAN, {}) is not x:
+        return None
+    return x, mean
+
+
+def _variance_absorbed(variance: Node, x: Node, centered: Node, mean: Node) -> list[Node] | None:
+    """The nodes of ``variance`` when it is ``x``'s variance over the last dim: ``x.var(-1, keepdim=True,
+    unbiased=False)`` (or ``correction=0``), or the mean of the squares of ``centered`` or of another ``x - x.mean(-1,
+    keepdim=True)``."""
+    if any(_row_statistic(variance, VAR, extra) is x for extra in ({"unbiased": False}, {"correction": 0})):
+        return [variance]
+    square = _row_statistic(variance, MEAN, {})
+    if square is None:
+        return None
+    if _is_square_of(square, centered):
+        return [square, variance]
+    base = square.args[0] if is_(square, POW | SQUARE | MUL) and square.args else None
+    again = _centered(base)  # x - u written twice (the mean too, or not)
+    if base is centered or again is None or again[0] is not x or not _is_square_of(square, base):
+        return None
+    return [*([again[1]] if again[1] is not mean else []), base, square, variance]
+
+
+def _match_layer_norm_core(root: Node):
+    """``c / sqrt(v + eps)`` or ``c * rsqrt(v + eps)`` (either order), ``c = x - x.mean(-1, keepdim=True)`` and ``v``
+    x's variance over the last dim (:func:`_variance_absorbed`), no value of them read elsewhere → (x, eps,
+    absorbed)."""
+    if is_(root, MUL) and len(root.args) == 2 and not root.kwargs:
+        candidates, inverse = [(root.args[0], root.args[1]), (root.args[1], root.args[0])], RSQRT
+    elif is_(root, DIV) and len(root.args) == 2 and not root.kwargs:
+        candidates, inverse = [(root.args[0], root.args[1])], SQRT
+    else:
+        return None
+    for centered, r in candidates:
+        found = _centered(centered)
+        if found is None or not is_(r, inverse) or len(r.args) != 1 or not is_(r.args[0], ADD):
+            continue
+        x, mean = found
+        total = r.args[0]
+        if len(total.args) != 2 or total.kwargs:
+            continue
+        for variance, eps in [(total.args[0], total.args[1]), (total.args[1], total.args[0])]:
+            if not isinstance(variance, Node) or (isinstance(eps, Node) and isinstance(meta_value(eps), torch.Tensor)):
+                continue
+            nodes = _variance_absorbed(variance, x, centered, mean)
+            if nodes is None:
+                continue
+            absorbed = [mean, centered, *nodes, total, r]
+            inside = {*absorbed, root}
+            if all(user in inside for node in absorbed for user in node.users):
+                return x, eps, absorbed
+    return None
+
+
+def _bias_after(node: Node):
+    """``node + b`` / ``b + node`` right after it, with ``b`` a vector over the last dim of its dtype → (user, b)."""
+    users = list(node.users)
+    if len(users) != 1 or not is_(users[0], ADD) or len(users[0].args) != 2 or users[0].kwargs:
+        return None
+    user = users[0]
+    bias = user.args[1] if user.args[0] is node else user.args[0]
+    if bias is node or not isinstance(bias, Node) or not isinstance(meta_value(bias), torch.Tensor):
+        return None
+    b, y = fake_tensor(bias), fake_tensor(node)
+    if b.dim() != 1 or b.dtype != y.dtype or fake_tensor(user).dtype != y.dtype:
+        return None
+    return user, bias
+
+
+def _norm_weight(root: Node):
+    """``norm * w`` / ``w * norm`` right after a norm's core, with ``w`` a vector over the last dim → (user, w)."""
     users = list(root.users)
     if len(users) != 1:
         return None
@@ -181,23 +267,34 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
                                     build_matmul))
             taken.update([flat, product, node])
             continue
-        core = _match_rms_core(node)
+        layer_norm = _match_layer_norm_core(node)
+        core = layer_norm or _match_rms_core(node)
         if core is None:
             continue
         x, eps, absorbed = core
         if not isinstance(meta_value(x), torch.Tensor) or fake_tensor(node).dtype != fake_tensor(x).dtype:
             continue
-        weighted = _rms_weight(node)
-        root, weight = (weighted[0], weighted[1]) if weighted else (node, None)
+        root, weight, bias = node, None, None
+        weighted = _norm_weight(root)
         if weighted:
-            absorbed = absorbed + [node]
+            absorbed = absorbed + [root]
+            root, weight = weighted
+        biased = _bias_after(root) if layer_norm else None
+        if biased:
+            absorbed = absorbed + [root]
+            root, bias = biased
 
-        def build(b, _node, x=x, eps=eps, weight=weight):
+        def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None):
             value = b.tensor(x)
             w = b.tensor(weight) if weight is not None else None
+            if layer_norm:
+                return b.add(tensor_op.LayerNormOp(value, w, b.tensor(bias) if bias is not None else None,
+                                                   b.scalar(eps)))
             return b.add(tensor_op.RMSNormOp(value, w, b.scalar(eps)))
 
-        patterns.append(Pattern(root, absorbed, "rmsnorm (x * rsqrt(mean(x**2) + eps) * w)", build))
+        label = ("layernorm ((x - mean) / sqrt(var + eps) * w + b)" if layer_norm
+                 else "rmsnorm (x * rsqrt(mean(x**2) + eps) * w)")
+        patterns.append(Pattern(root, absorbed, label, build))
         taken.update(absorbed)
         taken.add(root)
     return patterns

@@ -32,6 +32,7 @@ DIV = spellings([operator.truediv, torch.div, torch.divide, torch.true_divide], 
 POW = spellings([operator.pow, torch.pow], ["pow"])
 SQUARE = spellings([torch.square], ["square"])
 MEAN = spellings([torch.mean], ["mean"])
+VAR = spellings([torch.var], ["var"])
 RSQRT = spellings([torch.rsqrt], ["rsqrt"])
 SQRT = spellings([torch.sqrt], ["sqrt"])
 MATMUL = spellings([operator.matmul, torch.matmul, torch.mm], ["matmul", "mm", "__matmul__"])
