@@ -1837,3 +1837,31 @@ def test_a_hand_written_layernorm_whose_deviations_are_also_returned_is_not_merg
     with torch.no_grad():
         for got, expected in zip(compiled(x), model(x), strict=True):
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_backward_under_autocast_recomputes_the_subgraph_as_its_forward_ran():
+    """AMP training: a fused Linear reading a bf16 activation made outside its subgraph (cumsum runs in PyTorch) has
+    an fp32 weight; its backward recomputed the nodes without autocast (thread state that backward does not inherit)
+    and raised "mat1 and mat2 must have the same dtype". It recomputes under the forward's autocast, as eager's."""
+
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = nn.Linear(HIDDEN, HIDDEN), nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            return self.second(torch.cumsum(self.first(x), dim=1) / 8)
+
+    torch.manual_seed(0)
+    model = Split().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(2)
+    gradients = []
+    for run in (compiled, model):
+        with torch.autocast(torch.device(DEVICE).type, dtype=torch.bfloat16):
+            out = run(x)
+        out.float().square().sum().backward()
+        gradients.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad()
+    for got, expected in zip(*gradients, strict=True):
+        assert rel_l2(got, expected) <= 1e-2

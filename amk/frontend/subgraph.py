@@ -61,6 +61,10 @@ class _Recompute(torch.autograd.Function):
         ctx.inference = {i: args[i] for i in ctx.positions if args[i].is_inference()}
         ctx.saved_positions = [i for i in ctx.positions if i not in ctx.inference]
         ctx.save_for_backward(*[args[i] for i in ctx.saved_positions])
+        # Autocast is a thread's state that backward does not inherit: the nodes are recomputed under the forward's
+        # (a Linear reading a bf16 activation with an fp32 weight cannot run without it), as torch.amp.custom_bwd does.
+        device = runner.device.type
+        ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         outputs = runner.launch(args)
         inputs = {id(args[i]) for i in ctx.positions}
         outputs = tuple(o.clone() if id(o) in inputs else o for o in outputs)
@@ -81,7 +85,8 @@ class _Recompute(torch.autograd.Function):
                 wanted.append(position)
         for position, value in ctx.others.items():
             args[position] = value
-        with torch.enable_grad():
+        device, dtype, enabled = ctx.autocast
+        with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=enabled):
             outputs = runner.fallback(*args[:runner.fallback_arity])
         dtypes = [a.dtype if isinstance(a, torch.Tensor) else None for a in args]
         return (None, *recomputed_gradients(outputs, grads, args, wanted, dtypes, create_graph))
