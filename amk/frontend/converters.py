@@ -241,7 +241,7 @@ def _rowwise(op_class, label, functions, functional, methods):
     def build(b, node):
         names = ("input", "dim", "_stacklevel", "dtype") if node.target is functional else ("input", "dim", "dtype")
         a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
-        x = b.tensor(a["input"], a["dtype"])
+        x = b.tensor(a["input"], _result_dtype(node))  # its dtype= (the input cast first), or fp32 under autocast
         dim = a["dim"]
         if dim is None:
             raise Unsupported(f"{label} without an explicit dim")
@@ -351,8 +351,8 @@ def _check_matmul_ranks(lhs: SSAValue, rhs, what: str) -> None:
         raise Unsupported(f"{what} whose operands' batch dims differ or broadcast")
 
 
-# Under torch.autocast a matmul computes in the autocast dtype (its operands cast to it, bf16 or fp16) and a norm in
-# fp32: the node's result dtype, which PyTorch's trace records. Outside autocast the operands already have it (a
+# Under torch.autocast a matmul computes in the autocast dtype (its operands cast to it, bf16 or fp16) and a norm (on
+# CUDA softmax too) in fp32: the node's result dtype, which PyTorch's trace records. Outside autocast the operands already have it (a
 # matmul refuses mixed dtypes; a norm's result has its input's), and the casts below are no ops.
 
 
