@@ -177,36 +177,20 @@ def _match_layer_norm_core(root: Node):
     return None
 
 
-def _bias_after(node: Node):
-    """``node + b`` / ``b + node`` right after it, with ``b`` a vector over the last dim of its dtype → (user, b)."""
+def _vector_after(node: Node, family: frozenset):
+    """``node ⊙ v`` / ``v ⊙ node`` of ``family`` (a norm's weight: ``MUL``, its bias: ``ADD``) right after ``node``,
+    its only user, with ``v`` a vector over the last dim of its dtype → (the user, v)."""
     users = list(node.users)
-    if len(users) != 1 or not is_(users[0], ADD) or len(users[0].args) != 2 or users[0].kwargs:
+    if len(users) != 1 or not is_(users[0], family) or len(users[0].args) != 2 or users[0].kwargs:
         return None
     user = users[0]
-    bias = user.args[1] if user.args[0] is node else user.args[0]
-    if bias is node or not isinstance(bias, Node) or not isinstance(meta_value(bias), torch.Tensor):
+    vector = user.args[1] if user.args[0] is node else user.args[0]
+    if vector is node or not isinstance(vector, Node) or not isinstance(meta_value(vector), torch.Tensor):
         return None
-    b, y = fake_tensor(bias), fake_tensor(node)
-    if b.dim() != 1 or b.dtype != y.dtype or fake_tensor(user).dtype != y.dtype:
+    v, y = fake_tensor(vector), fake_tensor(node)
+    if v.dim() != 1 or v.dtype != y.dtype or fake_tensor(user).dtype != y.dtype:
         return None
-    return user, bias
-
-
-def _norm_weight(root: Node):
-    """``norm * w`` / ``w * norm`` right after a norm's core, with ``w`` a vector over the last dim → (user, w)."""
-    users = list(root.users)
-    if len(users) != 1:
-        return None
-    user = users[0]
-    if not is_(user, MUL) or len(user.args) != 2 or user.kwargs:
-        return None
-    weight = user.args[1] if user.args[0] is root else user.args[0]
-    if weight is root or not isinstance(weight, Node) or not isinstance(meta_value(weight), torch.Tensor):
-        return None
-    w, y = fake_tensor(weight), fake_tensor(root)
-    if w.dim() != 1 or w.dtype != y.dtype or fake_tensor(user).dtype != y.dtype:
-        return None
-    return user, weight
+    return user, vector
 
 
 def _dims(shape) -> list[str]:
@@ -275,11 +259,11 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
         if not isinstance(meta_value(x), torch.Tensor) or fake_tensor(node).dtype != fake_tensor(x).dtype:
             continue
         root, weight, bias = node, None, None
-        weighted = _norm_weight(root)
+        weighted = _vector_after(root, MUL)
         if weighted:
             absorbed = absorbed + [root]
             root, weight = weighted
-        biased = _bias_after(root) if layer_norm else None
+        biased = _vector_after(root, ADD) if layer_norm else None
         if biased:
             absorbed = absorbed + [root]
             root, bias = biased
