@@ -1865,3 +1865,24 @@ def test_a_backward_under_autocast_recomputes_the_subgraph_as_its_forward_ran():
         model.zero_grad()
     for got, expected in zip(*gradients, strict=True):
         assert rel_l2(got, expected) <= 1e-2
+
+
+def test_a_shared_transpose_of_a_subgraphs_own_value_stays_in_it():
+    """The transpose of a value its subgraph computes (``relu(w * 2).t()``), read by matmuls of two subgraphs, stays
+    in its subgraph: run in PyTorch it would be read back by the subgraph that computes its source, a cycle (TorchDynamo
+    raised "Invalid partition, found dependency cycles": the model did not run)."""
+
+    class Computed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(HIDDEN, HIDDEN) / 8)
+
+        def forward(self, x):
+            v = torch.relu(self.weight * 2).t()
+            return (x @ v).cumsum(-1) / HIDDEN @ v
+
+    torch.manual_seed(0)
+    model = Computed().to(DEVICE)
+    x = inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=1e-5, rtol=1e-5)

@@ -117,11 +117,16 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
             if any(analysis.infos[n].kind == "compute" for n in nodes):
                 partitions.append(nodes)
     partitions.sort(key=lambda nodes: order[nodes[0]])
-    # A transpose read by matmuls of several subgraphs (``wt = W.t()`` hoisted out of a loop) runs in PyTorch, a view
-    # and free, each subgraph reading it as an argument: its own subgraph could not hand it to the others.
+    # A transpose of a tensor from outside (a weight) read by matmuls of several subgraphs (``wt = W.t()`` hoisted out
+    # of a loop) runs in PyTorch, a view and free, each subgraph reading it as an argument: its own subgraph could not
+    # hand it to the others. (A transpose of its subgraph's own value stays: read back, it would make a cycle.)
     owner = {node: index for index, nodes in enumerate(partitions) for node in nodes}
-    return [kept for kept in ([node for node in nodes if not (analysis.infos[node].kind == "view" and any(
-        owner.get(user) != owner[node] for user in node.users))] for nodes in partitions) if kept]
+
+    def shared_transpose(node: Node) -> bool:
+        return (analysis.infos[node].kind == "view" and owner.get(node.args[0]) != owner[node]
+                and any(owner.get(user) != owner[node] for user in node.users))
+
+    return [kept for kept in ([node for node in nodes if not shared_transpose(node)] for nodes in partitions) if kept]
 
 
 def _function_dims(imported: ImportedSubgraph) -> list[list]:
