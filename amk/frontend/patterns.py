@@ -91,30 +91,34 @@ def _mean_of_square(node, x) -> Node | None:
     return source
 
 
-def _match_rms_core(root: Node):
-    """``x * rsqrt(mean(x²) + eps)`` (either order) or ``x / sqrt(mean(x²) + eps)`` → (x, eps, absorbed)."""
+def _inverse_root_forms(root: Node):
+    """Each way ``root`` reads as ``x * rsqrt(s + eps)`` (either order) or ``x / sqrt(s + eps)``, ``eps`` not a tensor:
+    ``(x, s, eps, [the sum, the root])``."""
     if is_(root, MUL) and len(root.args) == 2 and not root.kwargs:
-        candidates = [(root.args[0], root.args[1]), (root.args[1], root.args[0])]
-        inverse = RSQRT
+        candidates, inverse = [(root.args[0], root.args[1]), (root.args[1], root.args[0])], RSQRT
     elif is_(root, DIV) and len(root.args) == 2 and not root.kwargs:
-        candidates = [(root.args[0], root.args[1])]
-        inverse = SQRT
+        candidates, inverse = [(root.args[0], root.args[1])], SQRT
     else:
-        return None
+        return
     for x, r in candidates:
-        if not isinstance(x, Node) or not is_(r, inverse) or not _single_user(r, root) or len(r.args) != 1:
+        if not isinstance(x, Node) or not is_(r, inverse) or len(r.args) != 1 or not is_(r.args[0], ADD):
             continue
         total = r.args[0]
-        if not is_(total, ADD) or not _single_user(total, r) or len(total.args) != 2 or total.kwargs:
+        if len(total.args) != 2 or total.kwargs:
             continue
-        for mean, eps in [(total.args[0], total.args[1]), (total.args[1], total.args[0])]:
-            if isinstance(eps, Node) and isinstance(meta_value(eps), torch.Tensor):
-                continue
-            if not isinstance(mean, Node) or not _single_user(mean, total):
-                continue
-            square = _mean_of_square(mean, x)
-            if square is not None:
-                return x, eps, [square, mean, total, r]
+        for value, eps in [(total.args[0], total.args[1]), (total.args[1], total.args[0])]:
+            if isinstance(value, Node) and not (isinstance(eps, Node) and isinstance(meta_value(eps), torch.Tensor)):
+                yield x, value, eps, [total, r]
+
+
+def _match_rms_core(root: Node):
+    """``x * rsqrt(mean(x²) + eps)`` (either order) or ``x / sqrt(mean(x²) + eps)`` → (x, eps, absorbed)."""
+    for x, mean, eps, (total, r) in _inverse_root_forms(root):
+        if not (_single_user(r, root) and _single_user(total, r) and _single_user(mean, total)):
+            continue
+        square = _mean_of_square(mean, x)
+        if square is not None:
+            return x, eps, [square, mean, total, r]
     return None
 
 
@@ -150,30 +154,18 @@ def _match_layer_norm_core(root: Node):
     """``c / sqrt(v + eps)`` or ``c * rsqrt(v + eps)`` (either order), ``c = x - x.mean(-1, keepdim=True)`` and ``v``
     x's variance over the last dim (:func:`_variance_absorbed`), no value of them read elsewhere → (x, eps,
     absorbed)."""
-    if is_(root, MUL) and len(root.args) == 2 and not root.kwargs:
-        candidates, inverse = [(root.args[0], root.args[1]), (root.args[1], root.args[0])], RSQRT
-    elif is_(root, DIV) and len(root.args) == 2 and not root.kwargs:
-        candidates, inverse = [(root.args[0], root.args[1])], SQRT
-    else:
-        return None
-    for centered, r in candidates:
+    for centered, variance, eps, (total, r) in _inverse_root_forms(root):
         found = _centered(centered)
-        if found is None or not is_(r, inverse) or len(r.args) != 1 or not is_(r.args[0], ADD):
+        if found is None:
             continue
         x, mean = found
-        total = r.args[0]
-        if len(total.args) != 2 or total.kwargs:
+        nodes = _variance_absorbed(variance, x, centered, mean)
+        if nodes is None:
             continue
-        for variance, eps in [(total.args[0], total.args[1]), (total.args[1], total.args[0])]:
-            if not isinstance(variance, Node) or (isinstance(eps, Node) and isinstance(meta_value(eps), torch.Tensor)):
-                continue
-            nodes = _variance_absorbed(variance, x, centered, mean)
-            if nodes is None:
-                continue
-            absorbed = [mean, centered, *nodes, total, r]
-            inside = {*absorbed, root}
-            if all(user in inside for node in absorbed for user in node.users):
-                return x, eps, absorbed
+        absorbed = [mean, centered, *nodes, total, r]
+        inside = {*absorbed, root}
+        if all(user in inside for node in absorbed for user in node.users):
+            return x, eps, absorbed
     return None
 
 
