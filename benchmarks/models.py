@@ -9,6 +9,7 @@ graphs), in one process on the same inputs, correctness first.
     python benchmarks/models.py --rows gpt2_mlp,bert_ffn --append   # add rows to today's file (a run in parts)
     python benchmarks/models.py --append --missing --time-limit 400 # the rows today's file lacks (the next part)
     python benchmarks/models.py --render FILE.json               # rewrite a results file's table and chart
+    python benchmarks/models.py --autocast bfloat16 --rows bert_ffn  # AMP: fp32 modules called under torch.autocast
 
 On the H200 a row takes 20 s to 2 minutes, most of it torch.compile's max-autotune and amk's tuning on cold caches;
 where one command may not run for long, run the rows in parts with ``--append`` (each row measures its contenders
@@ -57,6 +58,10 @@ each fused subgraph, whether amk's kernels or the subgraph's PyTorch ops ran it,
 that decided it and the seconds of its build per phase (where ``first_call_s`` went), and the ops left to PyTorch
 outside the subgraphs (the table's last section): an amk figure equal to eager's is then told from a kernel that lost
 its race or failed its check.
+
+With ``--autocast DTYPE`` (``float16`` or ``bfloat16``) every row runs as automatic mixed precision runs a model: the
+module's parameters and inputs in float32, every contender's calls (its first, compiling, call
+included) under ``torch.autocast(device, dtype=DTYPE)``, and its error held to DTYPE's tolerance.
 
 ``speedup`` is the best correct torch.compile time of the row over the best correct amk time (above 1: amk is
 faster); ``speedup_no_graphs`` compares plain ``amk`` with the better of ``compile`` and ``max_autotune``. The
@@ -222,17 +227,31 @@ def first_call(fn: Callable, inputs: list[torch.Tensor], reference: torch.Tensor
     return result
 
 
-def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dict:
+def under_autocast(fn: Callable, device: torch.device, dtype: torch.dtype) -> Callable:
+    """``fn`` called under ``torch.autocast(device, dtype)``, as a mixed-precision training loop calls its model."""
+    def call(*inputs):
+        with torch.autocast(device.type, dtype=dtype):
+            return fn(*inputs)
+    return call
+
+
+def run_row(row: Row, contenders: list[str], small: bool, timing: Timing, autocast: torch.dtype | None = None) -> dict:
+    """One row's results (see the module's docstring); with ``autocast``, the module and its inputs in float32 and
+    every call under ``torch.autocast`` to that dtype."""
     device = default_device()
     torch.manual_seed(0)
     module, shapes = row.build(small)
-    module = module.to(device=device, dtype=row.dtype).eval()
+    storage = torch.float32 if autocast else row.dtype
+    module = module.to(device=device, dtype=storage).eval()
     generator = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(shape, generator=generator).to(device=device, dtype=row.dtype) for shape in shapes]
+    inputs = [torch.randn(shape, generator=generator).to(device=device, dtype=storage) for shape in shapes]
     with torch.no_grad():
         reference = copy.deepcopy(module).double()(*[t.double() for t in inputs])
-    result = {"row": row.name, "title": row.title, "dtype": str(row.dtype).removeprefix("torch."),
+    compute = autocast or row.dtype
+    result = {"row": row.name, "title": row.title, "dtype": str(compute).removeprefix("torch."),
               "input_shapes": shapes, "contenders": {}}
+    if autocast:
+        result["autocast"] = f"float32 parameters and inputs under torch.autocast({device.type}, {compute})"
     compiled_amk: list = []
     measured: dict[str, tuple[Callable, list[torch.Tensor]]] = {}  # the contenders that ran right, for host times
     for name in contenders:
@@ -246,12 +265,14 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing) -> dic
                 torch._dynamo.mark_static_address(tensor)
         # Eager defines what the dtype can give; the others may be off by twice as much, or the dtype's tolerance.
         eager_error = result["contenders"].get("eager", {}).get("rel_l2", 0.0)
-        limit = math.inf if name == "eager" else max(TOLERANCES[row.dtype], 2 * eager_error)
+        limit = math.inf if name == "eager" else max(TOLERANCES[compute], 2 * eager_error)
         workers = shared_pool(compile_workers())  # the process's pool, shared by every amk build
         jobs_before = len(workers.job_seconds)
         try:
             with torch.no_grad():
                 fn = make_contender(name, module, compiled_amk)
+                if autocast:
+                    fn = under_autocast(fn, device, autocast)
                 result["contenders"][name] = first_call(fn, own_inputs, reference, limit)
                 if result["contenders"][name]["status"] == "ok":
                     measured[name] = (fn, own_inputs)
@@ -417,7 +438,9 @@ def write_reports(document: dict, out: Path, stem: str) -> str:
     env = document["environment"]
     markdown = (f"# amk model benchmark ({env['gpu']})\n\ntorch {env['torch']}, triton {env['triton']}, amk "
                 f"{env['amk']}, python {env['python']}, {env['date']}; float32 matmul precision "
-                f"\"{document['float32_matmul_precision']}\"; caches: {document['caches']}.\n\n"
+                f"\"{document['float32_matmul_precision']}\"; caches: {document['caches']}"
+                + (f"; float32 modules and inputs under torch.autocast to {document['autocast']}"
+                   if document.get("autocast") else "") + ".\n\n"
                 f"Command: `{document['command']}`\n\n" + tables(document))
     if document.get("not_run"):
         markdown += f"\nNot run (time limit): {', '.join(document['not_run'])}.\n"
@@ -453,6 +476,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="benchmarks/results", help="directory for the results files")
     parser.add_argument("--stem", default=None, help="results file name without extension "
                         "(default: YYYY-MM-DD-<gpu>-models)")
+    parser.add_argument("--autocast", choices=("float16", "bfloat16"), default=None,
+                        help="mixed precision: float32 modules and inputs, every call under torch.autocast to this "
+                        "dtype (default stem YYYY-MM-DD-<gpu>-models-autocast-<dtype>)")
     parser.add_argument("--render", metavar="JSON", help="measure nothing: rewrite the table and chart of a results "
                         "file from its JSON")
     args = parser.parse_args(argv)
@@ -504,10 +530,13 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
     env = environment()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models"
+    autocast = getattr(torch, args.autocast) if args.autocast else None
+    stem = args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models" + (
+        f"-autocast-{args.autocast}" if autocast else "")
     document = {"environment": env, "command": " ".join(["python", "benchmarks/models.py", *(argv or sys.argv[1:])]),
                 "float32_matmul_precision": float32_matmul_precision(),
-                "caches": "the user's" if args.warm_caches else "fresh temporary directories", "rows": [],
+                "caches": "the user's" if args.warm_caches else "fresh temporary directories",
+                "autocast": args.autocast, "rows": [],
                 "not_run": []}
     earlier = out / f"{stem}.json"
     if args.append and earlier.exists():
@@ -522,7 +551,7 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
             document["not_run"].append(name)
             continue
         print(f"== {name}: {ROWS[name].title}", flush=True)
-        document["rows"].append(run_row(ROWS[name], contenders, args.small, timing))
+        document["rows"].append(run_row(ROWS[name], contenders, args.small, timing, autocast))
         write_reports(document, out, stem)
     print(write_reports(document, out, stem))
 

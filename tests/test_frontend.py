@@ -1886,3 +1886,28 @@ def test_a_shared_transpose_of_a_subgraphs_own_value_stays_in_it():
     x = inputs(2)
     with torch.no_grad():
         torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm", [nn.LayerNorm, nn.RMSNorm])
+def test_a_half_precision_input_to_a_float32_norm_is_normalized_in_float32(norm):
+    """bf16 activations into a norm whose weights stay fp32 (a model that keeps its norms in fp32; CPU autocast's
+    Linear before an fp32 LayerNorm): PyTorch normalizes and scales in fp32 and rounds to bf16. amk left the norm to
+    PyTorch ("weight dtype torch.float32 differs from the input's torch.bfloat16"); it fuses it, computed the same
+    way, so that its result matches eager's to bf16's rounding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(HIDDEN, INTERMEDIATE), norm(INTERMEDIATE)).to(DEVICE)
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 1.5)
+    model[0].to(torch.bfloat16)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        x = inputs(batch).bfloat16()
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        assert out.dtype == expected.dtype == torch.bfloat16
+        exact = model[1].double()(model[0].double()(x.double()))
+        model.float()
+        model[0].to(torch.bfloat16)
+        assert rel_l2(out, exact) <= 1.5 * rel_l2(expected, exact)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert not graph.pytorch and len(graph.subgraphs) == 1, [node.reason for node in graph.pytorch]

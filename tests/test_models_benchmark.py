@@ -151,3 +151,20 @@ def test_a_contender_that_raises_while_timed_is_reported_failed_and_the_others_a
                                          replay=False)
     assert times["amk"] == {"status": "failed", "error": "RuntimeError: launch failed"}
     assert times["eager"]["ms"] >= 0 and len(times["eager"]["ms_rounds"]) == 1 and calls
+
+
+def test_autocast_runs_a_row_as_mixed_precision_runs_its_model(tmp_path):
+    """``--autocast bfloat16``: the module and inputs stay fp32 and every call runs under torch.autocast, the error
+    held to bf16's tolerance; amk fuses the Linear (in bf16) with its LayerNorm (in fp32, as autocast computes it),
+    leaving nothing to PyTorch."""
+    run_models("--small", "--rows", "fp32_linear_layernorm", "--contenders", "eager,amk", "--autocast", "bfloat16",
+               "--out", str(tmp_path), "--stem", "amp")
+    document = json.loads((tmp_path / "amp.json").read_text())
+    (row,) = document["rows"]
+    assert document["autocast"] == "bfloat16" and row["dtype"] == "bfloat16"
+    assert row["autocast"].startswith("float32 parameters and inputs under torch.autocast(")
+    for name, result in row["contenders"].items():
+        assert result["status"] == "ok" and result["rel_l2"] < 1e-2, (name, result)
+    assert row["contenders"]["eager"]["rel_l2"] > 1e-4  # bf16's rounding, not fp32's: the calls ran under autocast
+    assert not row["amk_ran"]["left_to_pytorch"], row["amk_ran"]
+    assert "float32 modules and inputs under torch.autocast to bfloat16" in (tmp_path / "amp.md").read_text()

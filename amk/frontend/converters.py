@@ -296,8 +296,20 @@ def _norm_vector(b, node, role: str, dtype: torch.dtype) -> SSAValue | None:
         raise Unsupported(f"{role} must be a tensor")
     value = b.tensor(node)
     if value.type.element_type != to_ir(dtype):
-        raise Unsupported(f"{role} dtype {fake_tensor(node).dtype} differs from the input's {dtype}")
+        raise Unsupported(f"{role} dtype {fake_tensor(node).dtype} differs from the input's {dtype} (accepted: the "
+                          "input's dtype, or float32 with a float16 or bfloat16 input)")
     return value
+
+
+def _norm_compute_dtype(result: torch.dtype, *parameters) -> torch.dtype:
+    """The dtype a norm computes in: its result's, or float32 where a half-precision input has float32 parameters
+    (bf16 activations beside fp32 norm weights, as under CPU autocast or a model that keeps its norms in fp32), which
+    PyTorch normalizes and scales in fp32 before rounding to the input's dtype."""
+    if result in (torch.float16, torch.bfloat16) and any(
+            isinstance(node, Node) and fake_tensor(node).dtype == torch.float32
+            for node in parameters):
+        return torch.float32
+    return result
 
 
 def _normalized_shape(shape, x: SSAValue) -> None:
@@ -317,25 +329,27 @@ def _layer_norm(b, node):
     if node.target is torch.layer_norm:
         names = (*names, "cudnn_enable")
     a = bind_arguments(node, names, {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enable": True})
-    dtype = _result_dtype(node)  # fp32 under autocast (see _matmul_value)
+    result = _result_dtype(node)  # fp32 under CUDA autocast (see _matmul_value)
+    dtype = _norm_compute_dtype(result, a["weight"], a["bias"])
     x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
     weight = _norm_vector(b, a["weight"], "weight", dtype)
     bias = _norm_vector(b, a["bias"], "bias", dtype)
-    return b.add(tensor_op.LayerNormOp(x, weight, bias, b.scalar(a["eps"])))
+    return b.cast(b.add(tensor_op.LayerNormOp(x, weight, bias, b.scalar(a["eps"]))), result)
 
 
 @register(spellings([torch.rms_norm, F.rms_norm], ["rms_norm"]), "rms_norm")
 def _rms_norm(b, node):
     a = bind_arguments(node, ("input", "normalized_shape", "weight", "eps"), {"weight": None, "eps": None})
-    dtype = _result_dtype(node)  # fp32 under autocast (see _matmul_value)
+    result = _result_dtype(node)  # fp32 under CUDA autocast (see _matmul_value)
+    dtype = _norm_compute_dtype(result, a["weight"])
     x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
     weight = _norm_vector(b, a["weight"], "weight", dtype)
     # PyTorch's default is the machine epsilon of the type it computes in: fp32 for fp16 and bf16 inputs (1.2e-7, not
     # bf16's 7.8e-3, which changed a bf16 nn.RMSNorm's outputs by 1% and failed every bucket's check).
     eps = torch.finfo(torch.promote_types(dtype, torch.float32)).eps if a["eps"] is None else b.scalar(a["eps"])
-    return b.add(tensor_op.RMSNormOp(x, weight, eps))
+    return b.cast(b.add(tensor_op.RMSNormOp(x, weight, eps)), result)
 
 
 def _check_matmul_ranks(lhs: SSAValue, rhs, what: str) -> None:
