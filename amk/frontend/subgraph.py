@@ -283,6 +283,7 @@ class FusedSubgraph(torch.nn.Module):
 
             outputs = None if bucket.checked else self._check(bucket, run, lambda: launch(args), args)
         except Exception as error:
+            log.debug("amk: %s: the kernels' first call raised", self.name, exc_info=True)
             called = ", ".join(f"{symbol}={value}" for symbol, value in bindings.items())
             self._leave_to_pytorch(bucket, f"failed on the first call of {called or 'its sizes'}: "
                                            f"{type(error).__name__}: {error}")
