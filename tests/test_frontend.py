@@ -1888,7 +1888,10 @@ def test_a_shared_transpose_of_a_subgraphs_own_value_stays_in_it():
         torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("norm", [nn.LayerNorm, nn.RMSNorm])
+@pytest.mark.parametrize("norm", [
+    pytest.param(nn.LayerNorm, marks=pytest.mark.skipif(
+        torch.device(DEVICE).type == "cuda", reason="CUDA's layer_norm refuses a bf16 input with fp32 weights")),
+    nn.RMSNorm])
 def test_a_half_precision_input_to_a_float32_norm_is_normalized_in_float32(norm):
     """bf16 activations into a norm whose weights stay fp32 (a model that keeps its norms in fp32; CPU autocast's
     Linear before an fp32 LayerNorm): PyTorch normalizes and scales in fp32 and rounds to bf16. amk left the norm to
