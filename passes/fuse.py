@@ -2,7 +2,8 @@
 
 Seeds are matmuls first (each may absorb the ops producing its lhs, such as an RMSNorm prologue, and a second matmul
 of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then grows through its consumers: bias, residual, activation, a row reduction and what follows it), then any remaining elementwise op
-or row reduction (standalone chains). An op joins a group only if :func:`amk.lowering.plan.plan_group` can still
+or row reduction (standalone chains). A group also takes in the elementwise ops that compute its members' other
+operands where it alone reads them, such as autocast's cast of a bias: the kernel computes them on each tile. An op joins a group only if :func:`amk.lowering.plan.plan_group` can still
 lower the group to one kernel, and only if that creates no cycle with ops left outside. A group value used outside
 the group becomes a result of the fused op, so fusion never changes what the program computes.
 
@@ -109,6 +110,23 @@ class _Grouping:
                 if self.try_add(group, owner):
                     frontier.extend(owner.operands)
 
+    def absorb_side_inputs(self, group: list[Operation]) -> None:
+        """Take in the elementwise ops that compute a member's other operands and that only the group reads, such as
+        the cast of a Linear's bias under autocast: the kernel computes them on each tile it loads (a vector's cast
+        is a few instructions) instead of a kernel of their own writing what it reads back."""
+        changed = True
+        while changed:
+            changed = False
+            members = set(group)
+            for operand in [v for op in group for v in op.operands]:
+                owner = operand.owner
+                if (isinstance(owner, Operation) and owner not in members and rules.kind_of(owner) == "elementwise"
+                        and owner.parent_block() is group[0].parent_block()
+                        and all(use.operation in members for result in owner.results for use in result.uses)
+                        and self.try_add(group, owner)):
+                    changed = True
+                    break
+
     def grow(self, group: list[Operation], candidates: list[Operation]) -> None:
         changed = True
         while changed:
@@ -138,6 +156,7 @@ def fuse_block(block: Block, vendor_gemm: bool = False) -> list[tensor_op.FusedO
                     grouping.try_add(group, sibling)
             grouping.absorb_prologue(group, seed)
         grouping.grow(group, candidates)
+        grouping.absorb_side_inputs(group)
         grouping.assigned.update(group)
         if _outputs(group):  # a group whose values nobody reads is dead code: it stays as it is
             groups.append(sorted(group, key=grouping.order.__getitem__))

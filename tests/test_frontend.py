@@ -1748,7 +1748,9 @@ def test_linears_under_autocast_are_fused_in_the_autocast_dtype():
         assert rel_l2(out, exact) <= 2 * max(rel_l2(expected, exact), 5e-3)
     report = amk.explain(compiled, print_report=False)
     assert not report.graphs[0].pytorch, [node.reason for node in report.graphs[0].pytorch]
-    assert "matmul(input_1) -> epilogue add(input_1), gelu(input_2)" in str(report)  # Linear and GELU: one kernel
+    # Linear and GELU: one kernel, which casts the bias on each tile; the weights' casts are a kernel each
+    assert "matmul(input_1) -> epilogue cast(input_1), add(input_1), gelu(input_2)" in str(report)
+    assert str(report).count("] cast(") == 2, str(report)
 
 
 def test_a_transpose_read_by_matmuls_of_several_subgraphs_runs_in_pytorch_and_each_subgraph_fuses():

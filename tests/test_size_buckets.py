@@ -729,7 +729,7 @@ def test_each_symbol_is_read_where_its_source_says(sources, expected):
 
 
 @pytest.mark.skipif(GPU, reason="fakes the race's timing on the CPU")
-def test_under_autocast_pytorchs_side_of_the_race_casts_its_weights_every_call(monkeypatch):
+def test_under_autocast_pytorchs_side_of_the_race_casts_its_weights_every_call(monkeypatch, tmp_path):
     """The race times PyTorch's ops back to back inside the first call's autocast region, where autocast keeps its
     cast of an fp32 weight: PyTorch's side skipped the casts each call of a model pays (0.069 ms against 0.109 per
     call for an autocast Linear on the H100; the kernels cast every call), and won. Each timed call casts again."""
@@ -754,7 +754,7 @@ def test_under_autocast_pytorchs_side_of_the_race_casts_its_weights_every_call(m
 
     monkeypatch.setattr(amk.frontend.backend, "_untimed_reason", lambda settings: None)
     monkeypatch.setattr(amk.frontend.subgraph, "fastest_program", timed_twice)
-    compiled = amk.compile(model)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))  # no race recorded before
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         out, expected = compiled(batch(4)), model(batch(4))
     assert WeightCasts.count == 2

@@ -289,15 +289,17 @@ _reduction(tensor_op.ReduceMaxOp, "amax", [torch.amax], ["amax"])
 _reduction(tensor_op.LogSumExpOp, "logsumexp", [torch.logsumexp], ["logsumexp"])
 
 
-def _norm_vector(b, node, role: str, dtype: torch.dtype) -> SSAValue | None:
+def _norm_vector(b, node, role: str, dtype: torch.dtype, input_node) -> SSAValue | None:
+    """A norm's weight or bias, which must have the dtype it computes in, ``dtype``."""
     if node is None:
         return None
     if not b.is_tensor(node):
         raise Unsupported(f"{role} must be a tensor")
     value = b.tensor(node)
     if value.type.element_type != to_ir(dtype):
-        raise Unsupported(f"{role} dtype {fake_tensor(node).dtype} differs from the input's {dtype} (accepted: the "
-                          "input's dtype, or float32 with a float16 or bfloat16 input)")
+        raise Unsupported(f"{role} dtype {fake_tensor(node).dtype} with a {fake_tensor(input_node).dtype} input "
+                          "(accepted: parameters of the input's dtype, or all float32 with a float16 or bfloat16 "
+                          "input)")
     return value
 
 
@@ -333,8 +335,8 @@ def _layer_norm(b, node):
     dtype = _norm_compute_dtype(result, a["weight"], a["bias"])
     x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
-    weight = _norm_vector(b, a["weight"], "weight", dtype)
-    bias = _norm_vector(b, a["bias"], "bias", dtype)
+    weight = _norm_vector(b, a["weight"], "weight", dtype, a["input"])
+    bias = _norm_vector(b, a["bias"], "bias", dtype, a["input"])
     return b.cast(b.add(tensor_op.LayerNormOp(x, weight, bias, b.scalar(a["eps"]))), result)
 
 
@@ -345,7 +347,7 @@ def _rms_norm(b, node):
     dtype = _norm_compute_dtype(result, a["weight"])
     x = b.tensor(a["input"], dtype)
     _normalized_shape(a["normalized_shape"], x)
-    weight = _norm_vector(b, a["weight"], "weight", dtype)
+    weight = _norm_vector(b, a["weight"], "weight", dtype, a["input"])
     # PyTorch's default is the machine epsilon of the type it computes in: fp32 for fp16 and bf16 inputs (1.2e-7, not
     # bf16's 7.8e-3, which changed a bf16 nn.RMSNorm's outputs by 1% and failed every bucket's check).
     eps = torch.finfo(torch.promote_types(dtype, torch.float32)).eps if a["eps"] is None else b.scalar(a["eps"])

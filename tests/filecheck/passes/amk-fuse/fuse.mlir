@@ -245,3 +245,29 @@ func.func @unkept_row_sum_times_x(%x : !tensor_op.tensor<[8, 8], f32>) -> !tenso
 // CHECK-NEXT:      tensor_op.yield
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %[[M]]
+
+// -----
+
+// An elementwise op computing an epilogue's other operand and read by nothing else (autocast's cast of a Linear's
+// fp32 bias) joins the group: the kernel casts the bias on each tile, instead of a kernel of its own writing the
+// bf16 bias it would read back. The cast of the weight (the matmul's rhs, which a kernel reads as an input) does not.
+func.func @autocast_bias_cast(%x : !tensor_op.tensor<[M, 64], bf16>, %w : !tensor_op.tensor<[128, 64], f32>, %b : !tensor_op.tensor<[128], f32>) -> !tensor_op.tensor<[M, 128], bf16> {
+  %0 = tensor_op.cast %w : !tensor_op.tensor<[128, 64], f32> -> !tensor_op.tensor<[128, 64], bf16>
+  %1 = tensor_op.matmul %x, %0 {transpose_rhs = true} : (!tensor_op.tensor<[M, 64], bf16>, !tensor_op.tensor<[128, 64], bf16>) -> !tensor_op.tensor<[M, 128], bf16>
+  %2 = tensor_op.cast %b : !tensor_op.tensor<[128], f32> -> !tensor_op.tensor<[128], bf16>
+  %3 = tensor_op.add %1, %2 : (!tensor_op.tensor<[M, 128], bf16>, !tensor_op.tensor<[128], bf16>) -> !tensor_op.tensor<[M, 128], bf16>
+  %4 = tensor_op.gelu %3 : !tensor_op.tensor<[M, 128], bf16>
+  func.return %4 : !tensor_op.tensor<[M, 128], bf16>
+}
+
+// CHECK-LABEL: func.func @autocast_bias_cast(
+// CHECK-NEXT:    %[[WB:[0-9]+]] = tensor_op.fused %w : (!tensor_op.tensor<[128, 64], f32>) -> !tensor_op.tensor<[128, 64], bf16> {
+// CHECK:         %[[F:[0-9]+]] = tensor_op.fused %x, %[[WB]], %b : ({{.*}}) -> !tensor_op.tensor<[M, 128], bf16> {
+// CHECK-NEXT:    ^bb0(%[[X:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[W:[a-z0-9_]+]]: !tensor_op.tensor<{{[^>]*}}>, %[[B:[a-z0-9_]+]]: !tensor_op.tensor<[128], f32>):
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul %[[X]], %[[W]] {transpose_rhs = true} :
+// CHECK-NEXT:      %[[BB:[0-9]+]] = tensor_op.cast %[[B]] : !tensor_op.tensor<[128], f32> -> !tensor_op.tensor<[128], bf16>
+// CHECK-NEXT:      %[[ADD:[0-9]+]] = tensor_op.add %[[MM]], %[[BB]] :
+// CHECK-NEXT:      %[[GELU:[0-9]+]] = tensor_op.gelu %[[ADD]] :
+// CHECK-NEXT:      tensor_op.yield %[[GELU]] : !tensor_op.tensor<[M, 128], bf16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
