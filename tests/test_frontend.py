@@ -1672,8 +1672,8 @@ def test_runtime_scalars_are_guarded():
     assert frontend.STATS.graphs == graphs + 1
     # amk.explain says so: before, it showed the kernels running and nothing of the fallback
     (subgraph,) = amk.explain(compiled, print_report=False).graphs[0].subgraphs
-    assert subgraph.scalar_fallbacks == 1 and subgraph.scalar_fallback == (
-        "scalar argument 1 is 3.0, the kernels were built for 2.0")
+    assert subgraph.call_fallbacks == 1 and subgraph.call_fallback == (
+        "scalar argument 1 is 3.0, the kernels were built for 2.0 (they take it as a constant)")
     assert "1 call(s) ran the subgraph's PyTorch ops" in str(amk.explain(compiled, print_report=False))
 
 
@@ -1916,3 +1916,26 @@ def test_a_half_precision_input_to_a_float32_norm_is_normalized_in_float32(norm)
         assert rel_l2(out, exact) <= 1.5 * rel_l2(expected, exact)
     (graph,) = amk.explain(compiled, print_report=False).graphs
     assert not graph.pytorch and len(graph.subgraphs) == 1, [node.reason for node in graph.pytorch]
+
+
+def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout():
+    """A contiguous call after a transposed one makes TorchDynamo trace the input with strides of their own, which it
+    guards no layout of, and the elementwise results row-major: a later transposed input's call returned row-major
+    results where PyTorch lays them out as the input (correct values, other strides). Such a call runs the PyTorch
+    ops, and explain says why; contiguous calls run the kernels, and a Linear's input may be laid out any way."""
+
+    class Elementwise(nn.Module):
+        def forward(self, x):
+            return F.gelu(x) * 2 + 1
+
+    model = Elementwise()
+    compiled = amk.compile(model, autotune=False)
+    for batch, transposed in [(2, True), (2, False), (5, True), (6, False)]:
+        base = torch.randn(4, batch, HIDDEN, device=DEVICE)
+        x = base.transpose(0, 1) if transposed else base.transpose(0, 1).contiguous()
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
+        assert out.stride() == expected.stride(), (batch, transposed)
+    subgraph = amk.explain(compiled, print_report=False).graphs[-1].subgraphs[0]
+    assert subgraph.call_fallbacks == 1 and subgraph.call_fallback.startswith("argument 0 is not contiguous")

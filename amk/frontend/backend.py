@@ -208,6 +208,41 @@ def _row_major(value: torch.Tensor) -> bool:
     return True
 
 
+def _outputs_laid_out_by(imported: ImportedSubgraph) -> list[Node]:
+    """The subgraph's inputs from which an output is computed through elementwise ops only: PyTorch lays that output
+    out as the input (a transposed input, a transposed result), amk's kernels row-major."""
+    from xdsl.dialects import func
+
+    from amk.lowering import rules
+
+    function = imported.function
+    returned = set(next(op for op in function.body.block.ops if isinstance(op, func.ReturnOp)).operands)
+    laying_out = []
+    for argument, source in zip(function.body.block.args, imported.sources, strict=True):
+        frontier, seen = [argument], set()
+        while frontier and source.node is not None:
+            value = frontier.pop()
+            if value in returned:
+                laying_out.append(source.node)
+                break
+            for use in value.uses:
+                if rules.kind_of(use.operation) == "elementwise" and use.operation not in seen:
+                    seen.add(use.operation)
+                    frontier.extend(use.operation.results)
+    return laying_out
+
+
+def _strides_traced_free(value) -> bool:
+    """Whether TorchDynamo traced tensor ``value`` with stride symbols of their own, after a call with other strides
+    (it then guards no layout, and traces an elementwise result of it row-major): a later call may pass a transposed
+    tensor, whose result PyTorch lays out as that tensor."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    size_symbols = set().union(*(size.node.expr.free_symbols for size in value.shape if isinstance(size, torch.SymInt)))
+    return any(isinstance(stride, torch.SymInt) and not stride.node.expr.free_symbols <= size_symbols
+               for stride in value.stride())
+
+
 def _example_size(node: Node, axis: int | None) -> int:
     """The value TorchDynamo traced a symbol with (a SymInt input, or a tensor input's size ``axis``)."""
     value = meta_value(node)
@@ -444,10 +479,12 @@ class _GraphCompiler:
         # guards the grad mode and the inputs' requires_grad, so the traced values say it for every call of the graph.
         non_differentiable = tuple(i for i, node in enumerate(outputs)
                                    if not getattr(meta_value(node), "requires_grad", True))
+        row_major_inputs = tuple(index_of(node) for node in _outputs_laid_out_by(imported)
+                                 if _strides_traced_free(meta_value(node)))
         runner = FusedSubgraph(name, result.build_bucket, result.first, fallback, len(inputs), program_args, constants,
                                guards, symbols, result.sizes, self.settings.verify,
                                None if untimed else self.settings.tuner_config or TunerConfig(), untimed or "",
-                               result.report, non_differentiable)
+                               result.report, non_differentiable, row_major_inputs)
         if result.sizes.row_symbols:
             for rows in self.settings.tune_sizes:  # the buckets asked for, built ahead of their first call
                 runner.bucket_for_rows(rows, result.example)

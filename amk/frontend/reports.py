@@ -122,14 +122,15 @@ class SubgraphReport:
     cached: bool = False
     buckets: list[BucketReport] = field(default_factory=list)
     describe: Callable[[], tuple[list[KernelReport], list[tuple[str, str]]]] | None = field(default=None, repr=False)
-    # Calls that ran the PyTorch ops because a scalar argument had another value than the one the kernels were built
-    # with (a guarded scalar, such as a temperature TorchDynamo made symbolic), and the last such call's reason.
-    scalar_fallbacks: int = 0
-    scalar_fallback: str | None = None
+    # Calls that ran the PyTorch ops because their arguments were not what the kernels were built for (a scalar of
+    # another value, such as a temperature TorchDynamo made symbolic; a tensor laid out otherwise than the trace's
+    # outputs assume), and the last such call's reason.
+    call_fallbacks: int = 0
+    call_fallback: str | None = None
 
-    def ran_pytorch_for_a_scalar(self, reason: str) -> None:
-        self.scalar_fallbacks += 1
-        self.scalar_fallback = reason
+    def ran_pytorch_for_a_call(self, reason: str) -> None:
+        self.call_fallbacks += 1
+        self.call_fallback = reason
 
     @functools.cached_property
     def _description(self) -> tuple[list[KernelReport], list[tuple[str, str]]]:
@@ -176,9 +177,9 @@ class GraphReport:
                 lines.append(f"    not fused (runs in PyTorch inside the subgraph): {op}: {reason}")
             for bucket in sub.buckets:
                 lines.extend(f"    {line}" for line in str(bucket).splitlines())
-            if sub.scalar_fallbacks:
-                lines.append(f"    {sub.scalar_fallbacks} call(s) ran the subgraph's PyTorch ops, as the kernels take "
-                             f"that scalar as a constant: {sub.scalar_fallback}")
+            if sub.call_fallbacks:
+                lines.append(f"    {sub.call_fallbacks} call(s) ran the subgraph's PyTorch ops, the last as "
+                             f"{sub.call_fallback}")
         if self.pytorch:
             lines.append("  left to PyTorch:")
             for node in self.pytorch:

@@ -131,16 +131,19 @@ class FusedSubgraph(torch.nn.Module):
     (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols``
     order); ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when
     they are not timed (``untimed`` says why); ``non_differentiable`` the outputs PyTorch computes without a grad
-    history, which a call that records one returns without it too."""
+    history, which a call that records one returns without it too; ``row_major_inputs`` the arguments that
+    TorchDynamo traced with strides of their own (no guard fixes their layout): a call where one is not contiguous
+    runs the PyTorch ops, which lay out the outputs as its strides say."""
 
     def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
                  first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
                  program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
                  time_with: TunerConfig | None, untimed: str, report: SubgraphReport,
-                 non_differentiable: tuple[int, ...] = ()):
+                 non_differentiable: tuple[int, ...] = (), row_major_inputs: tuple[int, ...] = ()):
         super().__init__()
         self.name = name
+        self.row_major_inputs = row_major_inputs
         self.non_differentiable = non_differentiable
         self.build_bucket = build_bucket
         self.fallback = fallback
@@ -195,11 +198,11 @@ class FusedSubgraph(torch.nn.Module):
         return bucket
 
     def forward(self, *args):
-        if self.guards:
+        if self.guards or self.row_major_inputs:
             reason = self._guard_failure(args)
             if reason is not None:
                 log.debug("%s runs in PyTorch: %s", self.name, reason)
-                self.report.ran_pytorch_for_a_scalar(reason)
+                self.report.ran_pytorch_for_a_call(reason)
                 return self._run_fallback(args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return _Recompute.apply(self, *args)
@@ -221,7 +224,12 @@ class FusedSubgraph(torch.nn.Module):
     def _guard_failure(self, args) -> str | None:
         for position, value in self.guards:
             if float(args[position]) != value:
-                return f"scalar argument {position} is {float(args[position])}, the kernels were built for {value}"
+                return (f"scalar argument {position} is {float(args[position])}, the kernels were built for {value} "
+                        "(they take it as a constant)")
+        for position in self.row_major_inputs:
+            if not args[position].is_contiguous():
+                return (f"argument {position} is not contiguous (strides {tuple(args[position].stride())}): PyTorch lays "
+                        "the outputs out as it, amk's kernels row-major, as traced from a contiguous one")
         return None
 
     def _run_fallback(self, args) -> tuple:
