@@ -271,6 +271,55 @@ def test_unrecognised_rms_norm_runs_partly_in_pytorch():
         torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
 
 
+class T5LayerNorm(nn.Module):
+    """T5's norm as Hugging Face writes it: the variance of ``x`` cast to fp32, the product of ``x`` itself."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
+            hidden_states = hidden_states.to(self.weight.dtype)
+        return self.weight * hidden_states
+
+
+class ScalarGainRMSNorm(nn.Module):
+    """A hand-written RMSNorm scaled by one learned gain of shape (1,), broadcast over the row (not a weight)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor([1.7]))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.gain
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("norm", [T5LayerNorm, ScalarGainRMSNorm])
+def test_t5s_norm_and_a_norm_with_a_scalar_gain_are_one_kernel_with_their_linear(norm, dtype):
+    """T5's norm takes the mean of squares of ``x.to(torch.float32)`` and multiplies ``x``: the RMSNorm pattern looked
+    for the square of ``x`` itself, so the norm ran as two kernels around ``rsqrt`` in PyTorch ("no tensor_op
+    equivalent"), in T5, Flan-T5 and the text encoders built on them. A gain of shape (1,) was taken for the norm's
+    weight, which failed its check and left the norm to PyTorch the same way. Each is one kernel with the Linear."""
+    torch.manual_seed(0)
+    model = nn.Sequential(norm(HIDDEN), nn.Linear(HIDDEN, INTERMEDIATE)).to(device=DEVICE, dtype=dtype)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        x = inputs(batch).to(dtype)
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        assert out.dtype == expected.dtype
+        exact = copy.deepcopy(model).double()(x.double())
+        assert rel_l2(out, exact) <= 2 * max(rel_l2(expected, exact), 1e-6)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert not graph.pytorch, [(node.name, node.reason) for node in graph.pytorch]
+    assert len(graph.subgraphs) == 1 and "rmsnorm" in str(amk.explain(compiled, print_report=False))
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dynamic shapes
 # --------------------------------------------------------------------------------------------------------------------

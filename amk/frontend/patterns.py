@@ -1,5 +1,6 @@
 """Patterns: several FX nodes imported as one ``tensor_op`` op. :func:`match_patterns` finds the hand-written RMSNorm
-``x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`` (and ``x / sqrt(...)``, with or without the weight) and
+``x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`` (and ``x / sqrt(...)``, with or without the weight, the
+mean of squares also taken of ``x.to(torch.float32)`` as T5's is) and
 returns it as a :class:`Pattern` whose root becomes one ``tensor_op.rmsnorm`` and whose other nodes are absorbed, so
 that the norm fuses as a matmul prologue like ``torch.rms_norm`` does; the hand-written LayerNorm ``(x - u) /
 sqrt(v + eps) * w + b`` (``u`` x's mean over the last dim, ``v`` its variance: ``x.var(-1, keepdim=True,
@@ -17,7 +18,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from amk.dialects import tensor_op
-from amk.frontend.converters import CONVERTERS
+from amk.frontend.converters import CASTS, CONVERTERS
 from amk.frontend.nodes import fake_tensor, meta_value
 from amk.frontend.spellings import (
     ADD,
@@ -83,12 +84,26 @@ def _row_statistic(node, family: frozenset, extra: dict) -> Node | None:
     return source
 
 
-def _mean_of_square(node, x) -> Node | None:
-    """``mean(sq(x), dim=-1, keepdim=True)``: returns the square node."""
+def _float32_copy_of(node, x) -> bool:
+    """Whether ``node`` is ``x`` cast to float32 (``x.to(torch.float32)``, ``x.float()``), exact from fp16 and bf16."""
+    return (is_(node, CASTS) and bool(node.args) and node.args[0] is x and isinstance(meta_value(node), torch.Tensor)
+            and fake_tensor(node).dtype == torch.float32
+            and fake_tensor(x).dtype in (torch.float32, torch.float16, torch.bfloat16))
+
+
+def _mean_of_square(node, x) -> tuple[Node, Node] | None:
+    """``mean(sq(x), dim=-1, keepdim=True)``, or the mean of the square of ``x`` cast to float32 (T5's norm takes
+    its variance in fp32 and multiplies ``x`` itself, promoted to fp32: the norm of the cast) → (the square node,
+    the norm's input: ``x`` or the cast)."""
     source = _row_statistic(node, MEAN, {})
-    if source is None or not _single_user(source, node) or not _is_square_of(source, x):
+    if source is None or not _single_user(source, node):
         return None
-    return source
+    if _is_square_of(source, x):
+        return source, x
+    base = source.args[0] if source.args else None
+    if _float32_copy_of(base, x) and _single_user(base, source) and _is_square_of(source, base):
+        return source, base
+    return None
 
 
 def _inverse_root_forms(root: Node):
@@ -112,13 +127,15 @@ def _inverse_root_forms(root: Node):
 
 
 def _match_rms_core(root: Node):
-    """``x * rsqrt(mean(x²) + eps)`` (either order) or ``x / sqrt(mean(x²) + eps)`` → (x, eps, absorbed)."""
+    """``x * rsqrt(mean(x²) + eps)`` (either order) or ``x / sqrt(mean(x²) + eps)`` → (the norm's input, eps,
+    absorbed); the mean may be of ``x`` cast to float32 (:func:`_mean_of_square`)."""
     for x, mean, eps, (total, r) in _inverse_root_forms(root):
         if not (_single_user(r, root) and _single_user(total, r) and _single_user(mean, total)):
             continue
-        square = _mean_of_square(mean, x)
-        if square is not None:
-            return x, eps, [square, mean, total, r]
+        found = _mean_of_square(mean, x)
+        if found is not None:
+            square, normalized = found
+            return normalized, eps, [square, mean, total, r]
     return None
 
 
@@ -180,8 +197,8 @@ def _vector_after(node: Node, family: frozenset):
     if vector is node or not isinstance(vector, Node) or not isinstance(meta_value(vector), torch.Tensor):
         return None
     v, y = fake_tensor(vector), fake_tensor(node)
-    if v.dim() != 1 or v.dtype != y.dtype or fake_tensor(user).dtype != y.dtype:
-        return None
+    if v.dim() != 1 or v.dtype != y.dtype or fake_tensor(user).dtype != y.dtype or _dims(v.shape) != _dims(y.shape)[-1:]:
+        return None  # not the norm's weight or bias: a size-1 gain, broadcast over the row, stays an op of its own
     return user, vector
 
 
