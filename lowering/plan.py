@@ -266,6 +266,9 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
                 raise NotFusable("the matmul's lhs must be a full [rows, K] tile")
         main = Section(space, list(main_ops))
         _analyze_section(main, set(inputs), {m.output: FULL for m in matmuls})
+        if matmul.lhs_transposed and matmul.lhs in main.value_class:
+            raise NotFusable("the matmul's transposed lhs is also read after it (a kernel reads an input through one "
+                             "view: the lhs's [K, M] tiles cannot serve as [M, N] ones)")
         for m in matmuls:
             input_class[m.rhs] = "rhs"
         if matmul.lhs not in produced:

@@ -1967,24 +1967,32 @@ def test_a_half_precision_input_to_a_float32_norm_is_normalized_in_float32(norm)
     assert not graph.pytorch and len(graph.subgraphs) == 1, [node.reason for node in graph.pytorch]
 
 
-def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout():
+class Elementwise(nn.Module):
+    def forward(self, x):
+        return F.gelu(x) * 2 + 1
+
+
+class HandWrittenRMSNorm(nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * 2 + 1
+
+
+@pytest.mark.parametrize("module", [Elementwise, HandWrittenRMSNorm])
+def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout(module):
     """A contiguous call after a transposed one makes TorchDynamo trace the input with strides of their own, which it
-    guards no layout of, and the elementwise results row-major: a later transposed input's call returned row-major
-    results where PyTorch lays them out as the input (correct values, other strides). Such a call runs the PyTorch
-    ops, and explain says why; contiguous calls run the kernels, and a Linear's input may be laid out any way."""
-
-    class Elementwise(nn.Module):
-        def forward(self, x):
-            return F.gelu(x) * 2 + 1
-
-    model = Elementwise()
+    guards no layout of, and the results row-major: a later transposed input's call returned row-major results where
+    PyTorch lays them out as the input (correct values, other strides), through elementwise ops as through a
+    hand-written norm. Such a call runs the PyTorch ops, and explain says why; calls whose strides are in row-major
+    order (contiguous, or rows sliced out of wider ones) run the kernels."""
+    model = module()
     compiled = amk.compile(model, autotune=False)
-    for batch, transposed in [(2, True), (2, False), (5, True), (6, False)]:
-        base = torch.randn(4, batch, HIDDEN, device=DEVICE)
-        x = base.transpose(0, 1) if transposed else base.transpose(0, 1).contiguous()
+    for batch, layout in [(2, "transposed"), (2, "contiguous"), (5, "transposed"), (6, "contiguous"), (7, "sliced")]:
+        base = torch.randn(4, batch, 2 * HIDDEN, device=DEVICE)[..., :HIDDEN]
+        x = {"transposed": base.transpose(0, 1), "contiguous": base.transpose(0, 1).contiguous(),
+             "sliced": base}[layout]
         with torch.no_grad():
             out, expected = compiled(x), model(x)
         torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
-        assert out.stride() == expected.stride(), (batch, transposed)
+        assert out.stride() == expected.stride(), (batch, layout)
     subgraph = amk.explain(compiled, print_report=False).graphs[-1].subgraphs[0]
-    assert subgraph.call_fallbacks == 1 and subgraph.call_fallback.startswith("argument 0 is not contiguous")
+    assert subgraph.call_fallbacks == 1 and subgraph.call_fallback.startswith("argument 0 has strides")

@@ -209,8 +209,9 @@ def _row_major(value: torch.Tensor) -> bool:
 
 
 def _outputs_laid_out_by(imported: ImportedSubgraph) -> list[Node]:
-    """The subgraph's inputs from which an output is computed through elementwise ops only: PyTorch lays that output
-    out as the input (a transposed input, a transposed result), amk's kernels row-major."""
+    """The subgraph's inputs from which an output is computed other than through a matmul: PyTorch may lay that
+    output out as the input (an elementwise op's result, a hand-written norm's, of a transposed input is transposed),
+    amk's kernels row-major. A matmul's result is row-major in PyTorch too."""
     from xdsl.dialects import func
 
     from amk.lowering import rules
@@ -226,16 +227,16 @@ def _outputs_laid_out_by(imported: ImportedSubgraph) -> list[Node]:
                 laying_out.append(source.node)
                 break
             for use in value.uses:
-                if rules.kind_of(use.operation) == "elementwise" and use.operation not in seen:
+                if not rules.is_matmul(use.operation) and use.operation not in seen:
                     seen.add(use.operation)
                     frontier.extend(use.operation.results)
     return laying_out
 
 
 def _strides_traced_free(value) -> bool:
-    """Whether TorchDynamo traced tensor ``value`` with stride symbols of their own, after a call with other strides
-    (it then guards no layout, and traces an elementwise result of it row-major): a later call may pass a transposed
-    tensor, whose result PyTorch lays out as that tensor."""
+    """Whether TorchDynamo traced tensor ``value`` with stride symbols of their own (after a call with other strides,
+    or a strided first call): it then guards no stride order, and may have traced an elementwise result of it
+    row-major that a call passing a transposed tensor gets laid out as that tensor."""
     if not isinstance(value, torch.Tensor):
         return False
     size_symbols = set().union(*(size.node.expr.free_symbols for size in value.shape if isinstance(size, torch.SymInt)))

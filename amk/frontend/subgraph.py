@@ -227,9 +227,9 @@ class FusedSubgraph(torch.nn.Module):
                 return (f"scalar argument {position} is {float(args[position])}, the kernels were built for {value} "
                         "(they take it as a constant)")
         for position in self.row_major_inputs:
-            if not args[position].is_contiguous():
-                return (f"argument {position} is not contiguous (strides {tuple(args[position].stride())}): PyTorch lays "
-                        "the outputs out as it, amk's kernels row-major, as traced from a contiguous one")
+            if not _in_row_major_order(args[position]):
+                return (f"argument {position} has strides {tuple(args[position].stride())}, not in row-major order: "
+                        "PyTorch lays the outputs out as it, amk's kernels row-major, as traced")
         return None
 
     def _run_fallback(self, args) -> tuple:
@@ -369,6 +369,13 @@ class FusedSubgraph(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, buckets={[bucket.report.sizes for bucket in self.buckets.values()]}"
+
+
+def _in_row_major_order(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s strides decrease from its first dim to its last (dims of size 1 aside), as a row-major
+    tensor's or a row-major slice's: PyTorch lays an elementwise result of it out row-major."""
+    strides = [stride for size, stride in zip(tensor.shape, tensor.stride()) if size != 1]
+    return all(outer >= inner for outer, inner in zip(strides, strides[1:]))
 
 
 def _coarsest_floats(fallback: GraphModule) -> list[torch.dtype | None]:

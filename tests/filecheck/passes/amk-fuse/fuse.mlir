@@ -271,3 +271,28 @@ func.func @autocast_bias_cast(%x : !tensor_op.tensor<[M, 64], bf16>, %w : !tenso
 // CHECK-NEXT:      tensor_op.yield %[[GELU]] : !tensor_op.tensor<[M, 128], bf16>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// A transposed lhs read after the matmul too (x^T @ w + relu(x), or + x) does not share its kernel: it reads each input
+// through one view, and the lhs's [K, M] tiles gave the epilogue wrong [M, N] ones (relative error 1.06).
+func.func @transposed_lhs_read_by_the_epilogue(%x : !tensor_op.tensor<[48, 48], f32>, %w : !tensor_op.tensor<[48, 48], f32>) -> !tensor_op.tensor<[48, 48], f32> {
+  %0 = tensor_op.matmul %x, %w {transpose_lhs = true} : (!tensor_op.tensor<[48, 48], f32>, !tensor_op.tensor<[48, 48], f32>) -> !tensor_op.tensor<[48, 48], f32>
+  %1 = tensor_op.relu %x : !tensor_op.tensor<[48, 48], f32>
+  %2 = tensor_op.add %0, %1 : (!tensor_op.tensor<[48, 48], f32>, !tensor_op.tensor<[48, 48], f32>) -> !tensor_op.tensor<[48, 48], f32>
+  func.return %2 : !tensor_op.tensor<[48, 48], f32>
+}
+
+// CHECK-LABEL: func.func @transposed_lhs_read_by_the_epilogue(
+// CHECK-NEXT:    %[[R:[0-9]+]] = tensor_op.fused %x : ({{.*}}) -> !tensor_op.tensor<[48, 48], f32> {
+// CHECK-NEXT:    ^bb0({{.*}}):
+// CHECK-NEXT:      %{{[0-9]+}} = tensor_op.relu
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[F:[0-9]+]] = tensor_op.fused %x, %w, %[[R]] : ({{.*}}) -> !tensor_op.tensor<[48, 48], f32> {
+// CHECK-NEXT:    ^bb0({{.*}}):
+// CHECK-NEXT:      %[[MM:[0-9]+]] = tensor_op.matmul %{{.*}} {transpose_lhs = true} :
+// CHECK-NEXT:      %{{[0-9]+}} = tensor_op.add %[[MM]], %{{[0-9]+}} :
+// CHECK-NEXT:      tensor_op.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
