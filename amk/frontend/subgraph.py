@@ -132,8 +132,9 @@ class FusedSubgraph(torch.nn.Module):
     order); ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when
     they are not timed (``untimed`` says why); ``non_differentiable`` the outputs PyTorch computes without a grad
     history, which a call that records one returns without it too; ``row_major_inputs`` the arguments that
-    TorchDynamo traced with strides of their own (no guard fixes their layout): a call where one is not contiguous
-    runs the PyTorch ops, which lay out the outputs as its strides say."""
+    TorchDynamo traced with strides of their own (no guard fixes their layout) and that an output follows other than
+    through a matmul: a call where one's strides are not in row-major order runs the PyTorch ops, which lay out the
+    outputs as its strides say."""
 
     def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
                  first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
