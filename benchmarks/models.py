@@ -248,7 +248,9 @@ def run_row(row: Row, contenders: list[str], small: bool, timing: Timing, autoca
     with torch.no_grad():
         reference = copy.deepcopy(module).double()(*[t.double() for t in inputs])
     compute = autocast or row.dtype
-    result = {"row": row.name, "title": row.title, "dtype": str(compute).removeprefix("torch."),
+    # under autocast the title's dtype is the row's own, not what it computes in: say so
+    title = f"{row.title}; run as float32 under autocast to {compute}".replace("torch.", "") if autocast else row.title
+    result = {"row": row.name, "title": title, "dtype": str(compute).removeprefix("torch."),
               "input_shapes": shapes, "contenders": {}}
     if autocast:
         result["autocast"] = f"float32 parameters and inputs under torch.autocast({device.type}, {compute})"

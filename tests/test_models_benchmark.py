@@ -163,6 +163,7 @@ def test_autocast_runs_a_row_as_mixed_precision_runs_its_model(tmp_path):
     (row,) = document["rows"]
     assert document["autocast"] == "bfloat16" and row["dtype"] == "bfloat16"
     assert row["autocast"].startswith("float32 parameters and inputs under torch.autocast(")
+    assert row["title"].endswith("; run as float32 under autocast to bfloat16")
     for name, result in row["contenders"].items():
         assert result["status"] == "ok" and result["rel_l2"] < 1e-2, (name, result)
     assert row["contenders"]["eager"]["rel_l2"] > 1e-4  # bf16's rounding, not fp32's: the calls ran under autocast
