@@ -1,11 +1,13 @@
 """``amk-fuse``: group producer→consumer chains of ``tensor_op`` ops into ``tensor_op.fused`` regions.
 
 Seeds are matmuls first (each may absorb the ops producing its lhs, such as an RMSNorm prologue, and a second matmul
-of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then grows through its consumers: bias, residual, activation, a row reduction and what follows it), then any remaining elementwise op
-or row reduction (standalone chains). A group also takes in the elementwise ops that compute its members' other
-operands where it alone reads them, such as autocast's cast of a bias: the kernel computes them on each tile. An op joins a group only if :func:`amk.lowering.plan.plan_group` can still
-lower the group to one kernel, and only if that creates no cycle with ops left outside. A group value used outside
-the group becomes a result of the fused op, so fusion never changes what the program computes.
+of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then grows through its consumers: bias,
+residual, activation, a row reduction and what follows it), then any remaining elementwise op or row reduction
+(standalone chains). A group also takes in the elementwise ops that compute its members' other operands where it
+alone reads them, such as autocast's cast of a bias: the kernel computes them on each tile. An op joins a group only
+if :func:`amk.lowering.plan.plan_group` can still lower the group to one kernel, and only if that creates no cycle
+with ops left outside. A group value used outside the group becomes a result of the fused op, so fusion never
+changes what the program computes.
 
 Input::
 
