@@ -231,8 +231,8 @@ def extensions_fingerprint() -> str:
 class BuildRequest:
     """What a build depends on. ``make_module`` returns a fresh ``tensor_op`` module each call (the passes rewrite it);
     ``shapes`` are the operands' shapes (sizes, or symbol names where a size is dynamic) and ``dtype`` their element
-    type, both part of the key. ``ops``: the op list the module was built from, when there is one (a warm start then
-    finds the entry without building IR, and the vendor-GEMM program can be tried). ``pipeline``: the tensor-level
+    type (None where they differ; the module's argument types say each), both part of the key. ``ops``: the op list
+    the module was built from, when there is one (a warm start then finds the entry without building IR). ``pipeline``: the tensor-level
     passes (None: ``amk-fuse``). ``dumper``: receives the IR after every pass; a dumped build runs the passes, so it
     skips the cache lookup (its entry is still stored). ``size_hints``: ``(symbol, value)`` pairs, the size bucket a
     program of symbolic sizes is built for (``amk.compile`` builds one per bucket of the row count): the tiling
@@ -385,11 +385,9 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
-    try_vendor = (not recorded and request.timed and (request.tuner_config or TunerConfig()).vendor_gemm
-                  and request.dtype is not None and request.dtype.itemsize > 1 and _shapes_at_hints(request) is not None
-                  and _vendor_gemm_may_win(module, request.fp32_dot, dict(request.size_hints)))
+    try_vendor = not recorded and _tries_the_vendor_program(request, module)
     # judged before the passes rewrite the module
-    tolerance = _program_tolerance(module, request.dtype) if try_vendor else None
+    tolerance = _program_tolerance(module) if try_vendor else None
     log_here: dict[str, list[dict]] = {}
     program_times: dict[str, float] = {}
     # Candidates timed while tuning compile into the entry's folder too; every emitted source (the tuner's candidates
@@ -692,16 +690,42 @@ def _matmul_has_a_costly_prologue(module, size_hints: dict[str, int]) -> bool:
     return False
 
 
-def _program_tolerance(module, dtype: torch.dtype) -> float:
-    """The tolerance (``amk.verification.TOLERANCES``) of the least precise dtype a program computes in: its
-    operands' ``dtype``, or a narrower one its ops cast to (bf16 under autocast, from fp32 arguments)."""
+def _arguments(module) -> list:
+    """The arguments of the module's one function."""
+    from xdsl.dialects import func
+
+    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    return list(function.body.block.args)
+
+
+def _argument_dtypes(module) -> list[torch.dtype]:
+    """The element type of each argument of the module's function, in order (a captured subgraph's may differ: a
+    bf16 model that keeps its norms' weights in fp32)."""
+    from amk.dtypes import to_torch
+
+    return [to_torch(argument.type.element_type) for argument in _arguments(module)]
+
+
+def _tries_the_vendor_program(request: BuildRequest, module) -> bool:
+    """Whether the build times the program that leaves the matmuls to the vendor library against the fused one:
+    asked for, on a GPU, every argument a floating-point type of two bytes or more (fp8 has no plain vendor GEMM in
+    PyTorch), every size known at the bucket's hints, and a program the vendor GEMM may speed up."""
+    return (request.timed and (request.tuner_config or TunerConfig()).vendor_gemm
+            and all(dtype.is_floating_point and dtype.itemsize > 1 for dtype in _argument_dtypes(module))
+            and _shapes_at_hints(request) is not None
+            and _vendor_gemm_may_win(module, request.fp32_dot, dict(request.size_hints)))
+
+
+def _program_tolerance(module) -> float:
+    """The tolerance (``amk.verification.TOLERANCES``) of the least precise dtype a program computes in: one of its
+    arguments', or a narrower one its ops cast to (bf16 under autocast, from fp32 arguments)."""
     from amk.dialects.tensor_op import TensorType
     from amk.dtypes import to_torch
     from amk.verification import TOLERANCES
 
     computed = {to_torch(result.type.element_type) for op in module.walk() for result in op.results
                 if isinstance(result.type, TensorType)}
-    return max(TOLERANCES.get(each, 1e-2) for each in computed | {dtype})
+    return max(TOLERANCES.get(each, 1e-2) for each in computed | set(_argument_dtypes(module)))
 
 
 def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> bool:
@@ -777,7 +801,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
         # Matmul weights are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains
         # (a gated MLP's at scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an
         # eps, a divisor): 1, not a random sign that would make NaNs.
-        inputs = random_inputs(shapes, request.dtype, "cuda", scales=_weight_scales(module, shapes))
+        inputs = random_inputs(shapes, _argument_dtypes(module), "cuda", scales=_weight_scales(module, shapes))
         if not request.ops:
             for tensor in inputs:
                 if tensor.numel() == 1:
@@ -792,12 +816,9 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
 
 def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:
     """Per argument of the module's function: 1/sqrt(K) where it is a matmul's rhs (a weight), else 1."""
-    from xdsl.dialects import func
-
     from amk.lowering import rules
 
-    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    arguments = list(function.body.block.args)
+    arguments = _arguments(module)
     scales = [1.0] * len(shapes)
     for matmul in (op for op in module.walk() if rules.is_matmul(op)):
         if matmul.rhs in arguments:

@@ -314,9 +314,40 @@ def test_an_autocast_linear_of_many_rows_also_tries_the_vendor_gemm_judged_at_bf
 
     assert _vendor_gemm_may_win(autocast_linear(PROLOGUE_VENDOR_MIN_ROWS), "ieee", {})
     assert not _vendor_gemm_may_win(autocast_linear(PROLOGUE_VENDOR_MIN_ROWS - 1), "ieee", {})
-    assert _program_tolerance(autocast_linear(8), torch.float32) == TOLERANCES[torch.bfloat16]
+    assert _program_tolerance(autocast_linear(8)) == TOLERANCES[torch.bfloat16]
     fp32 = build_module(normalize_ops(["matmul", "relu"]), [(8, 16), (16, 32)], torch.float32)
-    assert _program_tolerance(fp32, torch.float32) == TOLERANCES[torch.float32]
+    assert _program_tolerance(fp32) == TOLERANCES[torch.float32]
+
+
+def test_a_subgraph_of_mixed_argument_dtypes_also_tries_the_vendor_gemm(monkeypatch):
+    """A bf16 model that keeps its RMSNorm in fp32 gives amk.compile a subgraph of fp32 and bf16 arguments (its
+    request has no one dtype): the vendor program is timed as for one dtype, on random inputs of each argument's
+    dtype, judged at the narrowest dtype computed in. An fp8 argument (no plain vendor GEMM) still rules it out."""
+    from xdsl.parser import Parser
+
+    from amk.build import BuildRequest, _argument_dtypes, _program_tolerance, _tries_the_vendor_program
+    from amk.context import make_context
+    from amk.verification import TOLERANCES, random_inputs
+
+    def norm_linear(x_type="f32"):
+        return Parser(make_context(), f"""builtin.module {{
+  func.func @subgraph(%x: !tensor_op.tensor<[s0, 64], {x_type}>, %g: !tensor_op.tensor<[64], f32>, %w: !tensor_op.tensor<[128, 64], bf16>) -> !tensor_op.tensor<[s0, 128], bf16> {{
+    %n = tensor_op.rmsnorm %x weight %g {{eps = 1.0e-06 : f64}} : !tensor_op.tensor<[s0, 64], {x_type}> weight !tensor_op.tensor<[64], f32> -> !tensor_op.tensor<[s0, 64], f32>
+    %nb = tensor_op.cast %n : !tensor_op.tensor<[s0, 64], f32> -> !tensor_op.tensor<[s0, 64], bf16>
+    %y = tensor_op.matmul %nb, %w {{transpose_rhs = true}} : (!tensor_op.tensor<[s0, 64], bf16>, !tensor_op.tensor<[128, 64], bf16>) -> !tensor_op.tensor<[s0, 128], bf16>
+    func.return %y : !tensor_op.tensor<[s0, 128], bf16>
+  }}
+}}""").parse_module()
+
+    monkeypatch.setattr(BuildRequest, "timed", property(lambda self: True))  # as on a GPU
+    request = BuildRequest(norm_linear, [("s0", "64"), (64,), (128, 64)], None, size_hints=(("s0", 4096),))
+    module = norm_linear()
+    assert _argument_dtypes(module) == [torch.float32, torch.float32, torch.bfloat16]
+    assert _tries_the_vendor_program(request, module)
+    assert _program_tolerance(module) == TOLERANCES[torch.bfloat16]
+    assert not _tries_the_vendor_program(request, norm_linear("f8E4M3FN"))
+    inputs = random_inputs([(2, 64), (64,), (128, 64)], _argument_dtypes(module), "cpu")
+    assert [tensor.dtype for tensor in inputs] == [torch.float32, torch.float32, torch.bfloat16]
 
 
 def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():

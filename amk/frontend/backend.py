@@ -140,8 +140,8 @@ def _result_dims(imported: ImportedSubgraph) -> list[list]:
 
 
 def _common_dtype(imported: ImportedSubgraph) -> torch.dtype | None:
-    """The element type all the imported function's arguments share (the build may then time alternative programs on
-    random inputs of it), or None for a subgraph of mixed types."""
+    """The element type all the imported function's arguments share, or None for a subgraph of mixed types (the
+    build reads each argument's from the module: its key and its alternative programs need no common one)."""
     from amk.dtypes import to_torch
 
     types = {arg.type.element_type for arg in imported.function.body.block.args}
