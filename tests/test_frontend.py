@@ -1996,3 +1996,42 @@ def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout(module):
         assert out.stride() == expected.stride(), (batch, layout)
     subgraph = amk.explain(compiled, print_report=False).graphs[-1].subgraphs[0]
     assert subgraph.call_fallbacks == 1 and subgraph.call_fallback.startswith("argument 0 has strides")
+
+
+class Squeezed(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+        self.linear = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        squeezed = x.squeeze() if self.dims is None else x.squeeze(self.dims)
+        return F.gelu(self.linear(squeezed)) * 3
+
+
+@pytest.mark.parametrize(("dims", "shapes"), [
+    (0, [(1, 7), (2, 7), (1, 9), (3, 5)]),  # a batch of 1 squeezed out
+    (1, [(2, 1), (2, 3), (4, 1)]),  # a decode step's sequence of 1
+    (None, [(1, 7), (2, 1), (1, 1), (2, 3)]),
+])
+def test_a_squeezed_dim_of_size_1_is_dropped_as_pytorch_drops_it(dims, shapes):
+    """amk.compile traces a batch of 1 with backed_size_oblivious, under which TorchDynamo takes a dynamic dim for
+    not 1: ``x.squeeze(0)`` was traced as a no-op, with no guard, and a call whose dim was 1 got amk's outputs with
+    the dim where PyTorch drops it ([1, 7, 64] for [7, 64]), or, verified, left every bucket to PyTorch for good.
+    Such a call runs the graph as traced, in PyTorch (explain counts it); the others run the kernels."""
+    from amk.frontend.stats import STATS
+
+    torch.manual_seed(0)
+    model = Squeezed(dims).to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    kernel_calls, size_one_calls = STATS.kernel_calls, 0
+    for batch, seq in shapes:
+        x = inputs(batch, seq)
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        assert out.shape == expected.shape
+        assert rel_l2(out, expected) <= 1e-5
+        size_one_calls += 1 in ((batch, seq) if dims is None else ((batch, seq)[dims],))
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert graph.call_fallbacks == size_one_calls and "is 1" in graph.call_fallback
+    assert STATS.kernel_calls - kernel_calls == len(shapes) - size_one_calls

@@ -30,10 +30,11 @@ from amk.frontend.nodes import Unsupported, describe_target, fake_tensor, meta_v
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
-from amk.frontend.subgraph import FusedSubgraph, SymbolSource
+from amk.frontend.subgraph import FusedSubgraph, SymbolSource, size_reader
 from amk.ir_dump import IRDumper
 from amk.lowering.tile import size_hints_option
 from amk.passes.bind_sizes import BindSizesPass
+from amk.runtime import ShapeFunction
 from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
@@ -538,13 +539,78 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
 def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
     initialize()
     dynamic_outputs = _symbolic_output_dims(gm)  # read before the graph compiler rewrites gm
+    squeezed = _squeezed_sizes(gm)
+    eager = _eager_copy(gm) if squeezed else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
     _mark_outputs_dynamic(compiled, dynamic_outputs)
     if settings.report is not None:
         settings.report(report)
     if log.isEnabledFor(logging.INFO):
         log.info("%s", report)
+    if eager is not None and any(sub.compiled for sub in report.subgraphs):
+        return _SizeOneGuard(compiled.forward, eager, squeezed, report)
     return compiled.forward
+
+
+_SQUEEZES = ("Tensor.squeeze", "Tensor.squeeze_", "torch.squeeze")
+
+
+def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, torch.SymInt]]:
+    """The sizes that a squeeze in ``gm`` kept, each with its node: dims that are symbols. amk.compile traces with
+    ``backed_size_oblivious`` (a batch of 1 then shares the graph of every batch), under which TorchDynamo takes such
+    a dim for not 1, keeps it and guards nothing, where PyTorch drops it from a call where it is 1."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    squeezed = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_method", "call_function") or describe_target(node) not in _SQUEEZES:
+            continue
+        value = meta_value(node.args[0]) if node.args and isinstance(node.args[0], Node) else None
+        if not isinstance(value, torch.Tensor):
+            continue
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = range(value.dim()) if dims is None else [dims] if isinstance(dims, int) else dims
+        squeezed += [(node, value.shape[dim]) for dim in dims if not is_concrete_int(value.shape[dim])]
+    return squeezed
+
+
+def _eager_copy(gm: GraphModule) -> GraphModule:
+    """A copy of ``gm`` that the graph compiler leaves as traced (its parameters shared)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    _forget_graph_args(graph)
+    return GraphModule(gm, graph)
+
+
+class _SizeOneGuard:
+    """A compiled graph's forward that runs the graph as traced, in PyTorch, for a call where a size a squeeze kept
+    (:func:`_squeezed_sizes`) is 1: PyTorch then drops the dim that amk's kernels were built with. The sizes are
+    read from the call's arguments as the subgraphs read theirs."""
+
+    def __init__(self, forward: Callable, eager: GraphModule, squeezed: list[tuple[Node, torch.SymInt]],
+                 report: GraphReport):
+        self.forward, self.eager, self.report = forward, eager.forward, report
+        texts = [str(size.node.expr) for _, size in squeezed]
+        self.sizes = ShapeFunction.from_texts(texts)
+        symbols = sorted({str(symbol) for _, size in squeezed for symbol in size.node.expr.free_symbols})
+        self.symbols = tuple(symbols)
+        placeholders = list(eager.graph.find_nodes(op="placeholder"))
+        try:
+            self.read_sizes = size_reader([SymbolSource(symbol, placeholders.index(node), dim)
+                                           for symbol, node, dim in _symbol_sources(symbols, eager)])
+            self.reason = ("a size that a squeeze (" + ", ".join(f"{node.name}: {text}" for (node, _), text
+                                                                 in zip(squeezed, texts))
+                           + ") kept as traced, taking it for not 1, is 1")
+        except Unsupported as error:
+            log.info("amk: every call of graph %d runs in PyTorch: its squeezes' sizes cannot be read at a call "
+                     "(%s)", report.graph, error)
+            self.read_sizes, self.reason = None, f"the sizes its squeezes keep cannot be read at a call: {error}"
+
+    def __call__(self, *args):
+        if self.read_sizes is None or 1 in self.sizes(dict(zip(self.symbols, self.read_sizes(args)))):
+            self.report.ran_pytorch_for_a_call(self.reason)
+            return self.eager(*args)
+        return self.forward(*args)
 
 
 def _output_leaves(gm: GraphModule) -> list:

@@ -109,8 +109,21 @@ class BucketReport:
         return "\n".join([head, *(f"  {kernel}" for kernel in self.kernels)])
 
 
+@dataclass(kw_only=True)
+class CallFallbacks:
+    """Calls that ran PyTorch's ops because their arguments were not what the kernels were built for, and the last
+    such call's reason."""
+
+    call_fallbacks: int = 0
+    call_fallback: str | None = None
+
+    def ran_pytorch_for_a_call(self, reason: str) -> None:
+        self.call_fallbacks += 1
+        self.call_fallback = reason
+
+
 @dataclass
-class SubgraphReport:
+class SubgraphReport(CallFallbacks):
     """One fused subgraph: its FX nodes, whether it compiled (else ``failure``), whether its first build came from
     the cache, its size buckets, and (computed when first asked for, from ``describe``: see :func:`kernel_reports`)
     its ``kernels`` and the ops left ``unfused`` inside it."""
@@ -122,15 +135,8 @@ class SubgraphReport:
     cached: bool = False
     buckets: list[BucketReport] = field(default_factory=list)
     describe: Callable[[], tuple[list[KernelReport], list[tuple[str, str]]]] | None = field(default=None, repr=False)
-    # Calls that ran the PyTorch ops because their arguments were not what the kernels were built for (a scalar of
-    # another value, such as a temperature TorchDynamo made symbolic; a tensor laid out otherwise than the trace's
-    # outputs assume), and the last such call's reason.
-    call_fallbacks: int = 0
-    call_fallback: str | None = None
-
-    def ran_pytorch_for_a_call(self, reason: str) -> None:
-        self.call_fallbacks += 1
-        self.call_fallback = reason
+    # (call_fallbacks: calls with a scalar of another value, such as a temperature TorchDynamo made symbolic, or a
+    # tensor laid out otherwise than the trace's outputs assume)
 
     @functools.cached_property
     def _description(self) -> tuple[list[KernelReport], list[tuple[str, str]]]:
@@ -159,7 +165,10 @@ class PyTorchNode:
 
 
 @dataclass
-class GraphReport:
+class GraphReport(CallFallbacks):
+    """One FX graph: its fused subgraphs and the nodes left to PyTorch. ``call_fallbacks``: calls that ran the whole
+    graph as traced, in PyTorch (a size its trace took for not 1 was 1: see ``amk.frontend.backend``)."""
+
     graph: int
     subgraphs: list[SubgraphReport] = field(default_factory=list)
     pytorch: list[PyTorchNode] = field(default_factory=list)
@@ -180,6 +189,9 @@ class GraphReport:
             if sub.call_fallbacks:
                 lines.append(f"    {sub.call_fallbacks} call(s) ran the subgraph's PyTorch ops, the last as "
                              f"{sub.call_fallback}")
+        if self.call_fallbacks:
+            lines.append(f"  {self.call_fallbacks} call(s) ran the whole graph in PyTorch, the last as "
+                         f"{self.call_fallback}")
         if self.pytorch:
             lines.append("  left to PyTorch:")
             for node in self.pytorch:

@@ -109,7 +109,7 @@ class Bucket:
 MAX_LAUNCHERS = 256
 
 
-def _size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
+def size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
     """A function of a call's arguments giving its symbols' values, one read each. TorchDynamo passes a graph's size
     symbols as int arguments (the usual case): they are picked by position, without a generator (0.05 against 0.39 us
     a call on a 2-core CPU, on every call)."""
@@ -161,7 +161,7 @@ class FusedSubgraph(torch.nn.Module):
         self.device = default_device()
         self.buckets: dict[Hashable, Bucket] = {}
         self.launchers: dict[tuple, Callable[[tuple], tuple]] = {}  # a call's sizes -> what runs it
-        self.read_sizes = _size_reader(symbols)
+        self.read_sizes = size_reader(symbols)
         self.lock = threading.Lock()  # one thread prepares new sizes (and builds their bucket) at a time
         self._add_bucket(*first)
 
@@ -267,7 +267,12 @@ class FusedSubgraph(torch.nn.Module):
         reason = self._unsupported(args)
         if reason is not None:
             log.debug("%s runs in PyTorch for the sizes %s: %s", self.name, sizes, reason)
-            return self._run_fallback, None
+
+            def run_unsupported(args) -> tuple:
+                self.report.ran_pytorch_for_a_call(reason)
+                return self._run_fallback(args)
+
+            return run_unsupported, None
         key = self.sizes.key(sizes)
         known = self.buckets.get(key)
         if (known is None or not known.checked) and stream_capturing():
