@@ -4,7 +4,8 @@ Seeds are matmuls first (each may absorb the ops producing its lhs, such as an R
 of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then grows through its consumers: bias,
 residual, activation, a row reduction and what follows it), then any remaining elementwise op or row reduction
 (standalone chains). A group also takes in the elementwise ops that compute its members' other operands where it
-alone reads them, such as autocast's cast of a bias: the kernel computes them on each tile. An op joins a group only
+alone reads them, such as autocast's cast of a bias, wherever the program computes them: the kernel computes them on
+each tile. An op joins a group only
 if :func:`amk.lowering.plan.plan_group` can still lower the group to one kernel, and only if that creates no cycle
 with ops left outside. A group value used outside the group becomes a result of the fused op, so fusion never
 changes what the program computes.
@@ -42,7 +43,7 @@ rows, and for fp32 matmuls under "highest" (``amk.TunerConfig``'s ``vendor_gemm`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -60,24 +61,28 @@ def _outputs(group: list[Operation]) -> list[SSAValue]:
     return [r for op in group for r in op.results if any(use.operation not in members for use in r.uses)]
 
 
-def _depends_on_group(value: SSAValue, group: set[Operation]) -> bool:
-    """Whether ``value`` is computed (through ops outside the group) from a value of the group."""
-    stack, seen = [value], set()
-    while stack:
-        owner = stack.pop().owner
-        if not isinstance(owner, Operation) or owner in seen:
-            continue
-        if owner in group:
-            return True
-        seen.add(owner)
-        stack.extend(owner.operands)
-    return False
-
-
 @dataclass
 class _Grouping:
-    order: dict[Operation, int]
-    assigned: set[Operation]
+    order: dict[Operation, float]  # the program's order (side inputs moved next to their readers)
+    # each op of a group formed before -> that group's members
+    formed: dict[Operation, tuple[Operation, ...]] = field(default_factory=dict)
+
+    def depends_on(self, value: SSAValue, targets: set[Operation]) -> bool:
+        """Whether ``value`` is computed, through ops outside ``targets``, from an op in it. A group formed before
+        counts as one op, as its fused op will: it reads every operand of its members, so a value that one member
+        computes from ``targets`` makes all its results depend on them (two groups each reading the other's values
+        would be a cycle that no op-by-op path shows)."""
+        stack, seen = [value], set()
+        while stack:
+            owner = stack.pop().owner
+            if not isinstance(owner, Operation) or owner in seen:
+                continue
+            if owner in targets:
+                return True
+            for op in self.formed.get(owner, (owner,)):
+                seen.add(op)
+                stack.extend(op.operands)
+        return False
 
     def legal(self, group: list[Operation]) -> bool:
         group = sorted(group, key=self.order.__getitem__)
@@ -88,16 +93,16 @@ class _Grouping:
         return True
 
     def try_add(self, group: list[Operation], op: Operation) -> bool:
-        if op in self.assigned or op in group or rules.kind_of(op) is None:
+        if op in self.formed or op in group or rules.kind_of(op) is None:
             return False
         members = set(group)
         produced = {r for member in group for r in member.results}
         outside_operands = [v for v in op.operands if v not in produced]
-        if any(_depends_on_group(v, members) for v in outside_operands):
+        if any(self.depends_on(v, members) for v in outside_operands):
             return False
         # Nor may a member depend on the new op through ops outside the group (that would be a cycle).
         produced |= set(op.results)
-        if any(_depends_on_group(v, {op}) for member in group for v in member.operands if v not in produced):
+        if any(self.depends_on(v, {op}) for member in group for v in member.operands if v not in produced):
             return False
         if not self.legal(group + [op]):
             return False
@@ -125,9 +130,23 @@ class _Grouping:
                 if (isinstance(owner, Operation) and owner not in members and rules.kind_of(owner) == "elementwise"
                         and owner.parent_block() is group[0].parent_block()
                         and all(use.operation in members for result in owner.results for use in result.uses)
-                        and self.try_add(group, owner)):
+                        and self._try_add_before_readers(group, owner)):
                     changed = True
                     break
+
+    def _try_add_before_readers(self, group: list[Operation], op: Operation) -> bool:
+        """``try_add`` with ``op`` ordered just before the first member that reads it, wherever the program computes
+        it: an epilogue's operand written before the matmul (``v = w * 2`` then ``relu(linear(x) + v)``) would
+        otherwise stand where only the matmul's prologue may, and a standalone group's first op sets its iteration
+        space. The op moves halfway between its first reader and the op ordered just before that."""
+        position = self.order[op]
+        first_reader = min(self.order[use.operation] for result in op.results for use in result.uses)
+        before = max((order for order in self.order.values() if order < first_reader), default=first_reader - 1)
+        self.order[op] = (before + first_reader) / 2
+        if self.try_add(group, op):
+            return True
+        self.order[op] = position
+        return False
 
     def grow(self, group: list[Operation], candidates: list[Operation]) -> None:
         changed = True
@@ -145,11 +164,11 @@ def fuse_block(block: Block, vendor_gemm: bool = False) -> list[tensor_op.FusedO
     matmuls out of every group)."""
     ops = list(block.ops)
     candidates = [op for op in ops if rules.kind_of(op) is not None and not (vendor_gemm and rules.is_matmul(op))]
-    grouping = _Grouping({op: i for i, op in enumerate(ops)}, set())
+    grouping = _Grouping({op: i for i, op in enumerate(ops)})
     seeds = [op for op in candidates if rules.is_matmul(op)] + [op for op in candidates if not rules.is_matmul(op)]
     groups = []
     for seed in seeds:
-        if seed in grouping.assigned or not grouping.legal([seed]):
+        if seed in grouping.formed or not grouping.legal([seed]):
             continue
         group = [seed]
         if rules.is_matmul(seed):
@@ -159,7 +178,7 @@ def fuse_block(block: Block, vendor_gemm: bool = False) -> list[tensor_op.FusedO
             grouping.absorb_prologue(group, seed)
         grouping.grow(group, candidates)
         grouping.absorb_side_inputs(group)
-        grouping.assigned.update(group)
+        grouping.formed.update(dict.fromkeys(group, tuple(group)))
         if _outputs(group):  # a group whose values nobody reads is dead code: it stays as it is
             groups.append(sorted(group, key=grouping.order.__getitem__))
     fused = [_outline(block, group) for group in groups]

@@ -296,3 +296,57 @@ func.func @transposed_lhs_read_by_the_epilogue(%x : !tensor_op.tensor<[48, 48], 
 // CHECK-NEXT:      tensor_op.yield
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %[[F]]
+
+// -----
+
+// Two groups must not each read the other's values, though no op-by-op path is a cycle: the matmul's group takes
+// %a (reading %p) and refuses %q (two matmul-derived values after its norm); the group seeded by %p then may not
+// take %q, which reads the matmul group's %t and %mm, into the group that %a reads. A group formed before counts as
+// one op for the cycle check. (Before, amk-fuse failed: "amk-fuse produced a cycle".)
+func.func @groups_reading_each_other(%x : !tensor_op.tensor<[M, 24], f32>, %w : !tensor_op.tensor<[24, 40], f32>, %bias : !tensor_op.tensor<[40], f32>, %z : !tensor_op.tensor<[M, 40], f32>) -> (!tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[M, 40], f32>) {
+  %p = tensor_op.sigmoid %z : !tensor_op.tensor<[M, 40], f32>
+  %mm = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 24], f32>, !tensor_op.tensor<[24, 40], f32>) -> !tensor_op.tensor<[M, 40], f32>
+  %u = tensor_op.add %mm, %bias : (!tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[40], f32>) -> !tensor_op.tensor<[M, 40], f32>
+  %t = tensor_op.layernorm %u {eps = 1.0e-05 : f64} : !tensor_op.tensor<[M, 40], f32> -> !tensor_op.tensor<[M, 40], f32>
+  %a = tensor_op.add %mm, %p : (!tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[M, 40], f32>) -> !tensor_op.tensor<[M, 40], f32>
+  %q = tensor_op.mul %t, %mm : (!tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[M, 40], f32>) -> !tensor_op.tensor<[M, 40], f32>
+  %o = tensor_op.add %p, %q : (!tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[M, 40], f32>) -> !tensor_op.tensor<[M, 40], f32>
+  func.return %a, %o : !tensor_op.tensor<[M, 40], f32>, !tensor_op.tensor<[M, 40], f32>
+}
+
+// CHECK-LABEL: func.func @groups_reading_each_other(
+// CHECK-NEXT:    %p = tensor_op.fused %z :
+// CHECK:           tensor_op.sigmoid
+// CHECK-NOT:       tensor_op.mul
+// CHECK:         %mm, %t, %a = tensor_op.fused %x, %w, %bias, %p :
+// CHECK:           tensor_op.matmul
+// CHECK:           tensor_op.layernorm
+// CHECK-NOT:       tensor_op.mul
+// CHECK:         %o = tensor_op.fused %t, %mm, %p :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %q = tensor_op.mul
+// CHECK-NEXT:      %o_1 = tensor_op.add
+// CHECK:         func.return %a, %o :
+
+// -----
+
+// A side input is taken into the epilogue wherever the program computes it: written before the matmul, the scale
+// of %v stood where only the matmul's prologue may (a kernel of its own); it is now ordered just before its reader.
+func.func @side_input_written_before_the_matmul(%x : !tensor_op.tensor<[M, 32], f32>, %w : !tensor_op.tensor<[32, 48], f32>, %v : !tensor_op.tensor<[48], f32>) -> !tensor_op.tensor<[M, 48], f32> {
+  %v2 = tensor_op.scale %v {factor = 2.0 : f64} : !tensor_op.tensor<[48], f32>
+  %mm = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 32], f32>, !tensor_op.tensor<[32, 48], f32>) -> !tensor_op.tensor<[M, 48], f32>
+  %s = tensor_op.add %mm, %v2 : (!tensor_op.tensor<[M, 48], f32>, !tensor_op.tensor<[48], f32>) -> !tensor_op.tensor<[M, 48], f32>
+  %r = tensor_op.relu %s : !tensor_op.tensor<[M, 48], f32>
+  func.return %r : !tensor_op.tensor<[M, 48], f32>
+}
+
+// CHECK-LABEL: func.func @side_input_written_before_the_matmul(
+// CHECK-NEXT:    %r = tensor_op.fused %x, %w, %v :
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %mm = tensor_op.matmul
+// CHECK-NEXT:      %v2 = tensor_op.scale
+// CHECK-NEXT:      %s = tensor_op.add %mm, %v2
+// CHECK-NEXT:      %r_1 = tensor_op.relu %s
+// CHECK-NEXT:      tensor_op.yield %r_1
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %r :
