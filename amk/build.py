@@ -104,15 +104,19 @@ class _Definitions:
     structure sharing its nodes grew exponentially). Never a repr that holds an address. The code actually
     registered, not its file, which may have been edited since; what it calls by name is not followed."""
 
-    def __init__(self):
+    def __init__(self, enclosing: dict[int, int] | None = None):
         self.first_seen: dict[int, int] = {}  # id -> order of first occurrence
         self.kept: list = []  # what the ids name, alive until the text is made
+        # the objects met by the text this one is a sort key within (a set's item): a cycle back to them ends there
+        self.enclosing = enclosing or {}
 
     def __call__(self, obj, depth: int = 0) -> str:
         if isinstance(obj, _PLAIN_VALUES):
             return repr(obj)
         if id(obj) in self.first_seen:
             return f"<same as #{self.first_seen[id(obj)]}>"
+        if id(obj) in self.enclosing:
+            return f"<same as enclosing #{self.enclosing[id(obj)]}>"
         self.first_seen[id(obj)] = len(self.first_seen)
         self.kept.append(obj)
         if depth > _MAX_DEPTH:
@@ -132,8 +136,12 @@ class _Definitions:
             return f"{type(obj).__qualname__}.{obj.name}"
         if isinstance(obj, frozenset | set):
             # In an order every process agrees on (a set iterates its objects hashed by address in another order in
-            # each), taken from each item's own text: the numbers of the objects met first follow from it.
-            return f"{type(obj).__name__}({', '.join(map(inner, sorted(obj, key=_definition)))})"
+            # each), taken from each item's own text (as deep as this one may go, a cycle back to the objects met so
+            # far cut): the numbers of the objects met first follow from it.
+            def own_text(item) -> str:
+                return _Definitions({**self.enclosing, **self.first_seen})(item, depth + 1)
+
+            return f"{type(obj).__name__}({', '.join(map(inner, sorted(obj, key=own_text)))})"
         if isinstance(obj, tuple | list):
             return f"{type(obj).__name__}({', '.join(inner(item) for item in obj)})"
         if isinstance(obj, dict):
@@ -218,12 +226,12 @@ def extensions_fingerprint() -> str:
                   if fn is not references.BUILT_IN_REFERENCE.get(op)]
     if strategies is not None:
         parts += [f"strategy {name}: {_definition(type(strategy))}" for name, strategy in strategies.STRATEGIES.items()
-                  if not _defined_in_amk(type(strategy))]
+                  if not _defined_in_amk(type(strategy)) or strategy.name != name]
     if opt is not None:
         parts += [f"pass {name}: {_definition(cls)}" for name, cls in opt.REGISTERED_PASSES.items()]
     if oplist is not None:
         parts += [f"op {name}: {spec.params} {_definition(spec.build)}" for name, spec in oplist.OPS.items()
-                  if name not in oplist.BUILTIN_OPS or not _defined_in_amk(spec.build)]
+                  if spec is not oplist.BUILT_IN_OPS.get(name)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16] if parts else ""
 
 

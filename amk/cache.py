@@ -353,17 +353,35 @@ class Store:
             log.info("removed %d stale temporary file(s) from %s", removed, folder)
         return removed
 
+    def _make_folder(self, folder: Path) -> None:
+        """``folder`` made, with its parents. A file where the cache keeps a folder (``entries/<key>``, its
+        ``triton``), which amk never writes, is damage: it is removed first, as a damaged entry is rebuilt and
+        overwritten, rather than taking the whole directory for unwritable."""
+        if folder.is_relative_to(self.root):
+            current = self.root
+            for part in folder.relative_to(self.root).parts:
+                current = current / part
+                if current.exists() and not current.is_dir():
+                    log.warning("removing %s from the cache: a file where amk keeps a folder", current)
+                    current.unlink()
+        folder.mkdir(parents=True, exist_ok=True)
+
     def _write_file(self, path: Path, data: bytes) -> None:
         """Atomically: a temporary file in the same directory, then ``os.replace``. The first write to a folder
-        removes the stale temporary files in it."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        removes the stale temporary files in it. A folder where the file goes (damage, as in :meth:`_make_folder`)
+        is removed first."""
+        self._make_folder(path.parent)
+        if path.is_dir() and not path.is_symlink():
+            log.warning("removing %s from the cache: a folder where amk keeps a file", path)
+            shutil.rmtree(path)
         if path.parent not in self._swept:
             self._swept.add(path.parent)
             self.remove_stale_temporaries(path.parent)
         write_atomically(path, data)
 
-    def _writing(self, what: str, write) -> bool:
-        """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict)."""
+    def _writing(self, what: str, write, optional: bool = False) -> bool:
+        """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict), except for an
+        ``optional`` write, which is only logged."""
         if self.memory_only:
             return False
         for attempt in range(2):
@@ -381,6 +399,9 @@ class Store:
                     # writer between two steps: once more, before taking the directory for unwritable.
                     log.debug("writing %s again after %s", what, error)
                     continue
+                if optional:
+                    log.debug("%s not written in %s: %s", what, self.root, error)
+                    return False
                 if self.strict:
                     raise CacheError(f"cannot write {what} in {self.root}: {error}") from None
                 self.memory_only = True
@@ -405,10 +426,13 @@ class Store:
         return None
 
     def save_alias(self, request: str, key: str) -> None:
+        """Records ``key`` as the entry of ``request`` (:func:`request_key`). The index only saves a later process
+        building the IR to find the entry: a cache that cannot take it (read-only) still serves its entries, so a
+        failure here is no reason to stop writing, nor to warn."""
         self._memory["index"][request] = key
-        if not self.memory_only:
-            self._writing(f"index {request[:12]}", lambda: self._write_file(self.root / "index" / request,
-                                                                            _index_record(request, key).encode()))
+        self._writing(f"index {request[:12]}", lambda: self._write_file(self.root / "index" / request,
+                                                                        _index_record(request, key).encode()),
+                      optional=True)
 
     def save(self, entry: Entry) -> bool:
         """Writes (or overwrites) an entry and its config record. Returns False when it stayed in memory."""
@@ -429,7 +453,7 @@ class Store:
         def write() -> None:
             directory = self.entry_dir(entry.key)
             with self._lock(entry.key, writing=True):
-                directory.mkdir(parents=True, exist_ok=True)
+                self._make_folder(directory)
                 for name, data in files.items():
                     self._write_file(directory / name, data)
                 self._write_file(directory / "entry.json", _sealed(doc))  # last: it makes the entry valid

@@ -9,8 +9,9 @@ that broadcasts against the running value; ``layernorm`` takes gamma then beta w
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import torch
@@ -182,8 +183,9 @@ OPS: dict[str, OpSpec] = {
                      ("rms_weight",)),
 }
 
-# The entries amk defines (any other was added by a user: its builder is part of the cache key, see amk.build).
-BUILTIN_OPS = frozenset(OPS)
+# The entries amk defines, each name with its own spec (any other entry, or another spec under one of these names,
+# was put there by a user: its builder is part of the cache key, see amk.build).
+BUILT_IN_OPS: Mapping[str, OpSpec] = MappingProxyType(dict(OPS))
 
 
 def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:

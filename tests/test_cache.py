@@ -236,6 +236,34 @@ def test_a_damaged_entry_is_logged_and_rebuilt(tmp_path, caplog, name):
         assert_correct(again)
 
 
+@pytest.mark.parametrize("damage", ["entry.json a folder", "the entry's folder a file", "index files folders"])
+def test_a_folder_or_file_in_the_way_is_removed_and_the_entry_rebuilt(tmp_path, damage):
+    """A folder where the cache keeps a file (or the reverse) failed every write into it, which took the whole
+    directory for unwritable: the entry was never rebuilt, and no other entry of the process was stored."""
+    key = build(tmp_path).cache_key
+    entry = tmp_path / "entries" / key
+    if damage == "entry.json a folder":
+        (entry / "entry.json").unlink()
+        (entry / "entry.json").mkdir()
+    elif damage == "the entry's folder a file":
+        shutil_rmtree(entry)
+        entry.write_text("")
+    else:
+        for index in (tmp_path / "index").iterdir():
+            index.unlink()
+            index.mkdir()
+    cache._STORES.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = build(tmp_path)
+    assert _cache_warnings(caught) == [] and not cache.store_for(tmp_path).memory_only
+    assert_correct(kernel)
+    cache._STORES.clear()
+    again = build(tmp_path)
+    assert again.cache_hit and again.cache_key == key
+    assert_correct(again)
+
+
 def test_damaged_index_and_config_records_are_harmless(tmp_path, caplog):
     key = build(tmp_path).cache_key
     for index in (tmp_path / "index").iterdir():
@@ -394,6 +422,23 @@ def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch):
         assert_correct(kernel)
     assert kernel.cache_hit and kernel.cache_key == key
     assert _cache_warnings(caught) == []
+
+
+def test_a_read_only_cache_serves_a_hit_found_by_the_irs_key_without_a_warning(tmp_path, monkeypatch):
+    """A hit found through the IR's key (another spelling of the op list, or an index that lacks the request)
+    records the request in the index; a read-only cache refused that optional write, and the store warned and
+    stopped writing for the rest of the process."""
+    key = build(tmp_path).cache_key
+    shutil_rmtree(tmp_path / "index")
+    monkeypatch.setattr(cache, "_WARNED", False)
+    make_read_only(tmp_path, monkeypatch)
+    cache._STORES.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = build(tmp_path)
+        assert_correct(kernel)
+    assert kernel.cache_hit and kernel.cache_key == key
+    assert _cache_warnings(caught) == [] and not cache.store_for(tmp_path).memory_only
 
 
 def test_a_hit_from_a_read_only_cache_leaves_tritons_cache_alone(tmp_path, monkeypatch):

@@ -671,16 +671,28 @@ def _shared(depth):
     return node
 
 
+class _Node:
+    """An object of the user's (the standard library's are written by their class alone)."""
+
+
+def _cycle_through_a_set():
+    parent, child = _Node(), _Node()
+    parent.children, child.parent = {child}, parent
+    return parent
+
+
 @pytest.mark.parametrize("reached", [
     lambda: torch.randn(512, 512), lambda: torch.empty(4, 4, device="meta"), lambda: torch.eye(3).to_sparse(),
     lambda: torch.nn.Linear(1024, 1024), lambda: logging.getLogger("amk"), lambda: _linked(3000),
-    lambda: _shared(40),
+    lambda: _shared(40), _cycle_through_a_set,
 ], ids=["a large tensor", "a meta tensor", "a sparse tensor", "a module", "a logger", "a long chain",
-        "a shared structure"])
+        "a shared structure", "a cycle through a set"])
 def test_what_a_rule_closes_over_counts_in_a_short_stable_text(reached):
     """What a rule reaches was written out whole, at every build: a module's weights value by value (23 MB), every
     logger of the process (a text that changed when a library made one), a structure sharing its nodes once per
-    path (889 MB at 22 levels), a long chain past the recursion limit, a meta tensor's values (an error)."""
+    path (889 MB at 22 levels), a long chain past the recursion limit, a meta tensor's values (an error). A cycle
+    back through a set raised RecursionError (each item's sort key was a text of its own, which lost the objects met
+    before it)."""
     from amk.build import _definition
 
     obj = reached()
@@ -743,3 +755,25 @@ def test_an_op_bound_for_the_hot_path_computes_what_its_reference_does(transpose
     expected = (a.transpose(-1, -2) if transpose_lhs else a) @ (b.t() if transpose_rhs else b)
     torch.testing.assert_close(reference.bound(op)(a, b), expected)
     assert (reference.bound(op) is torch.nn.functional.linear) == (transpose_rhs and not transpose_lhs)
+
+
+def test_an_op_list_entry_or_strategy_of_amks_under_another_name_counts_in_the_fingerprint():
+    """``OPS["relu"] = OPS["sigmoid"]`` (a builder defined in amk, under a name of amk's) left the fingerprint as it
+    was: a later process building ``["relu"]`` loaded that process's sigmoid kernel from the shared cache. So did a
+    strategy of amk's registered under another's name."""
+    from amk.build import extensions_fingerprint
+    from amk.lowering.strategies import registry
+    from amk.oplist import OPS
+
+    base = extensions_fingerprint()
+    relu, tile2d = OPS["relu"], registry.STRATEGIES["tile2d"]
+    try:
+        OPS["relu"] = OPS["sigmoid"]
+        remapped = extensions_fingerprint()
+        OPS["relu"] = relu
+        registry.STRATEGIES["tile2d"] = registry.STRATEGIES["row_strip"]
+        moved = extensions_fingerprint()
+    finally:
+        OPS["relu"], registry.STRATEGIES["tile2d"] = relu, tile2d
+    assert len({base, remapped, moved}) == 3
+    assert extensions_fingerprint() == base
