@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import keyword
+import linecache
 import os
 import re
 import sys
@@ -111,7 +112,7 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
         path = _fallback_source_directory() / f"{module_name}.py"
         path.write_bytes(text)
     try:
-        module = _import_file(module_name, path)
+        module = _import_file(module_name, path, source)
     except Exception as error:
         # Python's bytecode of the file, when damaged (a process killed while writing it), fails every import:
         # without it the source is compiled again. Otherwise a syntax or definition error in generated code is a
@@ -121,7 +122,7 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
             raise CompilationError(f"emitted kernel {name} failed to load: {error}") from error
         bytecode.unlink(missing_ok=True)
         try:
-            module = _import_file(module_name, path)
+            module = _import_file(module_name, path, source)
         except Exception as again:
             raise CompilationError(f"emitted kernel {name} failed to load: {again}") from again
     _LOADED_SOURCES[directory, module_name] = module
@@ -129,7 +130,12 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     return module
 
 
-def _import_file(module_name: str, path: Path) -> ModuleType:
+def _import_file(module_name: str, path: Path, source: str) -> ModuleType:
+    """The module of the emitted ``source`` written at ``path``. Its lines are kept in ``linecache`` as a module's
+    without a file to check (``mtime`` None): Triton reads a kernel's source again through ``inspect`` (the JIT at
+    its definition, the interpreter at its first launch), which must not fail when ``amk cache clear`` in another
+    process has removed the file meanwhile."""
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -342,6 +342,27 @@ def shutil_rmtree(path):
     shutil.rmtree(path)
 
 
+def test_a_kernel_runs_though_its_source_file_is_cleared_away_meanwhile(tmp_path, monkeypatch):
+    """``amk cache clear`` in another process removes the emitted sources; Triton reads a kernel's source through
+    ``inspect`` more than once (the interpreter twice at its first launch), and a file gone between two reads raised
+    "@jit functions should be defined in a Python file" from the kernel's call."""
+    import inspect
+
+    kernel = build(tmp_path, verify=False)  # nothing launched yet
+    sources = list((tmp_path / "sources").glob("*.py"))
+    assert sources
+    read = inspect.getsourcelines
+
+    def read_then_clear(obj):
+        lines = read(obj)
+        for path in sources:
+            path.unlink(missing_ok=True)
+        return lines
+
+    monkeypatch.setattr(inspect, "getsourcelines", read_then_clear)
+    assert_correct(kernel)
+
+
 def test_concurrent_builders_all_succeed_and_leave_one_valid_entry(tmp_path):
     root, barrier = tmp_path / "cache", tmp_path / "barrier"
     barrier.mkdir()
