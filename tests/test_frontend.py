@@ -1999,39 +1999,60 @@ def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout(module):
 
 
 class Squeezed(nn.Module):
-    def __init__(self, dims):
+    def __init__(self, dims, broken=False):
         super().__init__()
-        self.dims = dims
+        self.dims, self.broken = dims, broken
         self.linear = nn.Linear(HIDDEN, HIDDEN)
 
     def forward(self, x):
+        if self.broken:
+            torch._dynamo.graph_break()  # the squeeze's graph is then compiled after part of the call ran
         squeezed = x.squeeze() if self.dims is None else x.squeeze(self.dims)
-        return F.gelu(self.linear(squeezed)) * 3
+        # the model's Python code reads the squeezed tensor's rank (a number in the graph)
+        return F.gelu(self.linear(squeezed)) * squeezed.dim()
 
 
-@pytest.mark.parametrize(("dims", "shapes"), [
+SQUEEZED_CASES = [
     (0, [(1, 7), (2, 7), (1, 9), (3, 5)]),  # a batch of 1 squeezed out
     (1, [(2, 1), (2, 3), (4, 1)]),  # a decode step's sequence of 1
     (None, [(1, 7), (2, 1), (1, 1), (2, 3)]),
-])
+]
+
+
+@pytest.mark.parametrize(("dims", "shapes"), SQUEEZED_CASES)
 def test_a_squeezed_dim_of_size_1_is_dropped_as_pytorch_drops_it(dims, shapes):
     """amk.compile traces a batch of 1 with backed_size_oblivious, under which TorchDynamo takes a dynamic dim for
     not 1: ``x.squeeze(0)`` was traced as a no-op, with no guard, and a call whose dim was 1 got amk's outputs with
-    the dim where PyTorch drops it ([1, 7, 64] for [7, 64]), or, verified, left every bucket to PyTorch for good.
-    Such a call runs the graph as traced, in PyTorch (explain counts it); the others run the kernels."""
+    the dim where PyTorch drops it ([1, 7, 64] for [7, 64]), or, verified, left every bucket to PyTorch for good; what
+    the model read of the squeezed tensor (its rank) was read with the dim kept. A graph whose squeeze
+    keeps a symbol now guards it "not 1"; a call where it is 1 is traced again with the dim static, and runs kernels
+    of its own."""
     from amk.frontend.stats import STATS
 
     torch.manual_seed(0)
     model = Squeezed(dims).to(DEVICE)
     compiled = amk.compile(model, verify=False)
-    kernel_calls, size_one_calls = STATS.kernel_calls, 0
     for batch, seq in shapes:
+        x = inputs(batch, seq)
+        kernel_calls = STATS.kernel_calls
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        assert out.shape == expected.shape
+        assert rel_l2(out, expected) <= 1e-5
+        assert STATS.kernel_calls == kernel_calls + 1
+    assert not any(graph.call_fallbacks for graph in amk.explain(compiled, print_report=False).graphs)
+
+
+def test_a_squeezed_dim_of_size_1_after_a_graph_break_runs_that_frame_as_pytorch_does():
+    """Where the call cannot be traced again (a graph break ran part of it), the frame traced with a squeezed dim of
+    size 1 is left to run as PyTorch runs it, what the model reads of the squeezed tensor included (running the
+    traced graph in PyTorch would multiply by the rank traced, 3, where PyTorch's is 2)."""
+    torch.manual_seed(0)
+    model = Squeezed(0, broken=True).to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    for batch, seq in [(2, 7), (1, 7), (1, 3)]:
         x = inputs(batch, seq)
         with torch.no_grad():
             out, expected = compiled(x), model(x)
         assert out.shape == expected.shape
         assert rel_l2(out, expected) <= 1e-5
-        size_one_calls += 1 in ((batch, seq) if dims is None else ((batch, seq)[dims],))
-    (graph,) = amk.explain(compiled, print_report=False).graphs
-    assert graph.call_fallbacks == size_one_calls and "is 1" in graph.call_fallback
-    assert STATS.kernel_calls - kernel_calls == len(shapes) - size_one_calls

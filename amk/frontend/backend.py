@@ -12,6 +12,7 @@ import functools
 import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -536,10 +537,21 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
     return compile_graph(gm, example_inputs, settings)
 
 
+# Set by amk.compile while TorchDynamo may trace one of its calls: whether the graph compiled now is of the call's
+# first frame with nothing of the call run yet, so that the call can be traced again.
+TRACE_AGAIN_POSSIBLE: ContextVar[Callable[[], bool] | None] = ContextVar("amk_trace_again_possible", default=None)
+
+
+class SqueezedSizeOne(Exception):
+    """This call's trace kept a dim of size 1 that the model squeezes (``backed_size_oblivious``): amk.compile
+    traces the call again with that dim static."""
+
+
 def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
     initialize()
     dynamic_outputs = _symbolic_output_dims(gm)  # read before the graph compiler rewrites gm
     squeezed = _squeezed_sizes(gm)
+    _guard_squeezed_sizes(squeezed)
     eager = _eager_copy(gm) if squeezed else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
     _mark_outputs_dynamic(compiled, dynamic_outputs)
@@ -547,31 +559,92 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
         settings.report(report)
     if log.isEnabledFor(logging.INFO):
         log.info("%s", report)
-    if eager is not None and any(sub.compiled for sub in report.subgraphs):
+    # A squeeze whose result reaches only PyTorch's ops runs as traced either way.
+    squeezed = [(node, text) for node, text, _ in squeezed if _feeds_a_fused_subgraph(node)]
+    if squeezed:
         return _SizeOneGuard(compiled.forward, eager, squeezed, report)
     return compiled.forward
 
 
-_SQUEEZES = ("Tensor.squeeze", "Tensor.squeeze_", "torch.squeeze")
+def _squeeze_operands(node: Node) -> tuple[Node, list[int] | None] | None:
+    """For a squeeze (a method, ``torch.squeeze`` or aten's, in place or not): its tensor and the dims it names
+    (None: every dim); None for any other node."""
+    target = node.target
+    if node.op == "call_method":
+        if target not in ("squeeze", "squeeze_"):
+            return None
+    elif node.op != "call_function" or not (
+            target in (torch.squeeze, torch.Tensor.squeeze, torch.Tensor.squeeze_)
+            or getattr(target, "overloadpacket", None) in (torch.ops.aten.squeeze, torch.ops.aten.squeeze_)):
+        return None
+    source = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
+    named = [*node.args[1:], *([node.kwargs["dim"]] if "dim" in node.kwargs else [])]
+    dims = [dim for entry in named for dim in (entry if isinstance(entry, list | tuple) else [entry])]
+    return (source, dims or None) if isinstance(source, Node) else None
 
 
-def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, torch.SymInt]]:
-    """The sizes that a squeeze in ``gm`` kept, each with its node: dims that are symbols. amk.compile traces with
-    ``backed_size_oblivious`` (a batch of 1 then shares the graph of every batch), under which TorchDynamo takes such
-    a dim for not 1, keeps it and guards nothing, where PyTorch drops it from a call where it is 1."""
+def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | None]]:
+    """The sizes of 1 that a squeeze in ``gm`` may have kept where PyTorch drops them, each as the text of its
+    expression, with the squeeze and the size itself: amk.compile traces with ``backed_size_oblivious`` (a batch of
+    1 then shares the graph of every batch), under which TorchDynamo takes a dim that is a symbol for not 1, keeps it
+    and guards nothing; and a size the trace found equal to 1 only after the squeeze (a guard of a later op) was kept
+    as well ("1", no symbol: the graph keeps it on every call)."""
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    squeezed = []
+    squeezed: list[tuple[Node, str, torch.SymInt | None]] = []
     for node in gm.graph.nodes:
-        if node.op not in ("call_method", "call_function") or describe_target(node) not in _SQUEEZES:
+        operands = _squeeze_operands(node)
+        if operands is None:
             continue
-        value = meta_value(node.args[0]) if node.args and isinstance(node.args[0], Node) else None
-        if not isinstance(value, torch.Tensor):
+        source, dims = operands
+        value, result = meta_value(source), meta_value(node)
+        if not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor):
             continue
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        dims = range(value.dim()) if dims is None else [dims] if isinstance(dims, int) else dims
-        squeezed += [(node, value.shape[dim]) for dim in dims if not is_concrete_int(value.shape[dim])]
+        named = range(value.dim()) if dims is None else sorted({dim % max(value.dim(), 1) for dim in dims})
+        sizes = [value.shape[dim] for dim in named]
+        ones = sum(is_concrete_int(size) and size == 1 for size in sizes)
+        if value.dim() - result.dim() < ones:
+            squeezed.append((node, "1", None))
+        squeezed += [(node, str(size.node.expr), size) for size in sizes if not is_concrete_int(size)]
     return squeezed
+
+
+def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]]) -> None:
+    """Make TorchDynamo trace again a call where a squeezed size is 1, rather than run this graph, whose trace kept
+    that dim (and in which what the model's Python code read of the squeezed tensor, its rank or a size, was read
+    with the dim kept): each symbolic size gets the guard "not 1" where this call's is not 1. Where this call's is 1,
+    amk.compile traces it again with the dim static (:class:`SqueezedSizeOne`), where it can: in its first frame,
+    before anything of the call ran; elsewhere (a frame resumed after a graph break) TorchDynamo is asked to skip the
+    frame, which then runs as PyTorch runs it, on every call. A graph whose squeeze kept a size of 1 that is a number
+    runs as traced, in PyTorch (:class:`_SizeOneGuard`)."""
+    from torch.fx.experimental.symbolic_shapes import guard_bool
+
+    for node, text, size in squeezed:
+        if size is None:
+            continue
+        if size.node.hint != 1:
+            guard_bool(size != 1)
+            continue
+        possible = TRACE_AGAIN_POSSIBLE.get()
+        if possible is not None and possible():
+            raise SqueezedSizeOne(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
+        # Part of the call ran: this frame runs as PyTorch runs it, untraced.
+        raise torch._dynamo.exc.SkipFrame(f"amk: {node.name} squeezes a dim of size 1 ({text}) that the trace kept")
+
+
+def _feeds_a_fused_subgraph(node: Node) -> bool:
+    """Whether ``node``'s result reaches, through PyTorch's ops, the arguments of a fused subgraph's kernels."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user.op == "call_module" and isinstance(getattr(current.graph.owning_module, user.target, None),
+                                                       FusedSubgraph):
+                return True
+            if user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return False
 
 
 def _eager_copy(gm: GraphModule) -> GraphModule:
@@ -583,24 +656,22 @@ def _eager_copy(gm: GraphModule) -> GraphModule:
 
 
 class _SizeOneGuard:
-    """A compiled graph's forward that runs the graph as traced, in PyTorch, for a call where a size a squeeze kept
-    (:func:`_squeezed_sizes`) is 1: PyTorch then drops the dim that amk's kernels were built with. The sizes are
-    read from the call's arguments as the subgraphs read theirs."""
+    """A compiled graph's forward that runs the graph as traced, in PyTorch, for a call where a size that a squeeze
+    kept (:func:`_squeezed_sizes`) is 1: PyTorch then drops the dim that amk's kernels were built with. The sizes are
+    read from the call's arguments as the subgraphs read theirs. (What the model's Python code read of the squeezed
+    tensor while TorchDynamo traced it, its rank or a size, stays as traced: ``backed_size_oblivious``'s limit.)"""
 
-    def __init__(self, forward: Callable, eager: GraphModule, squeezed: list[tuple[Node, torch.SymInt]],
-                 report: GraphReport):
+    def __init__(self, forward: Callable, eager: GraphModule, squeezed: list[tuple[Node, str]], report: GraphReport):
         self.forward, self.eager, self.report = forward, eager.forward, report
-        texts = [str(size.node.expr) for _, size in squeezed]
+        texts = [text for _, text in squeezed]
         self.sizes = ShapeFunction.from_texts(texts)
-        symbols = sorted({str(symbol) for _, size in squeezed for symbol in size.node.expr.free_symbols})
-        self.symbols = tuple(symbols)
+        self.symbols = tuple(getattr(self.sizes, "symbols", ()))
         placeholders = list(eager.graph.find_nodes(op="placeholder"))
+        self.reason = ("a size that a squeeze (" + ", ".join(f"{node.name}: {text}" for node, text in squeezed)
+                       + ") kept as traced, where PyTorch drops it, is 1")
         try:
             self.read_sizes = size_reader([SymbolSource(symbol, placeholders.index(node), dim)
-                                           for symbol, node, dim in _symbol_sources(symbols, eager)])
-            self.reason = ("a size that a squeeze (" + ", ".join(f"{node.name}: {text}" for (node, _), text
-                                                                 in zip(squeezed, texts))
-                           + ") kept as traced, taking it for not 1, is 1")
+                                           for symbol, node, dim in _symbol_sources(self.symbols, eager)])
         except Unsupported as error:
             log.info("amk: every call of graph %d runs in PyTorch: its squeezes' sizes cannot be read at a call "
                      "(%s)", report.graph, error)

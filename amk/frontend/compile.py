@@ -37,16 +37,17 @@ import inspect
 import itertools
 import logging
 import os
+import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from amk.build import expect_tuned_builds
 from amk.environment import being_traced, initialize
 from amk.errors import InvalidArgumentError
-from amk.frontend.backend import BACKEND_NAME, amk_backend, register_backend
+from amk.frontend.backend import BACKEND_NAME, TRACE_AGAIN_POSSIBLE, SqueezedSizeOne, amk_backend, register_backend
 from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
@@ -130,17 +131,30 @@ def _nothing_ran_before_the_trace(error: Exception) -> bool:
     machinery only (``Module.__call__``, TorchDynamo's entry and frame conversion): no frame of the model was running
     (the caller of a callee traced on its own, the frame a resumed function continues), so the failed trace was the
     call's first. Read from the error's own traceback, so that traces in other threads do not count."""
-    dynamo = _dynamo_sources()
-    module_call = torch.nn.Module._call_impl.__code__.co_filename
+    codes = []
     frame = error.__traceback__
     while frame is not None:
-        code = frame.tb_frame.f_code
+        codes.append(frame.tb_frame.f_code)
+        frame = frame.tb_next
+    return _call_machinery_only(codes)
+
+
+def _call_machinery_only(codes: Sequence[types.CodeType]) -> bool:
+    """Whether the frames of ``codes`` (outermost first), up to TorchDynamo's frame conversion, are this module's and
+    torch's call machinery only (see :func:`_nothing_ran_before_the_trace`)."""
+    dynamo = _dynamo_sources()
+    module_call = torch.nn.Module._call_impl.__code__.co_filename
+    for code in codes:
         if code.co_filename == os.path.join(dynamo, "convert_frame.py"):
             return True
         if not (code.co_filename in (__file__, module_call) or code.co_filename.startswith(dynamo)):
             return False
-        frame = frame.tb_next
     return False
+
+
+def _squeezed_size_one(error: Exception) -> bool:
+    """Whether ``error`` is the backend's :class:`SqueezedSizeOne` (raised only where the call can be traced again)."""
+    return isinstance(getattr(error, "inner_exception", error), SqueezedSizeOne)
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -234,7 +248,11 @@ class _Caller:
                                                                       self.mark_size_one and self._forward_first())
         try:
             result = self._traced_call(args, kwargs)
-        except torch._dynamo.exc.TorchRuntimeError as error:  # raised while TorchDynamo traced on fake tensors
+        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # a trace on fake tensors failed
+            result = self._call_again(args, kwargs, error, marked_size_one)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            if not isinstance(error.inner_exception, SqueezedSizeOne):
+                raise
             result = self._call_again(args, kwargs, error, marked_size_one)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
@@ -266,7 +284,8 @@ class _Caller:
         if self.size_oblivious is not None:
             attempts.append(("without backed_size_oblivious", lambda: self.call(*args, **kwargs)))
         for how, attempt in attempts:
-            if not self._failed_in_entry_frame(error):
+            # (a squeezed dim of size 1 is reported only where the call can be made again: _may_trace_again)
+            if not (self._failed_in_entry_frame(error) or _squeezed_size_one(error)):
                 log.warning("amk.compile: TorchDynamo's trace failed after part of the call may have run, so the call "
                             "is not made again: %s", str(error).splitlines()[0])
                 break
@@ -276,7 +295,22 @@ class _Caller:
                 return attempt()
             except torch._dynamo.exc.TorchRuntimeError as again:
                 error = again
+            except torch._dynamo.exc.BackendCompilerFailed as again:
+                if not _squeezed_size_one(again):
+                    raise
+                error = again
         raise error
+
+    def _may_trace_again(self) -> bool:
+        """Whether the graph TorchDynamo compiles now (the caller being its compiler) is of this call's first frame,
+        with nothing of the call run yet: no forward pre-hook or wrapper ran before it (:meth:`_forward_first`), and
+        between this caller's frame and TorchDynamo's frame conversion there is call machinery only (a callee traced
+        on its own, or a function resumed after a graph break, runs inside a frame of the model)."""
+        codes, frame = [], sys._getframe(1)
+        while frame is not None and frame.f_code is not _Caller._traced_call.__code__:
+            codes.append(frame.f_code)
+            frame = frame.f_back
+        return frame is not None and self._forward_first() and _call_machinery_only(codes[::-1])
 
     def _failed_in_entry_frame(self, error: Exception) -> bool:
         """Whether TorchDynamo's failed trace was of the call's own first frame, before any frame of the model ran
@@ -299,8 +333,12 @@ class _Caller:
         """The call with ``backed_size_oblivious`` on (TorchDynamo may trace it)."""
         if self.size_oblivious is None:
             return self.call(*args, **kwargs)
-        with _SIZE_OBLIVIOUS_TRACING.on(self.size_oblivious):
-            return self.call(*args, **kwargs)
+        token = TRACE_AGAIN_POSSIBLE.set(self._may_trace_again)
+        try:
+            with _SIZE_OBLIVIOUS_TRACING.on(self.size_oblivious):
+                return self.call(*args, **kwargs)
+        finally:
+            TRACE_AGAIN_POSSIBLE.reset(token)
 
 
 class _SizeObliviousTracing:
