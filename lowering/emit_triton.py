@@ -51,7 +51,8 @@ _BINARY_FUNCTIONS = {"max": "tl.maximum", "min": "tl.minimum"}
 _PROPAGATE_NAN = "propagate_nan=tl.PropagateNan.ALL"
 _UNARY_FUNCTIONS = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "erf": "tl.erf", "sqrt": "tl.sqrt",
                     "rsqrt": "tl.rsqrt", "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
-_RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max"}
+# Names of the modules and builtins the source uses, and the launcher's own locals.
+_RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max", "even_tiles", "use_tma"}
 
 
 def _identifier(text: str) -> str:
@@ -230,6 +231,9 @@ class TritonEmitter:
         self.args = list(kernel.body.block.args)
         for arg in self.args:
             self.names[arg] = self.fresh(f"{arg.name_hint or 'arg'}")
+            # the kernel's parameters named after it (a dim named x_ptr must not become a second x_ptr)
+            self.taken.update([f"{self.names[arg]}_ptr",
+                               *(f"stride_{self.names[arg]}_{axis}" for axis in range(len(arg.type.dims)))])
         self.dims = self._dim_params()
         self.needs_bf16_rounding = False
         # (buffer, tile shape) -> name of the tensor descriptor of the launch being emitted

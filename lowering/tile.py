@@ -143,8 +143,12 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
     rows, cols = plan.main.space.rows, plan.main.space.cols
     tiling = choose_strategy(plan, strategy, size_hints)
     phase_two = [v for v in outputs if v in plan.main.after_reduction and plan.main.value_class[v] in (FULL, ROW)]
+    # The pre-reduction values phase 2 re-reads go into an output written after them where one holds them exactly (a
+    # full tile of their own type): one rounded to a narrower type would feed every output of phase 2 rounded values.
+    holders = [v for v in phase_two if plan.main.value_class[v] == FULL
+               and plan.materialized is not None and v.type.element_type == plan.materialized.type.element_type]
     buffers = []
-    if (plan.materialized is not None and plan.materialized not in outputs and not phase_two
+    if (plan.materialized is not None and plan.materialized not in outputs and not holders
             and tiling.stores_pre_reduction):
         buffers.append(WorkspaceBuffer(TensorType([*plan.batch_dims, rows, cols], plan.materialized.type.element_type),
                                        "scratch", "y_scratch"))
@@ -169,8 +173,8 @@ def lower_fused(fused: tensor_op.FusedOp, name: str, strategy: str = AUTO, merge
         workspace.counters = extra.pop()
     workspace.partials = extra
     if plan.materialized is not None and workspace.materialized_in is None and (plan.materialized in output_arg
-                                                                                or phase_two):
-        workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[phase_two[0]]
+                                                                                or holders):
+        workspace.materialized_in = output_arg.get(plan.materialized) or output_arg[holders[0]]
     KernelLowering(plan, tiling, kernel, arg_of, output_arg, workspace, merge_chunk or DEFAULT_MERGE_CHUNK,
                    size_hints).build()
     launch = tiled_loop.LaunchOp(name, list(fused.inputs), [r.type for r in fused.outputs])

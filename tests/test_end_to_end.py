@@ -632,3 +632,25 @@ def test_a_kernel_copies_and_pickles_by_building_again(tmp_path):
     for copied in (before_a_call, copy.deepcopy(kernel), torch.load(tmp_path / "kernel.pt", weights_only=False)):
         assert copied is not kernel and copied.cache_hit and copied.config == kernel.config
         torch.testing.assert_close(copied(x, w), expected)
+
+
+@pytest.mark.parametrize(("argument", "dim"), [("even_tiles", "M"), ("use_tma", "M"), ("x", "x_ptr"),
+                                               ("x", "stride_x_0")])
+def test_argument_and_dimension_names_never_meet_the_emitted_names(argument, dim):
+    """An argument named as a launcher local (``even_tiles``: the launcher overwrote the tensor with a bool) or a
+    dimension named as a kernel parameter made from an argument's name (``x_ptr``: "duplicate argument") failed the
+    kernel; both now get names of their own. Found by a fuzz of hand-written programs."""
+    from xdsl.parser import Parser
+
+    from amk.pipeline import compile_module, make_context
+
+    text = f"""builtin.module {{
+  func.func @f(%{argument}: !tensor_op.tensor<[{dim}, 24], f32>) -> !tensor_op.tensor<[{dim}, 24], f32> {{
+    %0 = tensor_op.relu %{argument} : !tensor_op.tensor<[{dim}, 24], f32>
+    func.return %0 : !tensor_op.tensor<[{dim}, 24], f32>
+  }}
+}}"""
+    compiled = compile_module(Parser(make_context(), text).parse_module())
+    x = torch.randn(5, 24, device=DEVICE)
+    (out,) = compiled.program(x)
+    torch.testing.assert_close(out, torch.relu(x))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from conftest import INTERPRETER_WARNINGS
+from conftest import DEVICE, INTERPRETER_WARNINGS, rel_l2
 
 import amk
 from amk.lowering.configs import KernelConfig
@@ -428,3 +428,34 @@ def test_the_vendor_gemm_is_timed_at_the_size_buckets_shapes():
     assert shapes([("s0", "64"), ("64", "32"), (32,)], (("s0", 16),)) == [(16, 64), (64, 32), (32,)]
     assert shapes([("s0*s1", "64")], (("s0", 16), ("s1", 1))) == [(16, 64)]
     assert shapes([("s0", "64")]) is None
+
+
+@pytest.mark.parametrize("strategy", ["tile_stats", "strip_finish", "row_strip", "row_resident", "tile_recompute"])
+def test_an_fp32_output_after_the_row_reduction_is_not_rounded_by_a_narrower_one(strategy):
+    """A norm's result read twice, cast to fp16 (for the next matmul) and in fp32: the strategies that keep the
+    product between their two sweeps kept it in the first output written after the reduction, the fp16 one, and
+    every output of the second sweep, the fp32 one too, was computed from fp16 values (relative error 1.6e-3, fp32's
+    bound 1e-5). The product now stays in an output of its own type, else in a scratch buffer. Found by a fuzz of
+    hand-written programs."""
+    from xdsl.parser import Parser
+
+    from amk.verification import evaluate_function, evaluate_reference
+
+    text = """builtin.module {
+  func.func @f(%x: !tensor_op.tensor<[19, 48], f32>, %w: !tensor_op.tensor<[48, 80], f32>) -> (!tensor_op.tensor<[19, 80], f16>, !tensor_op.tensor<[19, 80], f32>) {
+    %y = tensor_op.matmul %x, %w : (!tensor_op.tensor<[19, 48], f32>, !tensor_op.tensor<[48, 80], f32>) -> !tensor_op.tensor<[19, 80], f32>
+    %n = tensor_op.layernorm %y {eps = 1.0e-05 : f64} : !tensor_op.tensor<[19, 80], f32> -> !tensor_op.tensor<[19, 80], f32>
+    %h = tensor_op.cast %n : !tensor_op.tensor<[19, 80], f32> -> !tensor_op.tensor<[19, 80], f16>
+    %r = tensor_op.relu %n : !tensor_op.tensor<[19, 80], f32>
+    func.return %h, %r : !tensor_op.tensor<[19, 80], f16>, !tensor_op.tensor<[19, 80], f32>
+  }
+}"""
+    compiled = compile_module(Parser(make_context(), text).parse_module(), SMALL_TILES, reduction_strategy=strategy)
+    torch.manual_seed(0)
+    x, w = torch.randn(19, 48, dtype=torch.float64), torch.randn(48, 80, dtype=torch.float64) / 48 ** 0.5
+    module = Parser(make_context(), text).parse_module()
+    function = next(op for op in module.walk() if op.name == "func.func")
+    _, expected = evaluate_function(function, [x, w], evaluate=evaluate_reference)
+    half, full = compiled.program(x.float().to(DEVICE), w.float().to(DEVICE))
+    assert half.dtype == torch.float16 and full.dtype == torch.float32
+    assert rel_l2(full.double().cpu(), expected) <= 1e-5
