@@ -380,8 +380,8 @@ class Store:
         write_atomically(path, data)
 
     def _writing(self, what: str, write, optional: bool = False) -> bool:
-        """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict), except for an
-        ``optional`` write, which is only logged."""
+        """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict); that of an
+        ``optional`` write, outside strict mode, is only logged."""
         if self.memory_only:
             return False
         for attempt in range(2):
@@ -399,7 +399,7 @@ class Store:
                     # writer between two steps: once more, before taking the directory for unwritable.
                     log.debug("writing %s again after %s", what, error)
                     continue
-                if optional:
+                if optional and not self.strict:
                     log.debug("%s not written in %s: %s", what, self.root, error)
                     return False
                 if self.strict:

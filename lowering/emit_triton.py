@@ -225,6 +225,7 @@ class TritonEmitter:
         self.code = IndentedWriter()
         self.last_origin: str | None = None
         self.kernel_name = f"{kernel.sym_name.data}_kernel"
+        self.taken.add(self.kernel_name)
         # Loop variables keep their IR names: no tile value may take one (Triton rejects a name whose type changes
         # inside a loop or a branch).
         self.taken.update(op.iv.data for op in kernel.walk() if isinstance(op, tiled_loop.ForOp))

@@ -262,6 +262,7 @@ def test_a_folder_or_file_in_the_way_is_removed_and_the_entry_rebuilt(tmp_path, 
     again = build(tmp_path)
     assert again.cache_hit and again.cache_key == key
     assert_correct(again)
+    assert all(path.is_file() for path in (tmp_path / "index").iterdir())  # the index rewritten, too
 
 
 def test_damaged_index_and_config_records_are_harmless(tmp_path, caplog):
@@ -432,25 +433,13 @@ def test_a_read_only_cache_degrades_to_memory_with_one_warning(tmp_path, monkeyp
     assert not list((tmp_path / "entries").glob("*/entry.json"))
 
 
-def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch):
+@pytest.mark.parametrize("index", [True, False], ids=["through the index", "through the IR's key"])
+def test_a_populated_read_only_cache_still_serves_hits(tmp_path, monkeypatch, index):
+    """Without its index a hit is found through the IR's key and records the request in the index: a read-only cache
+    refused that optional write, and the store warned and stopped writing for the rest of the process."""
     key = build(tmp_path).cache_key
-    monkeypatch.setattr(cache, "_WARNED", False)
-    make_read_only(tmp_path, monkeypatch)
-    cache._STORES.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        kernel = build(tmp_path)
-        assert_correct(kernel)
-    assert kernel.cache_hit and kernel.cache_key == key
-    assert _cache_warnings(caught) == []
-
-
-def test_a_read_only_cache_serves_a_hit_found_by_the_irs_key_without_a_warning(tmp_path, monkeypatch):
-    """A hit found through the IR's key (another spelling of the op list, or an index that lacks the request)
-    records the request in the index; a read-only cache refused that optional write, and the store warned and
-    stopped writing for the rest of the process."""
-    key = build(tmp_path).cache_key
-    shutil_rmtree(tmp_path / "index")
+    if not index:
+        shutil_rmtree(tmp_path / "index")
     monkeypatch.setattr(cache, "_WARNED", False)
     make_read_only(tmp_path, monkeypatch)
     cache._STORES.clear()

@@ -2056,3 +2056,41 @@ def test_a_squeezed_dim_of_size_1_after_a_graph_break_runs_that_frame_as_pytorch
             out, expected = compiled(x), model(x)
         assert out.shape == expected.shape
         assert rel_l2(out, expected) <= 1e-5
+
+
+class SqueezedScalar(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        y = F.gelu(self.linear(x))
+        return y * y.mean().squeeze(0) + y.squeeze(())  # a 0-d tensor's squeeze; an empty dim list squeezes nothing
+
+
+class SqueezedDataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        flat = x.reshape(-1, HIDDEN)
+        rows = int((flat[:, 0] > -100).sum().item())  # every row: data-dependent, unbacked
+        torch._check(rows >= 0)
+        return F.gelu(self.linear(flat[:rows].reshape(rows, 1, HIDDEN).squeeze(0)))
+
+
+@pytest.mark.parametrize("module", [SqueezedScalar, SqueezedDataDependent])
+def test_squeezes_the_size_1_guard_leaves_alone(module):
+    """Squeezes that no size-1 call can change: a 0-d tensor's (the guard indexed its missing dim: IndexError from
+    the backend), an empty dim list (read as every dim, which left the graph to PyTorch on every call), a size
+    from ``.item()`` (torch.compile takes it for not 1 itself; guarding it raised from the backend)."""
+    torch.manual_seed(0)
+    model = module().to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    for batch in (2, 3):
+        x = inputs(batch, 4)
+        with torch.no_grad(), torch._dynamo.config.patch(capture_scalar_outputs=True):
+            out, expected = compiled(x), model(x)
+        assert out.shape == expected.shape and rel_l2(out, expected) <= 1e-5
+    assert not any(graph.call_fallbacks for graph in amk.explain(compiled, print_report=False).graphs)

@@ -580,7 +580,7 @@ def _squeeze_operands(node: Node) -> tuple[Node, list[int] | None] | None:
     source = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
     named = [*node.args[1:], *([node.kwargs["dim"]] if "dim" in node.kwargs else [])]
     dims = [dim for entry in named for dim in (entry if isinstance(entry, list | tuple) else [entry])]
-    return (source, dims or None) if isinstance(source, Node) else None
+    return (source, dims if named else None) if isinstance(source, Node) else None
 
 
 def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | None]]:
@@ -589,7 +589,7 @@ def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | Non
     1 then shares the graph of every batch), under which TorchDynamo takes a dim that is a symbol for not 1, keeps it
     and guards nothing; and a size the trace found equal to 1 only after the squeeze (a guard of a later op) was kept
     as well ("1", no symbol: the graph keeps it on every call)."""
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
 
     squeezed: list[tuple[Node, str, torch.SymInt | None]] = []
     for node in gm.graph.nodes:
@@ -598,14 +598,18 @@ def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | Non
             continue
         source, dims = operands
         value, result = meta_value(source), meta_value(node)
-        if not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor):
+        # (a 0-d tensor has no dim to drop; an in-place squeeze's operand is traced already squeezed)
+        if not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor) or value.dim() == 0 \
+                or value is result:
             continue
-        named = range(value.dim()) if dims is None else sorted({dim % max(value.dim(), 1) for dim in dims})
+        named = range(value.dim()) if dims is None else sorted({dim % value.dim() for dim in dims})
         sizes = [value.shape[dim] for dim in named]
         ones = sum(is_concrete_int(size) and size == 1 for size in sizes)
         if value.dim() - result.dim() < ones:
             squeezed.append((node, "1", None))
-        squeezed += [(node, str(size.node.expr), size) for size in sizes if not is_concrete_int(size)]
+        # A data-dependent size (unbacked, from .item()) is taken for not 1 by torch.compile itself, as by Inductor.
+        squeezed += [(node, str(size.node.expr), size) for size in sizes
+                     if not is_concrete_int(size) and not free_unbacked_symbols(size)]
     return squeezed
 
 
@@ -615,7 +619,7 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]])
     with the dim kept): each symbolic size gets the guard "not 1" where this call's is not 1. Where this call's is 1,
     amk.compile traces it again with the dim static (:class:`SqueezedSizeOne`), where it can: in its first frame,
     before anything of the call ran; elsewhere (a frame resumed after a graph break) TorchDynamo is asked to skip the
-    frame, which then runs as PyTorch runs it, on every call. A graph whose squeeze kept a size of 1 that is a number
+    frame, which then runs as PyTorch runs it, on every call from then on (logged as a warning). A graph whose squeeze kept a size of 1 that is a number
     runs as traced, in PyTorch (:class:`_SizeOneGuard`)."""
     from torch.fx.experimental.symbolic_shapes import guard_bool
 
@@ -628,7 +632,9 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]])
         possible = TRACE_AGAIN_POSSIBLE.get()
         if possible is not None and possible():
             raise SqueezedSizeOne(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
-        # Part of the call ran: this frame runs as PyTorch runs it, untraced.
+        # Part of the call ran: this frame runs as PyTorch runs it, untraced, on every call from now on.
+        log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame TorchDynamo resumed after a graph break, which "
+                    "amk.compile cannot trace again: that frame runs in PyTorch, untraced, from now on", node.name, text)
         raise torch._dynamo.exc.SkipFrame(f"amk: {node.name} squeezes a dim of size 1 ({text}) that the trace kept")
 
 

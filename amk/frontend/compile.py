@@ -248,7 +248,7 @@ class _Caller:
                                                                       self.mark_size_one and self._forward_first())
         try:
             result = self._traced_call(args, kwargs)
-        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # a trace on fake tensors failed
+        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # the trace failed, or must be made again
             result = self._call_again(args, kwargs, error, marked_size_one)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             if not isinstance(error.inner_exception, SqueezedSizeOne):
@@ -272,8 +272,9 @@ class _Caller:
         ``backed_size_oblivious`` (a dim TorchDynamo itself made dynamic, traced size-obliviously like amk's: a
         second argument's size-1 dim that broadcasts, [1, N] after [B, N], or a first argument's after a call where
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
-        was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`); else
-        ``error`` reaches the caller."""
+        was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`; the backend's
+        :class:`SqueezedSizeOne`, a trace that kept a squeezed dim of size 1, is raised only then:
+        :meth:`_may_trace_again`); else ``error`` reaches the caller."""
         attempts = []
         if marked_size_one:
             # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then

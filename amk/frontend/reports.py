@@ -111,8 +111,9 @@ class BucketReport:
 
 @dataclass(kw_only=True)
 class CallFallbacks:
-    """Calls that ran PyTorch's ops because their arguments were not what the kernels were built for, and the last
-    such call's reason."""
+    """Calls that ran PyTorch's ops because their arguments were not what the kernels were built for (a scalar of
+    another value, such as a temperature TorchDynamo made symbolic; a tensor laid out otherwise than the trace's
+    outputs assume; an empty input), and the last such call's reason."""
 
     call_fallbacks: int = 0
     call_fallback: str | None = None
@@ -135,8 +136,6 @@ class SubgraphReport(CallFallbacks):
     cached: bool = False
     buckets: list[BucketReport] = field(default_factory=list)
     describe: Callable[[], tuple[list[KernelReport], list[tuple[str, str]]]] | None = field(default=None, repr=False)
-    # (call_fallbacks: calls with a scalar of another value, such as a temperature TorchDynamo made symbolic, or a
-    # tensor laid out otherwise than the trace's outputs assume)
 
     @functools.cached_property
     def _description(self) -> tuple[list[KernelReport], list[tuple[str, str]]]:
