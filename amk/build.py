@@ -32,7 +32,7 @@ import sys
 import sysconfig
 import time
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -428,15 +428,15 @@ def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settin
         # A build whose kernels will be tuned has its compile workers boot (seconds) while its passes run, not from
         # its first kernel tuned. Builds of small operands may tune nothing, their kernels all bound by their launch:
         # their workers start at a kernel tuned, not to take CPUs and memory for nothing.
-        tuned = request.timed and _operands_outgrow_a_launch(request)
-        if alias is not None and known is None and tuned:
+        if alias is not None and known is None and request.timed and _operands_outgrow_a_launch(request):
             start_compile_workers()  # an op list never built before: they also boot while its module is made
         module = request.make_module()
         key, meta = cache.cache_key(anonymous_text(module), request.shapes, request.dtype, settings, request.ops)
         hit = _load(store, key) if key != known else None
         if hit is not None and alias is not None:
             store.save_alias(alias, key)
-        elif hit is None and tuned and alias is None and store.load_config(key) is None:
+        elif (hit is None and alias is None and request.timed
+              and _operands_outgrow_a_launch(request, _argument_dtypes(module)) and store.load_config(key) is None):
             # A captured subgraph's miss is known from its module's key (configs recorded for the key, imported or
             # kept from an earlier build, are used without tuning).
             start_compile_workers()
@@ -751,13 +751,17 @@ def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> b
     return _row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
 
 
-def _operands_outgrow_a_launch(request: BuildRequest) -> bool:
+def _operands_outgrow_a_launch(request: BuildRequest, dtypes: Sequence[torch.dtype] | None = None) -> bool:
     """Whether the request's operands alone move more bytes than a kernel bound by its launch may
-    (:data:`amk.tuner.LAUNCH_BOUND_BYTES`): the kernel that reads them is tuned."""
+    (:data:`amk.tuner.LAUNCH_BOUND_BYTES`): the kernel that reads them is tuned. ``dtypes``: each operand's, where
+    they differ (read from the module); by default the request's one dtype."""
     shapes = _shapes_at_hints(request)
-    if shapes is None or request.dtype is None:
+    if dtypes is None and request.dtype is not None and shapes is not None:
+        dtypes = [request.dtype] * len(shapes)
+    if shapes is None or dtypes is None:
         return False
-    return sum(math.prod(shape) for shape in shapes) * request.dtype.itemsize > LAUNCH_BOUND_BYTES
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes, strict=True)) \
+        > LAUNCH_BOUND_BYTES
 
 
 def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:

@@ -459,3 +459,16 @@ def test_an_fp32_output_after_the_row_reduction_is_not_rounded_by_a_narrower_one
     half, full = compiled.program(x.float().to(DEVICE), w.float().to(DEVICE))
     assert half.dtype == torch.float16 and full.dtype == torch.float32
     assert rel_l2(full.double().cpu(), expected) <= 1e-5
+
+
+def test_a_subgraph_of_mixed_argument_dtypes_counts_its_bytes_argument_by_argument():
+    """Whether a build starts its compile workers at once (its operands outgrow a launch-bound kernel) was judged by
+    the request's one dtype: a subgraph of mixed dtypes, which has none, never started them early."""
+    from amk.build import BuildRequest, _operands_outgrow_a_launch
+    from amk.tuner import LAUNCH_BOUND_BYTES
+
+    rows = LAUNCH_BOUND_BYTES // (4 * 64) + 1  # fp32 [rows, 64] alone outgrows the bound; in bf16 it does not
+    request = BuildRequest(lambda: None, [("s0", "64"), (64,)], None, size_hints=(("s0", rows),))
+    assert not _operands_outgrow_a_launch(request)  # no dtype to judge by
+    assert _operands_outgrow_a_launch(request, [torch.float32, torch.bfloat16])
+    assert not _operands_outgrow_a_launch(request, [torch.bfloat16, torch.float32])
