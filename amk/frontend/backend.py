@@ -619,8 +619,8 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]])
     with the dim kept): each symbolic size gets the guard "not 1" where this call's is not 1. Where this call's is 1,
     amk.compile traces it again with the dim static (:class:`SqueezedSizeOne`), where it can: in its first frame,
     before anything of the call ran; elsewhere (a frame resumed after a graph break) TorchDynamo is asked to skip the
-    frame, which then runs as PyTorch runs it, on every call from then on (logged as a warning). A graph whose squeeze kept a size of 1 that is a number
-    runs as traced, in PyTorch (:class:`_SizeOneGuard`)."""
+    frame, which then runs as PyTorch runs it, on every call from then on (logged as a warning). A graph whose
+    squeeze kept a size of 1 that is a number runs as traced, in PyTorch (:class:`_SizeOneGuard`)."""
     from torch.fx.experimental.symbolic_shapes import guard_bool
 
     for node, text, size in squeezed:
@@ -634,7 +634,8 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]])
             raise SqueezedSizeOne(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
         # Part of the call ran: this frame runs as PyTorch runs it, untraced, on every call from now on.
         log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame TorchDynamo resumed after a graph break, which "
-                    "amk.compile cannot trace again: that frame runs in PyTorch, untraced, from now on", node.name, text)
+                    "amk.compile cannot trace again: that frame runs in PyTorch, untraced, from now on",
+                    node.name, text)
         raise torch._dynamo.exc.SkipFrame(f"amk: {node.name} squeezes a dim of size 1 ({text}) that the trace kept")
 
 

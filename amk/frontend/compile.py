@@ -248,7 +248,7 @@ class _Caller:
                                                                       self.mark_size_one and self._forward_first())
         try:
             result = self._traced_call(args, kwargs)
-        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # the trace failed, or must be made again
+        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # failed, or must be made again
             result = self._call_again(args, kwargs, error, marked_size_one)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             if not isinstance(error.inner_exception, SqueezedSizeOne):
