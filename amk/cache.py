@@ -355,29 +355,35 @@ class Store:
 
     def _make_folder(self, folder: Path) -> None:
         """``folder`` made, with its parents. A file where the cache keeps a folder (``entries/<key>``, its
-        ``triton``), which amk never writes, is damage: it is removed first, as a damaged entry is rebuilt and
-        overwritten, rather than taking the whole directory for unwritable."""
-        if folder.is_relative_to(self.root):
+        ``triton``), which amk never writes, is damage: it is removed and the folder made, as a damaged entry is
+        rebuilt and overwritten, rather than taking the whole directory for unwritable."""
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            if not folder.is_relative_to(self.root):
+                raise
             current = self.root
             for part in folder.relative_to(self.root).parts:
                 current = current / part
                 if current.exists() and not current.is_dir():
                     log.warning("removing %s from the cache: a file where amk keeps a folder", current)
                     current.unlink()
-        folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
 
     def _write_file(self, path: Path, data: bytes) -> None:
         """Atomically: a temporary file in the same directory, then ``os.replace``. The first write to a folder
         removes the stale temporary files in it. A folder where the file goes (damage, as in :meth:`_make_folder`)
-        is removed first."""
+        is removed and the file written."""
         self._make_folder(path.parent)
-        if path.is_dir() and not path.is_symlink():
-            log.warning("removing %s from the cache: a folder where amk keeps a file", path)
-            shutil.rmtree(path)
         if path.parent not in self._swept:
             self._swept.add(path.parent)
             self.remove_stale_temporaries(path.parent)
-        write_atomically(path, data)
+        try:
+            write_atomically(path, data)
+        except IsADirectoryError:
+            log.warning("removing %s from the cache: a folder where amk keeps a file", path)
+            shutil.rmtree(path)
+            write_atomically(path, data)
 
     def _writing(self, what: str, write, optional: bool = False) -> bool:
         """Runs ``write()``; a failure degrades the store to memory (or raises CacheError when strict); that of an

@@ -2058,6 +2058,32 @@ def test_a_squeezed_dim_of_size_1_after_a_graph_break_runs_that_frame_as_pytorch
         assert rel_l2(out, expected) <= 1e-5
 
 
+class SqueezedAfterASlice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        return F.gelu(self.linear(x[:, 1:].squeeze(1)))
+
+
+def test_a_squeezed_size_found_1_later_in_the_trace_runs_the_graph_in_pytorch():
+    """``x[:, 1:].squeeze(1)`` on a sequence of 2: the squeeze is traced while its size is ``s - 1`` (kept), and a
+    later op's guard makes that size 1, a number, in the graph amk gets: its kernels were built with the dim that
+    PyTorch drops, on every call of that graph ([2, 1, 64] for [2, 64]). Such a graph runs as traced, in PyTorch,
+    counted in explain."""
+    torch.manual_seed(0)
+    model = SqueezedAfterASlice().to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    for batch, seq in [(2, 2), (3, 2)]:
+        x = inputs(batch, seq)
+        with torch.no_grad():
+            out, expected = compiled(x), model(x)
+        assert out.shape == expected.shape and rel_l2(out, expected) <= 1e-5
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert graph.call_fallbacks == 2 and "kept a dim of size 1" in graph.call_fallback
+
+
 class SqueezedScalar(nn.Module):
     def __init__(self):
         super().__init__()

@@ -23,7 +23,7 @@ from amk.errors import InvalidArgumentError
 from amk.frontend.backend import _off_device_reason
 from amk.frontend.buckets import SizeBuckets, bucket_label, bucket_of, check_tune_sizes
 from amk.frontend.reports import AMK, PYTORCH, BucketReport, decide
-from amk.frontend.subgraph import SymbolSource, size_reader
+from amk.frontend.subgraph import SymbolSource, _size_reader
 from amk.lowering.tile import TilePass
 from amk.passes.fuse import FusePass
 from amk.symbolic import Dim
@@ -725,7 +725,7 @@ def test_explain_shows_the_strategy_that_was_built():
 ])
 def test_each_symbol_is_read_where_its_source_says(sources, expected):
     """The size reader of a subgraph's call: ints by position, tensor dims from the tensor, in the symbols' order."""
-    assert size_reader(sources)((torch.zeros(2, 3), 5, 7)) == expected
+    assert _size_reader(sources)((torch.zeros(2, 3), 5, 7)) == expected
 
 
 @pytest.mark.skipif(GPU, reason="fakes the race's timing on the CPU")

@@ -31,11 +31,10 @@ from amk.frontend.nodes import Unsupported, describe_target, fake_tensor, meta_v
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.stats import STATS
-from amk.frontend.subgraph import FusedSubgraph, SymbolSource, size_reader
+from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
 from amk.lowering.tile import size_hints_option
 from amk.passes.bind_sizes import BindSizesPass
-from amk.runtime import ShapeFunction
 from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
@@ -551,8 +550,9 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     initialize()
     dynamic_outputs = _symbolic_output_dims(gm)  # read before the graph compiler rewrites gm
     squeezed = _squeezed_sizes(gm)
-    _guard_squeezed_sizes(squeezed)
-    eager = _eager_copy(gm) if squeezed else None
+    _guard_squeezed_sizes(squeezed)  # the sizes that are symbols: this graph never runs a call where one is 1
+    kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph
+    eager = _eager_copy(gm) if kept_ones else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
     _mark_outputs_dynamic(compiled, dynamic_outputs)
     if settings.report is not None:
@@ -560,9 +560,12 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     if log.isEnabledFor(logging.INFO):
         log.info("%s", report)
     # A squeeze whose result reaches only PyTorch's ops runs as traced either way.
-    squeezed = [(node, text) for node, text, _ in squeezed if _feeds_a_fused_subgraph(node)]
-    if squeezed:
-        return _SizeOneGuard(compiled.forward, eager, squeezed, report)
+    kept_ones = [node.name for node in kept_ones if _feeds_a_fused_subgraph(node)]
+    if kept_ones:
+        log.info("amk: graph %d runs in PyTorch: a squeeze (%s) kept a dim of size 1", report.graph,
+                 ", ".join(kept_ones))
+        return _RunsAsTraced(eager, report, f"a squeeze ({', '.join(kept_ones)}) kept a dim of size 1 that PyTorch "
+                                            "drops, and the kernels were built with it")
     return compiled.forward
 
 
@@ -583,15 +586,15 @@ def _squeeze_operands(node: Node) -> tuple[Node, list[int] | None] | None:
     return (source, dims if named else None) if isinstance(source, Node) else None
 
 
-def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | None]]:
-    """The sizes of 1 that a squeeze in ``gm`` may have kept where PyTorch drops them, each as the text of its
-    expression, with the squeeze and the size itself: amk.compile traces with ``backed_size_oblivious`` (a batch of
-    1 then shares the graph of every batch), under which TorchDynamo takes a dim that is a symbol for not 1, keeps it
-    and guards nothing; and a size the trace found equal to 1 only after the squeeze (a guard of a later op) was kept
-    as well ("1", no symbol: the graph keeps it on every call)."""
+def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, torch.SymInt | None]]:
+    """The sizes of 1 that a squeeze in ``gm`` may have kept where PyTorch drops them, each with the squeeze:
+    amk.compile traces with ``backed_size_oblivious`` (a batch of 1 then shares the graph of every batch), under
+    which TorchDynamo takes a dim that is a symbol for not 1, keeps it and guards nothing; and a size the trace found
+    equal to 1 only after the squeeze (a guard of a later op) was kept as well (None: the graph keeps it on every
+    call)."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
 
-    squeezed: list[tuple[Node, str, torch.SymInt | None]] = []
+    squeezed: list[tuple[Node, torch.SymInt | None]] = []
     for node in gm.graph.nodes:
         operands = _squeeze_operands(node)
         if operands is None:
@@ -606,26 +609,26 @@ def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, str, torch.SymInt | Non
         sizes = [value.shape[dim] for dim in named]
         ones = sum(is_concrete_int(size) and size == 1 for size in sizes)
         if value.dim() - result.dim() < ones:
-            squeezed.append((node, "1", None))
+            squeezed.append((node, None))
         # A data-dependent size (unbacked, from .item()) is taken for not 1 by torch.compile itself, as by Inductor.
-        squeezed += [(node, str(size.node.expr), size) for size in sizes
-                     if not is_concrete_int(size) and not free_unbacked_symbols(size)]
+        squeezed += [(node, size) for size in sizes if not is_concrete_int(size) and not free_unbacked_symbols(size)]
     return squeezed
 
 
-def _guard_squeezed_sizes(squeezed: list[tuple[Node, str, torch.SymInt | None]]) -> None:
+def _guard_squeezed_sizes(squeezed: list[tuple[Node, torch.SymInt | None]]) -> None:
     """Make TorchDynamo trace again a call where a squeezed size is 1, rather than run this graph, whose trace kept
     that dim (and in which what the model's Python code read of the squeezed tensor, its rank or a size, was read
     with the dim kept): each symbolic size gets the guard "not 1" where this call's is not 1. Where this call's is 1,
     amk.compile traces it again with the dim static (:class:`SqueezedSizeOne`), where it can: in its first frame,
     before anything of the call ran; elsewhere (a frame resumed after a graph break) TorchDynamo is asked to skip the
     frame, which then runs as PyTorch runs it, on every call from then on (logged as a warning). A graph whose
-    squeeze kept a size of 1 that is a number runs as traced, in PyTorch (:class:`_SizeOneGuard`)."""
+    squeeze kept a size of 1 that is a number runs as traced, in PyTorch (:class:`_RunsAsTraced`)."""
     from torch.fx.experimental.symbolic_shapes import guard_bool
 
-    for node, text, size in squeezed:
+    for node, size in squeezed:
         if size is None:
             continue
+        text = str(size.node.expr)
         if size.node.hint != 1:
             guard_bool(size != 1)
             continue
@@ -662,33 +665,16 @@ def _eager_copy(gm: GraphModule) -> GraphModule:
     return GraphModule(gm, graph)
 
 
-class _SizeOneGuard:
-    """A compiled graph's forward that runs the graph as traced, in PyTorch, for a call where a size that a squeeze
-    kept (:func:`_squeezed_sizes`) is 1: PyTorch then drops the dim that amk's kernels were built with. The sizes are
-    read from the call's arguments as the subgraphs read theirs. (What the model's Python code read of the squeezed
-    tensor while TorchDynamo traced it, its rank or a size, stays as traced: ``backed_size_oblivious``'s limit.)"""
+class _RunsAsTraced:
+    """A compiled graph's forward that runs the graph as traced, in PyTorch, on every call (counted in explain, with
+    ``reason``): its kernels were built with a dim that PyTorch's ops drop."""
 
-    def __init__(self, forward: Callable, eager: GraphModule, squeezed: list[tuple[Node, str]], report: GraphReport):
-        self.forward, self.eager, self.report = forward, eager.forward, report
-        texts = [text for _, text in squeezed]
-        self.sizes = ShapeFunction.from_texts(texts)
-        self.symbols = tuple(getattr(self.sizes, "symbols", ()))
-        placeholders = list(eager.graph.find_nodes(op="placeholder"))
-        self.reason = ("a size that a squeeze (" + ", ".join(f"{node.name}: {text}" for node, text in squeezed)
-                       + ") kept as traced, where PyTorch drops it, is 1")
-        try:
-            self.read_sizes = size_reader([SymbolSource(symbol, placeholders.index(node), dim)
-                                           for symbol, node, dim in _symbol_sources(self.symbols, eager)])
-        except Unsupported as error:
-            log.info("amk: every call of graph %d runs in PyTorch: its squeezes' sizes cannot be read at a call "
-                     "(%s)", report.graph, error)
-            self.read_sizes, self.reason = None, f"the sizes its squeezes keep cannot be read at a call: {error}"
+    def __init__(self, eager: GraphModule, report: GraphReport, reason: str):
+        self.eager, self.report, self.reason = eager.forward, report, reason
 
     def __call__(self, *args):
-        if self.read_sizes is None or 1 in self.sizes(dict(zip(self.symbols, self.read_sizes(args)))):
-            self.report.ran_pytorch_for_a_call(self.reason)
-            return self.eager(*args)
-        return self.forward(*args)
+        self.report.ran_pytorch_for_a_call(self.reason)
+        return self.eager(*args)
 
 
 def _output_leaves(gm: GraphModule) -> list:

@@ -157,6 +157,12 @@ def _squeezed_size_one(error: Exception) -> bool:
     return isinstance(getattr(error, "inner_exception", error), SqueezedSizeOne)
 
 
+def _trace_to_make_again(error: Exception) -> bool:
+    """Whether TorchDynamo's ``error`` is one a trace made again may avoid: a failure while it traced on fake tensors,
+    or a trace that kept a squeezed dim of size 1."""
+    return isinstance(error, torch._dynamo.exc.TorchRuntimeError) or _squeezed_size_one(error)
+
+
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
     """What, of a call's arguments, makes TorchDynamo compile its frame again in practice: each tensor's shape,
     strides, dtype, device and whether it requires grad, each scalar's type and value, and the keywords; None where an
@@ -248,10 +254,8 @@ class _Caller:
                                                                       self.mark_size_one and self._forward_first())
         try:
             result = self._traced_call(args, kwargs)
-        except (torch._dynamo.exc.TorchRuntimeError, SqueezedSizeOne) as error:  # failed, or must be made again
-            result = self._call_again(args, kwargs, error, marked_size_one)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
-            if not isinstance(error.inner_exception, SqueezedSizeOne):
+        except (torch._dynamo.exc.TorchRuntimeError, torch._dynamo.exc.BackendCompilerFailed) as error:
+            if not _trace_to_make_again(error):
                 raise
             result = self._call_again(args, kwargs, error, marked_size_one)
         self.compiled_for, self.global_state = signature, _global_state()
@@ -294,10 +298,8 @@ class _Caller:
                      str(error).splitlines()[0], how)
             try:
                 return attempt()
-            except torch._dynamo.exc.TorchRuntimeError as again:
-                error = again
-            except torch._dynamo.exc.BackendCompilerFailed as again:
-                if not _squeezed_size_one(again):
+            except (torch._dynamo.exc.TorchRuntimeError, torch._dynamo.exc.BackendCompilerFailed) as again:
+                if not _trace_to_make_again(again):
                     raise
                 error = again
         raise error

@@ -166,7 +166,7 @@ class PyTorchNode:
 @dataclass
 class GraphReport(CallFallbacks):
     """One FX graph: its fused subgraphs and the nodes left to PyTorch. ``call_fallbacks``: calls that ran the whole
-    graph as traced, in PyTorch (a size its trace took for not 1 was 1: see ``amk.frontend.backend``)."""
+    graph as traced, in PyTorch (a squeeze kept a dim of size 1 that PyTorch drops: see ``amk.frontend.backend``)."""
 
     graph: int
     subgraphs: list[SubgraphReport] = field(default_factory=list)

@@ -109,7 +109,7 @@ class Bucket:
 MAX_LAUNCHERS = 256
 
 
-def size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
+def _size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
     """A function of a call's arguments giving its symbols' values, one read each. TorchDynamo passes a graph's size
     symbols as int arguments (the usual case): they are picked by position, without a generator (0.05 against 0.39 us
     a call on a 2-core CPU, on every call)."""
@@ -161,7 +161,7 @@ class FusedSubgraph(torch.nn.Module):
         self.device = default_device()
         self.buckets: dict[Hashable, Bucket] = {}
         self.launchers: dict[tuple, Callable[[tuple], tuple]] = {}  # a call's sizes -> what runs it
-        self.read_sizes = size_reader(symbols)
+        self.read_sizes = _size_reader(symbols)
         self.lock = threading.Lock()  # one thread prepares new sizes (and builds their bucket) at a time
         self._add_bucket(*first)
 
