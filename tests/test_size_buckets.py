@@ -21,7 +21,7 @@ from amk.context import make_context
 from amk.dialects import tiled_loop
 from amk.errors import InvalidArgumentError
 from amk.frontend.backend import _off_device_reason
-from amk.frontend.buckets import SizeBuckets, bucket_label, bucket_of, check_tune_sizes
+from amk.frontend.buckets import MAX_EXACT_VALUES, SharedValues, SizeBuckets, bucket_label, bucket_of, check_tune_sizes
 from amk.frontend.reports import AMK, PYTORCH, BucketReport, decide
 from amk.frontend.subgraph import SymbolSource, _size_reader
 from amk.lowering.tile import TilePass
@@ -99,6 +99,61 @@ def test_row_symbols_are_bucketed_and_feature_symbols_kept_exact():
     assert rows.hints(rows.key((12, 5)), (12, 5)) == {"s1": 12, "s0": 5}
     twelve_heads = (512, 12, 8)  # GPT-2 or BERT attention: 49152 rows, bucket 65536, tuned for the call's batch
     assert scores.hints(scores.key((*twelve_heads, 512)), (*twelve_heads, 512)) == {"s": 682, "h": 12, "b": 8, "t": 512}
+
+
+def test_values_of_exact_symbols_past_the_last_exact_build_share_buckets():
+    """A subgraph builds for MAX_EXACT_VALUES values of its exact symbols; a new value after them shares the build
+    of its bucket, in which the symbol is not bound; values built exact before stay exact."""
+    features = SizeBuckets(("s0", "s1"), 1)
+    built = [features.key((3, value)) for value in range(100, 100 + MAX_EXACT_VALUES)]
+    assert built == [(16, value) for value in range(100, 100 + MAX_EXACT_VALUES)]
+    assert features.key((3, 100), built) == (16, 100)  # built exact already
+    assert features.key((3, 100 + MAX_EXACT_VALUES), built[:-1]) == (16, 100 + MAX_EXACT_VALUES)
+    shared = features.key((3, 100 + MAX_EXACT_VALUES), built)
+    assert shared == (16, SharedValues(128))
+    assert features.key((70, 127), [*built, shared]) == (128, SharedValues(128))  # shared buckets do not count
+    assert features.hints(shared) == {"s0": 16, "s1": 128} and features.label(shared) == "2 <= M <= 16, 65 <= s1 <= 128"
+    assert features.bound_sizes(shared) == {} and features.bound_sizes(built[0]) == {"s1": 100}
+    assert SizeBuckets(("s0",), 1).bound_sizes(16) == {}
+    assert bucket_label(64, "s1") == "17 <= s1 <= 64"
+
+
+class DecodeAttention(torch.nn.Module):
+    """Attention probabilities of one new token over a cache of keys that grows by one each step."""
+
+    def __init__(self):
+        super().__init__()
+        self.query = torch.nn.Linear(32, 32)
+        self.key = torch.nn.Linear(32, 32)
+
+    def forward(self, x, cache):
+        return (self.query(x) @ self.key(cache).transpose(-1, -2) / 32 ** 0.5).softmax(-1)
+
+
+@pytest.mark.skipif(GPU, reason="a GPU tunes and times each build; the bucket keys are the same")
+def test_a_growing_key_length_is_built_exact_a_few_times_then_shares_buckets(tmp_path):
+    """Decoding with a cache: the keys' length, a column of the scores, is kept exact (a number in its build); one
+    build per decoding step would build and tune kernels on every step. After MAX_EXACT_VALUES lengths, the others
+    share a build per bucket of lengths, symbolic in the length, every output right."""
+    torch.manual_seed(0)
+    model = DecodeAttention().to(DEVICE)
+    compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
+    before = frontend.STATS.as_dict()
+    generator = torch.Generator().manual_seed(0)
+    lengths = range(2, 24)
+    with torch.no_grad():
+        for length in lengths:
+            x, cache = torch.randn(2, 1, 32, generator=generator), torch.randn(2, length, 32, generator=generator)
+            torch.testing.assert_close(compiled(x.to(DEVICE), cache.to(DEVICE)), model(x, cache).to(DEVICE),
+                                       atol=1e-5, rtol=1e-5)
+    after = frontend.STATS.as_dict()
+    assert after["graphs"] - before["graphs"] == 1 and after["fallbacks"] == before["fallbacks"]
+    labels = [bucket.sizes.split(", ")[1] for bucket in only_subgraph(compiled).buckets]
+    symbol = labels[0].split(" = ")[0]
+    assert labels == [f"{symbol} = {length}" for length in lengths[:MAX_EXACT_VALUES]] + \
+        [f"{low} <= {symbol} <= {high}" for low, high in ((2, 16), (17, 64))]
+    assert after["pipeline_runs"] - before["pipeline_runs"] == len(labels)
+    assert after["kernel_calls"] - before["kernel_calls"] == len(lengths)
 
 
 def test_a_reduction_without_keepdim_buckets_the_sequence_length(tmp_path):

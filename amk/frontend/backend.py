@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -384,16 +384,17 @@ class _GraphCompiler:
         result.imported = imported
         settings = self.settings
 
-        def pipeline_for(size_hints: dict[str, int]) -> str:
-            """The tensor-level passes of a bucket's build: the sizes kept exact are numbers in it (a build per
-            value), written into the types first by amk-bind-sizes."""
-            exact = {symbol: size_hints[symbol] for symbol in result.sizes.exact_symbols}
+        def pipeline_for(key: Hashable) -> str:
+            """The tensor-level passes of the build of bucket ``key``: the sizes it keeps exact are numbers in it (a
+            build per value), written into the types first by amk-bind-sizes."""
+            exact = result.sizes.bound_sizes(key)
             if not exact:
                 return settings.fusion_pipeline
             return f'{BindSizesPass.name}{{sizes="{size_hints_option(exact)}"}},{settings.fusion_pipeline}'
 
-        example_hints = result.sizes.hints(result.sizes.key(result.example), result.example)
-        result.report.describe = functools.partial(kernel_reports, imported.module, pipeline_for(example_hints),
+        key = result.sizes.key(result.example)
+        example_hints = result.sizes.hints(key, result.example)
+        result.report.describe = functools.partial(kernel_reports, imported.module, pipeline_for(key),
                                                    imported.names, example_hints)
         directory = self.settings.dump_directory
         dumper = None
@@ -413,10 +414,11 @@ class _GraphCompiler:
         shapes = [tuple(d.text for d in dims) for dims in argument_dims]
         dtype = _common_dtype(imported)
 
-        def build_bucket(size_hints: dict[str, int], dumper: IRDumper | None = None):
-            """The program of one size bucket, through the build service (cache, passes, tuning at the hints)."""
+        def build_bucket(key: Hashable, size_hints: dict[str, int], dumper: IRDumper | None = None):
+            """The program of the size bucket ``key``, through the build service (cache, passes, tuning at the
+            hints)."""
             built = build(BuildRequest(imported.module.clone, shapes, dtype, autotune=settings.autotune,
-                                       tuner_config=settings.tuner_config, pipeline=pipeline_for(size_hints),
+                                       tuner_config=settings.tuner_config, pipeline=pipeline_for(key),
                                        dumper=dumper, size_hints=tuple(sorted(size_hints.items()))))
             if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
                 STATS.cache_hits += 1
@@ -425,9 +427,8 @@ class _GraphCompiler:
                 STATS.kernels += len(built.compiled.kernels)
             return built
 
-        key = result.sizes.key(result.example)
         try:  # the example's bucket now (dumped, when asked): a subgraph that does not compile is left to PyTorch
-            built = build_bucket(example_hints, dumper)
+            built = build_bucket(key, example_hints, dumper)
         except Exception as error:  # a lowering failure leaves the subgraph to PyTorch (reported, never wrong)
             log.info("subgraph %s (%s) did not compile: %s: %s", name, ", ".join(n.name for n in nodes),
                      type(error).__name__, error)

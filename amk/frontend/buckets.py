@@ -16,7 +16,10 @@ M is the product of the *row symbols*: the symbols of the subgraph's argument si
 results (their leading dims: batch, sequence) and in no last dim. Any other symbol is not bucketed: a feature size
 (``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
 with a weight passed as an argument); each of its values is its own build, tuned at that value, in which it is a
-number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it). A bucket is built at
+number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it), up to
+``MAX_EXACT_VALUES`` values: a size that keeps changing (attention's key length while decoding, one more each step)
+would otherwise build and tune kernels on every step, so from then on a new value shares the build of its bucket
+(buckets as M's), in which the symbol stays symbolic (masked tiles, loops bounded at run time). A bucket is built at
 its upper bound: the row symbols multiply to the bucket's largest M (a kernel sees their product; a batched matmul's
 kernel, ``q @ k^T``, sees the first, the innermost, as its rows and repeats over the others): the outer ones keep
 the values of the call that asks for the bucket where they fit, the innermost (a sequence rather than a batch) makes
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +39,10 @@ from amk.errors import InvalidArgumentError
 
 # The buckets' upper bounds below the powers of two (see the module's docstring).
 SMALL_BUCKETS = (1, 16, 64)
+
+# How many values of its exact symbols (tuples of them, when there are several) one subgraph builds for, each a
+# number in its build; a value past them shares the build of its bucket (see the module's docstring).
+MAX_EXACT_VALUES = 4
 
 
 def bucket_of(rows: int) -> int:
@@ -46,12 +53,20 @@ def bucket_of(rows: int) -> int:
     return 1 << (rows - 1).bit_length()
 
 
-def bucket_label(bound: int) -> str:
-    """The rows of the bucket of upper bound ``bound``: ``M = 1``, ``2 <= M <= 16``, ..."""
+def bucket_label(bound: int, size: str = "M") -> str:
+    """The sizes of the bucket of upper bound ``bound``: ``M = 1``, ``2 <= M <= 16``, ..."""
     if bound == 1:
-        return "M = 1"
+        return f"{size} = 1"
     below = max(b for b in SMALL_BUCKETS if b < bound) if bound <= SMALL_BUCKETS[-1] else bound // 2
-    return f"{below + 1} <= M <= {bound}"
+    return f"{below + 1} <= {size} <= {bound}"
+
+
+@dataclass(frozen=True)
+class SharedValues:
+    """In a bucket's key, the value of an exact symbol past ``MAX_EXACT_VALUES``: the bucket of values it shares
+    (``bucket_of``), the symbol symbolic in that bucket's build."""
+
+    bound: int
 
 
 @dataclass(frozen=True)
@@ -100,11 +115,31 @@ class SizeBuckets:
         """The symbols not bucketed: each value is its own build, in which it is a number."""
         return self.symbols[self.row_symbols:]
 
-    def key(self, sizes: Sequence[int]) -> Hashable:
+    def key(self, sizes: Sequence[int], built: Iterable[Hashable] = ()) -> Hashable:
         """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
-        row count, with the exact values of the other symbols when there are any."""
+        row count, with the exact values of the other symbols when there are any; when the buckets ``built`` so far
+        hold ``MAX_EXACT_VALUES`` others of those, their buckets instead (:class:`SharedValues`)."""
         bound = bucket_of(math.prod(sizes[:self.row_symbols]))
-        return bound if self.row_symbols == len(self.symbols) else (bound, *sizes[self.row_symbols:])
+        if self.row_symbols == len(self.symbols):
+            return bound
+        exact = tuple(sizes[self.row_symbols:])
+        values = {self._exact_part(key) for key in built} - {None}
+        if exact not in values and len(values) >= MAX_EXACT_VALUES:
+            return (bound, *(SharedValues(bucket_of(value)) for value in exact))
+        return (bound, *exact)
+
+    @staticmethod
+    def _exact_part(key: Hashable) -> tuple[int, ...] | None:
+        """The exact symbols' values in ``key``; None for a key without them or one whose values are shared."""
+        if isinstance(key, int) or any(isinstance(value, SharedValues) for value in key[1:]):
+            return None
+        return tuple(key[1:])
+
+    def bound_sizes(self, key: Hashable) -> dict[str, int]:
+        """The symbols that are numbers in the build of bucket ``key``, with their values: its exact symbols, unless
+        their values are shared."""
+        exact = () if isinstance(key, int) else key[1:]
+        return {symbol: value for symbol, value in zip(self.exact_symbols, exact) if isinstance(value, int)}
 
     def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
         """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
@@ -121,6 +156,7 @@ class SizeBuckets:
         if not outer or not 0 < math.prod(outer) <= bound:  # an empty batch (0) as well as one too large
             outer = [1] * (self.row_symbols - 1)
         first = bound // math.prod(outer)
+        exact = [value.bound if isinstance(value, SharedValues) else value for value in exact]
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
@@ -128,13 +164,14 @@ class SizeBuckets:
         return self.key((rows, *(1,) * (self.row_symbols - 1), *example[self.row_symbols:]))
 
     def label(self, key: Hashable) -> str:
-        """What a bucket covers: ``2 <= M <= 16`` (``, s3 = 4096`` for the exact symbols); ``static sizes`` for a
-        subgraph without symbols."""
+        """What a bucket covers: ``2 <= M <= 16`` (``, s3 = 4096`` for the exact symbols, ``, 17 <= s3 <= 64`` where
+        their values are shared); ``static sizes`` for a subgraph without symbols."""
         if not self.symbols:
             return "static sizes"
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         parts = [bucket_label(bound)] if self.row_symbols else []
-        parts += [f"{symbol} = {value}" for symbol, value in zip(self.symbols[self.row_symbols:], exact)]
+        parts += [bucket_label(value.bound, symbol) if isinstance(value, SharedValues) else f"{symbol} = {value}"
+                  for symbol, value in zip(self.exact_symbols, exact)]
         return ", ".join(parts)
 
 

@@ -127,7 +127,7 @@ def _size_reader(sources: list[SymbolSource]) -> Callable[[tuple], tuple]:
 class FusedSubgraph(torch.nn.Module):
     """Stands in for a run of FX nodes: runs their compiled kernels (per size bucket), or ``fallback`` (the nodes).
 
-    ``build_bucket(size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
+    ``build_bucket(key, size_hints)`` builds the program of a bucket; ``first`` is the bucket the backend built already
     (its key, build and size hints); ``symbols`` say where each symbol of ``sizes`` is read (in ``sizes.symbols``
     order); ``time_with`` is the tuner configuration to race each bucket's kernels against PyTorch with, None when
     they are not timed (``untimed`` says why); ``non_differentiable`` the outputs PyTorch computes without a grad
@@ -136,7 +136,7 @@ class FusedSubgraph(torch.nn.Module):
     through a matmul: a call where one's strides are not in row-major order runs the PyTorch ops, which lay out the
     outputs as its strides say."""
 
-    def __init__(self, name: str, build_bucket: Callable[[dict[str, int]], Built],
+    def __init__(self, name: str, build_bucket: Callable[[Hashable, dict[str, int]], Built],
                  first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
                  program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
@@ -178,7 +178,7 @@ class FusedSubgraph(torch.nn.Module):
             return bucket
         hints = self.sizes.hints(key, sizes)
         try:
-            built = self.build_bucket(hints)
+            built = self.build_bucket(key, hints)
         except Exception as error:  # that bucket runs in PyTorch (reported, never wrong)
             log.warning("amk: %s does not compile for %s: %s: %s; those sizes run in PyTorch", self.name,
                         self.sizes.label(key), type(error).__name__, error)
@@ -273,7 +273,7 @@ class FusedSubgraph(torch.nn.Module):
                 return self._run_fallback(args)
 
             return run_unsupported, None
-        key = self.sizes.key(sizes)
+        key = self.sizes.key(sizes, self.buckets)
         known = self.buckets.get(key)
         if (known is None or not known.checked) and stream_capturing():
             # Building, tuning, verifying (.item()) and timing (synchronizing) a bucket are illegal while a CUDA graph
