@@ -112,10 +112,20 @@ def test_values_of_exact_symbols_past_the_last_exact_build_share_buckets():
     shared = features.key((3, 100 + MAX_EXACT_VALUES), built)
     assert shared == (16, SharedValues(128))
     assert features.key((70, 127), [*built, shared]) == (128, SharedValues(128))  # shared buckets do not count
-    assert features.hints(shared) == {"s0": 16, "s1": 128} and features.label(shared) == "2 <= M <= 16, 65 <= s1 <= 128"
+    assert features.label(shared) == "2 <= M <= 16, 65 <= s1 <= 128"
     assert features.bound_sizes(shared) == {} and features.bound_sizes(built[0]) == {"s1": 100}
+    # Built for the call that asks for it: other dims may be computed from several shared symbols (a causal mask's
+    # slice [S - T:S] of a buffer), and their buckets' bounds together need not be the sizes of a call.
+    assert features.hints(shared, (3, 104)) == {"s0": 16, "s1": 104}
+    assert features.hints(shared) == {"s0": 16, "s1": 128}
     assert SizeBuckets(("s0",), 1).bound_sizes(16) == {}
     assert bucket_label(64, "s1") == "17 <= s1 <= 64"
+    # A symbol with one value in every exact build stays a number: a feature size beside a changing length.
+    two = SizeBuckets(("s0", "k", "t"), 1)
+    built = [two.key((3, 24, length)) for length in range(5, 5 + MAX_EXACT_VALUES)]
+    assert two.key((3, 24, 40), built) == (16, 24, SharedValues(64))
+    assert two.bound_sizes((16, 24, SharedValues(64))) == {"k": 24}
+    assert two.key((3, 25, 40), built) == (16, SharedValues(64), SharedValues(64))
 
 
 class DecodeAttention(torch.nn.Module):

@@ -118,15 +118,17 @@ class SizeBuckets:
     def key(self, sizes: Sequence[int], built: Iterable[Hashable] = ()) -> Hashable:
         """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
         row count, with the exact values of the other symbols when there are any; when the buckets ``built`` so far
-        hold ``MAX_EXACT_VALUES`` others of those, their buckets instead (:class:`SharedValues`)."""
+        hold ``MAX_EXACT_VALUES`` others of those, the buckets of the values instead (:class:`SharedValues`), but for
+        a symbol that has had this one value in every build (a feature size beside a changing key length)."""
         bound = bucket_of(math.prod(sizes[:self.row_symbols]))
         if self.row_symbols == len(self.symbols):
             return bound
         exact = tuple(sizes[self.row_symbols:])
         values = {self._exact_part(key) for key in built} - {None}
-        if exact not in values and len(values) >= MAX_EXACT_VALUES:
-            return (bound, *(SharedValues(bucket_of(value)) for value in exact))
-        return (bound, *exact)
+        if exact in values or len(values) < MAX_EXACT_VALUES:
+            return (bound, *exact)
+        return (bound, *(value if {built_values[i] for built_values in values} == {value}
+                         else SharedValues(bucket_of(value)) for i, value in enumerate(exact)))
 
     @staticmethod
     def _exact_part(key: Hashable) -> tuple[int, ...] | None:
@@ -143,20 +145,23 @@ class SizeBuckets:
 
     def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
         """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
-        symbols take their values. With the ``sizes`` of the call that asks for the bucket (``symbols`` order), the
-        outer row symbols keep the call's values where their product fits the bound and the first row symbol makes up
-        the rest, rounded down (a batched matmul's kernel, which repeats over the outer ones, is then tuned for the
-        call's batch: attention's queries 512 rows times 128 batch and heads, not 65536 rows of one matrix); otherwise
-        the first row symbol takes the whole bound and the others 1. The product is never above the bound, and above
-        half of it: more rows than the bucket holds would choose its strategy for another bucket (64 rows as 13 x 5
-        would be 65, past ``skinny_m``'s 64)."""
+        symbols take their values, and those whose values are shared the call's (other dims may be computed from
+        several of them, as a slice of a causal mask is, and their buckets' upper bounds together need not be sizes
+        of any call: a slice of 0 rows), else their buckets' upper bounds. With the ``sizes`` of the call that asks
+        for the bucket (``symbols`` order), the outer row symbols keep the call's values where their product fits the
+        bound and the first row symbol makes up the rest, rounded down (a batched matmul's kernel, which repeats over
+        the outer ones, is then tuned for the call's batch: attention's queries 512 rows times 128 batch and heads,
+        not 65536 rows of one matrix); otherwise the first row symbol takes the whole bound and the others 1. The
+        product is never above the bound, and above half of it: more rows than the bucket holds would choose its
+        strategy for another bucket (64 rows as 13 x 5 would be 65, past ``skinny_m``'s 64)."""
         bound, exact = (key, ()) if isinstance(key, int) else (key[0], key[1:])
         rows = self.symbols[:self.row_symbols]
         outer = list(sizes[1:self.row_symbols]) if sizes is not None else []
         if not outer or not 0 < math.prod(outer) <= bound:  # an empty batch (0) as well as one too large
             outer = [1] * (self.row_symbols - 1)
         first = bound // math.prod(outer)
-        exact = [value.bound if isinstance(value, SharedValues) else value for value in exact]
+        exact = [value if not isinstance(value, SharedValues) else value.bound if sizes is None
+                 else sizes[self.row_symbols + i] for i, value in enumerate(exact)]
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
