@@ -1704,9 +1704,9 @@ def test_identical_layers_share_one_compiled_program(tmp_path):
     assert frontend.STATS.as_dict()["pipeline_runs"] - after["pipeline_runs"] == 1
 
 
-def test_runtime_scalars_are_guarded():
+def test_runtime_scalars_are_guarded(caplog):
     """With dynamic=True Dynamo passes Python floats at run time; the kernels were built for the value seen first,
-    so another value runs the subgraph in PyTorch (correct, never silently wrong)."""
+    so another value runs the subgraph in PyTorch (correct, never silently wrong), with a warning the first time."""
 
     def block(x, alpha):
         return torch.relu(x * alpha + 1.0)
@@ -1714,16 +1714,19 @@ def test_runtime_scalars_are_guarded():
     compiled = amk.compile(block, dynamic=True, autotune=False)
     x = inputs(3)
     graphs, fallbacks = frontend.STATS.graphs, frontend.STATS.fallbacks
-    for alpha, fallback in [(2.0, 0), (3.0, 1), (2.0, 0)]:
-        torch.testing.assert_close(compiled(x, alpha), block(x, alpha), atol=ATOL, rtol=RTOL)
-        assert frontend.STATS.fallbacks - fallbacks == fallback
-        fallbacks = frontend.STATS.fallbacks
+    with caplog.at_level(logging.WARNING, logger="amk"):
+        for alpha, fallback in [(2.0, 0), (3.0, 1), (2.0, 0), (4.0, 1)]:
+            torch.testing.assert_close(compiled(x, alpha), block(x, alpha), atol=ATOL, rtol=RTOL)
+            assert frontend.STATS.fallbacks - fallbacks == fallback
+            fallbacks = frontend.STATS.fallbacks
+    (warning,) = [r.getMessage() for r in caplog.records if "runs its PyTorch ops" in r.getMessage()]
+    assert "scalar argument 1 is 3.0, the kernels were built for 2.0" in warning
     assert frontend.STATS.graphs == graphs + 1
     # amk.explain says so: before, it showed the kernels running and nothing of the fallback
     (subgraph,) = amk.explain(compiled, print_report=False).graphs[0].subgraphs
-    assert subgraph.call_fallbacks == 1 and subgraph.call_fallback == (
-        "scalar argument 1 is 3.0, the kernels were built for 2.0 (they take it as a constant)")
-    assert "1 call(s) ran the subgraph's PyTorch ops" in str(amk.explain(compiled, print_report=False))
+    assert subgraph.call_fallbacks == 2 and subgraph.call_fallback == (
+        "scalar argument 1 is 4.0, the kernels were built for 2.0 (they take it as a constant)")
+    assert "2 call(s) ran the subgraph's PyTorch ops" in str(amk.explain(compiled, print_report=False))
 
 
 @pytest.mark.parametrize("compiler", ["torch.compile", "amk.compile", "torch.export"])

@@ -153,6 +153,7 @@ class FusedSubgraph(torch.nn.Module):
         for index, constant in enumerate(constants):
             self.register_buffer(f"constant_{index}", constant, persistent=False)
         self.guards = guards
+        self.guard_failed = False  # a call failed a guard before (warned then)
         self.sizes = sizes
         self.verify = verify
         self.time_with = time_with
@@ -202,7 +203,11 @@ class FusedSubgraph(torch.nn.Module):
         if self.guards or self.row_major_inputs:
             reason = self._guard_failure(args)
             if reason is not None:
-                log.debug("%s runs in PyTorch: %s", self.name, reason)
+                # Said once: a model whose every call fails a guard (a scalar computed from a changing size) would
+                # otherwise run PyTorch's ops for good with nothing but amk.explain's count to show it.
+                log.log(logging.DEBUG if self.guard_failed else logging.WARNING,
+                        "amk: %s runs its PyTorch ops for this call (and any other like it): %s", self.name, reason)
+                self.guard_failed = True
                 self.report.ran_pytorch_for_a_call(reason)
                 return self._run_fallback(args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
