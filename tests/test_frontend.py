@@ -2123,3 +2123,34 @@ def test_squeezes_the_size_1_guard_leaves_alone(module):
             out, expected = compiled(x), model(x)
         assert out.shape == expected.shape and rel_l2(out, expected) <= 1e-5
     assert not any(graph.call_fallbacks for graph in amk.explain(compiled, print_report=False).graphs)
+
+
+class AttentionOverACache(nn.Module):
+    """One decoding step's attention probabilities over keys made from a whole cache passed in."""
+
+    def __init__(self):
+        super().__init__()
+        self.query = nn.Linear(HIDDEN, HIDDEN)
+        self.key = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x, cache):
+        return (self.query(x) @ self.key(cache).transpose(-1, -2) / HIDDEN ** 0.5).softmax(-1)
+
+
+def test_a_batch_of_one_against_a_cache_passed_with_a_batch_of_one_fuses_the_attention():
+    """At a batch of 1 the first argument's batch is marked dynamic and the cache's stays a static 1: the scores'
+    matmul had batch dims s0 against 1, which PyTorch broadcasts and amk's kernels do not take (left to PyTorch:
+    "batch dims differ or broadcast"). The call is traced again with the batch static; a batch of 2 later compiles
+    once more, and a query batch of 2 against a cache of 1 (a real broadcast) runs that matmul in PyTorch."""
+    torch.manual_seed(0)
+    model = AttentionOverACache().to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    for batch, cache_batch, length in [(1, 1, 5), (1, 1, 6), (2, 2, 7), (2, 1, 7)]:
+        x, cache = inputs(batch, 1), inputs(cache_batch, length)
+        with torch.no_grad():
+            out, expected = compiled(x, cache), model(x, cache)
+        assert out.shape == expected.shape and rel_l2(out, expected) <= 1e-5
+    graphs = amk.explain(compiled, print_report=False).graphs
+    broadcasts = [sum("batch dims differ or broadcast" in node.reason for node in graph.pytorch) for graph in graphs]
+    assert broadcasts == [0, 0, 1]  # batch 1 (traced static), batch 2, and the query's 2 against the cache's 1
+    assert any("matmul" in subgraph.nodes for subgraph in graphs[0].subgraphs)

@@ -30,6 +30,7 @@ from amk.frontend.importer import ImportedSubgraph, import_subgraph
 from amk.frontend.nodes import Unsupported, describe_target, fake_tensor, meta_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
+from amk.frontend.spellings import MATMUL, key_of
 from amk.frontend.stats import STATS
 from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
@@ -542,9 +543,10 @@ def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None 
 TRACE_AGAIN_POSSIBLE: ContextVar[Callable[[], bool] | None] = ContextVar("amk_trace_again_possible", default=None)
 
 
-class SqueezedSizeOne(Exception):
-    """This call's trace kept a dim of size 1 that the model squeezes (``backed_size_oblivious``): amk.compile
-    traces the call again with that dim static."""
+class SizeOneKeptSymbolic(Exception):
+    """This call's trace kept a dim of size 1 symbolic (``backed_size_oblivious``) where a static 1 matters: one that
+    the model squeezes, or a matmul's batch dim against the other operand's static 1 (PyTorch broadcasts; amk's
+    kernels take batch dims that are equal); amk.compile traces the call again with that dim static."""
 
 
 def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings) -> Callable:
@@ -552,6 +554,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     dynamic_outputs = _symbolic_output_dims(gm)  # read before the graph compiler rewrites gm
     squeezed = _squeezed_sizes(gm)
     _guard_squeezed_sizes(squeezed)  # the sizes that are symbols: this graph never runs a call where one is 1
+    _trace_broadcast_batches_of_one_again(gm)
     kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph
     eager = _eager_copy(gm) if kept_ones else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
@@ -620,7 +623,7 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, torch.SymInt | None]]) -> N
     """Make TorchDynamo trace again a call where a squeezed size is 1, rather than run this graph, whose trace kept
     that dim (and in which what the model's Python code read of the squeezed tensor, its rank or a size, was read
     with the dim kept): each symbolic size gets the guard "not 1" where this call's is not 1. Where this call's is 1,
-    amk.compile traces it again with the dim static (:class:`SqueezedSizeOne`), where it can: in its first frame,
+    amk.compile traces it again with the dim static (:class:`SizeOneKeptSymbolic`), where it can: in its first frame,
     before anything of the call ran; elsewhere (a frame resumed after a graph break) TorchDynamo is asked to skip the
     frame, which then runs as PyTorch runs it, on every call from then on (logged as a warning). A graph whose
     squeeze kept a size of 1 that is a number runs as traced, in PyTorch (:class:`_RunsAsTraced`)."""
@@ -635,12 +638,36 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, torch.SymInt | None]]) -> N
             continue
         possible = TRACE_AGAIN_POSSIBLE.get()
         if possible is not None and possible():
-            raise SqueezedSizeOne(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
+            raise SizeOneKeptSymbolic(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
         # Part of the call ran: this frame runs as PyTorch runs it, untraced, on every call from now on.
         log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame TorchDynamo resumed after a graph break, which "
                     "amk.compile cannot trace again: that frame runs in PyTorch, untraced, from now on",
                     node.name, text)
         raise torch._dynamo.exc.SkipFrame(f"amk: {node.name} squeezes a dim of size 1 ({text}) that the trace kept")
+
+
+def _trace_broadcast_batches_of_one_again(gm: GraphModule) -> None:
+    """Have amk.compile trace this call again, with its first argument's size-1 dims static, where a matmul's batch
+    dim is a symbol of size 1 in this call against the other operand's static 1 (a query batch of 1, marked dynamic,
+    against keys made from a cache passed in with its batch of 1): the kernels take equal batch dims only, so that
+    matmul would be left to PyTorch; traced static, the two are equal. Nothing where the call cannot be traced again:
+    the matmul runs in PyTorch, right for every batch."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
+
+    possible = TRACE_AGAIN_POSSIBLE.get()
+    if possible is None:
+        return
+    for node in gm.graph.nodes:
+        if key_of(node) not in MATMUL or len(node.args) < 2:
+            continue
+        lhs, rhs = (meta_value(operand) if isinstance(operand, Node) else None for operand in node.args[:2])
+        if not isinstance(lhs, torch.Tensor) or not isinstance(rhs, torch.Tensor) or not lhs.dim() == rhs.dim() > 2:
+            continue
+        for pair in zip(lhs.shape[:-2], rhs.shape[:-2]):
+            for size, other in (pair, pair[::-1]):
+                if (is_concrete_int(other) and other == 1 and not is_concrete_int(size)
+                        and not free_unbacked_symbols(size) and size.node.hint == 1 and possible()):
+                    raise SizeOneKeptSymbolic(f"{node.name}'s batch dim {size.node.expr} of size 1 meets a static 1")
 
 
 def _feeds_a_fused_subgraph(node: Node) -> bool:

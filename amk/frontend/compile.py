@@ -47,7 +47,7 @@ import torch
 from amk.build import expect_tuned_builds
 from amk.environment import being_traced, initialize
 from amk.errors import InvalidArgumentError
-from amk.frontend.backend import BACKEND_NAME, TRACE_AGAIN_POSSIBLE, SqueezedSizeOne, amk_backend, register_backend
+from amk.frontend.backend import BACKEND_NAME, TRACE_AGAIN_POSSIBLE, SizeOneKeptSymbolic, amk_backend, register_backend
 from amk.frontend.graphs import CUDAGraphed, cuda_graphed
 from amk.frontend.reports import ExplainReport
 from amk.frontend.settings import Settings, make_settings
@@ -152,15 +152,16 @@ def _call_machinery_only(codes: Sequence[types.CodeType]) -> bool:
     return False
 
 
-def _squeezed_size_one(error: Exception) -> bool:
-    """Whether ``error`` is the backend's :class:`SqueezedSizeOne` (raised only where the call can be traced again)."""
-    return isinstance(getattr(error, "inner_exception", error), SqueezedSizeOne)
+def _size_one_kept_symbolic(error: Exception) -> bool:
+    """Whether ``error`` is the backend's :class:`SizeOneKeptSymbolic` (raised only where the call can be traced
+    again)."""
+    return isinstance(getattr(error, "inner_exception", error), SizeOneKeptSymbolic)
 
 
 def _trace_to_make_again(error: Exception) -> bool:
     """Whether TorchDynamo's ``error`` is one a trace made again may avoid: a failure while it traced on fake tensors,
-    or a trace that kept a squeezed dim of size 1."""
-    return isinstance(error, torch._dynamo.exc.TorchRuntimeError) or _squeezed_size_one(error)
+    or a trace that kept a dim of size 1 symbolic where a static 1 matters."""
+    return isinstance(error, torch._dynamo.exc.TorchRuntimeError) or _size_one_kept_symbolic(error)
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -277,7 +278,7 @@ class _Caller:
         second argument's size-1 dim that broadcasts, [1, N] after [B, N], or a first argument's after a call where
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
         was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`; the backend's
-        :class:`SqueezedSizeOne`, a trace that kept a squeezed dim of size 1, is raised only then:
+        :class:`SizeOneKeptSymbolic`, a trace that kept a dim of size 1 symbolic where a static 1 matters, is raised only then:
         :meth:`_may_trace_again`); else ``error`` reaches the caller."""
         attempts = []
         if marked_size_one:
@@ -289,8 +290,8 @@ class _Caller:
         if self.size_oblivious is not None:
             attempts.append(("without backed_size_oblivious", lambda: self.call(*args, **kwargs)))
         for how, attempt in attempts:
-            # (a squeezed dim of size 1 is reported only where the call can be made again: _may_trace_again)
-            if not (self._failed_in_entry_frame(error) or _squeezed_size_one(error)):
+            # (a size-1 dim kept symbolic is reported only where the call can be made again: _may_trace_again)
+            if not (self._failed_in_entry_frame(error) or _size_one_kept_symbolic(error)):
                 log.warning("amk.compile: TorchDynamo's trace failed after part of the call may have run, so the call "
                             "is not made again: %s", str(error).splitlines()[0])
                 break
