@@ -2154,3 +2154,48 @@ def test_a_batch_of_one_against_a_cache_passed_with_a_batch_of_one_fuses_the_att
     broadcasts = [sum("batch dims differ or broadcast" in node.reason for node in graph.pytorch) for graph in graphs]
     assert broadcasts == [0, 0, 1]  # batch 1 (traced static), batch 2, and the query's 2 against the cache's 1
     assert any("matmul" in subgraph.nodes for subgraph in graphs[0].subgraphs)
+
+
+class CacheFirst(AttentionOverACache):
+    def forward(self, cache, x):
+        return super().forward(x, cache)
+
+
+def test_a_batch_the_trace_pinned_to_1_is_not_traced_again(caplog):
+    """The cache passed first: its batch of 1 is marked dynamic, and the trace's own guards pin it to 1 (the linear's
+    output meets the query's static 1), which the importer reads as a static 1: the matmul fuses as traced, with no
+    second trace (which also turns the size-1 marks off for the model's later calls)."""
+    torch.manual_seed(0)
+    model = CacheFirst().to(DEVICE)
+    compiled = amk.compile(model, verify=False)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="amk"):
+        for length in (5, 6):
+            cache, x = inputs(1, length), inputs(1, 1)
+            assert rel_l2(compiled(cache, x), model(cache, x)) <= 1e-5
+    assert not [r for r in caplog.records if "tracing again" in r.getMessage()]
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert not any("broadcast" in node.reason for node in graph.pytorch)
+
+
+class BroadcastParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Parameter(torch.randn(1, HIDDEN, HIDDEN, device=DEVICE) / 8)
+
+    def forward(self, x):
+        return torch.relu(x @ self.p) * 2
+
+
+def test_under_suppress_errors_a_batch_of_one_is_not_traced_again_but_compiled():
+    """With TorchDynamo's ``suppress_errors`` on, the backend's request to trace a call again (a matmul's batch of 1
+    against a parameter's static 1) was taken for a failure: the frame ran untraced for good, nothing compiled. There
+    the call is not traced again: the graph compiles with that matmul in PyTorch."""
+    torch.manual_seed(0)
+    model = BroadcastParameter()
+    compiled = amk.compile(model, verify=False)
+    with torch.no_grad(), torch._dynamo.config.patch(suppress_errors=True):
+        for batch in (1, 1, 2):
+            x = inputs(batch, 4)
+            assert rel_l2(compiled(x), model(x)) <= 1e-5
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert graph.subgraphs and any("broadcast" in node.reason for node in graph.pytorch)

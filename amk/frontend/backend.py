@@ -27,7 +27,7 @@ from amk.errors import InvalidArgumentError
 from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
-from amk.frontend.nodes import Unsupported, describe_target, fake_tensor, meta_value
+from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.spellings import MATMUL, key_of
@@ -640,18 +640,19 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, torch.SymInt | None]]) -> N
         if possible is not None and possible():
             raise SizeOneKeptSymbolic(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
         # Part of the call ran: this frame runs as PyTorch runs it, untraced, on every call from now on.
-        log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame TorchDynamo resumed after a graph break, which "
-                    "amk.compile cannot trace again: that frame runs in PyTorch, untraced, from now on",
-                    node.name, text)
+        log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame that amk.compile cannot trace again (one "
+                    "TorchDynamo resumed after a graph break, or any under its suppress_errors): that frame runs in "
+                    "PyTorch, untraced, from now on", node.name, text)
         raise torch._dynamo.exc.SkipFrame(f"amk: {node.name} squeezes a dim of size 1 ({text}) that the trace kept")
 
 
 def _trace_broadcast_batches_of_one_again(gm: GraphModule) -> None:
-    """Have amk.compile trace this call again, with its first argument's size-1 dims static, where a matmul's batch
-    dim is a symbol of size 1 in this call against the other operand's static 1 (a query batch of 1, marked dynamic,
-    against keys made from a cache passed in with its batch of 1): the kernels take equal batch dims only, so that
-    matmul would be left to PyTorch; traced static, the two are equal. Nothing where the call cannot be traced again:
-    the matmul runs in PyTorch, right for every batch."""
+    """Have amk.compile trace this call again (:meth:`~amk.frontend.compile._Caller._call_again`: with the first
+    argument's size-1 dims static, or else without ``backed_size_oblivious``) where a matmul's batch dim is a symbol
+    of size 1 in this call against the other operand's static 1 (a query batch of 1, marked dynamic, against keys
+    made from a cache passed in with its batch of 1): the kernels take equal batch dims only, so that matmul would be
+    left to PyTorch; traced static, the two are equal. Nothing where the call cannot be traced again: the matmul runs
+    in PyTorch, right for every batch."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
 
     possible = TRACE_AGAIN_POSSIBLE.get()
@@ -665,7 +666,8 @@ def _trace_broadcast_batches_of_one_again(gm: GraphModule) -> None:
             continue
         for pair in zip(lhs.shape[:-2], rhs.shape[:-2]):
             for size, other in (pair, pair[::-1]):
-                if (is_concrete_int(other) and other == 1 and not is_concrete_int(size)
+                # (a symbol that the trace's guards pinned to 1 is a static 1 to the importer already)
+                if (is_concrete_int(other) and other == 1 and not is_concrete_int(size) and not dim_of(size).is_static
                         and not free_unbacked_symbols(size) and size.node.hint == 1 and possible()):
                     raise SizeOneKeptSymbolic(f"{node.name}'s batch dim {size.node.expr} of size 1 meets a static 1")
 

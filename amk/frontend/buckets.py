@@ -72,7 +72,8 @@ class SharedValues:
 @dataclass(frozen=True)
 class SizeBuckets:
     """The dynamic sizes of one subgraph: ``symbols`` in the order a call's sizes are read, the first ``row_symbols``
-    of them the row symbols (their product is M), the others kept exact."""
+    of them the row symbols (their product is M), the others the exact symbols (numbers in the builds of their first
+    ``MAX_EXACT_VALUES`` values)."""
 
     symbols: tuple[str, ...]
     row_symbols: int
@@ -112,7 +113,8 @@ class SizeBuckets:
 
     @property
     def exact_symbols(self) -> tuple[str, ...]:
-        """The symbols not bucketed: each value is its own build, in which it is a number."""
+        """The symbols not bucketed as rows: each of their first ``MAX_EXACT_VALUES`` values is a build of its own, in
+        which it is a number; later values share a build per bucket (:meth:`key`)."""
         return self.symbols[self.row_symbols:]
 
     def key(self, sizes: Sequence[int], built: Iterable[Hashable] = ()) -> Hashable:

@@ -278,8 +278,8 @@ class _Caller:
         second argument's size-1 dim that broadcasts, [1, N] after [B, N], or a first argument's after a call where
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
         was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`; the backend's
-        :class:`SizeOneKeptSymbolic`, a trace that kept a dim of size 1 symbolic where a static 1 matters, is raised only then:
-        :meth:`_may_trace_again`); else ``error`` reaches the caller."""
+        :class:`SizeOneKeptSymbolic`, a trace that kept a dim of size 1 symbolic where a static 1 matters, is raised
+        only then: :meth:`_may_trace_again`); else ``error`` reaches the caller."""
         attempts = []
         if marked_size_one:
             # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then
@@ -309,7 +309,11 @@ class _Caller:
         """Whether the graph TorchDynamo compiles now (the caller being its compiler) is of this call's first frame,
         with nothing of the call run yet: no forward pre-hook or wrapper ran before it (:meth:`_forward_first`), and
         between this caller's frame and TorchDynamo's frame conversion there is call machinery only (a callee traced
-        on its own, or a function resumed after a graph break, runs inside a frame of the model)."""
+        on its own, or a function resumed after a graph break, runs inside a frame of the model); never while
+        TorchDynamo's ``suppress_errors`` is on, which would take the backend's request to trace again for a failure
+        and run the frame untraced for good."""
+        if torch._dynamo.config.suppress_errors:
+            return False
         codes, frame = [], sys._getframe(1)
         while frame is not None and frame.f_code is not _Caller._traced_call.__code__:
             codes.append(frame.f_code)
