@@ -114,10 +114,14 @@ def test_values_of_exact_symbols_past_the_last_exact_build_share_buckets():
     assert features.key((70, 127), [*built, shared]) == (128, SharedValues(128))  # shared buckets do not count
     assert features.label(shared) == "2 <= M <= 16, 65 <= s1 <= 128"
     assert features.bound_sizes(shared) == {} and features.bound_sizes(built[0]) == {"s1": 100}
-    # Built for the call that asks for it: other dims may be computed from several shared symbols (a causal mask's
-    # slice [S - T:S] of a buffer), and their buckets' bounds together need not be the sizes of a call.
-    assert features.hints(shared, (3, 104)) == {"s0": 16, "s1": 104}
-    assert features.hints(shared) == {"s0": 16, "s1": 128}
+    # Built at the bucket's bound where the symbol is only ever a whole dim; for the call that asks for it where a
+    # dim computes with it (a causal mask's slice [S - T:S] of a buffer): the bounds of several such symbols
+    # together need not be the sizes of a call.
+    whole = SizeBuckets.of([[Dim("s0"), Dim("s1")]], [[Dim("s0"), Dim("s1")]])
+    assert whole == features and whole.hints(shared, (3, 104)) == {"s0": 16, "s1": 128}
+    sliced = SizeBuckets.of([[Dim("s0"), Dim("s1")], [Dim("Min(128, s1 + 1)")]], [[Dim("s0"), Dim("s1")]])
+    assert sliced.whole_dims == {"s0"} and sliced.hints(shared, (3, 104)) == {"s0": 16, "s1": 104}
+    assert sliced.hints(shared) == {"s0": 16, "s1": 128}
     assert SizeBuckets(("s0",), 1).bound_sizes(16) == {}
     assert bucket_label(64, "s1") == "17 <= s1 <= 64"
     # A symbol with one value in every exact build stays a number: a feature size beside a changing length.

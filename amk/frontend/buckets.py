@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -77,6 +77,9 @@ class SizeBuckets:
 
     symbols: tuple[str, ...]
     row_symbols: int
+    # The symbols that no dim of the arguments or results computes with: each only ever a whole dim (a key length,
+    # not a causal mask's slice [S - T:S]), so that any value of it, a bucket's bound too, makes sizes of some call.
+    whole_dims: frozenset[str] = field(default=frozenset(), compare=False)
 
     @staticmethod
     def of(argument_dims: Sequence[Sequence], result_dims: Sequence[Sequence]) -> SizeBuckets:
@@ -109,7 +112,10 @@ class SizeBuckets:
             if dims and not per_row(dims):
                 columns.update(dims[-1].free_symbols)
         row_symbols = tuple(symbol for symbol in rows if symbol in symbols and symbol not in columns)
-        return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols))
+        computed = {symbol for dims in [*argument_dims, *result_dims] for dim in dims if len(dim.free_symbols) > 1
+                    or dim.free_symbols and str(dim.expr) not in dim.free_symbols for symbol in dim.free_symbols}
+        return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols),
+                           frozenset(symbols - computed))
 
     @property
     def exact_symbols(self) -> tuple[str, ...]:
@@ -147,10 +153,10 @@ class SizeBuckets:
 
     def hints(self, key: Hashable, sizes: Sequence[int] | None = None) -> dict[str, int]:
         """The values the bucket ``key`` is built for: the row symbols multiply to the bucket's upper bound, the exact
-        symbols take their values, and those whose values are shared the call's (other dims may be computed from
-        several of them, as a slice of a causal mask is, and their buckets' upper bounds together need not be sizes
-        of any call: a slice of 0 rows), else their buckets' upper bounds. With the ``sizes`` of the call that asks
-        for the bucket (``symbols`` order), the outer row symbols keep the call's values where their product fits the
+        symbols take their values, and those whose values are shared their buckets' upper bounds, but for one that a
+        dim computes with, which takes the call's value, where there is a call (a slice of a causal mask computed from
+        two such symbols, each at its bound, had 0 rows and a contraction of 128 against 129: sizes of no call). With
+        the ``sizes`` of the call that asks for the bucket (``symbols`` order), the outer row symbols keep the call's values where their product fits the
         bound and the first row symbol makes up the rest, rounded down (a batched matmul's kernel, which repeats over
         the outer ones, is then tuned for the call's batch: attention's queries 512 rows times 128 batch and heads,
         not 65536 rows of one matrix); otherwise the first row symbol takes the whole bound and the others 1. The
@@ -162,8 +168,9 @@ class SizeBuckets:
         if not outer or not 0 < math.prod(outer) <= bound:  # an empty batch (0) as well as one too large
             outer = [1] * (self.row_symbols - 1)
         first = bound // math.prod(outer)
-        exact = [value if not isinstance(value, SharedValues) else value.bound if sizes is None
-                 else sizes[self.row_symbols + i] for i, value in enumerate(exact)]
+        exact = [value if not isinstance(value, SharedValues)
+                 else value.bound if sizes is None or symbol in self.whole_dims else sizes[self.row_symbols + i]
+                 for i, (symbol, value) in enumerate(zip(self.exact_symbols, exact))]
         return {**dict(zip(rows, [first, *outer])), **dict(zip(self.exact_symbols, exact))}
 
     def key_for_rows(self, rows: int, example: Sequence[int]) -> Hashable:
