@@ -19,7 +19,9 @@ with a weight passed as an argument); each of its values is its own build, tuned
 number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it), up to
 ``MAX_EXACT_VALUES`` values: a size that keeps changing (attention's key length while decoding, one more each step)
 would otherwise build and tune kernels on every step, so from then on a new value shares the build of its bucket
-(buckets as M's), in which the symbol stays symbolic (masked tiles, loops bounded at run time). A bucket is built at
+(buckets as M's), in which the symbol stays symbolic (masked tiles, loops bounded at run time), tuned at the
+bucket's upper bound (at its first call where a dim computes with the symbol: see :meth:`SizeBuckets.hints`). A row
+bucket is built at
 its upper bound: the row symbols multiply to the bucket's largest M (a kernel sees their product; a batched matmul's
 kernel, ``q @ k^T``, sees the first, the innermost, as its rows and repeats over the others): the outer ones keep
 the values of the call that asks for the bucket where they fit, the innermost (a sequence rather than a batch) makes
@@ -112,6 +114,7 @@ class SizeBuckets:
             if dims and not per_row(dims):
                 columns.update(dims[-1].free_symbols)
         row_symbols = tuple(symbol for symbol in rows if symbol in symbols and symbol not in columns)
+        # A dim that is an expression (s1 + 1, Min(128, s0 + s1)) computes with its symbols.
         computed = {symbol for dims in [*argument_dims, *result_dims] for dim in dims if len(dim.free_symbols) > 1
                     or dim.free_symbols and str(dim.expr) not in dim.free_symbols for symbol in dim.free_symbols}
         return SizeBuckets(row_symbols + tuple(sorted(symbols - set(row_symbols))), len(row_symbols),
