@@ -590,13 +590,27 @@ def _squeeze_operands(node: Node) -> tuple[Node, list[int] | None] | None:
     return (source, dims if named else None) if isinstance(source, Node) else None
 
 
+def _can_trace_again() -> bool:
+    """Whether amk.compile can trace again the call whose graph compiles now (:data:`TRACE_AGAIN_POSSIBLE`)."""
+    possible = TRACE_AGAIN_POSSIBLE.get()
+    return possible is not None and possible()
+
+
+def _backed_symbol(size) -> bool:
+    """Whether a traced size is a symbol with a value in this call: not a number, nor data-dependent (unbacked, from
+    ``.item()``), which torch.compile itself takes for not 1, as Inductor does."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
+
+    return not is_concrete_int(size) and not free_unbacked_symbols(size)
+
+
 def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, torch.SymInt | None]]:
     """The sizes of 1 that a squeeze in ``gm`` may have kept where PyTorch drops them, each with the squeeze:
     amk.compile traces with ``backed_size_oblivious`` (a batch of 1 then shares the graph of every batch), under
     which TorchDynamo takes a dim that is a symbol for not 1, keeps it and guards nothing; and a size the trace found
     equal to 1 only after the squeeze (a guard of a later op) was kept as well (None: the graph keeps it on every
     call)."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
     squeezed: list[tuple[Node, torch.SymInt | None]] = []
     for node in gm.graph.nodes:
@@ -614,8 +628,7 @@ def _squeezed_sizes(gm: GraphModule) -> list[tuple[Node, torch.SymInt | None]]:
         ones = sum(is_concrete_int(size) and size == 1 for size in sizes)
         if value.dim() - result.dim() < ones:
             squeezed.append((node, None))
-        # A data-dependent size (unbacked, from .item()) is taken for not 1 by torch.compile itself, as by Inductor.
-        squeezed += [(node, size) for size in sizes if not is_concrete_int(size) and not free_unbacked_symbols(size)]
+        squeezed += [(node, size) for size in sizes if _backed_symbol(size)]
     return squeezed
 
 
@@ -636,8 +649,7 @@ def _guard_squeezed_sizes(squeezed: list[tuple[Node, torch.SymInt | None]]) -> N
         if size.node.hint != 1:
             guard_bool(size != 1)
             continue
-        possible = TRACE_AGAIN_POSSIBLE.get()
-        if possible is not None and possible():
+        if _can_trace_again():
             raise SizeOneKeptSymbolic(f"{node.name} squeezes a dim of size 1 ({text}) that the trace kept")
         # Part of the call ran: this frame runs as PyTorch runs it, untraced, on every call from now on.
         log.warning("amk: %s squeezes a dim of size 1 (%s) in a frame that amk.compile cannot trace again (one "
@@ -653,11 +665,8 @@ def _trace_broadcast_batches_of_one_again(gm: GraphModule) -> None:
     made from a cache passed in with its batch of 1): the kernels take equal batch dims only, so that matmul would be
     left to PyTorch; traced static, the two are equal. Nothing where the call cannot be traced again: the matmul runs
     in PyTorch, right for every batch."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, is_concrete_int
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    possible = TRACE_AGAIN_POSSIBLE.get()
-    if possible is None:
-        return
     for node in gm.graph.nodes:
         if key_of(node) not in MATMUL or len(node.args) < 2:
             continue
@@ -667,8 +676,8 @@ def _trace_broadcast_batches_of_one_again(gm: GraphModule) -> None:
         for pair in zip(lhs.shape[:-2], rhs.shape[:-2]):
             for size, other in (pair, pair[::-1]):
                 # (a symbol that the trace's guards pinned to 1 is a static 1 to the importer already)
-                if (is_concrete_int(other) and other == 1 and not is_concrete_int(size) and not dim_of(size).is_static
-                        and not free_unbacked_symbols(size) and size.node.hint == 1 and possible()):
+                if (is_concrete_int(other) and other == 1 and _backed_symbol(size) and not dim_of(size).is_static
+                        and size.node.hint == 1 and _can_trace_again()):
                     raise SizeOneKeptSymbolic(f"{node.name}'s batch dim {size.node.expr} of size 1 meets a static 1")
 
 
