@@ -78,12 +78,8 @@ import functools
 import gc
 import json
 import math
-import os
-import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,7 +87,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from workloads import ROWS, Row, relative_error
+from workloads import ROWS, Row, fresh_caches, gpu_slug, relative_error
 
 import amk
 from amk.benchmarking import environment, host_us, time_ms
@@ -452,14 +448,6 @@ def write_reports(document: dict, out: Path, stem: str) -> str:
     return markdown
 
 
-def gpu_slug(gpu_name: str) -> str:
-    """``NVIDIA H200`` -> ``h200``; ``cpu`` without a GPU."""
-    if not torch.cuda.is_available():
-        return "cpu"
-    words = re.findall(r"[a-z0-9]+", gpu_name.lower())
-    return "-".join(word for word in words if word != "nvidia") or "gpu"
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, from " + ", ".join(ROWS))
@@ -503,25 +491,6 @@ def main(argv=None) -> None:
         parser.error("without a GPU the kernels run in Triton's interpreter: use --small (tiny shapes)")
     with contextlib.nullcontext() if args.warm_caches else fresh_caches():
         run_rows(args, names, chosen, on_gpu, argv)
-
-
-@contextlib.contextmanager
-def fresh_caches():
-    """amk's, Inductor's and Triton's caches in a new temporary folder while the rows run (so that first calls are
-    cold), the environment put back and the folder removed afterwards."""
-    caches = Path(tempfile.mkdtemp(prefix="amk-models-"))
-    variables = {"AMK_CACHE_DIR": "amk", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
-    saved = {variable: os.environ.get(variable) for variable in variables}
-    os.environ.update({variable: str(caches / folder) for variable, folder in variables.items()})
-    try:
-        yield caches
-    finally:
-        for variable, value in saved.items():
-            if value is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = value
-        shutil.rmtree(caches, ignore_errors=True)
 
 
 def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_gpu: bool, argv) -> None:

@@ -1,6 +1,6 @@
 """What the benchmark suite and its probes share: the workloads A-G (ops, shapes, dtype, eager reference, FLOPs),
 their extra shapes, their inputs, the H200's ceilings for the roofline floor, error and traffic measures, the
-command line, rows and results files of the probes under ``benchmarks/probes/``, and the rows of the model benchmark
+command line, rows and results files of the probes under ``benchmarks/probes/``, the rows of the model benchmark
 (``ROWS``: ``nn.Module``s written as people write them, measured by ``models.py`` and profiled by the probes).
 
 ``run.py`` and every script of ``benchmarks/`` import this module and nothing else of ``benchmarks/``; a probe puts
@@ -11,12 +11,18 @@ the library's one timer, :func:`amk.benchmarking.time_ms`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import os
+import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -152,6 +158,33 @@ def make_inputs(workload: Workload, shapes, device) -> list[torch.Tensor]:
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
+
+
+def gpu_slug(gpu_name: str) -> str:
+    """``NVIDIA H200`` -> ``h200``; ``cpu`` without a GPU."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    words = re.findall(r"[a-z0-9]+", gpu_name.lower())
+    return "-".join(word for word in words if word != "nvidia") or "gpu"
+
+
+@contextlib.contextmanager
+def fresh_caches():
+    """amk's, Inductor's and Triton's caches in a new temporary folder while a script measures (so that first calls
+    are cold), the environment put back and the folder removed afterwards."""
+    caches = Path(tempfile.mkdtemp(prefix="amk-models-"))
+    variables = {"AMK_CACHE_DIR": "amk", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+    saved = {variable: os.environ.get(variable) for variable in variables}
+    os.environ.update({variable: str(caches / folder) for variable, folder in variables.items()})
+    try:
+        yield caches
+    finally:
+        for variable, value in saved.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+        shutil.rmtree(caches, ignore_errors=True)
 
 
 # What benchmarks/build_time.py and probes/build_profile.py build: the workloads and the usage examples' chains
