@@ -474,7 +474,8 @@ def test_a_module_class_of_torch_is_traced_again_too():
 
 def test_a_failed_trace_after_a_graph_break_is_not_made_again():
     """Where the failed trace follows a graph break, the code before it has run (here a call the model logs): making
-    the call again would repeat it. The error is raised once, and the next call traces with no size-1 dim dynamic."""
+    the call again would repeat it. The error is raised once, and the next call traces with no size-1 dim dynamic
+    and without the size-oblivious flag (with it, every later call failed the same way)."""
     calls = []
 
     @torch._dynamo.disable
@@ -492,7 +493,7 @@ def test_a_failed_trace_after_a_graph_break_is_not_made_again():
 
     model = Logged().to(DEVICE)
     compiled = amk.compile(model, autotune=False)
-    x = inputs(1, 1)
+    x = torch.randn(1, HIDDEN, device=DEVICE)  # a batch of 1, broadcast against the table's 4 rows
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
         compiled(x)
     assert len(calls) == 1
@@ -502,12 +503,14 @@ def test_a_failed_trace_after_a_graph_break_is_not_made_again():
     # The same failure on a later call, whose first frame TorchDynamo finds compiled: only the resumed function
     # (named torch_dynamo_resume_in_forward_at_N, with forward's file and lines) is traced, after note() ran.
     calls.clear()
-    compiled = amk.compile(Logged().to(DEVICE), autotune=False)
-    for batch in (2, 3):
-        compiled(inputs(batch, 4))
+    model = Logged().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    compiled(torch.randn(4, HIDDEN, device=DEVICE))
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
-        compiled(inputs(2, 1))
-    assert len(calls) == 3
+        compiled(x)
+    assert len(calls) == 2
+    for batch in (x, torch.randn(4, HIDDEN, device=DEVICE), x):
+        torch.testing.assert_close(compiled(batch), model(batch), atol=ATOL, rtol=RTOL)
 
 
 def test_a_failed_trace_of_a_submodule_traced_on_its_own_is_not_made_again():
@@ -1682,6 +1685,43 @@ def test_outputs_without_a_grad_history_in_pytorch_have_none():
     model(x)[1].sum().backward()
     torch.testing.assert_close(gradient, model.head.weight.grad, atol=1e-4, rtol=1e-4)
 
+
+def test_an_input_returned_unchanged_is_that_input_while_grad_is_recorded():
+    """Meta Llama's ``cache_k.to(xq)``, a no-op ``.to``, then the new keys written in place through its result:
+    eager's ``.to`` returns the cache itself, so the cache gets them. While a grad history was recorded, amk's
+    subgraph returned a copy of the cache: the writes never reached it and every step attended to zeros (rel error
+    0.66 from the first step)."""
+
+    class CachedAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(16, 16, bias=False)
+            self.wk = nn.Linear(16, 16, bias=False)
+
+        def forward(self, x, start: int, cache):
+            tokens = x.shape[1]
+            xq, xk = self.wq(x), self.wk(x)
+            keys = cache.to(xq)  # the cache itself: same dtype and device
+            keys[:, start:start + tokens] = xk
+            keys = keys[:, :start + tokens]
+            return torch.softmax(xq @ keys.transpose(1, 2), -1) @ keys
+
+    model = CachedAttention().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    cache, expected_cache = torch.zeros(2, 16, 16, device=DEVICE), torch.zeros(2, 16, 16, device=DEVICE)
+    x = torch.randn(2, 16, 16, device=DEVICE)
+    start = 0
+    for tokens in (4, 1, 1):
+        step = x[:, start:start + tokens]
+        out, expected = compiled(step, start, cache), model(step, start, expected_cache)
+        torch.testing.assert_close(cache, expected_cache, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
+        start += tokens
+    out.sum().backward()
+    gradient = model.wq.weight.grad.clone()
+    model.wq.weight.grad = None
+    expected.sum().backward()
+    torch.testing.assert_close(gradient, model.wq.weight.grad, atol=1e-4, rtol=1e-4)
 
 def test_identical_layers_share_one_compiled_program(tmp_path):
     """Through the build service's cache: the second layer's subgraph is a hit on the first one's entry."""

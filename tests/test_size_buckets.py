@@ -461,6 +461,42 @@ def test_a_second_argument_may_broadcast_after_a_call_where_it_did_not(tmp_path)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
 
 
+
+class _CausalUnlessOneToken(torch.nn.Module):
+    """Layers of attention as Hugging Face's SDPA attention writes it: ``is_causal = q_len > 1 and ...``, a Python
+    bool that ``scaled_dot_product_attention`` requires, with the keys of a cache passed in."""
+
+    def __init__(self, layers: int = 3):
+        super().__init__()
+        self.projections = torch.nn.ModuleList(torch.nn.Linear(FEATURES, FEATURES) for _ in range(layers))
+
+    def forward(self, x, caches):
+        tokens = x.shape[1]
+        for index, projection in enumerate(self.projections):
+            q = projection(x)
+            keys = caches[index][:, :tokens] if tokens > 1 else caches[index]
+            is_causal = tokens > 1 and projection.training is False
+            x = x + torch.nn.functional.scaled_dot_product_attention(q, keys, keys, is_causal=is_causal)
+        return x
+
+
+def test_a_decoding_steps_one_token_is_a_number_the_model_may_test():
+    """A prompt of 4 tokens, then steps of one: the step's length of 1 was marked dynamic (or made so by TorchDynamo's
+    automatic dynamic shapes under amk's size-oblivious tracing), so ``q_len > 1`` was a SymBool, a graph break at
+    ``scaled_dot_product_attention`` in every layer and a recompile of each resumed layer (past 8, TorchDynamo's
+    limit, the rest ran untraced). Now the step's length is static as in torch.compile: two graphs, no break."""
+    model = _CausalUnlessOneToken().to(DEVICE).eval()
+    compiled = amk.compile(model, autotune=False)
+    caches = [torch.randn(2, 6, FEATURES, device=DEVICE) for _ in model.projections]
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    with torch.no_grad():
+        for tokens in (4, 1, 1, 1):
+            x = torch.randn(2, tokens, FEATURES, device=DEVICE)
+            torch.testing.assert_close(compiled(x, caches), model(x, caches), atol=1e-5, rtol=1e-5)
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == breaks
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
+
 class _LinearsAcrossAGraphBreak(torch.nn.Module):
     """``softmax(linear(relu(linear(x))))`` with a graph break after the ReLU: TorchDynamo resumes the rest of
     ``forward`` in a frame of its own, whose argument is the first graph's output, not a tensor amk.compile marks."""
@@ -513,14 +549,18 @@ def test_the_mark_is_the_installed_torchs_whatever_was_imported_before():
 
 def test_a_trace_failing_after_a_graph_break_is_not_made_again(tmp_path):
     """The same failure in the frame resumed after a graph break: the graph before it has run (and the Python between
-    them), so the call is not made again; the error reaches the caller."""
+    them), so the call is not made again; the error reaches the caller. Later calls trace without the size-oblivious
+    flag: they failed the same way, every one of them (a decoding loop raised on every step)."""
     model = _GeluOfLinearPlus(graph_break=True).to(DEVICE)
     compiled = amk.compile(model, tuner_config=TunerConfig(target_cache_dir=tmp_path))
     with torch.no_grad():
         compiled(batch(4), torch.randn(4, FEATURES, device=DEVICE))
         with pytest.raises(torch._dynamo.exc.TorchRuntimeError):
             compiled(batch(4), torch.randn(1, FEATURES, device=DEVICE))
-    assert model.breaks == 2  # once a call: what ran before the failed frame ran once, not again
+        assert model.breaks == 2  # once a call: what ran before the failed frame ran once, not again
+        for rows, cond_rows in [(4, 1), (6, 1), (6, 6), (1, 1)]:
+            x, cond = batch(rows), torch.randn(cond_rows, FEATURES, device=DEVICE)
+            torch.testing.assert_close(compiled(x, cond), model(x, cond), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.skipif(GPU, reason="checks the untimed report of a CPU build")

@@ -210,6 +210,21 @@ def _row_major(value: torch.Tensor) -> bool:
     return True
 
 
+def _returned_arguments(imported: ImportedSubgraph) -> tuple[list[tuple[int, Node]], list[Node]]:
+    """The outputs that are arguments returned unchanged (a no-op ``.to``), each as (its position among the outputs,
+    the argument's graph node); and those of the arguments that nothing else reads."""
+    from xdsl.dialects import func
+
+    function = imported.function
+    returned = next(op for op in function.body.block.ops if isinstance(op, func.ReturnOp))
+    arguments = {argument: source.node for argument, source in zip(function.body.block.args, imported.sources)}
+    outputs = [(position, arguments[value]) for position, value in enumerate(returned.operands)
+               if arguments.get(value) is not None]
+    only_returned = [arguments[value] for value in dict.fromkeys(returned.operands)
+                     if arguments.get(value) is not None and all(use.operation is returned for use in value.uses)]
+    return outputs, only_returned
+
+
 def _outputs_laid_out_by(imported: ImportedSubgraph) -> list[Node]:
     """The subgraph's inputs from which an output is computed other than through a matmul: PyTorch may lay that
     output out as the input (an elementwise op's result, a hand-written norm's, of a transposed input is transposed),
@@ -485,10 +500,13 @@ class _GraphCompiler:
                                    if not getattr(meta_value(node), "requires_grad", True))
         row_major_inputs = tuple(index_of(node) for node in _outputs_laid_out_by(imported)
                                  if _strides_traced_free(meta_value(node)))
+        returned, only_returned = _returned_arguments(imported)
+        returned_arguments = tuple((position, index_of(node)) for position, node in returned)
         runner = FusedSubgraph(name, result.build_bucket, result.first, fallback, len(inputs), program_args, constants,
                                guards, symbols, result.sizes, self.settings.verify,
                                None if untimed else self.settings.tuner_config or TunerConfig(), untimed or "",
-                               result.report, non_differentiable, row_major_inputs)
+                               result.report, non_differentiable, row_major_inputs, returned_arguments,
+                               tuple(index_of(node) for node in only_returned))
         if result.sizes.row_symbols:
             for rows in self.settings.tune_sizes:  # the buckets asked for, built ahead of their first call
                 runner.bucket_for_rows(rows, result.example)

@@ -19,8 +19,8 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 
 Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``;
 every dim of integer and boolean ones: token ids, positions, masks) and traces with ``backed_size_oblivious`` so
-that a size of 1 is not specialized (the first tensor argument's only, as other arguments' size-1 dims usually
-broadcast: ``_mark_leading_dims``); the imported IR then has
+that a size of 1 is not specialized (the first tensor argument's first dim only, its batch: other arguments' size-1
+dims usually broadcast, and its own others are tested: ``_mark_leading_dims``); the imported IR then has
 symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
 size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
 time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
@@ -93,32 +93,50 @@ def _leading_dims(values):
             yield from _leading_dims(value.values())
 
 
-# Dims of size 1 are marked dynamic on the first tensor argument only (a batch of 1 of the model's input then serves
-# every batch), not on the others: a dim marked dynamic is traced as "not 1", so one that broadcasts (RoPE's cos
-# [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a compile more
-# for every new batch. A call whose trace fails with them marked is traced again with none (see _Caller).
+# A dim of size 1 is marked dynamic on the first tensor argument's first dim only: a batch of 1 of the model's input
+# then serves every batch. Not on other arguments: a dim marked dynamic is traced as "not 1", so one that broadcasts
+# (RoPE's cos [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a
+# compile more for every new batch (a call whose trace fails with them marked is traced again with none: see
+# _Caller). The first argument's other dims of size 1 (a decoding step's one token) are marked static, as
+# torch.compile has them: a model tests them (Hugging Face's ``is_causal = q_len > 1 and ...``), and traced symbolic,
+# as TorchDynamo's automatic dynamic shapes would keep them under backed_size_oblivious, the test is a SymBool where
+# PyTorch takes a bool (a graph break at scaled_dot_product_attention, then a recompile per layer).
 
 
 def _mark_leading_dims(values, first_size_one: bool) -> bool:
-    """Mark the leading dims of the tensor arguments dynamic, those of size 1 on the first tensor argument too where
-    ``first_size_one``; whether one of size 1 was marked."""
+    """Mark the leading dims of the tensor arguments dynamic, the first tensor argument's first dim too where it is 1
+    and ``first_size_one``, and its other dims of size 1 static; whether a dim of size 1 was marked dynamic."""
     marked_size_one = False
     first = None
     for tensor, axis in _leading_dims(values):
         first = tensor if first is None else first
-        one = tensor.shape[axis] == 1
-        if not one or (first_size_one and tensor is first):
+        if tensor.shape[axis] != 1:
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
-            marked_size_one = marked_size_one or one
+        elif tensor is first and axis == 0 and first_size_one:
+            torch._dynamo.maybe_mark_dynamic(tensor, axis)
+            marked_size_one = True
+        elif tensor is first:
+            _mark_static(tensor, axis)
     return marked_size_one
 
 
+def _mark_static(tensor: torch.Tensor, axis: int) -> None:
+    """Mark a dim of size 1 static, unless it is marked dynamic already (by the user, or by amk on an earlier call of
+    the same tensor: TorchDynamo gives that mark precedence, and a mark taken back would change its guards)."""
+    if axis not in getattr(tensor, "_dynamo_dynamic_indices", ()) and \
+            axis not in getattr(tensor, "_dynamo_weak_dynamic_indices", ()):
+        torch._dynamo.mark_static(tensor, axis)
+
+
 def _unmark_size_one_dims(values) -> None:
-    """Take back the dynamic marks of the leading dims of size 1 (``maybe_mark_dynamic`` keeps its marks in this set;
-    torch has no call that removes one)."""
+    """Take back the first tensor argument's dynamic mark of a dim of size 1 (``maybe_mark_dynamic`` keeps its marks
+    in this set; torch has no call that removes one) and mark it static, as later calls' are (TorchDynamo guards the
+    marks: a trace with that dim unmarked would not serve them)."""
+    first = next(_leading_dims(values), (None, None))[0]
     for tensor, axis in _leading_dims(values):
-        if tensor.shape[axis] == 1:
+        if tensor is first and tensor.shape[axis] == 1:
             getattr(tensor, "_dynamo_weak_dynamic_indices", set()).discard(axis)
+            _mark_static(tensor, axis)
 
 
 def _dynamo_sources() -> str:
@@ -279,7 +297,8 @@ class _Caller:
         it was not 1; without the flag such a dim specializes to 1, a compile more). Each only while the failed trace
         was of the call's first frame, nothing of the call having run (:meth:`_failed_in_entry_frame`; the backend's
         :class:`SizeOneKeptSymbolic`, a trace that kept a dim of size 1 symbolic where a static 1 matters, is raised
-        only then: :meth:`_may_trace_again`); else ``error`` reaches the caller."""
+        only then: :meth:`_may_trace_again`); else ``error`` reaches the caller, and later calls trace without the
+        flag."""
         attempts = []
         if marked_size_one:
             # Later calls trace with no size-1 dim dynamic (those left static specialize: a batch of 1, then
@@ -292,8 +311,11 @@ class _Caller:
         for how, attempt in attempts:
             # (a size-1 dim kept symbolic is reported only where the call can be made again: _may_trace_again)
             if not (self._failed_in_entry_frame(error) or _size_one_kept_symbolic(error)):
+                # The failed trace (a frame resumed after a graph break) would fail the same way on every later call.
+                self.size_oblivious = None
                 log.warning("amk.compile: TorchDynamo's trace failed after part of the call may have run, so the call "
-                            "is not made again: %s", str(error).splitlines()[0])
+                            "is not made again; later calls trace without backed_size_oblivious (a batch of 1 then "
+                            "compiles graphs of its own): %s", str(error).splitlines()[0])
                 break
             log.info("amk.compile: TorchDynamo's trace failed in the call's first frame (%s); tracing again %s",
                      str(error).splitlines()[0], how)

@@ -57,19 +57,23 @@ class _Recompute(torch.autograd.Function):
         ctx.positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ctx.others = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
         ctx.count = len(args)
-        # Autograd refuses to save a tensor made under inference mode (features of a frozen backbone); such a tensor
-        # never changes outside that mode, so the context holds it as it is, as eager's ops, which never save it here.
-        ctx.inference = {i: args[i] for i in ctx.positions if args[i].is_inference()}
-        ctx.saved_positions = [i for i in ctx.positions if i not in ctx.inference]
+        # Held as they are, unsaved: a tensor made under inference mode (features of a frozen backbone), which
+        # autograd refuses to save and which never changes outside that mode, as eager's ops never save it here; and an
+        # argument only returned unchanged, which no gradient reads and which a model may write in place after the
+        # call (a cache's new keys), as eager's no-op .to does not save it.
+        ctx.held = {i: args[i] for i in ctx.positions if args[i].is_inference() or i in runner.only_returned}
+        ctx.saved_positions = [i for i in ctx.positions if i not in ctx.held]
         ctx.save_for_backward(*[args[i] for i in ctx.saved_positions])
         # Autocast is a thread's state that backward does not inherit: the nodes are recomputed under the forward's
         # (a Linear reading a bf16 activation with an fp32 weight cannot run without it), as torch.amp.custom_bwd does.
         device = runner.device.type
         ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         outputs = runner.launch(args)
-        inputs = {id(args[i]) for i in ctx.positions}
-        outputs = tuple(o.clone() if id(o) in inputs else o for o in outputs)
-        ctx.mark_non_differentiable(*(outputs[i] for i in runner.non_differentiable))
+        # An input returned unchanged (a no-op .to) is given back as itself by FusedSubgraph.forward; here it is an
+        # alias without a grad history, not a copy: a model writes in place through it (a cache's new keys).
+        returned = {position for position, _ in runner.returned_arguments}
+        outputs = tuple(o.detach() if i in returned else o for i, o in enumerate(outputs))
+        ctx.mark_non_differentiable(*(outputs[i] for i in {*runner.non_differentiable, *returned}))
         return outputs
 
     @staticmethod
@@ -79,7 +83,7 @@ class _Recompute(torch.autograd.Function):
         create_graph = builds_graph()
         args = [None] * ctx.count
         wanted = []
-        for position, tensor in [*zip(ctx.saved_positions, ctx.saved_tensors), *ctx.inference.items()]:
+        for position, tensor in [*zip(ctx.saved_positions, ctx.saved_tensors), *ctx.held.items()]:
             needs = ctx.needs_input_grad[position + 1]
             args[position] = recomputation_input(tensor, needs, create_graph)
             if needs:
@@ -134,18 +138,22 @@ class FusedSubgraph(torch.nn.Module):
     history, which a call that records one returns without it too; ``row_major_inputs`` the arguments that
     TorchDynamo traced with strides of their own (no guard fixes their layout) and that an output follows other than
     through a matmul: a call where one's strides are not in row-major order runs the PyTorch ops, which lay out the
-    outputs as its strides say."""
+    outputs as its strides say; ``returned_arguments`` the outputs that are arguments returned unchanged, as
+    (output position, argument position), and ``only_returned`` the arguments that nothing else reads."""
 
     def __init__(self, name: str, build_bucket: Callable[[Hashable, dict[str, int]], Built],
                  first: tuple[Hashable, Built, dict[str, int]], fallback: GraphModule, fallback_arity: int,
                  program_args: list, constants: list[torch.Tensor],
                  guards: list[tuple[int, float]], symbols: list[SymbolSource], sizes: SizeBuckets, verify: bool,
                  time_with: TunerConfig | None, untimed: str, report: SubgraphReport,
-                 non_differentiable: tuple[int, ...] = (), row_major_inputs: tuple[int, ...] = ()):
+                 non_differentiable: tuple[int, ...] = (), row_major_inputs: tuple[int, ...] = (),
+                 returned_arguments: tuple[tuple[int, int], ...] = (), only_returned: tuple[int, ...] = ()):
         super().__init__()
         self.name = name
         self.row_major_inputs = row_major_inputs
         self.non_differentiable = non_differentiable
+        self.returned_arguments = returned_arguments
+        self.only_returned = frozenset(only_returned)
         self.build_bucket = build_bucket
         self.fallback = fallback
         self.fallback_arity = fallback_arity
@@ -211,7 +219,13 @@ class FusedSubgraph(torch.nn.Module):
                 self.report.ran_pytorch_for_a_call(reason)
                 return self._run_fallback(args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return _Recompute.apply(self, *args)
+            outputs = _Recompute.apply(self, *args)
+            if not self.returned_arguments:
+                return outputs
+            outputs = list(outputs)
+            for position, argument in self.returned_arguments:  # as eager's no-op .to: the input, its history too
+                outputs[position] = args[argument]
+            return tuple(outputs)
         return self.launch(args)
 
     # Called by the compiled graph on every call of the model: without nn.Module's hook dispatch (about 1.5 us), as
