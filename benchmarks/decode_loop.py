@@ -24,9 +24,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from workloads import fresh_caches, gpu_slug, relative_error
+from workloads import COMPILERS, fresh_caches, gpu_slug, relative_error
 
-import amk
 from amk.benchmarking import environment, host_us, time_ms
 from amk.environment import default_device, initialize
 from amk.frontend.stats import STATS
@@ -56,23 +55,13 @@ class DecodeAttention(nn.Module):
         return self.out(y), k_cache, v_cache
 
 
-def make_contender(name: str, module: nn.Module):
-    if name == "eager":
-        return module
-    if name == "compile":
-        return torch.compile(module)
-    if name == "max_autotune":
-        return torch.compile(module, mode="max-autotune-no-cudagraphs")
-    return amk.compile(module)
-
-
 def run_loop(name: str, module: nn.Module, reference: nn.Module, steps: list[torch.Tensor], start: tuple,
              tolerance: float, on_gpu: bool) -> dict:
     """Contender ``name`` through the whole loop: each step's input token with the caches of its own previous step,
     its output judged against ``reference`` (the module in float64) on the same inputs."""
     torch._dynamo.reset()
     graphs, builds = torch._dynamo.utils.counters["stats"]["unique_graphs"], STATS.pipeline_runs
-    fn = make_contender(name, module)
+    fn = COMPILERS[name](module)
     k_cache, v_cache = start
     times, worst = [], 0.0
     loop_start = time.perf_counter()

@@ -87,7 +87,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from workloads import ROWS, Row, fresh_caches, gpu_slug, relative_error
+from workloads import COMPILERS, ROWS, Row, fresh_caches, gpu_slug, relative_error
 
 import amk
 from amk.benchmarking import environment, host_us, time_ms
@@ -142,17 +142,11 @@ def synchronize() -> None:
 def make_contender(name: str, module: nn.Module, compiled_amk: list) -> Callable:
     """The callable of contender ``name``. ``amk_graphs`` wraps the module that the ``amk`` contender compiled
     (``compiled_amk`` holds it), so the row compiles amk once."""
-    if name == "eager":
-        return module
-    if name == "compile":
-        return torch.compile(module)
-    if name == "max_autotune":
-        return torch.compile(module, mode="max-autotune-no-cudagraphs")
-    if name == "reduce_overhead":
-        return torch.compile(module, mode="reduce-overhead")
     if name == "amk":
         compiled_amk.append(amk.compile(module))
         return compiled_amk[0]
+    if name in COMPILERS:
+        return COMPILERS[name](module)
     if compiled_amk:  # what amk.compile(module, cuda_graphs=True) runs: the wrapper around the compiled module
         return cuda_graphed(compiled_amk[0])
     return amk.compile(module, cuda_graphs=True)

@@ -160,6 +160,16 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
 
 
+# How each contender of the model benchmarks compiles a module (models.py adds amk.compile under CUDA graphs).
+COMPILERS: dict[str, Callable[[nn.Module], Callable]] = {
+    "eager": lambda module: module,
+    "compile": torch.compile,
+    "max_autotune": lambda module: torch.compile(module, mode="max-autotune-no-cudagraphs"),
+    "reduce_overhead": lambda module: torch.compile(module, mode="reduce-overhead"),
+    "amk": amk.compile,
+}
+
+
 def gpu_slug(gpu_name: str) -> str:
     """``NVIDIA H200`` -> ``h200``; ``cpu`` without a GPU."""
     if not torch.cuda.is_available():
