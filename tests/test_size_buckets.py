@@ -464,13 +464,15 @@ def test_a_second_argument_may_broadcast_after_a_call_where_it_did_not(tmp_path)
 
 class _CausalUnlessOneToken(torch.nn.Module):
     """Layers of attention as Hugging Face's SDPA attention writes it: ``is_causal = q_len > 1 and ...``, a Python
-    bool that ``scaled_dot_product_attention`` requires, with the keys of a cache passed in."""
+    bool that ``scaled_dot_product_attention`` requires, with the keys of a cache passed in, and the position ids
+    [B, T] passed beside the input (a rotation of it broadcasts with their length)."""
 
     def __init__(self, layers: int = 3):
         super().__init__()
         self.projections = torch.nn.ModuleList(torch.nn.Linear(FEATURES, FEATURES) for _ in range(layers))
 
-    def forward(self, x, caches):
+    def forward(self, x, positions, caches):
+        x = x * torch.cos(positions.float())[..., None]
         tokens = x.shape[1]
         for index, projection in enumerate(self.projections):
             q = projection(x)
@@ -481,19 +483,23 @@ class _CausalUnlessOneToken(torch.nn.Module):
 
 
 def test_a_decoding_steps_one_token_is_a_number_the_model_may_test():
-    """A prompt of 4 tokens, then steps of one: the step's length of 1 was marked dynamic (or made so by TorchDynamo's
-    automatic dynamic shapes under amk's size-oblivious tracing), so ``q_len > 1`` was a SymBool, a graph break at
-    ``scaled_dot_product_attention`` in every layer and a recompile of each resumed layer (past 8, TorchDynamo's
-    limit, the rest ran untraced). Now the step's length is static as in torch.compile: two graphs, no break."""
+    """A prompt of 4 tokens, then steps of one: the step's length of 1 was marked dynamic in the input (or made so,
+    in the position ids, by TorchDynamo's automatic dynamic shapes under amk's size-oblivious tracing), so
+    ``q_len > 1`` was a SymBool, a graph break at ``scaled_dot_product_attention`` in every layer and a recompile of
+    each resumed layer (past 8, TorchDynamo's limit, the rest ran untraced). Now the step's length is static in both,
+    as in torch.compile: two graphs, no break, for any batch."""
     model = _CausalUnlessOneToken().to(DEVICE).eval()
     compiled = amk.compile(model, autotune=False)
-    caches = [torch.randn(2, 6, FEATURES, device=DEVICE) for _ in model.projections]
+    caches = [torch.randn(3, 6, FEATURES, device=DEVICE) for _ in model.projections]
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     with torch.no_grad():
-        for tokens in (4, 1, 1, 1):
-            x = torch.randn(2, tokens, FEATURES, device=DEVICE)
-            torch.testing.assert_close(compiled(x, caches), model(x, caches), atol=1e-5, rtol=1e-5)
+        for batch, tokens in ((2, 4), (2, 1), (2, 1), (3, 1)):
+            x = torch.randn(batch, tokens, FEATURES, device=DEVICE)
+            positions = torch.arange(tokens, device=DEVICE).expand(batch, tokens) + 2
+            expected = model(x, positions, [cache[:batch] for cache in caches])
+            torch.testing.assert_close(compiled(x, positions, [cache[:batch] for cache in caches]), expected,
+                                       atol=1e-5, rtol=1e-5)
     assert sum(torch._dynamo.utils.counters["graph_break"].values()) == breaks
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
 

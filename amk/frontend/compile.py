@@ -19,9 +19,9 @@ a run), :mod:`~amk.frontend.converters` and :mod:`~amk.frontend.patterns` (what 
 
 Dynamic shapes: ``amk.compile`` marks every leading dim of the tensor arguments dynamic (``maybe_mark_dynamic``;
 every dim of integer and boolean ones: token ids, positions, masks) and traces with ``backed_size_oblivious`` so
-that a size of 1 is not specialized (the first tensor argument's first dim only, its batch: other arguments' size-1
-dims usually broadcast, and its own others are tested: ``_mark_leading_dims``); the imported IR then has
-symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
+that a size of 1 is not specialized (the first tensor argument's first dim only, its batch: other size-1 dims usually
+broadcast or are tested, and are static but for other arguments' batch: ``_mark_leading_dims``); the imported IR then
+has symbolic dims (``s77``), so one graph and one kernel source per strategy serve every batch and sequence size. Each
 size bucket of the row count is built (strategy and configuration chosen, tuned on a GPU) for its sizes, the first
 time a call falls into it or ahead with ``tune_sizes`` (:mod:`~amk.frontend.buckets`); the subgraph picks the
 bucket's kernels at each call, without TorchDynamo recompiling. ``STATS`` counts graphs and compiles.
@@ -97,15 +97,18 @@ def _leading_dims(values):
 # then serves every batch. Not on other arguments: a dim marked dynamic is traced as "not 1", so one that broadcasts
 # (RoPE's cos [1, 1, T, D], a causal mask [1, 1, T, T]) either fails the trace or is guarded equal to the batch, a
 # compile more for every new batch (a call whose trace fails with them marked is traced again with none: see
-# _Caller). The first argument's other dims of size 1 (a decoding step's one token) are marked static, as
-# torch.compile has them: a model tests them (Hugging Face's ``is_causal = q_len > 1 and ...``), and traced symbolic,
-# as TorchDynamo's automatic dynamic shapes would keep them under backed_size_oblivious, the test is a SymBool where
-# PyTorch takes a bool (a graph break at scaled_dot_product_attention, then a recompile per layer).
+# _Caller). Other dims of size 1 (a decoding step's one token, in the input ids, the position ids [B, 1] or the
+# cache position [1]) are marked static, as torch.compile has them: models test them (Hugging Face's
+# ``is_causal = q_len > 1 and ...``), and traced symbolic, as TorchDynamo's automatic dynamic shapes would keep them
+# under backed_size_oblivious, the test is a SymBool where PyTorch takes a bool (a graph break at
+# scaled_dot_product_attention, then a recompile per layer). Only other arguments' batch is left to TorchDynamo (a
+# mask [1, S] after [B, S] then serves every batch).
 
 
 def _mark_leading_dims(values, first_size_one: bool) -> bool:
     """Mark the leading dims of the tensor arguments dynamic, the first tensor argument's first dim too where it is 1
-    and ``first_size_one``, and its other dims of size 1 static; whether a dim of size 1 was marked dynamic."""
+    and ``first_size_one``, and the other dims of size 1 static but for other arguments' batch (the first dim of a
+    tensor of two dims or more); whether a dim of size 1 was marked dynamic."""
     marked_size_one = False
     first = None
     for tensor, axis in _leading_dims(values):
@@ -115,7 +118,7 @@ def _mark_leading_dims(values, first_size_one: bool) -> bool:
         elif tensor is first and axis == 0 and first_size_one:
             torch._dynamo.maybe_mark_dynamic(tensor, axis)
             marked_size_one = True
-        elif tensor is first:
+        elif tensor is first or axis > 0 or tensor.dim() == 1:
             _mark_static(tensor, axis)
     return marked_size_one
 
