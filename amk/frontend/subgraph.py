@@ -70,9 +70,13 @@ class _Recompute(torch.autograd.Function):
         ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         outputs = runner.launch(args)
         # An input returned unchanged (a no-op .to) is given back as itself by FusedSubgraph.forward; here it is an
-        # alias without a grad history, not a copy: a model writes in place through it (a cache's new keys).
+        # alias without a grad history, not a copy: a model writes in place through it (a cache's new keys). Any other
+        # output that is an input (PyTorch's ops of a bucket left to them) is a copy: autograd forbids writing in
+        # place into an input a Function returned as it is.
         returned = {position for position, _ in runner.returned_arguments}
-        outputs = tuple(o.detach() if i in returned else o for i, o in enumerate(outputs))
+        inputs = {id(args[i]) for i in ctx.positions}
+        outputs = tuple(o.detach() if i in returned else o.clone() if id(o) in inputs else o
+                        for i, o in enumerate(outputs))
         ctx.mark_non_differentiable(*(outputs[i] for i in {*runner.non_differentiable, *returned}))
         return outputs
 
