@@ -157,9 +157,9 @@ def test_a_growing_key_length_is_built_exact_a_few_times_then_shares_buckets(tmp
     lengths = range(2, 24)
     with torch.no_grad():
         for length in lengths:
-            x, cache = torch.randn(2, 1, 32, generator=generator), torch.randn(2, length, 32, generator=generator)
-            torch.testing.assert_close(compiled(x.to(DEVICE), cache.to(DEVICE)), model(x, cache).to(DEVICE),
-                                       atol=1e-5, rtol=1e-5)
+            x = torch.randn(2, 1, 32, generator=generator).to(DEVICE)
+            cache = torch.randn(2, length, 32, generator=generator).to(DEVICE)
+            torch.testing.assert_close(compiled(x, cache), model(x, cache), atol=1e-5, rtol=1e-5)
     after = frontend.STATS.as_dict()
     assert after["graphs"] - before["graphs"] == 1 and after["fallbacks"] == before["fallbacks"]
     labels = [bucket.sizes.split(", ")[1] for bucket in only_subgraph(compiled).buckets]
