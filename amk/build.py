@@ -789,12 +789,19 @@ def _compile_first_round(request: BuildRequest, module, store: cache.Store) -> N
 
 @dataclass
 class _VendorProgram:
-    """The build's program with the vendor GEMM: tuned, the random inputs it was timed on, its time."""
+    """The build's program with the vendor GEMM: tuned, the random inputs it was timed on, its time, and the values of
+    the size symbols at those inputs (the bucket's hints: a symbol that the arguments' shapes show only inside an
+    expression, a key length ``s7 + 1``, is not bound from them)."""
 
     compiled: CompiledProgram
     tuning_log: dict[str, list[dict]]
     inputs: list[torch.Tensor]
     time_ms: float
+    bindings: dict[str, int] = field(default_factory=dict)
+
+    def run(self, program: CompiledProgram) -> list[torch.Tensor]:
+        """``program`` (this one, or the fused program raced against it) on the inputs this one was timed on."""
+        return program.program(*self.inputs, bindings=self.bindings)
 
 
 def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _VendorProgram | None:
@@ -818,12 +825,14 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
             for tensor in inputs:
                 if tensor.numel() == 1:
                     tensor.fill_(1.0)
-        time_ms = measure(lambda: compiled.program(*inputs), settings.warmup_runs, settings.measure_runs)
+        bindings = dict(request.size_hints)
+        time_ms = measure(lambda: compiled.program(*inputs, bindings=bindings), settings.warmup_runs,
+                          settings.measure_runs)
     except Exception as error:  # e.g. a dtype the vendor library has no GEMM for
         log.warning("the program with the vendor GEMM failed (%s: %s); keeping the fused program",
                     type(error).__name__, error)
         return None
-    return _VendorProgram(compiled, tuning_log, inputs, time_ms)
+    return _VendorProgram(compiled, tuning_log, inputs, time_ms, bindings)
 
 
 def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:
@@ -866,7 +875,7 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, tol
     compared, within twice the ``tolerance`` of the dtypes they compute in) and is faster, both timed again side by
     side (their times put in ``times``)."""
     try:
-        expected, got = fused.program(*vendor.inputs), vendor.compiled.program(*vendor.inputs)
+        expected, got = vendor.run(fused), vendor.run(vendor.compiled)
     except Exception as error:
         log.warning("the fused program failed on the vendor program's inputs (%s: %s); keeping the fused program",
                     type(error).__name__, error)
@@ -879,8 +888,8 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, tol
             log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
                         "the fused program", difference)
             return False
-    faster, measured, _ = fastest_program({"fused": lambda: fused.program(*vendor.inputs),
-                                           "vendor_gemm": lambda: vendor.compiled.program(*vendor.inputs)},
+    faster, measured, _ = fastest_program({"fused": lambda: vendor.run(fused),
+                                           "vendor_gemm": lambda: vendor.run(vendor.compiled)},
                                           request.tuner_config or TunerConfig())
     times.update(measured)
     log.info("whole programs: fused %.4f ms, vendor GEMM + fused rest %.4f ms", times["fused"], times["vendor_gemm"])

@@ -350,6 +350,41 @@ def test_a_subgraph_of_mixed_argument_dtypes_also_tries_the_vendor_gemm(monkeypa
     assert [tensor.dtype for tensor in inputs] == [torch.float32, torch.float32, torch.bfloat16]
 
 
+def test_the_vendor_program_of_a_length_grown_by_one_binds_the_length(monkeypatch, tmp_path):
+    """A decoding step's shared build has its key length only as ``s1 + 1`` in its arguments' shapes (the cache
+    concatenated with the new key): the vendor program was run without the bucket's value of ``s1`` and failed
+    (KeyError 's1', on the H100), so such builds never raced the vendor GEMM. It is now run, and compared with the
+    fused program, at the bucket's hints."""
+    from xdsl.parser import Parser
+
+    import amk.verification
+    from amk import build, cache
+    from amk.context import make_context
+
+    def scores_softmax():
+        return Parser(make_context(), """builtin.module {
+  func.func @subgraph(%q: !tensor_op.tensor<[s0, 16], f32>, %k: !tensor_op.tensor<[s1 + 1, 16], f32>) -> !tensor_op.tensor<[s0, s1 + 1], f32> {
+    %s = tensor_op.matmul %q, %k {transpose_rhs = true} : (!tensor_op.tensor<[s0, 16], f32>, !tensor_op.tensor<[s1 + 1, 16], f32>) -> !tensor_op.tensor<[s0, s1 + 1], f32>
+    %p = tensor_op.softmax %s {axis = -1 : i64} : !tensor_op.tensor<[s0, s1 + 1], f32>
+    func.return %p : !tensor_op.tensor<[s0, s1 + 1], f32>
+  }
+}""").parse_module()
+
+    on_cpu = amk.verification.random_inputs
+    monkeypatch.setattr(amk.verification, "random_inputs", lambda *args, **kw: on_cpu(*args[:2], "cpu", **kw))
+    monkeypatch.setattr(build, "measure", lambda run, *_: (run(), 1.0)[1])  # runs it once; nothing to time here
+    request = build.BuildRequest(scores_softmax, [("s0", "16"), ("s1 + 1", "16")], None,
+                                 size_hints=(("s0", 4), ("s1", 6)))
+    vendor = build._vendor_program(request, scores_softmax(), cache.Store(tmp_path))
+    assert vendor is not None and vendor.bindings == {"s0": 4, "s1": 6}
+    assert [tuple(tensor.shape) for tensor in vendor.inputs] == [(4, 16), (7, 16)]
+    fused = compile_module(scores_softmax(), size_hints={"s0": 4, "s1": 6})
+    (got,), (want,) = vendor.run(vendor.compiled), vendor.run(fused)
+    q, k = vendor.inputs
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, (q @ k.T).softmax(-1), rtol=1e-5, atol=1e-6)
+
+
 def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():
     """The fused program runs every kernel it tuned: one of them, at its best time, more than OUTRUN_MARGIN times the
     vendor program's time, and the vendor program is kept without racing (or compiling) the fused one; within the

@@ -132,6 +132,24 @@ def test_values_of_exact_symbols_past_the_last_exact_build_share_buckets():
     assert two.key((3, 25, 40), built) == (16, SharedValues(64), SharedValues(64))
 
 
+def test_a_value_one_away_from_one_built_shares_its_bucket_at_once():
+    """A length stepping by one, as a decoding step's keys do, shares its bucket from its second value on, however few
+    exact builds there are; a value that is not next to one built is built exact, and a symbol that keeps its value
+    stays a number beside one that steps."""
+    lengths = SizeBuckets(("s0", "s1"), 1)
+    first = lengths.key((3, 129))
+    assert first == (16, 129)
+    assert lengths.key((3, 130), [first]) == (16, SharedValues(256))
+    assert lengths.key((3, 128), [first]) == (16, SharedValues(128))
+    assert lengths.key((3, 512), [first]) == (16, 512)
+    # 130 was shared, not built exact: the length's later values share too
+    assert lengths.key((3, 131), [first, (16, SharedValues(256))]) == (16, SharedValues(256))
+    assert lengths.key((3, 300), [first, (16, SharedValues(256))]) == (16, SharedValues(512))
+    two = SizeBuckets(("s0", "k", "t"), 1)
+    assert two.key((3, 24, 6), [two.key((3, 24, 5))]) == (16, 24, SharedValues(16))
+    assert two.key((3, 25, 9), [two.key((3, 24, 5))]) == (16, SharedValues(64), 9)
+
+
 class DecodeAttention(torch.nn.Module):
     """Attention probabilities of one new token over a cache of keys that grows by one each step."""
 
@@ -144,11 +162,11 @@ class DecodeAttention(torch.nn.Module):
         return (self.query(x) @ self.key(cache).transpose(-1, -2) / 32 ** 0.5).softmax(-1)
 
 
-def test_a_growing_key_length_is_built_exact_a_few_times_then_shares_buckets(tmp_path):
+def test_a_growing_key_length_is_built_exact_once_then_shares_buckets(tmp_path):
     """Decoding with a cache: the keys' length, a column of the scores, is kept exact (a number in its build); one
-    build per decoding step would build and tune kernels on every step. After MAX_EXACT_VALUES lengths, the others
-    share a build per bucket of lengths, symbolic in the length, every output right (on a GPU too, untuned: the
-    kernels run rather than lose a race to PyTorch)."""
+    build per decoding step would build and tune kernels on every step. The second length, one more than the first,
+    and every one after it share a build per bucket of lengths, symbolic in the length, every output right (on a GPU
+    too, untuned: the kernels run rather than lose a race to PyTorch)."""
     torch.manual_seed(0)
     model = DecodeAttention().to(DEVICE)
     compiled = amk.compile(model, autotune=False, tuner_config=TunerConfig(target_cache_dir=tmp_path))
@@ -164,8 +182,7 @@ def test_a_growing_key_length_is_built_exact_a_few_times_then_shares_buckets(tmp
     assert after["graphs"] - before["graphs"] == 1 and after["fallbacks"] == before["fallbacks"]
     labels = [bucket.sizes.split(", ")[1] for bucket in only_subgraph(compiled).buckets]
     symbol = labels[0].split(" = ")[0]
-    assert labels == [f"{symbol} = {length}" for length in lengths[:MAX_EXACT_VALUES]] + \
-        [f"{low} <= {symbol} <= {high}" for low, high in ((2, 16), (17, 64))]
+    assert labels == [f"{symbol} = 2"] + [f"{low} <= {symbol} <= {high}" for low, high in ((2, 16), (17, 64))]
     assert after["pipeline_runs"] - before["pipeline_runs"] == len(labels)
     assert after["kernel_calls"] - before["kernel_calls"] == len(lengths)
 

@@ -16,16 +16,15 @@ M is the product of the *row symbols*: the symbols of the subgraph's argument si
 results (their leading dims: batch, sequence) and in no last dim. Any other symbol is not bucketed: a feature size
 (``dynamic=True``), or a leading dim of an argument that becomes a column of the results (``N`` in ``x @ w.t()``
 with a weight passed as an argument); each of its values is its own build, tuned at that value, in which it is a
-number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it), up to
-``MAX_EXACT_VALUES`` values: a size that keeps changing (attention's key length while decoding, one more each step)
-would otherwise build and tune kernels on every step, so from then on a new value shares the build of its bucket
-(buckets as M's), in which the symbol stays symbolic (masked tiles, loops bounded at run time), tuned at the
-bucket's upper bound (at its first call where a dim computes with the symbol: see :meth:`SizeBuckets.hints`). A row
-bucket is built at
-its upper bound: the row symbols multiply to the bucket's largest M (a kernel sees their product; a batched matmul's
-kernel, ``q @ k^T``, sees the first, the innermost, as its rows and repeats over the others): the outer ones keep
-the values of the call that asks for the bucket where they fit, the innermost (a sequence rather than a batch) makes
-up the rest.
+number (``amk-bind-sizes`` writes it into the types: constant loop bounds, no masks along it). A size that keeps
+changing would then build and tune kernels on every call, so a value shares the build of its bucket (buckets as M's),
+in which the symbol stays symbolic (masked tiles, loops bounded at run time), once ``MAX_EXACT_VALUES`` values have
+been built, or at once when it is one away from a value built (attention's key length while decoding, one more each
+step: its second step shares). A shared bucket is tuned at the bucket's upper bound (at its first call where a dim
+computes with the symbol: see :meth:`SizeBuckets.hints`). A row bucket is built at its upper bound: the row
+symbols multiply to the bucket's largest M (a kernel sees their product; a batched matmul's kernel, ``q @ k^T``, sees
+the first, the innermost, as its rows and repeats over the others): the outer ones keep the values of the call that
+asks for the bucket where they fit, the innermost (a sequence rather than a batch) makes up the rest.
 """
 
 from __future__ import annotations
@@ -130,16 +129,27 @@ class SizeBuckets:
         """The bucket of a call whose symbols have the values ``sizes`` (in ``symbols`` order): the bucket of the
         row count, with the exact values of the other symbols when there are any; when the buckets ``built`` so far
         hold ``MAX_EXACT_VALUES`` others of those, the buckets of the values instead (:class:`SharedValues`), but for
-        a symbol that has had this one value in every build (a feature size beside a changing key length)."""
+        a symbol that has had this one value in every build (a feature size beside a changing key length). A value
+        one more or one less than a value built exact is a length stepping through the values, as a decoding step's
+        keys do: it shares the bucket of its values, and so does every new value of a symbol shared in a bucket
+        built, not after ``MAX_EXACT_VALUES`` builds."""
         bound = bucket_of(math.prod(sizes[:self.row_symbols]))
         if self.row_symbols == len(self.symbols):
             return bound
         exact = tuple(sizes[self.row_symbols:])
         values = {self._exact_part(key) for key in built} - {None}
-        if exact in values or len(values) < MAX_EXACT_VALUES:
+        if exact in values:
             return (bound, *exact)
-        return (bound, *(value if {built_values[i] for built_values in values} == {value}
-                         else SharedValues(bucket_of(value)) for i, value in enumerate(exact)))
+        capped = len(values) >= MAX_EXACT_VALUES
+        stepping = {index for key in built if not isinstance(key, int)
+                    for index, value in enumerate(key[1:]) if isinstance(value, SharedValues)}
+
+        def shared(index: int, value: int) -> bool:
+            seen = {built_values[index] for built_values in values}
+            return index in stepping or value - 1 in seen or value + 1 in seen or (capped and seen != {value})
+
+        return (bound, *(SharedValues(bucket_of(value)) if shared(index, value) else value
+                         for index, value in enumerate(exact)))
 
     @staticmethod
     def _exact_part(key: Hashable) -> tuple[int, ...] | None:
