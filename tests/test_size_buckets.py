@@ -187,6 +187,41 @@ def test_a_growing_key_length_is_built_exact_once_then_shares_buckets(tmp_path):
     assert after["kernel_calls"] - before["kernel_calls"] == len(lengths)
 
 
+class Embeddings(torch.nn.Module):
+    """BERT's embeddings: word, token-type and position embeddings summed, then LayerNorm; the positions a buffer
+    sliced to the input's length."""
+
+    def __init__(self):
+        super().__init__()
+        self.words, self.positions, self.token_types = (torch.nn.Embedding(100, 32), torch.nn.Embedding(64, 32),
+                                                        torch.nn.Embedding(2, 32))
+        self.register_buffer("position_ids", torch.arange(64).expand((1, -1)), persistent=False)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, ids):
+        positions = self.position_ids[:, :ids.shape[1]]
+        return self.norm(self.words(ids) + self.token_types(torch.zeros_like(ids)) + self.positions(positions))
+
+
+def test_a_buffer_sliced_to_the_length_is_as_long_as_the_length():
+    """The positions' slice has the length Min(64, L), which the size-oblivious trace does not bound: added to the
+    [B, L, C] sum it did not broadcast in amk's IR ("s27 vs Min(64, s27)"), so the add ran in PyTorch and cut the
+    chain in two subgraphs. TorchDynamo's guards settle Min(64, L) == L once the two are added: one dim, one
+    subgraph (the add over the batch itself still runs in PyTorch inside it), every output right."""
+    torch.manual_seed(0)
+    model = Embeddings().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for length in (8, 12, 20):
+            ids = torch.randint(0, 100, (2, length), generator=generator).to(DEVICE)
+            torch.testing.assert_close(compiled(ids), model(ids), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    (subgraph,) = graph.subgraphs
+    assert len(subgraph.nodes) == 3, subgraph.nodes
+    assert not [node for node in graph.pytorch if "broadcast" in node.reason]
+
+
 def test_a_reduction_without_keepdim_buckets_the_sequence_length(tmp_path):
     """Linear then logsumexp(-1) over [B, T, C], as a per-token log-partition: [B, T] holds a value per row, so new
     sequence lengths share the row buckets; T taken for the columns, each length was a build of its own."""

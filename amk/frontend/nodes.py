@@ -10,6 +10,7 @@ import sympy
 import torch
 import torch.nn.functional as F
 from torch.fx import Node
+from torch.utils._sympy.functions import MinMaxBase
 
 from amk.dialects.tensor_op import TensorType
 from amk.dtypes import to_ir
@@ -49,7 +50,7 @@ def dim_of(size) -> Dim:
         if pinned is not None:
             return Dim(pinned)
         try:
-            return Dim(str(expr))
+            return Dim(str(_settled_min_max(size.node)))
         except ValueError as error:
             raise Unsupported(f"symbolic size {expr} is not a dimension expression amk reads ({error})") from None
     raise Unsupported(f"size {size!r} is neither an int nor a SymInt")
@@ -67,6 +68,24 @@ def _pinned_value(node) -> int | None:
     except Exception:  # private APIs of TorchDynamo's: where they fail, the size stays symbolic (fused less, not wrong)
         return None
     return int(hint) if pinned is sympy.true else None
+
+
+def _settled_min_max(node) -> sympy.Expr:
+    """The size's expression with each ``Min`` or ``Max`` that the guards of TorchDynamo's ShapeEnv settle to one of
+    its arguments replaced by that argument. A buffer sliced to a length, ``position_ids[:, :L]`` (BERT's position
+    embeddings), has the length ``Min(512, L)``, which the size-oblivious trace does not bound; once the slice is
+    broadcast against the length itself, the graph is guarded on ``Min(512, L) == L``, and the two dims are one."""
+    expr = node.expr
+    try:
+        settled = {}
+        for min_max in expr.atoms(sympy.Min, sympy.Max, MinMaxBase):  # torch's own Min and Max too
+            equal = [arg for arg in min_max.args
+                     if node.shape_env._maybe_evaluate_static(sympy.Eq(min_max, arg)) is sympy.true]
+            if equal:
+                settled[min_max] = equal[0]
+    except Exception:  # private APIs of TorchDynamo's, as in _pinned_value: the expression stays (fused less)
+        return expr
+    return expr.xreplace(settled)
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
