@@ -155,9 +155,15 @@ def make_inputs(workload: Workload, shapes, device) -> list[torch.Tensor]:
     return tensors
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    out, ref = out.double(), ref.double()
+def relative_error(out, ref) -> tuple[float, float]:
+    """Relative L2 error and maximum absolute error of ``out`` against ``ref``: tensors, or tuples of them (a module's
+    outputs, such as the query, key and value projections, judged together)."""
+    out, ref = _flat(out), _flat(ref)
     return ((out - ref).norm() / ref.norm()).item(), (out - ref).abs().max().item()
+
+
+def _flat(value) -> torch.Tensor:
+    return torch.cat([t.double().flatten() for t in value]) if isinstance(value, tuple | list) else value.double()
 
 
 # How each contender of the model benchmarks compiles a module (models.py adds amk.compile under CUDA graphs).
@@ -428,6 +434,38 @@ class LlamaMLP(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+class LlamaRMSNorm(nn.Module):
+    """Hugging Face's ``LlamaRMSNorm`` (Mistral's, Qwen2's): computed in fp32, cast back, then the weight."""
+
+    def __init__(self, hidden: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class LlamaQKV(nn.Module):
+    """A Llama decoder layer's first ops: the input norm, then the query, key and value projections (grouped-query
+    attention: keys and values ``kv`` wide)."""
+
+    def __init__(self, hidden: int, kv: int):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(hidden)
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, kv, bias=False)
+        self.v_proj = nn.Linear(hidden, kv, bias=False)
+
+    def forward(self, x):
+        h = self.input_layernorm(x)
+        return self.q_proj(h), self.k_proj(h), self.v_proj(h)
+
+
 class SwiGLUResidual(nn.Module):
     """Workload F's computation as a module: SiLU(gate) * up, down projection, residual, without a norm."""
 
@@ -537,6 +575,13 @@ ROWS = {row.name: row for row in [
                                                             "inner": 64}, decode=seq == 1)
       for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
                                       ("decode_m1", 1, 1, "decode, 1 sequence"),
+                                      ("decode_m16", 16, 1, "decode, 16 sequences"))],
+    *[Row(f"llama_qkv_{stage}", f"Llama-3-8B attention inputs (Hugging Face's RMSNorm, q/k/v projections), {what}, "
+          "bf16", torch.bfloat16, lambda batch, seq, d, kv: LlamaQKV(d, kv),
+          {"batch": batch, "seq": seq, "d": 4096, "kv": 1024},
+          lambda batch, seq, d, kv: [(batch, seq, d)], {"batch": min(batch, 2), "seq": min(seq, 4), "d": 32, "kv": 16},
+          decode=seq == 1)
+      for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
                                       ("decode_m16", 16, 1, "decode, 16 sequences"))],
     # benchmarks/run.py's decode workloads written as modules: amk.compile against build_fused_kernel's D, E, F
     *[Row(f"norm_linear_residual_m{rows}", f"RMSNorm + Linear + residual (workload {workload} as a module), decode, "

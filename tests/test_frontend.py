@@ -320,6 +320,59 @@ def test_t5s_norm_and_a_norm_with_a_scalar_gain_are_one_kernel_with_their_linear
     assert len(graph.subgraphs) == 1 and "rmsnorm" in str(amk.explain(compiled, print_report=False))
 
 
+class LlamaRMSNorm(nn.Module):
+    """Hugging Face's Llama (Mistral, Qwen2) RMSNorm: computed in fp32, cast back, then multiplied by the weight."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class QKVProjections(nn.Module):
+    """A decoder layer's input norm read by the query, key and value projections."""
+
+    def __init__(self, norm: type[nn.Module]):
+        super().__init__()
+        self.norm = norm(HIDDEN)
+        self.q, self.k, self.v = (nn.Linear(HIDDEN, HIDDEN, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h), self.k(h), self.v(h)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llamas_rmsnorm_weighted_after_its_cast_is_a_prologue_of_each_projection(dtype):
+    """Llama's norm multiplies its weight after the cast back to the input's dtype: the pattern took the norm without
+    its weight, whose product was then what the projections read, so the norm ran as a kernel of its own in every
+    model's first layer (found by a hunt of Hugging Face families). The weight is now the norm's, which each
+    projection reads as its prologue: no kernel but the three matmuls, every output as accurate as PyTorch's."""
+    torch.manual_seed(0)
+    model = QKVProjections(LlamaRMSNorm).to(device=DEVICE, dtype=dtype)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        x = inputs(batch).to(dtype)
+        with torch.no_grad():
+            outs, expected = compiled(x), model(x)
+        exact = copy.deepcopy(model).double()(x.double())
+        for out, want, best in zip(outs, expected, exact, strict=True):
+            assert out.dtype == want.dtype
+            assert rel_l2(out, best) <= 2 * max(rel_l2(want, best), 1e-6)
+    report = amk.explain(compiled, print_report=False)
+    (graph,) = report.graphs
+    assert not graph.pytorch and len(graph.subgraphs) == 1
+    assert len(report.kernels) == 3 and all("rmsnorm(h)" in kernel.prologue for kernel in report.kernels), \
+        report.kernels
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dynamic shapes
 # --------------------------------------------------------------------------------------------------------------------

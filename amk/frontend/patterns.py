@@ -202,6 +202,16 @@ def _vector_after(node: Node, family: frozenset):
     return user, vector
 
 
+def _cast_to_weight(norm: Node) -> Node | None:
+    """A cast right after ``norm``, its only user, of floating dtype, then multiplied by the weight (Hugging Face's
+    Llama, Mistral, Qwen2: ``self.weight * hidden_states.to(input_dtype)``) → the cast."""
+    users = list(norm.users)
+    if len(users) != 1 or not is_(users[0], CASTS) or not isinstance(meta_value(users[0]), torch.Tensor) \
+            or not fake_tensor(users[0]).dtype.is_floating_point:
+        return None
+    return users[0] if _vector_after(users[0], MUL) else None
+
+
 def _dims(shape) -> list[str]:
     """A shape's sizes as text: symbolic sizes read from the same input print alike, with no guard installed."""
     return [str(size) for size in shape]
@@ -268,22 +278,28 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
         if not isinstance(meta_value(x), torch.Tensor) or fake_tensor(node).dtype != fake_tensor(x).dtype:
             continue
         root, weight, bias = node, None, None
-        weighted = _vector_after(root, MUL)
-        if weighted:
-            absorbed = absorbed + [root]
-            root, weight = weighted
+        weighted, cast = _vector_after(root, MUL), _cast_to_weight(root)
+        if weighted or cast:
+            absorbed = absorbed + [root] + ([cast] if cast else [])
+            root, weight = weighted or _vector_after(cast, MUL)
         biased = _vector_after(root, ADD) if layer_norm else None
         if biased:
             absorbed = absorbed + [root]
             root, bias = biased
+        # A weight of another dtype (Llama's RMSNorm in fp32 of a bf16 model) is cast to the norm's, the result to
+        # the weight's: one rounding, where PyTorch rounds the norm before the product too (within bf16's tolerance).
+        computed, result = fake_tensor(x).dtype, fake_tensor(root).dtype
 
-        def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None):
+        def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None,
+                  computed=computed, result=result):
             value = b.tensor(x)
-            w = b.tensor(weight) if weight is not None else None
+            w = b.tensor(weight, computed) if weight is not None else None
             if layer_norm:
-                return b.add(tensor_op.LayerNormOp(value, w, b.tensor(bias) if bias is not None else None,
-                                                   b.scalar(eps)))
-            return b.add(tensor_op.RMSNormOp(value, w, b.scalar(eps)))
+                norm = tensor_op.LayerNormOp(value, w, b.tensor(bias, computed) if bias is not None else None,
+                                             b.scalar(eps))
+            else:
+                norm = tensor_op.RMSNormOp(value, w, b.scalar(eps))
+            return b.cast(b.add(norm), result)
 
         label = ("layernorm ((x - mean) / sqrt(var + eps) * w + b)" if layer_norm
                  else "rmsnorm (x * rsqrt(mean(x**2) + eps) * w)")

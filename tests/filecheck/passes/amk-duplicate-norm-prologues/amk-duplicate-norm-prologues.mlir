@@ -50,3 +50,51 @@ func.func @residual(%x : !tensor_op.tensor<[S, 64], f16>, %g : !tensor_op.tensor
 // CHECK-NEXT:    %n_1 = tensor_op.rmsnorm %x weight %g
 // CHECK-NEXT:    %y = tensor_op.matmul %n_1, %w
 // CHECK-NEXT:    %r = tensor_op.add %y, %n
+
+// -----
+
+
+// A norm of a matmul's result plus a residual (an attention block's output projection, then the next norm): left
+// alone, for amk-fuse to make it that matmul's epilogue, whose copies would each be written out.
+func.func @after_a_matmul(%a : !tensor_op.tensor<[S, 64], f16>, %wo : !tensor_op.tensor<[64, 64], f16>, %x : !tensor_op.tensor<[S, 64], f16>, %g : !tensor_op.tensor<[64], f16>, %wq : !tensor_op.tensor<[64, 64], f16>, %wk : !tensor_op.tensor<[64, 64], f16>, %wv : !tensor_op.tensor<[64, 64], f16>) -> (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[S, 64], f16>) {
+  %o = tensor_op.matmul %a, %wo : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[S, 64], f16>
+  %r = tensor_op.add %o, %x : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[S, 64], f16>) -> !tensor_op.tensor<[S, 64], f16>
+  %n = tensor_op.rmsnorm %r weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[S, 64], f16> weight !tensor_op.tensor<[64], f16> -> !tensor_op.tensor<[S, 64], f16>
+  %q = tensor_op.matmul %n, %wq : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[S, 64], f16>
+  %k = tensor_op.matmul %n, %wk : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[S, 64], f16>
+  %v = tensor_op.matmul %n, %wv : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[S, 64], f16>
+  func.return %q, %k, %v : !tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[S, 64], f16>
+}
+
+// CHECK-LABEL: func.func @after_a_matmul
+// CHECK:         %n = tensor_op.rmsnorm %r weight %g
+// CHECK-NEXT:    %q = tensor_op.matmul %n, %wq
+// CHECK-NEXT:    %k = tensor_op.matmul %n, %wk
+// CHECK-NEXT:    %v = tensor_op.matmul %n, %wv
+
+// -----
+
+
+// A bf16 model's norm computed in fp32 (Llama's): its input and weight cast up, its result cast back down; each matmul
+// gets a copy of the four ops.
+func.func @in_fp32(%x : !tensor_op.tensor<[S, 64], bf16>, %g : !tensor_op.tensor<[64], bf16>, %wq : !tensor_op.tensor<[64, 64], bf16>, %wk : !tensor_op.tensor<[64, 64], bf16>, %wv : !tensor_op.tensor<[64, 64], bf16>) -> (!tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[S, 64], bf16>) {
+  %xf = tensor_op.cast %x : !tensor_op.tensor<[S, 64], bf16> -> !tensor_op.tensor<[S, 64], f32>
+  %gf = tensor_op.cast %g : !tensor_op.tensor<[64], bf16> -> !tensor_op.tensor<[64], f32>
+  %nf = tensor_op.rmsnorm %xf weight %gf {eps = 1.0e-05 : f64} : !tensor_op.tensor<[S, 64], f32> weight !tensor_op.tensor<[64], f32> -> !tensor_op.tensor<[S, 64], f32>
+  %n = tensor_op.cast %nf : !tensor_op.tensor<[S, 64], f32> -> !tensor_op.tensor<[S, 64], bf16>
+  %q = tensor_op.matmul %n, %wq : (!tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[64, 64], bf16>) -> !tensor_op.tensor<[S, 64], bf16>
+  %k = tensor_op.matmul %n, %wk : (!tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[64, 64], bf16>) -> !tensor_op.tensor<[S, 64], bf16>
+  %v = tensor_op.matmul %n, %wv : (!tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[64, 64], bf16>) -> !tensor_op.tensor<[S, 64], bf16>
+  func.return %q, %k, %v : !tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[S, 64], bf16>, !tensor_op.tensor<[S, 64], bf16>
+}
+
+// CHECK-LABEL: func.func @in_fp32
+// CHECK-NEXT:    %xf = tensor_op.cast %x
+// CHECK-NEXT:    %gf = tensor_op.cast %g
+// CHECK-NEXT:    %nf = tensor_op.rmsnorm %xf weight %gf
+// CHECK-NEXT:    %n = tensor_op.cast %nf
+// CHECK-NEXT:    %xf_1 = tensor_op.cast %x
+// CHECK-NEXT:    %gf_1 = tensor_op.cast %g
+// CHECK-NEXT:    %nf_1 = tensor_op.rmsnorm %xf_1 weight %gf_1
+// CHECK-NEXT:    %n_1 = tensor_op.cast %nf_1
+// CHECK-NEXT:    %q = tensor_op.matmul %n_1, %wq
