@@ -286,9 +286,17 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
         if biased:
             absorbed = absorbed + [root]
             root, bias = biased
-        # A weight of another dtype (Llama's RMSNorm in fp32 of a bf16 model) is cast to the norm's, the result to
-        # the weight's: one rounding, where PyTorch rounds the norm before the product too (within bf16's tolerance).
-        computed, result = fake_tensor(x).dtype, fake_tensor(root).dtype
+        result = fake_tensor(root).dtype
+        # Llama's RMSNorm of a bf16 model computes in fp32 between a cast up and the cast back: amk's norm kernels
+        # compute in fp32 whatever the dtype, so that is the norm of the bf16 input itself, as nn.RMSNorm's is (the
+        # matmuls then read the norm, and its decode prologue scales their accumulators: row_scaled_prologue). One
+        # rounding, where PyTorch rounds before the weight's product too: within bf16's tolerance.
+        source = x.args[0] if is_(x, CASTS) and x.args and isinstance(meta_value(x.args[0]), torch.Tensor) else None
+        if source is not None and fake_tensor(source).dtype == result and all(
+                fake_tensor(vector).dtype == result for vector in (weight, bias) if vector is not None):
+            x = source
+        # Otherwise a weight of another dtype is cast to the norm's, the result to the weight's.
+        computed = fake_tensor(x).dtype
 
         def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None,
                   computed=computed, result=result):
