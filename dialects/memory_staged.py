@@ -58,6 +58,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from amk.dialects.syntax import SymbolicShapedType
 from amk.dialects.tiled_loop import (
+    BroadcastRows,
     ExprsAttr,
     KernelSignature,
     TileType,
@@ -256,27 +257,36 @@ class GlobalAccessOp(IRDLOperation):
 
 
 @irdl_op_definition
-class LoadOp(GlobalAccessOp):
+class LoadOp(BroadcastRows, GlobalAccessOp):
     """Global memory to registers. ``coherent`` loads bypass the L1 cache: they read data other programs of the same
     launch wrote (after a ``tiled_loop.last_arrival``)::
 
         %bias = memory_staged.load %b <[64*pid_n]> {mask = [false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [256], f16> -> !tiled_loop.tile<[1, 64], f16>
+
+    ``broadcast_rows`` as ``tiled_loop.load``'s (:class:`~amk.dialects.tiled_loop.BroadcastRows`): the rows' mask is
+    then against the space's rows, its first expression.
     """
 
     name = "memory_staged.load"
     source = operand_def(BufferType)
     coherent = opt_prop_def(BoolAttr)
+    broadcast_rows = opt_prop_def(ExprsAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
-    def __init__(self, source: SSAValue, offsets: Sequence, mask: Sequence[bool], index_bits: int, tile: TileType):
-        super().__init__(operands=[source], properties=self.access_properties(offsets, mask, index_bits),
-                         result_types=[tile])
+    def __init__(self, source: SSAValue, offsets: Sequence, mask: Sequence[bool], index_bits: int, tile: TileType,
+                 broadcast_rows: ExprsAttr | None = None):
+        properties = self.access_properties(offsets, mask, index_bits)
+        if broadcast_rows is not None:
+            properties["broadcast_rows"] = broadcast_rows
+        super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:
-        self.verify_access(_buffer(self.source, "global", f"'{self.name}'"), tile_type(self.result, f"'{self.name}'"))
+        source = _buffer(self.source, "global", f"'{self.name}'")
+        self.verify_access(source, tile_type(self.result, f"'{self.name}'"))
+        self.verify_broadcast_rows(source)
 
 
 @irdl_op_definition

@@ -399,29 +399,65 @@ class YieldOp(IRDLOperation):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class BroadcastRows:
+    """A load's optional ``broadcast_rows``: the tile's rows are rows of the kernel's iteration space, which the
+    source has fewer of, its leading dims broadcast (position embeddings ``[1, T, C]`` added over ``[B, T, C]``).
+    The property lists the space's row count, then a triple ``divisor, period, stride`` per leading dim the source
+    keeps: row ``r`` of the space reads the source's row ``sum((r // divisor) % period * stride)``, and the rows past
+    the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. (The ops define the property.)"""
+
+    @property
+    def row_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:
+        """The space's rows and the triples, or None for a load of the source's own rows."""
+        if self.broadcast_rows is None:
+            return None
+        extent, *terms = self.broadcast_rows.dims
+        return extent, [tuple(terms[i:i + 3]) for i in range(0, len(terms), 3)]
+
+    def verify_broadcast_rows(self, source: SymbolicShapedType) -> None:
+        if self.broadcast_rows is None:
+            return
+        count = len(self.broadcast_rows.dims)
+        if count < 4 or (count - 1) % 3:
+            raise VerifyException(f"'{self.name}' broadcast_rows holds the space's rows, then divisor, period and "
+                                  f"stride triples: got {count} expressions")
+        if source.rank != 2:
+            raise VerifyException(f"'{self.name}' broadcast_rows reads a rank-2 source, got rank {source.rank}")
+
+
 @irdl_op_definition
-class LoadOp(IRDLOperation):
+class LoadOp(BroadcastRows, IRDLOperation):
     """Reads a tile whose top-left element is at ``offsets`` (one per tensor dim)::
 
         %a = tiled_loop.load %x <[pid_m * BLOCK_M, k]> : !tensor_op.tensor<[M, 64], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_K], f16>
+
+    With ``broadcast_rows`` (:class:`BroadcastRows`) the rows are those of the kernel's space, mapped to the source's::
+
+        %p = tiled_loop.load %pos <[pid_m * BLOCK_M, 0]> {broadcast_rows = #tiled_loop.exprs<[B*T, 1, T, 1]>}
+            : !tensor_op.tensor<[T, 64], f16> -> !tiled_loop.tile<[BLOCK_M, 64], f16>
     """
 
     name = "tiled_loop.load"
     source = operand_def(TensorType)
     offsets = prop_def(ExprsAttr)
+    broadcast_rows = opt_prop_def(ExprsAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
-    def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType):
-        super().__init__(operands=[source], properties={"offsets": ExprsAttr(offsets)}, result_types=[tile])
+    def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType, broadcast_rows: Sequence | None = None):
+        properties = {"offsets": ExprsAttr(offsets)}
+        if broadcast_rows is not None:
+            properties["broadcast_rows"] = ExprsAttr(broadcast_rows)
+        super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:
         tile = tile_type(self.result, f"'{self.name}'")
         if tile.element_type != self.source.type.element_type:
             raise VerifyException(f"'{self.name}' tile element type differs from the tensor's {self.source.type.element_type}")
         check_tensor_tile(self, self.source.type, tile, self.offsets.dims)
+        self.verify_broadcast_rows(self.source.type)
 
 
 @irdl_op_definition

@@ -256,6 +256,9 @@ class GluonTileEmitter(TritonEmitter):
 
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
         super().__init__(kernel)
+        problem = _broadcast_rows_problem(kernel)
+        if problem:
+            raise self.refuse(problem)
         self.api = api or installed_gluon_api()
         # Where tile values live: tiles of the accumulator's rows and columns (and their [BLOCK_M, 1] / [1, BLOCK_N]
         # slices) in its wgmma layout (``tile_layout``), except in a strip's finishing sweep, which only reads and
@@ -1075,11 +1078,19 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
     return _Sweep(lhs, loop, stage, dot, before, rest, after, stores[0] if stores else None)
 
 
+def _broadcast_rows_problem(kernel) -> str | None:
+    """Why a kernel (either level's) that maps the space's rows to an operand's cannot be emitted in Gluon."""
+    if any(isinstance(op, _LOADS) and op.broadcast_rows is not None for op in kernel.walk()):
+        return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
+    return None
+
+
 def gluon_kernel_problem(form: str | None, kernel: tiled_loop.KernelOp) -> str | None:
     """Why a tile-level kernel of a strategy whose Gluon form is ``form`` cannot be emitted in Gluon whatever its
     configuration, or None (the output-tile form's checks are of the staged kernel and its configuration)."""
-    if form != COLUMN_SWEEP:
-        return None
+    problem = _broadcast_rows_problem(kernel)
+    if problem or form != COLUMN_SWEEP:
+        return problem
     sweeps = column_sweeps(kernel)
     return sweeps if isinstance(sweeps, str) else None
 

@@ -623,6 +623,7 @@ class TritonEmitter:
                                 else f"{batch} * {self.stride(arg_index, 0)}")
         else:
             axes = [0, 1]
+        row_map = getattr(op, "row_map", None)
         for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
             if tile_axis is None:
                 continue
@@ -630,10 +631,14 @@ class TritonEmitter:
             index_name = self.fresh(f"{base}_{'rows' if tile_axis == 0 else 'cols'}")
             self.code.writeline(f"{index_name} = {self.expr(offset)} + {self.arange(self.expr(size), tile_axis)}")
             broadcast = "[:, None]" if tile_axis == 0 else "[None, :]"
-            widened = f"{index_name}.to(tl.int64)" if op.wide_index else index_name
+            addressed = index_name
+            if row_map is not None and buffer.rank == 2 and buffer_axis == 0:
+                addressed = self.fresh(f"{base}_source_rows")  # the space's rows mapped to the operand's own
+                self.code.writeline(f"{addressed} = {self.mapped_rows(index_name, *row_map)}")
+            widened = f"{addressed}.to(tl.int64)" if op.wide_index else addressed
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
             if op.masked_axes[buffer_axis]:
-                extent = buffer.dims[buffer_axis]
+                extent = row_map[0] if row_map is not None and buffer_axis == 0 else buffer.dims[buffer_axis]
                 term = f"({index_name}{broadcast} < {self.expr(extent)})"
                 if self.even_tiles and op.uneven_axes[buffer_axis]:
                     uneven.append(term)
@@ -641,6 +646,24 @@ class TritonEmitter:
                 else:
                     masks.append(term)
         return f"{base}_ptr + " + " + ".join(offsets_text), _Mask(tuple(masks), tuple(uneven))
+
+    def mapped_rows(self, rows: str, extent: Dim, terms) -> str:
+        """The operand rows that the space's ``rows`` read (``broadcast_rows``: the space's ``extent`` rows, triples of
+        divisor, period and stride). A divisor no argument gives (a mask's ``H*T`` beside rows ``B*H*T`` and ``B``)
+        is the quotient of the space's rows by one that it gives."""
+        parts = []
+        for divisor, period, stride in terms:
+            if divisor == Dim(1):
+                index = rows
+            else:
+                try:
+                    index = f"({rows} // ({self.expr(divisor)}))"
+                except ValueError:
+                    quotient = Dim(extent.expr / divisor.expr)
+                    index = f"({rows} // (({self.expr(extent)}) // ({self.expr(quotient)})))"
+            index = f"({index} % ({self.expr(period)}))"
+            parts.append(index if stride == Dim(1) else f"{index} * ({self.expr(stride)})")
+        return " + ".join(parts)
 
     def emit_load(self, op, buffer_value: SSAValue, tile_dims) -> None:
         pointers, mask = self.pointers(op, buffer_value, tile_dims)

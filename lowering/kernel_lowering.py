@@ -23,7 +23,7 @@ from amk.dialects.tiled_loop import TileType
 from amk.errors import CompilationError
 from amk.lowering import rules
 from amk.lowering.configs import next_power_of_two
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section
+from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, broadcast_row_map
 from amk.lowering.rules import TileBuilder
 from amk.reference import callable_name
 from amk.symbolic import Dim
@@ -135,11 +135,13 @@ class KernelLowering:
         """``offsets`` in ``tensor``: a rank-3 tensor of a batched kernel is read at this program's batch index."""
         return [Dim(tiled_loop.BATCH_PROGRAM_ID), *offsets] if tensor.type.rank == 3 else offsets
 
-    def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True) -> SSAValue:
+    def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True,
+             broadcast_rows: list[Dim] | None = None) -> SSAValue:
         arg = self.arg_of[value]
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
-        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile), f"{arg.name_hint}_tile")
+        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows),
+                            f"{arg.name_hint}_tile")
         return self.b.cast(loaded, f32, f"{arg.name_hint}_f32") if upcast else loaded
 
     def valid_cols(self, at: ColumnTile) -> SSAValue:
@@ -155,7 +157,9 @@ class KernelLowering:
         if value in at.env:
             return at.env[value]
         if value in self.arg_of:
-            result = self.load(value, at.section.value_class[value], at)
+            cls = at.section.value_class[value]
+            result = self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, at.section.space)
+                               if cls == FULL else None)
         else:
             op = value.owner
             kind = rules.kind_of(op)

@@ -78,9 +78,32 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         has_rows = False
     elif _same(lead, space.leading):
         has_rows = True
+    elif has_cols and broadcast_row_map(dims, space) is not None:
+        return FULL  # its rows are read through the map (position embeddings [1, T, C] over [B, T, C])
     else:
         return None
     return AXES_CLASS[(has_rows, has_cols)]
+
+
+def broadcast_row_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
+    """For a full-width operand of shape ``dims`` whose leading dims broadcast over the space's, the
+    ``broadcast_rows`` of its loads (:class:`amk.dialects.tiled_loop.BroadcastRows`): the space's rows, then the
+    divisor, period and stride that map a row of the space to one of the operand's. The dims it keeps (the space's
+    own; the others are 1) are the last ones (position embeddings ``[1, T, C]`` or ``[T, C]`` over ``[B, T, C]``, a
+    bias ``[1, H, T, S]`` over ``[B, H, T, S]``: its row ``r % T``) or the first ones (a padding mask ``[B, 1, 1, S]``:
+    its row ``r // (H * T)``), where a kernel's sizes give the map; None for any other operand, a batched kernel's
+    too."""
+    lead = (Dim(1),) * (len(space.lead) + 1 - len(dims)) + tuple(dims[:-1])
+    if space.batch or len(lead) != len(space.lead) or _same(lead, space.lead) or not all(
+            d == Dim(1) or provably_equal(d, s) for d, s in zip(lead, space.lead)):
+        return None
+    kept = [d != Dim(1) for d in lead]
+    first, last = kept.index(True), len(kept) - 1 - kept[::-1].index(True)
+    if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1):
+        return None  # kept dims in the middle, or apart: the map needs sizes no kernel argument gives
+    operand_rows = math.prod((d.expr for d in space.lead[first:last + 1]), start=1)
+    broadcast_after = math.prod((d.expr for d in space.lead[last + 1:]), start=1)
+    return [space.rows, Dim(broadcast_after), Dim(operand_rows), Dim(1)]
 
 
 def broadcast_class(classes: list[str]) -> str:
@@ -153,8 +176,10 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                     raise NotFusable(
                         f"{op.name}: an operand of shape [{', '.join(map(str, operand.type.dims))}] over the iteration "
                         f"space [{', '.join(map(str, section.space.dims))}]: a fused kernel reads an operand whole, "
-                        "as a row vector, as a column vector or as a scalar (broadcast over other dims, such as a "
-                        "mask's size-1 heads dim, runs in PyTorch)"
+                        "as a row vector, as a column vector, as a scalar, or with size-1 leading dims before or after "
+                        "the ones it keeps (positions [1, T, C], a padding mask [B, 1, 1, S]); other broadcasts over "
+                        "leading dims (a mask's size-1 heads dim between its batch and rows, any in a batched "
+                        "matmul's kernel) run in PyTorch"
                     )
                 classes[operand] = cls
                 operand_classes.append(cls)

@@ -144,18 +144,22 @@ class _LowerAccesses(RewritePattern):
         staging = self.staging
         if isinstance(op, tiled_loop.LoadOp):
             buffer = op.source.type
-            mask, uneven = staging.mask(buffer, op.result.type, op.offsets.dims)
+            row_map = op.row_map
+            # a load of broadcast rows reads the space's rows, masked against their count, not the source's
+            extents = buffer if row_map is None else BufferType("global", [row_map[0], *buffer.dims[1:]],
+                                                                 buffer.element_type)
+            mask, uneven = staging.mask(extents, op.result.type, op.offsets.dims)
             bits = staging.index_bits(buffer)
             users = [use.operation for use in op.result.uses]
             in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
-            if in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users):
+            if in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users) and row_map is None:
                 tile = op.result.type
                 new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
                                             BufferType("shared", tile.dims, tile.element_type))
                 if staging.tma and buffer.rank == 2:
                     new.descriptor = UnitAttr()
             else:
-                new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type)
+                new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type, op.broadcast_rows)
                 if self.written_by_other_programs(op):
                     new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint

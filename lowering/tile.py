@@ -63,7 +63,7 @@ from amk.lowering.kernel_lowering import (
     Workspace,
     WorkspaceBuffer,
 )
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, NotFusable, plan_group
+from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, NotFusable, broadcast_row_map, plan_group
 from amk.lowering.strategies import AUTO, STRATEGIES, choose_strategy
 from amk.symbolic import Dim
 
@@ -86,6 +86,8 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
         return [Dim(_product(dims[:-1])), dims[-1]], ""
     in_prologue = plan.prologue is not None and value in plan.prologue.value_class
     space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
+    if cls == FULL and broadcast_row_map(dims, space) is not None:  # its own rows, which the loads map the space's to
+        return [Dim(_product(dims[:-1])), space.cols], ""
     return {FULL: [*batch, space.rows, space.cols], ROW: [space.cols],
             COL: [*batch, space.rows, Dim(1)] if batch else [space.rows], SCALAR: [Dim(1)]}[cls], ""
 

@@ -76,6 +76,28 @@ def test_refuses_what_it_does_not_emit(text, config, reason):
     assert "amk-emit-gluon emits persistent tile-grid GEMM kernels" in str(error.value)
 
 
+def test_refuses_an_operand_whose_rows_broadcast_over_the_space():
+    """Position embeddings [1, T, N] added after the GEMM are loaded through a map of the space's rows to theirs
+    (``broadcast_rows``), which the Gluon kernels do not emit: the tuner does not offer them (gluon_kernel_problem) and
+    the pass refuses such a kernel rather than read the wrong rows."""
+    from amk.dialects import tiled_loop
+    from amk.lowering.emit_gluon import gluon_kernel_problem
+
+    x, w, p = (f"!tensor_op.tensor<[{shape}], f16>" for shape in ("B, T, 512", "512, 512", "1, T, 512"))
+    text = f"""func.func @positions(%x : {x}, %w : {w}, %p : {p}) -> {x} {{
+  %0 = tensor_op.matmul %x, %w : ({x}, {w}) -> {x}
+  %1 = tensor_op.add %0, %p : ({x}, {p}) -> {x}
+  func.return %1 : {x}
+}}"""
+    with pytest.raises(PassFailedException, match="broadcast over the space's"):
+        emit_gluon(staged_kernel(text), TRITON_3_9_API)
+    ctx = make_context()
+    module = Parser(ctx, text).parse_module()
+    PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile").apply(ctx, module)
+    tiled = next(op for op in module.walk() if isinstance(op, tiled_loop.KernelOp))
+    assert "broadcast over the space's" in gluon_kernel_problem(None, tiled)
+
+
 def test_a_residual_tile_is_read_in_the_accumulators_layout():
     """``x @ w + b + x``: x is a TMA-staged operand and, read again with pointers, the residual; the kernel gets its
     pointer once, the descriptor's row stride and the strides the pointer reads use."""

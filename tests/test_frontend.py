@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,16 +33,17 @@ HIDDEN, INTERMEDIATE = 64, 128
 ATOL, RTOL = 2e-5, 2e-5
 
 
-def _load_blocks():
-    """The MLP blocks of examples/mlp_blocks.py (the example and the tests share one definition)."""
-    spec = importlib.util.spec_from_file_location("mlp_blocks", REPO / "examples" / "mlp_blocks.py")
+def _load(name: str, path: Path):
+    """A module of the examples or the benchmarks (they and the tests share one definition of a block)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # TorchDynamo looks modules up by name when it traces their code
     spec.loader.exec_module(module)
     return module
 
 
-blocks = _load_blocks()
+blocks = _load("mlp_blocks", REPO / "examples" / "mlp_blocks.py")
+workloads = _load("workloads", REPO / "benchmarks" / "workloads.py")
 
 
 def GPT2MLP():  # noqa: N802 - a module factory named like the class it builds
@@ -252,7 +254,8 @@ def test_explain_says_why_in_the_users_terms():
     assert "sum over every element" in reasons(lambda x: torch.relu(x @ w).sum(dim=()), x)
     q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
     mask = torch.zeros(2, 1, 8, 8, device=DEVICE)
-    assert "such as a mask's size-1 heads dim, runs in PyTorch" in reasons(
+    assert "a mask's size-1 heads dim between its batch and rows, any in a batched matmul's kernel) run in PyTorch" \
+        in reasons(
         lambda q, k, mask: torch.softmax(q @ k.transpose(-1, -2) * 0.25 + mask, -1), q, k, mask)
 
 
@@ -320,22 +323,6 @@ def test_t5s_norm_and_a_norm_with_a_scalar_gain_are_one_kernel_with_their_linear
     assert len(graph.subgraphs) == 1 and "rmsnorm" in str(amk.explain(compiled, print_report=False))
 
 
-class LlamaRMSNorm(nn.Module):
-    """Hugging Face's Llama (Mistral, Qwen2) RMSNorm: computed in fp32, cast back, then multiplied by the weight."""
-
-    def __init__(self, hidden: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
-
-
 class Projections(nn.Module):
     """A decoder layer's input norm read by ``count`` projections: the query, key and value projections (3), or an
     MLP's gate and up projections (2)."""
@@ -359,7 +346,7 @@ def test_llamas_rmsnorm_is_the_norm_of_its_input_with_its_weight(count, dtype):
     the norm of the input with its weight, as nn.RMSNorm's: the prologue of the gate and up projections' dual GEMM,
     or the kernel of its own that three projections read, every output as accurate as PyTorch's."""
     torch.manual_seed(0)
-    model = Projections(LlamaRMSNorm, count).to(device=DEVICE, dtype=dtype)
+    model = Projections(workloads.LlamaRMSNorm, count).to(device=DEVICE, dtype=dtype)
     compiled = amk.compile(model, autotune=False)
     for batch in (2, 3):
         x = inputs(batch).to(dtype)

@@ -350,6 +350,65 @@ def test_a_subgraph_of_mixed_argument_dtypes_also_tries_the_vendor_gemm(monkeypa
     assert [tensor.dtype for tensor in inputs] == [torch.float32, torch.float32, torch.bfloat16]
 
 
+BROADCAST_ROWS = """builtin.module {
+  func.func @f(%x: !tensor_op.tensor<[B, T, 256], f32>, %w: !tensor_op.tensor<[256, 64], f32>, %p: !tensor_op.tensor<[1, T, 64], f32>, %m: !tensor_op.tensor<[B, 1, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32> {
+    %h = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B, T, 256], f32>, !tensor_op.tensor<[256, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
+    %s = tensor_op.add %h, %p : (!tensor_op.tensor<[B, T, 64], f32>, !tensor_op.tensor<[1, T, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
+    %e = tensor_op.mul %s, %m : (!tensor_op.tensor<[B, T, 64], f32>, !tensor_op.tensor<[B, 1, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
+    %y = tensor_op.softmax %e {axis = -1 : i64} : !tensor_op.tensor<[B, T, 64], f32>
+    func.return %y : !tensor_op.tensor<[B, T, 64], f32>
+  }
+}"""
+
+
+@pytest.mark.parametrize(("strategy", "sizes"), [
+    *((strategy, (3, 5)) for strategy in ("auto", "row_resident", "tile_stats", "strip_finish", "row_strip",
+                                          "tile_recompute", "chunk_recompute")),
+    ("auto", (2, 4)),  # 8 rows: a decode strategy (split_k in the interpreter)
+])
+def test_operands_whose_rows_broadcast_are_read_through_the_map_by_every_strategy(strategy, sizes):
+    """Position embeddings [1, T, N] and a per-sequence vector [B, 1, N] in a GEMM's epilogue before a softmax: each
+    strategy's loads map the space's rows (B*T) to the operand's (r % T, r // T), every output right; they were left
+    to PyTorch ("a fused kernel reads an operand whole")."""
+    from xdsl.parser import Parser
+
+    from amk.context import make_context
+
+    batch, length = sizes
+    module = Parser(make_context(), BROADCAST_ROWS).parse_module()
+    compiled = compile_module(module, reduction_strategy=strategy, size_hints={"B": batch, "T": length})
+    assert [step.kind for step in compiled.program.steps] == ["launch", "return"]
+    assert "broadcast_rows" in compiled.ir["tiled_loop"]
+    generator = torch.Generator().manual_seed(0)
+    x, w, p, m = (torch.randn(shape, generator=generator) for shape in
+                  ((batch, length, 256), (256, 64), (1, length, 64), (batch, 1, 64)))
+    x, w = x.to(DEVICE), (w / 16).to(DEVICE)
+    p, m = p.to(DEVICE), m.to(DEVICE)
+    (out,) = compiled.program(x, w, p, m)
+    expected = ((x.double() @ w.double() + p.double()) * m.double()).softmax(-1)
+    assert rel_l2(out, expected) < 1e-5
+
+
+def test_the_row_map_of_an_operand_broadcast_over_leading_dims():
+    """broadcast_row_map: the space's rows, then divisor, period, stride; kept dims last (r % their product) or first
+    (r // the product of the others); None where the operand has the space's rows, keeps dims in the middle, or the
+    kernel is batched."""
+    from amk.lowering.plan import Space, broadcast_row_map
+    from amk.symbolic import Dim
+
+    def row_map(dims, lead, batch=()):
+        result = broadcast_row_map(tuple(map(Dim, dims)), Space(tuple(map(Dim, lead)), Dim(64), tuple(map(Dim, batch))))
+        return None if result is None else [str(d) for d in result]
+
+    assert row_map(["1", "T", "64"], ["B", "T"]) == ["B*T", "1", "T", "1"]
+    assert row_map(["T", "64"], ["B", "T"]) == ["B*T", "1", "T", "1"]  # numpy's leading 1s
+    assert row_map(["1", "H", "T", "64"], ["B", "H", "T"]) == ["B*H*T", "1", "H*T", "1"]
+    assert row_map(["B", "1", "1", "64"], ["B", "H", "T"]) == ["B*H*T", "H*T", "B", "1"]
+    assert row_map(["B", "T", "64"], ["B", "T"]) is None
+    assert row_map(["1", "H", "1", "64"], ["B", "H", "T"]) is None
+    assert row_map(["1", "T", "64"], ["T"], batch=["B"]) is None
+
+
 def test_the_vendor_program_of_a_length_grown_by_one_binds_the_length(monkeypatch, tmp_path):
     """A decoding step's shared build has its key length only as ``s1 + 1`` in its arguments' shapes (the cache
     concatenated with the new key): the vendor program was run without the bucket's value of ``s1`` and failed

@@ -207,7 +207,7 @@ def test_a_buffer_sliced_to_the_length_is_as_long_as_the_length():
     """The positions' slice has the length Min(64, L), which the size-oblivious trace does not bound: added to the
     [B, L, C] sum it did not broadcast in amk's IR ("s27 vs Min(64, s27)"), so the add ran in PyTorch and cut the
     chain in two subgraphs. TorchDynamo's guards settle Min(64, L) == L once the two are added: one dim, one
-    subgraph (the add over the batch itself still runs in PyTorch inside it), every output right."""
+    subgraph, and one kernel (the positions [1, L, C] read through a map of the rows), every output right."""
     torch.manual_seed(0)
     model = Embeddings().to(DEVICE)
     compiled = amk.compile(model, autotune=False)
@@ -220,6 +220,31 @@ def test_a_buffer_sliced_to_the_length_is_as_long_as_the_length():
     (subgraph,) = graph.subgraphs
     assert len(subgraph.nodes) == 3, subgraph.nodes
     assert not [node for node in graph.pytorch if "broadcast" in node.reason]
+    assert len(subgraph.kernels) == 1 and not subgraph.unfused, (subgraph.kernels, subgraph.unfused)
+
+
+class MaskedSoftmax(torch.nn.Module):
+    """Attention probabilities from scores passed in, with a padding mask over the keys ([B, 1, 1, S], as BERT's
+    extended mask) or a bias per head and position ([1, H, T, S], as T5's and ALiBi's)."""
+
+    def forward(self, scores, mask):
+        return (scores * 0.125 + mask).softmax(-1)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 24), (1, 3, 5, 24)])
+def test_a_mask_broadcast_over_heads_or_the_batch_is_read_in_the_softmaxs_kernel(mask_shape):
+    """A mask broadcast over the leading dims was left to PyTorch ("a fused kernel reads an operand whole"), the
+    scaled scores written out for it; the kernel now reads the mask's rows through a map of its own rows."""
+    torch.manual_seed(0)
+    compiled = amk.compile(MaskedSoftmax(), autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    for batch in (2, 3):
+        scores = torch.randn(batch, 3, 5, 24, generator=generator).to(DEVICE)
+        mask = torch.randn(*((batch,) if mask_shape[0] > 1 else (1,)), *mask_shape[1:], generator=generator).to(DEVICE)
+        torch.testing.assert_close(compiled(scores, mask), MaskedSoftmax()(scores, mask), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    (subgraph,) = graph.subgraphs
+    assert len(subgraph.kernels) == 1 and not subgraph.unfused and not graph.pytorch, subgraph.unfused
 
 
 def test_a_reduction_without_keepdim_buckets_the_sequence_length(tmp_path):

@@ -445,3 +445,24 @@ tiled_loop.kernel @in_bounds_type attributes {grid = #tiled_loop.exprs<[1]>, pro
 }
 
 // CHECK: {{^}}'tiled_loop.in_bounds' result must be an i1 tile
+
+// -----
+
+// broadcast_rows holds the space's rows, then triples.
+tiled_loop.kernel @broadcast_rows_pairs attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile2d", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%p: !tensor_op.tensor<[T, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  %t = tiled_loop.load %p <[pid, 0]> {broadcast_rows = #tiled_loop.exprs<[M, 1, T]>} : !tensor_op.tensor<[T, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
+  tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[16, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load' broadcast_rows holds the space's rows, then divisor, period and stride triples: got 3 expressions
+
+// -----
+
+tiled_loop.kernel @broadcast_rows_of_a_vector attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile2d", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%p: !tensor_op.tensor<[64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  %t = tiled_loop.load %p <[0]> {broadcast_rows = #tiled_loop.exprs<[M, 1, 64, 1]>} : !tensor_op.tensor<[64], f32> -> !tiled_loop.tile<[1, 64], f32>
+  tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[1, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load' broadcast_rows reads a rank-2 source, got rank 1
