@@ -350,21 +350,21 @@ def test_a_subgraph_of_mixed_argument_dtypes_also_tries_the_vendor_gemm(monkeypa
     assert [tensor.dtype for tensor in inputs] == [torch.float32, torch.float32, torch.bfloat16]
 
 
-BROADCAST_ROWS = """builtin.module {
-  func.func @f(%x: !tensor_op.tensor<[B, T, 256], f32>, %w: !tensor_op.tensor<[256, 64], f32>, %p: !tensor_op.tensor<[1, T, 64], f32>, %m: !tensor_op.tensor<[B, 1, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32> {
-    %h = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B, T, 256], f32>, !tensor_op.tensor<[256, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
+BROADCAST_ROWS = """builtin.module {{
+  func.func @f(%x: !tensor_op.tensor<[B, T, 1024], f32>, %w: !tensor_op.tensor<[1024, 64], f32>, %p: !tensor_op.tensor<[1, T, 64], f32>, %m: !tensor_op.tensor<[B, 1, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32> {{
+    %h = tensor_op.matmul %x, %w : (!tensor_op.tensor<[B, T, 1024], f32>, !tensor_op.tensor<[1024, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
     %s = tensor_op.add %h, %p : (!tensor_op.tensor<[B, T, 64], f32>, !tensor_op.tensor<[1, T, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
     %e = tensor_op.mul %s, %m : (!tensor_op.tensor<[B, T, 64], f32>, !tensor_op.tensor<[B, 1, 64], f32>) -> !tensor_op.tensor<[B, T, 64], f32>
-    %y = tensor_op.softmax %e {axis = -1 : i64} : !tensor_op.tensor<[B, T, 64], f32>
+    %y = tensor_op.{last} : !tensor_op.tensor<[B, T, 64], f32>
     func.return %y : !tensor_op.tensor<[B, T, 64], f32>
-  }
-}"""
+  }}
+}}"""
 
 
 @pytest.mark.parametrize(("strategy", "sizes"), [
     *((strategy, (3, 5)) for strategy in ("auto", "row_resident", "tile_stats", "strip_finish", "row_strip",
                                           "tile_recompute", "chunk_recompute")),
-    ("auto", (2, 4)),  # 8 rows: a decode strategy (split_k in the interpreter)
+    ("split_k", (2, 4)),  # 8 rows of a GEMM, then an elementwise epilogue (GELU, not the softmax)
 ])
 def test_operands_whose_rows_broadcast_are_read_through_the_map_by_every_strategy(strategy, sizes):
     """Position embeddings [1, T, N] and a per-sequence vector [B, 1, N] in a GEMM's epilogue before a softmax: each
@@ -375,17 +375,23 @@ def test_operands_whose_rows_broadcast_are_read_through_the_map_by_every_strateg
     from amk.context import make_context
 
     batch, length = sizes
-    module = Parser(make_context(), BROADCAST_ROWS).parse_module()
-    compiled = compile_module(module, reduction_strategy=strategy, size_hints={"B": batch, "T": length})
+    softmax = strategy != "split_k"
+    module = Parser(make_context(), BROADCAST_ROWS.format(
+        last="softmax %e {axis = -1 : i64}" if softmax else "gelu %e")).parse_module()
+    small_tiles = KernelConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=2, SPLIT_N=2, num_warps=4, num_stages=2)
+    compiled = compile_module(module, lambda kernel: small_tiles, reduction_strategy=strategy if softmax else "auto",
+                              size_hints={"B": batch, "T": length})
     assert [step.kind for step in compiled.program.steps] == ["launch", "return"]
     assert "broadcast_rows" in compiled.ir["tiled_loop"]
+    assert softmax or 'strategy = "split_k"' in compiled.ir["tiled_loop"]
     generator = torch.Generator().manual_seed(0)
     x, w, p, m = (torch.randn(shape, generator=generator) for shape in
-                  ((batch, length, 256), (256, 64), (1, length, 64), (batch, 1, 64)))
-    x, w = x.to(DEVICE), (w / 16).to(DEVICE)
+                  ((batch, length, 1024), (1024, 64), (1, length, 64), (batch, 1, 64)))
+    x, w = x.to(DEVICE), (w / 32).to(DEVICE)
     p, m = p.to(DEVICE), m.to(DEVICE)
     (out,) = compiled.program(x, w, p, m)
-    expected = ((x.double() @ w.double() + p.double()) * m.double()).softmax(-1)
+    product = (x.double() @ w.double() + p.double()) * m.double()
+    expected = product.softmax(-1) if softmax else torch.nn.functional.gelu(product)
     assert rel_l2(out, expected) < 1e-5
 
 
