@@ -361,6 +361,9 @@ def test_llamas_rmsnorm_is_the_norm_of_its_input_with_its_weight(count, dtype):
     assert not graph.pytorch and len(graph.subgraphs) == 1
     first = report.kernels[0]
     assert (first.prologue if count == 2 else first.epilogue) == ["rmsnorm(h)"], report.kernels
+    # nothing else runs: the cast up that the norm no longer reads was a copy of the input in PyTorch
+    (bucket,) = graph.subgraphs[0].buckets
+    assert not [step for step in bucket.kernels if "[PyTorch]" in step], bucket.kernels
 
 
 # --------------------------------------------------------------------------------------------------------------------

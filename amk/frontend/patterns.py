@@ -294,6 +294,8 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
         source = x.args[0] if is_(x, CASTS) and x.args and isinstance(meta_value(x.args[0]), torch.Tensor) else None
         if source is not None and fake_tensor(source).dtype == result and all(
                 fake_tensor(vector).dtype == result for vector in (weight, bias) if vector is not None):
+            if set(x.users) <= {*absorbed, root}:  # else it stays for the others that read it
+                absorbed = [*absorbed, x]  # no copy of the input cast up that nothing reads
             x = source
         # Otherwise a weight of another dtype is cast to the norm's, the result to the weight's.
         computed = fake_tensor(x).dtype
