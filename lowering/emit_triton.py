@@ -623,7 +623,7 @@ class TritonEmitter:
                                 else f"{batch} * {self.stride(arg_index, 0)}")
         else:
             axes = [0, 1]
-        row_map = getattr(op, "row_map", None)
+        row_map = op.row_map if isinstance(op, memory_staged.LoadOp) else None
         for buffer_axis, (tile_axis, offset) in enumerate(zip(axes, op.offsets.dims)):
             if tile_axis is None:
                 continue
