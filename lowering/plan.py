@@ -97,12 +97,14 @@ def broadcast_row_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
     if space.batch or len(lead) != len(space.lead) or _same(lead, space.lead) or not all(
             d == Dim(1) or provably_equal(d, s) for d, s in zip(lead, space.lead)):
         return None
-    kept = [d != Dim(1) for d in lead]
+    # The space's dims of size 1 (a decoding step's one token) count neither as kept nor as broadcast.
+    sizes = [s for s in space.lead if s != Dim(1)]
+    kept = [d != Dim(1) for d, s in zip(lead, space.lead) if s != Dim(1)]
     first, last = kept.index(True), len(kept) - 1 - kept[::-1].index(True)
     if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1):
         return None  # kept dims in the middle, or apart: the map needs sizes no kernel argument gives
-    operand_rows = math.prod((d.expr for d in space.lead[first:last + 1]), start=1)
-    broadcast_after = math.prod((d.expr for d in space.lead[last + 1:]), start=1)
+    operand_rows = math.prod((d.expr for d in sizes[first:last + 1]), start=1)
+    broadcast_after = math.prod((d.expr for d in sizes[last + 1:]), start=1)
     return [space.rows, Dim(broadcast_after), Dim(operand_rows), Dim(1)]
 
 
@@ -176,10 +178,11 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                     raise NotFusable(
                         f"{op.name}: an operand of shape [{', '.join(map(str, operand.type.dims))}] over the iteration "
                         f"space [{', '.join(map(str, section.space.dims))}]: a fused kernel reads an operand whole, "
-                        "as a row vector, as a column vector, as a scalar, or with size-1 leading dims before or after "
-                        "the ones it keeps (positions [1, T, C], a padding mask [B, 1, 1, S]); other broadcasts over "
-                        "leading dims (a mask's size-1 heads dim between its batch and rows, any in a batched "
-                        "matmul's kernel) run in PyTorch"
+                        "as a row vector, as a column vector, as a scalar, or whole rows (its last dim the space's) "
+                        "with size-1 leading dims before or after the ones it keeps (positions [1, T, C], a padding "
+                        "mask [B, 1, 1, S]); other broadcasts over leading dims (a mask's size-1 heads dim between its "
+                        "batch and rows, a per-sample scale [B, 1, 1], any in a batched matmul's kernel) run in "
+                        "PyTorch"
                     )
                 classes[operand] = cls
                 operand_classes.append(cls)
@@ -211,7 +214,11 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                                  "higher rank (PyTorch aligns it with the last dim)")
             cls = broadcast_class(operand_classes)
             classes[result] = cls
-            if cls == FULL and not _same(result.type.dims, section.space.dims):
+            # A full-width result of broadcast rows (a padding mask's arithmetic before it meets the scores) is
+            # computed on the tiles of the rows it maps to, as its operands are read.
+            if cls == FULL and not _same(result.type.dims, section.space.dims) and not (
+                    provably_equal(result.type.dims[-1], section.space.cols)
+                    and broadcast_row_map(result.type.dims, section.space) is not None):
                 raise NotFusable(f"{op.name}: result shape differs from the iteration space")
             if depth_inputs:
                 section.after_reduction.add(result)
@@ -299,9 +306,7 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
         if matmul.lhs not in produced:
             input_class[matmul.lhs] = "lhs"
     else:
-        first = ops[0]
-        anchor = rules.reduction_input(first) if rules.kind_of(first) == "reduction" else first.results[0]
-        dims = anchor.type.dims
+        dims = _standalone_space_dims(ops)
         if not dims:
             raise NotFusable("rank-0 values do not fuse")
         main = Section(Space(tuple(dims[:-1]), dims[-1]), list(ops))
@@ -315,11 +320,29 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
     for value in outputs:
         if value not in produced:
             raise NotFusable("an output is not produced by the group")
+        if main.value_class.get(value) == FULL and not _same(value.type.dims, main.space.dims):
+            raise NotFusable("a value of broadcast rows cannot be a kernel output (its tiles hold the space's rows)")
         if value not in main.value_class and value not in {m.output for m in matmuls}:
             raise NotFusable("a prologue value cannot be a kernel output")
     materialized = _materialized_value(main, matmuls) if matmul is not None else None
     return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, materialized, input_class, contraction,
                      matmuls)
+
+
+def _standalone_space_dims(ops: list[Operation]) -> tuple[Dim, ...]:
+    """The iteration space of a group without a matmul: its first op's (a row reduction's input, else its result),
+    unless those are broadcast rows of a later op's (a padding mask's arithmetic before the scores it is added to):
+    then that op's."""
+    def dims_of(op: Operation) -> tuple[Dim, ...]:
+        return tuple((rules.reduction_input(op) if rules.kind_of(op) == "reduction" else op.results[0]).type.dims)
+
+    first = dims_of(ops[0])
+    for op in ops[1:]:
+        dims = dims_of(op)
+        if dims and first and provably_equal(first[-1], dims[-1]) and broadcast_row_map(
+                first, Space(dims[:-1], dims[-1])) is not None:
+            return dims
+    return first
 
 
 def _producers(value: SSAValue, candidates: set[Operation]) -> set[Operation]:

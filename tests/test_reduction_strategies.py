@@ -412,6 +412,9 @@ def test_the_row_map_of_an_operand_broadcast_over_leading_dims():
     assert row_map(["B", "1", "1", "64"], ["B", "H", "T"]) == ["B*H*T", "H*T", "B", "1"]
     assert row_map(["B", "T", "64"], ["B", "T"]) is None
     assert row_map(["1", "H", "1", "64"], ["B", "H", "T"]) is None
+    # a dim the space has of size 1 (a decoding step's one token) is neither kept nor broadcast
+    assert row_map(["1", "H", "1", "64"], ["B", "H", "1"]) == ["B*H", "1", "H", "1"]
+    assert row_map(["B", "1", "1", "64"], ["B", "H", "1"]) == ["B*H", "H", "B", "1"]
     assert row_map(["1", "T", "64"], ["T"], batch=["B"]) is None
 
 

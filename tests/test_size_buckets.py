@@ -223,6 +223,28 @@ def test_a_buffer_sliced_to_the_length_is_as_long_as_the_length():
     assert len(subgraph.kernels) == 1 and not subgraph.unfused, (subgraph.kernels, subgraph.unfused)
 
 
+class ExtendedMaskSoftmax(torch.nn.Module):
+    """BERT's extended attention mask, computed from a [B, S] padding mask, added to the scaled scores."""
+
+    def forward(self, scores, mask):
+        return (scores / 8.0 + (1.0 - mask[:, None, None, :]) * -10000.0).softmax(-1)
+
+
+def test_a_masks_arithmetic_before_it_meets_the_scores_is_in_the_softmaxs_kernel():
+    """(1 - mask) * -10000 over the mask's [B, 1, 1, S] was a kernel of its own, its result written out for the
+    softmax's (an op whose result had the mask's broadcast shape did not fuse, and a group began with it); it is now
+    computed on the tiles of the rows it maps to, in the one kernel."""
+    compiled = amk.compile(ExtendedMaskSoftmax(), autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    for batch in (2, 3):
+        scores = torch.randn(batch, 3, 5, 24, generator=generator).to(DEVICE)
+        mask = (torch.rand(batch, 24, generator=generator) > 0.3).float().to(DEVICE)
+        torch.testing.assert_close(compiled(scores, mask), ExtendedMaskSoftmax()(scores, mask), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    (subgraph,) = graph.subgraphs
+    assert len(subgraph.kernels) == 1 and not subgraph.unfused, subgraph.kernels
+
+
 class MaskedSoftmax(torch.nn.Module):
     """Attention probabilities from scores passed in, with a padding mask over the keys ([B, 1, 1, S], as BERT's
     extended mask) or a bias per head and position ([1, H, T, S], as T5's and ALiBi's)."""
@@ -231,15 +253,16 @@ class MaskedSoftmax(torch.nn.Module):
         return (scores * 0.125 + mask).softmax(-1)
 
 
-@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 24), (1, 3, 5, 24)])
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 24), (1, 3, 5, 24), (1, 3, 1, 24)])
 def test_a_mask_broadcast_over_heads_or_the_batch_is_read_in_the_softmaxs_kernel(mask_shape):
     """A mask broadcast over the leading dims was left to PyTorch ("a fused kernel reads an operand whole"), the
-    scaled scores written out for it; the kernel now reads the mask's rows through a map of its own rows."""
+    scaled scores written out for it; the kernel now reads the mask's rows through a map of its own rows. The last
+    case is a decoding step's bias [1, H, 1, S] (T5's, ALiBi's), whose 1 the space has too."""
     torch.manual_seed(0)
     compiled = amk.compile(MaskedSoftmax(), autotune=False)
     generator = torch.Generator().manual_seed(0)
     for batch in (2, 3):
-        scores = torch.randn(batch, 3, 5, 24, generator=generator).to(DEVICE)
+        scores = torch.randn(batch, 3, mask_shape[2] if mask_shape[0] == 1 else 5, 24, generator=generator).to(DEVICE)
         mask = torch.randn(*((batch,) if mask_shape[0] > 1 else (1,)), *mask_shape[1:], generator=generator).to(DEVICE)
         torch.testing.assert_close(compiled(scores, mask), MaskedSoftmax()(scores, mask), atol=1e-5, rtol=1e-5)
     (graph,) = amk.explain(compiled, print_report=False).graphs
