@@ -797,7 +797,7 @@ class _VendorProgram:
     tuning_log: dict[str, list[dict]]
     inputs: list[torch.Tensor]
     time_ms: float
-    bindings: dict[str, int] = field(default_factory=dict)
+    bindings: dict[str, int]
 
     def run(self, program: CompiledProgram) -> list[torch.Tensor]:
         """``program`` (this one, or the fused program raced against it) on the inputs this one was timed on."""

@@ -100,6 +100,8 @@ def broadcast_row_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
     # The space's dims of size 1 (a decoding step's one token) count neither as kept nor as broadcast.
     sizes = [s for s in space.lead if s != Dim(1)]
     kept = [d != Dim(1) for d, s in zip(lead, space.lead) if s != Dim(1)]
+    if True not in kept:
+        return None  # a row vector
     first, last = kept.index(True), len(kept) - 1 - kept[::-1].index(True)
     if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1):
         return None  # kept dims in the middle, or apart: the map needs sizes no kernel argument gives
@@ -191,8 +193,9 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
         if kind == "reduction":
             if rules.reduced_axis(op) != rules.reduction_input(op).type.rank - 1:
                 raise NotFusable(f"{op.name}: only reductions over the last axis fuse")
-            if operand_classes[0] != FULL:
-                raise NotFusable(f"{op.name}: reduces a value that is not a full [rows, cols] tile")
+            if operand_classes[0] != FULL or not _same(rules.reduction_input(op).type.dims, section.space.dims):
+                raise NotFusable(f"{op.name}: reduces a value that is not a full [rows, cols] tile of the space (a "
+                                 "value of broadcast rows reduces in a kernel of its own)")
             if depth_inputs:
                 raise NotFusable(f"{op.name}: depends on another row reduction (one reduction level per kernel)")
             for extra in operand_classes[1:]:

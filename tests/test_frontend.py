@@ -366,6 +366,35 @@ def test_llamas_rmsnorm_is_the_norm_of_its_input_with_its_weight(count, dtype):
     assert not [step for step in bucket.kernels if "[PyTorch]" in step], bucket.kernels
 
 
+class NormThenWiderWeight(nn.Module):
+    """A norm computed in the input's bf16, then cast up and multiplied by an fp32 weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(torch.float32)
+
+
+def test_a_norm_cast_up_to_its_weight_is_one_kernel():
+    """The cast after the norm is up, to the weight's fp32, not back to the input's dtype (Llama's form): the norm
+    keeps its own dtype and the cast and product follow it in its kernel, as before Llama's form was recognised
+    (its first version cast the weight down to the norm's bf16, a kernel of its own)."""
+    torch.manual_seed(0)
+    model = NormThenWiderWeight().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = inputs(2).to(torch.bfloat16)
+    with torch.no_grad():
+        out, expected = compiled(x), model(x)
+        exact = model.weight.double() * (x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert out.dtype == expected.dtype == torch.float32
+    assert rel_l2(out, exact) <= 2 * rel_l2(expected, exact)
+    report = amk.explain(compiled, print_report=False)
+    assert len(report.kernels) == 1 and report.kernels[0].epilogue[0].startswith("rmsnorm"), report.kernels
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dynamic shapes
 # --------------------------------------------------------------------------------------------------------------------

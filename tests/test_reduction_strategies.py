@@ -412,6 +412,7 @@ def test_the_row_map_of_an_operand_broadcast_over_leading_dims():
     assert row_map(["B", "1", "1", "64"], ["B", "H", "T"]) == ["B*H*T", "H*T", "B", "1"]
     assert row_map(["B", "T", "64"], ["B", "T"]) is None
     assert row_map(["1", "H", "1", "64"], ["B", "H", "T"]) is None
+    assert row_map(["64"], ["B", "T"]) is None and row_map(["1", "1", "64"], ["B", "T"]) is None  # row vectors
     # a dim the space has of size 1 (a decoding step's one token) is neither kept nor broadcast
     assert row_map(["1", "H", "1", "64"], ["B", "H", "1"]) == ["B*H", "1", "H", "1"]
     assert row_map(["B", "1", "1", "64"], ["B", "H", "1"]) == ["B*H", "H", "B", "1"]
@@ -462,7 +463,7 @@ def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():
     from amk.build import _outrun_by_vendor, _VendorProgram
     from amk.tuner import OUTRUN_MARGIN
 
-    vendor = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.050)
+    vendor = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.050, bindings={})
     fused_log = {"fused_0": [{"status": "ok", "time_ms": 0.060}, {"status": "ok", "time_ms": 0.045},
                              {"status": "failed"}],
                  "fused_1": [{"status": "untimed"}], "fused_2": [{"status": "ok", "time_ms": 0.040}]}
@@ -471,7 +472,7 @@ def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():
     fused_log["fused_3"] = [{"status": "ok", "time_ms": 0.050 * OUTRUN_MARGIN + 1e-4}]
     assert _outrun_by_vendor(fused_log, vendor, times)
     assert times == {"fused_kernel_alone": pytest.approx(0.050 * OUTRUN_MARGIN + 1e-4), "vendor_gemm": 0.050}
-    decode = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.010)  # kernels maybe graph-timed
+    decode = _VendorProgram(compiled=None, tuning_log={}, inputs=[], time_ms=0.010, bindings={})  # kernels maybe graph-timed
     assert not _outrun_by_vendor({"fused_0": [{"status": "ok", "time_ms": 0.020}]}, decode, {})
 
 

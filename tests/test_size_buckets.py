@@ -245,6 +245,39 @@ def test_a_masks_arithmetic_before_it_meets_the_scores_is_in_the_softmaxs_kernel
     assert len(subgraph.kernels) == 1 and not subgraph.unfused, subgraph.kernels
 
 
+class MaskAndItsSum(torch.nn.Module):
+    """A mask's arithmetic added to the scores and also reduced over its keys (returned beside them)."""
+
+    def forward(self, scores, mask):
+        extended = (1.0 - mask[:, None, None, :]) * -10000.0
+        return scores / 8.0 + extended, extended.sum(-1, keepdim=True)
+
+
+class BiasSoftmax(torch.nn.Module):
+    """A per-column bias, scaled, added to the rows, then softmax: the group's first op is the row vector's."""
+
+    def forward(self, x, bias):
+        return (x + bias * 2.0).softmax(-1)
+
+
+@pytest.mark.parametrize("model", [MaskAndItsSum, BiasSoftmax])
+def test_a_reduction_of_broadcast_rows_or_a_row_vector_first_is_right(model):
+    """A review found two groups the broadcast rows broke: a row reduction of the mask's broadcast rows was planned
+    with the space's rows and failed at its first call (its output [B, 1, 1, 1] read as [B*H*T]), and a group whose
+    first op is a row vector's raised a ValueError (the subgraph left to PyTorch). The reduction is a kernel of its
+    own now, and the row vector's op fuses as before."""
+    compiled = amk.compile(model(), autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    for batch in (2, 3):
+        scores = torch.randn(batch, 3, 5, 24, generator=generator).to(DEVICE)
+        second = ((torch.rand(batch, 24, generator=generator) > 0.3).float() if model is MaskAndItsSum
+                  else torch.randn(24, generator=generator)).to(DEVICE)
+        torch.testing.assert_close(compiled(scores, second), model()(scores, second), atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert graph.subgraphs and all(not sub.failure for sub in graph.subgraphs), graph.subgraphs
+    assert all(bucket.runs == "amk" for sub in graph.subgraphs for bucket in sub.buckets)
+
+
 class MaskedSoftmax(torch.nn.Module):
     """Attention probabilities from scores passed in, with a padding mask over the keys ([B, 1, 1, S], as BERT's
     extended mask) or a bias per head and position ([1, H, T, S], as T5's and ALiBi's)."""

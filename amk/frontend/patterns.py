@@ -202,14 +202,17 @@ def _vector_after(node: Node, family: frozenset):
     return user, vector
 
 
-def _cast_to_weight(norm: Node) -> Node | None:
-    """A cast right after ``norm``, its only user, of floating dtype, then multiplied by the weight (Hugging Face's
-    Llama, Mistral, Qwen2: ``self.weight * hidden_states.to(input_dtype)``) → the cast."""
+def _cast_back_to_the_weight(norm: Node, x: Node) -> tuple[Node, tuple[Node, Node]] | None:
+    """Hugging Face's Llama (Mistral, Qwen2) RMSNorm of a narrower input: ``x`` a cast up of it, ``norm``'s only user a
+    cast back to its dtype, then the product with a weight of that dtype (``self.weight *
+    hidden_states.to(input_dtype)``) → (the cast back, (the product, the weight)); else None."""
     users = list(norm.users)
-    if len(users) != 1 or not is_(users[0], CASTS) or not isinstance(meta_value(users[0]), torch.Tensor) \
-            or not fake_tensor(users[0]).dtype.is_floating_point:
+    if not (is_(x, CASTS) and x.args and isinstance(meta_value(x.args[0]), torch.Tensor)) or len(users) != 1 \
+            or not is_(users[0], CASTS) or not isinstance(meta_value(users[0]), torch.Tensor) \
+            or fake_tensor(users[0]).dtype != fake_tensor(x.args[0]).dtype:
         return None
-    return users[0] if _vector_after(users[0], MUL) else None
+    weighted = _vector_after(users[0], MUL)
+    return (users[0], weighted) if weighted else None
 
 
 def _dims(shape) -> list[str]:
@@ -278,38 +281,32 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
         if not isinstance(meta_value(x), torch.Tensor) or fake_tensor(node).dtype != fake_tensor(x).dtype:
             continue
         root, weight, bias = node, None, None
-        weighted, cast = _vector_after(root, MUL), _cast_to_weight(root)
-        if weighted or cast:
-            absorbed = absorbed + [root] + ([cast] if cast else [])
-            root, weight = weighted or _vector_after(cast, MUL)
+        weighted = _vector_after(root, MUL)
+        narrowed = None if weighted else _cast_back_to_the_weight(root, x)
+        if narrowed is not None:
+            # Llama's RMSNorm of a bf16 model computes in fp32 between a cast up and the cast back: amk's norm kernels
+            # compute in fp32 whatever the dtype, so that is the norm of the bf16 input itself, as nn.RMSNorm's is
+            # (the matmuls then read the norm, and its decode prologue scales their accumulators:
+            # row_scaled_prologue). One rounding, where PyTorch rounds before the weight's product too: within bf16's
+            # tolerance. The cast up goes too where only the norm read it (else it was a copy of the input).
+            cast_back, weighted = narrowed
+            absorbed = absorbed + [cast_back] + ([x] if set(x.users) <= {*absorbed, root} else [])
+            x = x.args[0]
+        if weighted:
+            absorbed = absorbed + [root]
+            root, weight = weighted
         biased = _vector_after(root, ADD) if layer_norm else None
         if biased:
             absorbed = absorbed + [root]
             root, bias = biased
-        result = fake_tensor(root).dtype
-        # Llama's RMSNorm of a bf16 model computes in fp32 between a cast up and the cast back: amk's norm kernels
-        # compute in fp32 whatever the dtype, so that is the norm of the bf16 input itself, as nn.RMSNorm's is (the
-        # matmuls then read the norm, and its decode prologue scales their accumulators: row_scaled_prologue). One
-        # rounding, where PyTorch rounds before the weight's product too: within bf16's tolerance.
-        source = x.args[0] if is_(x, CASTS) and x.args and isinstance(meta_value(x.args[0]), torch.Tensor) else None
-        if source is not None and fake_tensor(source).dtype == result and all(
-                fake_tensor(vector).dtype == result for vector in (weight, bias) if vector is not None):
-            if set(x.users) <= {*absorbed, root}:  # else it stays for the others that read it
-                absorbed = [*absorbed, x]  # no copy of the input cast up that nothing reads
-            x = source
-        # Otherwise a weight of another dtype is cast to the norm's, the result to the weight's.
-        computed = fake_tensor(x).dtype
 
-        def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None,
-                  computed=computed, result=result):
+        def build(b, _node, x=x, eps=eps, weight=weight, bias=bias, layer_norm=layer_norm is not None):
             value = b.tensor(x)
-            w = b.tensor(weight, computed) if weight is not None else None
+            w = b.tensor(weight) if weight is not None else None
             if layer_norm:
-                norm = tensor_op.LayerNormOp(value, w, b.tensor(bias, computed) if bias is not None else None,
-                                             b.scalar(eps))
-            else:
-                norm = tensor_op.RMSNormOp(value, w, b.scalar(eps))
-            return b.cast(b.add(norm), result)
+                return b.add(tensor_op.LayerNormOp(value, w, b.tensor(bias) if bias is not None else None,
+                                                   b.scalar(eps)))
+            return b.add(tensor_op.RMSNormOp(value, w, b.scalar(eps)))
 
         label = ("layernorm ((x - mean) / sqrt(var + eps) * w + b)" if layer_norm
                  else "rmsnorm (x * rsqrt(mean(x**2) + eps) * w)")
