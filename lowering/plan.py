@@ -334,16 +334,15 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
 
 def _standalone_space_dims(ops: list[Operation]) -> tuple[Dim, ...]:
     """The iteration space of a group without a matmul: its first op's (a row reduction's input, else its result),
-    unless those are broadcast rows of a later op's (a padding mask's arithmetic before the scores it is added to):
-    then that op's."""
+    unless those broadcast over a later op's (a padding mask's arithmetic before the scores it is added to, a bias
+    scaled before it is added to the rows): then that op's."""
     def dims_of(op: Operation) -> tuple[Dim, ...]:
         return tuple((rules.reduction_input(op) if rules.kind_of(op) == "reduction" else op.results[0]).type.dims)
 
     first = dims_of(ops[0])
     for op in ops[1:]:
         dims = dims_of(op)
-        if dims and first and provably_equal(first[-1], dims[-1]) and broadcast_row_map(
-                first, Space(dims[:-1], dims[-1])) is not None:
+        if dims and first and not _same(first, dims) and classify(first, Space(dims[:-1], dims[-1])) is not None:
             return dims
     return first
 
