@@ -48,8 +48,7 @@ def _dual_gemm(matmuls: list[tensor_op.MatmulOp]) -> bool:
 
 def _computed_from_a_matmul(value) -> bool:
     """Whether ``value`` is a matmul's result or computed from one by elementwise ops."""
-    owner, seen = value.owner, set()
-    pending = [owner]
+    pending, seen = [value.owner], set()
     while pending:
         op = pending.pop()
         if op in seen or not isinstance(op, tensor_op.TensorOp):
