@@ -404,7 +404,8 @@ class BroadcastRows:
     source has fewer of, its leading dims broadcast (position embeddings ``[1, T, C]`` added over ``[B, T, C]``).
     The property lists the space's row count, then a triple ``divisor, period, stride`` per leading dim the source
     keeps: row ``r`` of the space reads the source's row ``sum((r // divisor) % period * stride)``, and the rows past
-    the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. (The ops define the property.)"""
+    the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. The ops
+    define the property."""
 
     @property
     def row_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:

@@ -219,9 +219,7 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
             classes[result] = cls
             # A full-width result of broadcast rows (a padding mask's arithmetic before it meets the scores) is
             # computed on the tiles of the rows it maps to, as its operands are read.
-            if cls == FULL and not _same(result.type.dims, section.space.dims) and not (
-                    provably_equal(result.type.dims[-1], section.space.cols)
-                    and broadcast_row_map(result.type.dims, section.space) is not None):
+            if cls == FULL and classify(result.type.dims, section.space) != FULL:
                 raise NotFusable(f"{op.name}: result shape differs from the iteration space")
             if depth_inputs:
                 section.after_reduction.add(result)
