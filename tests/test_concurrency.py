@@ -116,6 +116,37 @@ def test_a_compiled_module_gives_every_thread_correct_results():
         assert call_from_threads(4, 10, work) == []
 
 
+class MaskedAttentionProbabilities(torch.nn.Module):
+    """BERT's extended padding mask [B, 1, 1, S] and a bias per head and position [1, H, T, S] (T5's), both read by
+    the softmax's kernel through a map of its rows (``broadcast_rows``)."""
+
+    def forward(self, scores, padding, bias):
+        return (scores * 0.125 + bias + (1.0 - padding[:, None, None, :]) * -10000.0).softmax(-1)
+
+
+def test_a_kernel_reading_broadcast_rows_gives_every_thread_correct_results():
+    """Each thread with its own batch size, padding mask and bias, so the row maps differ between calls in flight."""
+    model = MaskedAttentionProbabilities()
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    cases = []
+    for batch in (2, 3, 5, 2):
+        scores = torch.randn(batch, 3, 6, 16, generator=generator).to(DEVICE)
+        padding = (torch.rand(batch, 16, generator=generator) > 0.3).float().to(DEVICE)
+        bias = torch.randn(1, 3, 6, 16, generator=generator).to(DEVICE)
+        cases.append(((scores, padding, bias), model(scores, padding, bias).double().cpu()))
+    compiled(*cases[0][0])  # compiled once, before the threads
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert [len(sub.kernels) for sub in graph.subgraphs] == [1], graph.subgraphs  # the mask's view runs in PyTorch
+
+    def work(thread: int, call: int) -> str | None:
+        args, expected = cases[thread]
+        error = relative_error(compiled(*args), expected)
+        return None if error < 1e-5 else f"relative error {error:.2e}"
+
+    assert call_from_threads(4, 10, work) == []
+
+
 def test_each_thread_has_its_own_workspace_buffers():
     specs = [((4, 2), torch.float32, False), ((3,), torch.int32, True)]
     workspace = Workspace(specs, torch.device("cpu"))
