@@ -13,17 +13,19 @@ MMA's M side and the weight tile is the MMA's A operand in the order it lies in 
 Each variant is a split-K kernel (fp32 partials added atomically into a zeroed fp32 output, then one cast), timed
 over a small grid of configurations at M = 1 and 16, K = N = 4096, bf16: median of graph replays
 (``time_ms(cuda_graph=True)``, warm L2 as D/E/F are timed) and of flushed launches (``time_ms``, cold L2); every
-output checked against float64 first. GPU only.
+output checked against float64 first; and cuBLAS's ``F.linear`` on the same operands, timed both ways. GPU only.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -128,6 +130,12 @@ def main() -> None:
             cold = min((r for r in rows if r["M"] == M and r["variant"] == name and "cold_ms" in r),
                        key=lambda r: r["cold_ms"])
             print(f"M={M} {name:8s} best cold   {cold['cold_ms'] * 1e3:6.2f} us {cold['config']}", flush=True)
+        # The floor the variants are judged against: cuBLAS's product on the same operands (nn.Linear's call).
+        linear = functools.partial(F.linear, x, w_nk)
+        cublas = {"M": M, "variant": "cublas", "replay_ms": time_ms(linear, cuda_graph=True), "cold_ms": time_ms(linear)}
+        rows.append(cublas)
+        print(f"M={M} cublas   replay {cublas['replay_ms'] * 1e3:6.2f} us, cold {cublas['cold_ms'] * 1e3:6.2f} us",
+              flush=True)
     save_rows(args.out, rows)
 
 
