@@ -395,6 +395,31 @@ def test_a_norm_cast_up_to_its_weight_is_one_kernel():
     assert len(report.kernels) == 1 and report.kernels[0].epilogue[0].startswith("rmsnorm"), report.kernels
 
 
+class NormOfACastDown(nn.Module):
+    """Llama's form, but the cast before the norm is down (fp32 to fp16): the norm computes in fp16, as written."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
+
+    def forward(self, x):
+        h = x.to(torch.float16)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+def test_a_norm_of_a_cast_down_is_not_taken_for_llamas():
+    """Llama's form took any cast before the norm for its cast up: a cast down to fp16 was dropped, and the norm
+    computed on the fp32 input, not on its fp16 rounding as written. The cast now stays, first in the kernel."""
+    model = NormOfACastDown().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=3e-3, rtol=3e-3)
+    (kernel,) = amk.explain(compiled, print_report=False).kernels
+    assert kernel.epilogue[0].startswith("cast") and kernel.epilogue[1].startswith("rmsnorm"), kernel.epilogue
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dynamic shapes
 # --------------------------------------------------------------------------------------------------------------------
