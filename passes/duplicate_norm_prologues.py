@@ -20,7 +20,7 @@ A norm computed in another dtype (a bf16 model's in fp32, as Llama's) is copied 
 weight that only it reads, and the one back that is its only reader. Left alone:
 
 - a norm read by exactly two matmuls of the same shape: ``amk-fuse`` makes those a dual GEMM with the norm as their
-  shared prologue;
+  shared prologue (where other ops read the norm too, the two matmuls share one copy);
 - a norm read by three matmuls or more (an attention block's query, key and value projections): its own kernel and
   the projections (two of them a dual GEMM) took 0.037 ms on the H200 for Llama-3-8B's at 16 decode rows, a copy in
   each projection 0.050, and 0.290 against 0.291 ms at 4096 rows (``benchmarks/results/2026-12-06-h200-qkv-ab-48.json``);
@@ -77,14 +77,22 @@ class DuplicateNormProloguesPass(ModulePass):
                        and not u.operation.lhs_transposed]
             if len(uses) < 2 or not readers or len(readers) > 2 or _computed_from_a_matmul(norm.input):
                 continue
-            if len(uses) == 2 and len(readers) == 2 and _dual_gemm([u.operation for u in readers]):
+            dual = len(readers) == 2 and _dual_gemm([u.operation for u in readers])
+            if dual and len(uses) == 2:
                 continue
             block = norm.parent_block()
-            for use in readers[1:] if len(readers) == len(uses) else readers:
+            if dual:  # one copy that both read, their shared prologue; the original for the other readers
+                groups = [readers]
+            else:
+                groups = [[use] for use in (readers[1:] if len(readers) == len(uses) else readers)]
+            for group in groups:
+                readers_ops = {use.operation for use in group}
                 clones = _cloned(chain)
+                first = next(o for o in block.ops if o in readers_ops)
                 for clone in clones:
-                    block.insert_op_before(clone, use.operation)
-                use.operation.operands[use.index] = clones[-1].results[0]
+                    block.insert_op_before(clone, first)
+                for use in group:
+                    use.operation.operands[use.index] = clones[-1].results[0]
             if not result.uses:
                 for each in reversed(chain):
                     each.detach()

@@ -36,6 +36,25 @@ func.func @gate_up(%x : !tensor_op.tensor<[S, 64], f16>, %g : !tensor_op.tensor<
 // -----
 
 
+// Read by the two matmuls of a dual GEMM and returned too: the matmuls share one copy (their dual GEMM's prologue),
+// the return keeps the original. A copy each would make them two kernels.
+func.func @gate_up_and_norm(%x : !tensor_op.tensor<[S, 64], f16>, %g : !tensor_op.tensor<[64], f16>, %wg : !tensor_op.tensor<[64, 128], f16>, %wu : !tensor_op.tensor<[64, 128], f16>) -> (!tensor_op.tensor<[S, 128], f16>, !tensor_op.tensor<[S, 128], f16>, !tensor_op.tensor<[S, 64], f16>) {
+  %n = tensor_op.rmsnorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[S, 64], f16> weight !tensor_op.tensor<[64], f16> -> !tensor_op.tensor<[S, 64], f16>
+  %a = tensor_op.matmul %n, %wg : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[S, 128], f16>
+  %b = tensor_op.matmul %n, %wu : (!tensor_op.tensor<[S, 64], f16>, !tensor_op.tensor<[64, 128], f16>) -> !tensor_op.tensor<[S, 128], f16>
+  func.return %a, %b, %n : !tensor_op.tensor<[S, 128], f16>, !tensor_op.tensor<[S, 128], f16>, !tensor_op.tensor<[S, 64], f16>
+}
+
+// CHECK-LABEL: func.func @gate_up_and_norm
+// CHECK-NEXT:    %n = tensor_op.rmsnorm %x weight %g
+// CHECK-NEXT:    %n_1 = tensor_op.rmsnorm %x weight %g
+// CHECK-NEXT:    %a = tensor_op.matmul %n_1, %wg
+// CHECK-NEXT:    %b = tensor_op.matmul %n_1, %wu
+// CHECK-NEXT:    func.return %a, %b, %n
+
+// -----
+
+
 // Read by a matmul and a residual add: the matmul gets a copy, the add keeps the original.
 func.func @residual(%x : !tensor_op.tensor<[S, 64], f16>, %g : !tensor_op.tensor<[64], f16>, %w : !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[S, 64], f16> {
   %n = tensor_op.rmsnorm %x weight %g {eps = 1.0e-05 : f64} : !tensor_op.tensor<[S, 64], f16> weight !tensor_op.tensor<[64], f16> -> !tensor_op.tensor<[S, 64], f16>
