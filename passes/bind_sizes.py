@@ -6,7 +6,8 @@ Written into the types before the other passes, it is one to every pass after th
 columns get constant bounds, amk-stage proves the masks along them away, and Triton sees constant trip counts (the
 attention probabilities' kernel ran 0.157 ms with the keys' length a kernel argument and 0.067 ms with it a number,
 2026-12-04-h200-index-width-e432ca3). Symbols left unbound stay symbolic; an expression of bound symbols only
-becomes its value.
+becomes its value. A size may be bound to 0 where it only appears inside expressions that stay positive (an empty
+key cache's length ``s``, the keys being ``s + T`` long after ``torch.cat``); a dim that would be 0 is refused.
 
 Input (``amk-bind-sizes{sizes="T=512"}``)::
 
@@ -29,9 +30,11 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriteWalker, TypeConversionPattern, attr_type_rewrite_pattern
+from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects.tensor_op import TensorType
-from amk.lowering.tile import check_size_symbols, parse_size_hints
+from amk.lowering.tile import check_size_symbols, parse_size_hints, tensor_dims
+from amk.symbolic import Dim
 
 
 @dataclass
@@ -55,8 +58,14 @@ class BindSizesPass(ModulePass):
     sizes: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        values = parse_size_hints(self.sizes, "amk-bind-sizes: sizes")
+        values = parse_size_hints(self.sizes, "amk-bind-sizes: sizes", least=0)
         if not values:
             return
         check_size_symbols(op, values, "amk-bind-sizes")
+        zero = {symbol for symbol, value in values.items() if value == 0}
+        empty = sorted({dim.text for dim in tensor_dims(op) if dim.free_symbols & zero and dim.subs(values) == Dim(0)})
+        if empty:
+            raise PassFailedException(f"amk-bind-sizes: sizes {self.sizes!r} make the dim {empty[0]} empty (0): a "
+                                      "size is bound to 0 only where it appears inside expressions that stay positive")
         PatternRewriteWalker(_BindTensorSizes(recursive=True, values=values)).rewrite_module(op)
+

@@ -187,6 +187,33 @@ def test_a_growing_key_length_is_built_exact_once_then_shares_buckets(tmp_path):
     assert after["kernel_calls"] - before["kernel_calls"] == len(lengths)
 
 
+class CachedAttention(torch.nn.Module):
+    """An attention step whose key and value caches grow by torch.cat, passed back in (benchmarks/decode_loop.py's)."""
+
+    def forward(self, q, k, v, k_cache, v_cache):
+        k_cache, v_cache = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+        probs = (q @ k_cache.transpose(-1, -2) * 0.25).softmax(-1)
+        return probs @ v_cache, k_cache, v_cache
+
+
+def test_a_prefill_from_empty_caches_fuses_its_attention():
+    """Prompts prefilled from empty caches (length 0): the caches' length is 0, but the keys the attention reads are
+    as long as the prompt (0 + T). Such a subgraph was left to PyTorch for "an empty dim", and TorchDynamo traces
+    empty caches in a graph of their own, so every prefill's attention ran unfused; amk-bind-sizes refused the value
+    0. A dim that is empty at the example still leaves its subgraph to PyTorch."""
+    model = CachedAttention()
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for prompt in (5, 7):
+            q, k, v = (torch.randn(2, 2, prompt, 16, generator=generator).to(DEVICE) for _ in range(3))
+            empty = torch.zeros(2, 2, 0, 16, device=DEVICE)
+            for got, want in zip(compiled(q, k, v, empty, empty), model(q, k, v, empty, empty), strict=True):
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert [sub.compiled for sub in graph.subgraphs] == [True], [sub.failure for sub in graph.subgraphs]
+
+
 class Embeddings(torch.nn.Module):
     """BERT's embeddings: word, token-type and position embeddings summed, then LayerNorm; the positions a buffer
     sliced to the input's length."""

@@ -36,6 +36,7 @@ from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
 from amk.lowering.tile import size_hints_option
 from amk.passes.bind_sizes import BindSizesPass
+from amk.symbolic import Dim
 from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
@@ -134,6 +135,15 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
 def _function_dims(imported: ImportedSubgraph) -> list[list]:
     """The dims of the imported function's arguments (one list of :class:`~amk.symbolic.Dim` per argument)."""
     return [list(arg.type.dims) for arg in imported.function.body.block.args]
+
+
+def _empty_at_example(dims: list[list], built: _Built) -> bool:
+    """Whether an argument or result of the subgraph has a dim of size 0 at its example sizes, one that its builds
+    keep exact."""
+    example = {symbol: size for (symbol, _, _), size in zip(built.symbols, built.example)}
+    empty = {symbol for symbol, size in example.items() if size == 0 and symbol in built.sizes.exact_symbols}
+    return bool(empty) and any(dim.free_symbols & empty and dim.subs(example) == Dim(0)
+                               for each in dims for dim in each)
 
 
 def _result_dims(imported: ImportedSubgraph) -> list[list]:
@@ -392,9 +402,9 @@ class _GraphCompiler:
             result.example = tuple(_example_size(node, axis) for _, node, axis in result.symbols)
         except Unsupported as error:
             return self._fail(result, str(error))
-        if any(size == 0 and symbol in result.sizes.exact_symbols
-               for (symbol, _, _), size in zip(result.symbols, result.example)):
-            # TorchDynamo traces empty tensors in a graph of their own (their strides differ): nothing to compute.
+        if _empty_at_example(argument_dims + _result_dims(imported), result):
+            # TorchDynamo traces empty tensors in a graph of their own (their strides differ): nothing to compute. A
+            # size 0 inside an expression does not count: an empty cache's length s where the keys are s + T long.
             return self._fail(result, "its example has an empty dim (size 0) that its builds keep exact")
         STATS.subgraphs += 1
         result.imported = imported

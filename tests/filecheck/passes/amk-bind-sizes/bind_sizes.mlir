@@ -20,5 +20,5 @@ func.func @scores(%q : !tensor_op.tensor<[S, D], f16>, %k : !tensor_op.tensor<[T
 
 // TILE:        tiled_loop.kernel @fused_0 attributes {grid = #tiled_loop.exprs<[cdiv(S, BLOCK_M), cdiv(512, BLOCK_N*cdiv(cdiv(512, BLOCK_N), SPLIT_N))]>
 
-// ERROR: amk-bind-sizes: sizes must be SYMBOL=VALUE pairs separated by commas, each value a positive integer (s0=16,s1=1); got 'T=0' in 'T=0'
+// ERROR: amk-bind-sizes: sizes 'T=0' make the dim T empty (0): a size is bound to 0 only where it appears inside expressions that stay positive
 // UNKNOWN: amk-bind-sizes: no tensor type has the size Z; the module's symbolic sizes: D, S, T
