@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import (
     bf16,
     f16,
     f32,
+    i1,
     i32,
 )
 from xdsl.ir import Attribute
@@ -26,7 +27,7 @@ TORCH_TO_IR: dict[torch.dtype, Attribute] = {
     torch.bfloat16: bf16,
     torch.float8_e4m3fn: _F8E4M3,
 }
-IR_TO_TORCH: dict[Attribute, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()} | {i32: torch.int32}
+IR_TO_TORCH: dict[Attribute, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()} | {i32: torch.int32, i1: torch.bool}
 
 SUPPORTED = ", ".join(str(d) for d in TORCH_TO_IR)
 

@@ -131,7 +131,7 @@ def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype | Sequen
                   scales: Sequence[float] | None = None, seed: int | None = None) -> list[torch.Tensor]:
     """Fresh standard-normal inputs (never zeros) of ``dtype`` (or ``dtype[i]`` each), each scaled by ``scales[i]``
     when given, drawn on ``device`` (a GEMM's operands of a few hundred million values took seconds to draw on the
-    CPU)."""
+    CPU); a boolean input (a mask) is true where its draw is positive, about half of it."""
     dtypes = [dtype] * len(shapes) if isinstance(dtype, torch.dtype) else list(dtype)
     generator = torch.Generator(device=device)
     generator.manual_seed(seed if seed is not None else torch.seed() % 2**31)
@@ -140,7 +140,7 @@ def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype | Sequen
         values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
         if scales is not None:
             values.mul_(scales[index])
-        tensors.append(values.to(dtype=dtypes[index]))
+        tensors.append(values > 0 if dtypes[index] == torch.bool else values.to(dtype=dtypes[index]))
         del values
     return tensors
 

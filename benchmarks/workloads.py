@@ -502,6 +502,21 @@ class AttentionScores(nn.Module):
         return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
 
 
+class CausalAttentionScores(nn.Module):
+    """nanoGPT's causal attention probabilities: the scores masked with -inf where a lower-triangular buffer is 0."""
+
+    def __init__(self, head_dim: int, block_size: int):
+        super().__init__()
+        self.scale = head_dim ** -0.5
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, q, k):
+        length = q.size(-2)
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        scores = scores.masked_fill(self.bias[:, :, :length, :length] == 0, float("-inf"))
+        return torch.softmax(scores, dim=-1)
+
+
 # AttentionScores as tensor_op IR for the probes, its sizes (and the symbols amk.compile gives them) filled in with
 # ``format(b=, h=, s=, t=, d=, scale=)``.
 ATTENTION_IR = """
@@ -593,6 +608,12 @@ ROWS = {row.name: row for row in [
         lambda rows, d, inner: [(rows, d)], {"rows": 16, "d": 32, "inner": 64}, decode=True),
     Row("attention_scores", "attention probabilities softmax(q k^T / 8), 8 x 16 heads x 512 x 64, fp16",
         torch.float16, lambda batch, heads, seq, head_dim: AttentionScores(head_dim),
+        {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
+        lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2,
+        {"batch": 1, "heads": 2, "seq": 8, "head_dim": 16}),
+    Row("causal_attention_scores", "causal attention probabilities as nanoGPT masks them (masked_fill of a tril buffer "
+        "== 0 with -inf, softmax), 8 x 16 heads x 512 x 64, fp16", torch.float16,
+        lambda batch, heads, seq, head_dim: CausalAttentionScores(head_dim, seq),
         {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
         lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2,
         {"batch": 1, "heads": 2, "seq": 8, "head_dim": 16}),

@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TypeAttribute,
     f64,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue
@@ -282,6 +283,38 @@ class MinimumOp(ElementwiseBinaryOp):
     """``minimum(lhs, rhs)`` with broadcasting: ``%z = tensor_op.minimum %x, %y : (T, T) -> T``."""
 
     name = "tensor_op.minimum"
+
+
+@irdl_op_definition
+class WhereOp(TensorOp):
+    """``where(cond, true_value, false_value)`` with broadcasting, the condition a boolean (``i1``) tensor::
+
+        %s = tensor_op.where %causal, %scores, %neg_inf : (!tensor_op.tensor<[1, 1, T, T], i1>,
+            !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1], f32>) -> !tensor_op.tensor<[B, H, T, T], f32>
+
+    (``torch.where``, and ``masked_fill``: ``x.masked_fill(mask, v)`` is ``where(mask, v, x)``.)"""
+
+    name = "tensor_op.where"
+    cond = operand_def(TensorType)
+    true_value = operand_def(TensorType)
+    false_value = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = ("$cond `,` $true_value `,` $false_value attr-dict `:` "
+                       "`(` type($cond) `,` type($true_value) `,` type($false_value) `)` `->` type($output)")
+
+    def __init__(self, cond: SSAValue, true_value: SSAValue, false_value: SSAValue):
+        super().__init__(operands=[cond, true_value, false_value],
+                         result_types=[self.where_type(*(tensor_type(v) for v in (cond, true_value, false_value)))])
+
+    def infer_result_type(self) -> TensorType:
+        return self.where_type(*(tensor_type(v) for v in (self.cond, self.true_value, self.false_value)))
+
+    def where_type(self, cond: TensorType, true_value: TensorType, false_value: TensorType) -> TensorType:
+        if cond.element_type != i1:
+            raise VerifyException(f"'{self.name}' condition must be a boolean (i1) tensor, got {cond.element_type}")
+        values = ElementwiseBinaryOp.broadcast_type(true_value, false_value, self.name)
+        return TensorType(broadcast_dims(cond.dims, values.dims, f"'{self.name}'"), values.element_type)
 
 
 class ElementwiseUnaryOp(TensorOp):
@@ -679,7 +712,7 @@ class FusedOp(IRDLOperation):
 
 
 TENSOR_OP_OPS = [
-    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp,
+    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,

@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr, i1
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -256,7 +256,7 @@ class GluonTileEmitter(TritonEmitter):
 
     def __init__(self, kernel: memory_staged.KernelOp, api: GluonApi | None = None):
         super().__init__(kernel)
-        problem = _broadcast_rows_problem(kernel)
+        problem = _operand_problem(kernel)
         if problem:
             raise self.refuse(problem)
         self.api = api or installed_gluon_api()
@@ -1078,17 +1078,25 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
     return _Sweep(lhs, loop, stage, dot, before, rest, after, stores[0] if stores else None)
 
 
-def _broadcast_rows_problem(kernel) -> str | None:
-    """Why a kernel (either level's) that maps the space's rows to an operand's cannot be emitted in Gluon."""
-    if any(isinstance(op, _LOADS) and op.broadcast_rows is not None for op in kernel.walk()):
+def _operand_problem(kernel) -> str | None:
+    """Why a kernel (either level's) cannot be emitted in Gluon for how it reads an operand: rows mapped to the
+    space's (``broadcast_rows``), a boolean mask, or, in a batched kernel, one matrix read at every batch index (a
+    causal mask). The Gluon kernels' pointer accesses have run on a GPU for none of these."""
+    loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
+    if any(op.broadcast_rows is not None for op in loads):
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
+    if any(op.result.type.element_type == i1 for op in loads):
+        return "it reads a boolean mask"
+    if any(arg.type.rank == 3 for arg in kernel.body.block.args) and any(
+            op.source.type.rank == 2 for op in loads):
+        return "it reads one matrix at every batch index of a batched kernel"
     return None
 
 
 def gluon_kernel_problem(form: str | None, kernel: tiled_loop.KernelOp) -> str | None:
     """Why a tile-level kernel of a strategy whose Gluon form is ``form`` cannot be emitted in Gluon whatever its
     configuration, or None (the output-tile form's checks are of the staged kernel and its configuration)."""
-    problem = _broadcast_rows_problem(kernel)
+    problem = _operand_problem(kernel)
     if problem or form != COLUMN_SWEEP:
         return problem
     sweeps = column_sweeps(kernel)

@@ -80,6 +80,8 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         has_rows = True
     elif has_cols and broadcast_row_map(dims, space) is not None:
         return FULL  # its rows are read through the map (position embeddings [1, T, C] over [B, T, C])
+    elif has_cols and shared_by_every_batch(dims, space):
+        return FULL  # one matrix that every batch index reads (a causal mask [1, 1, T, S] over [B, H, T, S])
     else:
         return None
     return AXES_CLASS[(has_rows, has_cols)]
@@ -108,6 +110,19 @@ def broadcast_row_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
     operand_rows = math.prod((d.expr for d in sizes[first:last + 1]), start=1)
     broadcast_after = math.prod((d.expr for d in sizes[last + 1:]), start=1)
     return [space.rows, Dim(broadcast_after), Dim(operand_rows), Dim(1)]
+
+
+def shared_by_every_batch(dims: tuple[Dim, ...], space: Space) -> bool:
+    """Whether a full-width operand of shape ``dims`` is one matrix that every batch index of a batched kernel's
+    space reads: its batch dims 1 (or absent), its rows the space's (a causal mask ``[1, 1, T, S]`` or ``[T, S]`` over
+    attention scores ``[B, H, T, S]``). The kernel takes it as a ``[rows, cols]`` argument, read without the batch
+    index."""
+    if not space.batch or len(dims) > len(space.dims):
+        return False
+    lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
+    batch, rows = lead[:len(space.batch)], lead[len(space.batch):]
+    return (all(d == Dim(1) for d in batch) and _same(rows, space.lead) and provably_equal(dims[-1], space.cols)
+            and not _same(lead, space.leading))
 
 
 def broadcast_class(classes: list[str]) -> str:

@@ -146,6 +146,11 @@ for _op_class, _fn in [(tensor_op.AddOp, "add"), (tensor_op.SubOp, "sub"), (tens
     register_elementwise(_op_class)(_binary(_fn))
 
 
+@register_elementwise(tensor_op.WhereOp)
+def _where(b: TileBuilder, op, cond, x, y):
+    return b.select(b.binary("ne", cond, 0.0), x, y)  # the mask's tile arrives as fp32, as every loaded tile
+
+
 @register_elementwise(tensor_op.ReluOp)
 def _relu(b: TileBuilder, op, x):
     return b.maximum(x, 0.0)

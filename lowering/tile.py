@@ -44,7 +44,7 @@ Output::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -63,7 +63,17 @@ from amk.lowering.kernel_lowering import (
     Workspace,
     WorkspaceBuffer,
 )
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, NotFusable, broadcast_row_map, plan_group
+from amk.lowering.plan import (
+    COL,
+    FULL,
+    ROW,
+    SCALAR,
+    GroupPlan,
+    NotFusable,
+    broadcast_row_map,
+    plan_group,
+    shared_by_every_batch,
+)
 from amk.lowering.strategies import AUTO, STRATEGIES, choose_strategy
 from amk.symbolic import Dim
 
@@ -88,6 +98,8 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
     space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
     if cls == FULL and broadcast_row_map(dims, space) is not None:  # its own rows, which the loads map the space's to
         return [Dim(_product(dims[:-1])), space.cols], ""
+    if cls == FULL and shared_by_every_batch(dims, space):  # one matrix, read at every batch index
+        return [space.rows, space.cols], ""
     return {FULL: [*batch, space.rows, space.cols], ROW: [space.cols],
             COL: [*batch, space.rows, Dim(1)] if batch else [space.rows], SCALAR: [Dim(1)]}[cls], ""
 
@@ -188,25 +200,32 @@ def size_hints_option(size_hints: Mapping[str, int]) -> str:
     return ",".join(f"{symbol}={value}" for symbol, value in sorted(size_hints.items()))
 
 
-def parse_size_hints(text: str, option: str = "amk-tile: size_hints") -> dict[str, int]:
+def parse_size_hints(text: str, option: str = "amk-tile: size_hints", least: int = 1) -> dict[str, int]:
     """The symbol values of amk-tile's ``size_hints`` option (``s0=16,s1=1``; empty: none), or of another ``option``
-    written the same way (its name heads the error)."""
+    written the same way (its name heads the error), each at least ``least``."""
     hints = {}
+    kind = "a positive integer" if least == 1 else f"an integer of at least {least}"
     for item in filter(None, (part.strip() for part in text.split(","))):
         symbol, _, value = item.partition("=")
-        if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
+        if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < least:
             raise PassFailedException(f"{option} must be SYMBOL=VALUE pairs separated by commas, each "
-                                      f"value a positive integer (s0=16,s1=1); got {item!r} in {text!r}")
+                                      f"value {kind} (s0=16,s1=1); got {item!r} in {text!r}")
         hints[symbol.strip()] = int(value)
     return hints
 
 
+def tensor_dims(module: ModuleOp) -> Iterator[Dim]:
+    """Every dim of the tensor types of ``module``'s values (op results and block arguments)."""
+    for operation in module.walk():
+        for value in (*operation.results, *(arg for region in operation.regions for block in region.blocks
+                                            for arg in block.args)):
+            if isinstance(value.type, TensorType):
+                yield from value.type.dims
+
+
 def size_symbols(module: ModuleOp) -> set[str]:
     """The symbolic sizes of ``module``'s tensor types."""
-    return {str(symbol) for operation in module.walk()
-            for value in (*operation.results, *(arg for region in operation.regions for block in region.blocks
-                                                for arg in block.args))
-            if isinstance(value.type, TensorType) for dim in value.type.dims for symbol in dim.free_symbols}
+    return {symbol for dim in tensor_dims(module) for symbol in dim.free_symbols}
 
 
 def check_size_symbols(module: ModuleOp, values: Mapping[str, int], option: str) -> None:

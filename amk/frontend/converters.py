@@ -7,6 +7,7 @@ swap of a tensor's last two dims (read only as a matmul's rhs: a weight's ``w.t(
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,6 +130,43 @@ def _minimum(b, node):
     a = bind_arguments(node, ("input", "other"))
     dtype = _result_dtype(node)
     return b.add(tensor_op.MinimumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+
+
+def _where_value(b, value, dtype: torch.dtype) -> SSAValue:
+    """A branch of ``where``: a tensor cast to the result's dtype, or a number as a constant; unlike an arithmetic
+    operand's, an infinite number is taken (``masked_fill(mask, float("-inf"))`` before a softmax)."""
+    if b.is_tensor(value):
+        return b.tensor(value, dtype)
+    if isinstance(value, float) and math.isinf(value):
+        return b.constant(value, dtype)
+    return b.constant(b.scalar(value), dtype)
+
+
+def _where(b, condition, true_value, false_value, node) -> SSAValue:
+    if not b.is_tensor(condition) or fake_tensor(condition).dtype != torch.bool:
+        raise Unsupported("a condition that is not a boolean tensor")
+    if not (b.is_tensor(true_value) or b.is_tensor(false_value)):
+        raise Unsupported("no tensor operand besides the condition")
+    dtype = _result_dtype(node)
+    return b.add(tensor_op.WhereOp(b.tensor(condition), _where_value(b, true_value, dtype),
+                                   _where_value(b, false_value, dtype)))
+
+
+@register(spellings([torch.where], ["where"]), "where")
+def _where_call(b, node):
+    if node.op == "call_method":  # x.where(condition, y) is torch.where(condition, x, y)
+        a = bind_arguments(node, ("input", "condition", "other"))
+    else:
+        a = bind_arguments(node, ("condition", "input", "other"))
+    return _where(b, a["condition"], a["input"], a["other"], node)
+
+
+@register(spellings([torch.masked_fill], ["masked_fill"]), "masked_fill")
+def _masked_fill(b, node):
+    a = bind_arguments(node, ("input", "mask", "value"))
+    if not b.is_tensor(a["input"]):
+        raise Unsupported("masked_fill of a number")
+    return _where(b, a["mask"], a["value"], a["input"], node)
 
 
 @register(spellings([operator.neg, torch.neg, torch.negative], ["neg", "negative"]), "neg")

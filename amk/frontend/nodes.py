@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx import Node
 from torch.utils._sympy.functions import MinMaxBase
+from xdsl.dialects.builtin import i1
 
 from amk.dialects.tensor_op import TensorType
 from amk.dtypes import to_ir
@@ -89,11 +90,12 @@ def _settled_min_max(node) -> sympy.Expr:
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
-    if fake.dtype not in FLOAT_DTYPES:
-        raise Unsupported(f"dtype {fake.dtype} (amk kernels compute float32, float16 and bfloat16)")
+    if fake.dtype not in FLOAT_DTYPES and fake.dtype != torch.bool:
+        raise Unsupported(f"dtype {fake.dtype} (amk kernels compute float32, float16 and bfloat16, and read boolean "
+                          "masks)")
     if fake.is_complex() or fake.is_sparse or fake.layout != torch.strided:
         raise Unsupported("only dense strided tensors")
-    return TensorType([dim_of(s) for s in fake.shape], to_ir(fake.dtype))
+    return TensorType([dim_of(s) for s in fake.shape], i1 if fake.dtype == torch.bool else to_ir(fake.dtype))
 
 
 def bind_arguments(node: Node, names: Sequence[str], defaults: dict | None = None) -> dict:

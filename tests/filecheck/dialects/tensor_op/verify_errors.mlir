@@ -440,3 +440,30 @@ func.func @yield_parent(%x : !tensor_op.tensor<[M, 64], f32>) {
 }
 
 // CHECK: {{^}}'tensor_op.yield' expects parent op 'tensor_op.fused'
+
+// -----
+
+func.func @where_float_condition(%c : !tensor_op.tensor<[M, 64], f32>, %x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.where %c, %x, %x : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[M, 64], f32>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.where' condition must be a boolean (i1) tensor, got f32
+
+// -----
+
+func.func @where_branch_types(%c : !tensor_op.tensor<[1, 64], i1>, %x : !tensor_op.tensor<[M, 64], f32>, %y : !tensor_op.tensor<[1], f16>) {
+  %0 = tensor_op.where %c, %x, %y : (!tensor_op.tensor<[1, 64], i1>, !tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[1], f16>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.where' operands have different element types (f32 vs f16)
+
+// -----
+
+func.func @where_shapes(%c : !tensor_op.tensor<[M, 32], i1>, %x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.where %c, %x, %x : (!tensor_op.tensor<[M, 32], i1>, !tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[M, 64], f32>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.where': dimension 1 does not broadcast (32 vs 64)

@@ -1,0 +1,167 @@
+"""``torch.where`` and ``masked_fill`` (``tensor_op.where``): the scores of causal attention masked as nanoGPT and
+Hugging Face's GPT-2 write it, a mask in a GEMM's epilogue, selections between tensors and numbers, their gradients.
+The boolean mask is computed by PyTorch and read by the kernel; a causal mask ``[1, 1, T, T]`` over a batched
+matmul's scores is one matrix that every batch index reads."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import DEVICE, INTERPRETER_WARNINGS
+
+import amk
+from amk.verification import random_inputs
+
+pytestmark = INTERPRETER_WARNINGS
+
+
+def kernels_and_pytorch(compiled) -> tuple[list[list[str]], list[int], list[str]]:
+    """Per subgraph of the one graph: its FX nodes and kernel count; and the nodes left to PyTorch."""
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    return ([sub.nodes for sub in graph.subgraphs], [len(sub.kernels) for sub in graph.subgraphs],
+            [node.name for node in graph.pytorch])
+
+
+class NanoGPTAttention(torch.nn.Module):
+    """nanoGPT's causal self-attention core: a tril buffer compared with 0, masked_fill with -inf, softmax."""
+
+    def __init__(self, block_size: int = 32):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, q, k, v):
+        length = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :length, :length] == 0, float("-inf"))
+        return torch.softmax(att, dim=-1) @ v
+
+
+def test_nanogpts_causal_mask_is_read_by_the_attention_kernel():
+    """The masked_fill was a PyTorch op between two kernels (the scores written out, masked, read back); it is now
+    a select in the scores' kernel, the mask [1, 1, T, T] read there at every batch index and head."""
+    model = NanoGPTAttention().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(0)
+    for batch, length in ((2, 24), (3, 24), (2, 32)):
+        q, k, v = (torch.randn(batch, 2, length, 16, generator=generator).to(DEVICE) for _ in range(3))
+        torch.testing.assert_close(compiled(q, k, v), model(q, k, v), atol=1e-5, rtol=1e-5)
+    nodes, kernels, pytorch = kernels_and_pytorch(compiled)
+    assert nodes == [["transpose", "matmul", "att", "att_1", "softmax", "matmul_1"]] and kernels == [2], nodes
+    assert "att_1" not in pytorch  # the masked_fill; the mask's slice and comparison stay in PyTorch
+
+
+class GPT2Scores(torch.nn.Module):
+    """Hugging Face's GPT-2 eager attention weights: a boolean tril buffer, torch.where with the dtype's lowest value
+    as a 0-dim tensor."""
+
+    def __init__(self, block_size: int = 32):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones((block_size, block_size), dtype=torch.bool))
+                             .view(1, 1, block_size, block_size), persistent=False)
+
+    def forward(self, query, key):
+        weights = torch.matmul(query, key.transpose(-1, -2)) / 4.0
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal = self.bias[:, :, key_length - query_length:key_length, :key_length]
+        mask_value = torch.full([], torch.finfo(weights.dtype).min, dtype=weights.dtype, device=weights.device)
+        weights = torch.where(causal, weights.to(weights.dtype), mask_value)
+        return torch.nn.functional.softmax(weights, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gpt2s_where_and_softmax_are_one_kernel(dtype):
+    model = GPT2Scores().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(1)
+    for batch in (2, 3):
+        query, key = (torch.randn(batch, 2, 20, 16, generator=generator).to(DEVICE, dtype) for _ in range(2))
+        expected = model(query.double(), key.double())
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+        torch.testing.assert_close(compiled(query, key).double(), expected, atol=tolerance, rtol=tolerance)
+    _, kernels, _ = kernels_and_pytorch(compiled)
+    assert kernels == [1]
+
+
+class MaskedLogits(torch.nn.Module):
+    """A classifier head whose logits of classes not allowed for a sample are -inf before log_softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(32, 24)
+
+    def forward(self, x, allowed):
+        return self.head(x).masked_fill(~allowed, float("-inf")).log_softmax(-1)
+
+
+def test_a_mask_in_a_gemms_epilogue():
+    model = MaskedLogits().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(2)
+    for rows in (4, 7):
+        x = torch.randn(rows, 32, generator=generator).to(DEVICE)
+        allowed = (torch.rand(rows, 24, generator=generator) > 0.4).to(DEVICE)
+        allowed[:, 0] = True  # a row of only -inf is NaN in both
+        expected = model(x, allowed)
+        got = compiled(x, allowed)
+        assert torch.equal(torch.isinf(got), torch.isinf(expected))
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    nodes, kernels, _ = kernels_and_pytorch(compiled)
+    assert kernels == [1] and "masked_fill" in nodes[0], nodes
+
+
+class Selections(torch.nn.Module):
+    """where between two tensors (the method's spelling), a tensor and a number on either side, the fp16 branch
+    promoted against an fp32 one."""
+
+    def forward(self, x, keep, y, wide):
+        a = x.where(keep, y)
+        b = torch.where(keep, 0.5, a) * 2
+        c = torch.where(keep, b, -3)
+        return torch.where(keep, c, wide).relu()
+
+
+def test_selections_between_tensors_and_numbers_with_type_promotion():
+    model = Selections()
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(3)
+    for rows in (3, 5):
+        x, y = (torch.randn(rows, 16, generator=generator).to(DEVICE, torch.float16) for _ in range(2))
+        keep = (torch.rand(rows, 16, generator=generator) > 0.5).to(DEVICE)
+        wide = torch.randn(16, generator=generator).to(DEVICE)
+        expected = model(x, keep, y, wide)
+        got = compiled(x, keep, y, wide)
+        assert got.dtype == expected.dtype == torch.float32
+        torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+    _, kernels, _ = kernels_and_pytorch(compiled)
+    assert kernels == [1]
+
+
+def test_a_selection_between_numbers_only_stays_in_pytorch():
+    """torch.where(mask, 1.0, 0.0) has no tensor branch: the mask's own conversion, which PyTorch computes."""
+    def forward(x, keep):
+        return x * torch.where(keep, 1.0, 0.0)
+
+    compiled = amk.compile(forward, autotune=False)
+    x, keep = torch.randn(4, 8).to(DEVICE), (torch.rand(4, 8) > 0.5).to(DEVICE)
+    torch.testing.assert_close(compiled(x, keep), forward(x, keep))
+
+
+def test_gradients_flow_through_the_selection():
+    model = NanoGPTAttention().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(4)
+    inputs = [torch.randn(2, 2, 16, 8, generator=generator).to(DEVICE) for _ in range(3)]
+    grads = []
+    for module in (model, compiled):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        module(*leaves).square().sum().backward()
+        grads.append([leaf.grad for leaf in leaves])
+    for want, have in zip(*grads, strict=True):
+        torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+
+
+def test_random_boolean_inputs_hold_both_values():
+    (mask,) = random_inputs([(64, 64)], torch.bool, "cpu", seed=0)
+    assert mask.dtype == torch.bool and 0.4 < mask.float().mean().item() < 0.6
