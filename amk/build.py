@@ -245,7 +245,10 @@ class BuildRequest:
     skips the cache lookup (its entry is still stored). ``size_hints``: ``(symbol, value)`` pairs, the size bucket a
     program of symbolic sizes is built for (``amk.compile`` builds one per bucket of the row count): the tiling
     strategy is chosen, and each kernel configured (tuned on a GPU, the heuristic otherwise), as for those sizes,
-    while the kernels stay symbolic and correct for every size."""
+    while the kernels stay symbolic and correct for every size. ``bucket``: the size bucket's label where the hints
+    are one call's values in it (a decoding step's key length, seen only inside ``s + 1``, takes the call's): the key
+    then names the bucket, not the hints, so that a call of the bucket in another process, at other values, finds the
+    build."""
 
     make_module: Callable[[], ModuleOp]
     shapes: list[tuple]
@@ -257,6 +260,7 @@ class BuildRequest:
     pipeline: str | None = None
     dumper: IRDumper | None = field(default=None, compare=False)
     size_hints: tuple[tuple[str, int], ...] = ()
+    bucket: str | None = None
     # PyTorch's setting when the request was made ("highest", its default, or "high").
     float32_matmul_precision: str = field(default_factory=float32_matmul_precision)
 
@@ -277,7 +281,9 @@ class BuildRequest:
                                  "measure_runs": tc.measure_runs, "strategy": tc.search,
                                  "enable_warp_specialization": tc.enable_warp_specialization,
                                  "vendor_gemm": tc.vendor_gemm}
-        if self.size_hints:
+        if self.bucket is not None:
+            settings["size_bucket"] = self.bucket
+        elif self.size_hints:
             settings["size_hints"] = dict(self.size_hints)
         extensions = extensions_fingerprint()
         if extensions:

@@ -187,6 +187,32 @@ def test_a_growing_key_length_is_built_exact_once_then_shares_buckets(tmp_path):
     assert after["kernel_calls"] - before["kernel_calls"] == len(lengths)
 
 
+def test_a_shared_length_bucket_is_found_in_the_cache_from_another_prompt_length(tmp_path):
+    """A decoding loop's shared bucket of cache lengths is built at the call's length, which its dims show only inside
+    s + 1 (the caches grown by torch.cat), and its cache key held those hints: the same loop from another prompt
+    length, in a new process, built the same symbolic bucket again (on a GPU, tuned again). The key names the bucket
+    now; only the first length of the new loop is a new (exact) build."""
+    config = TunerConfig(target_cache_dir=tmp_path)
+    generator = torch.Generator().manual_seed(0)
+    builds = []
+    for prompt in (4, 6):
+        torch._dynamo.reset()
+        model = CachedAttention()
+        compiled = amk.compile(model, autotune=False, tuner_config=config)
+        before = frontend.STATS.as_dict()
+        k_cache, v_cache = (torch.randn(2, 2, prompt, 16, generator=generator).to(DEVICE) for _ in range(2))
+        with torch.no_grad():
+            for _ in range(4):
+                q, k, v = (torch.randn(2, 2, 1, 16, generator=generator).to(DEVICE) for _ in range(3))
+                expected = model(q, k, v, k_cache, v_cache)
+                got = compiled(q, k, v, k_cache, v_cache)
+                for have, want in zip(got, expected, strict=True):
+                    torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+                _, k_cache, v_cache = got
+        builds.append(frontend.STATS.as_dict()["pipeline_runs"] - before["pipeline_runs"])
+    assert builds[1] == 1 < builds[0], builds
+
+
 class CachedAttention(torch.nn.Module):
     """An attention step whose key and value caches grow by torch.cat, passed back in (benchmarks/decode_loop.py's)."""
 
