@@ -38,6 +38,12 @@ def to_ir(dtype: torch.dtype) -> Attribute:
     return TORCH_TO_IR[dtype]
 
 
+def argument_type(dtype: torch.dtype) -> Attribute:
+    """The element type of a kernel argument of ``dtype``: a compute dtype's (:func:`to_ir`), or ``i1`` for a boolean
+    mask (read, as ``torch.where``'s condition, never computed in)."""
+    return i1 if dtype == torch.bool else to_ir(dtype)
+
+
 def to_torch(element_type: Attribute) -> torch.dtype:
     if element_type not in IR_TO_TORCH:
         raise DTypeError(f"element type {element_type} has no torch dtype; supported: {SUPPORTED}")

@@ -1087,8 +1087,7 @@ def _operand_problem(kernel) -> str | None:
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
     if any(op.result.type.element_type == i1 for op in loads):
         return "it reads a boolean mask"
-    if any(arg.type.rank == 3 for arg in kernel.body.block.args) and any(
-            op.source.type.rank == 2 for op in loads):
+    if kernel.batched and any(op.source.type.rank == 2 for op in loads):
         return "it reads one matrix at every batch index of a batched kernel"
     return None
 

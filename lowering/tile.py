@@ -200,14 +200,14 @@ def size_hints_option(size_hints: Mapping[str, int]) -> str:
     return ",".join(f"{symbol}={value}" for symbol, value in sorted(size_hints.items()))
 
 
-def parse_size_hints(text: str, option: str = "amk-tile: size_hints", least: int = 1) -> dict[str, int]:
+def parse_size_hints(text: str, option: str = "amk-tile: size_hints", allow_zero: bool = False) -> dict[str, int]:
     """The symbol values of amk-tile's ``size_hints`` option (``s0=16,s1=1``; empty: none), or of another ``option``
-    written the same way (its name heads the error), each at least ``least``."""
+    written the same way (its name heads the error), each positive (or 0, with ``allow_zero``)."""
     hints = {}
-    kind = "a positive integer" if least == 1 else f"an integer of at least {least}"
+    kind = "a non-negative integer" if allow_zero else "a positive integer"
     for item in filter(None, (part.strip() for part in text.split(","))):
         symbol, _, value = item.partition("=")
-        if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < least:
+        if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < (0 if allow_zero else 1):
             raise PassFailedException(f"{option} must be SYMBOL=VALUE pairs separated by commas, each "
                                       f"value {kind} (s0=16,s1=1); got {item!r} in {text!r}")
         hints[symbol.strip()] = int(value)

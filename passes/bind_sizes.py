@@ -58,7 +58,7 @@ class BindSizesPass(ModulePass):
     sizes: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        values = parse_size_hints(self.sizes, "amk-bind-sizes: sizes", least=0)
+        values = parse_size_hints(self.sizes, "amk-bind-sizes: sizes", allow_zero=True)
         if not values:
             return
         check_size_symbols(op, values, "amk-bind-sizes")
@@ -68,4 +68,3 @@ class BindSizesPass(ModulePass):
             raise PassFailedException(f"amk-bind-sizes: sizes {self.sizes!r} make the dim {empty[0]} empty (0): a "
                                       "size is bound to 0 only where it appears inside expressions that stay positive")
         PatternRewriteWalker(_BindTensorSizes(recursive=True, values=values)).rewrite_module(op)
-

@@ -146,6 +146,8 @@ def test_a_selection_between_numbers_only_stays_in_pytorch():
     compiled = amk.compile(forward, autotune=False)
     x, keep = torch.randn(4, 8).to(DEVICE), (torch.rand(4, 8) > 0.5).to(DEVICE)
     torch.testing.assert_close(compiled(x, keep), forward(x, keep))
+    nodes, _, pytorch = kernels_and_pytorch(compiled)
+    assert "where" in pytorch and nodes == [["mul"]], (nodes, pytorch)
 
 
 def test_gradients_flow_through_the_selection():

@@ -134,7 +134,8 @@ def _minimum(b, node):
 
 def _where_value(b, value, dtype: torch.dtype) -> SSAValue:
     """A branch of ``where``: a tensor cast to the result's dtype, or a number as a constant; unlike an arithmetic
-    operand's, an infinite number is taken (``masked_fill(mask, float("-inf"))`` before a softmax)."""
+    operand's, an infinite number is taken (``masked_fill(mask, float("-inf"))`` before a softmax). NaN is not (the
+    selection then runs in PyTorch), as no number of arithmetic is."""
     if b.is_tensor(value):
         return b.tensor(value, dtype)
     if isinstance(value, float) and math.isinf(value):

@@ -11,10 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch.fx import Node
 from torch.utils._sympy.functions import MinMaxBase
-from xdsl.dialects.builtin import i1
 
 from amk.dialects.tensor_op import TensorType
-from amk.dtypes import to_ir
+from amk.dtypes import argument_type
 from amk.symbolic import Dim
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -95,7 +94,7 @@ def tensor_type_of(fake: torch.Tensor) -> TensorType:
                           "masks)")
     if fake.is_complex() or fake.is_sparse or fake.layout != torch.strided:
         raise Unsupported("only dense strided tensors")
-    return TensorType([dim_of(s) for s in fake.shape], i1 if fake.dtype == torch.bool else to_ir(fake.dtype))
+    return TensorType([dim_of(s) for s in fake.shape], argument_type(fake.dtype))
 
 
 def bind_arguments(node: Node, names: Sequence[str], defaults: dict | None = None) -> dict:

@@ -207,8 +207,7 @@ def _cast_back_to_the_weight(norm: Node, x: Node) -> tuple[Node, tuple[Node, Nod
     cast back to its dtype, then the product with a weight of that dtype (``self.weight *
     hidden_states.to(input_dtype)``) → (the cast back, (the product, the weight)); else None."""
     users = list(norm.users)
-    if not (is_(x, CASTS) and x.args and isinstance(meta_value(x.args[0]), torch.Tensor)
-            and _float32_copy_of(x, x.args[0])) or len(users) != 1 \
+    if not (x.args and _float32_copy_of(x, x.args[0])) or len(users) != 1 \
             or not is_(users[0], CASTS) or not isinstance(meta_value(users[0]), torch.Tensor) \
             or fake_tensor(users[0]).dtype != fake_tensor(x.args[0]).dtype:
         return None

@@ -12,4 +12,4 @@ func.func @prefill(%q : !tensor_op.tensor<[T, 64], f16>, %k : !tensor_op.tensor<
 // CHECK:       func.func @prefill(%q: !tensor_op.tensor<[T, 64], f16>, %k: !tensor_op.tensor<[T, 64], f16>) -> !tensor_op.tensor<[T, T], f16> {
 // CHECK-NEXT:    %0 = tensor_op.matmul %q, %k {transpose_rhs = true} : (!tensor_op.tensor<[T, 64], f16>, !tensor_op.tensor<[T, 64], f16>) -> !tensor_op.tensor<[T, T], f16>
 
-// ERROR: amk-bind-sizes: sizes must be SYMBOL=VALUE pairs separated by commas, each value an integer of at least 0 (s0=16,s1=1); got 's=-1' in 's=-1'
+// ERROR: amk-bind-sizes: sizes must be SYMBOL=VALUE pairs separated by commas, each value a non-negative integer (s0=16,s1=1); got 's=-1' in 's=-1'
