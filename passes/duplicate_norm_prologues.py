@@ -17,7 +17,8 @@ Output (the add keeps the original)::
     %r = tensor_op.add %y, %n ...
 
 A norm computed in another dtype (a bf16 model's in fp32, as Llama's) is copied with its casts: those of its input and
-weight that only it reads, and the one back that is its only reader. Left alone:
+weight that only it reads, and the one back that is its only reader; a weight computed for it alone (Gemma's
+``1 + w.float()``) is computed again in each copy. Left alone:
 
 - a norm read by exactly two matmuls of the same shape: ``amk-fuse`` makes those a dual GEMM with the norm as their
   shared prologue (where other ops read the norm too, the two matmuls share one copy);
@@ -100,15 +101,30 @@ class DuplicateNormProloguesPass(ModulePass):
 
 
 def _with_its_casts(norm) -> list:
-    """``norm`` with the casts that only it reads (its input's and weight's, up: a bf16 model's norm computed in fp32)
-    and the cast that is its only reader (back down): the ops that each matmul's copy of the norm needs, in order."""
-    chain = [operand.owner for operand in norm.operands
-             if isinstance(operand.owner, tensor_op.CastOp) and len(list(operand.uses)) == 1]
+    """``norm`` with the casts that only it reads (its input's and weight's, up: a bf16 model's norm computed in fp32),
+    the elementwise ops that compute its weight and bias for it alone (Gemma's ``1 + w.float()``), and the cast that is
+    its only reader (back down): the ops that each matmul's copy of the norm needs, in order."""
+    chain = []
+    for position, operand in enumerate(norm.operands):
+        if position == 0:  # the input: its cast up only, not what computes it (a residual stream's add)
+            owner = operand.owner
+            if isinstance(owner, tensor_op.CastOp) and len(list(operand.uses)) == 1:
+                chain.append(owner)
+        else:
+            chain += _computed_for_it_alone(operand)
     chain.append(norm)
     uses = list(norm.output.uses)
     if len(uses) == 1 and isinstance(uses[0].operation, tensor_op.CastOp):
         chain.append(uses[0].operation)
     return chain
+
+
+def _computed_for_it_alone(value) -> list:
+    """The elementwise ops that compute ``value`` and whose results only that computation reads, producers first."""
+    owner = value.owner
+    if not isinstance(owner, tensor_op.TensorOp) or rules.kind_of(owner) != "elementwise" or len(list(value.uses)) != 1:
+        return []
+    return [op for operand in owner.operands for op in _computed_for_it_alone(operand)] + [owner]
 
 
 def _cloned(chain: list) -> list:

@@ -116,3 +116,26 @@ func.func @in_fp32(%x : !tensor_op.tensor<[S, 64], bf16>, %g : !tensor_op.tensor
 // CHECK-NEXT:    %n_1 = tensor_op.cast %nf_1
 // CHECK-NEXT:    %q = tensor_op.matmul %n_1, %wq
 // CHECK-NEXT:    %k = tensor_op.matmul %n, %wk
+
+// -----
+
+// Gemma's norm: its weight computed for it alone (1 + w in fp32). A copy of the norm takes a copy of that
+// computation too; left behind, read by two norms in two kernels, it was a kernel of its own.
+func.func @computed_weight(%x : !tensor_op.tensor<[S, 64], f32>, %g : !tensor_op.tensor<[64], bf16>, %one : !tensor_op.tensor<[1], f32>, %w : !tensor_op.tensor<[64, 64], f32>) -> !tensor_op.tensor<[S, 64], f32> {
+  %gf = tensor_op.cast %g : !tensor_op.tensor<[64], bf16> -> !tensor_op.tensor<[64], f32>
+  %scale = tensor_op.add %gf, %one : (!tensor_op.tensor<[64], f32>, !tensor_op.tensor<[1], f32>) -> !tensor_op.tensor<[64], f32>
+  %n = tensor_op.rmsnorm %x weight %scale {eps = 1.0e-06 : f64} : !tensor_op.tensor<[S, 64], f32> weight !tensor_op.tensor<[64], f32> -> !tensor_op.tensor<[S, 64], f32>
+  %y = tensor_op.matmul %n, %w : (!tensor_op.tensor<[S, 64], f32>, !tensor_op.tensor<[64, 64], f32>) -> !tensor_op.tensor<[S, 64], f32>
+  %r = tensor_op.add %y, %n : (!tensor_op.tensor<[S, 64], f32>, !tensor_op.tensor<[S, 64], f32>) -> !tensor_op.tensor<[S, 64], f32>
+  func.return %r : !tensor_op.tensor<[S, 64], f32>
+}
+
+// CHECK-LABEL: func.func @computed_weight
+// CHECK-NEXT:    %gf = tensor_op.cast %g
+// CHECK-NEXT:    %scale = tensor_op.add %gf, %one
+// CHECK-NEXT:    %n = tensor_op.rmsnorm %x weight %scale
+// CHECK-NEXT:    %gf_1 = tensor_op.cast %g
+// CHECK-NEXT:    %scale_1 = tensor_op.add %gf_1, %one
+// CHECK-NEXT:    %n_1 = tensor_op.rmsnorm %x weight %scale_1
+// CHECK-NEXT:    %y = tensor_op.matmul %n_1, %w
+// CHECK-NEXT:    %r = tensor_op.add %y, %n
