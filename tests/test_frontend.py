@@ -420,6 +420,31 @@ def test_a_norm_of_a_cast_down_is_not_taken_for_llamas():
     assert kernel.epilogue[0].startswith("cast") and kernel.epilogue[1].startswith("rmsnorm"), kernel.epilogue
 
 
+class NormOfACastReadElsewhere(nn.Module):
+    """Llama's form whose fp32 cast up another op reads too (the residual, cast back)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * n.to(x.dtype) + h.to(x.dtype)
+
+
+def test_llamas_form_whose_cast_up_is_read_elsewhere_stays_one_kernel():
+    """Taken as Llama's, the norm read the fp16 input and the cast up stayed for its other reader: the two only shared
+    an input, and the chain that was one row kernel became two. The fp32 input is computed anyway: the norm stays
+    the cast's, one kernel."""
+    model = NormOfACastReadElsewhere().to(DEVICE, torch.float16)
+    compiled = amk.compile(model, autotune=False)
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0)).to(DEVICE, torch.float16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=2e-3, rtol=2e-3)
+    assert len(amk.explain(compiled, print_report=False).kernels) == 1
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dynamic shapes
 # --------------------------------------------------------------------------------------------------------------------

@@ -282,15 +282,17 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
             continue
         root, weight, bias = node, None, None
         weighted = _vector_after(root, MUL)
-        narrowed = None if weighted else _cast_back_to_the_weight(root, x)
+        # Where another op reads the cast up too, the fp32 input is computed anyway: the norm stays the cast's (one
+        # kernel with that reader, where the norm of the narrower input and the cast were two).
+        narrowed = None if weighted or not set(x.users) <= {*absorbed, root} else _cast_back_to_the_weight(root, x)
         if narrowed is not None:
             # Llama's RMSNorm of a bf16 model computes in fp32 between a cast up and the cast back: amk's norm kernels
             # compute in fp32 whatever the dtype, so that is the norm of the bf16 input itself, as nn.RMSNorm's is
             # (the matmuls then read the norm, and its decode prologue scales their accumulators:
             # row_scaled_prologue). One rounding, where PyTorch rounds before the weight's product too: within bf16's
-            # tolerance. The cast up goes too where only the norm read it (else it was a copy of the input).
+            # tolerance. The cast up goes too.
             cast_back, weighted = narrowed
-            absorbed = absorbed + [cast_back] + ([x] if set(x.users) <= {*absorbed, root} else [])
+            absorbed = absorbed + [cast_back, x]
             x = x.args[0]
         if weighted:
             absorbed = absorbed + [root]
