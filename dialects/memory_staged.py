@@ -264,23 +264,26 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
         %bias = memory_staged.load %b <[64*pid_n]> {mask = [false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [256], f16> -> !tiled_loop.tile<[1, 64], f16>
 
-    ``broadcast_rows`` as ``tiled_loop.load``'s (:class:`~amk.dialects.tiled_loop.BroadcastRows`): the rows' mask is
-    then against the space's rows, its first expression.
+    ``broadcast_rows`` and ``broadcast_batch`` as ``tiled_loop.load``'s (:class:`~amk.dialects.tiled_loop.BroadcastRows`):
+    the rows' mask is then against the space's rows, its first expression.
     """
 
     name = "memory_staged.load"
     source = operand_def(BufferType)
     coherent = opt_prop_def(BoolAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
+    broadcast_batch = opt_prop_def(ExprsAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue, offsets: Sequence, mask: Sequence[bool], index_bits: int, tile: TileType,
-                 broadcast_rows: ExprsAttr | None = None):
+                 broadcast_rows: ExprsAttr | None = None, broadcast_batch: ExprsAttr | None = None):
         properties = self.access_properties(offsets, mask, index_bits)
         if broadcast_rows is not None:
             properties["broadcast_rows"] = broadcast_rows
+        if broadcast_batch is not None:
+            properties["broadcast_batch"] = broadcast_batch
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:

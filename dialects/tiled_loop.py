@@ -405,7 +405,8 @@ class BroadcastRows:
     The property lists the space's row count, then a triple ``divisor, period, stride`` per leading dim the source
     keeps: row ``r`` of the space reads the source's row ``sum((r // divisor) % period * stride)``, and the rows past
     the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. The ops
-    define the property."""
+    define the property. A batched kernel's load may map its batch index likewise (``broadcast_batch``,
+    :attr:`batch_map`)."""
 
     @property
     def row_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:
@@ -415,15 +416,30 @@ class BroadcastRows:
         extent, *terms = self.broadcast_rows.dims
         return extent, [tuple(terms[i:i + 3]) for i in range(0, len(terms), 3)]
 
+    @property
+    def batch_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:
+        """A batched kernel's ``broadcast_batch``, as :attr:`row_map` for the batch index: the kernel's batch count
+        and one triple ``divisor, period, 1`` (a mask ``[B, 1, T, S]`` over scores ``[B, H, T, S]``: batch index
+        ``b`` reads the source's matrix ``b // H``), or None for a load at the kernel's own batch index."""
+        if self.broadcast_batch is None:
+            return None
+        extent, divisor, period = self.broadcast_batch.dims
+        return extent, [(divisor, period, Dim(1))]
+
     def verify_broadcast_rows(self, source: SymbolicShapedType) -> None:
-        if self.broadcast_rows is None:
-            return
-        count = len(self.broadcast_rows.dims)
-        if count < 4 or (count - 1) % 3:
-            raise VerifyException(f"'{self.name}' broadcast_rows holds the space's rows, then divisor, period and "
-                                  f"stride triples: got {count} expressions")
-        if source.rank != 2:
-            raise VerifyException(f"'{self.name}' broadcast_rows reads a rank-2 source, got rank {source.rank}")
+        if self.broadcast_rows is not None:
+            count = len(self.broadcast_rows.dims)
+            if count < 4 or (count - 1) % 3:
+                raise VerifyException(f"'{self.name}' broadcast_rows holds the space's rows, then divisor, period and "
+                                      f"stride triples: got {count} expressions")
+            if source.rank != 2:
+                raise VerifyException(f"'{self.name}' broadcast_rows reads a rank-2 source, got rank {source.rank}")
+        if self.broadcast_batch is not None:
+            if len(self.broadcast_batch.dims) != 3:
+                raise VerifyException(f"'{self.name}' broadcast_batch holds the kernel's batch count, a divisor and a "
+                                      f"period: got {len(self.broadcast_batch.dims)} expressions")
+            if source.rank != 3:
+                raise VerifyException(f"'{self.name}' broadcast_batch reads a rank-3 source, got rank {source.rank}")
 
 
 @irdl_op_definition
@@ -442,15 +458,19 @@ class LoadOp(BroadcastRows, IRDLOperation):
     source = operand_def(TensorType)
     offsets = prop_def(ExprsAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
+    broadcast_batch = opt_prop_def(ExprsAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
-    def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType, broadcast_rows: Sequence | None = None):
+    def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType, broadcast_rows: Sequence | None = None,
+                 broadcast_batch: Sequence | None = None):
         properties = {"offsets": ExprsAttr(offsets)}
         if broadcast_rows is not None:
             properties["broadcast_rows"] = ExprsAttr(broadcast_rows)
+        if broadcast_batch is not None:
+            properties["broadcast_batch"] = ExprsAttr(broadcast_batch)
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:

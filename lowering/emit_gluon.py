@@ -1085,6 +1085,8 @@ def _operand_problem(kernel) -> str | None:
     loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
     if any(op.broadcast_rows is not None for op in loads):
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
+    if any(op.broadcast_batch is not None for op in loads):
+        return "it reads an operand whose matrices broadcast over the kernel's batch (broadcast_batch)"
     if any(op.result.type.element_type == i1 for op in loads):
         return "it reads a boolean mask"
     if kernel.batched and any(op.source.type.rank == 2 for op in loads):

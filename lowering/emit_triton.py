@@ -619,6 +619,9 @@ class TritonEmitter:
         elif buffer.rank == 3:  # a batched kernel's: the batch index is one offset for the whole tile
             axes = [None, 0, 1]
             batch = self.expr(op.offsets.dims[0])
+            batch_map = op.batch_map if isinstance(op, memory_staged.LoadOp) else None
+            if batch_map is not None:  # the kernel's batch index mapped to the operand's matrix
+                batch = self.mapped_rows(batch, *batch_map)
             offsets_text.append(f"({batch}).to(tl.int64) * {self.stride(arg_index, 0)}" if op.wide_index
                                 else f"{batch} * {self.stride(arg_index, 0)}")
         else:
@@ -649,8 +652,9 @@ class TritonEmitter:
 
     def mapped_rows(self, rows: str, extent: Dim, terms) -> str:
         """The operand rows that the space's ``rows`` read (``broadcast_rows``: the space's ``extent`` rows, triples of
-        divisor, period and stride). A divisor no argument gives (a mask's ``H*T`` beside rows ``B*H*T`` and ``B``)
-        is the quotient of the space's rows by one that it gives."""
+        divisor, period and stride), or the operand's matrix that a batch index reads (``broadcast_batch``). A divisor
+        no argument gives (a mask's ``H*T`` beside rows ``B*H*T`` and ``B``) is the quotient of the space's rows by
+        one that it gives."""
         parts = []
         for divisor, period, stride in terms:
             if divisor == Dim(1):

@@ -23,7 +23,7 @@ from amk.dialects.tiled_loop import TileType
 from amk.errors import CompilationError
 from amk.lowering import rules
 from amk.lowering.configs import next_power_of_two
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, broadcast_row_map
+from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, broadcast_batch_map, broadcast_row_map
 from amk.lowering.rules import TileBuilder
 from amk.reference import callable_name
 from amk.symbolic import Dim
@@ -136,11 +136,11 @@ class KernelLowering:
         return [Dim(tiled_loop.BATCH_PROGRAM_ID), *offsets] if tensor.type.rank == 3 else offsets
 
     def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True,
-             broadcast_rows: list[Dim] | None = None) -> SSAValue:
+             broadcast_rows: list[Dim] | None = None, broadcast_batch: list[Dim] | None = None) -> SSAValue:
         arg = self.arg_of[value]
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
-        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows),
+        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows, broadcast_batch),
                             f"{arg.name_hint}_tile")
         return self.b.cast(loaded, f32, f"{arg.name_hint}_f32") if upcast else loaded
 
@@ -158,8 +158,10 @@ class KernelLowering:
             return at.env[value]
         if value in self.arg_of:
             cls = at.section.value_class[value]
-            result = self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, at.section.space)
-                               if cls == FULL else None)
+            space = at.section.space
+            result = (self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, space),
+                                broadcast_batch=broadcast_batch_map(value.type.dims, space))
+                      if cls == FULL else self.load(value, cls, at))
         else:
             op = value.owner
             kind = rules.kind_of(op)

@@ -82,6 +82,8 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         return FULL  # its rows are read through the map (position embeddings [1, T, C] over [B, T, C])
     elif has_cols and shared_by_every_batch(dims, space):
         return FULL  # one matrix that every batch index reads (a causal mask [1, 1, T, S] over [B, H, T, S])
+    elif has_cols and broadcast_batch_map(dims, space) is not None:
+        return FULL  # its matrices are read through a map of the batch index (a mask [B, 1, T, S])
     else:
         return None
     return AXES_CLASS[(has_rows, has_cols)]
@@ -96,20 +98,44 @@ def broadcast_row_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
     its row ``r // (H * T)``), where a kernel's sizes give the map; None for any other operand, a batched kernel's
     too."""
     lead = (Dim(1),) * (len(space.lead) + 1 - len(dims)) + tuple(dims[:-1])
-    if space.batch or len(lead) != len(space.lead) or _same(lead, space.lead) or not all(
-            d == Dim(1) or provably_equal(d, s) for d, s in zip(lead, space.lead)):
+    if space.batch or len(lead) != len(space.lead):
         return None
-    # The space's dims of size 1 (a decoding step's one token) count neither as kept nor as broadcast.
-    sizes = [s for s in space.lead if s != Dim(1)]
-    kept = [d != Dim(1) for d, s in zip(lead, space.lead) if s != Dim(1)]
+    kept = _kept_block(lead, space.lead)  # None for a row vector too: all its leading dims 1
+    return None if kept is None else [space.rows, kept[0], kept[1], Dim(1)]
+
+
+def broadcast_batch_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None:
+    """For a full-width operand of a batched kernel's space that has the space's rows and broadcasts over some of its
+    batch dims (a mask ``[B, 1, T, S]`` or a bias ``[1, H, T, S]`` over attention scores ``[B, H, T, S]``), the
+    ``broadcast_batch`` of its loads (:attr:`amk.dialects.tiled_loop.BroadcastRows.batch_map`): the space's batch
+    count, then the divisor and period that map the kernel's batch index to the operand's matrix (``b // H``,
+    ``b % H``); None for any other operand."""
+    if not space.batch or len(dims) > len(space.dims) or not provably_equal(dims[-1], space.cols):
+        return None
+    lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
+    batch, rows = lead[:len(space.batch)], lead[len(space.batch):]
+    kept = _kept_block(batch, space.batch) if _same(rows, space.lead) else None
+    return None if kept is None else [space.batches, kept[0], kept[1]]
+
+
+def _kept_block(dims: tuple[Dim, ...], spaces: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
+    """Where each of ``dims`` is 1 or its space dim's, and those it keeps are one run at either end (the space's dims
+    of size 1, a decoding step's one token, count neither as kept nor as broadcast): the product of the space dims
+    after the run and the run's own product, the divisor and period of a flat index of the space's dims. None where
+    it keeps all (the operand is the space's own), none, or a run in the middle or apart (the map would need sizes no
+    kernel argument gives)."""
+    if _same(dims, spaces) or not all(d == Dim(1) or provably_equal(d, s) for d, s in zip(dims, spaces)):
+        return None
+    sizes = [s for s in spaces if s != Dim(1)]
+    kept = [d != Dim(1) for d, s in zip(dims, spaces) if s != Dim(1)]
     if True not in kept:
-        return None  # a row vector
+        return None
     first, last = kept.index(True), len(kept) - 1 - kept[::-1].index(True)
     if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1):
-        return None  # kept dims in the middle, or apart: the map needs sizes no kernel argument gives
-    operand_rows = math.prod((d.expr for d in sizes[first:last + 1]), start=1)
-    broadcast_after = math.prod((d.expr for d in sizes[last + 1:]), start=1)
-    return [space.rows, Dim(broadcast_after), Dim(operand_rows), Dim(1)]
+        return None
+    product = math.prod((d.expr for d in sizes[first:last + 1]), start=1)
+    after = math.prod((d.expr for d in sizes[last + 1:]), start=1)
+    return Dim(after), Dim(product)
 
 
 def shared_by_every_batch(dims: tuple[Dim, ...], space: Space) -> bool:

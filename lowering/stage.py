@@ -152,14 +152,16 @@ class _LowerAccesses(RewritePattern):
             bits = staging.index_bits(buffer)
             users = [use.operation for use in op.result.uses]
             in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
-            if in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users) and row_map is None:
+            if (in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users) and row_map is None
+                    and op.batch_map is None):
                 tile = op.result.type
                 new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
                                             BufferType("shared", tile.dims, tile.element_type))
                 if staging.tma and buffer.rank == 2:
                     new.descriptor = UnitAttr()
             else:
-                new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type, op.broadcast_rows)
+                new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type, op.broadcast_rows,
+                                           op.broadcast_batch)
                 if self.written_by_other_programs(op):
                     new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint

@@ -70,6 +70,7 @@ from amk.lowering.plan import (
     SCALAR,
     GroupPlan,
     NotFusable,
+    broadcast_batch_map,
     broadcast_row_map,
     plan_group,
     shared_by_every_batch,
@@ -100,6 +101,9 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
         return [Dim(_product(dims[:-1])), space.cols], ""
     if cls == FULL and shared_by_every_batch(dims, space):  # one matrix, read at every batch index
         return [space.rows, space.cols], ""
+    batch_map = broadcast_batch_map(dims, space) if cls == FULL else None
+    if batch_map is not None:  # its own matrices, which the loads map the kernel's batch index to
+        return [batch_map[2], space.rows, space.cols], ""
     return {FULL: [*batch, space.rows, space.cols], ROW: [space.cols],
             COL: [*batch, space.rows, Dim(1)] if batch else [space.rows], SCALAR: [Dim(1)]}[cls], ""
 

@@ -180,6 +180,55 @@ def test_each_strategy_that_batches_matches_pytorch(keys, requested, strategy):
         assert relative_error(compiled.program(q, k)[0], expected) < 1e-5
 
 
+MASKED_ATTENTION_IR = """
+func.func @attention(%q : !tensor_op.tensor<[B, H, S, 16], f32>, %k : !tensor_op.tensor<[B, H, T, 16], f32>,
+    %mask : !tensor_op.tensor<[{mask}], f32>) -> !tensor_op.tensor<[B, H, S, T], f32> {{
+  %0 = tensor_op.matmul %q, %k {{transpose_rhs = true}} : (!tensor_op.tensor<[B, H, S, 16], f32>,
+      !tensor_op.tensor<[B, H, T, 16], f32>) -> !tensor_op.tensor<[B, H, S, T], f32>
+  %1 = tensor_op.scale %0 {{factor = 0.25 : f64}} : !tensor_op.tensor<[B, H, S, T], f32>
+  %2 = tensor_op.add %1, %mask : (!tensor_op.tensor<[B, H, S, T], f32>, !tensor_op.tensor<[{mask}], f32>)
+      -> !tensor_op.tensor<[B, H, S, T], f32>
+  %3 = tensor_op.softmax %2 {{axis = -1 : i64}} : !tensor_op.tensor<[B, H, S, T], f32>
+  func.return %3 : !tensor_op.tensor<[B, H, S, T], f32>
+}}
+"""
+
+
+@pytest.mark.parametrize("strategy", ["chunk_recompute", "row_strip", "tile_stats", "tile_recompute",
+                                      "strip_recompute"])
+@pytest.mark.parametrize("mask", ["B, 1, S, T", "1, H, S, T", "1, 1, S, T"])
+def test_a_mask_broadcast_over_the_batch_dims_is_read_by_each_strategy_that_batches(mask, strategy):
+    """Hugging Face's 4-D attention mask [B, 1, S, T] (one per sequence, over the heads), a bias per head [1, H, S, T]
+    (T5's) and a causal mask [1, 1, S, T] (one matrix): the batched kernel reads the mask's matrices through a map of
+    its batch index (``broadcast_batch``: b // H, b % H) or, the last, at every batch index; every output right."""
+    module = Parser(make_context(), MASKED_ATTENTION_IR.format(mask=mask)).parse_module()
+    compiled = compile_module(module, SMALL_TILES, reduction_strategy=strategy)
+    assert [step.kind for step in compiled.program.steps] == ["launch", "return"]
+    assert ("broadcast_batch" in compiled.ir["tiled_loop"]) == (mask != "1, 1, S, T")
+    sizes = {"B": 2, "H": 3, "S": 37, "T": 70}
+    shape = [sizes.get(dim, 1) if dim != "1" else 1 for dim in mask.split(", ")]
+    for seed in range(2):
+        q, k = random(2, 3, 37, 16, seed=seed), random(2, 3, 70, 16, seed=seed + 10)
+        bias = random(*shape, seed=seed + 20)
+        expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.25 + bias.double(), dim=-1)
+        assert relative_error(compiled.program(q, k, bias)[0], expected) < 1e-5
+
+
+def test_a_hugging_face_4d_mask_is_added_in_the_attention_kernel():
+    """The [B, 1, S, T] mask (causal and padding, one per sequence) was added in PyTorch between the scores' kernel
+    and the softmax's; it is read in the one kernel now, for every batch size."""
+    model = MaskedAttentionProbabilities()
+    compiled = amk.compile(model, autotune=False)
+    for batch in (2, 3):
+        q, k = random(batch, 2, 12, 16), random(batch, 2, 12, 16, seed=1)
+        mask = torch.zeros(batch, 1, 12, 12, device=DEVICE).masked_fill(
+            torch.ones(12, 12, dtype=torch.bool, device=DEVICE).triu(1), torch.finfo(torch.float32).min)
+        mask[-1, :, :, :3] = torch.finfo(torch.float32).min  # the last sequence padded on the left
+        assert relative_error(compiled(q, k, mask), model(q.double(), k.double(), mask.double())) < 1e-5
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert [len(sub.kernels) for sub in graph.subgraphs] == [1] and not graph.pytorch, graph.pytorch
+
+
 @pytest.mark.skipif(not GPU, reason="CUDA's limit on a grid's second and third axes is a GPU's")
 def test_a_batch_of_more_heads_than_cuda_allows_on_a_second_grid_axis_runs():
     """batch x heads = 66000 matrices: more than the 65535 programs CUDA launches on a grid's second or third axis,

@@ -98,10 +98,11 @@ def test_refuses_an_operand_whose_rows_broadcast_over_the_space():
     assert "broadcast over the space's" in gluon_kernel_problem(None, tiled)
 
 
-def test_refuses_a_boolean_mask_and_a_matrix_shared_by_every_batch():
+def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
     """A GEMM's epilogue selecting by a boolean mask, and attention's scores masked by a causal mask [1, 1, S, T]
-    (one matrix read at every batch index): neither kind of access has run in a Gluon kernel on a GPU, so the tuner
-    does not offer Gluon for them (gluon_kernel_problem says why)."""
+    (one matrix read at every batch index) or Hugging Face's [B, 1, S, T] (a matrix per sequence, through a map of
+    the batch index): none of these accesses has run in a Gluon kernel on a GPU, so the tuner does not offer Gluon
+    for them (gluon_kernel_problem says why)."""
     from amk.dialects import tiled_loop
     from amk.lowering.emit_gluon import COLUMN_SWEEP, gluon_kernel_problem
 
@@ -111,15 +112,20 @@ def test_refuses_a_boolean_mask_and_a_matrix_shared_by_every_batch():
   %1 = tensor_op.where %m, %0, %c : ({m.replace("f16", "i1")}, {x}, {c}) -> {x}
   func.return %1 : {x}
 }}"""
-    q, k, s, keep = (f"!tensor_op.tensor<[{shape}]" for shape in ("B, H, S, 64", "B, H, T, 64", "B, H, S, T", "1, 1, S, T"))
-    causal = f"""func.func @causal(%q : {q}, f16>, %k : {k}, f16>, %keep : {keep}, f16>) -> {s}, f16> {{
+    q, k, s = (f"!tensor_op.tensor<[{shape}]" for shape in ("B, H, S, 64", "B, H, T, 64", "B, H, S, T"))
+
+    def masked_attention(mask: str) -> str:
+        keep = f"!tensor_op.tensor<[{mask}]"
+        return f"""func.func @masked(%q : {q}, f16>, %k : {k}, f16>, %keep : {keep}, f16>) -> {s}, f16> {{
   %0 = tensor_op.matmul %q, %k {{transpose_rhs = true}} : ({q}, f16>, {k}, f16>) -> {s}, f16>
   %1 = tensor_op.add %0, %keep : ({s}, f16>, {keep}, f16>) -> {s}, f16>
   %2 = tensor_op.softmax %1 {{axis = -1 : i64}} : {s}, f16>
   func.return %2 : {s}, f16>
 }}"""
+
     for text, form, reason in ((masked_gemm, None, "reads a boolean mask"),
-                               (causal, COLUMN_SWEEP, "one matrix at every batch index")):
+                               (masked_attention("1, 1, S, T"), COLUMN_SWEEP, "one matrix at every batch index"),
+                               (masked_attention("B, 1, S, T"), COLUMN_SWEEP, "broadcast over the kernel's batch")):
         ctx = make_context()
         module = Parser(ctx, text).parse_module()
         PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile").apply(ctx, module)

@@ -395,23 +395,26 @@ def test_a_norm_cast_up_to_its_weight_is_one_kernel():
     assert len(report.kernels) == 1 and report.kernels[0].epilogue[0].startswith("rmsnorm"), report.kernels
 
 
-class NormOfACastDown(nn.Module):
-    """Llama's form, but the cast before the norm is down (fp32 to fp16): the norm computes in fp16, as written."""
+class NormOfACast(nn.Module):
+    """Llama's form: the input cast to ``dtype``, normalized, cast back, times the weight; with ``residual`` the cast
+    is also read by the residual added after it."""
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype, residual: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
+        self.dtype, self.residual = dtype, residual
 
     def forward(self, x):
-        h = x.to(torch.float16)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
-        return self.weight * h.to(x.dtype)
+        h = x.to(self.dtype)
+        n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        normed = self.weight * n.to(x.dtype)
+        return normed + h.to(x.dtype) if self.residual else normed
 
 
 def test_a_norm_of_a_cast_down_is_not_taken_for_llamas():
     """Llama's form took any cast before the norm for its cast up: a cast down to fp16 was dropped, and the norm
     computed on the fp32 input, not on its fp16 rounding as written. The cast now stays, first in the kernel."""
-    model = NormOfACastDown().to(DEVICE)
+    model = NormOfACast(torch.float16).to(DEVICE)  # a cast down: the norm computes in fp16, as written
     compiled = amk.compile(model, autotune=False)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0)).to(DEVICE)
     with torch.no_grad():
@@ -420,24 +423,11 @@ def test_a_norm_of_a_cast_down_is_not_taken_for_llamas():
     assert kernel.epilogue[0].startswith("cast") and kernel.epilogue[1].startswith("rmsnorm"), kernel.epilogue
 
 
-class NormOfACastReadElsewhere(nn.Module):
-    """Llama's form whose fp32 cast up another op reads too (the residual, cast back)."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.rand(HIDDEN) + 0.5)
-
-    def forward(self, x):
-        h = x.to(torch.float32)
-        n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
-        return self.weight * n.to(x.dtype) + h.to(x.dtype)
-
-
 def test_llamas_form_whose_cast_up_is_read_elsewhere_stays_one_kernel():
     """Taken as Llama's, the norm read the fp16 input and the cast up stayed for its other reader: the two only shared
     an input, and the chain that was one row kernel became two. The fp32 input is computed anyway: the norm stays
     the cast's, one kernel."""
-    model = NormOfACastReadElsewhere().to(DEVICE, torch.float16)
+    model = NormOfACast(torch.float32, residual=True).to(DEVICE, torch.float16)
     compiled = amk.compile(model, autotune=False)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(0)).to(DEVICE, torch.float16)
     with torch.no_grad():

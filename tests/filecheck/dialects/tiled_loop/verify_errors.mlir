@@ -466,3 +466,24 @@ tiled_loop.kernel @broadcast_rows_of_a_vector attributes {grid = #tiled_loop.exp
 }
 
 // CHECK: {{^}}'tiled_loop.load' broadcast_rows reads a rank-2 source, got rank 1
+
+// -----
+
+// broadcast_batch holds the kernel's batch count, a divisor and a period, for a rank-3 source.
+tiled_loop.kernel @broadcast_batch_pair attributes {grid = #tiled_loop.exprs<[1, B*H]>, program_ids = ["pid", "pid_b"], strategy = "tile2d", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%m: !tensor_op.tensor<[B, S, 64], f32>, %out: !tensor_op.tensor<[B*H, S, 64], f32>):
+  %t = tiled_loop.load %m <[pid_b, 0, 0]> {broadcast_batch = #tiled_loop.exprs<[B*H, H]>} : !tensor_op.tensor<[B, S, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
+  tiled_loop.store %t, %out <[pid_b, 0, 0]> : !tiled_loop.tile<[16, 64], f32> -> !tensor_op.tensor<[B*H, S, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load' broadcast_batch holds the kernel's batch count, a divisor and a period: got 2 expressions
+
+// -----
+
+tiled_loop.kernel @broadcast_batch_of_a_matrix attributes {grid = #tiled_loop.exprs<[1]>, program_ids = ["pid"], strategy = "tile2d", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%m: !tensor_op.tensor<[S, 64], f32>, %out: !tensor_op.tensor<[M, 64], f32>):
+  %t = tiled_loop.load %m <[pid, 0]> {broadcast_batch = #tiled_loop.exprs<[B*H, H, B]>} : !tensor_op.tensor<[S, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
+  tiled_loop.store %t, %out <[pid, 0]> : !tiled_loop.tile<[16, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load' broadcast_batch reads a rank-3 source, got rank 2
