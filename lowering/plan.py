@@ -110,12 +110,19 @@ def broadcast_batch_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None
     ``broadcast_batch`` of its loads (:attr:`amk.dialects.tiled_loop.BroadcastRows.batch_map`): the space's batch
     count, then the divisor and period that map the kernel's batch index to the operand's matrix (``b // H``,
     ``b % H``); None for any other operand."""
+    batch = _batch_dims_over_the_rows(dims, space)
+    kept = None if batch is None else _kept_block(batch, space.batch)
+    return None if kept is None else [space.batches, kept[0], kept[1]]
+
+
+def _batch_dims_over_the_rows(dims: tuple[Dim, ...], space: Space) -> tuple[Dim, ...] | None:
+    """The batch dims of an operand of shape ``dims`` over a batched kernel's space, where it has the space's rows and
+    columns (its leading dims aligned with the space's at the last); else None."""
     if not space.batch or len(dims) > len(space.dims) or not provably_equal(dims[-1], space.cols):
         return None
     lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
     batch, rows = lead[:len(space.batch)], lead[len(space.batch):]
-    kept = _kept_block(batch, space.batch) if _same(rows, space.lead) else None
-    return None if kept is None else [space.batches, kept[0], kept[1]]
+    return batch if _same(rows, space.lead) else None
 
 
 def _kept_block(dims: tuple[Dim, ...], spaces: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
@@ -143,12 +150,8 @@ def shared_by_every_batch(dims: tuple[Dim, ...], space: Space) -> bool:
     space reads: its batch dims 1 (or absent), its rows the space's (a causal mask ``[1, 1, T, S]`` or ``[T, S]`` over
     attention scores ``[B, H, T, S]``). The kernel takes it as a ``[rows, cols]`` argument, read without the batch
     index."""
-    if not space.batch or len(dims) > len(space.dims):
-        return False
-    lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
-    batch, rows = lead[:len(space.batch)], lead[len(space.batch):]
-    return (all(d == Dim(1) for d in batch) and _same(rows, space.lead) and provably_equal(dims[-1], space.cols)
-            and not _same(lead, space.leading))
+    batch = _batch_dims_over_the_rows(dims, space)
+    return batch is not None and all(d == Dim(1) for d in batch) and not _same(batch, space.batch)
 
 
 def broadcast_class(classes: list[str]) -> str:
