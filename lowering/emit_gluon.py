@@ -1080,8 +1080,9 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
 
 def _operand_problem(kernel) -> str | None:
     """Why a kernel (either level's) cannot be emitted in Gluon for how it reads an operand: rows mapped to the
-    space's (``broadcast_rows``), a boolean mask, or, in a batched kernel, one matrix read at every batch index (a
-    causal mask). The Gluon kernels' pointer accesses have run on a GPU for none of these."""
+    space's (``broadcast_rows``), matrices mapped to a batched kernel's batch index (``broadcast_batch``), a boolean
+    mask, or, in a batched kernel, one matrix read at every batch index (a causal mask). The Gluon kernels' pointer
+    accesses have run on a GPU for none of these."""
     loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
     if any(op.broadcast_rows is not None for op in loads):
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
