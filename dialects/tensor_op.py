@@ -18,6 +18,7 @@ the dimension at fault.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -315,6 +316,49 @@ class WhereOp(TensorOp):
             raise VerifyException(f"'{self.name}' condition must be a boolean (i1) tensor, got {cond.element_type}")
         values = ElementwiseBinaryOp.broadcast_type(true_value, false_value, self.name)
         return TensorType(broadcast_dims(cond.dims, values.dims, f"'{self.name}'"), values.element_type)
+
+
+@irdl_op_definition
+class MaskedFillOp(TensorOp):
+    """``input`` with ``value`` where ``mask`` (a boolean tensor) is true, with broadcasting, PyTorch's
+    ``input.masked_fill(mask, value)``; the value, a number, may be infinite (printed in hexadecimal, as MLIR prints
+    such floats)::
+
+        %s = tensor_op.masked_fill %scores, %causal {value = 0xfff0000000000000 : f64} : (
+            !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1, 1, T, T], i1>) -> !tensor_op.tensor<[B, H, T, T], f32>
+
+    ``tensor_op.where`` with the number as a one-element operand computes the same; a literal lets passes see it (a
+    ``-inf`` fill before a softmax keeps the scores' scale foldable, ``amk-fold-exponent-scales``)."""
+
+    name = "tensor_op.masked_fill"
+    input = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    value = prop_def(FloatAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $mask attr-dict `:` `(` type($input) `,` type($mask) `)` `->` type($output)"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, input: SSAValue, mask: SSAValue, value: float):
+        super().__init__(operands=[input, mask], properties={"value": FloatAttr(float(value), f64)},
+                         result_types=[self.filled_type(tensor_type(input), tensor_type(mask))])
+
+    @property
+    def number(self) -> float:
+        return self.value.value.data
+
+    def infer_result_type(self) -> TensorType:
+        return self.filled_type(tensor_type(self.input), tensor_type(self.mask))
+
+    def filled_type(self, input: TensorType, mask: TensorType) -> TensorType:
+        if mask.element_type != i1:
+            raise VerifyException(f"'{self.name}' mask must be a boolean (i1) tensor, got {mask.element_type}")
+        return TensorType(broadcast_dims(input.dims, mask.dims, f"'{self.name}'"), input.element_type)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if math.isnan(self.number):
+            raise VerifyException(f"'{self.name}' value must be a number, got NaN")
 
 
 class ElementwiseUnaryOp(TensorOp):
@@ -712,7 +756,7 @@ class FusedOp(IRDLOperation):
 
 
 TENSOR_OP_OPS = [
-    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp,
+    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,

@@ -9,7 +9,8 @@ rewrites leave the product one reader, the subtraction, which the GPU contracts 
 rounded once): an FP32 instruction an element less, on kernels whose exponentials bound them
 (``benchmarks/NOTES.md``, the thirty-sixth and thirty-seventh sessions):
 
-- ``select(valid, x * c, -inf)`` is ``select(valid, x, -inf) * c`` (a masked element stays ``-inf``);
+- ``select(valid, x * c, -inf)`` is ``select(valid, x, -inf) * c`` (a masked element stays ``-inf``), and so is
+  ``select(masked, -inf, x * c)``, a ``masked_fill`` of -inf;
 - ``max(x * c)`` over a row is ``max(x) * c`` (multiplying by a positive number keeps the order; rounding is
   monotonic), and so is ``min``.
 
@@ -113,16 +114,30 @@ def _insert(rewriter: PatternRewriter, before: Operation, op: Operation) -> SSAV
     return op.results[0]
 
 
+def _minus_infinity_branch(op: tiled_loop.SelectOp) -> int | None:
+    """Which of ``op``'s branches (0: true, 1: false) is a literal -inf, or None."""
+    for index, branch in enumerate((op.true_value, op.false_value)):
+        if _scalar(branch) == -math.inf:
+            return index
+    return None
+
+
 class _MaskBeforeScale(RewritePattern):
-    """``select(valid, x * c, -inf)`` -> ``select(valid, x, -inf) * c`` (``c > 0``, the product read only here)."""
+    """``select(valid, x * c, -inf)`` -> ``select(valid, x, -inf) * c``, and ``select(masked, -inf, x * c)`` (a
+    ``masked_fill``) -> ``select(masked, -inf, x) * c`` (``c > 0``, the product read only here)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tiled_loop.SelectOp, rewriter: PatternRewriter, /):
-        scaled = _positive_scale(op.true_value)
-        if scaled is None or _scalar(op.false_value) != -math.inf or len(list(op.true_value.uses)) != 1:
+        filled = _minus_infinity_branch(op)
+        if filled is None:
+            return
+        branches = [op.true_value, op.false_value]
+        scaled = _positive_scale(branches[1 - filled])
+        if scaled is None or len(list(branches[1 - filled].uses)) != 1:
             return
         x, c = scaled
-        masked = _insert(rewriter, op, tiled_loop.SelectOp(op.cond, x, op.false_value))
+        branches[1 - filled] = x
+        masked = _insert(rewriter, op, tiled_loop.SelectOp(op.cond, *branches))
         rewriter.replace(op, _with_origin(op, tiled_loop.BinaryOp("mul", masked, c)))
 
 
@@ -168,11 +183,11 @@ class _ExponentInBaseTwo(RewritePattern):
 
 
 def _is_product(value: SSAValue) -> bool:
-    """Whether ``value`` is a matmul's tile, or that tile with out-of-bounds columns set to -inf: scores, not a tile
-    that may hold a mask's lowest value (see the module docstring)."""
+    """Whether ``value`` is a matmul's tile, or that tile with elements set to -inf (out-of-bounds columns, a
+    ``masked_fill``): scores, not a tile that may hold a mask's lowest value (see the module docstring)."""
     owner = value.owner
-    if isinstance(owner, tiled_loop.SelectOp) and _scalar(owner.false_value) == -math.inf:
-        owner = owner.true_value.owner
+    while isinstance(owner, tiled_loop.SelectOp) and (filled := _minus_infinity_branch(owner)) is not None:
+        owner = (owner.false_value if filled == 0 else owner.true_value).owner
     return isinstance(owner, tiled_loop.DotOp)
 
 

@@ -151,6 +151,11 @@ def _where(b: TileBuilder, op, cond, x, y):
     return b.select(b.binary("ne", cond, 0.0), x, y)  # the mask's tile arrives as fp32, as every loaded tile
 
 
+@register_elementwise(tensor_op.MaskedFillOp)
+def _masked_fill(b: TileBuilder, op: tensor_op.MaskedFillOp, x, mask):
+    return b.select(b.binary("ne", mask, 0.0), op.number, x)
+
+
 @register_elementwise(tensor_op.ReluOp)
 def _relu(b: TileBuilder, op, x):
     return b.maximum(x, 0.0)

@@ -52,6 +52,58 @@ def test_nanogpts_causal_mask_is_read_by_the_attention_kernel():
     assert "att_1" not in pytorch  # the masked_fill; the mask's slice and comparison stay in PyTorch
 
 
+def dumped(directory, pattern: str) -> str:
+    """The text of the files amk.compile's ``dump_ir`` wrote that match ``pattern``, one after the other."""
+    return "\n".join(path.read_text() for path in sorted(directory.rglob(pattern)))
+
+
+class CausalScores(torch.nn.Module):
+    """nanoGPT's masked probabilities, without the product by v."""
+
+    def __init__(self, block_size: int = 32):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, q, k):
+        length = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        return torch.softmax(att.masked_fill(self.bias[:, :, :length, :length] == 0, float("-inf")), dim=-1)
+
+
+def test_a_minus_infinity_fill_is_a_literal_and_the_scale_folds_into_the_exponent(tmp_path):
+    """The fill of masked_fill(mask, -inf) is tensor_op.masked_fill's literal, not a one-element operand: the fp16
+    kernel's exponent of the scores is then exp2 with the scale folded in (amk-fold-exponent-scales), as it is
+    without the mask; its values are those of float64."""
+    model = CausalScores().to(DEVICE)
+    compiled = amk.compile(model, autotune=False, dump_ir=tmp_path)
+    generator = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(2, 2, 24, 16, generator=generator).to(DEVICE, torch.float16) for _ in range(2))
+    got = compiled(q, k)
+    expected = model.double()(q.double(), k.double())
+    assert got.dtype == torch.float16 and torch.equal(got == 0, expected == 0)  # every masked probability exactly 0
+    torch.testing.assert_close(got.double(), expected, atol=1e-3, rtol=1e-3)
+    imported = dumped(tmp_path, "00-input.mlir")
+    assert "tensor_op.masked_fill" in imported and "tensor_op.where" not in imported, imported
+    assert "exp2(" in dumped(tmp_path, "fused_*.py")
+
+
+class FilledNumbers(torch.nn.Module):
+    """masked_fill with a finite number that fp16 rounds (0.1 becomes 0.0999756, whose triple rounds to 0.29980 where
+    0.1's rounds to 0.30005), and torch.where(mask, number, x), its other spelling."""
+
+    def forward(self, x, mask):
+        return torch.where(mask, float("inf"), x.masked_fill(~mask, 0.1) * 3).clamp(max=1e4)
+
+
+def test_a_number_fill_is_rounded_to_the_results_dtype_as_pytorch_fills_it(tmp_path):
+    compiled = amk.compile(FilledNumbers(), autotune=False, dump_ir=tmp_path)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(6, 16, generator=generator).to(DEVICE, torch.float16)
+    mask = (torch.rand(6, 16, generator=generator) > 0.5).to(DEVICE)
+    assert torch.equal(compiled(x, mask), FilledNumbers()(x, mask))
+    assert dumped(tmp_path, "00-input.mlir").count("tensor_op.masked_fill") == 2
+
+
 class GPT2Scores(torch.nn.Module):
     """Hugging Face's GPT-2 eager attention weights: a boolean tril buffer, torch.where with the dtype's lowest value
     as a 0-dim tensor."""

@@ -133,14 +133,20 @@ def _minimum(b, node):
 
 
 def _where_value(b, value, dtype: torch.dtype) -> SSAValue:
-    """A branch of ``where``: a tensor cast to the result's dtype, or a number as a constant; unlike an arithmetic
-    operand's, an infinite number is taken (``masked_fill(mask, float("-inf"))`` before a softmax). NaN is not (the
-    selection then runs in PyTorch), as no number of arithmetic is."""
+    """A branch of ``where`` beside another number-or-tensor branch: a tensor cast to the result's dtype, or a number
+    as a constant operand (infinite ones taken, see :func:`_fill_number`)."""
     if b.is_tensor(value):
         return b.tensor(value, dtype)
+    return b.constant(_fill_number(b, value), dtype)
+
+
+def _fill_number(b, value) -> float:
+    """A number that fills a selection: unlike an arithmetic operand, an infinite one is taken
+    (``masked_fill(mask, float("-inf"))`` before a softmax); NaN is not (the selection then runs in PyTorch), as no
+    number of arithmetic is."""
     if isinstance(value, float) and math.isinf(value):
-        return b.constant(value, dtype)
-    return b.constant(b.scalar(value), dtype)
+        return value
+    return b.scalar(value)
 
 
 def _where(b, condition, true_value, false_value, node) -> SSAValue:
@@ -149,6 +155,11 @@ def _where(b, condition, true_value, false_value, node) -> SSAValue:
     if not (b.is_tensor(true_value) or b.is_tensor(false_value)):
         raise Unsupported("no tensor operand besides the condition")
     dtype = _result_dtype(node)
+    if b.is_tensor(false_value) and not b.is_tensor(true_value):
+        # where(mask, number, x) is x.masked_fill(mask, number): the number a literal that passes see, rounded to
+        # the result's dtype as PyTorch fills it
+        number = float(torch.tensor(_fill_number(b, true_value), dtype=dtype))
+        return b.add(tensor_op.MaskedFillOp(b.tensor(false_value, dtype), b.tensor(condition), number))
     return b.add(tensor_op.WhereOp(b.tensor(condition), _where_value(b, true_value, dtype),
                                    _where_value(b, false_value, dtype)))
 

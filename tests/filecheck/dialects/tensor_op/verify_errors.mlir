@@ -467,3 +467,30 @@ func.func @where_shapes(%c : !tensor_op.tensor<[M, 32], i1>, %x : !tensor_op.ten
 }
 
 // CHECK: {{^}}'tensor_op.where': dimension 1 does not broadcast (32 vs 64)
+
+// -----
+
+func.func @masked_fill_float_mask(%x : !tensor_op.tensor<[M, 64], f32>, %m : !tensor_op.tensor<[M, 64], f16>) {
+  %0 = tensor_op.masked_fill %x, %m {value = 0xfff0000000000000 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[M, 64], f16>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.masked_fill' mask must be a boolean (i1) tensor, got f16
+
+// -----
+
+func.func @masked_fill_nan(%x : !tensor_op.tensor<[M, 64], f32>, %m : !tensor_op.tensor<[1, 64], i1>) {
+  %0 = tensor_op.masked_fill %x, %m {value = 0x7ff8000000000000 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[1, 64], i1>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.masked_fill' value must be a number, got NaN
+
+// -----
+
+func.func @masked_fill_shapes(%x : !tensor_op.tensor<[M, 64], f32>, %m : !tensor_op.tensor<[M, 32], i1>) {
+  %0 = tensor_op.masked_fill %x, %m {value = 0.0 : f64} : (!tensor_op.tensor<[M, 64], f32>, !tensor_op.tensor<[M, 32], i1>) -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.masked_fill': dimension 1 does not broadcast (64 vs 32)
