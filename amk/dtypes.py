@@ -44,6 +44,13 @@ def argument_type(dtype: torch.dtype) -> Attribute:
     return i1 if dtype == torch.bool else to_ir(dtype)
 
 
+def from_normal_draw(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Random standard-normal ``values`` as an input of ``dtype``: converted, or, for a boolean mask, true where the
+    draw is positive (about half of it; a conversion would make every element true, and a mask of -inf fills a
+    whole row, whose softmax is NaN)."""
+    return values > 0 if dtype == torch.bool else values.to(dtype)
+
+
 def to_torch(element_type: Attribute) -> torch.dtype:
     if element_type not in IR_TO_TORCH:
         raise DTypeError(f"element type {element_type} has no torch dtype; supported: {SUPPORTED}")

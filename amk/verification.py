@@ -17,7 +17,7 @@ from xdsl.ir import Operation
 
 from amk import reference
 from amk.dialects import tensor_op
-from amk.dtypes import to_torch
+from amk.dtypes import from_normal_draw, to_torch
 from amk.environment import fp8_supported
 from amk.errors import InvalidArgumentError, VerificationError
 from amk.oplist import bind_operands
@@ -140,7 +140,7 @@ def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype | Sequen
         values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
         if scales is not None:
             values.mul_(scales[index])
-        tensors.append(values > 0 if dtypes[index] == torch.bool else values.to(dtype=dtypes[index]))
+        tensors.append(from_normal_draw(values, dtypes[index]))
         del values
     return tensors
 

@@ -219,3 +219,36 @@ def test_gradients_flow_through_the_selection():
 def test_random_boolean_inputs_hold_both_values():
     (mask,) = random_inputs([(64, 64)], torch.bool, "cpu", seed=0)
     assert mask.dtype == torch.bool and 0.4 < mask.float().mean().item() < 0.6
+
+
+MASKED_SOFTMAX_IR = """
+func.func @masked(%x : !tensor_op.tensor<[64, 128], f32>, %mask : !tensor_op.tensor<[64, 128], i1>) -> !tensor_op.tensor<[64, 128], f32> {
+  %0 = tensor_op.masked_fill %x, %mask {value = 0xfff0000000000000 : f64} : (!tensor_op.tensor<[64, 128], f32>, !tensor_op.tensor<[64, 128], i1>) -> !tensor_op.tensor<[64, 128], f32>
+  %1 = tensor_op.softmax %0 {axis = -1 : i64} : !tensor_op.tensor<[64, 128], f32>
+  func.return %1 : !tensor_op.tensor<[64, 128], f32>
+}
+"""
+
+
+def test_the_tuners_example_masks_hold_both_values():
+    """The tuner's random operands converted a mask's normal draw to bool, true wherever non-zero: every element was
+    masked, every row of a softmax after a -inf fill was NaN, and every candidate of nanoGPT's masked scores failed
+    its comparison with the heuristic configuration's output (on the H100, session 50), which then ran untuned."""
+    from xdsl.parser import Parser
+
+    from amk.context import make_context
+    from amk.dialects import tiled_loop
+    from amk.lowering.tile import TilePass
+    from amk.passes.fuse import FusePass
+    from amk.pipeline import heuristic_config
+    from amk.tuner import kernel_example_arguments
+
+    ctx = make_context()
+    module = Parser(ctx, MASKED_SOFTMAX_IR).parse_module()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    (kernel,) = [op for op in module.walk() if isinstance(op, tiled_loop.KernelOp)]
+    x, mask, out = kernel_example_arguments(kernel, heuristic_config(kernel), DEVICE)[:3]
+    assert mask.dtype == torch.bool and 0.4 < mask.float().mean().item() < 0.6
+    expected = torch.softmax(x.masked_fill(mask, float("-inf")), dim=-1)
+    assert not expected.isnan().any()
