@@ -502,6 +502,20 @@ class AttentionScores(nn.Module):
         return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
 
 
+class BertAttentionScores(nn.Module):
+    """Hugging Face's BERT eager attention probabilities: the scores divided by sqrt(head_dim), plus the extended
+    padding mask ``[B, 1, 1, S]`` that the model computes once and hands every layer, then softmax."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.head_dim = head_dim
+
+    def forward(self, q, k, mask):
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = scores / math.sqrt(self.head_dim)
+        return nn.functional.softmax(scores + mask, dim=-1)
+
+
 class CausalAttentionScores(nn.Module):
     """nanoGPT's causal attention probabilities: the scores masked with -inf where a lower-triangular buffer is 0."""
 
@@ -611,6 +625,12 @@ ROWS = {row.name: row for row in [
         {"batch": 8, "heads": 16, "seq": 512, "head_dim": 64},
         lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2,
         {"batch": 1, "heads": 2, "seq": 8, "head_dim": 16}),
+    Row("bert_attention_scores", "BERT-base attention probabilities with Hugging Face's padding mask [B, 1, 1, S] "
+        "(softmax(q k^T / 8 + mask)), 32 x 12 heads x 128 x 64, fp16", torch.float16,
+        lambda batch, heads, seq, head_dim: BertAttentionScores(head_dim),
+        {"batch": 32, "heads": 12, "seq": 128, "head_dim": 64},
+        lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2 + [(batch, 1, 1, seq)],
+        {"batch": 2, "heads": 2, "seq": 8, "head_dim": 16}),
     Row("causal_attention_scores", "causal attention probabilities as nanoGPT masks them (masked_fill of a tril buffer "
         "== 0 with -inf, softmax), 8 x 16 heads x 512 x 64, fp16", torch.float16,
         lambda batch, heads, seq, head_dim: CausalAttentionScores(head_dim, seq),

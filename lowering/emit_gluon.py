@@ -1081,8 +1081,8 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
 def _operand_problem(kernel) -> str | None:
     """Why a kernel (either level's) cannot be emitted in Gluon for how it reads an operand: rows mapped to the
     space's (``broadcast_rows``), matrices mapped to a batched kernel's batch index (``broadcast_batch``), a boolean
-    mask, or, in a batched kernel, one matrix read at every batch index (a causal mask). The Gluon kernels' pointer
-    accesses have run on a GPU for none of these."""
+    mask, or, in a batched kernel, one matrix read at every batch index (a causal mask) or a row vector per matrix
+    (a padding mask [B, H, 1, T]). The Gluon kernels' pointer accesses have run on a GPU for none of these."""
     loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
     if any(op.broadcast_rows is not None for op in loads):
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
@@ -1092,6 +1092,9 @@ def _operand_problem(kernel) -> str | None:
         return "it reads a boolean mask"
     if kernel.batched and any(op.source.type.rank == 2 for op in loads):
         return "it reads one matrix at every batch index of a batched kernel"
+    if any(op.source.type.rank == 3 and op.source.type.dims[1] == Dim(1) and op.result.type.dims[0] == Dim(1)
+           for op in loads):
+        return "it reads a row vector per matrix of a batched kernel"
     return None
 
 

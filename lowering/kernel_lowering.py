@@ -23,7 +23,17 @@ from amk.dialects.tiled_loop import TileType
 from amk.errors import CompilationError
 from amk.lowering import rules
 from amk.lowering.configs import next_power_of_two
-from amk.lowering.plan import COL, FULL, ROW, SCALAR, GroupPlan, Section, broadcast_batch_map, broadcast_row_map
+from amk.lowering.plan import (
+    COL,
+    FULL,
+    ROW,
+    SCALAR,
+    GroupPlan,
+    Section,
+    broadcast_batch_map,
+    broadcast_row_map,
+    row_vector_per_batch,
+)
 from amk.lowering.rules import TileBuilder
 from amk.reference import callable_name
 from amk.symbolic import Dim
@@ -125,8 +135,9 @@ class KernelLowering:
 
     def offsets(self, cls: str, at: ColumnTile, tensor: SSAValue) -> list:
         """Where the tile of a value of class ``cls`` lies in the kernel's ``tensor``."""
-        col = [0] if tensor.type.rank == 3 else []  # a batched kernel's per-row value: [batch, rows, 1]
-        offsets = {FULL: [at.row_offset, at.col_offset], ROW: [at.col_offset], COL: [at.row_offset, *col],
+        # a batched kernel's per-row value [batch, rows, 1] and row vector per matrix [matrices, 1, cols]
+        unit = [0] if tensor.type.rank == 3 else []
+        offsets = {FULL: [at.row_offset, at.col_offset], ROW: [*unit, at.col_offset], COL: [at.row_offset, *unit],
                    SCALAR: [0]}[cls]
         return self.in_batch(tensor, offsets)
 
@@ -159,9 +170,12 @@ class KernelLowering:
         if value in self.arg_of:
             cls = at.section.value_class[value]
             space = at.section.space
-            result = (self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, space),
-                                broadcast_batch=broadcast_batch_map(value.type.dims, space))
-                      if cls == FULL else self.load(value, cls, at))
+            if cls == FULL:
+                result = self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, space),
+                                   broadcast_batch=broadcast_batch_map(value.type.dims, space))
+            else:
+                per_batch = row_vector_per_batch(value.type.dims, space) if cls == ROW else None
+                result = self.load(value, cls, at, broadcast_batch=per_batch and per_batch[1])
         else:
             op = value.owner
             kind = rules.kind_of(op)

@@ -84,6 +84,8 @@ def classify(dims: tuple[Dim, ...], space: Space) -> str | None:
         return FULL  # one matrix that every batch index reads (a causal mask [1, 1, T, S] over [B, H, T, S])
     elif has_cols and broadcast_batch_map(dims, space) is not None:
         return FULL  # its matrices are read through a map of the batch index (a mask [B, 1, T, S])
+    elif has_cols and row_vector_per_batch(dims, space) is not None:
+        return ROW  # one row vector per matrix of the batch (BERT's padding mask [B, 1, 1, S] over [B, H, S, S])
     else:
         return None
     return AXES_CLASS[(has_rows, has_cols)]
@@ -115,14 +117,36 @@ def broadcast_batch_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None
     return None if kept is None else [space.batches, kept[0], kept[1]]
 
 
+def row_vector_per_batch(dims: tuple[Dim, ...], space: Space) -> tuple[Dim, list[Dim] | None] | None:
+    """For an operand of a batched kernel's space that is one row vector per matrix of some of its batch dims (a
+    padding mask ``[B, 1, 1, S]`` or a per-head bias ``[1, H, 1, S]`` over scores ``[B, H, S, S]``): how many row
+    vectors it has and the ``broadcast_batch`` of its loads (as :func:`broadcast_batch_map`'s; None where it has one
+    per batch index, ``[B, H, 1, S]``); None for any other operand (a row vector for every matrix is a plain row)."""
+    split = _batch_and_rows(dims, space)
+    if split is None or not all(d == Dim(1) for d in split[1]) or _same(split[1], space.lead):
+        return None
+    batch = split[0]
+    if _same(batch, space.batch):
+        return space.batches, None
+    kept = _kept_block(batch, space.batch)
+    return None if kept is None else (kept[1], [space.batches, kept[0], kept[1]])
+
+
 def _batch_dims_over_the_rows(dims: tuple[Dim, ...], space: Space) -> tuple[Dim, ...] | None:
     """The batch dims of an operand of shape ``dims`` over a batched kernel's space, where it has the space's rows and
     columns (its leading dims aligned with the space's at the last); else None."""
+    split = _batch_and_rows(dims, space)
+    return split[0] if split is not None and _same(split[1], space.lead) else None
+
+
+def _batch_and_rows(dims: tuple[Dim, ...], space: Space) -> tuple[tuple[Dim, ...], tuple[Dim, ...]] | None:
+    """The batch dims and the row dims of a full-width operand of shape ``dims`` over a batched kernel's space (its
+    leading dims aligned with the space's at the last), or None where the kernel is not batched or the operand is
+    not full-width."""
     if not space.batch or len(dims) > len(space.dims) or not provably_equal(dims[-1], space.cols):
         return None
     lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
-    batch, rows = lead[:len(space.batch)], lead[len(space.batch):]
-    return batch if _same(rows, space.lead) else None
+    return lead[:len(space.batch)], lead[len(space.batch):]
 
 
 def _kept_block(dims: tuple[Dim, ...], spaces: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
@@ -226,9 +250,10 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                         f"space [{', '.join(map(str, section.space.dims))}]: a fused kernel reads an operand whole, "
                         "as a row vector, as a column vector, as a scalar, or whole rows (its last dim the space's) "
                         "with size-1 leading dims before or after the ones it keeps (positions [1, T, C], a padding "
-                        "mask [B, 1, 1, S]); other broadcasts over leading dims (a mask's size-1 heads dim between its "
-                        "batch and rows, a per-sample scale [B, 1, 1], any in a batched matmul's kernel) run in "
-                        "PyTorch"
+                        "mask [B, 1, 1, S]), and in a batched matmul's kernel matrices or row vectors per batch index "
+                        "with size-1 batch dims before or after the ones they keep (masks [B, 1, S, T], [B, 1, 1, T], "
+                        "a bias [1, H, S, T]); other broadcasts over leading dims (a mask's size-1 heads dim between "
+                        "its batch and rows outside a batched kernel, a per-sample scale [B, 1, 1]) run in PyTorch"
                     )
                 classes[operand] = cls
                 operand_classes.append(cls)
@@ -367,6 +392,9 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
             raise NotFusable("an output is not produced by the group")
         if main.value_class.get(value) == FULL and not _same(value.type.dims, main.space.dims):
             raise NotFusable("a value of broadcast rows cannot be a kernel output (its tiles hold the space's rows)")
+        if main.value_class.get(value) == ROW and row_vector_per_batch(value.type.dims, main.space) is not None:
+            raise NotFusable("a row vector per matrix of a batched kernel cannot be a kernel output (every program "
+                             "of its matrices would write it)")
         if value not in main.value_class and value not in {m.output for m in matmuls}:
             raise NotFusable("a prologue value cannot be a kernel output")
     materialized = _materialized_value(main, matmuls) if matmul is not None else None

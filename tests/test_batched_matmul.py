@@ -196,15 +196,17 @@ func.func @attention(%q : !tensor_op.tensor<[B, H, S, 16], f32>, %k : !tensor_op
 
 @pytest.mark.parametrize("strategy", ["chunk_recompute", "row_strip", "tile_stats", "tile_recompute",
                                       "strip_recompute"])
-@pytest.mark.parametrize("mask", ["B, 1, S, T", "1, H, S, T", "1, 1, S, T"])
+@pytest.mark.parametrize("mask", ["B, 1, S, T", "1, H, S, T", "1, 1, S, T", "B, 1, 1, T", "1, H, 1, T", "B, H, 1, T"])
 def test_a_mask_broadcast_over_the_batch_dims_is_read_by_each_strategy_that_batches(mask, strategy):
     """Hugging Face's 4-D attention mask [B, 1, S, T] (one per sequence, over the heads), a bias per head [1, H, S, T]
     (T5's) and a causal mask [1, 1, S, T] (one matrix): the batched kernel reads the mask's matrices through a map of
-    its batch index (``broadcast_batch``: b // H, b % H) or, the last, at every batch index; every output right."""
+    its batch index (``broadcast_batch``: b // H, b % H) or, the last, at every batch index. BERT's padding mask
+    [B, 1, 1, T] and an ALiBi-like bias per head [1, H, 1, T] are a row vector per sequence or head, read through the
+    same map; [B, H, 1, T], one per batch index, at the kernel's own. Every output right."""
     module = Parser(make_context(), MASKED_ATTENTION_IR.format(mask=mask)).parse_module()
     compiled = compile_module(module, SMALL_TILES, reduction_strategy=strategy)
     assert [step.kind for step in compiled.program.steps] == ["launch", "return"]
-    assert ("broadcast_batch" in compiled.ir["tiled_loop"]) == (mask != "1, 1, S, T")
+    assert ("broadcast_batch" in compiled.ir["tiled_loop"]) == (mask.split(", ")[:2] not in (["1", "1"], ["B", "H"]))
     sizes = {"B": 2, "H": 3, "S": 37, "T": 70}
     shape = [sizes.get(dim, 1) if dim != "1" else 1 for dim in mask.split(", ")]
     for seed in range(2):
@@ -227,6 +229,32 @@ def test_a_hugging_face_4d_mask_is_added_in_the_attention_kernel():
         assert relative_error(compiled(q, k, mask), model(q.double(), k.double(), mask.double())) < 1e-5
     (graph,) = amk.explain(compiled, print_report=False).graphs
     assert [len(sub.kernels) for sub in graph.subgraphs] == [1] and not graph.pytorch, graph.pytorch
+
+
+class BertSelfAttentionProbabilities(nn.Module):
+    """Hugging Face's BERT eager attention probabilities: the padding mask [B, S] of ones and zeros made additive as
+    ``get_extended_attention_mask`` makes it, [B, 1, 1, S] with the dtype's lowest value where masked."""
+
+    def forward(self, q, k, attention_mask):
+        extended = (1.0 - attention_mask[:, None, None, :].to(q.dtype)) * torch.finfo(q.dtype).min
+        return torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + extended, dim=-1)
+
+
+def test_berts_padding_mask_is_added_in_the_attention_kernel():
+    """BERT's [B, 1, 1, S] mask, one row vector per sequence over its heads and query rows, was added in PyTorch
+    between the scores' kernel and the softmax's; the kernel reads it now, row vector b // H at batch index b."""
+    model = BertSelfAttentionProbabilities()
+    compiled = amk.compile(model, autotune=False)
+    for batch, length in ((2, 12), (3, 20)):
+        q, k = random(batch, 2, length, 16), random(batch, 2, length, 16, seed=1)
+        attention_mask = torch.ones(batch, length, dtype=torch.long, device=DEVICE)
+        attention_mask[0, length - 5:] = 0  # the first sequence padded at its end
+        attention_mask[-1, :3] = 0  # the last at its start
+        expected = model(q.double(), k.double(), attention_mask)
+        assert relative_error(compiled(q, k, attention_mask), expected) < 1e-5
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert [len(sub.kernels) for sub in graph.subgraphs] == [1], graph
+    assert all(node.name != "add" for node in graph.pytorch), graph.pytorch
 
 
 @pytest.mark.skipif(not GPU, reason="CUDA's limit on a grid's second and third axes is a GPU's")

@@ -125,7 +125,9 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
 
     for text, form, reason in ((masked_gemm, None, "reads a boolean mask"),
                                (masked_attention("1, 1, S, T"), COLUMN_SWEEP, "one matrix at every batch index"),
-                               (masked_attention("B, 1, S, T"), COLUMN_SWEEP, "broadcast over the kernel's batch")):
+                               (masked_attention("B, 1, S, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
+                               (masked_attention("B, 1, 1, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
+                               (masked_attention("B, H, 1, T"), COLUMN_SWEEP, "a row vector per matrix")):
         ctx = make_context()
         module = Parser(ctx, text).parse_module()
         PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile").apply(ctx, module)

@@ -254,8 +254,8 @@ def test_explain_says_why_in_the_users_terms():
     assert "sum over every element" in reasons(lambda x: torch.relu(x @ w).sum(dim=()), x)
     q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
     mask = torch.zeros(2, 1, 8, 8, device=DEVICE)
-    assert "a mask's size-1 heads dim between its batch and rows, a per-sample scale [B, 1, 1], any in a batched " \
-           "matmul's kernel) run in PyTorch" in reasons(
+    assert "a mask's size-1 heads dim between its batch and rows outside a batched kernel, a per-sample scale " \
+           "[B, 1, 1]) run in PyTorch" in reasons(
         lambda q, k, mask: torch.softmax(q @ k.transpose(-1, -2) * 0.25 + mask, -1), q, k, mask)
 
 
