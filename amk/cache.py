@@ -599,12 +599,16 @@ class Store:
             return
         launch = kernel.launch
 
+        @functools.wraps(launch)
         def first_launch(*args, **kwargs):
             with _triton_cache_dir(directory):
                 result = launch(*args, **kwargs)
             kernel.launch = launch
             return result
 
+        # What a launch replay built on the wrapper (amk.replay.record) records the emitted launcher (__wrapped__)
+        # within, so that the recording launch, the kernel's first, compiles into the entry's folder too.
+        first_launch.triton_cache_scope = lambda: _triton_cache_dir(directory)
         kernel.launch = first_launch
 
     # -- configs (what export/import move) -----------------------------------------------------------------------------

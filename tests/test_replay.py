@@ -112,6 +112,38 @@ def test_the_first_call_records_and_later_calls_launch_directly_with_their_own_t
     assert isinstance(replay.launch.__globals__["scale_kernel"], JITStandIn)  # recording left the module as it was
 
 
+def test_a_launcher_wrapped_for_its_first_launch_into_a_cache_entry_is_recorded_and_replayed(tmp_path, monkeypatch):
+    """A built program's kernels are wrapped until their first launch, which compiles into the cache entry's folder
+    (``Store.attach_triton_cache``); a hot path built before that launch held the wrapper, whose module names no jit
+    kernel: nothing was recorded, and every call went through Triton (on the H100, BERT's attention row: 125 µs of
+    host time a call). The recording now runs the emitted launcher within the wrapper's folder."""
+    from amk import cache
+    from amk.triton_cache import current_folder
+
+    monkeypatch.setattr(cache, "interpreting", lambda: False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    folders = []
+
+    class FolderRecordingJIT(JITStandIn):
+        def __getitem__(self, grid):
+            folders.append(current_folder())
+            return super().__getitem__(grid)
+
+    namespace = {"scale_kernel": FolderRecordingJIT()}
+    exec(LAUNCHER, namespace)
+    kernel, jit = SimpleNamespace(launch=namespace["launch"]), namespace["scale_kernel"]
+    store = cache.Store(tmp_path)
+    store.attach_triton_cache("an-entry", kernel)
+    assert kernel.launch is not namespace["launch"]
+    replay = LaunchReplay(kernel.launch, checked=2)
+    for _ in range(4):
+        x, y, out = operands()
+        replay(x, y, out)
+        torch.testing.assert_close(out, (x + y) * 3)
+    assert jit.launches == 1 and jit.compiled.direct_launches == [(4, 1, 1)] * 3
+    assert folders == [store.entry_dir("an-entry") / "triton"]  # the recording launch compiled into the entry
+
+
 def test_a_tensor_passed_twice_when_recording_does_not_tie_the_later_calls_operands():
     replay, jit = make_replay()
     x, _, out = operands()
@@ -445,3 +477,20 @@ def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch, ops, shape
     assert rel_l2(kernel(*inputs), eager(ops, [t.double() for t in inputs])) < 2e-3
     assert len(launches) == replayed + 1  # every later call
     assert_a_captured_graph_replays_new_inputs(kernel, ops, shapes, torch.float16, 2e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a compiled kernel needs a GPU")
+def test_amk_compiles_hot_path_launches_nothing_through_triton_after_its_first_call(monkeypatch):
+    """A module built fresh (its kernels wrapped until their first launch, which compiles into the cache entry) and
+    called: from the second call on, no launch goes through Triton's JIT path."""
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512)).cuda().half()
+    compiled = amk.compile(model, autotune=False)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    compiled(x)
+    jit_runs = []
+    run = JITFunction.run
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: jit_runs.append(self) or run(self, *a, **k))
+    for _ in range(3):
+        out = compiled(x)
+    torch.testing.assert_close(out, model(x), atol=2e-2, rtol=2e-2)
+    assert jit_runs == []
