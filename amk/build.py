@@ -43,6 +43,7 @@ from amk.build_phases import phase, recording
 from amk.environment import float32_matmul_precision, interpreting
 from amk.errors import InvalidArgumentError
 from amk.lowering.configs import KernelConfig
+from amk.numerics import relative_error
 from amk.runtime import CompiledProgram, ShapeFunction, compiled_from_entry, sources_under
 from amk.tuner import (
     GRAPH_TIMING_BELOW_MS,
@@ -888,8 +889,7 @@ def _faster_with_vendor_gemm(fused: CompiledProgram, vendor: _VendorProgram, tol
         return False
     for want, have in zip(expected, got, strict=True):
         with phase("verify"):
-            want, have = want.float(), have.float()
-            difference = (torch.linalg.vector_norm(have - want) / torch.linalg.vector_norm(want).clamp_min(1e-30)).item()
+            difference = relative_error(have.float(), want.float())
         if not difference <= 2 * tolerance:
             log.warning("the program with the vendor GEMM differs from the fused one (relative error %.2e); keeping "
                         "the fused program", difference)

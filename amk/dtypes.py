@@ -45,10 +45,11 @@ def argument_type(dtype: torch.dtype) -> Attribute:
 
 
 def from_normal_draw(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Random standard-normal ``values`` as an input of ``dtype``: converted, or, for a boolean mask, true where the
-    draw is positive (about half of it; a conversion would make every element true, and a mask of -inf fills a
-    whole row, whose softmax is NaN)."""
-    return values > 0 if dtype == torch.bool else values.to(dtype)
+    """Random standard-normal ``values`` to fill an input of ``dtype`` with: for a boolean mask, true where the draw is
+    positive (about half of it; converting the draw would make every element true, and a mask of -inf fills a whole
+    row, whose softmax is NaN); for any other dtype the draw itself (the caller's copy or ``.to`` converts it, without
+    a second full-size tensor where it copies)."""
+    return values > 0 if dtype == torch.bool else values
 
 
 def to_torch(element_type: Attribute) -> torch.dtype:

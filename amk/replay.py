@@ -24,7 +24,6 @@ the hook.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import threading
 import types
@@ -66,14 +65,17 @@ def record(launch: Callable, views: Sequence[torch.Tensor]) -> list[tuple]:
     kernel it launched. The launcher runs as a copy whose globals name recorders instead of its module's jit kernels,
     so that the module, which other calls may be running, is left as it is.
 
-    A ``launch`` that wraps the emitted launcher (``__wrapped__``: the cache's wrapper that makes a kernel's first
-    launch compile into its entry's folder) is unwrapped, and the recording runs within its ``triton_cache_scope``
-    where it has one: the globals of the wrapper's own module name no jit kernel, and a replay built on it recorded
-    nothing, so that every call went through Triton (30-45 µs of host time a launch)."""
+    A ``launch`` with a ``triton_cache_scope`` wraps the emitted launcher (``__wrapped__``) until the kernel's first
+    launch, which compiles into a cache entry's folder (``amk.cache.Store.attach_triton_cache``): the recording runs
+    the emitted launcher within that scope. (The globals of the wrapper's own module name no jit kernel: a replay
+    built on the wrapper recorded nothing, and every call went through Triton, 30-45 µs of host time a launch.)"""
     from triton.runtime.jit import JITFunction
 
-    scope = getattr(launch, "triton_cache_scope", contextlib.nullcontext)
-    launch = inspect.unwrap(launch)
+    scope = getattr(launch, "triton_cache_scope", None)
+    if scope is not None:
+        launch = launch.__wrapped__
+    else:
+        scope = contextlib.nullcontext
     launches: list[tuple] = []
     recorders = {name: _Recorder(value, launches) for name, value in launch.__globals__.items()
                  if isinstance(value, JITFunction)}

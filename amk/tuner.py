@@ -1057,21 +1057,6 @@ def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Map
     return tensors
 
 
-def _differs(have, want) -> str | None:
-    """How a candidate's output ``have`` differs from the heuristic configuration's ``want`` beyond rounding, or
-    None: the same non-finite values where ``want`` has them (a -inf fill before a log_softmax, a whole masked row's
-    NaN), a relative L2 error of at most 2e-2 over the rest."""
-    import torch
-
-    finite = want.isfinite()
-    if not finite.all():
-        if not torch.allclose(have[~finite], want[~finite], rtol=0, atol=0, equal_nan=True):
-            return "other non-finite values"
-        have, want = have[finite], want[finite]
-    error = ((have - want).norm() / want.norm().clamp_min(1e-30)).item()
-    return None if error <= 2e-2 else f"relative error {error:.2e}"
-
-
 # Candidates' emitted sources by kernel (its IR's text), configuration, dot precision and interpreter mode: a build
 # that hands a kernel's first round to the workers before tuning it (amk.build) emits each candidate once. At most
 # EMITTED_KEPT are kept (a few MB).
@@ -1167,6 +1152,7 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
     whole program."""
     import torch
 
+    from amk.numerics import relative_error
     from amk.pipeline import heuristic_config
     from amk.runtime import load_source
 
@@ -1241,8 +1227,9 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
 
             def check() -> str | None:
                 for have, want in zip(candidate[first:first + outputs_count], expected):
-                    problem = _differs(have.float(), want)
-                    if problem:
+                    error = relative_error(have.float(), want)
+                    if not error <= 2e-2:
+                        problem = "other non-finite values" if error == math.inf else f"relative error {error:.2e}"
                         return f"output differs from the heuristic configuration's ({problem})"
                 return None
 

@@ -20,6 +20,7 @@ from amk.dialects import tensor_op
 from amk.dtypes import from_normal_draw, to_torch
 from amk.environment import fp8_supported
 from amk.errors import InvalidArgumentError, VerificationError
+from amk.numerics import non_finite_agree
 from amk.oplist import bind_operands
 
 # Relative L2 error allowed per dtype (fp32 matmuls use IEEE fp32 dots, not tf32).
@@ -97,10 +98,10 @@ def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
     out, ref = output.double(), expected.double()
     if out.shape != ref.shape:
         raise VerificationError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    if not non_finite_agree(out, ref):
+        return DTypeResult(dtype, math.inf, math.inf, math.inf, tolerance)
     difference = (out - ref).abs()
     finite = torch.isfinite(ref)
-    if not torch.equal(torch.isfinite(out), finite):
-        return DTypeResult(dtype, math.inf, math.inf, math.inf, tolerance)
     difference = torch.where(finite, difference, torch.zeros_like(difference))
     ref_norm = torch.linalg.vector_norm(torch.where(finite, ref, torch.zeros_like(ref))).item()
     relative = torch.linalg.vector_norm(difference).item() / max(ref_norm, 1e-30)
@@ -140,7 +141,7 @@ def random_inputs(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype | Sequen
         values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
         if scales is not None:
             values.mul_(scales[index])
-        tensors.append(from_normal_draw(values, dtypes[index]))
+        tensors.append(from_normal_draw(values, dtypes[index]).to(dtypes[index]))
         del values
     return tensors
 

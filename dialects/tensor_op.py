@@ -293,7 +293,9 @@ class WhereOp(TensorOp):
         %s = tensor_op.where %causal, %scores, %neg_inf : (!tensor_op.tensor<[1, 1, T, T], i1>,
             !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1], f32>) -> !tensor_op.tensor<[B, H, T, T], f32>
 
-    (``torch.where``, and ``masked_fill``: ``x.masked_fill(mask, v)`` is ``where(mask, v, x)``.)"""
+    (``torch.where``, and ``masked_fill`` of a tensor value: ``x.masked_fill(mask, v)`` is ``where(mask, v, x)``; a
+    number there is ``tensor_op.masked_fill``'s literal, while a number in the false branch,
+    ``torch.where(valid, x, float("-inf"))``, stays a one-element operand such as ``%neg_inf`` here.)"""
 
     name = "tensor_op.where"
     cond = operand_def(TensorType)
@@ -328,7 +330,10 @@ class MaskedFillOp(TensorOp):
             !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1, 1, T, T], i1>) -> !tensor_op.tensor<[B, H, T, T], f32>
 
     ``tensor_op.where`` with the number as a one-element operand computes the same; a literal lets passes see it (a
-    ``-inf`` fill before a softmax keeps the scores' scale foldable, ``amk-fold-exponent-scales``)."""
+    ``-inf`` fill before a softmax keeps the scores' scale foldable, ``amk-fold-exponent-scales``). The input is a
+    floating-point tensor; the kernels select in fp32 and round at the store, so a value past the element type's
+    range is its infinity (the amk.compile front end rounds the number to the result's dtype first, as PyTorch
+    fills it)."""
 
     name = "tensor_op.masked_fill"
     input = operand_def(TensorType)
@@ -357,6 +362,8 @@ class MaskedFillOp(TensorOp):
 
     def verify_(self) -> None:
         super().verify_()
+        if not isinstance(tensor_type(self.input).element_type, AnyFloat):
+            raise VerifyException(f"'{self.name}' fills floating-point tensors, got {tensor_type(self.input).element_type}")
         if math.isnan(self.number):
             raise VerifyException(f"'{self.name}' value must be a number, got NaN")
 

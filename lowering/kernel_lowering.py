@@ -174,8 +174,8 @@ class KernelLowering:
                 result = self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, space),
                                    broadcast_batch=broadcast_batch_map(value.type.dims, space))
             else:
-                per_batch = row_vector_per_batch(value.type.dims, space) if cls == ROW else None
-                result = self.load(value, cls, at, broadcast_batch=per_batch and per_batch[1])
+                vectors = row_vector_per_batch(value.type.dims, space) if cls == ROW else None
+                result = self.load(value, cls, at, broadcast_batch=vectors.batch_map if vectors else None)
         else:
             op = value.owner
             kind = rules.kind_of(op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from xdsl.ir import Operation, SSAValue
 
@@ -117,19 +118,28 @@ def broadcast_batch_map(dims: tuple[Dim, ...], space: Space) -> list[Dim] | None
     return None if kept is None else [space.batches, kept[0], kept[1]]
 
 
-def row_vector_per_batch(dims: tuple[Dim, ...], space: Space) -> tuple[Dim, list[Dim] | None] | None:
+class RowVectors(NamedTuple):
+    """How a batched kernel reads an operand that is a row vector per matrix (:func:`row_vector_per_batch`): it has
+    ``count`` of them, a ``[count, 1, cols]`` argument, read at the batch index mapped by ``batch_map`` (a load's
+    ``broadcast_batch``; None: at the kernel's own batch index)."""
+
+    count: Dim
+    batch_map: list[Dim] | None
+
+
+def row_vector_per_batch(dims: tuple[Dim, ...], space: Space) -> RowVectors | None:
     """For an operand of a batched kernel's space that is one row vector per matrix of some of its batch dims (a
-    padding mask ``[B, 1, 1, S]`` or a per-head bias ``[1, H, 1, S]`` over scores ``[B, H, S, S]``): how many row
-    vectors it has and the ``broadcast_batch`` of its loads (as :func:`broadcast_batch_map`'s; None where it has one
-    per batch index, ``[B, H, 1, S]``); None for any other operand (a row vector for every matrix is a plain row)."""
+    padding mask ``[B, 1, 1, S]`` or a per-head bias ``[1, H, 1, S]`` over scores ``[B, H, S, S]``, mapped as
+    :func:`broadcast_batch_map` maps; or one per batch index, ``[B, H, 1, S]``), how the kernel reads it; None for any
+    other operand (a row vector for every matrix is a plain row)."""
     split = _batch_and_rows(dims, space)
     if split is None or not all(d == Dim(1) for d in split[1]) or _same(split[1], space.lead):
         return None
     batch = split[0]
     if _same(batch, space.batch):
-        return space.batches, None
+        return RowVectors(space.batches, None)
     kept = _kept_block(batch, space.batch)
-    return None if kept is None else (kept[1], [space.batches, kept[0], kept[1]])
+    return None if kept is None else RowVectors(kept[1], [space.batches, kept[0], kept[1]])
 
 
 def _batch_dims_over_the_rows(dims: tuple[Dim, ...], space: Space) -> tuple[Dim, ...] | None:

@@ -105,9 +105,9 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
     batch_map = broadcast_batch_map(dims, space) if cls == FULL else None
     if batch_map is not None:  # its own matrices, which the loads map the kernel's batch index to
         return [batch_map[2], space.rows, space.cols], ""
-    per_batch = row_vector_per_batch(dims, space) if cls == ROW else None
-    if per_batch is not None:  # a row vector per matrix, [matrices, 1, cols], read at the (mapped) batch index
-        return [per_batch[0], Dim(1), space.cols], ""
+    vectors = row_vector_per_batch(dims, space) if cls == ROW else None
+    if vectors is not None:  # a row vector per matrix, read at the (mapped) batch index
+        return [vectors.count, Dim(1), space.cols], ""
     return {FULL: [*batch, space.rows, space.cols], ROW: [space.cols],
             COL: [*batch, space.rows, Dim(1)] if batch else [space.rows], SCALAR: [Dim(1)]}[cls], ""
 

@@ -578,3 +578,21 @@ def test_tile_level_kernel_has_no_index_width():
     TilePass().apply(ctx, module)
     assert any(isinstance(op, tiled_loop.KernelOp) for op in module.walk())
     assert "index_bits" not in str(module)
+
+
+def test_outputs_agree_where_both_are_infinite_or_nan_alike():
+    """One rule for the tuner's check of a candidate, the build's of the vendor-GEMM program and verification: the
+    reference's non-finite values must be the output's (a -inf fill before a log_softmax leaves -inf in every
+    program's output, and -inf - -inf is NaN: the whole output's relative error was NaN and every candidate was
+    taken for wrong), the relative error is over the rest."""
+    from amk.numerics import relative_error
+    from amk.verification import compare
+
+    want = torch.tensor([1.0, -math.inf, math.nan, 2.0])
+    assert relative_error(want.clone(), want) == 0.0
+    assert relative_error(torch.tensor([1.001, -math.inf, math.nan, 2.0]), want) == pytest.approx(1e-3 / 5 ** 0.5, rel=1e-4)
+    for other in ([1.0, math.inf, math.nan, 2.0], [1.0, -math.inf, 0.0, 2.0], [1.0, -math.inf, math.nan, math.nan]):
+        assert relative_error(torch.tensor(other), want) == math.inf
+        assert not compare(torch.tensor(other), want, torch.float32).passed
+    assert compare(want.clone(), want, torch.float32).passed
+    assert relative_error(torch.tensor([]), torch.tensor([])) == 0.0

@@ -483,10 +483,23 @@ def test_on_the_gpu_replays_go_through_pytorchs_launcher(monkeypatch, ops, shape
 def test_amk_compiles_hot_path_launches_nothing_through_triton_after_its_first_call(monkeypatch):
     """A module built fresh (its kernels wrapped until their first launch, which compiles into the cache entry) and
     called: from the second call on, no launch goes through Triton's JIT path."""
+    from amk import cache
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)  # which leaves Triton's cache, and the kernels, unwrapped
+    wrapped = []
+    attach = cache.Store.attach_triton_cache
+
+    def attach_and_note(store, key, kernel):
+        launch = kernel.launch
+        attach(store, key, kernel)
+        wrapped.append(kernel.launch is not launch)
+
+    monkeypatch.setattr(cache.Store, "attach_triton_cache", attach_and_note)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512)).cuda().half()
     compiled = amk.compile(model, autotune=False)
     x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
     compiled(x)
+    assert any(wrapped), wrapped
     jit_runs = []
     run = JITFunction.run
     monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: jit_runs.append(self) or run(self, *a, **k))

@@ -133,8 +133,8 @@ def _minimum(b, node):
 
 
 def _where_value(b, value, dtype: torch.dtype) -> SSAValue:
-    """A branch of ``where`` beside another number-or-tensor branch: a tensor cast to the result's dtype, or a number
-    as a constant operand (infinite ones taken, see :func:`_fill_number`)."""
+    """A branch of a ``tensor_op.where`` (not a ``masked_fill``): a tensor cast to the result's dtype, or a number as
+    a one-element constant operand (an infinite one taken, see :func:`_fill_number`)."""
     if b.is_tensor(value):
         return b.tensor(value, dtype)
     return b.constant(_fill_number(b, value), dtype)

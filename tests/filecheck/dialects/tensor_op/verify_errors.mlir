@@ -494,3 +494,12 @@ func.func @masked_fill_shapes(%x : !tensor_op.tensor<[M, 64], f32>, %m : !tensor
 }
 
 // CHECK: {{^}}'tensor_op.masked_fill': dimension 1 does not broadcast (64 vs 32)
+
+// -----
+
+func.func @masked_fill_of_a_mask(%x : !tensor_op.tensor<[M, 64], i1>, %m : !tensor_op.tensor<[M, 64], i1>) {
+  %0 = tensor_op.masked_fill %x, %m {value = 1.0 : f64} : (!tensor_op.tensor<[M, 64], i1>, !tensor_op.tensor<[M, 64], i1>) -> !tensor_op.tensor<[M, 64], i1>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.masked_fill' fills floating-point tensors, got i1
