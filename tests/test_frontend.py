@@ -2156,6 +2156,31 @@ def test_a_transposed_input_after_a_contiguous_one_gets_pytorchs_layout(module):
     assert subgraph.call_fallbacks == 1 and subgraph.call_fallback.startswith("argument 0 has strides")
 
 
+class MaskedScores(nn.Module):
+    def forward(self, q, k, mask):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.3 + mask, dim=-1)
+
+
+def test_an_expanded_mask_runs_the_kernels():
+    """A mask [1, H, 1, T] expanded over the batch (strides (0, T, T, 1)), after calls whose masks TorchDynamo traced
+    with stride symbols of their own (a permuted one's, whose call runs PyTorch's ops: its strides are out of
+    row-major order): a dim of stride 0 never decides PyTorch's layout, the results are row-major in PyTorch too,
+    and the call runs the kernels (it ran PyTorch's ops, taken for a layout out of row-major order)."""
+    compiled = amk.compile(MaskedScores(), autotune=False)
+    q, k = torch.randn(2, 3, 5, 8, device=DEVICE), torch.randn(2, 3, 7, 8, device=DEVICE)
+    masks = {"contiguous": torch.randn(2, 3, 1, 7, device=DEVICE),
+             "permuted": torch.randn(2, 7, 3, device=DEVICE).permute(0, 2, 1)[:, :, None, :],
+             "expanded": torch.randn(1, 3, 1, 7, device=DEVICE).expand(2, 3, 1, 7)}
+    for mask in masks.values():
+        with torch.no_grad():
+            out, expected = compiled(q, k, mask), MaskedScores()(q, k, mask)
+        torch.testing.assert_close(out, expected, atol=ATOL, rtol=RTOL)
+        assert out.stride() == expected.stride()
+    fallbacks = [sub.call_fallback for graph in amk.explain(compiled, print_report=False).graphs
+                 for sub in graph.subgraphs if sub.call_fallbacks]
+    assert len(fallbacks) == 1 and fallbacks[0].startswith("argument 2 has strides (21, 1, 21, 3)"), fallbacks
+
+
 class Squeezed(nn.Module):
     def __init__(self, dims, broken=False):
         super().__init__()

@@ -401,9 +401,10 @@ class FusedSubgraph(torch.nn.Module):
 
 
 def _in_row_major_order(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s strides decrease from its first dim to its last (dims of size 1 aside), as a row-major
-    tensor's or a row-major slice's: PyTorch lays an elementwise result of it out row-major."""
-    strides = [stride for size, stride in zip(tensor.shape, tensor.stride()) if size != 1]
+    """Whether ``tensor``'s strides decrease from its first dim to its last (dims of size 1 aside, and broadcast dims
+    of stride 0, which never decide PyTorch's layout: an expanded mask ``[1, H, 1, T].expand(B, H, 1, T)``), as a
+    row-major tensor's or a row-major slice's: PyTorch lays an elementwise result of it out row-major."""
+    strides = [stride for size, stride in zip(tensor.shape, tensor.stride()) if size != 1 and stride != 0]
     return all(outer >= inner for outer, inner in zip(strides, strides[1:]))
 
 
