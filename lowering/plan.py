@@ -153,8 +153,8 @@ def _batch_and_rows(dims: tuple[Dim, ...], space: Space) -> tuple[tuple[Dim, ...
     """The batch dims and the row dims of a full-width operand of shape ``dims`` over a batched kernel's space (its
     leading dims aligned with the space's at the last), or None where the kernel is not batched or the operand is
     not full-width."""
-    if not space.batch or len(dims) > len(space.dims) or not provably_equal(dims[-1], space.cols):
-        return None
+    if not space.batch or not dims or len(dims) > len(space.dims) or not provably_equal(dims[-1], space.cols):
+        return None  # a 0-dim operand (a scale held in a tensor) is a scalar, whatever the space's columns
     lead = (Dim(1),) * (len(space.dims) - len(dims)) + tuple(dims[:-1])
     return lead[:len(space.batch)], lead[len(space.batch):]
 

@@ -257,6 +257,26 @@ def test_berts_padding_mask_is_added_in_the_attention_kernel():
     assert all(node.name != "add" for node in graph.pytorch), graph.pytorch
 
 
+class OneTokenAttention(nn.Module):
+    """Attention of one query over one key (a one-token prompt), scaled by a 0-dim tensor."""
+
+    def forward(self, q, k, v):
+        scores = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], 4.0, device=q.device)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def test_one_query_over_one_key_scaled_by_a_0_dim_tensor_compiles():
+    """Scores [1, H, 1, 1]: the space's one column made a 0-dim operand look full-width, and the row-vector test read
+    its last dim (IndexError: the subgraph did not compile and ran in PyTorch)."""
+    model = OneTokenAttention()
+    compiled = amk.compile(model, autotune=False)
+    q, k, v = random(1, 2, 1, 16), random(1, 2, 1, 16, seed=1), random(1, 2, 1, 16, seed=2)
+    assert relative_error(compiled(q, k, v), model(q.double(), k.double(), v.double())) < 1e-5
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert all(sub.compiled and sub.kernels for sub in graph.subgraphs), [sub.failure for sub in graph.subgraphs]
+    assert all(bucket.runs == "amk" for sub in graph.subgraphs for bucket in sub.buckets)
+
+
 @pytest.mark.skipif(not GPU, reason="CUDA's limit on a grid's second and third axes is a GPU's")
 def test_a_batch_of_more_heads_than_cuda_allows_on_a_second_grid_axis_runs():
     """batch x heads = 66000 matrices: more than the 65535 programs CUDA launches on a grid's second or third axis,

@@ -252,3 +252,32 @@ def test_the_tuners_example_masks_hold_both_values():
     assert mask.dtype == torch.bool and 0.4 < mask.float().mean().item() < 0.6
     expected = torch.softmax(x.masked_fill(mask, float("-inf")), dim=-1)
     assert not expected.isnan().any()
+
+
+class CombinedMasks(torch.nn.Module):
+    """A causal buffer and a padding mask combined with ``&`` (``operator.and_``, as Bloom combines its masks with
+    ``|``) after the scores are computed, then torch.where with the dtype's lowest value."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(32, 32, dtype=torch.bool))[None, None], persistent=False)
+
+    def forward(self, q, k, pad):
+        length = q.shape[-2]
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        keep = self.bias[:, :, :length, :length] & pad.bool()[:, None, None, :]
+        return torch.softmax(torch.where(keep, scores, torch.finfo(scores.dtype).min), dim=-1)
+
+
+def test_masks_combined_with_the_and_operator_fuse():
+    """``operator.and_`` was taken for an in-place op (its name ends in ``_``), a barrier that fused subgraphs end
+    at: the scores' kernel and the where's were apart, the where left to PyTorch."""
+    model = CombinedMasks().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(2, 2, 9, 8, generator=generator).to(DEVICE) for _ in range(2))
+    pad = torch.ones(2, 9, dtype=torch.long, device=DEVICE)
+    pad[1, :3] = 0
+    torch.testing.assert_close(compiled(q, k, pad), model(q, k, pad), atol=1e-5, rtol=1e-5)
+    nodes, kernels, pytorch = kernels_and_pytorch(compiled)
+    assert ["where" in sub for sub in nodes] == [True] and kernels == [1], (nodes, pytorch)

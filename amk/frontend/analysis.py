@@ -76,7 +76,9 @@ def is_barrier(node: Node) -> bool:
     if target in _INPLACE_OPERATORS:
         return True
     name = getattr(target, "__name__", "") or ""
-    if name.endswith("_") and not name.endswith("__"):
+    # the operator module's ``and_``, ``or_``, ``not_`` are named so beside the keywords, not for writing in place
+    # (Bloom combines its masks with ``|``); its in-place ones are listed above
+    if name.endswith("_") and not name.endswith("__") and getattr(target, "__module__", None) != "_operator":
         return True
     return (any(word in name for word in _STATE_WORDS) or _schema_writes(target)
             or _writes_into_an_argument(node))
