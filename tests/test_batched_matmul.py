@@ -257,6 +257,38 @@ def test_berts_padding_mask_is_added_in_the_attention_kernel():
     assert all(node.name != "add" for node in graph.pytorch), graph.pytorch
 
 
+class LlamaStyleAttention(nn.Module):
+    """Llama's eager attention in fp16: an additive mask of the dtype's lowest value (causal, and padding from an
+    attention mask [B, T]), the softmax in fp32 cast back with ``.to(q.dtype)``, then the product by v."""
+
+    def forward(self, q, k, v, attention_mask):
+        lowest = torch.finfo(q.dtype).min
+        length = attention_mask.shape[-1]
+        causal = torch.triu(torch.full((length, length), lowest, dtype=q.dtype, device=q.device), diagonal=1)
+        causal = causal[None, None].expand(q.shape[0], 1, -1, -1).clone()
+        causal = causal.masked_fill(causal + attention_mask[:, None, None, :] == 0, lowest)
+        weights = torch.matmul(q, k.transpose(2, 3)) / q.shape[-1] ** 0.5 + causal
+        weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(weights, v)
+
+
+def test_a_left_padded_fp16_batch_is_checked_against_float64_through_the_models_casts():
+    """Rows of a left-padded sequence mask every key: fp16 eager's scores + the lowest value round to one number (a
+    uniform row) where the kernel's fp32 scores keep their differences, 0.13 apart. The check then asks float64 for
+    the reference, whose run failed at ``.to(q.dtype)`` (fp16 probabilities times float64 values), so the kernels
+    were judged against fp16 eager and the bucket ran PyTorch for good. The float64 run keeps the casts' results in
+    float64 now, and the kernels run."""
+    model = LlamaStyleAttention()
+    compiled = amk.compile(model, autotune=False)
+    q, k, v = (random(2, 2, 9, 8, seed=seed).half() for seed in range(3))
+    attention_mask = torch.ones(2, 9, dtype=torch.long, device=DEVICE)
+    attention_mask[1, :3] = 0
+    compiled(q, k, v, attention_mask)
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    buckets = [bucket for sub in graph.subgraphs for bucket in sub.buckets]
+    assert buckets and all(bucket.runs == "amk" for bucket in buckets), [bucket.note for bucket in buckets]
+
+
 class OneTokenAttention(nn.Module):
     """Attention of one query over one key (a one-token prompt), scaled by a 0-dim tensor."""
 

@@ -16,6 +16,7 @@ dtype and rank, so a graph sees one device per input: the device is checked when
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import operator
@@ -433,23 +434,45 @@ def _in_float64(fallback: GraphModule, args) -> Callable[[int], torch.Tensor | N
     """Output ``index`` of the replaced nodes run on float64 copies of the floating-point arguments (run once, when
     first asked): the reference that a bucket's check falls back on where PyTorch's own low-precision result is too
     far from the kernels' (:func:`amk.verification.compare_with_pytorch`). Casts written in the model still round
-    where they are; where the nodes cannot take float64 operands (a weight cast to bf16 in the forward meets a
-    float64 input) there is no reference: None."""
+    where they are; where the nodes cannot take float64 operands so (a softmax's probabilities cast back to fp16,
+    ``.to(query.dtype)``, then multiplied by float64 values), they run again with every floating-point result kept
+    in float64 (:class:`_KeptInFloat64`), the model's casts computing nothing; where they cannot at all, there is no
+    reference: None."""
     outputs: list = []
     failed: list[str] = []
+    wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
 
     def output(index: int) -> torch.Tensor | None:
         if not outputs and not failed:
-            try:
-                # forward itself: GraphModule's __call__ prints the traceback of an error it re-raises
-                outputs.extend(fallback.forward(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point()
-                                                  else a for a in args]))
-            except Exception as error:  # the check keeps PyTorch's own result
-                failed.append(f"{type(error).__name__}: {error}")
-                log.debug("the replaced nodes do not run in float64: %s", failed[0])
+            for mode in (contextlib.nullcontext, _KeptInFloat64):
+                try:
+                    with mode():
+                        # forward itself: GraphModule's __call__ prints the traceback of an error it re-raises
+                        outputs.extend(fallback.forward(*wide))
+                    break
+                except Exception as error:  # the check keeps PyTorch's own result
+                    failed.append(f"{type(error).__name__}: {error}")
+            else:
+                log.debug("the replaced nodes do not run in float64: %s", failed[-1])
+            if outputs:
+                failed.clear()
         return None if failed else outputs[index]
 
     return output
+
+
+class _KeptInFloat64(torch.overrides.TorchFunctionMode):
+    """Every floating-point tensor that an op computes from a float64 operand is kept in float64: the model's casts
+    down (``.to(torch.float16)``, ``softmax(..., dtype=torch.float32)``) compute nothing, so that a float64 run of
+    ops that mix the cast values with float64 ones goes through."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if (isinstance(result, torch.Tensor) and result.is_floating_point() and result.dtype != torch.float64
+                and any(isinstance(a, torch.Tensor) and a.dtype == torch.float64
+                        for a in (*args, *(kwargs or {}).values()))):
+            return result.double()
+        return result
 
 
 def stream_capturing() -> bool:
