@@ -289,6 +289,31 @@ def test_a_left_padded_fp16_batch_is_checked_against_float64_through_the_models_
     assert buckets and all(bucket.runs == "amk" for bucket in buckets), [bucket.note for bucket in buckets]
 
 
+class GPT2PaddedAttentionProbabilities(nn.Module):
+    """Hugging Face GPT-2's padding mask: ``attention_mask.view(batch_size, -1)[:, None, None, :]``, made additive with
+    the dtype's lowest value, added to the scores."""
+
+    def forward(self, q, k, attention_mask):
+        attention_mask = attention_mask.view(q.shape[0], -1)[:, None, None, :].to(dtype=q.dtype)
+        attention_mask = (1.0 - attention_mask) * torch.finfo(q.dtype).min
+        return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 8.0 + attention_mask, dim=-1)
+
+
+def test_a_mask_whose_length_the_guards_equate_with_the_keys_fuses():
+    """The view's length is ``(B*T)//B`` in TorchDynamo's trace, which its guards equate with the keys' length
+    (recorded before its replacements of symbols, which its own evaluation does not apply to them): the dims did not
+    broadcast for amk, and the mask's add and the softmax ran in kernels of their own."""
+    model = GPT2PaddedAttentionProbabilities()
+    compiled = amk.compile(model, autotune=False)
+    for length in (5, 9):
+        q, k = random(2, 2, length, 8), random(2, 2, length, 8, seed=1)
+        attention_mask = torch.ones(2, length, dtype=torch.long, device=DEVICE)
+        attention_mask[1, :2] = 0
+        assert relative_error(compiled(q, k, attention_mask), model(q.double(), k.double(), attention_mask)) < 1e-5
+    for graph in amk.explain(compiled, print_report=False).graphs:
+        assert [len(sub.kernels) for sub in graph.subgraphs] == [1], [node.reason for node in graph.pytorch]
+
+
 class OneTokenAttention(nn.Module):
     """Attention of one query over one key (a one-token prompt), scaled by a 0-dim tensor."""
 

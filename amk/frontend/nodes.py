@@ -4,6 +4,7 @@ equivalent, lives here, in the lowest module of the importer, so that every modu
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import sympy
@@ -50,7 +51,7 @@ def dim_of(size) -> Dim:
         if pinned is not None:
             return Dim(pinned)
         try:
-            return Dim(str(_settled_min_max(size.node)))
+            return Dim(str(_guarded_equal(size.node, _settled_min_max(size.node))))
         except ValueError as error:
             raise Unsupported(f"symbolic size {expr} is not a dimension expression amk reads ({error})") from None
     raise Unsupported(f"size {size!r} is neither an int nor a SymInt")
@@ -79,13 +80,69 @@ def _settled_min_max(node) -> sympy.Expr:
     try:
         settled = {}
         for min_max in expr.atoms(sympy.Min, sympy.Max, MinMaxBase):  # torch's own Min and Max too
-            equal = [arg for arg in min_max.args
-                     if node.shape_env._maybe_evaluate_static(sympy.Eq(min_max, arg)) is sympy.true]
+            equal = [arg for arg in min_max.args if _guards_equate(node.shape_env, min_max, arg)]
             if equal:
                 settled[min_max] = equal[0]
     except Exception:  # private APIs of TorchDynamo's, as in _pinned_value: the expression stays (fused less)
         return expr
     return expr.xreplace(settled)
+
+
+# Per TorchDynamo ShapeEnv (a graph's), the expressions of sizes that are no symbol of their own, by their value at
+# the trace: each size the guards make equal to one of them is read as it (see _guarded_equal).
+_SEEN_EXPRESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _guarded_equal(node, expr: sympy.Expr) -> sympy.Expr:
+    """``expr``, the expression of the size ``node``, or where the guards of TorchDynamo's ShapeEnv make it equal to
+    a symbol of the same value at the trace, that symbol, or else to an expression read before in the graph, that
+    expression: one dim spelled two ways must be one for amk's broadcasting checks, which compare expressions (GPT-2's
+    ``attention_mask.view(batch_size, -1)`` has the length ``(s43*s53)//s44``, guarded equal to the scores' ``s70``,
+    and the mask's add stayed out of the attention kernel). Sizes that no guard settles stay as they are."""
+    if expr.is_Symbol or expr.is_Integer:
+        return expr
+    try:
+        hint, shape_env = node.hint, node.shape_env
+        if hint is None:  # an unbacked size
+            return expr
+        values = getattr(shape_env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val warns there
+        symbols = [symbol for symbol, value in (shape_env.var_to_val if values is None else values).items()
+                   if value == hint]
+        seen = _SEEN_EXPRESSIONS.setdefault(shape_env, {}).setdefault(int(hint), [])
+        for candidate in (*sorted(symbols, key=str), *seen):
+            if candidate == expr or _guards_equate(shape_env, expr, candidate):
+                return candidate
+        seen.append(expr)
+    except Exception:  # private APIs of TorchDynamo's, as in _pinned_value: the expression stays (fused less)
+        return expr
+    return expr
+
+
+def _guards_equate(shape_env, a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether the guards of ``shape_env`` make ``a`` and ``b`` equal: as its own static evaluation says, or as one of
+    its equality guards says once its symbols are replaced as the ShapeEnv replaces them since (its evaluation keeps
+    the guards as they were recorded: ``Eq(s69, (s43*s53)//s37)`` after the replacements ``s69 -> s49`` and
+    ``s37 -> s33`` did not settle ``(s43*s53)//s33 == s49``). Raises where TorchDynamo's private API does."""
+    if shape_env._maybe_evaluate_static(sympy.Eq(a, b)) is sympy.true:
+        return True
+    difference = sympy.expand(a - b)
+    for guard in shape_env.guards:
+        if isinstance(guard.expr, sympy.Eq):
+            left, right = (_replaced(shape_env, side) for side in guard.expr.args)
+            said = sympy.expand(left - right)
+            if said == difference or said == -difference:
+                return True
+    return False
+
+
+def _replaced(shape_env, expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with the ShapeEnv's replacements of its symbols applied until none applies (they may chain)."""
+    for _ in range(8):
+        replaced = expr.xreplace(shape_env.replacements)
+        if replaced == expr:
+            break
+        expr = replaced
+    return expr
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
