@@ -277,7 +277,7 @@ def test_autotune_chooser_skips_faulty_candidates(fake_clock, monkeypatch):
     assert [seen[key] for key in FAULTS] == ["failed", "failed", "wrong", "failed"]
     assert sorted(seen.values()).count("ok") == 4
     wrong = next(t for t in trials if t.status == "wrong")
-    assert "relative error nan" in wrong.detail
+    assert "other non-finite values" in wrong.detail  # its NaN where the heuristic configuration's output is finite
 
 
 def test_failures_do_not_stop_random_and_bayesian_search(fake_clock):

@@ -88,9 +88,10 @@ def _settled_min_max(node) -> sympy.Expr:
     return expr.xreplace(settled)
 
 
-# Per TorchDynamo ShapeEnv (a graph's), the expressions of sizes that are no symbol of their own, by their value at
-# the trace: each size the guards make equal to one of them is read as it (see _guarded_equal).
-_SEEN_EXPRESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per TorchDynamo ShapeEnv (a graph's), how each size expression that is no symbol of its own was read, and those
+# read as themselves by their value at the trace (see _guarded_equal): a graph's sizes are read once per node that
+# has them, and the guards' checks are sympy work.
+_READ_AS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _guarded_equal(node, expr: sympy.Expr) -> sympy.Expr:
@@ -105,17 +106,19 @@ def _guarded_equal(node, expr: sympy.Expr) -> sympy.Expr:
         hint, shape_env = node.hint, node.shape_env
         if hint is None:  # an unbacked size
             return expr
-        values = getattr(shape_env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val warns there
-        symbols = [symbol for symbol, value in (shape_env.var_to_val if values is None else values).items()
-                   if value == hint]
-        seen = _SEEN_EXPRESSIONS.setdefault(shape_env, {}).setdefault(int(hint), [])
-        for candidate in (*sorted(symbols, key=str), *seen):
-            if candidate == expr or _guards_equate(shape_env, expr, candidate):
-                return candidate
-        seen.append(expr)
+        read_as, kept = _READ_AS.setdefault(shape_env, ({}, {}))
+        if expr not in read_as:
+            values = getattr(shape_env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val warns there
+            symbols = [symbol for symbol, value in (shape_env.var_to_val if values is None else values).items()
+                       if value == hint]
+            same_value = kept.setdefault(int(hint), [])  # expressions read as themselves, of this value
+            read_as[expr] = next((candidate for candidate in (*sorted(symbols, key=str), *same_value)
+                                  if _guards_equate(shape_env, expr, candidate)), expr)
+            if read_as[expr] is expr:
+                same_value.append(expr)
+        return read_as[expr]
     except Exception:  # private APIs of TorchDynamo's, as in _pinned_value: the expression stays (fused less)
         return expr
-    return expr
 
 
 def _guards_equate(shape_env, a: sympy.Expr, b: sympy.Expr) -> bool:
