@@ -281,3 +281,25 @@ def test_masks_combined_with_the_and_operator_fuse():
     torch.testing.assert_close(compiled(q, k, pad), model(q, k, pad), atol=1e-5, rtol=1e-5)
     nodes, kernels, pytorch = kernels_and_pytorch(compiled)
     assert ["where" in sub for sub in nodes] == [True] and kernels == [1], (nodes, pytorch)
+
+
+def test_a_slice_length_the_guards_pin_to_a_number_is_read_as_it():
+    """GPT-2's decoding step slices its causal buffer to ``kl - ql``, which TorchDynamo traces as
+    ``Max(0, -Min(64, s) + Min(64, s + 1))`` and guards equal to 1 once the slice meets the scores. Settled Min by Min,
+    one length came out spelled two ways in a two-layer model (the second layer's where did not broadcast for amk,
+    its softmax a kernel of its own, as a helper's hunt of Hugging Face's GPT-2 found); a sub-expression that the
+    guards pin to a number is that number first."""
+    import sympy
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    from torch.utils._sympy.functions import Max, Min
+
+    from amk.frontend.nodes import dim_of
+    from amk.symbolic import Dim
+
+    shape_env = ShapeEnv()
+    past, cached = (shape_env.create_symbol(value, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+                    for value, name in ((5, "past"), (9, "cached")))
+    sliced = Max(0, -Min(64, past) + Min(64, past + 1))
+    shape_env.evaluate_expr(sympy.Eq(sliced, 1), hint=True)  # the guard the slice's broadcast records
+    assert dim_of(shape_env.create_symintnode(cached + sliced, hint=10)) == Dim(str(cached + 1))

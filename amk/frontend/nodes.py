@@ -75,9 +75,13 @@ def _settled_min_max(node) -> sympy.Expr:
     """The size's expression with each ``Min`` or ``Max`` that the guards of TorchDynamo's ShapeEnv settle to one of
     its arguments replaced by that argument. A buffer sliced to a length, ``position_ids[:, :L]`` (BERT's position
     embeddings), has the length ``Min(512, L)``, which the size-oblivious trace does not bound; once the slice is
-    broadcast against the length itself, the graph is guarded on ``Min(512, L) == L``, and the two dims are one."""
+    broadcast against the length itself, the graph is guarded on ``Min(512, L) == L``, and the two dims are one.
+    Sub-expressions that the guards pin to a number are that number first (GPT-2's decoding step slices its causal
+    mask to ``kl - ql``, ``Max(0, -Min(64, s59) + Min(64, s59 + 1))``, guarded equal to 1: settled Min by Min, two
+    slices of one length came out spelled two ways)."""
     expr = node.expr
     try:
+        expr = expr.xreplace(_guarded_numbers(node.shape_env))
         settled = {}
         for min_max in expr.atoms(sympy.Min, sympy.Max, MinMaxBase):  # torch's own Min and Max too
             equal = [arg for arg in min_max.args if _guards_equate(node.shape_env, min_max, arg)]
@@ -139,13 +143,32 @@ def _guards_equate(shape_env, a: sympy.Expr, b: sympy.Expr) -> bool:
 
 
 def _replaced(shape_env, expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` with the ShapeEnv's replacements of its symbols applied until none applies (they may chain)."""
+    """``expr`` with the ShapeEnv's replacements of its symbols applied until none applies (they may chain), then
+    its sub-expressions that the guards pin to a number replaced by it (:func:`_guarded_numbers`)."""
     for _ in range(8):
         replaced = expr.xreplace(shape_env.replacements)
         if replaced == expr:
             break
         expr = replaced
-    return expr
+    return expr.xreplace(_guarded_numbers(shape_env))
+
+
+def _guarded_numbers(shape_env) -> dict[sympy.Expr, sympy.Integer]:
+    """The compound sub-expressions (a ``Max`` of ``Min``s) that an equality guard of ``shape_env`` pins to a number,
+    with that number (its symbols replaced as the ShapeEnv replaces them since)."""
+    numbers = {}
+    for guard in shape_env.guards:
+        if isinstance(guard.expr, sympy.Eq):
+            left, right = guard.expr.args
+            for side, other in ((left, right), (right, left)):
+                if other.is_Integer and not side.is_Symbol and not side.is_Integer:
+                    for _ in range(8):  # the ShapeEnv's replacements, which may chain
+                        replaced = side.xreplace(shape_env.replacements)
+                        if replaced == side:
+                            break
+                        side = replaced
+                    numbers[side] = other
+    return numbers
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
