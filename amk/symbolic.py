@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import keyword
 import re
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 import sympy
 from sympy.parsing.sympy_parser import parse_expr
@@ -176,6 +178,12 @@ class Dim:
 
 def provably_equal(a: Dim, b: Dim) -> bool:
     return a == b or _difference(a.text, b.text) == 0
+
+
+def emptied(dims: Iterable[Dim], values: Mapping[str, int], zero: AbstractSet[str]) -> list[Dim]:
+    """Those of ``dims`` that read a symbol of ``zero`` (symbols of value 0) and that ``values`` make 0: an empty
+    cache's length ``s`` empties ``s`` but not the keys' ``s + T``."""
+    return [dim for dim in dims if dim.free_symbols & zero and dim.subs(values) == Dim(0)]
 
 
 def provably_different(a: Dim, b: Dim) -> bool:

@@ -34,7 +34,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects.tensor_op import TensorType
 from amk.lowering.tile import check_size_symbols, parse_size_hints, tensor_dims
-from amk.symbolic import Dim
+from amk.symbolic import emptied
 
 
 @dataclass
@@ -63,7 +63,7 @@ class BindSizesPass(ModulePass):
             return
         check_size_symbols(op, values, "amk-bind-sizes")
         zero = {symbol for symbol, value in values.items() if value == 0}
-        empty = sorted({dim.text for dim in tensor_dims(op) if dim.free_symbols & zero and dim.subs(values) == Dim(0)})
+        empty = sorted({dim.text for dim in emptied(tensor_dims(op), values, zero)})
         if empty:
             raise PassFailedException(f"amk-bind-sizes: sizes {self.sizes!r} make the dim {empty[0]} empty (0): a "
                                       "size is bound to 0 only where it appears inside expressions that stay positive")

@@ -36,7 +36,7 @@ from amk.frontend.subgraph import FusedSubgraph, SymbolSource
 from amk.ir_dump import IRDumper
 from amk.lowering.tile import size_hints_option
 from amk.passes.bind_sizes import BindSizesPass
-from amk.symbolic import Dim
+from amk.symbolic import emptied
 from amk.tuner import TunerConfig
 
 log = logging.getLogger("amk.frontend")
@@ -142,8 +142,7 @@ def _empty_at_example(dims: list[list], built: _Built) -> bool:
     keep exact."""
     example = {symbol: size for (symbol, _, _), size in zip(built.symbols, built.example)}
     empty = {symbol for symbol, size in example.items() if size == 0 and symbol in built.sizes.exact_symbols}
-    return bool(empty) and any(dim.free_symbols & empty and dim.subs(example) == Dim(0)
-                               for each in dims for dim in each)
+    return bool(empty) and bool(emptied((dim for each in dims for dim in each), example, empty))
 
 
 def _result_dims(imported: ImportedSubgraph) -> list[list]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sympy
 import torch
@@ -81,7 +82,7 @@ def _settled_min_max(node) -> sympy.Expr:
     slices of one length came out spelled two ways)."""
     expr = node.expr
     try:
-        expr = expr.xreplace(_guarded_numbers(node.shape_env))
+        expr = expr.xreplace(_guard_facts(node.shape_env).numbers)
         settled = {}
         for min_max in expr.atoms(sympy.Min, sympy.Max, MinMaxBase):  # torch's own Min and Max too
             equal = [arg for arg in min_max.args if _guards_equate(node.shape_env, min_max, arg)]
@@ -132,43 +133,49 @@ def _guards_equate(shape_env, a: sympy.Expr, b: sympy.Expr) -> bool:
     ``s37 -> s33`` did not settle ``(s43*s53)//s33 == s49``). Raises where TorchDynamo's private API does."""
     if shape_env._maybe_evaluate_static(sympy.Eq(a, b)) is sympy.true:
         return True
-    difference = sympy.expand(a - b)
-    for guard in shape_env.guards:
-        if isinstance(guard.expr, sympy.Eq):
-            left, right = (_replaced(shape_env, side) for side in guard.expr.args)
-            said = sympy.expand(left - right)
-            if said == difference or said == -difference:
-                return True
-    return False
+    difference, said = sympy.expand(a - b), _guard_facts(shape_env).differences
+    return difference in said or -difference in said
+
+
+@dataclass(frozen=True)
+class _GuardFacts:
+    """What the equality guards of a ShapeEnv say, their symbols replaced as the ShapeEnv replaces them since:
+    ``numbers``, the compound sub-expressions (a ``Max`` of ``Min``s) they pin to a number, with it; ``differences``,
+    ``left - right`` of each, expanded, those sub-expressions replaced by their numbers."""
+
+    numbers: dict
+    differences: frozenset
+
+
+# Per ShapeEnv, its guard facts and what they were read from (its guards' count and its replacements): every size
+# of a graph asks, and reading them is sympy work over every guard.
+_GUARD_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _guard_facts(shape_env) -> _GuardFacts:
+    read_from = (len(shape_env.guards), tuple(shape_env.replacements.items()))
+    cached = _GUARD_FACTS.get(shape_env)
+    if cached is not None and cached[0] == read_from:
+        return cached[1]
+    equalities = [tuple(_replaced(shape_env, side) for side in guard.expr.args) for guard in shape_env.guards
+                  if isinstance(guard.expr, sympy.Eq)]
+    numbers = {side: other for left, right in equalities for side, other in ((left, right), (right, left))
+               if other.is_Integer and not side.is_Symbol and not side.is_Integer}
+    differences = frozenset(sympy.expand(left.xreplace(numbers) - right.xreplace(numbers))
+                            for left, right in equalities)
+    facts = _GuardFacts(numbers, differences)
+    _GUARD_FACTS[shape_env] = (read_from, facts)
+    return facts
 
 
 def _replaced(shape_env, expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` with the ShapeEnv's replacements of its symbols applied until none applies (they may chain), then
-    its sub-expressions that the guards pin to a number replaced by it (:func:`_guarded_numbers`)."""
+    """``expr`` with the ShapeEnv's replacements of its symbols applied until none applies (they may chain)."""
     for _ in range(8):
         replaced = expr.xreplace(shape_env.replacements)
         if replaced == expr:
             break
         expr = replaced
-    return expr.xreplace(_guarded_numbers(shape_env))
-
-
-def _guarded_numbers(shape_env) -> dict[sympy.Expr, sympy.Integer]:
-    """The compound sub-expressions (a ``Max`` of ``Min``s) that an equality guard of ``shape_env`` pins to a number,
-    with that number (its symbols replaced as the ShapeEnv replaces them since)."""
-    numbers = {}
-    for guard in shape_env.guards:
-        if isinstance(guard.expr, sympy.Eq):
-            left, right = guard.expr.args
-            for side, other in ((left, right), (right, left)):
-                if other.is_Integer and not side.is_Symbol and not side.is_Integer:
-                    for _ in range(8):  # the ShapeEnv's replacements, which may chain
-                        replaced = side.xreplace(shape_env.replacements)
-                        if replaced == side:
-                            break
-                        side = replaced
-                    numbers[side] = other
-    return numbers
+    return expr
 
 
 def tensor_type_of(fake: torch.Tensor) -> TensorType:
