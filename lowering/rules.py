@@ -206,6 +206,10 @@ def _leaky_relu(b: TileBuilder, op: tensor_op.LeakyReluOp, x):
 
 @register_elementwise(tensor_op.ClampOp)
 def _clamp(b: TileBuilder, op: tensor_op.ClampOp, x):
+    bounds = [bound.value.data for bound in (op.min, op.max) if bound is not None]
+    if any(math.isnan(bound) for bound in bounds):
+        # torch.clamp with a NaN bound is NaN everywhere.
+        return b.add_(x, math.nan)
     if op.min is not None:
         x = b.maximum(x, op.min.value.data)
     if op.max is not None:
