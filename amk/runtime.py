@@ -201,14 +201,14 @@ class KernelArgument:
 
     def viewer(self, bindings: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
         """How a call hands the kernel a tensor it views otherwise: transposed (``nn.Linear``'s weight ``[N, K]``
-        read as ``W^T``; a batched matmul's keys ``[..., N, K]`` as ``[batch, K, N]``), or reshaped to the kernel's
+        read as ``W^T``; a batched matmul's keys ``[..., N, K]`` as ``[..., K, N]``), or reshaped to the kernel's
         dims (found here, for ``bindings``)."""
         shape = self.shape(bindings)
         if self.view == "transpose" and len(shape) == 2:
             return torch.Tensor.t
         if self.view == "transpose":
-            batch, k, n = shape
-            return lambda tensor: tensor.reshape(batch, n, k).transpose(1, 2)
+            *batch, k, n = shape
+            return lambda tensor: tensor.reshape(*batch, n, k).transpose(-2, -1)
         return lambda tensor: tensor.reshape(shape)
 
     def call_strides(self, shape: Sequence[int]) -> tuple[int, ...]:

@@ -383,8 +383,9 @@ def gluon_fit(kernel, rows: Dim, cols: Dim, contraction: Dim | None,
         return fit("GLUON kernels move rows by TMA, which needs them a multiple of 16 bytes long: a row length of "
                    f"symbolic size ({kernel_cols}, {kernel_contraction}) may not be one at every size")
     least = tiling.gluon_min_macs
-    # A batched kernel's rank-3 operands lead with its batch: the matrices it multiplies.
-    batch = next((a.type.dims[0] for a in kernel.inputs if a.type.rank == 3), Dim(1)).subs(dict(size_hints or {}))
+    # A batched kernel's operands of rank 3 or more lead with its batch dims: the matrices it multiplies.
+    batch = next((Dim(math.prod((d.expr for d in a.type.dims[:-2]), start=1)) for a in kernel.inputs
+                  if a.type.rank >= 3), Dim(1)).subs(dict(size_hints or {}))
     if (all(d is not None and d.is_static for d in (batch, rows, cols, contraction))
             and batch.value * rows.value * cols.value * contraction.value < least):
         matrices = f"{batch.value} x " if kernel.batched else ""

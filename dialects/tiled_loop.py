@@ -116,6 +116,18 @@ def format_float(value: float) -> str:
 BATCH_PROGRAM_ID = "pid_b"
 
 
+def batch_indices(batch_dims: Sequence[Dim]) -> list[Dim]:
+    """Where a batched kernel's program reads a tensor whose leading ``batch_dims`` multiply to the kernel's batch
+    count: its batch index, or, over several dims (a matmul operand ``[B, H, S, D]`` that the kernel reads in place,
+    with a stride per dim), that index written in row-major order over them (``[pid_b // H, pid_b % H]``)."""
+    indices, inner = [], Dim(1)
+    for index, dim in reversed(list(enumerate(batch_dims))):
+        quotient = Dim(BATCH_PROGRAM_ID) if inner == Dim(1) else Dim(f"floor({BATCH_PROGRAM_ID} / ({inner}))")
+        indices.append(quotient if index == 0 else Dim(f"Mod({quotient}, {dim})"))
+        inner = Dim(f"({inner}) * ({dim})")
+    return indices[::-1]
+
+
 def ancestors(op: Operation):
     """The ops enclosing ``op``, innermost first."""
     parent = op.parent_op()
@@ -182,7 +194,8 @@ def _check_result_shape(op: IRDLOperation, expected: tuple[Dim, Dim]) -> None:
 
 def check_tensor_tile(op: Operation, tensor: Attribute, tile: TileType, offsets: Sequence[Dim]) -> None:
     """A tile moved to/from a tensor by ``op``: one offset per tensor dim; a rank-1 tensor maps to a row or column
-    vector; a rank-3 tensor is a batched kernel's, read at the batch index ``pid_b`` first."""
+    vector; a tensor of rank 3 or more is a batched kernel's, read at its batch index ``pid_b`` first (written over
+    its leading dims by :func:`batch_indices` where there are several)."""
     context = f"'{op.name}'"
     if not isinstance(tensor, SymbolicShapedType):
         raise VerifyException(f"{context}: expected a tensor or buffer operand, got {tensor}")
@@ -190,12 +203,15 @@ def check_tensor_tile(op: Operation, tensor: Attribute, tile: TileType, offsets:
         raise VerifyException(f"{context}: {len(offsets)} offsets for a rank-{tensor.rank} tensor")
     kernel = next((parent for parent in ancestors(op) if isinstance(parent, KernelSignature)), None)
     batched = kernel is not None and kernel.batched
-    if tensor.rank not in (1, 2, 3) or (tensor.rank == 3 and not batched):
-        raise VerifyException(f"{context}: kernels see tensors of rank 1 or 2 (3 in a batched kernel), got rank "
-                              f"{tensor.rank}")
-    if tensor.rank == 3 and offsets[0] != Dim(BATCH_PROGRAM_ID):
-        raise VerifyException(f"{context}: a rank-3 tensor is accessed at the batch index {BATCH_PROGRAM_ID} first, "
-                              f"got {offsets[0]}")
+    if tensor.rank < 1 or (tensor.rank >= 3 and not batched):
+        raise VerifyException(f"{context}: kernels see tensors of rank 1 or 2 (3 or more in a batched kernel), got "
+                              f"rank {tensor.rank}")
+    if tensor.rank >= 3:
+        expected = batch_indices(tensor.dims[:-2])
+        if list(offsets[:-2]) != expected:
+            raise VerifyException(f"{context}: a rank-{tensor.rank} tensor is accessed at the batch index "
+                                  f"{BATCH_PROGRAM_ID} first ([{', '.join(map(str, expected))}] over its leading "
+                                  f"dims), got [{', '.join(map(str, offsets[:-2]))}]")
     if tensor.rank == 1 and Dim(1) not in tile.dims:
         raise VerifyException(f"{context}: a rank-1 tensor moves as a [1, n] or [n, 1] tile, got {list(map(str, tile.dims))}")
 

@@ -1035,6 +1035,9 @@ def column_sweeps(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> list[
         return "its launches multiply different operands"
     if len({sweep.store.dest for sweep in sweeps if sweep.store is not None}) > 1:
         return "its launches store different output tiles through TMA"
+    if kernel.batched and any(arg.type.rank > 3 for arg in kernel.body.block.args):
+        return ("it reads an operand over two batch dims or more ([B, H, S, D] in place, a stride per dim), for which "
+                "no Gluon descriptor is written")
     if any(arg.type.rank != (3 if kernel.batched else 2) for arg in kernel.body.block.args):
         return "its buffers are not all matrices (or, batched, all batches of matrices)"
     return sweeps

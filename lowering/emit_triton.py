@@ -616,14 +616,15 @@ class TritonEmitter:
         offsets_text, masks, uneven = [], [], []
         if buffer.rank == 1:
             axes = [1] if tile_dims[0] == Dim(1) else [0]
-        elif buffer.rank == 3:  # a batched kernel's: the batch index is one offset for the whole tile
-            axes = [None, 0, 1]
-            batch = self.expr(op.offsets.dims[0])
+        elif buffer.rank >= 3:  # a batched kernel's: its batch indices are one offset for the whole tile
+            axes = [None] * (buffer.rank - 2) + [0, 1]
             batch_map = op.batch_map if isinstance(op, memory_staged.LoadOp) else None
-            if batch_map is not None:  # the kernel's batch index mapped to the operand's matrix
-                batch = self.mapped_rows(batch, *batch_map)
-            offsets_text.append(f"({batch}).to(tl.int64) * {self.stride(arg_index, 0)}" if op.wide_index
-                                else f"{batch} * {self.stride(arg_index, 0)}")
+            for axis, offset in enumerate(op.offsets.dims[:-2]):
+                batch = self.expr(offset)
+                if batch_map is not None:  # the kernel's batch index mapped to the operand's matrix
+                    batch = self.mapped_rows(batch, *batch_map)
+                offsets_text.append(f"({batch}).to(tl.int64) * {self.stride(arg_index, axis)}" if op.wide_index
+                                    else f"({batch}) * {self.stride(arg_index, axis)}")
         else:
             axes = [0, 1]
         row_map = op.row_map if isinstance(op, memory_staged.LoadOp) else None

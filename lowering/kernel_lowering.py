@@ -143,8 +143,9 @@ class KernelLowering:
 
     @staticmethod
     def in_batch(tensor: SSAValue, offsets: list) -> list:
-        """``offsets`` in ``tensor``: a rank-3 tensor of a batched kernel is read at this program's batch index."""
-        return [Dim(tiled_loop.BATCH_PROGRAM_ID), *offsets] if tensor.type.rank == 3 else offsets
+        """``offsets`` in ``tensor``: a batched kernel's tensor of rank 3 or more is read at this program's batch
+        index (over its leading dims: :func:`amk.dialects.tiled_loop.batch_indices`)."""
+        return [*tiled_loop.batch_indices(tensor.type.dims[:-2]), *offsets] if tensor.type.rank >= 3 else offsets
 
     def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True,
              broadcast_rows: list[Dim] | None = None, broadcast_batch: list[Dim] | None = None) -> SSAValue:

@@ -13,7 +13,7 @@ Tile sizes are bound from the pass options (or the heuristic of :mod:`amk.loweri
   the extent is one), and ``tiled_loop.in_bounds`` that is provably all-true becomes a constant (its ``select`` then
   folds away);
 - offsets use 64-bit arithmetic where a buffer may hold 2^31 elements or more;
-- the batch axis of a batched kernel's rank-3 buffers (``[pid_b, row, col]``) is never masked.
+- the batch axes of a batched kernel's buffers (``[pid_b, row, col]``) are never masked.
 
 Input::
 
@@ -108,7 +108,7 @@ class _Staging:
         extent is not a multiple of the tile size (the offset being one)? (Never a batched kernel's batch axis: each
         program reads and writes at its own batch index.)"""
         tile_dims = tile.dims
-        batch = buffer.rank == 3
+        batch = max(buffer.rank - 2, 0)
         if buffer.rank == 1:
             axes = [tile_dims[1] if tile_dims[0] == Dim(1) else tile_dims[0]]
         else:

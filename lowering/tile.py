@@ -82,10 +82,11 @@ from amk.symbolic import Dim
 
 def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], str]:
     """The kernel argument type of a group value: its dims as the kernel sees them and how the launcher views it.
-    In a batched kernel the matmul's operands and the values with rows are rank 3, their batch dims flattened into
-    the first (a per-row value ``[batch, rows, 1]``)."""
+    In a batched kernel the values with rows are rank 3, their batch dims flattened into the first (a per-row value
+    ``[batch, rows, 1]``); the matmul's operands keep theirs, so that a view with a stride per batch dim (Hugging
+    Face's ``view(B, S, H, D).transpose(1, 2)``, ``[B, H, S, D]``) is read in place, not copied to ``[B*H, S, D]``."""
     dims = value.type.dims
-    batch = plan.batch_dims
+    batch = dims[:-2] if plan.batched else []
     if cls == "rhs":
         k, n = dims[-2:]
         return ([*batch, n, k], "transpose") if plan.matmul.rhs_transposed else ([*batch, k, n], "")
@@ -94,8 +95,9 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
             k, m = dims
             return [m, k], "transpose"
         if plan.batched:
-            return [*batch, *dims[-2:]], ""
+            return list(dims), ""
         return [Dim(_product(dims[:-1])), dims[-1]], ""
+    batch = plan.batch_dims
     in_prologue = plan.prologue is not None and value in plan.prologue.value_class
     space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
     if cls == FULL and broadcast_row_map(dims, space) is not None:  # its own rows, which the loads map the space's to

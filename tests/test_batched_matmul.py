@@ -8,6 +8,8 @@ through the pipeline with each tiling strategy that lowers a batched matmul.
 from __future__ import annotations
 
 import ast
+import copy
+import math
 import re
 
 import pytest
@@ -332,6 +334,55 @@ def test_one_query_over_one_key_scaled_by_a_0_dim_tensor_compiles():
     (graph,) = amk.explain(compiled, print_report=False).graphs
     assert all(sub.compiled and sub.kernels for sub in graph.subgraphs), [sub.failure for sub in graph.subgraphs]
     assert all(bucket.runs == "amk" for sub in graph.subgraphs for bucket in sub.buckets)
+
+
+class HuggingFaceSelfAttention(nn.Module):
+    """BERT's self-attention as Hugging Face writes it: q, k and v split into heads by
+    ``view(B, S, H, D).transpose(1, 2)``, views whose batch dims [B, H] no single stride spans."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
+
+    def split(self, x):
+        return x.view(x.shape[0], x.shape[1], self.heads, -1).transpose(1, 2)
+
+    def forward(self, x, mask):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask, dim=-1)
+        return (probs @ v).transpose(1, 2).reshape(x.shape)
+
+
+def test_heads_split_by_a_transposed_view_are_read_in_place(monkeypatch):
+    """q, k and v [B, H, S, D] with strides (S*H*D, D, H*D, 1) are kernel arguments of their own rank, read at
+    [pid_b // H, pid_b % H, row, col]: the launch makes no copy of them (a [B*H, S, D] argument was a reshape that
+    copied each on every call), for every batch and sequence length."""
+    views = []
+    viewer = KernelArgument.viewer
+
+    def recording_viewer(self, bindings):
+        view = viewer(self, bindings)
+
+        def recorded(tensor):
+            result = view(tensor)
+            views.append(result.data_ptr() == tensor.data_ptr())
+            return result
+        return recorded
+
+    monkeypatch.setattr(KernelArgument, "viewer", recording_viewer)
+    model = HuggingFaceSelfAttention().to(DEVICE)
+    reference = copy.deepcopy(model).double()
+    compiled = amk.compile(model, autotune=False)
+    for batch, tokens in ((2, 8), (3, 5)):
+        x = random(batch, tokens, 32, seed=batch)
+        mask = torch.zeros(batch, 1, 1, tokens, device=DEVICE)
+        mask[0, ..., tokens // 2:] = -10000.0
+        assert relative_error(compiled(x, mask), reference(x.double(), mask.double())) < 1e-5
+    for graph in amk.explain(compiled, print_report=False).graphs:  # a new sequence length traces it dynamic
+        matmuls = [kernel for sub in graph.subgraphs for kernel in sub.kernels if "matmul(matmul" in str(kernel)]
+        assert len(matmuls) == 2, graph.subgraphs  # the scores with their softmax, then probs @ v
+    assert views and all(views), views  # the keys' transposed view, and no copy
 
 
 @pytest.mark.skipif(not GPU, reason="CUDA's limit on a grid's second and third axes is a GPU's")

@@ -102,7 +102,7 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
     """A GEMM's epilogue selecting by a boolean mask, and attention's scores masked by a causal mask [1, 1, S, T]
     (one matrix read at every batch index) or Hugging Face's [B, 1, S, T] (a matrix per sequence, through a map of
     the batch index): none of these accesses has run in a Gluon kernel on a GPU, so the tuner does not offer Gluon
-    for them (gluon_kernel_problem says why)."""
+    for them (gluon_kernel_problem says why). Nor for q and k [B, H, S, 64], read in place over two batch dims."""
     from amk.dialects import tiled_loop
     from amk.lowering.emit_gluon import COLUMN_SWEEP, gluon_kernel_problem
 
@@ -127,7 +127,8 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
                                (masked_attention("1, 1, S, T"), COLUMN_SWEEP, "one matrix at every batch index"),
                                (masked_attention("B, 1, S, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
                                (masked_attention("B, 1, 1, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
-                               (masked_attention("B, H, 1, T"), COLUMN_SWEEP, "a row vector per matrix")):
+                               (masked_attention("B, H, 1, T"), COLUMN_SWEEP, "a row vector per matrix"),
+                               (masked_attention("B, H, S, T"), COLUMN_SWEEP, "over two batch dims or more")):
         ctx = make_context()
         module = Parser(ctx, text).parse_module()
         PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile").apply(ctx, module)

@@ -217,7 +217,7 @@ tiled_loop.kernel @load_rank3 attributes {grid = #tiled_loop.exprs<[1]>, program
   %t = tiled_loop.load %x <[0, 0, 0]> : !tensor_op.tensor<[B, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: {{^}}'tiled_loop.load': kernels see tensors of rank 1 or 2 (3 in a batched kernel), got rank 3
+// CHECK: {{^}}'tiled_loop.load': kernels see tensors of rank 1 or 2 (3 or more in a batched kernel), got rank 3
 
 // -----
 
@@ -226,7 +226,17 @@ tiled_loop.kernel @batch_offset attributes {grid = #tiled_loop.exprs<[1, B]>, pr
   %t = tiled_loop.load %x <[0, 0, 0]> : !tensor_op.tensor<[B, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
 }
 
-// CHECK: {{^}}'tiled_loop.load': a rank-3 tensor is accessed at the batch index pid_b first, got 0
+// CHECK: {{^}}'tiled_loop.load': a rank-3 tensor is accessed at the batch index pid_b first ([pid_b] over its leading dims), got [0]
+
+// -----
+
+// A matmul operand [B, H, S, 64] read in place: the batch index is written over its two leading dims.
+tiled_loop.kernel @batch_offsets_over_two_dims attributes {grid = #tiled_loop.exprs<[1, B*H]>, program_ids = ["pid_m", "pid_b"], strategy = "row_strip", tile_params = [], num_inputs = 1 : i64} {
+^bb0(%x: !tensor_op.tensor<[B, H, M, 64], f32>):
+  %t = tiled_loop.load %x <[pid_b, 0, 0, 0]> : !tensor_op.tensor<[B, H, M, 64], f32> -> !tiled_loop.tile<[16, 64], f32>
+}
+
+// CHECK: {{^}}'tiled_loop.load': a rank-4 tensor is accessed at the batch index pid_b first ([floor(pid_b/H), Mod(pid_b, H)] over its leading dims), got [pid_b, 0]
 
 // -----
 

@@ -3,8 +3,8 @@
 
 // Hugging Face's 4-D attention mask [B, 1, S, T] added to the scaled scores of a batched q @ k^T: one matrix per
 // sequence, over the heads. The kernel takes it as [B, S, T] and reads, at its batch index b of B*H, the mask's
-// matrix b // H (broadcast_batch: the kernel's batch count, divisor H, period B); H is no argument's dim, so the
-// emitted kernel divides B*H by B.
+// matrix b // H (broadcast_batch: the kernel's batch count, divisor H, period B); H is a dim of q's argument
+// [B, H, S, 64], which the kernel reads in place.
 func.func @hf_mask(%q : !tensor_op.tensor<[B, H, S, 64], f16>, %k : !tensor_op.tensor<[B, H, T, 64], f16>, %mask : !tensor_op.tensor<[B, 1, S, T], f16>) -> !tensor_op.tensor<[B, H, S, T], f16> {
   %0 = tensor_op.matmul %q, %k {transpose_rhs = true} : (!tensor_op.tensor<[B, H, S, 64], f16>, !tensor_op.tensor<[B, H, T, 64], f16>) -> !tensor_op.tensor<[B, H, S, T], f16>
   %1 = tensor_op.add %0, %mask : (!tensor_op.tensor<[B, H, S, T], f16>, !tensor_op.tensor<[B, 1, S, T], f16>) -> !tensor_op.tensor<[B, H, S, T], f16>
@@ -13,10 +13,10 @@ func.func @hf_mask(%q : !tensor_op.tensor<[B, H, S, 64], f16>, %k : !tensor_op.t
 }
 
 // CHECK:       tiled_loop.kernel @fused_0
-// CHECK-NEXT:  ^bb0(%q: !tensor_op.tensor<[B*H, S, 64], f16>, %k: !tensor_op.tensor<[B*H, 64, T], f16>, %mask: !tensor_op.tensor<[B, S, T], f16>,
+// CHECK-NEXT:  ^bb0(%q: !tensor_op.tensor<[B, H, S, 64], f16>, %k: !tensor_op.tensor<[B, H, 64, T], f16>, %mask: !tensor_op.tensor<[B, S, T], f16>,
 // CHECK:           %mask_tile = tiled_loop.load %mask <[pid_b, BLOCK_M*pid_m, n]> {broadcast_batch = #tiled_loop.exprs<[B*H, H, B]>} : !tensor_op.tensor<[B, S, T], f16> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f16>
 
-// TRITON: mask_tile = tl.load(mask_ptr + (((pid_b // ((dim_0) // (B))) % (B))).to(tl.int64) * stride_mask_0
+// TRITON: mask_tile = tl.load(mask_ptr + (((pid_b // (H)) % (B))).to(tl.int64) * stride_mask_0
 
 // -----
 

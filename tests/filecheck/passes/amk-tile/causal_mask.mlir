@@ -13,7 +13,7 @@ func.func @causal_attention(%q : !tensor_op.tensor<[B, H, S, 64], f16>, %k : !te
 
 // CHECK:       tiled_loop.kernel @fused_0
 // CHECK-SAME:    strategy = "chunk_recompute"
-// CHECK-NEXT:  ^bb0(%q: !tensor_op.tensor<[B*H, S, 64], f16>, %k: !tensor_op.tensor<[B*H, 64, T], f16>, %keep: !tensor_op.tensor<[S, T], i1>, %fill: !tensor_op.tensor<[1], f16>, %out0: !tensor_op.tensor<[B*H, S, T], f16>
+// CHECK-NEXT:  ^bb0(%q: !tensor_op.tensor<[B, H, S, 64], f16>, %k: !tensor_op.tensor<[B, H, 64, T], f16>, %keep: !tensor_op.tensor<[S, T], i1>, %fill: !tensor_op.tensor<[1], f16>, %out0: !tensor_op.tensor<[B*H, S, T], f16>
 // CHECK:           %keep_tile = tiled_loop.load %keep <[BLOCK_M*pid_m, n]> : !tensor_op.tensor<[S, T], i1> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], i1>
 // CHECK-NEXT:      %keep_f32 = tiled_loop.cast %keep_tile : !tiled_loop.tile<[BLOCK_M, BLOCK_N], i1> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
 // CHECK:           tiled_loop.binary "ne" %keep_f32
