@@ -516,6 +516,35 @@ class BertAttentionScores(nn.Module):
         return nn.functional.softmax(scores + mask, dim=-1)
 
 
+class BertSelfAttention(nn.Module):
+    """Hugging Face's ``BertSelfAttention`` (eager, in evaluation): the query, key and value projections, each split
+    into heads by ``view`` and ``permute(0, 2, 1, 3)``, the scores divided by sqrt(head_dim) plus the extended padding
+    mask ``[B, 1, 1, S]``, softmax, the context ``probs @ v`` and the heads merged back."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.num_attention_heads = heads
+        self.attention_head_size = hidden // heads
+        self.all_head_size = hidden
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+
+    def transpose_for_scores(self, x):
+        x = x.view(x.size()[:-1] + (self.num_attention_heads, self.attention_head_size))
+        return x.permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask):
+        query_layer = self.transpose_for_scores(self.query(hidden_states))
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.attention_head_size)
+        attention_probs = nn.functional.softmax(attention_scores + attention_mask, dim=-1)
+        context_layer = torch.matmul(attention_probs, value_layer).permute(0, 2, 1, 3).contiguous()
+        return context_layer.view(context_layer.size()[:-2] + (self.all_head_size,))
+
+
 class CausalAttentionScores(nn.Module):
     """nanoGPT's causal attention probabilities: the scores masked with -inf where a lower-triangular buffer is 0."""
 
@@ -631,6 +660,12 @@ ROWS = {row.name: row for row in [
         {"batch": 32, "heads": 12, "seq": 128, "head_dim": 64},
         lambda batch, heads, seq, head_dim: [(batch, heads, seq, head_dim)] * 2 + [(batch, 1, 1, seq)],
         {"batch": 2, "heads": 2, "seq": 8, "head_dim": 16}),
+    Row("bert_self_attention", "BERT-base self-attention as Hugging Face writes it (q/k/v Linear, heads split by "
+        "view and permute, scores / 8 + padding mask, softmax, probs @ v, heads merged), 32 x 128 tokens, fp16",
+        torch.float16, lambda batch, seq, d, heads: BertSelfAttention(d, heads),
+        {"batch": 32, "seq": 128, "d": 768, "heads": 12},
+        lambda batch, seq, d, heads: [(batch, seq, d), (batch, 1, 1, seq)],
+        {"batch": 2, "seq": 8, "d": 32, "heads": 2}),
     Row("causal_attention_scores", "causal attention probabilities as nanoGPT masks them (masked_fill of a tril buffer "
         "== 0 with -inf, softmax), 8 x 16 heads x 512 x 64, fp16", torch.float16,
         lambda batch, heads, seq, head_dim: CausalAttentionScores(head_dim, seq),
