@@ -1286,7 +1286,8 @@ def test_a_dump_directory_that_cannot_be_written_leaves_the_model_compiling(tmp_
 
 
 def test_backend_rejects_unknown_options():
-    with pytest.raises(InvalidArgumentError, match="unknown amk backend option.*accepted: .*tune_sizes, report$"):
+    with pytest.raises(InvalidArgumentError,
+                       match="unknown amk backend option.*accepted: .*tune_sizes, report, sdpa_attention$"):
         frontend.amk_backend(None, [], options={"fast": True})
     with pytest.raises(InvalidArgumentError, match=r"unknown amk backend option\(s\) \['typo', 1\]"):  # not sort's TypeError
         frontend.amk_backend(None, [], options={"autotune": False, 1: True, "typo": 2})

@@ -198,7 +198,7 @@ def test_a_shared_length_bucket_is_found_in_the_cache_from_another_prompt_length
     for prompt in (4, 6):
         torch._dynamo.reset()
         model = CachedAttention()
-        compiled = amk.compile(model, autotune=False, tuner_config=config)
+        compiled = amk.compile(model, autotune=False, tuner_config=config, sdpa_attention=False)
         before = frontend.STATS.as_dict()
         k_cache, v_cache = (torch.randn(2, 2, prompt, 16, generator=generator).to(DEVICE) for _ in range(2))
         with torch.no_grad():
@@ -214,7 +214,8 @@ def test_a_shared_length_bucket_is_found_in_the_cache_from_another_prompt_length
 
 
 class CachedAttention(torch.nn.Module):
-    """An attention step whose key and value caches grow by torch.cat, passed back in (benchmarks/decode_loop.py's)."""
+    """An attention step whose key and value caches grow by torch.cat, passed back in (benchmarks/decode_loop.py's);
+    compiled with ``sdpa_attention=False``, its scores and softmax are amk's kernel."""
 
     def forward(self, q, k, v, k_cache, v_cache):
         k_cache, v_cache = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
@@ -228,7 +229,7 @@ def test_a_prefill_from_empty_caches_fuses_its_attention():
     empty caches in a graph of their own, so every prefill's attention ran unfused; amk-bind-sizes refused the value
     0. A dim that is empty at the example still leaves its subgraph to PyTorch."""
     model = CachedAttention()
-    compiled = amk.compile(model, autotune=False)
+    compiled = amk.compile(model, autotune=False, sdpa_attention=False)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for prompt in (5, 7):

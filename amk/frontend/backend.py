@@ -25,6 +25,7 @@ from amk.build import BuildRequest, build
 from amk.environment import default_device, initialize, interpreting
 from amk.errors import InvalidArgumentError
 from amk.frontend.analysis import Analysis, analyze
+from amk.frontend.attention import fuse_attention
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
 from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value
@@ -541,7 +542,8 @@ class _GraphCompiler:
             gm.graph.erase_node(node)
 
 
-BACKEND_OPTIONS = ("autotune", "tuner_config", "dump_ir", "verify", "pipeline", "tune_sizes", "report")
+BACKEND_OPTIONS = ("autotune", "tuner_config", "dump_ir", "verify", "pipeline", "tune_sizes", "report",
+                   "sdpa_attention")
 
 
 def amk_backend(gm: GraphModule, example_inputs: Sequence, options: dict | None = None, **kwargs) -> Callable:
@@ -583,6 +585,8 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     squeezed = _squeezed_sizes(gm)
     _guard_squeezed_sizes(squeezed)  # the sizes that are symbols: this graph never runs a call where one is 1
     _trace_broadcast_batches_of_one_again(gm)
+    if settings.sdpa_attention:
+        fuse_attention(gm)
     kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph
     eager = _eager_copy(gm) if kept_ones else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()

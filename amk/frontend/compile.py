@@ -515,7 +515,7 @@ class CompiledModule(torch.nn.Module):
 
 def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_config=None, dump_ir=None,
             verify: bool = True, dynamic: bool | None = None, pipeline: str | None = None, tune_sizes=None,
-            cuda_graphs: bool = False):
+            cuda_graphs: bool = False, sdpa_attention: bool = True):
     """Compile a model or function with TorchDynamo and the amk backend.
 
     Returns a callable with the same signature (an ``nn.Module`` sharing the parameters when given one; a deep copy
@@ -544,6 +544,12 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
     tensor-level passes (default ``"amk-duplicate-norm-prologues,amk-fuse"``). ``tuner_config.target_cache_dir``,
     when given, is where the compiled programs and the emitted Triton sources are kept.
 
+    ``sdpa_attention=True`` (default) runs attention written op by op, ``softmax(q @ k^T * c + mask) @ v`` (Hugging
+    Face's eager attention, nanoGPT's ``masked_fill(mask, -inf)``), as one call of PyTorch's
+    ``scaled_dot_product_attention``, whose fused kernels never store the probabilities, as torch.compile rewrites it
+    (:mod:`amk.frontend.attention` lists what matches); ``False`` leaves it to amk's kernels (the scores and their
+    softmax in one, ``probs @ v`` in another).
+
     ``cuda_graphs=True`` runs each call through a captured CUDA graph, one per call signature (input shapes,
     dtypes, grad mode, ...), as torch.compile's ``mode="reduce-overhead"`` does: the host cost of a call becomes one
     graph launch (and one input copy, except while calls pass the first call's own tensors, which the graph then
@@ -564,7 +570,8 @@ def compile(model_or_fn, example_inputs=None, *, autotune: bool = True, tuner_co
                                    f"{type(example_inputs).__name__}")
     _check_flag("cuda_graphs", cuda_graphs)
     initialize()  # before TorchDynamo imports triton: without CUDA, kernels run in its interpreter
-    settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, tune_sizes=tune_sizes)
+    settings = make_settings(autotune, tuner_config, dump_ir, verify, pipeline, tune_sizes=tune_sizes,
+                             sdpa_attention=sdpa_attention)
     if autotune and isinstance(model_or_fn, torch.nn.Module):
         # Before TorchDynamo's import (2.3 s of a new process's amk.compile on the H200 host), which they overlap.
         expect_tuned_builds(itertools.chain(model_or_fn.parameters(), model_or_fn.buffers()), settings.tuner_config)

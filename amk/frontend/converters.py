@@ -46,7 +46,10 @@ CONVERTERS: dict = {}
 # Calls amk does not convert whose users usually want one that it does: said with the reason.
 _MAX = "amk fuses torch.amax(x, dim=-1) for the maximum over the last dim and torch.maximum(a, b) elementwise"
 _MIN = "amk fuses -torch.amax(-x, dim=-1) for the minimum over the last dim and torch.minimum(a, b) elementwise"
-ALTERNATIVES = {"torch.max": _MAX, "Tensor.max": _MAX, "torch.min": _MIN, "Tensor.min": _MIN}
+ALTERNATIVES = {"torch.max": _MAX, "Tensor.max": _MAX, "torch.min": _MIN, "Tensor.min": _MIN,
+                "F.scaled_dot_product_attention": "PyTorch's fused attention, as which amk writes softmax(q @ k^T * c "
+                                                  "+ mask) @ v: it never stores the probabilities (amk.frontend."
+                                                  "attention)"}
 
 
 def register(keys: frozenset, label: str, kind: str = "compute", fragile: bool = False):

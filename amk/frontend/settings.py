@@ -1,5 +1,6 @@
 """The settings of one compilation (:class:`Settings`: autotuning, tuner configuration, IR dumps, verification, the
-fusion pipeline, a report callback, the row counts whose size buckets are built ahead) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
+fusion pipeline, a report callback, the row counts whose size buckets are built ahead, whether attention written op
+by op runs as PyTorch's fused attention) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
 and the backend's ``options`` pass; bad values raise :class:`amk.errors.InvalidArgumentError`."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Settings:
     pipeline: str | None = None
     report: Callable | None = None
     tune_sizes: tuple[int, ...] = ()
+    sdpa_attention: bool = True
 
     @property
     def fusion_pipeline(self) -> str:
@@ -59,7 +61,7 @@ def _check_pipeline(pipeline) -> None:
 
 
 def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, pipeline=None, report=None,
-                  tune_sizes=None) -> Settings:
+                  tune_sizes=None, sdpa_attention=True) -> Settings:
     """Validated settings; bad values raise :class:`amk.errors.InvalidArgumentError`."""
     from amk.build import check_build_arguments
     from amk.frontend.buckets import check_tune_sizes
@@ -72,4 +74,7 @@ def make_settings(autotune=True, tuner_config=None, dump_ir=None, verify=True, p
     _check_pipeline(pipeline)
     if report is not None and not callable(report):
         raise InvalidArgumentError("report must be callable")
-    return Settings(autotune, tuner_config, dump_ir, verify, pipeline, report, check_tune_sizes(tune_sizes))
+    if not isinstance(sdpa_attention, bool):
+        raise InvalidArgumentError(f"sdpa_attention must be True or False, got {sdpa_attention!r}")
+    return Settings(autotune, tuner_config, dump_ir, verify, pipeline, report, check_tune_sizes(tune_sizes),
+                    sdpa_attention)

@@ -1,0 +1,232 @@
+"""Attention as PyTorch's fused kernel: :func:`fuse_attention` rewrites, in the torch-level graph TorchDynamo hands the
+backend, each ``softmax(q @ k^T * scale + mask) @ v`` written out op by op (Hugging Face's eager attention, nanoGPT's
+``masked_fill(mask, -inf)``, Llama's softmax in fp32 cast back) as one
+``torch.nn.functional.scaled_dot_product_attention`` call, as Inductor's ``fuse_attention`` pass does.
+
+Why: amk's kernels compute the scores and their softmax in one kernel and ``probs @ v`` in another, writing and reading
+the probabilities ``[B, H, S, T]`` in between; PyTorch's fused attention (FlashAttention, memory-efficient attention)
+never writes them. On an H100 (``benchmarks/NOTES.md``, fifty-first session) Hugging Face's BERT self-attention ran
+0.12 ms through amk against torch.compile's 0.054, whose graph has this rewrite. The rewritten node runs in PyTorch
+and ``amk.explain`` lists it so.
+
+What matches: ``matmul(q, k.transpose(-2, -1))`` (or of any rhs, transposed back for the call), then optionally a
+scale (``* c`` or ``/ c``, ``c`` a number), then optionally ``+ mask`` (a tensor of the query's dtype) or
+``.masked_fill(mask, -inf)`` (a boolean mask: the call attends where it is False), ``softmax`` over the last dim
+(with ``dtype=torch.float32`` and a cast back to the query's dtype, or none), dropout in evaluation (an identity),
+and ``matmul(probs, v)``; q, k and v of one dtype and the same leading dims; every intermediate value read by the next
+op only (a model that returns the probabilities keeps its ops). One difference remains: a query row whose keys are
+all masked with -inf is NaN in eager's softmax and may be 0 in the fused kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.fx import GraphModule, Node
+
+from amk.frontend.converters import CASTS, TRANSPOSES
+from amk.frontend.nodes import meta_value
+from amk.frontend.spellings import ADD, DIV, MATMUL, MUL, is_, spellings
+
+SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
+MASKED_FILL = spellings([torch.masked_fill], ["masked_fill"])
+DROPOUT = spellings([F.dropout], [])
+
+
+@dataclass
+class _Attention:
+    """A matched attention: its operands and the call's arguments; ``absorbed`` the nodes the call replaces."""
+
+    query: Node
+    key_transposed: Node  # the matmul's rhs, [..., D, T]
+    value: Node
+    mask: Node | None
+    scale: float
+    absorbed: list[Node]
+
+
+def _only_user(node: Node) -> Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _tensor(node) -> torch.Tensor | None:
+    value = meta_value(node) if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _number(value) -> float | None:
+    """A plain number (not a size symbol: a scale read from a dynamic size would be the trace's for every call)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _scale_of(node: Node, scores: Node) -> float | None:
+    """The factor ``node`` multiplies ``scores`` by (``scores * c``, ``c * scores``, ``scores / c``), or None."""
+    if node.kwargs or len(node.args) != 2:
+        return None
+    lhs, rhs = node.args
+    if is_(node, MUL):
+        factor = _number(rhs) if lhs is scores else _number(lhs) if rhs is scores else None
+        return factor
+    if is_(node, DIV) and lhs is scores and _number(rhs):
+        return 1.0 / _number(rhs)
+    return None
+
+
+def _softmax_over_last_dim(node: Node) -> bool:
+    if not is_(node, SOFTMAX):
+        return False
+    rank = _tensor(node).dim()
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    extra = set(node.kwargs) - {"dim", "dtype", "_stacklevel"}
+    return (isinstance(dim, int) and dim % rank == rank - 1 and not extra and len(node.args) <= 2
+            and node.kwargs.get("dtype") in (None, torch.float32))
+
+
+def _mask_of(node: Node, scores: Node, query: torch.Tensor) -> Node | None:
+    """The mask of ``node`` where it masks ``scores``: an additive mask (``scores + mask``) of the query's dtype, or a
+    boolean ``masked_fill(mask, -inf)``'s (which the call takes negated); None where ``node`` is no mask."""
+    if is_(node, ADD) and len(node.args) == 2 and not node.kwargs:
+        lhs, rhs = node.args
+        mask = rhs if lhs is scores else lhs if rhs is scores else None
+        tensor = _tensor(mask)
+        return mask if tensor is not None and tensor.dtype == query.dtype else None
+    if is_(node, MASKED_FILL) and len(node.args) == 3 and not node.kwargs and node.args[0] is scores:
+        mask, fill = node.args[1], node.args[2]
+        tensor = _tensor(mask)
+        if tensor is not None and tensor.dtype == torch.bool and fill == -math.inf:
+            return mask
+    return None
+
+
+def _scores_chain(node, depth: int) -> list[Node] | None:
+    """``[scores, op, ...]`` ending at ``node``: the scores' matmul, then up to ``depth`` ops (a scale, a mask) each
+    reading the one before; None where ``node`` is not so made."""
+    if is_(node, MATMUL):
+        return [node]
+    if depth == 0 or not isinstance(node, Node):
+        return None
+    reads = node.args[:2] if is_(node, ADD) or is_(node, MUL) else node.args[:1] if is_(node, DIV | MASKED_FILL) else ()
+    for operand in reads:
+        chain = _scores_chain(operand, depth - 1)
+        if chain is not None:
+            return [*chain, node]
+    return None
+
+
+def _match(root: Node) -> _Attention | None:
+    """The attention whose last op is ``root`` (``probs @ v``), or None."""
+    if not is_(root, MATMUL) or root.kwargs or len(root.args) != 2:
+        return None
+    probs, value = root.args
+    node, absorbed = probs, [root]
+    # walk back from the probabilities: a cast back and dropout in evaluation, then the softmax
+    while isinstance(node, Node) and (is_(node, CASTS) or is_(node, DROPOUT)) and _only_user(node) is absorbed[-1]:
+        if is_(node, DROPOUT) and (node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)):
+            return None
+        absorbed.append(node)
+        node = node.args[0]
+    if not isinstance(node, Node) or not _softmax_over_last_dim(node) or _only_user(node) is not absorbed[-1]:
+        return None
+    absorbed.append(node)
+    chain = _scores_chain(node.args[0], depth=2)
+    if chain is None:
+        return None
+    scores, chain = chain[0], chain[1:]
+    if scores.kwargs or len(scores.args) != 2:
+        return None
+    query, key_transposed = scores.args
+    tensors = [_tensor(n) for n in (query, key_transposed, value)]
+    if any(t is None for t in tensors) or len({t.dtype for t in tensors}) != 1 or not tensors[0].is_floating_point():
+        return None
+    q, kt, v = tensors
+    if not (q.dim() == kt.dim() == v.dim() >= 3 and q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
+        return None
+    output = _tensor(root)
+    if output is None or output.dtype != q.dtype or _tensor(node).dtype not in (q.dtype, torch.float32):
+        return None
+    scale, mask, previous = 1.0, None, scores
+    for op in chain:
+        if _only_user(previous) is not op:
+            return None
+        factor = _scale_of(op, previous)
+        if factor is not None and mask is None and scale == 1.0:
+            scale = factor
+        else:
+            found = _mask_of(op, previous, q)
+            if found is None or mask is not None:
+                return None
+            mask = found
+        previous = op
+    if _only_user(previous) is not node:
+        return None
+    absorbed += [*reversed(chain), scores]
+    return _Attention(query, key_transposed, value, mask, scale, absorbed)
+
+
+def _key_transposed_back(key_transposed: Node) -> Node | None:
+    """The keys ``[..., T, D]`` that the scores' rhs ``[..., D, T]`` transposes, or None where it is no transpose."""
+    if is_(key_transposed, TRANSPOSES) and key_transposed.target in (torch.transpose, "transpose") \
+            and not key_transposed.kwargs and len(key_transposed.args) == 3:
+        rank = _tensor(key_transposed).dim()
+        if sorted(d % rank for d in key_transposed.args[1:]) == [rank - 2, rank - 1]:
+            return key_transposed.args[0]
+    return None
+
+
+def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...] | None:
+    """The fake values of the call's keys, mask and result (the new nodes' metadata), made in the fake tensors' mode
+    (the constants they make are fake too), or None where the call refuses its operands (its shape checks) or gives
+    another shape (a mask broadcasting the scores to more dims): the ops are then kept."""
+    query = _tensor(match.query)
+    with getattr(query, "fake_mode", None) or contextlib.nullcontext():
+        keys = _tensor(key) if key is not None else _tensor(match.key_transposed).transpose(-2, -1)
+        mask = _tensor(match.mask)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.logical_not(mask)
+        try:
+            result = F.scaled_dot_product_attention(query, keys, _tensor(match.value), attn_mask=mask,
+                                                    scale=match.scale)
+        except Exception:  # noqa: BLE001 - any refusal keeps the ops, which run as traced
+            return None
+    return (keys, mask, result) if result.shape == _tensor(match.absorbed[0]).shape else None
+
+
+def fuse_attention(gm: GraphModule) -> list[str]:
+    """Rewrite ``gm``'s attentions (see the module's docstring) as ``scaled_dot_product_attention`` calls; the names
+    of the calls made."""
+    graph, made = gm.graph, []
+    for root in list(graph.nodes):  # a match's other nodes come before its root and are never roots of matches
+        match = _match(root)
+        if match is None:
+            continue
+        key = _key_transposed_back(match.key_transposed)
+        traced = _traced_call(match, key)
+        if traced is None:
+            continue
+        keys_value, mask_value, result = traced
+        with graph.inserting_before(root):
+            if key is None:
+                key = graph.call_method("transpose", (match.key_transposed, -2, -1))
+                key.meta["example_value"] = keys_value
+            mask = match.mask
+            if mask is not None and mask_value.dtype == torch.bool:  # negated: where the call attends
+                mask = graph.call_function(torch.logical_not, (mask,))
+                mask.meta["example_value"] = mask_value
+            call = graph.call_function(F.scaled_dot_product_attention, (match.query, key, match.value),
+                                       {"attn_mask": mask, "scale": match.scale})
+        call.meta["example_value"] = result
+        root.replace_all_uses_with(call)
+        for node in [*match.absorbed, match.key_transposed]:
+            if not node.users and node.op in ("call_function", "call_method"):
+                graph.erase_node(node)
+        made.append(call.name)
+    if made:
+        gm.recompile()
+    return made

@@ -1,0 +1,183 @@
+"""Attention written op by op runs as PyTorch's fused attention (``amk.frontend.attention``): Hugging Face's eager
+BERT attention, nanoGPT's causal ``masked_fill``, Llama's fp32 softmax cast back become one
+``scaled_dot_product_attention`` call, the projections around it amk's kernels; what does not match keeps its ops."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import DEVICE, INTERPRETER_WARNINGS
+
+import amk
+from amk.environment import initialize
+from amk.errors import InvalidArgumentError
+
+initialize()  # without CUDA, before TorchDynamo imports triton: the kernels run in its interpreter
+
+pytestmark = INTERPRETER_WARNINGS
+
+SDPA = "F.scaled_dot_product_attention"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class BertSelfAttention(nn.Module):
+    """Hugging Face's BertSelfAttention (eager, in evaluation), with its dropout; ``returns_probs`` as with
+    ``output_attentions=True``."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, returns_probs: bool = False):
+        super().__init__()
+        self.heads, self.head_size, self.returns_probs = heads, hidden // heads, returns_probs
+        self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.dropout = nn.Dropout(0.1)
+
+    def split(self, x):
+        return x.view(x.size()[:-1] + (self.heads, self.head_size)).permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_size)
+        probs = self.dropout(F.softmax(scores + mask, dim=-1))
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        context = context.view(context.size()[:-2] + (self.heads * self.head_size,))
+        return (context, probs) if self.returns_probs else context
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention without flash: scores masked where a tril buffer is 0, with -inf."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, block: int = 16):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(hidden, 3 * hidden)
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, x):
+        batch, tokens, channels = x.size()
+        q, k, v = self.c_attn(x).split(channels, dim=2)
+        q, k, v = (t.view(batch, tokens, self.heads, channels // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :tokens, :tokens] == 0, float("-inf"))
+        return (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(batch, tokens, channels)
+
+
+class LlamaStyleAttention(nn.Module):
+    """Llama's eager attention core: scores times the scaling, plus the mask, softmax in fp32 cast back."""
+
+    def forward(self, q, k, v, mask):
+        weights = torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask
+        weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(weights, v)
+
+
+class KeysPassedTransposed(nn.Module):
+    """Keys handed over as k^T [B, H, D, T]: the call gets them transposed back."""
+
+    def forward(self, q, keys_transposed, v):
+        return torch.softmax(q @ keys_transposed, dim=-1) @ v
+
+
+class MaskScaledToo(nn.Module):
+    """The mask added before the scale: the call's attn_mask would need scaling, so the ops are kept."""
+
+    def forward(self, q, k, v, mask):
+        return torch.softmax((q @ k.transpose(-1, -2) + mask) * 0.25, dim=-1) @ v
+
+
+def random(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((out.double() - expected).norm() / expected.norm()).item()
+
+
+def padding_mask(batch: int, tokens: int) -> torch.Tensor:
+    mask = torch.zeros(batch, 1, 1, tokens, device=DEVICE)
+    mask[0, ..., tokens // 2:] = torch.finfo(torch.float32).min
+    return mask
+
+
+def pytorch_nodes(compiled) -> list:
+    return [node for graph in amk.explain(compiled, print_report=False).graphs for node in graph.pytorch]
+
+
+def test_hugging_faces_bert_attention_runs_as_one_fused_attention_call():
+    model = BertSelfAttention().to(DEVICE).eval()
+    reference = copy.deepcopy(model).double()
+    compiled = amk.compile(model, autotune=False)
+    for batch, tokens in ((2, 8), (3, 8)):
+        x, mask = random(batch, tokens, 32, seed=batch), padding_mask(batch, tokens)
+        assert relative_error(compiled(x, mask), reference(x.double(), mask.double())) < 1e-5
+    calls = [node for node in pytorch_nodes(compiled) if node.target == SDPA]
+    assert len(calls) == 1 and "never stores the probabilities" in calls[0].reason
+    (graph,) = amk.explain(compiled, print_report=False).graphs
+    assert [len(sub.kernels) for sub in graph.subgraphs] == [2]  # the projections: q and k a dual GEMM, then v
+    assert not [node for node in graph.pytorch if node.target in ("F.softmax", "torch.matmul")]
+
+
+def test_nanogpts_causal_masked_fill_is_the_calls_boolean_mask():
+    """masked_fill(bias == 0, -inf): the call attends where the mask is not filled (its negation)."""
+    model = CausalSelfAttention().to(DEVICE)
+    reference = copy.deepcopy(model).double()
+    compiled = amk.compile(model, autotune=False)
+    x = random(2, 12, 32)
+    assert relative_error(compiled(x), reference(x.double())) < 1e-5
+    targets = [node.target for node in pytorch_nodes(compiled)]
+    assert SDPA in targets and "torch.logical_not" in targets and "F.softmax" not in targets
+
+
+def test_an_fp32_softmax_cast_back_is_part_of_the_call():
+    q, k, v = random(2, 2, 6, 8), random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2)
+    mask = torch.zeros(2, 1, 6, 9, device=DEVICE)
+    mask[..., -2:] = -1e9
+    model = LlamaStyleAttention()
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(q, k, v, mask), model(q.double(), k.double(), v.double(), mask.double())) < 1e-5
+    assert SDPA in [node.target for node in pytorch_nodes(compiled)]
+
+
+def test_keys_passed_transposed_are_transposed_back_for_the_call():
+    q, keys_transposed, v = random(2, 2, 6, 8), random(2, 2, 8, 9, seed=1), random(2, 2, 9, 8, seed=2)
+    model = KeysPassedTransposed()
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(q, keys_transposed, v), model(q.double(), keys_transposed.double(), v.double())) < 1e-5
+    assert SDPA in [node.target for node in pytorch_nodes(compiled)]
+
+
+@pytest.mark.parametrize("case", ["probabilities returned", "mask scaled", "sdpa_attention=False"])
+def test_what_does_not_match_keeps_its_ops(case):
+    """Probabilities the model returns too, a mask added before the scale, or the option off: no call is made, and
+    amk's kernels compute the scores, their softmax and probs @ v."""
+    if case == "mask scaled":
+        model, options = MaskScaledToo(), {}
+        arguments = (random(2, 2, 6, 8), random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2),
+                     torch.zeros(2, 1, 6, 9, device=DEVICE))
+    else:
+        model = BertSelfAttention(returns_probs=case == "probabilities returned").to(DEVICE).eval()
+        options = {"sdpa_attention": False} if case == "sdpa_attention=False" else {}
+        arguments = (random(2, 8, 32), padding_mask(2, 8))
+    reference = copy.deepcopy(model).double()
+    compiled = amk.compile(model, autotune=False, **options)
+    got, expected = compiled(*arguments), reference(*(a.double() for a in arguments))
+    for have, want in zip(*((got, expected) if isinstance(got, tuple) else ((got,), (expected,))), strict=True):
+        assert relative_error(have, want) < 1e-5
+    assert SDPA not in [node.target for node in pytorch_nodes(compiled)]
+    kernels = [str(kernel) for graph in amk.explain(compiled, print_report=False).graphs
+               for sub in graph.subgraphs for kernel in sub.kernels]
+    assert any("softmax" in kernel for kernel in kernels), kernels
+
+
+def test_sdpa_attention_takes_a_bool():
+    with pytest.raises(InvalidArgumentError, match="sdpa_attention must be True or False, got 'yes'"):
+        amk.compile(nn.Linear(4, 4), sdpa_attention="yes")
