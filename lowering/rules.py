@@ -16,11 +16,13 @@ All tile values handled by rules are fp32.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 from xdsl.dialects.builtin import StringAttr, f32
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
@@ -204,16 +206,24 @@ def _leaky_relu(b: TileBuilder, op: tensor_op.LeakyReluOp, x):
     return b.select(b.binary("ge", x, 0.0), x, b.mul(x, op.slope))
 
 
+@functools.cache
+def _clamp_takes_a_nan_bound() -> bool:
+    """Whether the installed PyTorch's clamp gives NaN everywhere for a NaN bound, as 2.13 does; 2.11 ignores such a
+    bound, on the CPU and the GPU (found on the H100: its float64 reference and eager's fp16 kept x)."""
+    return bool(torch.clamp(torch.zeros(1), min=math.nan).isnan())
+
+
 @register_elementwise(tensor_op.ClampOp)
 def _clamp(b: TileBuilder, op: tensor_op.ClampOp, x):
-    bounds = [bound.value.data for bound in (op.min, op.max) if bound is not None]
-    if any(math.isnan(bound) for bound in bounds):
-        # torch.clamp with a NaN bound is NaN everywhere.
-        return b.add_(x, math.nan)
-    if op.min is not None:
-        x = b.maximum(x, op.min.value.data)
-    if op.max is not None:
-        x = b.minimum(x, op.max.value.data)
+    bounds = {"min": op.min, "max": op.max}
+    if any(bound is not None and math.isnan(bound.value.data) for bound in bounds.values()):
+        if _clamp_takes_a_nan_bound():
+            return b.add_(x, math.nan)
+        bounds = {side: bound for side, bound in bounds.items() if bound is None or not math.isnan(bound.value.data)}
+    if bounds.get("min") is not None:
+        x = b.maximum(x, bounds["min"].value.data)
+    if bounds.get("max") is not None:
+        x = b.minimum(x, bounds["max"].value.data)
     return x
 
 
