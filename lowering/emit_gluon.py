@@ -471,7 +471,7 @@ class GluonTileEmitter(TritonEmitter):
         shape = [self.expr(d) for d in buffer.type.dims]
         if self.read_transposed(buffer):
             shape[-2:] = shape[:-3:-1]
-        strides = [self.descriptor_batch_stride(buffer)] * (buffer.type.rank == 3) + [self.descriptor_stride(buffer)]
+        strides = [param for param, _ in self.descriptor_strides(buffer)]
         return (f"{self.descriptor(buffer)} = tma.make_tensor_descriptor({self.names[buffer]}_ptr, "
                 f"[{', '.join(shape)}], [{', '.join(strides)}, 1], [{', '.join(map(str, block))}], "
                 f"{self.shared_layout(buffer, block)})")
@@ -525,17 +525,19 @@ class GluonTileEmitter(TritonEmitter):
             code.writeline("triton.set_allocator(_tma_workspace)  # the descriptors' global memory")
         return code
 
-    def descriptor_batch_stride(self, buffer: SSAValue) -> str:
-        """The parameter holding the batch stride of a batched buffer's descriptor."""
-        return f"{self.names[buffer]}_desc_batch_stride"
+    def descriptor_batch_stride(self, buffer: SSAValue, axis: int = 0) -> str:
+        """The parameter holding a batch stride of a batched buffer's descriptor (one per batch dim: ``[B, H, S, D]``
+        read in place has two)."""
+        return f"{self.names[buffer]}_desc_batch_stride" + (f"_{axis}" if axis else "")
 
     def descriptor_strides(self, buffer: SSAValue) -> list[tuple[str, str]]:
-        """(kernel parameter, what the launcher passes) for the strides of ``buffer``'s descriptor: the batch stride
+        """(kernel parameter, what the launcher passes) for the strides of ``buffer``'s descriptor: the batch strides
         of a batched buffer, then the row stride (of the operand's own rows where the kernel reads a transposed
         view)."""
         rank = buffer.type.rank
         row_axis = rank - 1 if self.read_transposed(buffer) else rank - 2
-        batch = [(self.descriptor_batch_stride(buffer), f"{self.names[buffer]}.stride(0)")] * (rank == 3)
+        batch = [(self.descriptor_batch_stride(buffer, axis), f"{self.names[buffer]}.stride({axis})")
+                 for axis in range(rank - 2)]
         return [*batch, (self.descriptor_stride(buffer), f"{self.names[buffer]}.stride({row_axis})")]
 
     def function_header(self, name: str, params: list[str], constexprs: tuple[str, ...] = ()) -> None:
@@ -1035,10 +1037,7 @@ def column_sweeps(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> list[
         return "its launches multiply different operands"
     if len({sweep.store.dest for sweep in sweeps if sweep.store is not None}) > 1:
         return "its launches store different output tiles through TMA"
-    if kernel.batched and any(arg.type.rank > 3 for arg in kernel.body.block.args):
-        return ("it reads an operand over two batch dims or more ([B, H, S, D] in place, a stride per dim), for which "
-                "no Gluon descriptor is written")
-    if any(arg.type.rank != (3 if kernel.batched else 2) for arg in kernel.body.block.args):
+    if any(arg.type.rank < 3 if kernel.batched else arg.type.rank != 2 for arg in kernel.body.block.args):
         return "its buffers are not all matrices (or, batched, all batches of matrices)"
     return sweeps
 
@@ -1190,12 +1189,12 @@ class GluonSweepEmitter(GluonTileEmitter):
         if self.output is not None:
             blocks[self.output] = [SWEEP_CONSUMER_ROWS, self.block_n]
         # a batched buffer's blocks are one matrix's: TMA stays within it (zero-filling, clipping at its edges)
-        return {buffer: [1] * self.kernel.batched + block for buffer, block in blocks.items()}
+        return {buffer: [1] * (buffer.type.rank - 2) + block for buffer, block in blocks.items()}
 
     def matrix(self, slot: str, block: list[int]) -> str:
         """A shared-memory slot holding a ``block`` as the matrix wgmma reads and writes (a batched block, [1, rows,
-        columns], reshaped to its matrix)."""
-        return f"{slot}.reshape([{', '.join(map(str, block[1:]))}])" if self.kernel.batched else slot
+        columns] or [1, 1, rows, columns], reshaped to its matrix)."""
+        return f"{slot}.reshape([{', '.join(map(str, block[-2:]))}])" if len(block) > 2 else slot
 
     # -- partitions --------------------------------------------------------------------------------------------------
     def partition_header(self, sweep: _Sweep, role: str, constexprs: tuple[str, ...] = ()) -> None:

@@ -102,7 +102,7 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
     """A GEMM's epilogue selecting by a boolean mask, and attention's scores masked by a causal mask [1, 1, S, T]
     (one matrix read at every batch index) or Hugging Face's [B, 1, S, T] (a matrix per sequence, through a map of
     the batch index): none of these accesses has run in a Gluon kernel on a GPU, so the tuner does not offer Gluon
-    for them (gluon_kernel_problem says why). Nor for q and k [B, H, S, 64], read in place over two batch dims."""
+    for them (gluon_kernel_problem says why)."""
     from amk.dialects import tiled_loop
     from amk.lowering.emit_gluon import COLUMN_SWEEP, gluon_kernel_problem
 
@@ -127,8 +127,7 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
                                (masked_attention("1, 1, S, T"), COLUMN_SWEEP, "one matrix at every batch index"),
                                (masked_attention("B, 1, S, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
                                (masked_attention("B, 1, 1, T"), COLUMN_SWEEP, "broadcast over the kernel's batch"),
-                               (masked_attention("B, H, 1, T"), COLUMN_SWEEP, "a row vector per matrix"),
-                               (masked_attention("B, H, S, T"), COLUMN_SWEEP, "over two batch dims or more")):
+                               (masked_attention("B, H, 1, T"), COLUMN_SWEEP, "a row vector per matrix")):
         ctx = make_context()
         module = Parser(ctx, text).parse_module()
         PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile").apply(ctx, module)
@@ -428,10 +427,11 @@ def test_a_gluon_kernel_on_nn_linears_weight_runs_through_the_build_service(tmp_
 
 
 def softmax_scores(rows: str = "M", depth: int = 64, cols: int = 1000, transposed: bool = False,
-                   batched: bool = False) -> str:
+                   batched: bool = False, heads: bool = False) -> str:
     """softmax(q @ k) (workload G's chain), which amk-tile lowers with chunk_recompute: k is [depth, cols], or with
-    ``transposed`` attention's keys [cols, depth] read transposed; ``batched`` gives q and k a leading batch dim."""
-    batch = "B, " if batched else ""
+    ``transposed`` attention's keys [cols, depth] read transposed; ``batched`` gives q and k a leading batch dim,
+    ``heads`` a second one."""
+    batch = ("B, H, " if heads else "B, ") if batched else ""
     q, out = f"!tensor_op.tensor<[{batch}{rows}, {depth}], f16>", f"!tensor_op.tensor<[{batch}{rows}, {cols}], f16>"
     k = f"!tensor_op.tensor<[{batch}{cols}, {depth}], f16>" if transposed else f"!tensor_op.tensor<[{batch}{depth}, {cols}], f16>"
     attributes = " {transpose_rhs = true}" if transposed else ""
@@ -494,6 +494,21 @@ def test_a_batched_sweep_moves_one_matrix_a_block():
             "rhs_ring.index((j) % STAGES).reshape([128, 64]).permute((1, 0)), zero") in source
     assert f"{TRITON_3_9_API.tma_store}(out0_desc, [pid_b, BLOCK_M*pid_m, n], staged)" in source
     assert "k.stride(0),\n        k.stride(2),\n" in source  # the keys' batch stride and their own rows'
+
+
+def test_operands_over_two_batch_dims_are_read_by_descriptors_of_their_rank():
+    """q [B, H, S, D] and keys [B, H, T, D], which the kernel reads in place (Hugging Face's heads split by a
+    transposed view): four-dimensional descriptors, a stride per batch dim, blocks [1, 1, rows, columns], loaded at
+    the batch index written over B and H; the output is the kernel's [B*H, S, T]."""
+    source = emit_gluon(staged_kernel(softmax_scores(rows="S", batched=True, heads=True, transposed=True),
+                                      sweep_config()), TRITON_3_9_API)
+    assert ("k_desc = tma.make_tensor_descriptor(k_ptr, [B, H, 1000, 64], [k_desc_batch_stride, "
+            "k_desc_batch_stride_1, k_desc_stride, 1], [1, 1, 128, 64], "
+            "gl.NVMMASharedLayout.get_default_for([1, 1, 128, 64], gl.float16))") in source
+    assert f"{TRITON_3_9_API.tma_load}(k_desc, [((pid_b) // (H)), ((pid_b) % (H)), n, 0]," in source
+    assert "rhs_ring.index((j) % STAGES).reshape([128, 64]).permute((1, 0)), zero" in source
+    assert f"{TRITON_3_9_API.tma_store}(out0_desc, [pid_b, BLOCK_M*pid_m, n], staged)" in source
+    assert "k.stride(0),\n        k.stride(1),\n        k.stride(3),\n" in source  # its batch strides, its rows'
 
 
 def test_a_gluon_configuration_of_chunk_recompute_stages_and_emits_as_a_column_sweep():
