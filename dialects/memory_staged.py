@@ -138,6 +138,7 @@ class KernelOp(KernelSignature, IRDLOperation):
     strategy = prop_def(StringAttr)
     persistent = opt_prop_def(UnitAttr)
     warp_specialize = opt_prop_def(UnitAttr)
+    exact_products = opt_prop_def(UnitAttr)  # the tile-level kernel's (tiled_loop.KernelOp.exact_products)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)

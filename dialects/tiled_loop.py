@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
     SymbolNameConstraint,
     SymbolRefAttr,
     TypeAttribute,
+    UnitAttr,
     f64,
     i1,
     i32,
@@ -274,6 +275,10 @@ class KernelOp(KernelSignature, IRDLOperation):
     group_size = opt_prop_def(StringAttr)
     workspace = opt_prop_def(ArrayAttr[StringAttr])
     problem = opt_prop_def(ExprsAttr)
+    # Products the kernel rounds before it subtracts from them (no FMA contraction: its launches pass
+    # enable_fp_fusion=False): amk-fold-exponent-scales sets it where a row's extremum is taken of a scaled tile that
+    # may hold a mask's lowest value, whose contracted x * c - m is the product's rounding, 1e31 at -3.4e38 * c.
+    exact_products = opt_prop_def(UnitAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)

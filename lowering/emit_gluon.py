@@ -1104,6 +1104,8 @@ def gluon_kernel_problem(form: str | None, kernel: tiled_loop.KernelOp) -> str |
     """Why a tile-level kernel of a strategy whose Gluon form is ``form`` cannot be emitted in Gluon whatever its
     configuration, or None (the output-tile form's checks are of the staged kernel and its configuration)."""
     problem = _operand_problem(kernel)
+    if problem is None and kernel.exact_products is not None:
+        problem = "it needs its products rounded before a subtraction (exact_products), which its launches do not ask"
     if problem or form != COLUMN_SWEEP:
         return problem
     sweeps = column_sweeps(kernel)

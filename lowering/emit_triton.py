@@ -775,6 +775,8 @@ class TritonEmitter:
         args += [p for p, _, _ in self.dims.values()]
         args += [f"{c}={v}" for c, v in self.constants.items()]
         args += [f"num_warps={self.kernel.num_warps.value.data}", f"num_stages={self.kernel.num_stages.value.data}"]
+        if self.kernel.exact_products is not None:
+            args.append("enable_fp_fusion=False")  # no x * c - m contracted to one FMA (memory_staged.KernelOp)
         # What TMA reads of each staged operand: a transposed view's operand rows (the view transposed back).
         staged = list(dict.fromkeys(f"{names[self.args.index(op.source)]}.t()" if self.read_transposed(op.source)
                                     else names[self.args.index(op.source)] for op in self.descriptor_stages()))

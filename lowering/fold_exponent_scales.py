@@ -26,6 +26,12 @@ rounded once): an FP32 instruction an element less, on kernels whose exponential
   helper's hunt; without the condition on ``c``, an unscaled mask times log2(e) overflowed to -inf and made whole
   rows NaN).
 
+- the GPU contracts ``x * c - m`` into one FMA, which at a row's maximum gives the rounding of ``x * c`` instead of
+  0: about 1e-7 of a score, but 1e31 at ``(s + finfo(bfloat16).min) * c``, whose ``exp`` overflows (a row masked
+  whole came out NaN on the H100; the interpreter has no FMA). A kernel that takes the extremum of a scaled tile that
+  is not a matmul's gets ``exact_products``: its launches pass ``enable_fp_fusion=False``, so the product is rounded
+  once and the maximum's own term is exactly 0.
+
 Input (a tile of scaled logits, its maximum and their exponentials)::
 
     %c = tiled_loop.full 0.125 : !tiled_loop.tile<[1, 1], f32>
@@ -55,7 +61,7 @@ import struct
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -142,7 +148,8 @@ class _MaskBeforeScale(RewritePattern):
 
 
 class _ExtremumBeforeScale(RewritePattern):
-    """``max(x * c)`` / ``min(x * c)`` over a row -> ``max(x) * c`` / ``min(x) * c`` (``c > 0``)."""
+    """``max(x * c)`` / ``min(x * c)`` over a row -> ``max(x) * c`` / ``min(x) * c`` (``c > 0``); a kernel where ``x``
+    is not a matmul's tile gets ``exact_products`` (module docstring)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tiled_loop.ReduceOp, rewriter: PatternRewriter, /):
@@ -150,6 +157,9 @@ class _ExtremumBeforeScale(RewritePattern):
         if op.fn.data not in ("max", "min") or scaled is None:
             return
         x, c = scaled
+        if not _is_product(x):
+            kernel = next(parent for parent in tiled_loop.ancestors(op) if isinstance(parent, tiled_loop.KernelOp))
+            kernel.exact_products = UnitAttr()
         extremum = _insert(rewriter, op, tiled_loop.ReduceOp(op.fn.data, x))
         rewriter.replace(op, _with_origin(op, tiled_loop.BinaryOp("mul", extremum, c)))
 

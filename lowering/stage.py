@@ -222,6 +222,8 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
     # Persistence needs a grid of tiles walked in grouped order, not repeated over a batch; other kernels ignore the
     # switches.
     tile_grid = kernel.group_size is not None and not kernel.batched
+    if kernel.exact_products is not None:
+        staged.exact_products = UnitAttr()
     if config.PERSISTENT and tile_grid:
         staged.persistent = UnitAttr()
         if config.WARP_SPECIALIZE and config.TMA:

@@ -135,6 +135,27 @@ def test_refuses_a_boolean_mask_and_a_mask_broadcast_over_the_batch():
         assert reason in gluon_kernel_problem(form, tiled)
 
 
+def test_refuses_a_kernel_whose_products_must_be_rounded_before_a_subtraction():
+    """softmax((q @ k + mask) * c): amk-fold-exponent-scales gives the kernel exact_products (its Triton launches pass
+    enable_fp_fusion=False), which Gluon's launches do not ask for."""
+    from amk.dialects import tiled_loop
+    from amk.lowering.emit_gluon import COLUMN_SWEEP, gluon_kernel_problem
+
+    q, k, s = (f"!tensor_op.tensor<[{shape}], f16>" for shape in ("M, 64", "64, 1024", "M, 1024"))
+    text = f"""func.func @masked_first(%q : {q}, %k : {k}, %mask : {s}) -> {s} {{
+  %0 = tensor_op.matmul %q, %k : ({q}, {k}) -> {s}
+  %1 = tensor_op.add %0, %mask : ({s}, {s}) -> {s}
+  %2 = tensor_op.scale %1 {{factor = 0.125 : f64}} : {s}
+  %3 = tensor_op.softmax %2 {{axis = -1 : i64}} : {s}
+  func.return %3 : {s}
+}}"""
+    ctx = make_context()
+    module = Parser(ctx, text).parse_module()
+    PassPipeline.parse_spec(AMK_PASSES, "amk-fuse,amk-tile,amk-fold-exponent-scales").apply(ctx, module)
+    tiled = next(op for op in module.walk() if isinstance(op, tiled_loop.KernelOp))
+    assert "exact_products" in gluon_kernel_problem(COLUMN_SWEEP, tiled)
+
+
 def test_a_residual_tile_is_read_in_the_accumulators_layout():
     """``x @ w + b + x``: x is a TMA-staged operand and, read again with pointers, the residual; the kernel gets its
     pointer once, the descriptor's row stride and the strides the pointer reads use."""

@@ -1,7 +1,7 @@
 """The settings of one compilation (:class:`Settings`: autotuning, tuner configuration, IR dumps, verification, the
 fusion pipeline, a report callback, the row counts whose size buckets are built ahead, whether attention written op
-by op runs as PyTorch's fused attention) and :func:`make_settings`, which validates what ``amk.compile``, ``amk.explain``
-and the backend's ``options`` pass; bad values raise :class:`amk.errors.InvalidArgumentError`."""
+by op runs as PyTorch's fused attention) and :func:`make_settings`, which validates what ``amk.compile``,
+``amk.explain`` and the backend's ``options`` pass; bad values raise :class:`amk.errors.InvalidArgumentError`."""
 
 from __future__ import annotations
 
