@@ -87,6 +87,43 @@ class KeysPassedTransposed(nn.Module):
         return torch.softmax(q @ keys_transposed, dim=-1) @ v
 
 
+class QueriesChangedInPlace(nn.Module):
+    """q scaled in place after the scores read it: the call, made at probs @ v, would read it changed."""
+
+    def forward(self, q, k, v):
+        q = q * 1.0
+        scores = q @ k.transpose(-2, -1)
+        q.mul_(3.0)
+        return torch.softmax(scores, -1) @ v + q.sum()
+
+
+class MaskGrowingTheScores(nn.Module):
+    """A mask [B, H, S, T] over scores of a rank-3 attention [B, S, T]: the ops broadcast the scores to its shape."""
+
+    def forward(self, q, k, v, mask):
+        return torch.softmax(q @ k.transpose(-2, -1) + mask, -1) @ v
+
+
+class DropoutByKeyword(nn.Module):
+    def forward(self, q, k, v):
+        return F.dropout(input=torch.softmax(q @ k.transpose(-2, -1), -1), p=0.1, training=False) @ v
+
+
+class ProbabilitiesRounded(nn.Module):
+    """The probabilities rounded to fp16 and back before the product: the call would not round them."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1), -1).half().float() @ v
+
+
+class OutputViewed(nn.Module):
+    """The output viewed: where the call lays its result out otherwise than the product, the view reads a copy."""
+
+    def forward(self, q, k, v):
+        out = torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+        return out.view(out.shape[0], -1)
+
+
 class MaskScaledToo(nn.Module):
     """The mask added before the scale: the call's attn_mask would need scaling, so the ops are kept."""
 
@@ -176,6 +213,33 @@ def test_what_does_not_match_keeps_its_ops(case):
     kernels = [str(kernel) for graph in amk.explain(compiled, print_report=False).graphs
                for sub in graph.subgraphs for kernel in sub.kernels]
     assert any("softmax" in kernel for kernel in kernels), kernels
+
+
+def test_heads_split_by_a_transposed_view_and_viewed_after_the_call_are_correct():
+    q = random(2, 6, 2, 8).transpose(1, 2)  # Hugging Face's heads: the call's result may follow this layout
+    k, v = random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2)
+    model = OutputViewed()
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(q, k, v), model(q.double(), k.double(), v.double())) < 1e-5
+    assert SDPA in [node.target for node in pytorch_nodes(compiled)]
+
+
+@pytest.mark.parametrize("case", ["changed in place", "mask growing the scores", "dropout by keyword",
+                                  "probabilities rounded"])
+def test_ops_the_call_would_not_reproduce_are_kept(case):
+    """A review's reproducers: each ran the call (wrong values, or a crash at the first call or while compiling);
+    now each keeps its ops, and amk's kernels give eager's values."""
+    q, k, v = random(2, 2, 6, 8), random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2)
+    model, arguments = {
+        "changed in place": (QueriesChangedInPlace(), (q, k, v)),
+        "mask growing the scores": (MaskGrowingTheScores(), (q[0], k[0], v[0], random(2, 2, 6, 9, seed=3))),
+        "dropout by keyword": (DropoutByKeyword(), (q, k, v)),
+        "probabilities rounded": (ProbabilitiesRounded(), (q, k, v)),
+    }[case]
+    expected = model(*(a.clone() for a in arguments))
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(*(a.clone() for a in arguments)), expected.double()) < 1e-5
+    assert SDPA not in [node.target for node in pytorch_nodes(compiled)]
 
 
 def test_sdpa_attention_takes_a_bool():

@@ -13,9 +13,12 @@ What matches: ``matmul(q, k.transpose(-2, -1))`` (or of any rhs, transposed back
 scale (``* c`` or ``/ c``, ``c`` a number), then optionally ``+ mask`` (a tensor of the query's dtype) or
 ``.masked_fill(mask, -inf)`` (a boolean mask: the call attends where it is False), ``softmax`` over the last dim
 (with ``dtype=torch.float32`` and a cast back to the query's dtype, or none), dropout in evaluation (an identity),
-and ``matmul(probs, v)``; q, k and v of one dtype and the same leading dims; every intermediate value read by the next
-op only (a model that returns the probabilities keeps its ops). One difference remains: a query row whose keys are
-all masked with -inf is NaN in eager's softmax and may be 0 in the fused kernels.
+and ``matmul(probs, v)``; q, k and v of one dtype and the same leading dims, a mask that broadcasts to the scores
+without growing them; every intermediate value read by the next op only (a model that returns the probabilities
+keeps its ops), and nothing changed in place between the scores and ``probs @ v`` (the call reads q, k and the mask
+there). Where the call's result is laid out otherwise than the product's, ``view`` reads a contiguous copy. One
+difference remains: a query row whose keys are all masked with -inf is NaN in eager's softmax and may be 0 in the
+fused kernels.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
 from amk.frontend.nodes import meta_value
 from amk.frontend.spellings import ADD, DIV, MATMUL, MUL, is_, spellings
@@ -125,14 +130,19 @@ def _match(root: Node) -> _Attention | None:
     if not is_(root, MATMUL) or root.kwargs or len(root.args) != 2:
         return None
     probs, value = root.args
-    node, absorbed = probs, [root]
-    # walk back from the probabilities: a cast back and dropout in evaluation, then the softmax
+    node, absorbed, casts = probs, [root], 0
+    # walk back from the probabilities: one cast back and dropout in evaluation (their input given by position),
+    # then the softmax
     while isinstance(node, Node) and (is_(node, CASTS) or is_(node, DROPOUT)) and _only_user(node) is absorbed[-1]:
-        if is_(node, DROPOUT) and (node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)):
+        if not node.args or (is_(node, DROPOUT) and node.kwargs.get("training", node.args[2] if len(node.args) > 2
+                                                                    else True)):
             return None
+        casts += is_(node, CASTS)
         absorbed.append(node)
         node = node.args[0]
     if not isinstance(node, Node) or not _softmax_over_last_dim(node) or _only_user(node) is not absorbed[-1]:
+        return None
+    if casts > 1:  # a cast that rounds the probabilities (.half().float()), which the call would not
         return None
     absorbed.append(node)
     chain = _scores_chain(node.args[0], depth=2)
@@ -164,10 +174,32 @@ def _match(root: Node) -> _Attention | None:
                 return None
             mask = found
         previous = op
-    if _only_user(previous) is not node:
+    if _only_user(previous) is not node or (mask is not None and not _broadcasts_to(_tensor(mask), _tensor(scores))):
         return None
     absorbed += [*reversed(chain), scores]
+    if _mutated_between(scores, root):
+        return None
     return _Attention(query, key_transposed, value, mask, scale, absorbed)
+
+
+def _broadcasts_to(mask: torch.Tensor, scores: torch.Tensor) -> bool:
+    """Whether ``mask`` broadcasts to the scores' shape without growing it (a mask of more dims, or larger where the
+    scores have 1, would make the ops' result larger than the call's)."""
+    if mask.dim() > scores.dim():
+        return False
+    pairs = zip(reversed(mask.shape), reversed(scores.shape))
+    return all(statically_known_true(size == 1) or statically_known_true(size == target) for size, target in pairs)
+
+
+def _mutated_between(first: Node, last: Node) -> bool:
+    """Whether a node between ``first`` and ``last`` changes a tensor in place (or global state): the call, made at
+    ``last``, would read q, k or the mask as changed, where the ops read them at ``first``."""
+    node = first.next
+    while node is not last:
+        if is_barrier(node):
+            return True
+        node = node.next
+    return False
 
 
 def _key_transposed_back(key_transposed: Node) -> Node | None:
@@ -198,6 +230,21 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
     return (keys, mask, result) if result.shape == _tensor(match.absorbed[0]).shape else None
 
 
+def _lay_out_for_views(graph, call: Node, replaced: torch.Tensor) -> None:
+    """Where the call's result is laid out otherwise than the ``probs @ v`` it replaces (CUDA's fused kernels write
+    ``[B, S, H, D]`` transposed), its ``view`` users read a contiguous copy, as they read the product: a view of it
+    may not exist. Its other users (``permute(0, 2, 1, 3).contiguous()``, Hugging Face's) read it as it is."""
+    viewers = [user for user in call.users if user.op == "call_method" and user.target == "view"]
+    result = _tensor(call)
+    if not viewers or result.stride() == replaced.stride():
+        return
+    with graph.inserting_after(call):
+        contiguous = graph.call_method("contiguous", (call,))
+    contiguous.meta["example_value"] = replaced
+    for user in viewers:
+        user.replace_input_with(call, contiguous)
+
+
 def fuse_attention(gm: GraphModule) -> list[str]:
     """Rewrite ``gm``'s attentions (see the module's docstring) as ``scaled_dot_product_attention`` calls; the names
     of the calls made."""
@@ -223,6 +270,7 @@ def fuse_attention(gm: GraphModule) -> list[str]:
                                        {"attn_mask": mask, "scale": match.scale})
         call.meta["example_value"] = result
         root.replace_all_uses_with(call)
+        _lay_out_for_views(graph, call, _tensor(root))
         for node in [*match.absorbed, match.key_transposed]:
             if not node.users and node.op in ("call_function", "call_method"):
                 graph.erase_node(node)
