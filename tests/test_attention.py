@@ -124,6 +124,13 @@ class OutputViewed(nn.Module):
         return out.view(out.shape[0], -1)
 
 
+class BatchedMatrixProducts(nn.Module):
+    """Attention over [B, S, D] written with torch.bmm."""
+
+    def forward(self, q, k, v):
+        return torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.25, dim=-1), v)
+
+
 class MaskScaledToo(nn.Module):
     """The mask added before the scale: the call's attn_mask would need scaling, so the ops are kept."""
 
@@ -213,6 +220,14 @@ def test_what_does_not_match_keeps_its_ops(case):
     kernels = [str(kernel) for graph in amk.explain(compiled, print_report=False).graphs
                for sub in graph.subgraphs for kernel in sub.kernels]
     assert any("softmax" in kernel for kernel in kernels), kernels
+
+
+def test_bmm_attention_runs_as_the_call():
+    q, k, v = random(3, 6, 8), random(3, 9, 8, seed=1), random(3, 9, 8, seed=2)
+    model = BatchedMatrixProducts()
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(q, k, v), model(q.double(), k.double(), v.double())) < 1e-5
+    assert SDPA in [node.target for node in pytorch_nodes(compiled)]
 
 
 def test_heads_split_by_a_transposed_view_and_viewed_after_the_call_are_correct():

@@ -9,7 +9,7 @@ never writes them. On an H100 (``benchmarks/NOTES.md``, fifty-first session) Hug
 0.12 ms through amk against torch.compile's 0.054, whose graph has this rewrite. The rewritten node runs in PyTorch
 and ``amk.explain`` lists it so.
 
-What matches: ``matmul(q, k.transpose(-2, -1))`` (or of any rhs, transposed back for the call), then optionally a
+What matches: ``matmul(q, k.transpose(-2, -1))`` or ``torch.bmm`` (of any rhs, transposed back for the call), then optionally a
 scale (``* c`` or ``/ c``, ``c`` a number), then optionally ``+ mask`` (a tensor of the query's dtype) or
 ``.masked_fill(mask, -inf)`` (a boolean mask: the call attends where it is False), ``softmax`` over the last dim
 (with ``dtype=torch.float32`` and a cast back to the query's dtype, or none), dropout in evaluation (an identity),
@@ -35,9 +35,10 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
 from amk.frontend.nodes import meta_value
-from amk.frontend.spellings import ADD, DIV, MATMUL, MUL, is_, spellings
+from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 
 SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
+PRODUCTS = MATMUL | BMM  # torch.bmm's attention too (amk does not fuse bmm itself)
 MASKED_FILL = spellings([torch.masked_fill], ["masked_fill"])
 DROPOUT = spellings([F.dropout], [])
 
@@ -113,7 +114,7 @@ def _mask_of(node: Node, scores: Node, query: torch.Tensor) -> Node | None:
 def _scores_chain(node, depth: int) -> list[Node] | None:
     """``[scores, op, ...]`` ending at ``node``: the scores' matmul, then up to ``depth`` ops (a scale, a mask) each
     reading the one before; None where ``node`` is not so made."""
-    if is_(node, MATMUL):
+    if is_(node, PRODUCTS):
         return [node]
     if depth == 0 or not isinstance(node, Node):
         return None
@@ -127,7 +128,7 @@ def _scores_chain(node, depth: int) -> list[Node] | None:
 
 def _match(root: Node) -> _Attention | None:
     """The attention whose last op is ``root`` (``probs @ v``), or None."""
-    if not is_(root, MATMUL) or root.kwargs or len(root.args) != 2:
+    if not is_(root, PRODUCTS) or root.kwargs or len(root.args) != 2:
         return None
     probs, value = root.args
     node, absorbed, casts = probs, [root], 0

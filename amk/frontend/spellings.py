@@ -37,6 +37,7 @@ RSQRT = spellings([torch.rsqrt], ["rsqrt"])
 SQRT = spellings([torch.sqrt], ["sqrt"])
 MATMUL = spellings([operator.matmul, torch.matmul, torch.mm], ["matmul", "mm", "__matmul__"])
 ADDMM = spellings([torch.addmm], ["addmm"])
+BMM = spellings([torch.bmm], ["bmm"])
 LINEAR = spellings([torch.nn.functional.linear, torch._C._nn.linear], [])
 RESHAPES = spellings([torch.reshape], ["view", "reshape"])
 
