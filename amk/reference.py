@@ -64,6 +64,7 @@ REFERENCE: dict[type[Operation], Callable] = {
     # The condition compared with zero: verification hands every input over as float64, a mask too.
     tensor_op.WhereOp: lambda op, cond, a, b: torch.where(cond != 0, a, b),
     tensor_op.MaskedFillOp: lambda op, x, mask: x.masked_fill(mask != 0, op.number),
+    tensor_op.CompareOp: lambda op, x: getattr(torch, op.predicate.data)(x, op.number),
     tensor_op.ReluOp: lambda op, x: F.relu(x),
     tensor_op.GeluOp: lambda op, x: F.gelu(x, approximate="tanh" if op.uses_tanh else "none"),
     tensor_op.SiluOp: lambda op, x: F.silu(x),

@@ -368,6 +368,51 @@ class MaskedFillOp(TensorOp):
             raise VerifyException(f"'{self.name}' value must be a number, got NaN")
 
 
+@irdl_op_definition
+class CompareOp(TensorOp):
+    """``input`` compared with a number, elementwise: a boolean tensor of its shape, PyTorch's ``x == 0`` (``eq``,
+    ``ne``, ``lt``, ``le``, ``gt``, ``ge``), as a mask that a ``where`` or ``masked_fill`` reads::
+
+        %keep = tensor_op.compare %bias {predicate = "eq", value = 0.000000e+00 : f64} :
+            !tensor_op.tensor<[1, 1, T, T], f32> -> !tensor_op.tensor<[1, 1, T, T], i1>
+
+    (nanoGPT's ``bias[:, :, :T, :T] == 0`` before its ``masked_fill``: the kernel then reads the buffer, not a mask
+    PyTorch computed on every call.) The input is a floating-point tensor; the value a number, not NaN."""
+
+    name = "tensor_op.compare"
+    PREDICATES: ClassVar[tuple[str, ...]] = ("eq", "ne", "lt", "le", "gt", "ge")
+    input = operand_def(TensorType)
+    predicate = prop_def(StringAttr)
+    value = prop_def(FloatAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($output)"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, input: SSAValue, predicate: str, value: float):
+        super().__init__(operands=[input], properties={"predicate": StringAttr(predicate),
+                                                       "value": FloatAttr(float(value), f64)},
+                         result_types=[TensorType(tensor_type(input).dims, i1)])
+
+    @property
+    def number(self) -> float:
+        return self.value.value.data
+
+    def infer_result_type(self) -> TensorType:
+        return TensorType(tensor_type(self.input).dims, i1)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.predicate.data not in self.PREDICATES:
+            raise VerifyException(f"'{self.name}' predicate must be one of {', '.join(self.PREDICATES)}, got "
+                                  f"{self.predicate.data!r}")
+        if not isinstance(tensor_type(self.input).element_type, AnyFloat):
+            raise VerifyException(f"'{self.name}' compares floating-point tensors, got "
+                                  f"{tensor_type(self.input).element_type}")
+        if math.isnan(self.number):
+            raise VerifyException(f"'{self.name}' value must be a number, got NaN")
+
+
 class ElementwiseUnaryOp(TensorOp):
     """Elementwise unary op; the result has the operand's type. Subclasses set ``name`` and their parameters."""
 
@@ -763,7 +808,7 @@ class FusedOp(IRDLOperation):
 
 
 TENSOR_OP_OPS = [
-    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp,
+    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,

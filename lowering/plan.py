@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from xdsl.dialects.builtin import i1
 from xdsl.ir import Operation, SSAValue
 
 from amk.dialects import tensor_op
@@ -407,6 +408,8 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
                              "of its matrices would write it)")
         if value not in main.value_class and value not in {m.output for m in matmuls}:
             raise NotFusable("a prologue value cannot be a kernel output")
+        if value.type.element_type == i1:
+            raise NotFusable("a boolean value (a comparison's mask) cannot be a kernel output: kernels read masks")
     materialized = _materialized_value(main, matmuls) if matmul is not None else None
     return GroupPlan(list(ops), inputs, list(outputs), matmul, prologue, main, materialized, input_class, contraction,
                      matmuls)

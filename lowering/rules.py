@@ -158,6 +158,15 @@ def _masked_fill(b: TileBuilder, op: tensor_op.MaskedFillOp, x, mask):
     return b.select(b.binary("ne", mask, 0.0), op.number, x)
 
 
+@register_elementwise(tensor_op.CompareOp)
+def _compare(b: TileBuilder, op: tensor_op.CompareOp, x):
+    # x as PyTorch holds it (a 16-bit value computed in the kernel rounded, as the cast rule rounds; a loaded one
+    # is exact), then 1.0 where the comparison holds, as a mask's loaded tile holds it (a where or masked_fill
+    # compares it with 0)
+    rounded = b.cast(b.cast(x, tensor_op.tensor_type(op.input).element_type), f32)
+    return b.select(b.binary(op.predicate.data, rounded, op.number), 1.0, 0.0)
+
+
 @register_elementwise(tensor_op.ReluOp)
 def _relu(b: TileBuilder, op, x):
     return b.maximum(x, 0.0)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, i1
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator
@@ -92,7 +92,9 @@ class _Grouping:
             return False
         return True
 
-    def try_add(self, group: list[Operation], op: Operation) -> bool:
+    def joins_without_cycle(self, group: list[Operation], op: Operation) -> bool:
+        """Whether ``op`` may join ``group`` as far as the program's order goes: not formed elsewhere, with a lowering
+        rule, and no path between them through ops outside the group (that would be a cycle)."""
         if op in self.formed or op in group or rules.kind_of(op) is None:
             return False
         members = set(group)
@@ -100,13 +102,29 @@ class _Grouping:
         outside_operands = [v for v in op.operands if v not in produced]
         if any(self.depends_on(v, members) for v in outside_operands):
             return False
-        # Nor may a member depend on the new op through ops outside the group (that would be a cycle).
+        # Nor may a member depend on the new op through ops outside the group.
         produced |= set(op.results)
-        if any(self.depends_on(v, {op}) for member in group for v in member.operands if v not in produced):
-            return False
-        if not self.legal(group + [op]):
+        return not any(self.depends_on(v, {op}) for member in group for v in member.operands if v not in produced)
+
+    def try_add(self, group: list[Operation], op: Operation) -> bool:
+        if not self.joins_without_cycle(group, op) or not self.legal(group + [op]):
             return False
         group.append(op)
+        return True
+
+    def try_add_mask(self, group: list[Operation], op: Operation) -> bool:
+        """A comparison's mask joins with its readers, or not at all: a kernel writes no mask, so the group with the
+        comparison alone is never legal (nanoGPT's ``bias == 0`` and its masked_fill)."""
+        if not any(result.type.element_type == i1 for result in op.results):
+            return False
+        trial = list(group)
+        for new in [op, *dict.fromkeys(use.operation for result in op.results for use in result.uses)]:
+            if not self.joins_without_cycle(trial, new):
+                return False
+            trial.append(new)
+        if not self.legal(trial):
+            return False
+        group[:] = trial
         return True
 
     def absorb_prologue(self, group: list[Operation], matmul: tensor_op.MatmulOp) -> None:
@@ -154,7 +172,8 @@ class _Grouping:
             changed = False
             produced = {r for op in group for r in op.results}
             for op in candidates:
-                if any(v in produced for v in op.operands) and self.try_add(group, op):
+                if any(v in produced for v in op.operands) and (self.try_add(group, op)
+                                                                 or self.try_add_mask(group, op)):
                     changed = True
                     break
 

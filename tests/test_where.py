@@ -1,7 +1,8 @@
 """``torch.where`` and ``masked_fill`` (``tensor_op.where``): the scores of causal attention masked as nanoGPT and
 Hugging Face's GPT-2 write it, a mask in a GEMM's epilogue, selections between tensors and numbers, their gradients.
-The boolean mask is computed by PyTorch and read by the kernel; a causal mask ``[1, 1, T, T]`` over a batched
-matmul's scores is one matrix that every batch index reads."""
+A boolean mask computed by PyTorch is read by the kernel; one that compares a tensor with a number
+(``tensor_op.compare``: nanoGPT's ``bias == 0``) is computed in the kernel from that tensor; a causal mask
+``[1, 1, T, T]`` over a batched matmul's scores is one matrix that every batch index reads."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ class NanoGPTAttention(torch.nn.Module):
 
 def test_nanogpts_causal_mask_is_read_by_the_attention_kernel():
     """The masked_fill was a PyTorch op between two kernels (the scores written out, masked, read back); it is now
-    a select in the scores' kernel, the mask [1, 1, T, T] read there at every batch index and head (amk's kernels:
-    by default the attention runs as PyTorch's fused attention, tests/test_attention.py)."""
+    a select in the scores' kernel, and the buffer's comparison with 0 too: the buffer's slice [1, 1, T, T] read
+    there at every batch index and head (amk's kernels: by default the attention runs as PyTorch's fused attention,
+    tests/test_attention.py)."""
     model = NanoGPTAttention().to(DEVICE)
     compiled = amk.compile(model, autotune=False, sdpa_attention=False)
     generator = torch.Generator().manual_seed(0)
@@ -49,8 +51,9 @@ def test_nanogpts_causal_mask_is_read_by_the_attention_kernel():
         q, k, v = (torch.randn(batch, 2, length, 16, generator=generator).to(DEVICE) for _ in range(3))
         torch.testing.assert_close(compiled(q, k, v), model(q, k, v), atol=1e-5, rtol=1e-5)
     nodes, kernels, pytorch = kernels_and_pytorch(compiled)
-    assert nodes == [["transpose", "matmul", "att", "att_1", "softmax", "matmul_1"]] and kernels == [2], nodes
-    assert "att_1" not in pytorch  # the masked_fill; the mask's slice and comparison stay in PyTorch
+    assert nodes == [["transpose", "matmul", "att", "eq", "att_1", "softmax", "matmul_1"]] and kernels == [2], nodes
+    assert "att_1" not in pytorch and "eq" not in pytorch  # the masked_fill and the comparison; the slice, a view,
+    # stays in PyTorch
 
 
 def dumped(directory, pattern: str) -> str:
@@ -304,3 +307,34 @@ def test_a_slice_length_the_guards_pin_to_a_number_is_read_as_it():
     sliced = Max(0, -Min(64, past) + Min(64, past + 1))
     shape_env.evaluate_expr(sympy.Eq(sliced, 1), hint=True)  # the guard the slice's broadcast records
     assert dim_of(shape_env.create_symintnode(cached + sliced, hint=10)) == Dim(str(cached + 1))
+
+
+class Comparisons(torch.nn.Module):
+    """Masks made by comparing with a number (``tensor_op.compare``): on either side, several predicates, one
+    returned as well; the sum compared is fp16, rounded by PyTorch before the comparison (1 + 2**-12 is 1 in fp16, not
+    in fp32), and the sum and its comparison are one kernel with the selections (a comparison joins the group with
+    its readers)."""
+
+    def forward(self, x, y):
+        total = x + y
+        positive = 0 < x
+        out = torch.where(positive, x, y).masked_fill(total == 1.0, 5.0).masked_fill(x.le(-1.0), -5.0)
+        return out.masked_fill(torch.ge(y, 2.0) | (x != x), 7.0), positive
+
+
+def test_masks_compared_with_numbers_are_computed_in_the_kernel():
+    model = Comparisons()
+    compiled = amk.compile(model, autotune=False)
+    generator = torch.Generator().manual_seed(5)
+    for rows in (3, 6):
+        x, y = (torch.randn(rows, 32, generator=generator).to(DEVICE, torch.float16) for _ in range(2))
+        x[0, :4], y[0, :4] = 1.0, 2.0 ** -12  # their fp16 sum is 1.0
+        expected = model(x, y)
+        got = compiled(x, y)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert (got[0][0, :4] == 5.0).all()
+    nodes, kernels, pytorch = kernels_and_pytorch(compiled)
+    assert kernels == [1] and {"total", "eq", "le"} <= set(nodes[0]), (nodes, pytorch)
+    # masks read outside the kernel (returned; combined by |, which amk does not fuse) and x != x (two tensors) stay
+    # PyTorch's: kernels write no masks
+    assert {"positive", "ge", "ne"} <= set(pytorch), pytorch

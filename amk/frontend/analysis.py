@@ -14,7 +14,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.operator_schemas import normalize_function
 from xdsl.utils.exceptions import VerifyException
 
-from amk.frontend.converters import ALTERNATIVES, CONVERTERS
+from amk.frontend.converters import ALTERNATIVES, COMPARISONS, CONVERTERS
 from amk.frontend.importer import ScalarResolver, SubgraphImporter
 from amk.frontend.nodes import Unsupported, describe_target
 from amk.frontend.patterns import Pattern, match_patterns
@@ -204,4 +204,9 @@ def analyze(gm: GraphModule, resolve_scalar: ScalarResolver | None = None) -> An
                     analysis.reject(node, f"{describe_target(node)} has no tensor_op equivalent (a weight's "
                                           "transpose is only read as the rhs of a fused matmul)")
                     changed = True
+            elif info.supported and key_of(node) in COMPARISONS and not all(
+                    analysis.infos.get(u) is not None and analysis.infos[u].supported for u in node.users):
+                analysis.reject(node, "its mask is read outside the fused ops, and kernels write no masks (a "
+                                      "comparison fuses where a where or masked_fill reads it)")
+                changed = True
     return analysis

@@ -229,3 +229,16 @@ func.func @fused_single(%x : !tensor_op.tensor<[cdiv(N, 64)*64], f32>) -> !tenso
 // CHECK-NEXT:  }
 // CHECK-NEXT:  func.return %0 : !tensor_op.tensor<[64*cdiv(N, 64)], f32>
 // CHECK-NEXT:  }
+
+// -----
+
+// nanoGPT's mask: its tril buffer compared with 0, then a masked_fill of -inf.
+func.func @causal_mask(%scores : !tensor_op.tensor<[B, H, T, T], f32>, %bias : !tensor_op.tensor<[1, 1, T, T], f32>) -> !tensor_op.tensor<[B, H, T, T], f32> {
+  %0 = tensor_op.compare %bias {predicate = "eq", value = 0.000000e+00 : f64} : !tensor_op.tensor<[1, 1, T, T], f32> -> !tensor_op.tensor<[1, 1, T, T], i1>
+  %1 = tensor_op.masked_fill %scores, %0 {value = 0xFFF0000000000000 : f64} : (!tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1, 1, T, T], i1>) -> !tensor_op.tensor<[B, H, T, T], f32>
+  func.return %1 : !tensor_op.tensor<[B, H, T, T], f32>
+}
+
+// CHECK:       func.func @causal_mask(
+// CHECK-NEXT:  %0 = tensor_op.compare %bias {predicate = "eq", value = 0.000000e+00 : f64} : !tensor_op.tensor<[1, 1, T, T], f32> -> !tensor_op.tensor<[1, 1, T, T], i1>
+// CHECK-NEXT:  %1 = tensor_op.masked_fill %scores, %0

@@ -503,3 +503,40 @@ func.func @masked_fill_of_a_mask(%x : !tensor_op.tensor<[M, 64], i1>, %m : !tens
 }
 
 // CHECK: {{^}}'tensor_op.masked_fill' fills floating-point tensors, got i1
+
+// -----
+
+func.func @compare_predicate(%x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.compare %x {predicate = "is", value = 0.0 : f64} : !tensor_op.tensor<[M, 64], f32> -> !tensor_op.tensor<[M, 64], i1>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.compare' predicate must be one of eq, ne, lt, le, gt, ge, got 'is'
+
+// -----
+
+func.func @compare_nan(%x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.compare %x {predicate = "eq", value = 0x7ff8000000000000 : f64} : !tensor_op.tensor<[M, 64], f32> -> !tensor_op.tensor<[M, 64], i1>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.compare' value must be a number, got NaN
+
+// -----
+
+func.func @compare_a_mask(%x : !tensor_op.tensor<[M, 64], i1>) {
+  %0 = tensor_op.compare %x {predicate = "eq", value = 0.0 : f64} : !tensor_op.tensor<[M, 64], i1> -> !tensor_op.tensor<[M, 64], i1>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.compare' compares floating-point tensors, got i1
+
+// -----
+
+func.func @compare_result_type(%x : !tensor_op.tensor<[M, 64], f32>) {
+  %0 = tensor_op.compare %x {predicate = "lt", value = 0.0 : f64} : !tensor_op.tensor<[M, 64], f32> -> !tensor_op.tensor<[M, 64], f32>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.compare' result element type f32 should be i1
+
