@@ -320,6 +320,15 @@ class WhereOp(TensorOp):
         return TensorType(broadcast_dims(cond.dims, values.dims, f"'{self.name}'"), values.element_type)
 
 
+def _check_number_on_floats(op: MaskedFillOp | CompareOp, verb: str) -> None:
+    """The checks of an op that applies a number literal to a floating-point ``input``: masked_fill, compare."""
+    element_type = tensor_type(op.input).element_type
+    if not isinstance(element_type, AnyFloat):
+        raise VerifyException(f"'{op.name}' {verb} floating-point tensors, got {element_type}")
+    if math.isnan(op.number):
+        raise VerifyException(f"'{op.name}' value must be a number, got NaN")
+
+
 @irdl_op_definition
 class MaskedFillOp(TensorOp):
     """``input`` with ``value`` where ``mask`` (a boolean tensor) is true, with broadcasting, PyTorch's
@@ -362,10 +371,7 @@ class MaskedFillOp(TensorOp):
 
     def verify_(self) -> None:
         super().verify_()
-        if not isinstance(tensor_type(self.input).element_type, AnyFloat):
-            raise VerifyException(f"'{self.name}' fills floating-point tensors, got {tensor_type(self.input).element_type}")
-        if math.isnan(self.number):
-            raise VerifyException(f"'{self.name}' value must be a number, got NaN")
+        _check_number_on_floats(self, "fills")
 
 
 @irdl_op_definition
@@ -406,11 +412,7 @@ class CompareOp(TensorOp):
         if self.predicate.data not in self.PREDICATES:
             raise VerifyException(f"'{self.name}' predicate must be one of {', '.join(self.PREDICATES)}, got "
                                   f"{self.predicate.data!r}")
-        if not isinstance(tensor_type(self.input).element_type, AnyFloat):
-            raise VerifyException(f"'{self.name}' compares floating-point tensors, got "
-                                  f"{tensor_type(self.input).element_type}")
-        if math.isnan(self.number):
-            raise VerifyException(f"'{self.name}' value must be a number, got NaN")
+        _check_number_on_floats(self, "compares")
 
 
 class ElementwiseUnaryOp(TensorOp):
