@@ -5,7 +5,8 @@ of the same lhs, such as the gate and up projections of a SwiGLU MLP; it then gr
 residual, activation, a row reduction and what follows it), then any remaining elementwise op or row reduction
 (standalone chains). A group also takes in the elementwise ops that compute its members' other operands where it
 alone reads them, such as autocast's cast of a bias, wherever the program computes them: the kernel computes them on
-each tile. An op joins a group only
+each tile. A comparison's mask (``tensor_op.compare``, an ``i1`` value) joins a group together with its readers: a
+kernel writes no mask. An op joins a group only
 if :func:`amk.lowering.plan.plan_group` can still lower the group to one kernel, and only if that creates no cycle
 with ops left outside. A group value used outside the group becomes a result of the fused op, so fusion never
 changes what the program computes.
