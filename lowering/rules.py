@@ -160,9 +160,9 @@ def _masked_fill(b: TileBuilder, op: tensor_op.MaskedFillOp, x, mask):
 
 @register_elementwise(tensor_op.CompareOp)
 def _compare(b: TileBuilder, op: tensor_op.CompareOp, x):
-    # x as PyTorch holds it (a 16-bit value computed in the kernel rounded, as the cast rule rounds; a loaded one
-    # is exact), then 1.0 where the comparison holds, as a mask's loaded tile holds it (a where or masked_fill
-    # compares it with 0)
+    # x rounded to its dtype, as PyTorch holds one op's result (the cast rule's rounding; a loaded x is exact; the ops
+    # before it keep fp32 between them, as in every fused chain), then 1.0 where the comparison holds, as a mask's
+    # loaded tile holds it (a where or masked_fill compares it with 0)
     rounded = b.cast(b.cast(x, tensor_op.tensor_type(op.input).element_type), f32)
     return b.select(b.binary(op.predicate.data, rounded, op.number), 1.0, 0.0)
 

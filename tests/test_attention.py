@@ -181,6 +181,19 @@ def test_nanogpts_causal_masked_fill_is_the_calls_boolean_mask():
     assert SDPA in targets and "torch.logical_not" in targets and "F.softmax" not in targets
 
 
+def test_a_first_batch_of_one_compiles_once_for_every_batch():
+    """The call's fake run at the trace checked its batch of 1 and guarded it (a recompile at the next batch, a
+    helper's hunt); it installs no guard now."""
+    model = CausalSelfAttention().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for batch, tokens in ((1, 5), (3, 9), (8, 16)):
+        x = random(batch, tokens, 32, seed=batch)
+        assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 1
+    assert SDPA in [node.target for node in pytorch_nodes(compiled)]
+
+
 def test_an_fp32_softmax_cast_back_is_part_of_the_call():
     q, k, v = random(2, 2, 6, 8), random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2)
     mask = torch.zeros(2, 1, 6, 9, device=DEVICE)

@@ -218,7 +218,12 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
     (the constants they make are fake too), or None where the call refuses its operands (its shape checks) or gives
     another shape (a mask broadcasting the scores to more dims): the ops are then kept."""
     query = _tensor(match.query)
-    with getattr(query, "fake_mode", None) or contextlib.nullcontext():
+    fake_mode = getattr(query, "fake_mode", None)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    # No guards from the call's own checks: a batch of 1 at the trace would be guarded equal to 1 (a recompile at the
+    # next batch), where the ops it replaces guard nothing of it.
+    with fake_mode or contextlib.nullcontext(), \
+            shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         keys = _tensor(key) if key is not None else _tensor(match.key_transposed).transpose(-2, -1)
         mask = _tensor(match.mask)
         if mask is not None and mask.dtype == torch.bool:
