@@ -124,6 +124,14 @@ class OutputViewed(nn.Module):
         return out.view(out.shape[0], -1)
 
 
+class KeptByWhere(nn.Module):
+    """Scores kept where a boolean mask is True, -inf elsewhere, by torch.where: the call's own mask convention."""
+
+    def forward(self, q, k, v, keep):
+        scores = torch.where(keep, q @ k.transpose(-2, -1) * 0.25, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+
 class BatchedMatrixProducts(nn.Module):
     """Attention over [B, S, D] written with torch.bmm."""
 
@@ -233,6 +241,17 @@ def test_what_does_not_match_keeps_its_ops(case):
     kernels = [str(kernel) for graph in amk.explain(compiled, print_report=False).graphs
                for sub in graph.subgraphs for kernel in sub.kernels]
     assert any("softmax" in kernel for kernel in kernels), kernels
+
+
+def test_a_torch_where_mask_is_the_calls_mask_as_it_is():
+    q, k, v = random(2, 2, 6, 8), random(2, 2, 9, 8, seed=1), random(2, 2, 9, 8, seed=2)
+    keep = torch.ones(2, 1, 6, 9, dtype=torch.bool, device=DEVICE)
+    keep[0, ..., 5:] = False
+    model = KeptByWhere()
+    compiled = amk.compile(model, autotune=False)
+    assert relative_error(compiled(q, k, v, keep), model(q.double(), k.double(), v.double(), keep)) < 1e-5
+    targets = [node.target for node in pytorch_nodes(compiled)]
+    assert SDPA in targets and "torch.logical_not" not in targets
 
 
 def test_bmm_attention_runs_as_the_call():

@@ -11,7 +11,8 @@ and ``amk.explain`` lists it so.
 
 What matches: ``matmul(q, k.transpose(-2, -1))`` or ``torch.bmm`` (of any rhs, transposed back for the call), then optionally a
 scale (``* c`` or ``/ c``, ``c`` a number), then optionally ``+ mask`` (a tensor of the query's dtype) or
-``.masked_fill(mask, -inf)`` (a boolean mask: the call attends where it is False), ``softmax`` over the last dim
+``.masked_fill(mask, -inf)`` (a boolean mask: the call attends where it is False) or ``torch.where(keep, scores,
+-inf)`` (the call attends where ``keep`` is True), ``softmax`` over the last dim
 (with ``dtype=torch.float32`` and a cast back to the query's dtype, or none), dropout in evaluation (an identity),
 and ``matmul(probs, v)``; q, k and v of one dtype and the same leading dims, a mask that broadcasts to the scores
 without growing them; every intermediate value read by the next op only (a model that returns the probabilities
@@ -40,6 +41,7 @@ from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
 PRODUCTS = MATMUL | BMM  # torch.bmm's attention too (amk does not fuse bmm itself)
 MASKED_FILL = spellings([torch.masked_fill], ["masked_fill"])
+WHERE = spellings([torch.where], [])
 DROPOUT = spellings([F.dropout], [])
 
 
@@ -53,6 +55,7 @@ class _Attention:
     mask: Node | None
     scale: float
     absorbed: list[Node]
+    fills_where_true: bool = False  # a boolean mask marking the filled scores (masked_fill's), which the call negates
 
 
 def _only_user(node: Node) -> Node | None:
@@ -95,20 +98,25 @@ def _softmax_over_last_dim(node: Node) -> bool:
             and node.kwargs.get("dtype") in (None, torch.float32))
 
 
-def _mask_of(node: Node, scores: Node, query: torch.Tensor) -> Node | None:
-    """The mask of ``node`` where it masks ``scores``: an additive mask (``scores + mask``) of the query's dtype, or a
-    boolean ``masked_fill(mask, -inf)``'s (which the call takes negated); None where ``node`` is no mask."""
+def _mask_of(node: Node, scores: Node, query: torch.Tensor) -> tuple[Node, bool] | None:
+    """The mask of ``node`` where it masks ``scores``, and whether it marks the filled scores: an additive mask
+    (``scores + mask``) of the query's dtype; a boolean ``masked_fill(mask, -inf)``'s (marking them: the call takes it
+    negated) or ``torch.where(keep, scores, -inf)``'s (marking the kept ones, as the call does); None where ``node``
+    is no mask."""
     if is_(node, ADD) and len(node.args) == 2 and not node.kwargs:
         lhs, rhs = node.args
         mask = rhs if lhs is scores else lhs if rhs is scores else None
         tensor = _tensor(mask)
-        return mask if tensor is not None and tensor.dtype == query.dtype else None
+        return (mask, False) if tensor is not None and tensor.dtype == query.dtype else None
     if is_(node, MASKED_FILL) and len(node.args) == 3 and not node.kwargs and node.args[0] is scores:
-        mask, fill = node.args[1], node.args[2]
-        tensor = _tensor(mask)
-        if tensor is not None and tensor.dtype == torch.bool and fill == -math.inf:
-            return mask
-    return None
+        mask, fill, fills_where_true = node.args[1], node.args[2], True
+    elif is_(node, WHERE) and len(node.args) == 3 and not node.kwargs and node.args[1] is scores:
+        mask, fill, fills_where_true = node.args[0], node.args[2], False
+    else:
+        return None
+    tensor = _tensor(mask)
+    return (mask, fills_where_true) if tensor is not None and tensor.dtype == torch.bool and fill == -math.inf \
+        else None
 
 
 def _scores_chain(node, depth: int) -> list[Node] | None:
@@ -118,7 +126,8 @@ def _scores_chain(node, depth: int) -> list[Node] | None:
         return [node]
     if depth == 0 or not isinstance(node, Node):
         return None
-    reads = node.args[:2] if is_(node, ADD) or is_(node, MUL) else node.args[:1] if is_(node, DIV | MASKED_FILL) else ()
+    reads = (node.args[:2] if is_(node, ADD | MUL) else node.args[:1] if is_(node, DIV | MASKED_FILL)
+             else node.args[1:2] if is_(node, WHERE) else ())
     for operand in reads:
         chain = _scores_chain(operand, depth - 1)
         if chain is not None:
@@ -162,7 +171,7 @@ def _match(root: Node) -> _Attention | None:
     output = _tensor(root)
     if output is None or output.dtype != q.dtype or _tensor(node).dtype not in (q.dtype, torch.float32):
         return None
-    scale, mask, previous = 1.0, None, scores
+    scale, mask, fills_where_true, previous = 1.0, None, False, scores
     for op in chain:
         if _only_user(previous) is not op:
             return None
@@ -173,14 +182,14 @@ def _match(root: Node) -> _Attention | None:
             found = _mask_of(op, previous, q)
             if found is None or mask is not None:
                 return None
-            mask = found
+            mask, fills_where_true = found
         previous = op
     if _only_user(previous) is not node or (mask is not None and not _broadcasts_to(_tensor(mask), _tensor(scores))):
         return None
     absorbed += [*reversed(chain), scores]
     if _mutated_between(scores, root):
         return None
-    return _Attention(query, key_transposed, value, mask, scale, absorbed)
+    return _Attention(query, key_transposed, value, mask, scale, absorbed, fills_where_true)
 
 
 def _broadcasts_to(mask: torch.Tensor, scores: torch.Tensor) -> bool:
@@ -226,7 +235,7 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
             shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         keys = _tensor(key) if key is not None else _tensor(match.key_transposed).transpose(-2, -1)
         mask = _tensor(match.mask)
-        if mask is not None and mask.dtype == torch.bool:
+        if match.fills_where_true:
             mask = torch.logical_not(mask)
         try:
             result = F.scaled_dot_product_attention(query, keys, _tensor(match.value), attn_mask=mask,
@@ -269,7 +278,7 @@ def fuse_attention(gm: GraphModule) -> list[str]:
                 key = graph.call_method("transpose", (match.key_transposed, -2, -1))
                 key.meta["example_value"] = keys_value
             mask = match.mask
-            if mask is not None and mask_value.dtype == torch.bool:  # negated: where the call attends
+            if match.fills_where_true:  # negated: where the call attends
                 mask = graph.call_function(torch.logical_not, (mask,))
                 mask.meta["example_value"] = mask_value
             call = graph.call_function(F.scaled_dot_product_attention, (match.query, key, match.value),
