@@ -63,7 +63,8 @@ REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.MinimumOp: lambda op, a, b: torch.minimum(a, b),
     # The condition compared with zero: verification hands every input over as float64, a mask too.
     tensor_op.WhereOp: lambda op, cond, a, b: torch.where(cond != 0, a, b),
-    tensor_op.MaskedFillOp: lambda op, x, mask: x.masked_fill(mask != 0, op.number),
+    tensor_op.MaskedFillOp: lambda op, x, mask: x.masked_fill((mask == 0) if op.fill_where_false else (mask != 0),
+                                                              op.number),
     tensor_op.CompareOp: lambda op, x: getattr(torch, op.predicate.data)(x, op.number),
     tensor_op.ReluOp: lambda op, x: F.relu(x),
     tensor_op.GeluOp: lambda op, x: F.gelu(x, approximate="tanh" if op.uses_tanh else "none"),

@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TypeAttribute,
+    UnitAttr,
     f64,
     i1,
     i64,
@@ -293,9 +294,10 @@ class WhereOp(TensorOp):
         %s = tensor_op.where %causal, %scores, %neg_inf : (!tensor_op.tensor<[1, 1, T, T], i1>,
             !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1], f32>) -> !tensor_op.tensor<[B, H, T, T], f32>
 
-    (``torch.where``, and ``masked_fill`` of a tensor value: ``x.masked_fill(mask, v)`` is ``where(mask, v, x)``; a
-    number there is ``tensor_op.masked_fill``'s literal, while a number in the false branch,
-    ``torch.where(valid, x, float("-inf"))``, stays a one-element operand such as ``%neg_inf`` here.)"""
+    (``torch.where`` of two tensors, and ``masked_fill`` of a tensor value: ``x.masked_fill(mask, v)`` is
+    ``where(mask, v, x)``; a number in either branch is ``tensor_op.masked_fill``'s literal, ``fill_where_false`` for
+    the false one, ``torch.where(valid, x, float("-inf"))``; an op's one-element operand, such as ``%neg_inf`` here,
+    is a tensor of one element.)"""
 
     name = "tensor_op.where"
     cond = operand_def(TensorType)
@@ -338,8 +340,9 @@ class MaskedFillOp(TensorOp):
         %s = tensor_op.masked_fill %scores, %causal {value = 0xfff0000000000000 : f64} : (
             !tensor_op.tensor<[B, H, T, T], f32>, !tensor_op.tensor<[1, 1, T, T], i1>) -> !tensor_op.tensor<[B, H, T, T], f32>
 
-    ``tensor_op.where`` with the number as a one-element operand computes the same; a literal lets passes see it (a
-    ``-inf`` fill before a softmax keeps the scores' scale foldable, ``amk-fold-exponent-scales``). The input is a
+    ``fill_where_false`` fills where the mask is false instead: ``torch.where(keep, x, value)``. ``tensor_op.where``
+    with the number as a one-element operand computes the same; a literal lets passes see it (a ``-inf`` fill before a
+    softmax keeps the scores' scale foldable, ``amk-fold-exponent-scales``). The input is a
     floating-point tensor; the kernels select in fp32 and round at the store, so a value past the element type's
     range is its infinity (the amk.compile front end rounds the number to the result's dtype first, as PyTorch
     fills it)."""
@@ -348,13 +351,17 @@ class MaskedFillOp(TensorOp):
     input = operand_def(TensorType)
     mask = operand_def(TensorType)
     value = prop_def(FloatAttr)
+    fill_where_false = opt_prop_def(UnitAttr)
     output = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "$input `,` $mask attr-dict `:` `(` type($input) `,` type($mask) `)` `->` type($output)"
     irdl_options = (ParsePropInAttrDict(),)
 
-    def __init__(self, input: SSAValue, mask: SSAValue, value: float):
-        super().__init__(operands=[input, mask], properties={"value": FloatAttr(float(value), f64)},
+    def __init__(self, input: SSAValue, mask: SSAValue, value: float, fill_where_false: bool = False):
+        properties = {"value": FloatAttr(float(value), f64)}
+        if fill_where_false:
+            properties["fill_where_false"] = UnitAttr()
+        super().__init__(operands=[input, mask], properties=properties,
                          result_types=[self.filled_type(tensor_type(input), tensor_type(mask))])
 
     @property

@@ -155,6 +155,8 @@ def _where(b: TileBuilder, op, cond, x, y):
 
 @register_elementwise(tensor_op.MaskedFillOp)
 def _masked_fill(b: TileBuilder, op: tensor_op.MaskedFillOp, x, mask):
+    if op.fill_where_false is not None:
+        return b.select(b.binary("ne", mask, 0.0), x, op.number)
     return b.select(b.binary("ne", mask, 0.0), op.number, x)
 
 

@@ -338,3 +338,25 @@ def test_masks_compared_with_numbers_are_computed_in_the_kernel():
     # masks read outside the kernel (returned; combined by |, which amk does not fuse) and x != x (two tensors) stay
     # PyTorch's: kernels write no masks
     assert {"positive", "ge", "ne"} <= set(pytorch), pytorch
+
+
+class KeptScores(torch.nn.Module):
+    """The scores kept where a mask is true, -inf elsewhere, with torch.where: the number is in the false branch."""
+
+    def forward(self, q, k, keep):
+        return torch.softmax(torch.where(keep, q @ k.transpose(-2, -1) * 0.25, float("-inf")), dim=-1)
+
+
+def test_a_number_in_wheres_false_branch_is_a_literal_fill(tmp_path):
+    """torch.where(keep, x, -inf) is a masked_fill where the mask is false (fill_where_false): its -inf is a literal
+    that amk-fold-exponent-scales sees, as masked_fill(~keep, -inf)'s (it was a one-element operand)."""
+    model = KeptScores()
+    compiled = amk.compile(model, autotune=False, dump_ir=tmp_path)
+    generator = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(2, 2, 6, 16, generator=generator).to(DEVICE, torch.float16) for _ in range(2))
+    keep = (torch.rand(2, 1, 6, 6, generator=generator) > 0.3).to(DEVICE)
+    keep[..., 0] = True  # no row masked whole
+    torch.testing.assert_close(compiled(q, k, keep), model(q, k, keep), atol=1e-3, rtol=1e-3)
+    _, kernels, _ = kernels_and_pytorch(compiled)
+    assert kernels == [1]
+    assert "fill_where_false" in dumped(tmp_path, "00-input.mlir") and "exp2(" in dumped(tmp_path, "fused_*.py")

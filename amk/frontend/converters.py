@@ -135,14 +135,6 @@ def _minimum(b, node):
     return b.add(tensor_op.MinimumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
 
 
-def _where_value(b, value, dtype: torch.dtype) -> SSAValue:
-    """A branch of a ``tensor_op.where`` (not a ``masked_fill``): a tensor cast to the result's dtype, or a number as
-    a one-element constant operand (an infinite one taken, see :func:`_fill_number`)."""
-    if b.is_tensor(value):
-        return b.tensor(value, dtype)
-    return b.constant(_fill_number(b, value), dtype)
-
-
 def _fill_number(b, value) -> float:
     """A number that fills a selection: unlike an arithmetic operand, an infinite one is taken
     (``masked_fill(mask, float("-inf"))`` before a softmax); NaN is not (the selection then runs in PyTorch), as no
@@ -158,13 +150,14 @@ def _where(b, condition, true_value, false_value, node) -> SSAValue:
     if not (b.is_tensor(true_value) or b.is_tensor(false_value)):
         raise Unsupported("no tensor operand besides the condition")
     dtype = _result_dtype(node)
-    if b.is_tensor(false_value) and not b.is_tensor(true_value):
-        # where(mask, number, x) is x.masked_fill(mask, number): the number a literal that passes see, rounded to
-        # the result's dtype as PyTorch fills it
-        number = float(torch.tensor(_fill_number(b, true_value), dtype=dtype))
-        return b.add(tensor_op.MaskedFillOp(b.tensor(false_value, dtype), b.tensor(condition), number))
-    return b.add(tensor_op.WhereOp(b.tensor(condition), _where_value(b, true_value, dtype),
-                                   _where_value(b, false_value, dtype)))
+    if b.is_tensor(false_value) != b.is_tensor(true_value):
+        # where(mask, number, x) is x.masked_fill(mask, number), where(mask, x, number) the same filling where the
+        # mask is false: the number a literal that passes see, rounded to the result's dtype as PyTorch fills it
+        tensor, number = (false_value, true_value) if b.is_tensor(false_value) else (true_value, false_value)
+        number = float(torch.tensor(_fill_number(b, number), dtype=dtype))
+        return b.add(tensor_op.MaskedFillOp(b.tensor(tensor, dtype), b.tensor(condition), number,
+                                            fill_where_false=b.is_tensor(true_value)))
+    return b.add(tensor_op.WhereOp(b.tensor(condition), b.tensor(true_value, dtype), b.tensor(false_value, dtype)))
 
 
 @register(spellings([torch.where], ["where"]), "where")
