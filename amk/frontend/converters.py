@@ -177,27 +177,24 @@ def _masked_fill(b, node):
     return _where(b, a["mask"], a["value"], a["input"], node)
 
 
-# x < 0 and its spellings; a number on the left swaps the predicate (0 < x is x > 0)
-_COMPARISONS = {"eq": (operator.eq, torch.eq, "eq"), "ne": (operator.ne, torch.ne, "ne"),
-                "lt": (operator.lt, torch.lt, "lt"), "le": (operator.le, torch.le, "le"),
-                "gt": (operator.gt, torch.gt, "gt"), "ge": (operator.ge, torch.ge, "ge")}
+# x < 0 and its spellings (operator's, torch's, the methods); a number on the left swaps the predicate (0 < x is x > 0)
+_COMPARISONS = {predicate: spellings([getattr(operator, predicate), getattr(torch, predicate)],
+                                     [predicate, f"__{predicate}__"])
+                for predicate in ("eq", "ne", "lt", "le", "gt", "ge")}
 _SWAPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
-# their spellings: the analysis keeps their masks within the fused ops
-COMPARISONS = frozenset().union(*(spellings([function, torch_function], [method, f"__{method}__"])
-                                  for function, torch_function, method in _COMPARISONS.values()))
+COMPARISONS = frozenset().union(*_COMPARISONS.values())  # the analysis keeps their masks within the fused ops
 
 
 def _comparison(predicate: str):
-    function, torch_function, method = _COMPARISONS[predicate]
-
-    @register(spellings([function, torch_function], [method, f"__{method}__"]), predicate)
+    @register(_COMPARISONS[predicate], predicate)
     def build(b, node):
         a = bind_arguments(node, ("input", "other"))
         x, number, which = a["input"], a["other"], predicate
         if not b.is_tensor(x):
             x, number, which = number, x, _SWAPPED[predicate]
         if not b.is_tensor(x) or b.is_tensor(number):
-            raise Unsupported(f"{predicate} of two tensors (amk compares a tensor with a number)")
+            operands = "two tensors" if b.is_tensor(x) else "two numbers"
+            raise Unsupported(f"{predicate} of {operands} (amk compares a tensor with a number)")
         if not fake_tensor(x).is_floating_point():
             raise Unsupported(f"{predicate} of a {fake_tensor(x).dtype} tensor (amk compares floating-point ones)")
         # PyTorch compares in the tensor's dtype: the number rounded to it first
