@@ -35,7 +35,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
-from amk.frontend.nodes import meta_value
+from amk.frontend.nodes import meta_value, single_user
 from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 
 SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
@@ -56,11 +56,6 @@ class _Attention:
     scale: float
     absorbed: list[Node]
     fills_where_true: bool = False  # a boolean mask marking the filled scores (masked_fill's), which the call negates
-
-
-def _only_user(node: Node) -> Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
 
 
 def _tensor(node) -> torch.Tensor | None:
@@ -143,14 +138,14 @@ def _match(root: Node) -> _Attention | None:
     node, absorbed, casts = probs, [root], 0
     # walk back from the probabilities: one cast back and dropout in evaluation (their input given by position),
     # then the softmax
-    while isinstance(node, Node) and (is_(node, CASTS) or is_(node, DROPOUT)) and _only_user(node) is absorbed[-1]:
+    while isinstance(node, Node) and (is_(node, CASTS) or is_(node, DROPOUT)) and single_user(node, absorbed[-1]):
         if not node.args or (is_(node, DROPOUT) and node.kwargs.get("training", node.args[2] if len(node.args) > 2
                                                                     else True)):
             return None
         casts += is_(node, CASTS)
         absorbed.append(node)
         node = node.args[0]
-    if not isinstance(node, Node) or not _softmax_over_last_dim(node) or _only_user(node) is not absorbed[-1]:
+    if not isinstance(node, Node) or not _softmax_over_last_dim(node) or not single_user(node, absorbed[-1]):
         return None
     if casts > 1:  # a cast that rounds the probabilities (.half().float()), which the call would not
         return None
@@ -173,7 +168,7 @@ def _match(root: Node) -> _Attention | None:
         return None
     scale, mask, fills_where_true, previous = 1.0, None, False, scores
     for op in chain:
-        if _only_user(previous) is not op:
+        if not single_user(previous, op):
             return None
         factor = _scale_of(op, previous)
         if factor is not None and mask is None and scale == 1.0:
@@ -184,7 +179,7 @@ def _match(root: Node) -> _Attention | None:
                 return None
             mask, fills_where_true = found
         previous = op
-    if _only_user(previous) is not node or (mask is not None and not _broadcasts_to(_tensor(mask), _tensor(scores))):
+    if not single_user(previous, node) or (mask is not None and not _broadcasts_to(_tensor(mask), _tensor(scores))):
         return None
     absorbed += [*reversed(chain), scores]
     if _mutated_between(scores, root):

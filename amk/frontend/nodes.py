@@ -33,6 +33,11 @@ def meta_value(node: Node):
     return value
 
 
+def single_user(node, user: Node) -> bool:
+    """Whether ``user`` is the one node that reads ``node`` (a pattern may then absorb ``node`` into ``user``)."""
+    return isinstance(node, Node) and list(node.users) == [user]
+
+
 def fake_tensor(node: Node) -> torch.Tensor:
     value = meta_value(node)
     if not isinstance(value, torch.Tensor):

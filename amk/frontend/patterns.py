@@ -19,7 +19,7 @@ from torch.fx import GraphModule, Node
 
 from amk.dialects import tensor_op
 from amk.frontend.converters import CASTS, CONVERTERS
-from amk.frontend.nodes import fake_tensor, meta_value
+from amk.frontend.nodes import fake_tensor, meta_value, single_user
 from amk.frontend.spellings import (
     ADD,
     ADDMM,
@@ -48,10 +48,6 @@ class Pattern:
     absorbed: list[Node]
     label: str
     build: Callable
-
-
-def _single_user(node: Node, user: Node) -> bool:
-    return isinstance(node, Node) and list(node.users) == [user]
 
 
 def _is_square_of(node, x) -> bool:
@@ -96,12 +92,12 @@ def _mean_of_square(node, x) -> tuple[Node, Node] | None:
     its variance in fp32 and multiplies ``x`` itself, promoted to fp32: the norm of the cast) → (the square node,
     the norm's input: ``x`` or the cast)."""
     source = _row_statistic(node, MEAN, {})
-    if source is None or not _single_user(source, node):
+    if source is None or not single_user(source, node):
         return None
     if _is_square_of(source, x):
         return source, x
     base = source.args[0] if source.args else None
-    if _float32_copy_of(base, x) and _single_user(base, source) and _is_square_of(source, base):
+    if _float32_copy_of(base, x) and single_user(base, source) and _is_square_of(source, base):
         return source, base
     return None
 
@@ -130,7 +126,7 @@ def _match_rms_core(root: Node):
     """``x * rsqrt(mean(x²) + eps)`` (either order) or ``x / sqrt(mean(x²) + eps)`` → (the norm's input, eps,
     absorbed); the mean may be of ``x`` cast to float32 (:func:`_mean_of_square`)."""
     for x, mean, eps, (total, r) in _inverse_root_forms(root):
-        if not (_single_user(r, root) and _single_user(total, r) and _single_user(mean, total)):
+        if not (single_user(r, root) and single_user(total, r) and single_user(mean, total)):
             continue
         found = _mean_of_square(mean, x)
         if found is not None:
@@ -240,14 +236,14 @@ def _match_merged_rows_matmul(root: Node) -> tuple[Node, Node, Node] | None:
     if not is_(root, RESHAPES) or not root.args or root.kwargs:
         return None
     product = root.args[0]
-    if not (is_(product, ADDMM) or is_(product, MATMUL) or is_(product, LINEAR)) or not _single_user(product, root):
+    if not (is_(product, ADDMM) or is_(product, MATMUL) or is_(product, LINEAR)) or not single_user(product, root):
         return None
     lhs_position = 1 if is_(product, ADDMM) else 0
     if len(product.args) <= lhs_position:
         return None
     flat = product.args[lhs_position]
     x = _rows_merged(flat)
-    if x is None or not _single_user(flat, product):
+    if x is None or not single_user(flat, product):
         return None
     split, source = fake_tensor(root), fake_tensor(x)
     if split.dim() != source.dim() or _dims(split.shape)[:-1] != _dims(source.shape)[:-1]:
