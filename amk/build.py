@@ -10,7 +10,8 @@
                          ▼
                     program choice (where a row reduction follows a matmul, or feeds one of many rows, and for
                     fp32 matmuls under "highest": the vendor GEMM with the rest fused, built and timed first,
-                    raced against the fully fused program, whose kernels that cannot beat it are not refined)
+                    raced against the fully fused program; for amk.compile's subgraphs, the ops as PyTorch runs
+                    them timed too: the fused kernels that cannot beat the faster of them are not refined)
                          ▼
                     cache store ──▶ Built
 
@@ -262,6 +263,10 @@ class BuildRequest:
     dumper: IRDumper | None = field(default=None, compare=False)
     size_hints: tuple[tuple[str, int], ...] = ()
     bucket: str | None = None
+    # The caller runs whichever is faster of the program and the module's ops as PyTorch runs them (amk.compile's
+    # subgraphs): those ops are timed first, and a kernel that cannot beat them is not refined. Not in the key: it
+    # changes how long a build takes, not what it computes.
+    raced_against_pytorch: bool = field(default=False, compare=False)
     # PyTorch's setting when the request was made ("highest", its default, or "high").
     float32_matmul_precision: str = field(default_factory=float32_matmul_precision)
 
@@ -409,14 +414,18 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
     # included) is written under the store's directory.
     with store.triton_cache(key), sources_under(store.root):
         # The program with the vendor GEMM is built and timed first (while the fused kernels' first candidates
-        # compile): its time tells the fused program's tuning which kernels cannot win (their refinement is
-        # skipped); the two are then raced on the same inputs.
+        # compile), and so are the PyTorch ops where the caller races them: the faster one's time tells the fused
+        # program's tuning which kernels cannot win (their refinement is skipped); the vendor program is then raced
+        # against the fused one on the same inputs (PyTorch's ops are the caller's to race, on its inputs).
         vendor = None
         if try_vendor:
             _compile_first_round(request, module, store)
             vendor = _vendor_program(request, module, store)
-        compiled = compile_module(module, config_chooser(request, log_here, store, recorded,
-                                                         vendor.time_ms if vendor is not None else None),
+        if request.raced_against_pytorch and request.timed and not recorded:
+            _time_pytorch_ops(request, module, program_times)
+        rivals = [vendor.time_ms if vendor is not None else None, program_times.get("pytorch_ops")]
+        beaten_at_ms = min((ms for ms in rivals if ms is not None), default=None)
+        compiled = compile_module(module, config_chooser(request, log_here, store, recorded, beaten_at_ms),
                                   pipeline=request.pipeline, dumper=request.dumper,
                                   vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
@@ -543,10 +552,10 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     keeps the heuristic where they do not give every symbol a value (the tuner times concrete sizes). A kernel, of
     static or hinted sizes, that is bound by its launch there (:func:`amk.tuner.launch_bound_reason`) keeps it too;
     either way with one ``untimed`` trial in its log saying why. ``recorded``
-    (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the other program
-    of the build (:func:`amk.tuner.tune`'s). ``first_round_only``: each kernel that would be tuned only has its first
-    round of candidates handed to the compile workers (:func:`amk.tuner.first_round_chooser`), nothing is timed or
-    recorded, and the heuristic is returned."""
+    (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the build's other
+    program or of the module's PyTorch ops, the faster (:func:`amk.tuner.tune`'s). ``first_round_only``: each kernel
+    that would be tuned only has its first round of candidates handed to the compile workers
+    (:func:`amk.tuner.first_round_chooser`), nothing is timed or recorded, and the heuristic is returned."""
     from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
 
@@ -816,7 +825,6 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
     timed on random inputs of the request's shapes; None, reported, where it cannot be built or run: it is an
     alternative, the fused program stands."""
     from amk.pipeline import compile_module
-    from amk.verification import random_inputs
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
@@ -824,14 +832,7 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
         compiled = compile_module(module.clone(), config_chooser(request, tuning_log, store),
                                   pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
-        # Matmul weights are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains
-        # (a gated MLP's at scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an
-        # eps, a divisor): 1, not a random sign that would make NaNs.
-        inputs = random_inputs(shapes, _argument_dtypes(module), "cuda", scales=_weight_scales(module, shapes))
-        if not request.ops:
-            for tensor in inputs:
-                if tensor.numel() == 1:
-                    tensor.fill_(1.0)
+        inputs = _example_inputs(request, module, shapes)
         bindings = dict(request.size_hints)
         time_ms = measure(lambda: compiled.program(*inputs, bindings=bindings), settings.warmup_runs,
                           settings.measure_runs)
@@ -840,6 +841,47 @@ def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _Vendo
                     type(error).__name__, error)
         return None
     return _VendorProgram(compiled, tuning_log, inputs, time_ms, bindings)
+
+
+def _example_inputs(request: BuildRequest, module, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
+    """Random inputs of ``shapes`` (the request's at its hints) for timing whole programs on the GPU. Matmul weights
+    are scaled by 1/sqrt(K), so that outputs stay O(1) however many matmuls the program chains (a gated MLP's at
+    scale 1 overflow fp16); a subgraph's one-element inputs are the constants of its ops (an eps, a divisor): 1, not
+    a random sign that would make NaNs."""
+    from amk.verification import random_inputs
+
+    inputs = random_inputs(shapes, _argument_dtypes(module), "cuda", scales=_weight_scales(module, shapes))
+    if not request.ops:
+        for tensor in inputs:
+            if tensor.numel() == 1:
+                tensor.fill_(1.0)
+    return inputs
+
+
+def _time_pytorch_ops(request: BuildRequest, module, times: dict[str, float]) -> None:
+    """Time the module's ops as PyTorch runs them one by one (:mod:`amk.reference`, the semantics every kernel is
+    verified against) on random inputs of the request's shapes, as the tuner times a candidate, into
+    ``times["pytorch_ops"]``: the time a kernel must beat for its refinement to be worth its seconds, where the caller
+    runs the faster of the two (``BuildRequest.raced_against_pytorch``). Nothing where a size has no value at the
+    hints or the ops do not run on such inputs: the kernels are then refined as usual."""
+    from xdsl.dialects import func
+
+    from amk.verification import evaluate_function
+
+    shapes = _shapes_at_hints(request)
+    # Integer operands (indices) drawn at random could fault the device; masks are drawn as the tuner draws them.
+    if shapes is None or not all(dtype.is_floating_point or dtype == torch.bool for dtype in _argument_dtypes(module)):
+        return
+    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    settings = request.tuner_config or TunerConfig()
+    try:
+        inputs = _example_inputs(request, module, shapes)
+        with torch.no_grad():
+            times["pytorch_ops"] = measure(lambda: evaluate_function(function, inputs), settings.warmup_runs,
+                                           settings.measure_runs)
+    except Exception as error:  # the race on the caller's inputs decides anyway
+        log.info("the module's PyTorch ops were not timed (%s: %s); every kernel is refined", type(error).__name__,
+                 error)
 
 
 def _weight_scales(module, shapes: list[tuple[int, ...]]) -> list[float]:

@@ -898,7 +898,8 @@ def test_each_size_gets_one_launcher_made_on_its_first_call(monkeypatch):
 @pytest.mark.skipif(not GPU, reason="tunes on the GPU")
 def test_buckets_are_tuned_and_raced_on_a_gpu(tmp_path):
     """On a GPU with autotuning: each bucket's kernels are tuned at its sizes and timed against PyTorch on its
-    first call; the report holds both times and the faster runs."""
+    first call; the report holds both times and the faster runs. Each build timed the PyTorch ops first, on random
+    inputs (a kernel slower than them is not refined), and explain says so."""
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU()).to(DEVICE, torch.float16)
     compiled = amk.compile(model, tune_sizes=[1, 256],
                            tuner_config=TunerConfig(search_budget=4, target_cache_dir=tmp_path))
@@ -910,6 +911,7 @@ def test_buckets_are_tuned_and_raced_on_a_gpu(tmp_path):
     assert [b.sizes for b in buckets][:2] == ["M = 1", "129 <= M <= 256"]
     for bucket in buckets[:2]:
         assert bucket.amk_ms > 0 and bucket.pytorch_ms > 0 and bucket.runs == decide(bucket.amk_ms, bucket.pytorch_ms)
+        assert bucket.build_times["pytorch_ops"] > 0 and "pytorch_ops" in str(bucket)
 
 
 def test_a_new_bucket_is_left_to_pytorch_inside_a_cuda_graph_capture(monkeypatch, tmp_path):

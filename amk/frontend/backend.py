@@ -446,7 +446,7 @@ class _GraphCompiler:
             built = build(BuildRequest(imported.module.clone, shapes, dtype, autotune=settings.autotune,
                                        tuner_config=settings.tuner_config, pipeline=pipeline_for(key),
                                        dumper=dumper, size_hints=tuple(sorted(size_hints.items())),
-                                       bucket=result.sizes.label(key)))
+                                       bucket=result.sizes.label(key), raced_against_pytorch=True))
             if built.cache_hit:  # an identical subgraph (another layer, an earlier run) was compiled before
                 STATS.cache_hits += 1
             else:

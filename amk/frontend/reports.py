@@ -70,8 +70,10 @@ class BucketReport:
     """One size bucket of a subgraph: ``sizes`` (which row counts it serves), ``hints`` (the sizes it was built
     for), its ``kernels`` (name, strategy, configuration), whether its program came from the cache, what ``runs``
     (:data:`AMK` or :data:`PYTORCH`), the two times that decided it (ms; None when not timed), ``note``: how it
-    was decided (timed, not timed and why, failed verification, did not compile), and ``build_phases``: the seconds
-    its build took, per phase and in all (``total``; empty when it did not compile)."""
+    was decided (timed, not timed and why, failed verification, did not compile), ``build_phases``: the seconds
+    its build took, per phase and in all (``total``; empty when it did not compile), and ``build_times``: the whole
+    programs its build timed on random inputs, ms (``pytorch_ops``: the subgraph's ops as PyTorch runs them, which a
+    kernel slower than it is not refined against; ``vendor_gemm`` and ``fused`` where the build raced those)."""
 
     sizes: str
     hints: dict[str, int]
@@ -82,6 +84,7 @@ class BucketReport:
     pytorch_ms: float | None = None
     note: str = "not called yet: checked on the first call of these sizes"
     build_phases: dict[str, float] = field(default_factory=dict)
+    build_times: dict[str, float] = field(default_factory=dict)
     # Whether its program has a kernel (a pipeline that fuses nothing leaves every op to PyTorch, in the program)
     fused: bool = True
 
@@ -106,6 +109,9 @@ class BucketReport:
             phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.build_phases.items()
                                if name != "total" and seconds >= 0.05)
             head += f"; built in {self.build_phases['total']:.1f} s" + (f" ({phases})" if phases else "")
+            if self.build_times:
+                head += "; programs timed while building: " + ", ".join(
+                    f"{name} {ms:.4f} ms" for name, ms in self.build_times.items())
         return "\n".join([head, *(f"  {kernel}" for kernel in self.kernels)])
 
 

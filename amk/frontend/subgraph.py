@@ -207,7 +207,7 @@ class FusedSubgraph(torch.nn.Module):
         else:
             report.kernels, report.cached = kernel_descriptions(built.compiled), built.cache_hit
             report.fused = bool(built.compiled.kernels)
-            report.build_phases = built.build_phases
+            report.build_phases, report.build_times = built.build_phases, dict(built.program_times)
         bucket = self.buckets[key] = Bucket(built, report)
         self.report.buckets.append(report)
         return bucket
