@@ -25,6 +25,7 @@ fused kernels.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
 from amk.frontend.nodes import meta_value, single_user
 from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
+
+log = logging.getLogger(__name__)
 
 SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
 PRODUCTS = MATMUL | BMM  # torch.bmm's attention too (amk does not fuse bmm itself)
@@ -235,9 +238,15 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
         try:
             result = F.scaled_dot_product_attention(query, keys, _tensor(match.value), attn_mask=mask,
                                                     scale=match.scale)
-        except Exception:  # noqa: BLE001 - any refusal keeps the ops, which run as traced
+        except Exception as error:  # noqa: BLE001 - any refusal keeps the ops, which run as traced
+            log.info("amk: the attention at %s keeps its ops: scaled_dot_product_attention refuses them (%s: %s)",
+                     match.absorbed[0].name, type(error).__name__, error)
             return None
-    return (keys, mask, result) if result.shape == _tensor(match.absorbed[0]).shape else None
+    if result.shape != _tensor(match.absorbed[0]).shape:
+        log.info("amk: the attention at %s keeps its ops: its mask broadcasts the scores to %s", match.absorbed[0].name,
+                 tuple(result.shape))
+        return None
+    return keys, mask, result
 
 
 def _lay_out_for_views(graph, call: Node, replaced: torch.Tensor) -> None:
