@@ -36,7 +36,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
-from amk.frontend.nodes import meta_value, single_user
+from amk.frontend.nodes import meta_value, single_user, traced_value
 from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 
 log = logging.getLogger(__name__)
@@ -236,8 +236,7 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
         if match.fills_where_true:
             mask = torch.logical_not(mask)
         try:
-            result = F.scaled_dot_product_attention(query, keys, _tensor(match.value), attn_mask=mask,
-                                                    scale=match.scale)
+            result = _fake_result(query, keys, _tensor(match.value), mask, match.scale)
         except Exception as error:  # noqa: BLE001 - any refusal keeps the ops, which run as traced
             log.info("amk: the attention at %s keeps its ops: scaled_dot_product_attention refuses them (%s: %s)",
                      match.absorbed[0].name, type(error).__name__, error)
@@ -247,6 +246,35 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
                  tuple(result.shape))
         return None
     return keys, mask, result
+
+
+def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                 scale: float | None) -> torch.Tensor:
+    """The call's result on the fake operands (in their mode): its shape from PyTorch's math kernel on the operands as
+    traced, its layout (the order of its strides) from the call itself on operands of the traced sizes, which picks
+    the kernel the call picks at run time. The call itself does not run on symbolic sizes everywhere: on CUDA the
+    memory-efficient kernel pads a mask whose key length is no multiple of 16, by an amount the pad's fake kernel
+    takes concrete only (nanoGPT's causal mask refused so on an H100, ``2026-12-06-h100-gpu-tests-52.log``). Raises
+    where either refuses the operands."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    operands = (query, keys, value, mask)
+    with sdpa_kernel([SDPBackend.MATH]):
+        traced = F.scaled_dot_product_attention(*operands[:3], attn_mask=mask, scale=scale)
+    at_traced_sizes = F.scaled_dot_product_attention(*(_at_traced_sizes(t) for t in operands[:3]),
+                                                     attn_mask=None if mask is None else _at_traced_sizes(mask),
+                                                     scale=scale)
+    order = sorted(range(at_traced_sizes.dim()), key=lambda d: (-at_traced_sizes.stride(d), d))
+    return traced.permute(order).contiguous().permute(sorted(range(len(order)), key=order.__getitem__))
+
+
+def _at_traced_sizes(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor (fake, in the mode of the caller) of ``tensor``'s dtype, device, sizes and strides at the values they
+    were traced with."""
+    sizes, strides = [traced_value(size) for size in tensor.shape], [traced_value(stride) for stride in tensor.stride()]
+    if None in sizes or None in strides:
+        raise ValueError(f"a size or stride of {tuple(tensor.shape)} has no traced value")
+    return torch.empty_strided(sizes, strides, dtype=tensor.dtype, device=tensor.device)
 
 
 def _lay_out_for_views(graph, call: Node, replaced: torch.Tensor) -> None:

@@ -28,7 +28,7 @@ from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.attention import fuse_attention
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
-from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value
+from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value, traced_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.spellings import MATMUL, key_of
@@ -275,8 +275,8 @@ def _example_size(node: Node, axis: int | None) -> int:
     """The value TorchDynamo traced a symbol with (a SymInt input, or a tensor input's size ``axis``)."""
     value = meta_value(node)
     size = value if axis is None else value.shape[axis]
-    hint = size.node.hint if isinstance(size, torch.SymInt) else size
-    if not isinstance(hint, int):
+    hint = traced_value(size)
+    if hint is None:
         raise Unsupported(f"no example value for the size {size} of {node.name}")
     return hint
 

@@ -38,6 +38,13 @@ def single_user(node, user: Node) -> bool:
     return isinstance(node, Node) and list(node.users) == [user]
 
 
+def traced_value(size) -> int | None:
+    """The value TorchDynamo traced a size with (an int as it is; a SymInt's hint), None where it has none (an
+    unbacked size)."""
+    hint = size.node.hint if isinstance(size, torch.SymInt) else size
+    return hint if isinstance(hint, int) else None
+
+
 def fake_tensor(node: Node) -> torch.Tensor:
     value = meta_value(node)
     if not isinstance(value, torch.Tensor):
