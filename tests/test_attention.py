@@ -146,6 +146,16 @@ class MaskScaledToo(nn.Module):
         return torch.softmax((q @ k.transpose(-1, -2) + mask) * 0.25, dim=-1) @ v
 
 
+class HeadsFromTheFirstDim(nn.Module):
+    """Heads in the first argument's first dim (dynamic, and traced at 1 on a first call with one head), the
+    attention's result viewed."""
+
+    def forward(self, x):  # [heads, batch, tokens, 3 * 8]
+        q, k, v = (t.transpose(0, 1) for t in x.split(8, dim=-1))
+        context = torch.softmax(q @ k.transpose(-2, -1) * 0.3, dim=-1) @ v
+        return context.view(context.shape[0], -1)
+
+
 def random(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
 
@@ -269,6 +279,27 @@ def test_heads_split_by_a_transposed_view_and_viewed_after_the_call_are_correct(
     compiled = amk.compile(model, autotune=False)
     assert relative_error(compiled(q, k, v), model(q.double(), k.double(), v.double())) < 1e-5
     assert SDPA in [node.target for node in pytorch_nodes(compiled)]
+
+
+def test_a_dynamic_dim_traced_at_one_gets_the_calls_layout_at_other_sizes(monkeypatch):
+    """CUDA's fused kernels write the result ``[B, S, H, D]`` (transposed to ``[B, H, S, D]``); on the CPU, where the
+    call's result is contiguous, that layout is made by the call here. With the heads' dim traced at 1, the result's
+    metadata said contiguous (a layout made by ``contiguous()``, which judges at the traced sizes, where a dim of 1
+    makes any layout contiguous; and read from the call at sizes where that dim's stride may tie with the tokens'), so
+    the ``view`` after the call got no contiguous copy and failed at the next call's three heads (a helper's
+    review)."""
+    if DEVICE == "cpu":
+        call = F.scaled_dot_product_attention
+
+        def laid_out_as_on_cuda(*args, **kwargs):
+            return call(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", laid_out_as_on_cuda)
+    model = HeadsFromTheFirstDim()
+    compiled = amk.compile(model, autotune=False)
+    for heads, tokens in ((1, 5), (3, 6)):
+        x = random(heads, 2, tokens, 24, seed=heads)
+        assert relative_error(compiled(x), model(x.double())) < 1e-5
 
 
 @pytest.mark.parametrize("case", ["changed in place", "mask growing the scores", "dropout by keyword",

@@ -36,7 +36,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from amk.frontend.analysis import is_barrier
 from amk.frontend.converters import CASTS, TRANSPOSES
-from amk.frontend.nodes import meta_value, single_user, traced_value
+from amk.frontend.nodes import meta_value, single_user, traced_symbol_values
 from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 
 log = logging.getLogger(__name__)
@@ -251,30 +251,40 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
 def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                  scale: float | None) -> torch.Tensor:
     """The call's result on the fake operands (in their mode): its shape from PyTorch's math kernel on the operands as
-    traced, its layout (the order of its strides) from the call itself on operands of the traced sizes, which picks
-    the kernel the call picks at run time. The call itself does not run on symbolic sizes everywhere: on CUDA the
-    memory-efficient kernel pads a mask whose key length is no multiple of 16, by an amount the pad's fake kernel
-    takes concrete only (nanoGPT's causal mask refused so on an H100, ``2026-12-06-h100-gpu-tests-52.log``). Raises
-    where either refuses the operands."""
+    traced, its layout (the order of its strides) from the call itself on operands of concrete sizes
+    (:func:`_at_example_sizes`), which picks the kernel the call picks at run time. The call itself does not run on
+    symbolic sizes everywhere: on CUDA the memory-efficient kernel pads a mask whose key length is no multiple of 16,
+    by an amount the pad's fake kernel takes concrete only (nanoGPT's causal mask refused so on an H100,
+    ``2026-12-06-h100-gpu-tests-52.log``). Raises where either refuses the operands."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    operands = (query, keys, value, mask)
     with sdpa_kernel([SDPBackend.MATH]):
-        traced = F.scaled_dot_product_attention(*operands[:3], attn_mask=mask, scale=scale)
-    at_traced_sizes = F.scaled_dot_product_attention(*(_at_traced_sizes(t) for t in operands[:3]),
-                                                     attn_mask=None if mask is None else _at_traced_sizes(mask),
-                                                     scale=scale)
-    order = sorted(range(at_traced_sizes.dim()), key=lambda d: (-at_traced_sizes.stride(d), d))
-    return traced.permute(order).contiguous().permute(sorted(range(len(order)), key=order.__getitem__))
+        traced = F.scaled_dot_product_attention(query, keys, value, attn_mask=mask, scale=scale)
+    example = F.scaled_dot_product_attention(*(_at_example_sizes(t) for t in (query, keys, value)),
+                                             attn_mask=None if mask is None else _at_example_sizes(mask), scale=scale)
+    # The strides written out, innermost first: ``contiguous()`` of the permuted result would judge contiguity at the
+    # traced sizes, where a dim traced at 1 makes any layout contiguous.
+    strides, step = [0] * traced.dim(), 1
+    for dim in sorted(range(example.dim()), key=lambda d: (example.stride(d), -d)):
+        strides[dim], step = step, step * traced.shape[dim]
+    return torch.empty_strided(traced.shape, strides, dtype=traced.dtype, device=traced.device,
+                               requires_grad=traced.requires_grad)
 
 
-def _at_traced_sizes(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor (fake, in the mode of the caller) of ``tensor``'s dtype, device, sizes and strides at the values they
-    were traced with."""
-    sizes, strides = [traced_value(size) for size in tensor.shape], [traced_value(stride) for stride in tensor.stride()]
-    if None in sizes or None in strides:
-        raise ValueError(f"a size or stride of {tuple(tensor.shape)} has no traced value")
-    return torch.empty_strided(sizes, strides, dtype=tensor.dtype, device=tensor.device)
+def _at_example_sizes(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor (fake, in the mode of the caller) of ``tensor``'s dtype and device, its sizes and strides at each
+    symbol's traced value, or at 2 where that is 1: a dynamic dim traced at 1 (a first batch of 1) would have the
+    stride of its neighbour in the call's layout, which would then say nothing of where it goes at other sizes."""
+    def at_example(size) -> int:
+        if not isinstance(size, torch.SymInt):
+            return size
+        traced = traced_symbol_values(size.node.shape_env)  # KeyError for an unbacked size: the ops are kept
+        return int(size.node.expr.xreplace({symbol: max(int(traced[symbol]), 2)
+                                            for symbol in size.node.expr.free_symbols}))
+
+    return torch.empty_strided([at_example(size) for size in tensor.shape],
+                               [at_example(stride) for stride in tensor.stride()], dtype=tensor.dtype,
+                               device=tensor.device)
 
 
 def _lay_out_for_views(graph, call: Node, replaced: torch.Tensor) -> None:

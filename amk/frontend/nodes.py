@@ -45,6 +45,13 @@ def traced_value(size) -> int | None:
     return hint if isinstance(hint, int) else None
 
 
+def traced_symbol_values(shape_env) -> dict:
+    """Each backed size symbol's traced value (torch 2.13's ``backed_var_to_val``; ``var_to_val``, which warns
+    there, before)."""
+    values = getattr(shape_env, "backed_var_to_val", None)
+    return shape_env.var_to_val if values is None else values
+
+
 def fake_tensor(node: Node) -> torch.Tensor:
     value = meta_value(node)
     if not isinstance(value, torch.Tensor):
@@ -125,9 +132,7 @@ def _guarded_equal(node, expr: sympy.Expr) -> sympy.Expr:
             return expr
         read_as, kept = _READ_AS.setdefault(shape_env, ({}, {}))
         if expr not in read_as:
-            values = getattr(shape_env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val warns there
-            symbols = [symbol for symbol, value in (shape_env.var_to_val if values is None else values).items()
-                       if value == hint]
+            symbols = [symbol for symbol, value in traced_symbol_values(shape_env).items() if value == hint]
             same_value = kept.setdefault(int(hint), [])  # expressions read as themselves, of this value
             read_as[expr] = next((candidate for candidate in (*sorted(symbols, key=str), *same_value)
                                   if _guards_equate(shape_env, expr, candidate)), expr)
