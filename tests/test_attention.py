@@ -288,10 +288,12 @@ def test_a_dynamic_dim_traced_at_one_gets_the_calls_layout_at_other_sizes(monkey
     makes any layout contiguous; and read from the call at sizes where that dim's stride may tie with the tokens'), so
     the ``view`` after the call got no contiguous copy and failed at the next call's three heads (a helper's
     review)."""
+    called_on = []  # the query's type at each call: the rewrite's fake calls, then the model's own
     if DEVICE == "cpu":
         call = F.scaled_dot_product_attention
 
         def laid_out_as_on_cuda(*args, **kwargs):
+            called_on.append(type(args[0]))
             return call(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
 
         monkeypatch.setattr(F, "scaled_dot_product_attention", laid_out_as_on_cuda)
@@ -300,6 +302,10 @@ def test_a_dynamic_dim_traced_at_one_gets_the_calls_layout_at_other_sizes(monkey
     for heads, tokens in ((1, 5), (3, 6)):
         x = random(heads, 2, tokens, 24, seed=heads)
         assert relative_error(compiled(x), model(x.double())) < 1e-5
+    if DEVICE == "cpu":
+        assert called_on.count(torch.Tensor) == 2  # the call ran the attention at both sizes
+    else:
+        assert SDPA in [node.target for node in pytorch_nodes(compiled)]
 
 
 @pytest.mark.parametrize("case", ["changed in place", "mask growing the scores", "dropout by keyword",
