@@ -4,7 +4,7 @@ of ops that were not fused."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
@@ -160,3 +160,54 @@ def bound(op: Operation) -> Callable:
     call (a program's step left to PyTorch)."""
     binder = _BOUND.get(type(op))
     return binder(op) if binder is not None else partial(semantics(op), op)
+
+
+def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+    """The ops of ``function`` (a ``tensor_op`` ``func.func``) as PyTorch's modules run them, for timing them against
+    kernels: each op bound once (:func:`bound`), and a matmul by a transposed weight of rank 2 whose one reader adds a
+    vector of the product's width (a Linear's bias) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
+    (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over the product). Its values
+    may differ from :func:`evaluate`'s by the rounding of that sum."""
+    from xdsl.dialects import func
+
+    steps: list[tuple[Callable, list, list]] = []
+    folded: set[Operation] = set()
+    returned: list = []
+    for op in function.body.block.ops:
+        if isinstance(op, func.ReturnOp):
+            returned = list(op.arguments)
+        elif op not in folded:
+            bias_add = _bias_add(op)
+            if bias_add is None:
+                steps.append((bound(op), list(op.operands), list(op.results)))
+            else:
+                bias = next(operand for operand in bias_add.operands if operand is not op.output)
+                steps.append((F.linear, [op.lhs, op.rhs, bias], list(bias_add.results)))
+                folded.add(bias_add)
+    arguments = list(function.body.block.args)
+
+    def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        values = dict(zip(arguments, tensors))
+        for fn, operands, results in steps:
+            values[results[0]] = fn(*(values[operand] for operand in operands))
+        return [values[value] for value in returned]
+
+    return run
+
+
+def _bias_add(op: Operation) -> Operation | None:
+    """The add of a bias vector that is the one reader of ``op``, where ``op`` is a product ``F.linear`` computes
+    (``x @ w.t()``, ``w`` of rank 2); None otherwise."""
+    if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or not op.rhs_transposed \
+            or tensor_op.tensor_type(op.rhs).rank != 2:
+        return None
+    uses = list(op.output.uses)
+    if len(uses) != 1 or not isinstance(uses[0].operation, tensor_op.AddOp):
+        return None
+    add = uses[0].operation
+    others = [operand for operand in add.operands if operand is not op.output]
+    width = tensor_op.tensor_type(op.output).dims[-1]
+    if len(others) != 1 or tensor_op.tensor_type(others[0]).dims != (width,) \
+            or tensor_op.tensor_type(others[0]).element_type != tensor_op.tensor_type(op.output).element_type:
+        return None
+    return add
