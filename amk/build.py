@@ -714,12 +714,17 @@ def _matmul_has_a_costly_prologue(module, size_hints: dict[str, int]) -> bool:
     return False
 
 
-def _arguments(module) -> list:
-    """The arguments of the module's one function."""
+def _function(module):
+    """The module's one ``func.func``."""
     from xdsl.dialects import func
 
     (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    return list(function.body.block.args)
+    return function
+
+
+def _arguments(module) -> list:
+    """The arguments of the module's one function."""
+    return list(_function(module).body.block.args)
 
 
 def _argument_dtypes(module) -> list[torch.dtype]:
@@ -864,18 +869,15 @@ def _time_pytorch_ops(request: BuildRequest, module, times: dict[str, float]) ->
     ``times["pytorch_ops"]``: the time a kernel must beat for its refinement to be worth its seconds, where the caller
     runs the faster of the two (``BuildRequest.raced_against_pytorch``). Nothing where a size has no value at the
     hints or the ops do not run on such inputs: the kernels are then refined as usual."""
-    from xdsl.dialects import func
-
     from amk.reference import as_pytorch_runs
 
     shapes = _shapes_at_hints(request)
     # Integer operands (indices) drawn at random could fault the device; masks are drawn as the tuner draws them.
     if shapes is None or not all(dtype.is_floating_point or dtype == torch.bool for dtype in _argument_dtypes(module)):
         return
-    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
     settings = request.tuner_config or TunerConfig()
     try:
-        run, inputs = as_pytorch_runs(function), _example_inputs(request, module, shapes)
+        run, inputs = as_pytorch_runs(_function(module)), _example_inputs(request, module, shapes)
         with torch.no_grad():
             # As replays: the ops' GPU time, without the Python that runs them one by one (BERT's three projections,
             # evaluated op by op, timed 0.103 ms by events on an H100, against 0.029 as PyTorch runs them).
