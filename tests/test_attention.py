@@ -308,6 +308,33 @@ def test_a_dynamic_dim_traced_at_one_gets_the_calls_layout_at_other_sizes(monkey
         assert SDPA in [node.target for node in pytorch_nodes(compiled)]
 
 
+def test_a_call_whose_fake_kernel_takes_sizes_concrete_guards_none_of_them(monkeypatch):
+    """On CUDA, PyTorch's fake attention kernels take some sizes concrete: the math kernel, its guards suppressed,
+    gave BERT's call a result of the trace's batch, and comparing it with the product's shape guarded the batch (a
+    recompile at every batch on an H100, ``2026-12-06-h100-gpu-tests-53.log``). Emulated on any device: the call's
+    result on symbolic operands has their traced sizes. The rewrite calls it on concrete sizes only."""
+    call = F.scaled_dot_product_attention
+    ran_on = []  # the query's type at each call: the rewrite's fake calls, then the model's own
+
+    def at_traced_sizes(*args, **kwargs):
+        ran_on.append(type(args[0]))
+        result = call(*args, **kwargs)
+        if any(isinstance(size, torch.SymInt) for size in result.shape):
+            return result.new_empty([size.node.hint if isinstance(size, torch.SymInt) else size
+                                     for size in result.shape])
+        return result
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", at_traced_sizes)
+    model = BertSelfAttention().to(DEVICE).eval()
+    compiled = amk.compile(model, autotune=False)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for batch in (2, 3, 5):
+        x, mask = random(batch, 8, 32, seed=batch), padding_mask(batch, 8)
+        assert relative_error(compiled(x, mask), copy.deepcopy(model).double()(x.double(), mask.double())) < 1e-5
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 1
+    assert ran_on.count(torch.Tensor) == 3  # the call ran the attention at every batch
+
+
 @pytest.mark.parametrize("case", ["changed in place", "mask growing the scores", "dropout by keyword",
                                   "probabilities rounded"])
 def test_ops_the_call_would_not_reproduce_are_kept(case):

@@ -227,8 +227,8 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
     query = _tensor(match.query)
     fake_mode = getattr(query, "fake_mode", None)
     shape_env = getattr(fake_mode, "shape_env", None)
-    # No guards from the call's own checks: a batch of 1 at the trace would be guarded equal to 1 (a recompile at the
-    # next batch), where the ops it replaces guard nothing of it.
+    # No guards from the fake ops made here (the keys' transpose, the mask's negation): the ops they stand for guard
+    # nothing of the sizes, and a guarded batch is a recompile at the next batch.
     with fake_mode or contextlib.nullcontext(), \
             shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         keys = _tensor(key) if key is not None else _tensor(match.key_transposed).transpose(-2, -1)
@@ -236,54 +236,57 @@ def _traced_call(match: _Attention, key: Node | None) -> tuple[torch.Tensor, ...
         if match.fills_where_true:
             mask = torch.logical_not(mask)
         try:
-            result = _fake_result(query, keys, _tensor(match.value), mask, match.scale)
+            result = _fake_result(query, keys, _tensor(match.value), mask, match.scale, _tensor(match.absorbed[0]))
         except Exception as error:  # noqa: BLE001 - any refusal keeps the ops, which run as traced
             log.info("amk: the attention at %s keeps its ops: scaled_dot_product_attention refuses them (%s: %s)",
                      match.absorbed[0].name, type(error).__name__, error)
             return None
-    if result.shape != _tensor(match.absorbed[0]).shape:
-        log.info("amk: the attention at %s keeps its ops: its mask broadcasts the scores to %s", match.absorbed[0].name,
-                 tuple(result.shape))
+    if result is None:
+        log.info("amk: the attention at %s keeps its ops: its mask broadcasts the scores to more or larger dims",
+                 match.absorbed[0].name)
         return None
     return keys, mask, result
 
 
 def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
-                 scale: float | None) -> torch.Tensor:
-    """The call's result on the fake operands (in their mode): its shape from PyTorch's math kernel on the operands as
-    traced, its layout (the order of its strides) from the call itself on operands of concrete sizes
-    (:func:`_at_example_sizes`), which picks the kernel the call picks at run time. The call itself does not run on
-    symbolic sizes everywhere: on CUDA the memory-efficient kernel pads a mask whose key length is no multiple of 16,
-    by an amount the pad's fake kernel takes concrete only (nanoGPT's causal mask refused so on an H100,
-    ``2026-12-06-h100-gpu-tests-52.log``). Raises where either refuses the operands."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel([SDPBackend.MATH]):
-        traced = F.scaled_dot_product_attention(query, keys, value, attn_mask=mask, scale=scale)
+                 scale: float | None, replaced: torch.Tensor) -> torch.Tensor | None:
+    """The call's result on the fake operands (in their mode): the shape, dtype and device of the product it replaces
+    (``replaced``), its layout (the order of its strides) from the call itself on operands of concrete sizes
+    (:func:`_at_example_sizes`), which picks the kernel the call picks at run time and checks its operands as it will.
+    Raises where the call refuses them; None where its result at those sizes is not the product's (a mask growing
+    the scores). The call never runs on the symbolic operands: PyTorch's CUDA kernels take some sizes concrete. The
+    memory-efficient kernel pads a mask whose key length is no multiple of 16 by an amount the pad's fake kernel
+    takes concrete only (nanoGPT's causal mask refused so, ``2026-12-06-h100-gpu-tests-52.log``); the math kernel,
+    the guards suppressed, broadcast BERT's mask to the trace's batch, a result of concrete batch whose comparison
+    with the product's then guarded the batch (a recompile at every batch, ``2026-12-06-h100-gpu-tests-53.log``)."""
     example = F.scaled_dot_product_attention(*(_at_example_sizes(t) for t in (query, keys, value)),
                                              attn_mask=None if mask is None else _at_example_sizes(mask), scale=scale)
+    if list(example.shape) != [_at_example(size) for size in replaced.shape]:
+        return None
     # The strides written out, innermost first: ``contiguous()`` of the permuted result would judge contiguity at the
     # traced sizes, where a dim traced at 1 makes any layout contiguous.
-    strides, step = [0] * traced.dim(), 1
+    strides, step = [0] * replaced.dim(), 1
     for dim in sorted(range(example.dim()), key=lambda d: (example.stride(d), -d)):
-        strides[dim], step = step, step * traced.shape[dim]
-    return torch.empty_strided(traced.shape, strides, dtype=traced.dtype, device=traced.device,
-                               requires_grad=traced.requires_grad)
+        strides[dim], step = step, step * replaced.shape[dim]
+    return torch.empty_strided(replaced.shape, strides, dtype=replaced.dtype, device=replaced.device,
+                               requires_grad=replaced.requires_grad)
+
+
+def _at_example(size):
+    """``size`` (an int or a SymInt) at each symbol's traced value, or at 2 where that is 1: a dynamic dim traced at 1
+    (a first batch of 1) would have the stride of its neighbour in the call's layout, which would then say nothing of
+    where it goes at other sizes. Raises KeyError for an unbacked size (the ops are then kept)."""
+    if not isinstance(size, torch.SymInt):
+        return size
+    traced = traced_symbol_values(size.node.shape_env)
+    return int(size.node.expr.xreplace({symbol: max(int(traced[symbol]), 2) for symbol in size.node.expr.free_symbols}))
 
 
 def _at_example_sizes(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor (fake, in the mode of the caller) of ``tensor``'s dtype and device, its sizes and strides at each
-    symbol's traced value, or at 2 where that is 1: a dynamic dim traced at 1 (a first batch of 1) would have the
-    stride of its neighbour in the call's layout, which would then say nothing of where it goes at other sizes."""
-    def at_example(size) -> int:
-        if not isinstance(size, torch.SymInt):
-            return size
-        traced = traced_symbol_values(size.node.shape_env)  # KeyError for an unbacked size: the ops are kept
-        return int(size.node.expr.xreplace({symbol: max(int(traced[symbol]), 2)
-                                            for symbol in size.node.expr.free_symbols}))
-
-    return torch.empty_strided([at_example(size) for size in tensor.shape],
-                               [at_example(stride) for stride in tensor.stride()], dtype=tensor.dtype,
+    """A tensor (fake, in the mode of the caller) of ``tensor``'s dtype and device, its sizes and strides
+    :func:`_at_example`."""
+    return torch.empty_strided([_at_example(size) for size in tensor.shape],
+                               [_at_example(stride) for stride in tensor.stride()], dtype=tensor.dtype,
                                device=tensor.device)
 
 
