@@ -264,8 +264,8 @@ class BuildRequest:
     size_hints: tuple[tuple[str, int], ...] = ()
     bucket: str | None = None
     # The caller runs whichever is faster of the program and the module's ops as PyTorch runs them (amk.compile's
-    # subgraphs): those ops are timed first, and a kernel that cannot beat them is not refined. Not in the key: it
-    # changes how long a build takes, not what it computes.
+    # subgraphs): those ops are timed first, and a kernel that cannot beat them is not refined; GEMMs alone are not
+    # searched (_not_worth_a_search). In a tuned build's key: a build not raced must not take such a program.
     raced_against_pytorch: bool = field(default=False, compare=False)
     # PyTorch's setting when the request was made ("highest", its default, or "high").
     float32_matmul_precision: str = field(default_factory=float32_matmul_precision)
@@ -287,6 +287,8 @@ class BuildRequest:
                                  "measure_runs": tc.measure_runs, "strategy": tc.search,
                                  "enable_warp_specialization": tc.enable_warp_specialization,
                                  "vendor_gemm": tc.vendor_gemm}
+            if self.raced_against_pytorch:
+                settings["raced_against_pytorch"] = True
         if self.bucket is not None:
             settings["size_bucket"] = self.bucket
         elif self.size_hints:
@@ -319,6 +321,8 @@ class Built:
     tuning_log: dict[str, list[dict]] = field(default_factory=dict)
     program_times: dict[str, float] = field(default_factory=dict)
     build_phases: dict[str, float] = field(default_factory=dict)
+    # Why its kernels kept their heuristic configurations without a search (:func:`_not_worth_a_search`), or "".
+    not_searched: str = ""
 
     @property
     def cache_hit(self) -> bool:
@@ -377,16 +381,17 @@ def _build(request: BuildRequest, save: bool) -> Built:
     recorded = store.load_config(key)
     if recorded:
         try:
-            compiled, log_here, program, program_times = _compile(request, module, key, store, recorded)
+            compiled, log_here, program, program_times, not_searched = _compile(request, module, key, store,
+                                                                                recorded)
         except Exception as error:  # configs imported, or recorded by another machine, that this one cannot build
             log.warning("the configurations recorded for %s do not build here (%s: %s); building without them",
                         key[:12], type(error).__name__, error)
             recorded = None
             module = request.make_module()  # the passes rewrote the first one
     if not recorded:
-        compiled, log_here, program, program_times = _compile(request, module, key, store, None)
+        compiled, log_here, program, program_times, not_searched = _compile(request, module, key, store, None)
     built = Built(compiled, key, {**meta, "program": program} if program == "vendor_gemm" else meta,
-                  tuning_log=log_here, program_times=program_times)
+                  tuning_log=log_here, program_times=program_times, not_searched=not_searched)
     for compiled_kernel in compiled.kernels.values():
         store.attach_triton_cache(key, compiled_kernel)
     if alias is not None:
@@ -397,15 +402,17 @@ def _build(request: BuildRequest, save: bool) -> Built:
 
 
 def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Store,
-             recorded: dict | None) -> tuple[CompiledProgram, dict[str, list[dict]], str, dict[str, float]]:
+             recorded: dict | None) -> tuple[CompiledProgram, dict[str, list[dict]], str, dict[str, float], str]:
     """Run the passes on ``module`` (configured as ``recorded`` says, where given): the compiled program, its
-    kernels' tuning log, which program it is (``fused`` or ``vendor_gemm``) and the times of the programs raced."""
+    kernels' tuning log, which program it is (``fused`` or ``vendor_gemm``), the times of the programs raced and why
+    its kernels were not searched ("" where they were, or were not to be)."""
     from amk.pipeline import compile_module
 
+    not_searched = "" if recorded else _not_worth_a_search(request, module)
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
     program = recorded.get("program", "fused") if recorded else "fused"
-    try_vendor = not recorded and _tries_the_vendor_program(request, module)
+    try_vendor = not recorded and not not_searched and _tries_the_vendor_program(request, module)
     # judged before the passes rewrite the module
     tolerance = _program_tolerance(module) if try_vendor else None
     log_here: dict[str, list[dict]] = {}
@@ -421,18 +428,19 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
         if try_vendor:
             _compile_first_round(request, module, store)
             vendor = _vendor_program(request, module, store)
-        if request.raced_against_pytorch and request.timed and not recorded:
+        if request.raced_against_pytorch and request.timed and not recorded and not not_searched:
             _time_pytorch_ops(request, module, program_times)
         rivals = [vendor.time_ms if vendor is not None else None, program_times.get("pytorch_ops")]
         beaten_at_ms = min((ms for ms in rivals if ms is not None), default=None)
-        compiled = compile_module(module, config_chooser(request, log_here, store, recorded, beaten_at_ms),
+        chooser = config_chooser(request, log_here, store, recorded, beaten_at_ms, not_searched=not_searched)
+        compiled = compile_module(module, chooser,
                                   pipeline=request.pipeline, dumper=request.dumper,
                                   vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         if vendor is not None and (_outrun_by_vendor(log_here, vendor, program_times)
                                    or _faster_with_vendor_gemm(compiled, vendor, tolerance, request, program_times)):
             compiled, log_here, program = vendor.compiled, vendor.tuning_log, "vendor_gemm"
-    return compiled, log_here, program, program_times
+    return compiled, log_here, program, program_times, not_searched
 
 
 def _lookup(store: cache.Store, alias: str | None, request: BuildRequest, settings: dict):
@@ -545,7 +553,7 @@ LEARNED_SEEDS = 4
 
 def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store | None = None,
                    recorded: dict | None = None, beaten_at_ms: float | None = None,
-                   first_round_only: bool = False) -> Callable:
+                   first_round_only: bool = False, not_searched: str = "") -> Callable:
     """How each kernel's configuration is chosen: timed on a GPU when asked to (trials timed before on this device
     and shapes are reused, new ones recorded), the heuristic otherwise (restricted to the grid when one is given);
     a kernel of symbolic sizes is timed, or given the heuristic, at the sizes of the request's ``size_hints``, and
@@ -555,7 +563,8 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
     (configs kept or imported for this very build) wins over both. ``beaten_at_ms``: the time of the build's other
     program or of the module's PyTorch ops, the faster (:func:`amk.tuner.tune`'s). ``first_round_only``: each kernel
     that would be tuned only has its first round of candidates handed to the compile workers
-    (:func:`amk.tuner.first_round_chooser`), nothing is timed or recorded, and the heuristic is returned."""
+    (:func:`amk.tuner.first_round_chooser`), nothing is timed or recorded, and the heuristic is returned.
+    ``not_searched``: why every kernel keeps the heuristic (:func:`_not_worth_a_search`), where none is searched."""
     from amk.lowering.stage import kernel_problem
     from amk.pipeline import heuristic_config
 
@@ -595,6 +604,8 @@ def config_chooser(request: BuildRequest, tuning_log: dict, store: cache.Store |
         def untuned_reason(kernel) -> str | None:
             """Why ``kernel`` keeps the heuristic instead of being tuned, or None: sizes the tuner cannot give a value
             (symbols without a hint; workspace dims hold tile sizes too), or a launch-bound kernel."""
+            if not_searched:
+                return not_searched
             missing = ({s for arg in kernel.body.block.args for d in arg.type.dims for s in d.free_symbols}
                        - {p.data for p in kernel.tile_params.data} - set(size_hints))
             if missing:
@@ -770,6 +781,46 @@ def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> b
                                   for op in module.walk()):
         return True
     return _row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
+
+
+# From this many rows at a bucket's hints, a GEMM of 16-bit floats (or of fp32 under TF32) is cuBLAS's ground: amk's
+# kernels have not beaten PyTorch's F.linear there where they had nothing else to fuse. BERT's q/k/v projections
+# (4096 x 768 x 768, fp16, on an H100) searched 52 candidates for 10.8 s of an 11.3 s first call, and lost the race
+# 0.0332 ms against 0.0299 (2026-12-06-h100-models-53). Decode's skinny GEMMs (split_k) do beat it.
+GEMM_ALONE_MIN_ROWS = 256
+
+
+def _not_worth_a_search(request: BuildRequest, module) -> str:
+    """Why the module's kernels keep their heuristic configurations without a search, or "": where the caller races
+    the program against the module's ops as PyTorch runs them (``BuildRequest.raced_against_pytorch``) and those ops
+    are GEMMs alone (:func:`amk.reference.runs_only_gemms`: a Linear's product with its bias one F.linear), each of
+    at least :data:`GEMM_ALONE_MIN_ROWS` rows at the hints, on tensor cores in PyTorch too (16-bit floats, or fp32
+    under TF32; under "highest" PyTorch's fp32 GEMM runs IEEE, which amk's TF32X3 kernels beat). The program then
+    saves no pass over PyTorch's ops, and only a faster GEMM than cuBLAS's could win the race; the race still runs,
+    and the faster of the two runs."""
+    from amk.dialects.tensor_op import tensor_type
+    from amk.dtypes import to_ir
+    from amk.lowering import rules
+    from amk.reference import runs_only_gemms
+    from amk.symbolic import evaluate
+
+    if not (request.raced_against_pytorch and request.timed and runs_only_gemms(_function(module))):
+        return ""
+    tensor_cores = {to_ir(torch.float16), to_ir(torch.bfloat16)} | (
+        {to_ir(torch.float32)} if request.fp32_dot == "tf32" else set())
+    size_hints = dict(request.size_hints)
+    fewest = math.inf
+    for matmul in (op for op in module.walk() if rules.is_matmul(op)):
+        if tensor_type(matmul.lhs).element_type not in tensor_cores:
+            return ""
+        try:
+            fewest = min(fewest, math.prod(evaluate(dim, size_hints) for dim in tensor_type(matmul.output).dims[:-1]))
+        except (ValueError, ArithmeticError):  # a size without a hint
+            return ""
+    if fewest < GEMM_ALONE_MIN_ROWS:
+        return ""
+    return (f"its ops are GEMMs alone, of {fewest} rows or more, which PyTorch runs as cuBLAS's GEMMs (with a Linear's "
+            "bias in the GEMM): the program saves no pass over them, and is raced against them untuned")
 
 
 def _operands_outgrow_a_launch(request: BuildRequest, dtypes: Sequence[torch.dtype] | None = None) -> bool:

@@ -168,9 +168,31 @@ def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.T
     vector of the product's width (a Linear's bias) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
     (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over the product). Its values
     may differ from :func:`evaluate`'s by the rounding of that sum."""
+    steps, returned = _pytorch_steps(function)
+    arguments = list(function.body.block.args)
+
+    def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        values = dict(zip(arguments, tensors))
+        for _, fn, operands, results in steps:
+            values[results[0]] = fn(*(values[operand] for operand in operands))
+        return [values[value] for value in returned]
+
+    return run
+
+
+def runs_only_gemms(function) -> bool:
+    """Whether PyTorch runs ``function``'s every op as a GEMM (:func:`as_pytorch_runs`): a matmul, or a Linear's
+    product with its bias in one ``F.linear``."""
+    steps, _ = _pytorch_steps(function)
+    return bool(steps) and all(isinstance(op, tensor_op.MatmulOp) for op, _, _, _ in steps)
+
+
+def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list]], list]:
+    """:func:`as_pytorch_runs`'s steps (the op that leads each, the function run, its operand and result values) and
+    the values ``function`` returns."""
     from xdsl.dialects import func
 
-    steps: list[tuple[Callable, list, list]] = []
+    steps: list[tuple[Operation, Callable, list, list]] = []
     folded: set[Operation] = set()
     returned: list = []
     for op in function.body.block.ops:
@@ -179,20 +201,12 @@ def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.T
         elif op not in folded:
             bias_add = _bias_add(op)
             if bias_add is None:
-                steps.append((bound(op), list(op.operands), list(op.results)))
+                steps.append((op, bound(op), list(op.operands), list(op.results)))
             else:
                 bias = next(operand for operand in bias_add.operands if operand is not op.output)
-                steps.append((F.linear, [op.lhs, op.rhs, bias], list(bias_add.results)))
+                steps.append((op, F.linear, [op.lhs, op.rhs, bias], list(bias_add.results)))
                 folded.add(bias_add)
-    arguments = list(function.body.block.args)
-
-    def run(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        values = dict(zip(arguments, tensors))
-        for fn, operands, results in steps:
-            values[results[0]] = fn(*(values[operand] for operand in operands))
-        return [values[value] for value in returned]
-
-    return run
+    return steps, returned
 
 
 def _bias_add(op: Operation) -> Operation | None:

@@ -302,11 +302,13 @@ def what_amk_ran(report) -> dict:
     """From ``amk.explain`` of the row's compiled module: each size bucket of each fused subgraph, what ran it (``amk``
     or ``pytorch``), the times or the reason that decided it, its program (kernels, and ops such as the vendor GEMM
     that it leaves to PyTorch), the seconds its build took per phase (``build_s``) and the whole programs its build
-    timed (``build_ms``), and the ops left to PyTorch outside the subgraphs."""
+    timed (``build_ms``), why its kernels were not searched where they were not (``not_searched``), and the ops left
+    to PyTorch outside the subgraphs."""
     buckets = [{"subgraph": subgraph.name, "sizes": bucket.sizes, "runs": bucket.runs, "amk_ms": bucket.amk_ms,
                 "pytorch_ms": bucket.pytorch_ms, "note": bucket.note, "cached": bucket.cached, "program": bucket.kernels,
                 "build_s": {name: round(seconds, 2) for name, seconds in bucket.build_phases.items()},
-                "build_ms": bucket.build_times}
+                "build_ms": bucket.build_times,
+                **({"not_searched": bucket.not_searched} if bucket.not_searched else {})}
                for graph in report.graphs for subgraph in graph.subgraphs for bucket in subgraph.buckets]
     return {"buckets": buckets, "left_to_pytorch": [f"{node.name}: {node.reason}" for node in report.pytorch]}
 

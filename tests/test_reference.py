@@ -1,13 +1,17 @@
 """``amk.reference.as_pytorch_runs``: a function's ops as PyTorch's modules run them, which a build of ``amk.compile``
-times before refining its kernels (a Linear's product and bias one ``F.linear``, as ``nn.Linear`` runs it)."""
+times before refining its kernels (a Linear's product and bias one ``F.linear``, as ``nn.Linear`` runs it); GEMMs
+alone, which such a build does not search."""
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from xdsl.dialects import func
 
+import amk
+import amk.build
+from amk.frontend.reports import BucketReport
 from amk.oplist import build_module
-from amk.reference import as_pytorch_runs
+from amk.reference import as_pytorch_runs, runs_only_gemms
 from amk.verification import evaluate_function
 
 
@@ -69,3 +73,57 @@ def test_a_product_read_by_another_op_too_keeps_its_add():
     torch.testing.assert_close(alone, F.linear(x, w))
     torch.testing.assert_close(total, F.linear(x, w, b))
     assert any(name in ("add", "__add__") for name in called.names)
+
+
+def test_gemms_alone_are_told_from_gemms_with_something_to_fuse():
+    assert runs_only_gemms(function_of([("matmul", {"transpose_b": True}), "add_bias"], [(8, 16), (32, 16), (32,)]))
+    assert runs_only_gemms(function_of(["matmul"], [(8, 16), (16, 32)]))
+    assert not runs_only_gemms(function_of([("matmul", {"transpose_b": True}), "add_bias", "relu"],
+                                           [(8, 16), (32, 16), (32,)]))
+    assert not runs_only_gemms(function_of(["matmul", "add_bias"], [(8, 16), (16, 32), (32,)]))  # no Linear's bias
+
+
+LINEAR = [("matmul", {"transpose_b": True}), "add_bias"]
+
+
+def linear_request(ops=LINEAR, rows=512, dtype=torch.float16, raced=True, precision="highest", tuner_config=None):
+    shapes = [(rows, 256), (128, 256), (128,)]
+    return amk.build.BuildRequest(lambda: build_module(ops, shapes, dtype), shapes, dtype, tuner_config=tuner_config,
+                                  raced_against_pytorch=raced, float32_matmul_precision=precision)
+
+
+def test_gemms_alone_raced_against_pytorch_are_not_worth_a_search(monkeypatch):
+    """Only where the caller races the program against PyTorch's ops, those ops are GEMMs alone of many rows, and
+    PyTorch runs them on tensor cores too: a Linear's activation is a pass saved, decode's skinny GEMMs are amk's to
+    win, and under "highest" PyTorch's fp32 GEMM runs IEEE, which TF32X3 kernels beat."""
+    monkeypatch.setattr(amk.build.BuildRequest, "timed", property(lambda self: True))
+
+    def reason(request):
+        return amk.build._not_worth_a_search(request, request.make_module())
+
+    assert "GEMMs alone, of 512 rows" in reason(linear_request())
+    assert reason(linear_request(dtype=torch.float32, precision="high"))
+    for request in (linear_request(raced=False), linear_request(LINEAR + ["relu"]), linear_request(rows=16),
+                    linear_request(dtype=torch.float32)):
+        assert reason(request) == "", request
+
+
+def test_a_build_of_gemms_alone_keeps_its_heuristic_configurations(monkeypatch, tmp_path):
+    """Nothing is searched or timed while building (the race on the first call decides); the kernels' tuning log and
+    the bucket's report say why. The request's race is in the key: a build that is not raced tunes its own."""
+    monkeypatch.setattr(amk.build.BuildRequest, "timed", property(lambda self: True))
+
+    def never(*args, **kwargs):
+        raise AssertionError("searched or timed")
+
+    monkeypatch.setattr(amk.build, "autotune_chooser", lambda *args, **kwargs: never)  # a chooser that searches
+    monkeypatch.setattr(amk.build, "_time_pytorch_ops", never)
+    monkeypatch.setattr(amk.build, "start_compile_workers", lambda: None)
+    request = linear_request(tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
+    built = amk.build.build(request)
+    assert "GEMMs alone" in built.not_searched and built.compiled.kernels
+    for trials in built.tuning_log.values():
+        assert [trial["status"] for trial in trials] == ["untimed"] and "GEMMs alone" in trials[0]["detail"]
+    assert request.settings != linear_request(raced=False).settings
+    report = BucketReport("static sizes", {}, not_searched=built.not_searched)
+    assert "kernels not searched: its ops are GEMMs alone" in str(report)

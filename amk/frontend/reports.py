@@ -87,6 +87,7 @@ class BucketReport:
     build_times: dict[str, float] = field(default_factory=dict)
     # Whether its program has a kernel (a pipeline that fuses nothing leaves every op to PyTorch, in the program)
     fused: bool = True
+    not_searched: str = ""  # why its build kept the kernels' heuristic configurations without a search, or ""
 
     def timed(self, amk_ms: float, pytorch_ms: float, when: str = "on its first call") -> None:
         """Record the times of the bucket's program and PyTorch ops (``when`` they were timed) and run the faster
@@ -105,6 +106,8 @@ class BucketReport:
         program = "its kernels" if self.fused else "its program, with no kernel (every op in PyTorch)"
         runs = program + (" (from the cache)" if self.cached else "") if self.runs == AMK else "PyTorch"
         head = f"{self.sizes}" + (f" (built for {built_for})" if built_for else "") + f": runs {runs}; {self.note}"
+        if self.not_searched:
+            head += f"; kernels not searched: {self.not_searched}"
         if self.build_phases and not self.cached:
             phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.build_phases.items()
                                if name != "total" and seconds >= 0.05)

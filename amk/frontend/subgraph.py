@@ -208,6 +208,7 @@ class FusedSubgraph(torch.nn.Module):
             report.kernels, report.cached = kernel_descriptions(built.compiled), built.cache_hit
             report.fused = bool(built.compiled.kernels)
             report.build_phases, report.build_times = built.build_phases, dict(built.program_times)
+            report.not_searched = built.not_searched
         bucket = self.buckets[key] = Bucket(built, report)
         self.report.buckets.append(report)
         return bucket
