@@ -1,12 +1,13 @@
 """amk's one timer, :func:`time_ms`, for the autotuner, the examples and the benchmark suite; :func:`host_us`, the
 host time of a call; and :func:`environment`, the GPU, versions and date that results files record.
 
-A leaf module: it imports torch, and Triton only to replay CUDA graphs, nothing of amk (``environment`` reads
+A leaf module: it imports torch and :mod:`amk.graph_capture`, itself a leaf (``environment`` reads
 ``amk.__version__`` when called), so the tuner can import it from below.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -53,8 +54,8 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
       kernel, where launch latency and the cold L2 would otherwise rank configurations by what they do not control);
       a launch that cannot be captured keeps its event timing; the graph holds the launches of about
       ``graph_rep_ms``.
-    - ``cuda_graph=True``: replays of a captured CUDA graph only (``triton.testing.do_bench_cudagraph``), how a
-      decode step runs its kernels.
+    - ``cuda_graph=True``: replays of a captured CUDA graph only (as ``triton.testing.do_bench_cudagraph`` times
+      them, captured so that other threads' CUDA calls go on: :func:`_graph_ms`), how a decode step runs its kernels.
 
     Without a GPU: the wall clock of three calls after one (interpreter timings say nothing about GPU speed; they
     are reported for completeness).
@@ -201,11 +202,45 @@ def _trimmed_mean(gaps: list[float]) -> float:
     return statistics.fmean(kept)
 
 
-def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
-    import triton.testing
+# Replays of the captured graph timed, as triton.testing.do_bench_cudagraph times them.
+GRAPH_REPLAYS = 10
 
+
+def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
+    """Median ms per call of ``fn`` as replays of one captured CUDA graph of enough calls to fill ``rep_ms``, as
+    ``triton.testing.do_bench_cudagraph`` times it, but captured in PyTorch's "thread_local" mode: Triton's capture
+    is in the "global" mode, where another thread's synchronizing CUDA call made meanwhile raises, and amk.compile's
+    builds time candidates so while the model's other threads may be running. The garbage collector is off while
+    capturing, as there: a Triton kernel it finalized would unload its module, which no capture survives."""
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
+        with torch.cuda.stream(torch.cuda.Stream()):
+            fn()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                fn()
+            end.record()
+            end.synchronize()
+            estimate_ms = start.elapsed_time(end) / 5
+            calls = max(1, int(rep_ms / estimate_ms)) if estimate_ms > 0 else 1000
+            graph = torch.cuda.CUDAGraph()
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    for _ in range(calls):
+                        fn()
+            finally:
+                if collecting:
+                    gc.enable()
+            times = []
+            for _ in range(GRAPH_REPLAYS):
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / calls)
+        return statistics.median(times)
     except RuntimeError:  # a capture that failed: the process's later random ops must still work
         end_failed_capture()
         raise

@@ -11,6 +11,7 @@ import torch
 from conftest import INTERPRETER_WARNINGS
 
 import amk
+import amk.benchmarking
 from amk.oplist import normalize_ops
 from amk.runtime import default_device
 from amk.verification import reference_for
@@ -178,6 +179,33 @@ def test_kernels_with_workspace_are_correct_on_four_streams_at_once():
         return None if error < 1e-4 else f"{name}: relative error {error:.2e}"
 
     assert call_from_threads(4, 25, work) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_timing_as_graph_replays_lets_other_threads_synchronize():
+    """amk.compile's builds time candidates and PyTorch's ops as CUDA-graph replays while the model's other threads
+    may run: a capture in PyTorch's "global" mode (Triton's do_bench_cudagraph's) makes another thread's value read
+    to the host meanwhile raise. Both threads must get through."""
+    kernel = build(next(iter(CHAINS)))
+    ((args, _),) = cases(next(iter(CHAINS)), 1, 3)
+    kernel(*args)
+    stop, failures = threading.Event(), []
+
+    def synchronize_until_stopped():
+        try:
+            while not stop.is_set():
+                torch.ones(64, device="cuda").sum().item()  # a copy to the host, and a wait for its stream
+        except RuntimeError as error:
+            failures.append(str(error).splitlines()[0])
+
+    other = threading.Thread(target=synchronize_until_stopped)
+    other.start()
+    try:
+        times = [amk.benchmarking.time_ms(lambda: kernel(*args), cuda_graph=True, rep_ms=5) for _ in range(20)]
+    finally:
+        stop.set()
+        other.join()
+    assert failures == [] and all(t > 0 for t in times)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
