@@ -211,7 +211,8 @@ def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
     ``triton.testing.do_bench_cudagraph`` times it, but captured in PyTorch's "thread_local" mode: Triton's capture
     is in the "global" mode, where another thread's synchronizing CUDA call made meanwhile raises, and amk.compile's
     builds time candidates so while the model's other threads may be running. The garbage collector is off while
-    capturing, as there: a Triton kernel it finalized would unload its module, which no capture survives."""
+    capturing, as there: a Triton kernel it finalized would unload its module, which no capture survives (the switch
+    is the process's: two threads timing so at once may turn it back on during the other's capture, as in Triton)."""
     try:
         with torch.cuda.stream(torch.cuda.Stream()):
             fn()
@@ -227,9 +228,15 @@ def _graph_ms(fn: Callable[[], object], rep_ms: float) -> float:
             collecting = gc.isenabled()
             gc.disable()
             try:
-                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                # On this stream, without torch.cuda.graph's entry: it captures on one stream shared by every thread
+                # (a second capture at once fails) and empties the allocator's cache (an internal assert while
+                # another thread captures).
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
                     for _ in range(calls):
                         fn()
+                finally:
+                    graph.capture_end()
             finally:
                 if collecting:
                     gc.enable()

@@ -783,21 +783,22 @@ def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> b
     return _row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
 
 
-# From this many rows at a bucket's hints, a GEMM of 16-bit floats (or of fp32 under TF32) is cuBLAS's ground: amk's
-# kernels have not beaten PyTorch's F.linear there where they had nothing else to fuse. BERT's q/k/v projections
-# (4096 x 768 x 768, fp16, on an H100) searched 52 candidates for 10.8 s of an 11.3 s first call, and lost the race
-# 0.0332 ms against 0.0299 (2026-12-06-h100-models-53). Decode's skinny GEMMs (split_k) do beat it.
-GEMM_ALONE_MIN_ROWS = 256
+# From this many rows, columns and terms (at a bucket's hints: its largest row count, so 129 rows are judged at 256), a
+# GEMM of 16-bit floats (or of fp32 under TF32) is compute-bound, cuBLAS's ground: amk's kernels have not beaten
+# PyTorch's F.linear there where they had nothing else to fuse. BERT's q/k/v projections (4096 x 768 x 768, fp16, on
+# an H100) searched 52 candidates for 10.8 s of an 11.3 s first call, and lost the race 0.0332 ms against 0.0299
+# (2026-12-06-h100-models-53-before). Decode's skinny GEMMs (split_k) do beat it.
+GEMM_ALONE_MIN_SIZE = 256
 
 
 def _not_worth_a_search(request: BuildRequest, module) -> str:
     """Why the module's kernels keep their heuristic configurations without a search, or "": where the caller races
     the program against the module's ops as PyTorch runs them (``BuildRequest.raced_against_pytorch``) and those ops
-    are GEMMs alone (:func:`amk.reference.runs_only_gemms`: a Linear's product with its bias one F.linear), each of
-    at least :data:`GEMM_ALONE_MIN_ROWS` rows at the hints, on tensor cores in PyTorch too (16-bit floats, or fp32
-    under TF32; under "highest" PyTorch's fp32 GEMM runs IEEE, which amk's TF32X3 kernels beat). The program then
-    saves no pass over PyTorch's ops, and only a faster GEMM than cuBLAS's could win the race; the race still runs,
-    and the faster of the two runs."""
+    are GEMMs alone (:func:`amk.reference.runs_only_gemms`: a Linear's product with its bias one F.linear), each with
+    at least :data:`GEMM_ALONE_MIN_SIZE` rows, columns and terms at the hints, on tensor cores in PyTorch too (16-bit
+    floats, or fp32 under TF32; under "highest" PyTorch's fp32 GEMM runs IEEE, which amk's TF32X3 kernels beat). The
+    program then saves at most the reading of an input that two GEMMs share, little next to compute-bound GEMMs, and
+    only a faster GEMM than cuBLAS's could win the race; the race still runs, and the faster of the two runs."""
     from amk.dialects.tensor_op import tensor_type
     from amk.dtypes import to_ir
     from amk.lowering import rules
@@ -809,18 +810,23 @@ def _not_worth_a_search(request: BuildRequest, module) -> str:
     tensor_cores = {to_ir(torch.float16), to_ir(torch.bfloat16)} | (
         {to_ir(torch.float32)} if request.fp32_dot == "tf32" else set())
     size_hints = dict(request.size_hints)
-    fewest = math.inf
+    fewest_rows = math.inf
     for matmul in (op for op in module.walk() if rules.is_matmul(op)):
         if tensor_type(matmul.lhs).element_type not in tensor_cores:
             return ""
+        lhs, output = tensor_type(matmul.lhs).dims, tensor_type(matmul.output).dims
         try:
-            fewest = min(fewest, math.prod(evaluate(dim, size_hints) for dim in tensor_type(matmul.output).dims[:-1]))
+            rows = math.prod(evaluate(dim, size_hints) for dim in output[:-1])
+            terms = evaluate(lhs[-2 if matmul.lhs_transposed else -1], size_hints)
+            columns = evaluate(output[-1], size_hints)
         except (ValueError, ArithmeticError):  # a size without a hint
             return ""
-    if fewest < GEMM_ALONE_MIN_ROWS:
-        return ""
-    return (f"its ops are GEMMs alone, of {fewest} rows or more, which PyTorch runs as cuBLAS's GEMMs (with a Linear's "
-            "bias in the GEMM): the program saves no pass over them, and is raced against them untuned")
+        if min(rows, columns, terms) < GEMM_ALONE_MIN_SIZE:
+            return ""
+        fewest_rows = min(fewest_rows, rows)
+    return (f"its ops are GEMMs alone, of {fewest_rows} rows or more, which PyTorch runs as cuBLAS's GEMMs (with a "
+            "Linear's bias in the GEMM): the program saves no pass over them but a shared input's reading, and is "
+            "raced against them untuned")
 
 
 def _operands_outgrow_a_launch(request: BuildRequest, dtypes: Sequence[torch.dtype] | None = None) -> bool:

@@ -356,3 +356,16 @@ def test_ops_the_call_would_not_reproduce_are_kept(case):
 def test_sdpa_attention_takes_a_bool():
     with pytest.raises(InvalidArgumentError, match="sdpa_attention must be True or False, got 'yes'"):
         amk.compile(nn.Linear(4, 4), sdpa_attention="yes")
+
+
+def test_an_unbacked_size_has_no_example_value():
+    """A size TorchDynamo could not trace a value for (a slice's length read from a tensor) says so: the attention's
+    ops are then kept, with that reason in the log."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from amk.frontend.attention import _at_example
+
+    size = ShapeEnv().create_unbacked_symint()
+    with pytest.raises(ValueError, match="has no traced value .unbacked: u0"):
+        _at_example(size + 1)
+    assert _at_example(7) == 7

@@ -86,16 +86,18 @@ def test_gemms_alone_are_told_from_gemms_with_something_to_fuse():
 LINEAR = [("matmul", {"transpose_b": True}), "add_bias"]
 
 
-def linear_request(ops=LINEAR, rows=512, dtype=torch.float16, raced=True, precision="highest", tuner_config=None):
-    shapes = [(rows, 256), (128, 256), (128,)]
+def linear_request(ops=LINEAR, rows=512, dtype=torch.float16, raced=True, precision="highest", tuner_config=None,
+                   columns=256):
+    shapes = [(rows, 256), (columns, 256), (columns,)]
     return amk.build.BuildRequest(lambda: build_module(ops, shapes, dtype), shapes, dtype, tuner_config=tuner_config,
                                   raced_against_pytorch=raced, float32_matmul_precision=precision)
 
 
 def test_gemms_alone_raced_against_pytorch_are_not_worth_a_search(monkeypatch):
     """Only where the caller races the program against PyTorch's ops, those ops are GEMMs alone of many rows, and
-    PyTorch runs them on tensor cores too: a Linear's activation is a pass saved, decode's skinny GEMMs are amk's to
-    win, and under "highest" PyTorch's fp32 GEMM runs IEEE, which TF32X3 kernels beat."""
+    PyTorch runs them on tensor cores too, and they are large every way: a Linear's activation is a pass saved,
+    decode's skinny GEMMs (and a product of one column) are amk's to win, and under "highest" PyTorch's fp32 GEMM runs
+    IEEE, which TF32X3 kernels beat."""
     monkeypatch.setattr(amk.build.BuildRequest, "timed", property(lambda self: True))
 
     def reason(request):
@@ -104,7 +106,7 @@ def test_gemms_alone_raced_against_pytorch_are_not_worth_a_search(monkeypatch):
     assert "GEMMs alone, of 512 rows" in reason(linear_request())
     assert reason(linear_request(dtype=torch.float32, precision="high"))
     for request in (linear_request(raced=False), linear_request(LINEAR + ["relu"]), linear_request(rows=16),
-                    linear_request(dtype=torch.float32)):
+                    linear_request(columns=1), linear_request(dtype=torch.float32)):
         assert reason(request) == "", request
 
 

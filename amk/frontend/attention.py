@@ -252,8 +252,9 @@ def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, m
                  scale: float | None, replaced: torch.Tensor) -> torch.Tensor | None:
     """The call's result on the fake operands (in their mode): the shape, dtype and device of the product it replaces
     (``replaced``), its layout (the order of its strides) from the call itself on operands of concrete sizes
-    (:func:`_at_example_sizes`), which picks the kernel the call picks at run time and checks its operands as it will.
-    Raises where the call refuses them; None where its result at those sizes is not the product's (a mask growing
+    (:func:`_at_example_sizes`), which picks the kernel the call picks at run time (at those sizes) and checks the
+    operands there (their shapes agree at every size: the traced product and :func:`_broadcasts_to` saw to that).
+    Raises where the call refuses them, or a size has no traced value (an unbacked one); None where its result at those sizes is not the product's (a mask growing
     the scores). The call never runs on the symbolic operands: PyTorch's CUDA kernels take some sizes concrete. The
     memory-efficient kernel pads a mask whose key length is no multiple of 16 by an amount the pad's fake kernel
     takes concrete only (nanoGPT's causal mask refused so, ``2026-12-06-h100-gpu-tests-52.log``); the math kernel,
@@ -275,10 +276,13 @@ def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, m
 def _at_example(size):
     """``size`` (an int or a SymInt) at each symbol's traced value, or at 2 where that is 1: a dynamic dim traced at 1
     (a first batch of 1) would have the stride of its neighbour in the call's layout, which would then say nothing of
-    where it goes at other sizes. Raises KeyError for an unbacked size (the ops are then kept)."""
+    where it goes at other sizes. Raises ValueError for an unbacked size (the ops are then kept)."""
     if not isinstance(size, torch.SymInt):
         return size
     traced = traced_symbol_values(size.node.shape_env)
+    unbacked = sorted(str(symbol) for symbol in size.node.expr.free_symbols if symbol not in traced)
+    if unbacked:
+        raise ValueError(f"the size {size.node.expr} has no traced value (unbacked: {', '.join(unbacked)})")
     return int(size.node.expr.xreplace({symbol: max(int(traced[symbol]), 2) for symbol in size.node.expr.free_symbols}))
 
 
