@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 
 import pytest
 import torch
@@ -369,3 +370,29 @@ def test_an_unbacked_size_has_no_example_value():
     with pytest.raises(ValueError, match="has no traced value .unbacked: u0"):
         _at_example(size + 1)
     assert _at_example(7) == 7
+
+
+def test_the_traces_runtime_asserts_run_as_python_and_still_raise():
+    """TorchDynamo's runtime asserts (torch 2.11 makes six of every call of nanoGPT's slice of its mask buffer by a
+    dynamic length) and size reads run as plain Python, as Inductor's code runs them, without the dispatcher's cost;
+    an assert that fails raises as ``aten._assert_scalar`` does."""
+    from amk.frontend.backend import _run_checks_in_python
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    tokens = graph.call_function(torch.ops.aten.sym_size.int, (x, 1))
+    within = graph.call_function(operator.le, (tokens, 16))
+    graph.call_function(torch.ops.aten._assert_scalar.default, (within, "Runtime assertion failed for u0 <= 16"))
+    graph.output(graph.call_function(operator.mul, (x, tokens)))
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    _run_checks_in_python(gm)
+    assert "torch.ops.aten" not in gm.code
+    torch.testing.assert_close(gm(torch.ones(2, 5)), torch.full((2, 5), 5.0))
+    with pytest.raises(RuntimeError, match="Runtime assertion failed for u0 <= 16"):
+        gm(torch.ones(2, 20))
+    model = CausalSelfAttention().to(DEVICE)
+    compiled = amk.compile(model, autotune=False)
+    compiled(random(2, 5, 32))
+    for call in (model, compiled):  # tokens beyond the mask buffer
+        with pytest.raises(RuntimeError):
+            call(random(2, 20, 32))

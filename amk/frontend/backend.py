@@ -590,6 +590,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph
     eager = _eager_copy(gm) if kept_ones else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()
+    _run_checks_in_python(compiled)
     _mark_outputs_dynamic(compiled, dynamic_outputs)
     if settings.report is not None:
         settings.report(report)
@@ -762,6 +763,29 @@ def _symbolic_output_dims(gm: GraphModule) -> list[set[int]]:
         dims.append({i for i, size in enumerate(value.shape) if not is_concrete_int(size)}
                     if isinstance(value, torch.Tensor) else set())
     return dims
+
+
+def _run_checks_in_python(gm: GraphModule) -> None:
+    """Run ``gm``'s runtime asserts and size reads as plain Python, as Inductor's generated code runs them (``if not
+    (...): raise``): through PyTorch's dispatcher, ``aten._assert_scalar`` and ``aten.sym_size.int`` took 0.9 us a
+    call each on a 2-core CPU, ``Tensor.size`` 0.17, and nanoGPT's causal slice of its mask buffer makes six asserts
+    and two size reads of every call (2026-12-06-h100-host-profile-53.log)."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten._assert_scalar.default:
+            node.target, changed = check_scalar, True
+        elif node.target is torch.ops.aten.sym_size.int and not node.kwargs:
+            node.op, node.target, changed = "call_method", "size", True
+    if changed:
+        gm.recompile()
+
+
+def check_scalar(condition, message: str) -> None:
+    """``aten._assert_scalar`` without the dispatcher: a runtime assert of the trace, which raises as it does."""
+    if not condition:
+        raise RuntimeError(message)
 
 
 def _mark_outputs_dynamic(gm: GraphModule, dims: list[set[int]]) -> None:
