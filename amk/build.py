@@ -433,8 +433,7 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
         rivals = [vendor.time_ms if vendor is not None else None, program_times.get("pytorch_ops")]
         beaten_at_ms = min((ms for ms in rivals if ms is not None), default=None)
         chooser = config_chooser(request, log_here, store, recorded, beaten_at_ms, not_searched=not_searched)
-        compiled = compile_module(module, chooser,
-                                  pipeline=request.pipeline, dumper=request.dumper,
+        compiled = compile_module(module, chooser, pipeline=request.pipeline, dumper=request.dumper,
                                   vendor_gemm=program == "vendor_gemm", fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         if vendor is not None and (_outrun_by_vendor(log_here, vendor, program_times)

@@ -254,12 +254,13 @@ def _fake_result(query: torch.Tensor, keys: torch.Tensor, value: torch.Tensor, m
     (``replaced``), its layout (the order of its strides) from the call itself on operands of concrete sizes
     (:func:`_at_example_sizes`), which picks the kernel the call picks at run time (at those sizes) and checks the
     operands there (their shapes agree at every size: the traced product and :func:`_broadcasts_to` saw to that).
-    Raises where the call refuses them, or a size has no traced value (an unbacked one); None where its result at those sizes is not the product's (a mask growing
-    the scores). The call never runs on the symbolic operands: PyTorch's CUDA kernels take some sizes concrete. The
-    memory-efficient kernel pads a mask whose key length is no multiple of 16 by an amount the pad's fake kernel
-    takes concrete only (nanoGPT's causal mask refused so, ``2026-12-06-h100-gpu-tests-52.log``); the math kernel,
-    the guards suppressed, broadcast BERT's mask to the trace's batch, a result of concrete batch whose comparison
-    with the product's then guarded the batch (a recompile at every batch, ``2026-12-06-h100-gpu-tests-53.log``)."""
+    Raises where the call refuses them, or a size has no traced value (an unbacked one); None where its result at
+    those sizes is not the product's (a mask growing the scores). The call never runs on the symbolic operands:
+    PyTorch's CUDA kernels take some sizes concrete. The memory-efficient kernel pads a mask whose key length is no
+    multiple of 16 by an amount the pad's fake kernel takes concrete only (nanoGPT's causal mask refused so,
+    ``2026-12-06-h100-gpu-tests-52.log``); the math kernel, the guards suppressed, broadcast BERT's mask to the
+    trace's batch, a result of concrete batch whose comparison with the product's then guarded the batch (a recompile
+    at every batch, ``2026-12-06-h100-gpu-tests-53.log``)."""
     example = F.scaled_dot_product_attention(*(_at_example_sizes(t) for t in (query, keys, value)),
                                              attn_mask=None if mask is None else _at_example_sizes(mask), scale=scale)
     if list(example.shape) != [_at_example(size) for size in replaced.shape]:
