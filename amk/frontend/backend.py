@@ -768,8 +768,9 @@ def _symbolic_output_dims(gm: GraphModule) -> list[set[int]]:
 def _run_checks_in_python(gm: GraphModule) -> None:
     """Run ``gm``'s runtime asserts and size reads as plain Python, as Inductor's generated code runs them (``if not
     (...): raise``): through PyTorch's dispatcher, ``aten._assert_scalar`` and ``aten.sym_size.int`` took 0.9 us a
-    call each on a 2-core CPU, ``Tensor.size`` 0.17, and nanoGPT's causal slice of its mask buffer makes six asserts
-    and two size reads of every call (2026-12-06-h100-host-profile-53.log)."""
+    call each in a ``timeit`` on a 2-core CPU, ``Tensor.size`` 0.17, and under torch 2.11 nanoGPT's causal slice of
+    its mask buffer makes six asserts and two size reads of every call (eight op calls a call in
+    2026-12-06-h100-host-profile-53.log)."""
     changed = False
     for node in gm.graph.nodes:
         if node.op != "call_function":
