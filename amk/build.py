@@ -770,16 +770,19 @@ def _program_tolerance(module) -> float:
 def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> bool:
     """Whether the program that leaves the matmuls to the vendor library is worth timing against the fused one: where
     a row reduction follows a matmul (its epilogue then runs after the fused kernel's MMAs), where a norm or a cast
-    precedes a matmul of many rows (:func:`_matmul_has_a_costly_prologue`), and for every matmul of fp32 dots under
-    PyTorch's "highest" (IEEE dots run on the CUDA cores; cuBLAS's fp32 GEMM is faster)."""
+    precedes a matmul of many rows (:func:`_matmul_has_a_costly_prologue`), where a Linear's bias and activation
+    can be the vendor GEMM's epilogue (``amk-vendor-epilogues``: cuBLASLt's ReLU or tanh GELU), and for every matmul
+    of fp32 dots under PyTorch's "highest" (IEEE dots run on the CUDA cores; cuBLAS's fp32 GEMM is faster)."""
     from amk.dialects.tensor_op import tensor_type
     from amk.dtypes import to_ir
     from amk.lowering import rules
+    from amk.passes.vendor_epilogues import epilogue_activation
 
-    if fp32_dot == "ieee" and any(rules.is_matmul(op) and tensor_type(op.lhs).element_type == to_ir(torch.float32)
-                                  for op in module.walk()):
+    matmuls = [op for op in module.walk() if rules.is_matmul(op)]
+    if fp32_dot == "ieee" and any(tensor_type(op.lhs).element_type == to_ir(torch.float32) for op in matmuls):
         return True
-    return _row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
+    return (_row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
+            or any(epilogue_activation(op) is not None for op in matmuls))
 
 
 # From this many rows, columns and terms (at a bucket's hints: its largest row count, so 129 rows are judged at 256), a

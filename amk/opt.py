@@ -40,6 +40,7 @@ AMK_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "amk-bind-sizes": _lazy("amk.passes.bind_sizes", "BindSizesPass"),
     "amk-duplicate-norm-prologues": _lazy("amk.passes.duplicate_norm_prologues", "DuplicateNormProloguesPass"),
     "amk-fuse": _lazy("amk.passes.fuse", "FusePass"),
+    "amk-vendor-epilogues": _lazy("amk.passes.vendor_epilogues", "VendorEpiloguesPass"),
     "amk-tile": _lazy("amk.lowering.tile", "TilePass"),
     "amk-fold-exponent-scales": _lazy("amk.lowering.fold_exponent_scales", "FoldExponentScalesPass"),
     "amk-stage": _lazy("amk.lowering.stage", "StagePass"),

@@ -29,6 +29,7 @@ from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option, size_symbols
 from amk.opt import AMK_PASSES, PASS_INPUT_LEVEL
 from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
+from amk.passes.vendor_epilogues import VendorEpiloguesPass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
@@ -37,8 +38,9 @@ ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
     """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default (the pass registered under that name, a
     user's replacement included), or a pipeline string's passes; ``vendor_gemm`` sets that option of the passes
-    that have it (``amk-fuse``) and leaves out ``amk-duplicate-norm-prologues``: with the matmuls in the vendor
-    library, a norm cloned per matmul would run as a kernel per clone. A pipeline that does not parse or names an
+    that have it (``amk-fuse``), leaves out ``amk-duplicate-norm-prologues`` (with the matmuls in the vendor
+    library, a norm cloned per matmul would run as a kernel per clone) and runs ``amk-vendor-epilogues`` first (a
+    Linear's bias and ReLU or tanh GELU in the vendor GEMM's epilogue). A pipeline that does not parse or names an
     unknown pass or option raises :class:`amk.errors.InvalidArgumentError`."""
     pipeline = pipeline or "amk-fuse"
     try:
@@ -48,8 +50,8 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
                                    f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
         return list(passes)
-    return [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)} else p for p in passes
-            if not isinstance(p, DuplicateNormProloguesPass)]
+    return [VendorEpiloguesPass()] + [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)}
+                                      else p for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
 
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:

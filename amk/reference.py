@@ -45,6 +45,27 @@ def _bound_matmul(op: tensor_op.MatmulOp) -> Callable:
     return matmul
 
 
+def _linear(op: tensor_op.LinearOp, x, w, b):
+    return _bound_linear(op)(x, w, b)
+
+
+def _bound_linear(op: tensor_op.LinearOp) -> Callable:
+    activation = op.activation_name
+    if activation is None:
+        return F.linear
+    use_gelu = activation == "gelu_tanh"
+
+    def linear(x, w, b):
+        if not x.is_cuda:  # on the CPU, _addmm_activation's GELU is the exact one; its CUDA form is the tanh one
+            y = F.linear(x, w, b)
+            return F.gelu(y, approximate="tanh") if use_gelu else F.relu(y)
+        # cuBLASLt's epilogue applies the activation to the fp32 accumulator plus the bias, rounded once.
+        rows = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t(), use_gelu=use_gelu)
+        return rows.view(*x.shape[:-1], w.shape[0])
+
+    return linear
+
+
 def _reduction(fn):
     return lambda op, x: fn(x, dim=op.axis.value.data, keepdim=op.keeps_dim)
 
@@ -55,6 +76,7 @@ def _clamp(op: tensor_op.ClampOp, x):
 
 REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.MatmulOp: _matmul,
+    tensor_op.LinearOp: _linear,
     tensor_op.AddOp: lambda op, a, b: a + b,
     tensor_op.SubOp: lambda op, a, b: a - b,
     tensor_op.MulOp: lambda op, a, b: a * b,
@@ -152,7 +174,8 @@ def evaluate(op: Operation, args: list[torch.Tensor]) -> torch.Tensor:
 
 # Ops whose function of the tensors alone is worth preparing once (:func:`bound`): a vendor GEMM runs on every call of
 # a program's hot path, where reading the op's attributes would cost more host time than the launch.
-_BOUND: dict[type[Operation], Callable[[Operation], Callable]] = {tensor_op.MatmulOp: _bound_matmul}
+_BOUND: dict[type[Operation], Callable[[Operation], Callable]] = {tensor_op.MatmulOp: _bound_matmul,
+                                                                  tensor_op.LinearOp: _bound_linear}
 
 
 def bound(op: Operation) -> Callable:
@@ -199,17 +222,17 @@ def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list
         if isinstance(op, func.ReturnOp):
             returned = list(op.arguments)
         elif op not in folded:
-            bias_add = _bias_add(op)
-            if bias_add is None:
+            add = bias_add(op)
+            if add is None:
                 steps.append((op, bound(op), list(op.operands), list(op.results)))
             else:
-                bias = next(operand for operand in bias_add.operands if operand is not op.output)
-                steps.append((op, F.linear, [op.lhs, op.rhs, bias], list(bias_add.results)))
-                folded.add(bias_add)
+                bias = next(operand for operand in add.operands if operand is not op.output)
+                steps.append((op, F.linear, [op.lhs, op.rhs, bias], list(add.results)))
+                folded.add(add)
     return steps, returned
 
 
-def _bias_add(op: Operation) -> Operation | None:
+def bias_add(op: Operation) -> Operation | None:
     """The add of a bias vector that is the one reader of ``op``, where ``op`` is a product ``F.linear`` computes
     (``x @ w.t()``, ``w`` of rank 2); None otherwise."""
     if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or not op.rhs_transposed \

@@ -191,6 +191,62 @@ class MatmulOp(TensorOp):
                            self.name)
 
 
+@irdl_op_definition
+class LinearOp(TensorOp):
+    """``activation(input @ weight^T + bias)``, ``nn.Linear``'s product with its bias and an optional activation
+    (``"relu"``, or ``"gelu_tanh"``: GELU's tanh form), as one call of the vendor library with the bias and the
+    activation in the GEMM's epilogue (cuBLASLt's RELU_BIAS and GELU_BIAS)::
+
+        %h = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (!tensor_op.tensor<[M, 1024], f16>,
+            !tensor_op.tensor<[4096, 1024], f16>, !tensor_op.tensor<[4096], f16>) -> !tensor_op.tensor<[M, 4096], f16>
+
+    ``input`` is ``[..., K]``, ``weight`` ``[N, K]``, ``bias`` ``[N]``; the result ``[..., N]``. No kernel computes
+    it: ``amk-vendor-epilogues`` makes it from a matmul, its bias and activation in the program whose matmuls run in
+    the vendor library, and the runtime calls PyTorch."""
+
+    name = "tensor_op.linear"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    activation = opt_prop_def(StringAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = ("$input `,` $weight `,` $bias attr-dict `:` "
+                       "`(` type($input) `,` type($weight) `,` type($bias) `)` `->` type($output)")
+
+    ACTIVATIONS: ClassVar[tuple[str, ...]] = ("relu", "gelu_tanh")
+
+    def __init__(self, input: SSAValue, weight: SSAValue, bias: SSAValue, activation: str | None = None):
+        properties = {} if activation is None else {"activation": StringAttr(activation)}
+        super().__init__(operands=[input, weight, bias], properties=properties,
+                         result_types=[self.linear_type(*(tensor_type(v) for v in (input, weight, bias)))])
+
+    @property
+    def activation_name(self) -> str | None:
+        return None if self.activation is None else self.activation.data
+
+    def infer_result_type(self) -> TensorType:
+        return self.linear_type(*(tensor_type(v) for v in (self.input, self.weight, self.bias)))
+
+    def linear_type(self, input: TensorType, weight: TensorType, bias: TensorType) -> TensorType:
+        product = matmul_type(input, weight, False, True, self.name)
+        if weight.rank != 2 or bias.rank != 1:
+            raise VerifyException(f"'{self.name}' takes a weight of rank 2 and a bias of rank 1, got ranks "
+                                  f"{weight.rank} and {bias.rank}")
+        if bias.element_type != input.element_type:
+            raise VerifyException(f"'{self.name}' bias is {bias.element_type}, the input {input.element_type}")
+        if not provably_equal(bias.dims[0], weight.dims[0]):
+            raise VerifyException(f"'{self.name}' bias has {bias.dims[0]} elements, the weight {weight.dims[0]} rows")
+        return product
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.activation is not None and self.activation.data not in self.ACTIVATIONS:
+            raise VerifyException(f"'{self.name}' activation must be one of {', '.join(self.ACTIVATIONS)}, "
+                                  f"got {self.activation.data!r}")
+
+
 def matmul_type(a: TensorType, b: TensorType, transpose_lhs: bool, transpose_rhs: bool, name: str) -> TensorType:
     """Result type of a matmul; a provable mismatch is a VerifyException naming the dims."""
     if a.rank < 2:
@@ -817,7 +873,7 @@ class FusedOp(IRDLOperation):
 
 
 TENSOR_OP_OPS = [
-    MatmulOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
+    MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,

@@ -438,6 +438,7 @@ def test_a_pass_replacing_amk_fuse_is_what_every_build_runs(monkeypatch, tmp_pat
 
     from amk import opt
     from amk.passes.fuse import FusePass
+    from amk.passes.vendor_epilogues import VendorEpiloguesPass
     from amk.pipeline import fusion_passes
 
     ran = []
@@ -453,7 +454,8 @@ def test_a_pass_replacing_amk_fuse_is_what_every_build_runs(monkeypatch, tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt.register_pass(CountingFuse)
-    assert fusion_passes(None) == [CountingFuse()] and fusion_passes(None, vendor_gemm=True) == [CountingFuse(True)]
+    assert fusion_passes(None) == [CountingFuse()]
+    assert fusion_passes(None, vendor_gemm=True) == [VendorEpiloguesPass(), CountingFuse(True)]
     kernel = amk.build_fused_kernel(["matmul", "relu"], [(8, 16), (16, 8)], torch.float32, autotune=False,
                                     tuner_config=amk.TunerConfig(target_cache_dir=tmp_path))
     assert ran and kernel.num_kernels == 1

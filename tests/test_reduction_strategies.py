@@ -479,14 +479,16 @@ def test_a_fused_program_whose_kernel_alone_loses_is_not_raced():
 def test_the_vendor_program_keeps_one_norm_and_times_on_scaled_weights():
     """With the matmuls in the vendor library, amk.compile's pipeline does not clone a norm per matmul (each clone
     would be a kernel of its own); the random inputs the two programs are raced on scale each weight by 1/sqrt(K),
-    whichever argument it is (a gated MLP at scale 1 overflows fp16)."""
+    whichever argument it is (a gated MLP at scale 1 overflows fp16). A Linear's epilogue goes to the vendor GEMM
+    first (amk-vendor-epilogues)."""
     from amk.build import _weight_scales
     from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
     from amk.passes.fuse import FusePass
+    from amk.passes.vendor_epilogues import VendorEpiloguesPass
     from amk.pipeline import fusion_passes
 
     passes = fusion_passes("amk-duplicate-norm-prologues,amk-fuse", vendor_gemm=True)
-    assert [type(p) for p in passes] == [FusePass] and passes[0].vendor_gemm
+    assert [type(p) for p in passes] == [VendorEpiloguesPass, FusePass] and passes[1].vendor_gemm
     assert isinstance(fusion_passes("amk-duplicate-norm-prologues,amk-fuse")[0], DuplicateNormProloguesPass)
     shapes = [(37, 100), (100,), (100, 75), (37, 75)]
     module = build_module(normalize_ops(["rmsnorm", "matmul", "add"]), shapes, torch.float16)

@@ -1,0 +1,110 @@
+"""A Linear's bias and ReLU or tanh GELU in the vendor GEMM's epilogue (``amk-vendor-epilogues``,
+``tensor_op.linear``): the program whose matmuls run in the vendor library computes them as cuBLASLt does, in one
+call, and the build times that program where such an epilogue exists."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import INTERPRETER_WARNINGS
+
+from amk.build import _vendor_gemm_may_win
+from amk.oplist import build_module, normalize_ops
+from amk.passes.vendor_epilogues import epilogue_activation
+from amk.pipeline import compile_module
+from amk.runtime import Program, default_device
+
+pytestmark = INTERPRETER_WARNINGS
+
+LINEAR = ("matmul", {"transpose_b": True})
+GPT2_MLP = ([LINEAR, "add_bias", ("gelu", {"approximate": "tanh"}), LINEAR, "add_bias"],
+            [(37, 48), (96, 48), (96,), (48, 96), (48,)])
+
+
+def random_inputs(shapes, dtype, device, seed=0):
+    """Random inputs, each Linear's weight ([N, K], every shape of rank 2 but the first) scaled by 1/sqrt(K)."""
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=generator) / (shape[1] ** 0.5 if index and len(shape) == 2 else 1)).to(
+        device, dtype) for index, shape in enumerate(shapes)]
+
+
+def gpt2_mlp(x, w1, b1, w2, b2):
+    return F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+
+def relative_error(out, expected):
+    return ((out.double() - expected).norm() / expected.norm()).item()
+
+
+def test_gpt2s_mlp_runs_as_two_vendor_linears_with_their_epilogues():
+    ops, shapes = GPT2_MLP
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float32), vendor_gemm=True)
+    steps = compiled.program.steps
+    assert [step.kind for step in steps] == ["op", "op", "return"]  # no kernel is left: no pass over the hidden
+    first, second = (step.operation() for step in steps[:2])
+    assert first.name == second.name == "tensor_op.linear"
+    assert (first.activation_name, second.activation_name) == ("gelu_tanh", None)
+    inputs = random_inputs(shapes, torch.float32, default_device())
+    expected = gpt2_mlp(*(t.double() for t in inputs))
+    for _ in range(2):  # the program's call, then its hot path
+        assert relative_error(compiled.program(*inputs)[0], expected) < 1e-5
+
+
+def test_the_cpu_computes_the_tanh_gelu_that_cuda_computes():
+    """On the CPU ``torch._addmm_activation``'s GELU is the exact one (on CUDA the tanh one, as cuBLASLt's epilogue):
+    the CPU's program computes the tanh form, which differs from the exact one by far more than fp32's rounding."""
+    ops, shapes = GPT2_MLP[0][:3], GPT2_MLP[1][:3]
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float32), vendor_gemm=True)
+    x, w, b = random_inputs(shapes, torch.float32, "cpu")
+    out = compiled.program(x, w, b)[0].double()
+    tanh_form = F.gelu(F.linear(x.double(), w.double(), b.double()), approximate="tanh")
+    exact = F.gelu(F.linear(x.double(), w.double(), b.double()))
+    assert relative_error(out, tanh_form) < 1e-6 < relative_error(exact, tanh_form) / 10
+
+
+def test_a_program_of_vendor_linears_comes_back_from_its_plan():
+    """The persistent cache stores an op step as its IR's text; ``tensor_op.linear`` parses back with its
+    activation."""
+    ops, shapes = GPT2_MLP
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float16), vendor_gemm=True)
+    again = Program.from_plan(compiled.program.plan(), compiled.kernels)
+    assert [step.operation().activation_name for step in again.steps[:2]] == ["gelu_tanh", None]
+    inputs = random_inputs(shapes, torch.float16, default_device())
+    assert torch.equal(again(*inputs)[0], compiled.program(*inputs)[0])
+
+
+@pytest.mark.parametrize("activation,expected", [
+    ("relu", "relu"), (("gelu", {"approximate": "tanh"}), "gelu_tanh"), ("gelu", None), ("silu", None)])
+def test_the_build_times_the_vendor_program_where_the_epilogue_takes_the_activation(activation, expected):
+    """cuBLASLt's epilogues: ReLU and the tanh GELU, after a Linear's bias (a weight [N, K], as nn.Linear's)."""
+    module = build_module(normalize_ops([LINEAR, "add_bias", activation]), [(64, 32), (48, 32), (48,)],
+                          torch.float16)
+    matmul = next(op for op in module.walk() if op.name == "tensor_op.matmul")
+    assert epilogue_activation(matmul) == expected
+    assert _vendor_gemm_may_win(module, "ieee", {}) == (expected is not None)
+
+
+def test_a_bias_that_a_kernel_reads_anyway_stays_out_of_the_vendor_gemm():
+    """Exact GELU and LayerNorm after the bias: their kernel reads the product, and adds the bias there."""
+    ops, shapes = [LINEAR, "add_bias", "gelu", "layernorm"], [(37, 48), (80, 48), (80,), (80,), (80,)]
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float32), vendor_gemm=True)
+    assert [step.operation().name for step in compiled.program.steps if step.kind == "op"] == ["tensor_op.matmul"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLASLt's epilogue runs on a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype):
+    ops, shapes = GPT2_MLP
+    shapes = [(3, 129, 256), (1024, 256), (1024,), (256, 1024), (256,)]  # a batch of sequences, flattened for the GEMM
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, dtype), vendor_gemm=True)
+    inputs = random_inputs(shapes, dtype, "cuda")
+    expected = gpt2_mlp(*(t.double() for t in inputs))
+    tolerance = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
+    assert relative_error(compiled.program(*inputs)[0], expected) < tolerance
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = compiled.program(*inputs)[0]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(captured, expected) < tolerance
