@@ -60,6 +60,8 @@ def _bound_linear(op: tensor_op.LinearOp) -> Callable:
             y = F.linear(x, w, b)
             return F.gelu(y, approximate="tanh") if use_gelu else F.relu(y)
         # cuBLASLt's epilogue applies the activation to the fp32 accumulator plus the bias, rounded once.
+        if x.dim() == 2:
+            return torch._addmm_activation(b, x, w.t(), use_gelu=use_gelu)
         rows = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t(), use_gelu=use_gelu)
         return rows.view(*x.shape[:-1], w.shape[0])
 

@@ -94,9 +94,10 @@ def test_a_bias_that_a_kernel_reads_anyway_stays_out_of_the_vendor_gemm():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLASLt's epilogue runs on a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype):
-    ops, shapes = GPT2_MLP
-    shapes = [(3, 129, 256), (1024, 256), (1024,), (256, 1024), (256,)]  # a batch of sequences, flattened for the GEMM
+@pytest.mark.parametrize("rows", [(387,), (3, 129)], ids=["rows", "sequences"])
+def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype, rows):
+    ops = GPT2_MLP[0]
+    shapes = [(*rows, 256), (1024, 256), (1024,), (256, 1024), (256,)]  # sequences are flattened for the GEMM
     compiled = compile_module(build_module(normalize_ops(ops), shapes, dtype), vendor_gemm=True)
     inputs = random_inputs(shapes, dtype, "cuda")
     expected = gpt2_mlp(*(t.double() for t in inputs))
