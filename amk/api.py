@@ -95,8 +95,9 @@ class FusedKernel(torch.nn.Module):
 
     @property
     def torch_ops(self) -> list[str]:
-        """The ops this program runs in PyTorch instead of in its kernels, in order: ``tensor_op.matmul`` when the
-        tuner found the vendor library's GEMM with the rest fused faster (``TunerConfig.vendor_gemm``)."""
+        """The ops this program runs in PyTorch instead of in its kernels, in order: ``tensor_op.matmul`` (or
+        ``tensor_op.linear``, a Linear's bias and ReLU or tanh GELU in the GEMM's epilogue) when the tuner found the
+        vendor library's GEMM with the rest fused faster (``TunerConfig.vendor_gemm``)."""
         return [step.operation().name for step in self.compiled.program.steps if step.kind == "op"]
 
     def __reduce__(self):
@@ -352,7 +353,7 @@ def _build_fused_kernel(ops, input_shapes, dtype, backend, autotune, tuner_confi
         kernel.tuning_log = tuning_log
         kernel.program_times = built.program_times
         kernel.cache_hit, kernel.cache_key = built.cache_hit, built.key
-        if kernel.num_kernels != 1:
+        if kernel.num_kernels != 1 and not (kernel.num_kernels == 0 and kernel.torch_ops):
             log.warning("the op chain %s compiled to %d kernels", [n for n, _ in op_list], kernel.num_kernels)
         if verify:
             with phase("verify"):

@@ -776,13 +776,14 @@ def _vendor_gemm_may_win(module, fp32_dot: str, size_hints: dict[str, int]) -> b
     from amk.dialects.tensor_op import tensor_type
     from amk.dtypes import to_ir
     from amk.lowering import rules
-    from amk.passes.vendor_epilogues import epilogue_activation
+    from amk.passes.vendor_epilogues import linear_epilogue
 
     matmuls = [op for op in module.walk() if rules.is_matmul(op)]
     if fp32_dot == "ieee" and any(tensor_type(op.lhs).element_type == to_ir(torch.float32) for op in matmuls):
         return True
+    epilogues = [linear_epilogue(op) for op in matmuls]
     return (_row_reduction_follows_matmul(module) or _matmul_has_a_costly_prologue(module, size_hints)
-            or any(epilogue_activation(op) is not None for op in matmuls))
+            or any(epilogue is not None and epilogue.activation for epilogue in epilogues))
 
 
 # From this many rows, columns and terms (at a bucket's hints: its largest row count, so 129 rows are judged at 256), a

@@ -29,19 +29,20 @@ from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option, size_symbols
 from amk.opt import AMK_PASSES, PASS_INPUT_LEVEL
 from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
-from amk.passes.vendor_epilogues import VendorEpiloguesPass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
+VENDOR_EPILOGUES = "amk-vendor-epilogues"
 
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
     """The passes that run on ``tensor_op`` IR: ``amk-fuse`` by default (the pass registered under that name, a
     user's replacement included), or a pipeline string's passes; ``vendor_gemm`` sets that option of the passes
     that have it (``amk-fuse``), leaves out ``amk-duplicate-norm-prologues`` (with the matmuls in the vendor
-    library, a norm cloned per matmul would run as a kernel per clone) and runs ``amk-vendor-epilogues`` first (a
-    Linear's bias and ReLU or tanh GELU in the vendor GEMM's epilogue). A pipeline that does not parse or names an
-    unknown pass or option raises :class:`amk.errors.InvalidArgumentError`."""
+    library, a norm cloned per matmul would run as a kernel per clone) and runs ``amk-vendor-epilogues`` first (the
+    pass registered under that name: a Linear's bias and ReLU or tanh GELU in the vendor GEMM's epilogue) unless the
+    pipeline names it. A pipeline that does not parse or names an unknown pass or option raises
+    :class:`amk.errors.InvalidArgumentError`."""
     pipeline = pipeline or "amk-fuse"
     try:
         passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
@@ -50,8 +51,9 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
                                    f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
         return list(passes)
-    return [VendorEpiloguesPass()] + [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)}
-                                      else p for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
+    epilogues = [] if any(p.name == VENDOR_EPILOGUES for p in passes) else [AMK_PASSES[VENDOR_EPILOGUES]()()]
+    return epilogues + [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)} else p
+                        for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
 
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:

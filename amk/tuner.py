@@ -58,8 +58,9 @@ class TunerConfig:
     most 100 ms of them, at least five; a candidate 30% slower than the best after five launches is not timed
     further); ``enable_warp_specialization``: also time warp-specialized variants of persistent TMA kernels
     (``WARP_SPECIALIZE=1``); ``vendor_gemm``: where a row reduction follows a matmul or feeds one of at least 256
-    rows, and for fp32 matmuls under PyTorch's "highest" precision, also build the chain with the matmul left to the
-    vendor library (cuBLAS, through PyTorch) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs
+    rows, where a Linear's bias and ReLU or tanh GELU can be the vendor GEMM's epilogue, and for fp32 matmuls under
+    PyTorch's "highest" precision, also build the chain with the matmul left to the vendor library (cuBLAS, through
+    PyTorch, ``amk-vendor-epilogues`` first) and the rest fused (``amk-fuse{vendor_gemm=true}``), time both programs
     and keep the faster (for ``amk.build_fused_kernel`` and for ``amk.compile``'s subgraphs, at their size bucket);
     ``target_cache_dir``: the directory under which amk writes everything it keeps (tuned kernels, timings, locks
     and the emitted sources that Triton imports; default: ``AMK_CACHE_DIR`` or the user cache directory): a

@@ -4,11 +4,11 @@ In the program whose matmuls run in the vendor library (``amk-fuse{vendor_gemm=t
 call and the ops after it a kernel of their own: where those are only its bias and a ReLU or a tanh GELU, that kernel
 is a whole pass over the product (GPT-2's MLP: its hidden activations, 32 MB at 4096 tokens) that cuBLASLt does in
 the GEMM's epilogue, on the fp32 accumulator. This pass makes such a matmul, bias add and activation one
-``tensor_op.linear``, and a matmul with a bias that no elementwise op or row reduction reads after it (a projection
-returned, or read by the next matmul) one ``tensor_op.linear`` without activation (``F.linear``, the bias in the
-epilogue, as ``nn.Linear`` runs it). Left alone: a product read by other ops too, a bias of another dtype, and a sum
-that other ops read (exact GELU, whose cuBLASLt form would be the tanh one, a residual, a norm): ``amk-fuse`` makes
-the bias part of their kernel, which reads the product anyway.
+``tensor_op.linear``, and a matmul with its bias alone one ``tensor_op.linear`` without activation (``F.linear``,
+the bias in the epilogue, as ``nn.Linear`` runs it), where no elementwise op or row reduction reads the result (it
+is returned, or read by the next matmul). Left alone: a product read by other ops too, a bias of another dtype,
+exact GELU (cuBLASLt's is the tanh form), and a sum or activation that other ops read (a residual, a norm):
+``amk-fuse`` makes the bias and the activation part of their kernel, which reads the product anyway.
 
 Input::
 
@@ -44,11 +44,29 @@ from amk.lowering import rules
 from amk.reference import bias_add
 
 
-def epilogue_activation(matmul: Operation) -> str | None:
-    """The name of the activation this pass puts in ``matmul``'s epilogue with its bias, or None."""
+@dataclass(frozen=True)
+class LinearEpilogue:
+    """What a matmul's ``tensor_op.linear`` takes in: its bias add, the op whose result it replaces (the activation,
+    or the add) and the activation's name (None: the bias alone)."""
+
+    bias_add: Operation
+    last: Operation
+    activation: str | None
+
+
+def linear_epilogue(matmul: Operation) -> LinearEpilogue | None:
+    """The bias and activation this pass puts in ``matmul``'s epilogue, or None: a matmul by ``nn.Linear``'s weight
+    outside any fused region, whose one reader adds its bias (:func:`amk.reference.bias_add`), then the ReLU or tanh
+    GELU that alone reads that sum, where no op that ``amk-fuse`` puts in a kernel reads the result (that kernel
+    would read the product anyway, and compute the bias and the activation there)."""
     add = bias_add(matmul)
-    activation = None if add is None else _epilogue_activation(add.output)
-    return None if activation is None else activation[1]
+    if add is None or isinstance(matmul.parent_op(), tensor_op.FusedOp):
+        return None
+    activation = _epilogue_activation(add.output)
+    epilogue = LinearEpilogue(add, add, None) if activation is None else LinearEpilogue(add, *activation)
+    read_by_a_kernel = any(rules.kind_of(use.operation) in ("elementwise", "reduction")
+                           for use in epilogue.last.results[0].uses)
+    return None if read_by_a_kernel else epilogue
 
 
 def _epilogue_activation(value) -> tuple[Operation, str] | None:
@@ -64,27 +82,19 @@ def _epilogue_activation(value) -> tuple[Operation, str] | None:
     return None
 
 
-def _read_by_a_kernel(value) -> bool:
-    """Whether an op that ``amk-fuse`` puts in a kernel reads ``value`` (with the matmuls in the vendor library)."""
-    return any(rules.kind_of(use.operation) in ("elementwise", "reduction") for use in value.uses)
-
-
 class LinearWithEpilogue(RewritePattern):
-    """A matmul of a weight with its bias add, and the activation that alone reads that sum, to ``tensor_op.linear``;
-    with the bias alone where no kernel reads the sum."""
+    """A matmul with its bias add, and the activation that alone reads that sum, to ``tensor_op.linear``
+    (:func:`linear_epilogue`)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tensor_op.MatmulOp, rewriter: PatternRewriter) -> None:
-        add = bias_add(op)
-        if add is None or isinstance(op.parent_op(), tensor_op.FusedOp):
+        epilogue = linear_epilogue(op)
+        if epilogue is None:
             return
+        add = epilogue.bias_add
         bias = next(operand for operand in add.operands if operand is not op.output)
-        epilogue = _epilogue_activation(add.output)
-        if epilogue is None and _read_by_a_kernel(add.output):
-            return
-        last, activation = epilogue if epilogue is not None else (add, None)
-        rewriter.replace(last, tensor_op.LinearOp(op.lhs, op.rhs, bias, activation))
-        if last is not add:
+        rewriter.replace(epilogue.last, tensor_op.LinearOp(op.lhs, op.rhs, bias, epilogue.activation))
+        if epilogue.last is not add:
             rewriter.erase(add)
         rewriter.erase(op)
 

@@ -11,7 +11,7 @@ from conftest import INTERPRETER_WARNINGS
 
 from amk.build import _vendor_gemm_may_win
 from amk.oplist import build_module, normalize_ops
-from amk.passes.vendor_epilogues import epilogue_activation
+from amk.passes.vendor_epilogues import linear_epilogue
 from amk.pipeline import compile_module
 from amk.runtime import Program, default_device
 
@@ -81,7 +81,8 @@ def test_the_build_times_the_vendor_program_where_the_epilogue_takes_the_activat
     module = build_module(normalize_ops([LINEAR, "add_bias", activation]), [(64, 32), (48, 32), (48,)],
                           torch.float16)
     matmul = next(op for op in module.walk() if op.name == "tensor_op.matmul")
-    assert epilogue_activation(matmul) == expected
+    epilogue = linear_epilogue(matmul)  # exact GELU and SiLU: none, their kernel reads the product anyway
+    assert (None if epilogue is None else epilogue.activation) == expected
     assert _vendor_gemm_may_win(module, "ieee", {}) == (expected is not None)
 
 
@@ -109,3 +110,31 @@ def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype, rows
     graph.replay()
     torch.cuda.synchronize()
     assert relative_error(captured, expected) < tolerance
+
+
+def test_the_vendor_program_runs_the_registered_epilogue_pass_once(monkeypatch):
+    """A user's pass registered as ``amk-vendor-epilogues`` is the one the vendor program runs, and a pipeline that
+    names the pass runs it once."""
+    import dataclasses
+    import warnings
+
+    from amk import opt
+    from amk.passes.fuse import FusePass
+    from amk.passes.vendor_epilogues import VendorEpiloguesPass
+    from amk.pipeline import fusion_passes
+
+    assert [type(p) for p in fusion_passes("amk-vendor-epilogues,amk-fuse", vendor_gemm=True)] == [
+        VendorEpiloguesPass, FusePass]
+
+    @dataclasses.dataclass(frozen=True)
+    class MyEpilogues(VendorEpiloguesPass):
+        pass
+
+    monkeypatch.setitem(opt.AMK_PASSES, "amk-vendor-epilogues", opt.AMK_PASSES["amk-vendor-epilogues"])
+    monkeypatch.setattr(opt, "REGISTERED_PASSES", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt.register_pass(MyEpilogues)
+    assert [type(p) for p in fusion_passes(None, vendor_gemm=True)] == [MyEpilogues, FusePass]
+    assert [type(p) for p in fusion_passes("amk-vendor-epilogues,amk-fuse", vendor_gemm=True)] == [
+        MyEpilogues, FusePass]

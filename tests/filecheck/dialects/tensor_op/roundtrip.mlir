@@ -14,6 +14,20 @@ func.func @matmul(%x : !tensor_op.tensor<[B*S, 4096], f16>, %w : !tensor_op.tens
 
 // -----
 
+// A Linear with its bias and tanh GELU (the vendor GEMM's epilogue), on a batch of sequences; and one without activation.
+func.func @linear(%x : !tensor_op.tensor<[B, S, 64], bf16>, %w : !tensor_op.tensor<[256, 64], bf16>, %b : !tensor_op.tensor<[256], bf16>, %w2 : !tensor_op.tensor<[64, 256], bf16>, %b2 : !tensor_op.tensor<[64], bf16>) -> !tensor_op.tensor<[B, S, 64], bf16> {
+  %h = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (!tensor_op.tensor<[B, S, 64], bf16>, !tensor_op.tensor<[256, 64], bf16>, !tensor_op.tensor<[256], bf16>) -> !tensor_op.tensor<[B, S, 256], bf16>
+  %y = tensor_op.linear %h, %w2, %b2 : (!tensor_op.tensor<[B, S, 256], bf16>, !tensor_op.tensor<[64, 256], bf16>, !tensor_op.tensor<[64], bf16>) -> !tensor_op.tensor<[B, S, 64], bf16>
+  func.return %y : !tensor_op.tensor<[B, S, 64], bf16>
+}
+
+// CHECK-LABEL: func.func @linear(
+// CHECK-NEXT:  %h = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (!tensor_op.tensor<[B, S, 64], bf16>, !tensor_op.tensor<[256, 64], bf16>, !tensor_op.tensor<[256], bf16>) -> !tensor_op.tensor<[B, S, 256], bf16>
+// CHECK-NEXT:  %y = tensor_op.linear %h, %w2, %b2 : (!tensor_op.tensor<[B, S, 256], bf16>, !tensor_op.tensor<[64, 256], bf16>, !tensor_op.tensor<[64], bf16>) -> !tensor_op.tensor<[B, S, 64], bf16>
+// CHECK-NEXT:  func.return %y
+
+// -----
+
 func.func @matmul_transposed(%x : !tensor_op.tensor<[B, 128, 64], f16>, %w : !tensor_op.tensor<[32, 64], f16>, %y : !tensor_op.tensor<[B, 64, 128], f16>, %v : !tensor_op.tensor<[64, 32], f16>) {
   %0 = tensor_op.matmul %x, %w {transpose_rhs = true} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
   %1 = tensor_op.matmul %y, %v {transpose_lhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>

@@ -29,6 +29,42 @@ func.func @matmul_lhs_rank(%x : !tensor_op.tensor<[4096], f16>, %w : !tensor_op.
 
 // -----
 
+func.func @linear_activation(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[256, 64], f16>, %b : !tensor_op.tensor<[256], f16>) {
+  %0 = tensor_op.linear %x, %w, %b {activation = "gelu"} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[256, 64], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' activation must be one of relu, gelu_tanh, got 'gelu'
+
+// -----
+
+func.func @linear_bias_length(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[256, 64], f16>, %b : !tensor_op.tensor<[128], f16>) {
+  %0 = tensor_op.linear %x, %w, %b : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[256, 64], f16>, !tensor_op.tensor<[128], f16>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' bias has 128 elements, the weight 256 rows
+
+// -----
+
+func.func @linear_bias_dtype(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[256, 64], f16>, %b : !tensor_op.tensor<[256], f32>) {
+  %0 = tensor_op.linear %x, %w, %b : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[256, 64], f16>, !tensor_op.tensor<[256], f32>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' bias is f32, the input f16
+
+// -----
+
+func.func @linear_weight_rank(%x : !tensor_op.tensor<[B, M, 64], f16>, %w : !tensor_op.tensor<[B, 256, 64], f16>, %b : !tensor_op.tensor<[256], f16>) {
+  %0 = tensor_op.linear %x, %w, %b : (!tensor_op.tensor<[B, M, 64], f16>, !tensor_op.tensor<[B, 256, 64], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[B, M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' takes a weight of rank 2 and a bias of rank 1, got ranks 3 and 1
+
+// -----
+
 func.func @matmul_rhs_rank(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[B, 64, 32], f16>) {
   %0 = tensor_op.matmul %x, %w : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[B, 64, 32], f16>) -> !tensor_op.tensor<[M, 32], f16>
   func.return

@@ -31,6 +31,23 @@ func.func @relu(%x : !tensor_op.tensor<[B, S, 64], bf16>, %w : !tensor_op.tensor
 
 // -----
 
+// A ReLU that a residual add reads: left alone, the bias and the ReLU in the residual's kernel (amk-fuse's), which
+// reads the product anyway.
+func.func @relu_then_residual(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[64, 64], f16>, %b : !tensor_op.tensor<[64], f16>, %r : !tensor_op.tensor<[M, 64], f16>) -> !tensor_op.tensor<[M, 64], f16> {
+  %0 = tensor_op.matmul %x, %w {transpose_rhs = true} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64, 64], f16>) -> !tensor_op.tensor<[M, 64], f16>
+  %1 = tensor_op.add %0, %b : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64], f16>) -> !tensor_op.tensor<[M, 64], f16>
+  %2 = tensor_op.relu %1 : !tensor_op.tensor<[M, 64], f16>
+  %3 = tensor_op.add %2, %r : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[M, 64], f16>) -> !tensor_op.tensor<[M, 64], f16>
+  func.return %3 : !tensor_op.tensor<[M, 64], f16>
+}
+
+// CHECK-LABEL: func.func @relu_then_residual
+// CHECK-NEXT:    %0 = tensor_op.matmul %x, %w {transpose_rhs = true}
+// CHECK-NEXT:    %1 = tensor_op.add %0, %b
+// CHECK-NEXT:    %2 = tensor_op.relu %1 :
+
+// -----
+
 // Exact GELU (cuBLASLt's is the tanh form) and a sum read twice: left alone, the bias in the kernel of the ops that
 // read the sum (amk-fuse's), which reads the product anyway.
 func.func @exact_gelu(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[64, 64], f16>, %b : !tensor_op.tensor<[64], f16>) -> (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[M, 64], f16>) {
