@@ -51,6 +51,15 @@ def test_gpt2s_mlp_runs_as_two_vendor_linears_with_their_epilogues():
         assert relative_error(compiled.program(*inputs)[0], expected) < 1e-5
 
 
+def test_explain_names_the_epilogue_of_a_vendor_linear():
+    from amk.frontend.reports import kernel_descriptions
+
+    ops, shapes = GPT2_MLP
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float16), vendor_gemm=True)
+    assert kernel_descriptions(compiled) == ["tensor_op.linear activation=gelu_tanh [PyTorch]",
+                                             "tensor_op.linear [PyTorch]"]
+
+
 def test_the_cpu_computes_the_tanh_gelu_that_cuda_computes():
     """On the CPU ``torch._addmm_activation``'s GELU is the exact one (on CUDA the tanh one, as cuBLASLt's epilogue):
     the CPU's program computes the tanh form, which differs from the exact one by far more than fp32's rounding."""

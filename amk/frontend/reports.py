@@ -233,7 +233,8 @@ _KERNEL_HEADER = re.compile(r'tiled_loop\.kernel @(\w+) attributes \{.*?strategy
 def kernel_descriptions(compiled) -> list[str]:
     """Each kernel of a compiled program as ``name [strategy] parameter=value ...``: the tile sizes it has, its warps
     and stages, and the switches it turns on; then each op the program leaves to PyTorch (the vendor GEMM) as
-    ``tensor_op.matmul [PyTorch]``."""
+    ``tensor_op.matmul [PyTorch]``, a Linear with its epilogue as ``tensor_op.linear activation=gelu_tanh
+    [PyTorch]``."""
     headers = {name: (strategy, re.findall(r"\w+", params))
                for name, strategy, params in _KERNEL_HEADER.findall(compiled.ir.get("tiled_loop", ""))}
     described = []
@@ -242,8 +243,13 @@ def kernel_descriptions(compiled) -> list[str]:
         config = kernel.config.as_dict()
         shown = [*params, "num_warps", "num_stages", *(switch for switch in SWITCHES if config[switch])]
         described.append(f"{name} [{strategy}] " + " ".join(f"{key}={config[key]}" for key in shown))
-    described += [f"{step.operation().name} [PyTorch]" for step in compiled.program.steps if step.kind == "op"]
+    described += [_pytorch_step(step.operation()) for step in compiled.program.steps if step.kind == "op"]
     return described
+
+
+def _pytorch_step(op) -> str:
+    activation = getattr(op, "activation_name", None)
+    return f"{op.name}{f' activation={activation}' if activation else ''} [PyTorch]"
 
 
 def kernel_reports(module: ModuleOp, pipeline: str, names: dict[str, str] | None = None,
