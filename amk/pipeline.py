@@ -29,10 +29,10 @@ from amk.lowering.stage import StagePass, config_for
 from amk.lowering.tile import TilePass, size_hints_option, size_symbols
 from amk.opt import AMK_PASSES, PASS_INPUT_LEVEL
 from amk.passes.duplicate_norm_prologues import DuplicateNormProloguesPass
+from amk.passes.vendor_epilogues import VendorEpiloguesPass
 from amk.runtime import CompiledKernel, CompiledProgram, Program, interpreting, kernel_arguments, load_source
 
 ConfigChooser = Callable[[tiled_loop.KernelOp], KernelConfig]
-VENDOR_EPILOGUES = "amk-vendor-epilogues"
 
 
 def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[ModulePass]:
@@ -51,7 +51,8 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
                                    f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
         return list(passes)
-    epilogues = [] if any(p.name == VENDOR_EPILOGUES for p in passes) else [AMK_PASSES[VENDOR_EPILOGUES]()()]
+    name = VendorEpiloguesPass.name
+    epilogues = [] if any(p.name == name for p in passes) else [AMK_PASSES[name]()()]
     return epilogues + [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)} else p
                         for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
 

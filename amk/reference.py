@@ -9,7 +9,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
@@ -224,19 +224,19 @@ def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list
         if isinstance(op, func.ReturnOp):
             returned = list(op.arguments)
         elif op not in folded:
-            add = bias_add(op)
-            if add is None:
+            linear = bias_add(op)
+            if linear is None:
                 steps.append((op, bound(op), list(op.operands), list(op.results)))
             else:
-                bias = next(operand for operand in add.operands if operand is not op.output)
+                add, bias = linear
                 steps.append((op, F.linear, [op.lhs, op.rhs, bias], list(add.results)))
                 folded.add(add)
     return steps, returned
 
 
-def bias_add(op: Operation) -> Operation | None:
-    """The add of a bias vector that is the one reader of ``op``, where ``op`` is a product ``F.linear`` computes
-    (``x @ w.t()``, ``w`` of rank 2); None otherwise."""
+def bias_add(op: Operation) -> tuple[Operation, SSAValue] | None:
+    """The add of a bias vector that is the one reader of ``op``, and that bias, where ``op`` is a product
+    ``F.linear`` computes (``x @ w.t()``, ``w`` of rank 2); None otherwise."""
     if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or not op.rhs_transposed \
             or tensor_op.tensor_type(op.rhs).rank != 2:
         return None
@@ -249,4 +249,4 @@ def bias_add(op: Operation) -> Operation | None:
     if len(others) != 1 or tensor_op.tensor_type(others[0]).dims != (width,) \
             or tensor_op.tensor_type(others[0]).element_type != tensor_op.tensor_type(op.output).element_type:
         return None
-    return add
+    return add, others[0]

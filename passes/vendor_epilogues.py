@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -46,10 +46,11 @@ from amk.reference import bias_add
 
 @dataclass(frozen=True)
 class LinearEpilogue:
-    """What a matmul's ``tensor_op.linear`` takes in: its bias add, the op whose result it replaces (the activation,
-    or the add) and the activation's name (None: the bias alone)."""
+    """What a matmul's ``tensor_op.linear`` takes in: its bias add and bias, the op whose result it replaces (the
+    activation, or the add) and the activation's name (None: the bias alone)."""
 
     bias_add: Operation
+    bias: SSAValue
     last: Operation
     activation: str | None
 
@@ -59,11 +60,12 @@ def linear_epilogue(matmul: Operation) -> LinearEpilogue | None:
     outside any fused region, whose one reader adds its bias (:func:`amk.reference.bias_add`), then the ReLU or tanh
     GELU that alone reads that sum, where no op that ``amk-fuse`` puts in a kernel reads the result (that kernel
     would read the product anyway, and compute the bias and the activation there)."""
-    add = bias_add(matmul)
-    if add is None or isinstance(matmul.parent_op(), tensor_op.FusedOp):
+    linear = bias_add(matmul)
+    if linear is None or isinstance(matmul.parent_op(), tensor_op.FusedOp):
         return None
+    add, bias = linear
     activation = _epilogue_activation(add.output)
-    epilogue = LinearEpilogue(add, add, None) if activation is None else LinearEpilogue(add, *activation)
+    epilogue = LinearEpilogue(add, bias, add, None) if activation is None else LinearEpilogue(add, bias, *activation)
     read_by_a_kernel = any(rules.kind_of(use.operation) in ("elementwise", "reduction")
                            for use in epilogue.last.results[0].uses)
     return None if read_by_a_kernel else epilogue
@@ -91,11 +93,9 @@ class LinearWithEpilogue(RewritePattern):
         epilogue = linear_epilogue(op)
         if epilogue is None:
             return
-        add = epilogue.bias_add
-        bias = next(operand for operand in add.operands if operand is not op.output)
-        rewriter.replace(epilogue.last, tensor_op.LinearOp(op.lhs, op.rhs, bias, epilogue.activation))
-        if epilogue.last is not add:
-            rewriter.erase(add)
+        rewriter.replace(epilogue.last, tensor_op.LinearOp(op.lhs, op.rhs, epilogue.bias, epilogue.activation))
+        if epilogue.last is not epilogue.bias_add:
+            rewriter.erase(epilogue.bias_add)
         rewriter.erase(op)
 
 
