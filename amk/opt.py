@@ -219,9 +219,12 @@ def main() -> None:
 
 
 def _directory_path(text: str) -> str:
-    """``--dump-ir-dir``'s value: a path, not an empty string (which would dump nothing, silently)."""
+    """``--dump-ir-dir``'s value: a directory's path, not an empty string (which would dump nothing, silently) nor a
+    file's."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a directory path, got an empty one")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"must be a directory (created where missing), got the file {text!r}")
     return text
 
 

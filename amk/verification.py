@@ -289,7 +289,7 @@ def _compared(output, expected, dtype: torch.dtype, tolerance: float | None = No
     if len(outputs) != len(references):
         raise InvalidArgumentError(f"the kernel returned {len(outputs)} tensor(s) and reference_fn {len(references)}")
     for who, values in (("the kernel", outputs), ("reference_fn", references)):
-        wrong = next((value for value in values if not isinstance(value, torch.Tensor)), None)
-        if wrong is not None:
-            raise InvalidArgumentError(f"{who} returned a {type(wrong).__name__}; verify compares tensors")
+        wrong = [value for value in values if not isinstance(value, torch.Tensor)]
+        if wrong:  # a list, not next(..., None): a reference that forgot its ``return`` gives None
+            raise InvalidArgumentError(f"{who} returned a {type(wrong[0]).__name__}; verify compares tensors")
     return [compare(have, want, dtype, tolerance) for have, want in zip(outputs, references, strict=True)]

@@ -133,6 +133,12 @@ def test_an_empty_dump_ir_dir_is_refused(chain_file):
     assert "must be a directory path" in fails_cleanly(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", "", chain_file))
 
 
+def test_a_file_as_dump_ir_dir_is_refused_by_name(chain_file):
+    """A file's path gave only the OS's ``File exists``, which does not say that the flag takes a directory."""
+    message = fails_cleanly(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", chain_file, chain_file))
+    assert "must be a directory" in message and str(chain_file) in message
+
+
 def test_dump_ir_dir(chain_file, tmp_path):
     directory = tmp_path / "dump"
     ok(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", directory, chain_file))

@@ -573,8 +573,10 @@ def test_verify_plain_callable_needs_inputs():
     (lambda k, t: amk.verify(k, torch.relu, raise_on_failure="no"), ["raise_on_failure must be True or False"]),
     (lambda k, t: amk.verify(lambda x: (x, x), torch.relu, inputs=t[:1]), ["returned 2 tensor(s)", "reference_fn 1"]),
     (lambda k, t: amk.verify(torch.relu, lambda x: x.sum().item(), inputs=t[:1]), ["reference_fn returned a float"]),
+    (lambda k, t: amk.verify(k, lambda *inputs: None), ["reference_fn returned a NoneType"]),  # no ``return``
+    (lambda k, t: amk.verify(lambda x: (x, x), lambda x: (x, None), inputs=t[:1]), ["reference_fn returned a None"]),
 ], ids=["kernel-none", "dtypes-one", "dtypes-empty", "inputs-empty", "inputs-tensor", "raise_on_failure",
-        "outputs-count", "reference-float"])
+        "outputs-count", "reference-float", "reference-none", "reference-none-among-outputs"])
 def test_verify_bad_arguments(kernel, tensors, call, substrings):
     """These raised TypeError, IndexError or AttributeError from inside verify, or a count of a tensor's rows."""
     expect(InvalidArgumentError, lambda: call(kernel, tensors), *substrings)
