@@ -50,20 +50,27 @@ def _linear(op: tensor_op.LinearOp, x, w, b):
 
 
 def _bound_linear(op: tensor_op.LinearOp) -> Callable:
-    activation = op.activation_name
+    return linear_function(op.activation_name, op.weight_kn)
+
+
+def linear_function(activation: str | None, weight_kn: bool) -> Callable:
+    """``tensor_op.linear`` as a function of its input, weight and bias: ``F.linear`` (a ``[K, N]`` weight read
+    through its transpose, a view), or on CUDA ``torch._addmm_activation``, cuBLASLt's epilogue, where an activation
+    follows."""
     if activation is None:
-        return F.linear
+        return (lambda x, w, b: F.linear(x, w.t(), b)) if weight_kn else F.linear
     use_gelu = activation == "gelu_tanh"
 
     def linear(x, w, b):
         if not x.is_cuda:  # on the CPU, _addmm_activation's GELU is the exact one; its CUDA form is the tanh one
-            y = F.linear(x, w, b)
+            y = F.linear(x, w.t() if weight_kn else w, b)
             return F.gelu(y, approximate="tanh") if use_gelu else F.relu(y)
         # cuBLASLt's epilogue applies the activation to the fp32 accumulator plus the bias, rounded once.
+        mat2 = w if weight_kn else w.t()
         if x.dim() == 2:
-            return torch._addmm_activation(b, x, w.t(), use_gelu=use_gelu)
-        rows = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t(), use_gelu=use_gelu)
-        return rows.view(*x.shape[:-1], w.shape[0])
+            return torch._addmm_activation(b, x, mat2, use_gelu=use_gelu)
+        rows = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), mat2, use_gelu=use_gelu)
+        return rows.view(*x.shape[:-1], mat2.shape[1])
 
     return linear
 
@@ -189,8 +196,8 @@ def bound(op: Operation) -> Callable:
 
 def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
     """The ops of ``function`` (a ``tensor_op`` ``func.func``) as PyTorch's modules run them, for timing them against
-    kernels: each op bound once (:func:`bound`), and a matmul by a transposed weight of rank 2 whose one reader adds a
-    vector of the product's width (a Linear's bias) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
+    kernels: each op bound once (:func:`bound`), and a matmul by a weight of rank 2 whose one reader adds a vector of
+    the product's width (a Linear's bias, :func:`bias_add`) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
     (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over the product). Its values
     may differ from :func:`evaluate`'s by the rounding of that sum."""
     steps, returned = _pytorch_steps(function)
@@ -229,16 +236,17 @@ def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list
                 steps.append((op, bound(op), list(op.operands), list(op.results)))
             else:
                 add, bias = linear
-                steps.append((op, F.linear, [op.lhs, op.rhs, bias], list(add.results)))
+                steps.append((op, linear_function(None, not op.rhs_transposed), [op.lhs, op.rhs, bias],
+                              list(add.results)))
                 folded.add(add)
     return steps, returned
 
 
 def bias_add(op: Operation) -> tuple[Operation, SSAValue] | None:
     """The add of a bias vector that is the one reader of ``op``, and that bias, where ``op`` is a product
-    ``F.linear`` computes (``x @ w.t()``, ``w`` of rank 2); None otherwise."""
-    if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or not op.rhs_transposed \
-            or tensor_op.tensor_type(op.rhs).rank != 2:
+    ``F.linear`` computes (``x @ w.t()``, ``w`` of rank 2: ``nn.Linear``'s) or ``torch.addmm`` (``x @ w``: Hugging
+    Face's ``Conv1D``); None otherwise."""
+    if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or tensor_op.tensor_type(op.rhs).rank != 2:
         return None
     uses = list(op.output.uses)
     if len(uses) != 1 or not isinstance(uses[0].operation, tensor_op.AddOp):

@@ -389,6 +389,42 @@ class GPT2MLP(nn.Module):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
+class Conv1D(nn.Module):
+    """Hugging Face GPT-2's projection, as its modeling code writes it: a Linear whose weight is ``[K, N]``."""
+
+    def __init__(self, outputs: int, inputs: int):
+        super().__init__()
+        self.outputs = outputs
+        self.weight = nn.Parameter(torch.randn(inputs, outputs) / inputs**0.5)
+        self.bias = nn.Parameter(torch.randn(outputs) / 10)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.outputs,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class NewGELUActivation(nn.Module):
+    """Hugging Face's ``gelu_new`` (GPT-2's activation): the tanh GELU written out."""
+
+    def forward(self, input):
+        return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))
+
+
+class HuggingFaceGPT2MLP(nn.Module):
+    """GPT-2's block MLP as Hugging Face's ``GPT2MLP`` writes it: Conv1D, ``gelu_new``, Conv1D, dropout."""
+
+    def __init__(self, intermediate_size: int, embed_dim: int):
+        super().__init__()
+        self.c_fc = Conv1D(intermediate_size, embed_dim)
+        self.c_proj = Conv1D(embed_dim, intermediate_size)
+        self.act = NewGELUActivation()
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states):
+        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+
+
 class BertFFN(nn.Module):
     """BERT's intermediate and output layers: Linear, GELU, Linear, dropout, residual, LayerNorm."""
 
@@ -618,6 +654,9 @@ ROWS = {row.name: row for row in [
     linear_row("fp16_linear_logsumexp", "Linear + logsumexp over rows, fp16", torch.float16, LinearLogSumExp),
     Row("gpt2_mlp", "GPT-2 MLP (d=1024), 8 x 512 tokens, fp16", torch.float16,
         lambda batch, seq, d: GPT2MLP(d), {"batch": 8, "seq": 512, "d": 1024},
+        lambda batch, seq, d: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32}),
+    Row("gpt2_mlp_hf", "GPT-2 MLP as Hugging Face writes it (Conv1D, gelu_new written out; d=1024), 8 x 512 tokens, "
+        "fp16", torch.float16, lambda batch, seq, d: HuggingFaceGPT2MLP(4 * d, d), {"batch": 8, "seq": 512, "d": 1024},
         lambda batch, seq, d: [(batch, seq, d)], {"batch": 2, "seq": 4, "d": 32}),
     Row("bert_ffn", "BERT-base FFN (Linear, GELU, Linear, residual, LayerNorm), 32 x 128 tokens, fp16",
         torch.float16, lambda batch, seq, d, inner: BertFFN(d, inner),

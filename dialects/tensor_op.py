@@ -200,15 +200,18 @@ class LinearOp(TensorOp):
         %h = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (!tensor_op.tensor<[M, 1024], f16>,
             !tensor_op.tensor<[4096, 1024], f16>, !tensor_op.tensor<[4096], f16>) -> !tensor_op.tensor<[M, 4096], f16>
 
-    ``input`` is ``[..., K]``, ``weight`` ``[N, K]``, ``bias`` ``[N]``; the result ``[..., N]``. No kernel computes
-    it: ``amk-vendor-epilogues`` makes it from a matmul, its bias and activation in the program whose matmuls run in
-    the vendor library, and the runtime calls PyTorch."""
+    ``input`` is ``[..., K]``, ``weight`` ``[N, K]`` (``weight_layout = "nk"``, the default: ``nn.Linear``'s) or
+    ``[K, N]`` (``weight_layout = "kn"``: Hugging Face's ``Conv1D``, ``torch.addmm``'s ``mat2``; the product is then
+    ``input @ weight``), ``bias`` ``[N]``; the result ``[..., N]``. No kernel computes it: ``amk-vendor-epilogues``
+    makes it from a matmul, its bias and activation in the program whose matmuls run in the vendor library, and the
+    runtime calls PyTorch."""
 
     name = "tensor_op.linear"
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     bias = operand_def(TensorType)
     activation = opt_prop_def(StringAttr)
+    weight_layout = opt_prop_def(StringAttr)
     output = result_def(TensorType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -216,31 +219,44 @@ class LinearOp(TensorOp):
                        "`(` type($input) `,` type($weight) `,` type($bias) `)` `->` type($output)")
 
     ACTIVATIONS: ClassVar[tuple[str, ...]] = ("relu", "gelu_tanh")
+    WEIGHT_LAYOUTS: ClassVar[tuple[str, ...]] = ("nk", "kn")
 
-    def __init__(self, input: SSAValue, weight: SSAValue, bias: SSAValue, activation: str | None = None):
+    def __init__(self, input: SSAValue, weight: SSAValue, bias: SSAValue, activation: str | None = None,
+                 weight_layout: str = "nk"):
         properties = {} if activation is None else {"activation": StringAttr(activation)}
-        super().__init__(operands=[input, weight, bias], properties=properties,
-                         result_types=[self.linear_type(*(tensor_type(v) for v in (input, weight, bias)))])
+        if weight_layout != "nk":
+            properties["weight_layout"] = StringAttr(weight_layout)
+        super().__init__(operands=[input, weight, bias], properties=properties, result_types=[self.linear_type(
+            *(tensor_type(v) for v in (input, weight, bias)), weight_layout == "kn")])
 
     @property
     def activation_name(self) -> str | None:
         return None if self.activation is None else self.activation.data
 
-    def infer_result_type(self) -> TensorType:
-        return self.linear_type(*(tensor_type(v) for v in (self.input, self.weight, self.bias)))
+    @property
+    def weight_kn(self) -> bool:
+        """Whether the weight is ``[K, N]`` (``weight_layout = "kn"``), not ``nn.Linear``'s ``[N, K]``."""
+        return self.weight_layout is not None and self.weight_layout.data == "kn"
 
-    def linear_type(self, input: TensorType, weight: TensorType, bias: TensorType) -> TensorType:
-        product = matmul_type(input, weight, False, True, self.name)
+    def infer_result_type(self) -> TensorType:
+        return self.linear_type(*(tensor_type(v) for v in (self.input, self.weight, self.bias)), self.weight_kn)
+
+    def linear_type(self, input: TensorType, weight: TensorType, bias: TensorType, weight_kn: bool) -> TensorType:
+        product = matmul_type(input, weight, False, not weight_kn, self.name)
         if weight.rank != 2 or bias.rank != 1:
             raise VerifyException(f"'{self.name}' takes a weight of rank 2 and a bias of rank 1, got ranks "
                                   f"{weight.rank} and {bias.rank}")
         if bias.element_type != input.element_type:
             raise VerifyException(f"'{self.name}' bias is {bias.element_type}, the input {input.element_type}")
-        if not provably_equal(bias.dims[0], weight.dims[0]):
-            raise VerifyException(f"'{self.name}' bias has {bias.dims[0]} elements, the weight {weight.dims[0]} rows")
+        outputs, which = (weight.dims[1], "columns") if weight_kn else (weight.dims[0], "rows")
+        if not provably_equal(bias.dims[0], outputs):
+            raise VerifyException(f"'{self.name}' bias has {bias.dims[0]} elements, the weight {outputs} {which}")
         return product
 
     def verify_(self) -> None:
+        if self.weight_layout is not None and self.weight_layout.data not in self.WEIGHT_LAYOUTS:
+            raise VerifyException(f"'{self.name}' weight_layout must be one of {', '.join(self.WEIGHT_LAYOUTS)}, "
+                                  f"got {self.weight_layout.data!r}")
         super().verify_()
         if self.activation is not None and self.activation.data not in self.ACTIVATIONS:
             raise VerifyException(f"'{self.name}' activation must be one of {', '.join(self.ACTIVATIONS)}, "

@@ -7,7 +7,8 @@ the GEMM's epilogue, on the fp32 accumulator. This pass makes such a matmul, bia
 ``tensor_op.linear``, and a matmul with its bias alone one ``tensor_op.linear`` without activation (``F.linear``,
 the bias in the epilogue, as ``nn.Linear`` runs it), where no elementwise op or row reduction reads the result (it
 is returned, or read by the next matmul). Left alone: a product read by other ops too, a bias of another dtype,
-exact GELU (cuBLASLt's is the tanh form), and a sum or activation that other ops read (a residual, a norm):
+exact GELU (cuBLASLt's is the tanh form; GELU written out as arithmetic is one op by then, TorchDynamo's graph
+rewritten by :mod:`amk.frontend.activations`), and a sum or activation that other ops read (a residual, a norm):
 ``amk-fuse`` makes the bias and the activation part of their kernel, which reads the product anyway.
 
 Input::
@@ -19,6 +20,9 @@ Input::
 Output::
 
     %2 = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (...) -> !tensor_op.tensor<[M, 4096], f16>
+
+A product by a ``[K, N]`` weight (no ``transpose_rhs``: Hugging Face's ``Conv1D``, ``torch.addmm(b, x, w)``) gives
+``tensor_op.linear`` with ``weight_layout = "kn"``.
 
 Runs before ``amk-fuse`` in :func:`amk.pipeline.fusion_passes` with ``vendor_gemm``. Lit test:
 ``tests/filecheck/passes/amk-vendor-epilogues/``.
@@ -57,7 +61,7 @@ class LinearEpilogue:
 
 def linear_epilogue(matmul: Operation) -> LinearEpilogue | None:
     """The bias and activation this pass puts in ``matmul``'s epilogue, or None: a matmul by ``nn.Linear``'s weight
-    outside any fused region, whose one reader adds its bias (:func:`amk.reference.bias_add`), then the ReLU or tanh
+    (or Hugging Face's ``Conv1D``'s, ``[K, N]``) outside any fused region, whose one reader adds its bias (:func:`amk.reference.bias_add`), then the ReLU or tanh
     GELU that alone reads that sum, where no op that ``amk-fuse`` puts in a kernel reads the result (that kernel
     would read the product anyway, and compute the bias and the activation there)."""
     linear = bias_add(matmul)
@@ -93,7 +97,8 @@ class LinearWithEpilogue(RewritePattern):
         epilogue = linear_epilogue(op)
         if epilogue is None:
             return
-        rewriter.replace(epilogue.last, tensor_op.LinearOp(op.lhs, op.rhs, epilogue.bias, epilogue.activation))
+        rewriter.replace(epilogue.last, tensor_op.LinearOp(op.lhs, op.rhs, epilogue.bias, epilogue.activation,
+                                                           "nk" if op.rhs_transposed else "kn"))
         if epilogue.last is not epilogue.bias_add:
             rewriter.erase(epilogue.bias_add)
         rewriter.erase(op)

@@ -50,6 +50,15 @@ INTERPRETER_WARNINGS = pytest.mark.filterwarnings(
 )
 
 
+def load_script_module(name: str, path: Path):
+    """A module of the examples or the benchmarks (they and the tests share one definition of a block)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # TorchDynamo looks modules up by name when it traces their code
+    spec.loader.exec_module(module)
+    return module
+
+
 def find_script(name: str) -> str | None:
     """The path of an installed console script (``amk``, ``amk-opt``, ``xdsl-opt``, ``mkdocs``), or None: next to
     the interpreter in a virtual environment, in ``DIR/bin`` where ``pip install --target DIR`` put amk (and the

@@ -51,14 +51,19 @@ def test_a_linears_product_and_bias_are_one_linear_call():
     assert called == ["linear", "gelu"]
 
 
-def test_products_that_are_no_linears_bias_keep_their_add():
-    """A weight not transposed (``x @ w``), and an add of a whole matrix (a residual): each op on its own."""
-    for ops, shapes in (
-            (["matmul", "add_bias"], [(8, 16), (16, 32), (32,)]),
-            ([("matmul", {"transpose_b": True}), "add"], [(8, 16), (32, 16), (8, 32)])):
-        ran, expected, called = run_both(ops, shapes)
-        torch.testing.assert_close(ran, expected)
-        assert any(name in ("add", "__add__") for name in called), (ops, called)
+def test_a_conv1d_product_and_bias_are_one_linear_call():
+    """A ``[K, N]`` weight (Hugging Face's ``Conv1D``, ``torch.addmm(b, x, w)``): its transpose, a view, in
+    ``F.linear``."""
+    ran, expected, called = run_both(["matmul", "add_bias"], [(8, 16), (16, 32), (32,)])
+    torch.testing.assert_close(ran, expected)
+    assert "linear" in called and not any(name in ("add", "__add__") for name in called), called
+
+
+def test_a_products_residual_keeps_its_add():
+    """An add of a whole matrix (a residual) is no bias: each op on its own."""
+    ran, expected, called = run_both([("matmul", {"transpose_b": True}), "add"], [(8, 16), (32, 16), (8, 32)])
+    torch.testing.assert_close(ran, expected)
+    assert any(name in ("add", "__add__") for name in called), called
 
 
 def test_a_product_read_by_another_op_too_keeps_its_add():
@@ -80,7 +85,8 @@ def test_gemms_alone_are_told_from_gemms_with_something_to_fuse():
     assert runs_only_gemms(function_of(["matmul"], [(8, 16), (16, 32)]))
     assert not runs_only_gemms(function_of([("matmul", {"transpose_b": True}), "add_bias", "relu"],
                                            [(8, 16), (32, 16), (32,)]))
-    assert not runs_only_gemms(function_of(["matmul", "add_bias"], [(8, 16), (16, 32), (32,)]))  # no Linear's bias
+    assert runs_only_gemms(function_of(["matmul", "add_bias"], [(8, 16), (16, 32), (32,)]))  # Conv1D's addmm
+    assert not runs_only_gemms(function_of(["matmul", "add"], [(8, 16), (16, 32), (8, 32)]))  # a residual
 
 
 LINEAR = [("matmul", {"transpose_b": True}), "add_bias"]

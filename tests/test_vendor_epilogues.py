@@ -22,11 +22,12 @@ GPT2_MLP = ([LINEAR, "add_bias", ("gelu", {"approximate": "tanh"}), LINEAR, "add
             [(37, 48), (96, 48), (96,), (48, 96), (48,)])
 
 
-def random_inputs(shapes, dtype, device, seed=0):
-    """Random inputs, each Linear's weight ([N, K], every shape of rank 2 but the first) scaled by 1/sqrt(K)."""
+def random_inputs(shapes, dtype, device, weight_kn=False, seed=0):
+    """Random inputs, each Linear's weight ([N, K], or [K, N] with ``weight_kn``: every shape of rank 2 but the
+    first) scaled by 1/sqrt(K)."""
     generator = torch.Generator().manual_seed(seed)
-    return [(torch.randn(shape, generator=generator) / (shape[1] ** 0.5 if index and len(shape) == 2 else 1)).to(
-        device, dtype) for index, shape in enumerate(shapes)]
+    return [(torch.randn(shape, generator=generator) / (shape[not weight_kn] ** 0.5 if index and len(shape) == 2
+                                                         else 1)).to(device, dtype) for index, shape in enumerate(shapes)]
 
 
 def gpt2_mlp(x, w1, b1, w2, b2):
@@ -49,6 +50,24 @@ def test_gpt2s_mlp_runs_as_two_vendor_linears_with_their_epilogues():
     expected = gpt2_mlp(*(t.double() for t in inputs))
     for _ in range(2):  # the program's call, then its hot path
         assert relative_error(compiled.program(*inputs)[0], expected) < 1e-5
+
+
+def conv1d_mlp(x, w1, b1, w2, b2):
+    return torch.addmm(b2, F.gelu(torch.addmm(b1, x, w1), approximate="tanh"), w2)
+
+
+def test_hugging_face_conv1d_weights_run_as_vendor_linears():
+    """GPT-2 as Hugging Face writes it: ``Conv1D``'s weights are ``[K, N]`` (``torch.addmm(b, x, w)``); its GELU,
+    written out as arithmetic, is one op by the time the program is built (``amk.frontend.activations``)."""
+    ops = [("matmul", {}), "add_bias", ("gelu", {"approximate": "tanh"}), ("matmul", {}), "add_bias"]
+    shapes = [(37, 48), (48, 96), (96,), (96, 48), (48,)]
+    compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float32), vendor_gemm=True)
+    first, second = (step.operation() for step in compiled.program.steps[:2])
+    assert [(op.name, op.activation_name, op.weight_kn) for op in (first, second)] == [
+        ("tensor_op.linear", "gelu_tanh", True), ("tensor_op.linear", None, True)]
+    inputs = random_inputs(shapes, torch.float32, default_device(), weight_kn=True)
+    expected = conv1d_mlp(*(t.double() for t in inputs))
+    assert relative_error(compiled.program(*inputs)[0], expected) < 1e-5
 
 
 def test_explain_names_the_epilogue_of_a_vendor_linear():
@@ -105,12 +124,16 @@ def test_a_bias_that_a_kernel_reads_anyway_stays_out_of_the_vendor_gemm():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLASLt's epilogue runs on a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [(387,), (3, 129)], ids=["rows", "sequences"])
-def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype, rows):
+@pytest.mark.parametrize("weight_kn", [False, True], ids=["nn.Linear", "Conv1D"])
+def test_cublaslt_computes_gpt2s_mlp_on_a_gpu_and_under_a_cuda_graph(dtype, rows, weight_kn):
     ops = GPT2_MLP[0]
     shapes = [(*rows, 256), (1024, 256), (1024,), (256, 1024), (256,)]  # sequences are flattened for the GEMM
+    if weight_kn:
+        ops = [("matmul", {}) if op == LINEAR else op for op in ops]
+        shapes = [shapes[0], (256, 1024), (1024,), (1024, 256), (256,)]
     compiled = compile_module(build_module(normalize_ops(ops), shapes, dtype), vendor_gemm=True)
-    inputs = random_inputs(shapes, dtype, "cuda")
-    expected = gpt2_mlp(*(t.double() for t in inputs))
+    inputs = random_inputs(shapes, dtype, "cuda", weight_kn)
+    expected = (conv1d_mlp if weight_kn else gpt2_mlp)(*(t.double() for t in inputs))
     tolerance = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
     assert relative_error(compiled.program(*inputs)[0], expected) < tolerance
     graph = torch.cuda.CUDAGraph()

@@ -24,6 +24,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 from amk.build import BuildRequest, build
 from amk.environment import default_device, initialize, interpreting
 from amk.errors import InvalidArgumentError
+from amk.frontend.activations import recognize_activations
 from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.attention import fuse_attention
 from amk.frontend.buckets import SizeBuckets
@@ -585,6 +586,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     squeezed = _squeezed_sizes(gm)
     _guard_squeezed_sizes(squeezed)  # the sizes that are symbols: this graph never runs a call where one is 1
     _trace_broadcast_batches_of_one_again(gm)
+    recognize_activations(gm)
     if settings.sdpa_attention:
         fuse_attention(gm)
     kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph

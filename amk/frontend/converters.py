@@ -44,10 +44,11 @@ class Converter:
 
 CONVERTERS: dict = {}
 # Calls amk does not convert whose users usually want one that it does: said with the reason.
-_MAX = "amk fuses torch.amax(x, dim=-1) for the maximum over the last dim and torch.maximum(a, b) elementwise"
-_MIN = "amk fuses -torch.amax(-x, dim=-1) for the minimum over the last dim and torch.minimum(a, b) elementwise"
-ALTERNATIVES = {"torch.max": _MAX, "Tensor.max": _MAX, "torch.min": _MIN, "Tensor.min": _MIN,
-                "F.scaled_dot_product_attention": "PyTorch's fused attention, as which amk writes softmax(q @ k^T * c "
+_MAX = ("torch.max over a dim or of a whole tensor: amk fuses torch.amax(x, dim=-1) for the maximum over the last dim, "
+        "and torch.max(a, b) of two tensors elementwise")
+_MIN = ("torch.min over a dim or of a whole tensor: amk fuses -torch.amax(-x, dim=-1) for the minimum over the last "
+        "dim, and torch.min(a, b) of two tensors elementwise")
+ALTERNATIVES = {"F.scaled_dot_product_attention": "PyTorch's fused attention, as which amk writes softmax(q @ k^T * c "
                                                   "+ mask) @ v: it never stores the probabilities (amk.frontend."
                                                   "attention)"}
 
@@ -121,18 +122,25 @@ register(MUL, "mul")(_binary(tensor_op.MulOp, _mul_scalar))
 register(DIV, "div")(_binary(tensor_op.DivOp, _div_scalar, rounding=True))
 
 
-@register(spellings([torch.maximum], ["maximum"]), "maximum")
-def _maximum(b, node):
-    a = bind_arguments(node, ("input", "other"))
-    dtype = _result_dtype(node)
-    return b.add(tensor_op.MaximumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+def _extremum(op_class, alternative: str):
+    """``torch.maximum``/``minimum``, and ``torch.max``/``min`` of two tensors (their elementwise form); ``torch.max``
+    over a dim (values and indices) or of a whole tensor is refused with ``alternative``."""
+
+    def build(b: SubgraphImporter, node: Node):
+        try:
+            a = bind_arguments(node, ("input", "other"))
+        except Unsupported:
+            raise Unsupported(alternative) from None
+        if not b.is_tensor(a["other"]):
+            raise Unsupported(alternative)
+        dtype = _result_dtype(node)
+        return b.add(op_class(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+
+    return build
 
 
-@register(spellings([torch.minimum], ["minimum"]), "minimum")
-def _minimum(b, node):
-    a = bind_arguments(node, ("input", "other"))
-    dtype = _result_dtype(node)
-    return b.add(tensor_op.MinimumOp(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
+register(spellings([torch.maximum, torch.max], ["maximum", "max"]), "maximum")(_extremum(tensor_op.MaximumOp, _MAX))
+register(spellings([torch.minimum, torch.min], ["minimum", "min"]), "minimum")(_extremum(tensor_op.MinimumOp, _MIN))
 
 
 def _fill_number(b, value) -> float:

@@ -28,6 +28,18 @@ func.func @linear(%x : !tensor_op.tensor<[B, S, 64], bf16>, %w : !tensor_op.tens
 
 // -----
 
+// Hugging Face's Conv1D: a [K, N] weight.
+func.func @linear_kn(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[64, 256], f16>, %b : !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[M, 256], f16> {
+  %h = tensor_op.linear %x, %w, %b {activation = "relu", weight_layout = "kn"} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64, 256], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return %h : !tensor_op.tensor<[M, 256], f16>
+}
+
+// CHECK-LABEL: func.func @linear_kn(
+// CHECK-NEXT:  %h = tensor_op.linear %x, %w, %b {activation = "relu", weight_layout = "kn"} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64, 256], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[M, 256], f16>
+// CHECK-NEXT:  func.return %h
+
+// -----
+
 func.func @matmul_transposed(%x : !tensor_op.tensor<[B, 128, 64], f16>, %w : !tensor_op.tensor<[32, 64], f16>, %y : !tensor_op.tensor<[B, 64, 128], f16>, %v : !tensor_op.tensor<[64, 32], f16>) {
   %0 = tensor_op.matmul %x, %w {transpose_rhs = true} : (!tensor_op.tensor<[B, 128, 64], f16>, !tensor_op.tensor<[32, 64], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>
   %1 = tensor_op.matmul %y, %v {transpose_lhs = true} : (!tensor_op.tensor<[B, 64, 128], f16>, !tensor_op.tensor<[64, 32], f16>) -> !tensor_op.tensor<[B, 128, 32], f16>

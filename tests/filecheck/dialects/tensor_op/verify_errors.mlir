@@ -56,6 +56,24 @@ func.func @linear_bias_dtype(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_
 
 // -----
 
+func.func @linear_weight_layout(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[256, 64], f16>, %b : !tensor_op.tensor<[256], f16>) {
+  %0 = tensor_op.linear %x, %w, %b {weight_layout = "nt"} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[256, 64], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' weight_layout must be one of nk, kn, got 'nt'
+
+// -----
+
+func.func @linear_kn_bias_length(%x : !tensor_op.tensor<[M, 64], f16>, %w : !tensor_op.tensor<[64, 256], f16>, %b : !tensor_op.tensor<[64], f16>) {
+  %0 = tensor_op.linear %x, %w, %b {weight_layout = "kn"} : (!tensor_op.tensor<[M, 64], f16>, !tensor_op.tensor<[64, 256], f16>, !tensor_op.tensor<[64], f16>) -> !tensor_op.tensor<[M, 256], f16>
+  func.return
+}
+
+// CHECK: {{^}}'tensor_op.linear' bias has 64 elements, the weight 256 columns
+
+// -----
+
 func.func @linear_weight_rank(%x : !tensor_op.tensor<[B, M, 64], f16>, %w : !tensor_op.tensor<[B, 256, 64], f16>, %b : !tensor_op.tensor<[256], f16>) {
   %0 = tensor_op.linear %x, %w, %b : (!tensor_op.tensor<[B, M, 64], f16>, !tensor_op.tensor<[B, 256, 64], f16>, !tensor_op.tensor<[256], f16>) -> !tensor_op.tensor<[B, M, 256], f16>
   func.return
