@@ -251,10 +251,11 @@ def test_each_strategy_replays_under_a_cuda_graph(strategy):
 
 def test_fp32_matmuls_under_highest_also_try_the_vendor_gemm():
     """IEEE fp32 dots run on the CUDA cores, so cuBLAS's fp32 GEMM may beat any fused kernel: under "highest" every
-    fp32 chain with a matmul times it; TF32 dots (under "high") and fp16 only where a row reduction follows."""
+    fp32 chain with a matmul times it; TF32 dots (under "high") and fp16 only where a row reduction follows (or an
+    activation that cuBLASLt's epilogue computes, as ReLU: SiLU here)."""
     from amk.build import _vendor_gemm_may_win
 
-    def may_win(dtype, fp32_dot, ops=("matmul", "add_bias", "relu")):
+    def may_win(dtype, fp32_dot, ops=("matmul", "add_bias", "silu")):
         module = build_module(normalize_ops(list(ops)), [(8, 16), (16, 32), (32,)], dtype)
         return _vendor_gemm_may_win(module, fp32_dot, {})
 
@@ -283,7 +284,7 @@ def test_a_norm_before_a_matmul_of_many_rows_also_tries_the_vendor_gemm():
     assert may_win(PROLOGUE_VENDOR_MIN_ROWS) and not may_win(PROLOGUE_VENDOR_MIN_ROWS - 1)
     assert may_win("s0", {"s0": 4096}) and not may_win("s0", {"s0": 16})
     assert not may_win("s0")  # rows without a hint: not judged
-    assert not may_win(4096, ops=("matmul", "add_bias", "relu"))  # no norm before the matmul
+    assert not may_win(4096, ops=("matmul", "add_bias", "silu"))  # no norm before the matmul, nor an epilogue
     ops, shapes = ["rmsnorm", "matmul", "add"], [(37, 100), (100,), (100, 75), (37, 75)]
     compiled = compile_module(build_module(normalize_ops(ops), shapes, torch.float16), vendor_gemm=True)
     assert [step.kind for step in compiled.program.steps] == ["launch", "op", "launch", "return"]
