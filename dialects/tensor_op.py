@@ -193,9 +193,9 @@ class MatmulOp(TensorOp):
 
 @irdl_op_definition
 class LinearOp(TensorOp):
-    """``activation(input @ weight^T + bias)``, ``nn.Linear``'s product with its bias and an optional activation
-    (``"relu"``, or ``"gelu_tanh"``: GELU's tanh form), as one call of the vendor library with the bias and the
-    activation in the GEMM's epilogue (cuBLASLt's RELU_BIAS and GELU_BIAS)::
+    """``activation(input @ weight^T + bias)`` (``input @ weight`` for a ``[K, N]`` weight), ``nn.Linear``'s product
+    with its bias and an optional activation (``"relu"``, or ``"gelu_tanh"``: GELU's tanh form), as one call of the
+    vendor library with the bias and the activation in the GEMM's epilogue (cuBLASLt's RELU_BIAS and GELU_BIAS)::
 
         %h = tensor_op.linear %x, %w, %b {activation = "gelu_tanh"} : (!tensor_op.tensor<[M, 1024], f16>,
             !tensor_op.tensor<[4096, 1024], f16>, !tensor_op.tensor<[4096], f16>) -> !tensor_op.tensor<[M, 4096], f16>

@@ -61,9 +61,10 @@ class LinearEpilogue:
 
 def linear_epilogue(matmul: Operation) -> LinearEpilogue | None:
     """The bias and activation this pass puts in ``matmul``'s epilogue, or None: a matmul by ``nn.Linear``'s weight
-    (or Hugging Face's ``Conv1D``'s, ``[K, N]``) outside any fused region, whose one reader adds its bias (:func:`amk.reference.bias_add`), then the ReLU or tanh
-    GELU that alone reads that sum, where no op that ``amk-fuse`` puts in a kernel reads the result (that kernel
-    would read the product anyway, and compute the bias and the activation there)."""
+    (or Hugging Face's ``Conv1D``'s, ``[K, N]``) outside any fused region, whose one reader adds its bias
+    (:func:`amk.reference.bias_add`), then the ReLU or tanh GELU that alone reads that sum, where no op that
+    ``amk-fuse`` puts in a kernel reads the result (that kernel would read the product anyway, and compute the bias
+    and the activation there)."""
     linear = bias_add(matmul)
     if linear is None or isinstance(matmul.parent_op(), tensor_op.FusedOp):
         return None

@@ -94,6 +94,50 @@ def test_what_is_not_a_gelu_stays():
     torch.testing.assert_close(out, expected)
 
 
+def gelu_around_an_in_place_add(x):
+    """The formula's first ops read ``h`` before ``add_`` changes it; a call at its last op would read it after."""
+    h = x * 1.0
+    inner = math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))
+    half = 0.5 * h
+    h.add_(1.0)
+    return half * (1.0 + torch.tanh(inner)), h
+
+
+def gelu_with_its_tanh_under_no_grad(x):
+    """No gradient flows through the tanh: as one call, one would."""
+    with torch.no_grad():
+        t = torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))
+    return 0.5 * x * (1.0 + t)
+
+
+def test_a_formula_across_an_in_place_op_or_a_grad_mode_change_stays():
+    x = torch.randn(4, 8, requires_grad=True)
+    for function in (gelu_around_an_in_place_add, gelu_with_its_tanh_under_no_grad):
+        made, targets, out, expected, _ = traced(function, x)
+        assert made == [] and F.gelu not in targets, function.__name__
+        torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's autocast runs pow in fp32; the CPU's does not")
+def test_a_formula_that_autocast_computes_in_another_dtype_stays():
+    """Under CUDA's autocast ``torch.pow`` runs in fp32, so gelu_new of an fp16 tensor is fp32; ``F.gelu`` would keep
+    fp16."""
+    x = torch.randn(4, 8, device="cuda", dtype=torch.float16)
+    seen = {}
+
+    def backend(gm, example_inputs):
+        seen["made"] = recognize_activations(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = torch.compile(hugging_face_new_gelu, backend=backend)(x)
+        expected = hugging_face_new_gelu(x)
+    torch._dynamo.reset()
+    assert seen["made"] == [] and out.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(out, expected)
+
+
 def test_hugging_face_gpt2_mlp_runs_its_gelu_as_one_op_in_the_products_kernel():
     torch.manual_seed(0)
     model = workloads.HuggingFaceGPT2MLP(96, 32).eval()

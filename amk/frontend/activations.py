@@ -10,10 +10,12 @@ fusable (``tensor_op`` has GELU, not erf); the PyTorch ops a bucket is raced aga
 
 What matches: a node ``s`` and the nodes it reads back to one floating tensor ``x``, each an add, sub, mul, div,
 power, tanh, sigmoid or erf whose other operands are Python numbers, none of them read outside the chain but ``s``.
-Whether the chain computes a GELU is decided by evaluating it, in float64, on numbers from -30 to 30, against
-each form: the ops are analytic, so two chains that agree there to a millionth are the same function (a
-rearranged formula or a constant rounded to eight digits, BLOOM's ``0.79788456``, still match; the two forms differ
-by about 1e-3). The call computes in one rounding what eager rounds at each of its ops, so the result is closer to
+Whether the chain computes a GELU is decided by evaluating it, in float64, on 327 numbers from -30 to 30, against
+each form, to a millionth: the ops are analytic, and a formula that agrees with GELU that closely at so many points
+is GELU written another way (a rearranged formula, or a constant rounded to eight digits as BLOOM's ``0.79788456``,
+still matches; the two forms differ by about 1e-3), or differs from it by less than fp32 resolves. Not where an op
+between the chain's first and last changes a tensor or global state, nor where the chain's dtype is not its
+input's. The call computes in one rounding what eager rounds at each of its ops, so the result is closer to
 the float64 value than eager's.
 """
 
@@ -26,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 
+from amk.frontend.analysis import mutated_between
 from amk.frontend.nodes import meta_value
 from amk.frontend.spellings import ADD, DIV, MUL, POW, SUB, key_of, spellings
 
@@ -50,23 +53,23 @@ def recognize_activations(gm: GraphModule) -> list[str]:
     graph, made, erased = gm.graph, [], set()
     order = {node: index for index, node in enumerate(graph.nodes)}
     for x in list(graph.nodes):
-        if x in erased or not _floating(x):
+        # A GELU reads its input at least twice (x and its Phi(x)); a single reader starts no formula.
+        if x in erased or len(x.users) < 2 or not _floating(x):
             continue
-        chain = _chain_from(x, order)
-        match = _largest_match(x, chain, order)
+        match = _largest_match(x, _chain_from(x, order), order)
         if match is None:
             continue
         sink, nodes, form = match
         target, kwargs = FORMS[form]
         with graph.inserting_before(sink):
             call = graph.call_function(target, (x,), kwargs)
-        call.meta = dict(sink.meta)  # the same shape, dtype and source location
+        call.meta = dict(sink.meta)  # the same shape, dtype and source location (the match checked the dtype)
         sink.replace_all_uses_with(call)
+        order[call] = order[sink]
         for node in sorted(nodes, key=order.__getitem__, reverse=True):
             graph.erase_node(node)
         erased |= nodes
         made.append(call.name)
-        order = {node: index for index, node in enumerate(graph.nodes)}
     if made:
         gm.recompile()
         log.info("amk: GELU written out recognized as %s", ", ".join(made))
@@ -104,16 +107,20 @@ def _chain_from(x: Node, order: dict[Node, int]) -> list[Node]:
 
 def _largest_match(x: Node, chain: list[Node], order: dict[Node, int]) -> tuple[Node, set[Node], str] | None:
     """The last node of ``chain`` whose ops, read only within them, compute one of :data:`FORMS` of ``x``: the node,
-    those ops and the form's name."""
-    members = set(chain)
+    those ops and the form's name. Not where a node between the first of those ops and it changes a tensor or global
+    state (``x`` changed in place, a ``no_grad`` block: the call, put at that node, would read ``x`` as changed or
+    in another mode), nor where its dtype is not ``x``'s (autocast runs ``pow`` in fp32; ``F.gelu`` keeps the
+    dtype)."""
+    members, values = set(chain), _evaluated(x, chain)
+    dtype = meta_value(x).dtype
     for sink in reversed(chain):
         nodes = _reads_back(sink, members)
-        if len(nodes) < 3 or any(set(node.users) - nodes for node in nodes - {sink}):
+        if len(nodes) < 3 or not nodes <= values.keys() or any(set(node.users) - nodes for node in nodes - {sink}) \
+                or getattr(meta_value(sink), "dtype", None) != dtype \
+                or mutated_between(min(nodes, key=order.__getitem__), sink):
             continue
-        values = _evaluated(x, sorted(nodes, key=order.__getitem__))
         for form, (target, kwargs) in FORMS.items():
-            if values is not None and torch.allclose(values[sink], target(PROBE, **kwargs),
-                                                     rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE):
+            if torch.allclose(values[sink], target(PROBE, **kwargs), rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE):
                 return sink, nodes, form
     return None
 
@@ -130,24 +137,20 @@ def _reads_back(sink: Node, members: set[Node]) -> set[Node]:
     return nodes
 
 
-def _evaluated(x: Node, nodes: list[Node]) -> dict[Node, torch.Tensor] | None:
-    """Each node's value with :data:`PROBE` for ``x``, in float64; None where an op does not take it (an integer
-    power's own rules)."""
+def _evaluated(x: Node, chain: list[Node]) -> dict[Node, torch.Tensor]:
+    """The value of each node of ``chain`` (in graph order) with :data:`PROBE` for ``x``, in float64, and of ``x``;
+    a node an op refuses to compute so (an integer power's own rules), and those that read it, have none."""
     values: dict[Node, torch.Tensor] = {x: PROBE}
-
-    def value(operand):
-        return values[operand] if isinstance(operand, Node) else operand
-
-    try:
-        for node in nodes:
-            args = [value(a) for a in node.args]
-            kwargs = {name: value(v) for name, v in node.kwargs.items()}
-            if node.op == "call_method":
-                values[node] = getattr(args[0], node.target)(*args[1:], **kwargs)
-            else:
-                values[node] = node.target(*args, **kwargs)
-    except (RuntimeError, TypeError, ZeroDivisionError):
-        return None
-    if not all(isinstance(v, torch.Tensor) and v.shape == PROBE.shape for v in values.values()):
-        return None
+    for node in chain:
+        if not all(operand in values for operand in node.all_input_nodes):
+            continue
+        args = [values[a] if isinstance(a, Node) else a for a in node.args]
+        kwargs = {name: values[v] if isinstance(v, Node) else v for name, v in node.kwargs.items()}
+        try:
+            value = getattr(args[0], node.target)(*args[1:], **kwargs) if node.op == "call_method" \
+                else node.target(*args, **kwargs)
+        except (RuntimeError, TypeError, ZeroDivisionError):
+            continue
+        if isinstance(value, torch.Tensor) and value.shape == PROBE.shape:
+            values[node] = value
     return values

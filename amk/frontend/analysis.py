@@ -84,6 +84,18 @@ def is_barrier(node: Node) -> bool:
             or _writes_into_an_argument(node))
 
 
+def mutated_between(first: Node, last: Node) -> bool:
+    """Whether a node between ``first`` and ``last`` changes a tensor in place or global state (:func:`is_barrier`):
+    a call put at ``last`` in place of ops from ``first`` on would read their operands as changed, or run in another
+    grad or autocast mode."""
+    node = first.next
+    while node is not last:
+        if is_barrier(node):
+            return True
+        node = node.next
+    return False
+
+
 def _schema_writes(target) -> bool:
     """An operator whose schema says it writes into an argument: an overload (``torch.ops.aten.add_.Tensor``, named
     ``add_.Tensor``) or a custom op declared with ``mutates_args``, whose names need not end in ``_``."""

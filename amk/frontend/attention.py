@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from amk.frontend.analysis import is_barrier
+from amk.frontend.analysis import mutated_between
 from amk.frontend.converters import CASTS, TRANSPOSES
 from amk.frontend.nodes import meta_value, single_user, traced_symbol_values
 from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
@@ -185,7 +185,7 @@ def _match(root: Node) -> _Attention | None:
     if not single_user(previous, node) or (mask is not None and not _broadcasts_to(_tensor(mask), _tensor(scores))):
         return None
     absorbed += [*reversed(chain), scores]
-    if _mutated_between(scores, root):
+    if mutated_between(scores, root):
         return None
     return _Attention(query, key_transposed, value, mask, scale, absorbed, fills_where_true)
 
@@ -197,17 +197,6 @@ def _broadcasts_to(mask: torch.Tensor, scores: torch.Tensor) -> bool:
         return False
     pairs = zip(reversed(mask.shape), reversed(scores.shape))
     return all(statically_known_true(size == 1) or statically_known_true(size == target) for size, target in pairs)
-
-
-def _mutated_between(first: Node, last: Node) -> bool:
-    """Whether a node between ``first`` and ``last`` changes a tensor in place (or global state): the call, made at
-    ``last``, would read q, k or the mask as changed, where the ops read them at ``first``."""
-    node = first.next
-    while node is not last:
-        if is_barrier(node):
-            return True
-        node = node.next
-    return False
 
 
 def _key_transposed_back(key_transposed: Node) -> Node | None:

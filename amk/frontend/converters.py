@@ -127,12 +127,15 @@ def _extremum(op_class, alternative: str):
     over a dim (values and indices) or of a whole tensor is refused with ``alternative``."""
 
     def build(b: SubgraphImporter, node: Node):
+        reduces = node.target in (torch.max, torch.min, "max", "min")  # maybe a reduction: say what amk takes
         try:
             a = bind_arguments(node, ("input", "other"))
         except Unsupported:
-            raise Unsupported(alternative) from None
+            if reduces:
+                raise Unsupported(alternative) from None
+            raise
         if not b.is_tensor(a["other"]):
-            raise Unsupported(alternative)
+            raise Unsupported(alternative if reduces else f"{describe_target(node)} of a tensor and a number")
         dtype = _result_dtype(node)
         return b.add(op_class(b.tensor(a["input"], dtype), b.tensor(a["other"], dtype)))
 
