@@ -569,6 +569,41 @@ class ExpOp(ElementwiseUnaryOp):
 
 
 @irdl_op_definition
+class AbsOp(ElementwiseUnaryOp):
+    """``|x|``: ``%y = tensor_op.abs %x : T``."""
+
+    name = "tensor_op.abs"
+
+
+@irdl_op_definition
+class SqrtOp(ElementwiseUnaryOp):
+    """``sqrt(x)``: ``%y = tensor_op.sqrt %x : T``."""
+
+    name = "tensor_op.sqrt"
+
+
+@irdl_op_definition
+class RsqrtOp(ElementwiseUnaryOp):
+    """``1 / sqrt(x)``: ``%y = tensor_op.rsqrt %x : T``."""
+
+    name = "tensor_op.rsqrt"
+
+
+@irdl_op_definition
+class LogOp(ElementwiseUnaryOp):
+    """``log(x)``, the natural logarithm: ``%y = tensor_op.log %x : T``."""
+
+    name = "tensor_op.log"
+
+
+@irdl_op_definition
+class ErfOp(ElementwiseUnaryOp):
+    """``erf(x)``, the error function: ``%y = tensor_op.erf %x : T``."""
+
+    name = "tensor_op.erf"
+
+
+@irdl_op_definition
 class MishOp(ElementwiseUnaryOp):
     """``x * tanh(softplus(x))``: ``%y = tensor_op.mish %x : T``."""
 
@@ -890,7 +925,7 @@ class FusedOp(IRDLOperation):
 
 TENSOR_OP_OPS = [
     MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
-    ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
+    ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]

@@ -202,6 +202,16 @@ def _exp(b: TileBuilder, op, x):
     return b.unary("exp", x)
 
 
+@register_elementwise(tensor_op.AbsOp)
+@register_elementwise(tensor_op.SqrtOp)
+@register_elementwise(tensor_op.RsqrtOp)
+@register_elementwise(tensor_op.LogOp)
+@register_elementwise(tensor_op.ErfOp)
+def _math_function(b: TileBuilder, op, x):
+    """The op as the ``tiled_loop.unary`` function of its name."""
+    return b.unary(op.name.removeprefix("tensor_op."), x)
+
+
 @register_elementwise(tensor_op.MishOp)
 def _mish(b: TileBuilder, op, x):
     # softplus(x) = max(x, 0) + log1p(exp(-|x|)) never overflows. log1p(u) = log(1 + u) * u / ((1 + u) - 1) (u when

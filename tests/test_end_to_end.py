@@ -58,8 +58,14 @@ UNARY = [
     "relu", "gelu", ("gelu", {"approximate": "tanh"}), "silu", "sigmoid", "tanh", "exp", "mish", "leaky_relu",
     ("leaky_relu", {"negative_slope": 0.2}), ("clamp", {"min": -0.5, "max": 0.75}), ("clamp", {"min": 0.1}),
     ("clamp", {"max": -0.1}), "hardtanh", ("hardtanh", {"min_val": -0.3, "max_val": 0.4}), ("scale", {"factor": 0.125}),
-    ("scale", {"factor": -3}),
+    ("scale", {"factor": -3}), "abs", "erf",
 ]
+
+
+@dtypes
+@pytest.mark.parametrize("op", ["sqrt", "rsqrt", "log"])
+def test_a_function_of_positive_numbers_after_matmul(op, dtype):
+    run_chain(["matmul", ("clamp", {"min": 0.5}), op], [(M, K), (K, N)], dtype)
 
 
 def op_id(op):

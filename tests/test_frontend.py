@@ -240,6 +240,22 @@ def test_max_and_min_of_two_tensors_fuse_as_elementwise_ops():
     torch.testing.assert_close(amk.compile(clipped)(x, y), clipped(x, y), atol=ATOL, rtol=RTOL)
 
 
+def test_math_functions_fuse_with_the_products_kernel():
+    """``abs``, ``sqrt``, ``rsqrt``, ``log`` and ``erf`` are elementwise ops (they ran in PyTorch): a row's L2
+    normalization written out is one kernel with its product."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    x = inputs(2).flatten(0, 1)
+
+    def functions(x):
+        h = x @ w
+        normalized = h / torch.sqrt((h * h).sum(-1, keepdim=True))
+        return normalized + torch.log(h.abs() + 1) * torch.rsqrt(h.abs() + 1) + torch.erf(h)
+
+    report = amk.explain(functions, (x,), print_report=False)
+    assert report.pytorch == [] and len(report.graphs[0].subgraphs) == 1, report
+    torch.testing.assert_close(amk.compile(functions)(x), functions(x), atol=ATOL, rtol=RTOL)
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""

@@ -267,6 +267,11 @@ _unary(tensor_op.SiluOp, "silu", [F.silu], [], extra=("inplace",))
 _unary(tensor_op.SigmoidOp, "sigmoid", [torch.sigmoid, F.sigmoid], ["sigmoid"])
 _unary(tensor_op.TanhOp, "tanh", [torch.tanh, F.tanh], ["tanh"])
 _unary(tensor_op.ExpOp, "exp", [torch.exp], ["exp"])
+_unary(tensor_op.AbsOp, "abs", [torch.abs, torch.absolute], ["abs", "absolute"])
+_unary(tensor_op.SqrtOp, "sqrt", [torch.sqrt], ["sqrt"])
+_unary(tensor_op.RsqrtOp, "rsqrt", [torch.rsqrt], ["rsqrt"])
+_unary(tensor_op.LogOp, "log", [torch.log], ["log"])
+_unary(tensor_op.ErfOp, "erf", [torch.erf, torch.special.erf], ["erf"])
 _unary(tensor_op.MishOp, "mish", [F.mish], [], extra=("inplace",))
 
 

@@ -90,6 +90,11 @@ func.func @unary(%x : !tensor_op.tensor<[B*S, 768], bf16>) {
   %6 = tensor_op.tanh %x : !tensor_op.tensor<[B*S, 768], bf16>
   %7 = tensor_op.exp %x : !tensor_op.tensor<[B*S, 768], bf16>
   %8 = tensor_op.mish %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %9 = tensor_op.abs %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %10 = tensor_op.sqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %11 = tensor_op.rsqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %12 = tensor_op.log %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %13 = tensor_op.erf %x : !tensor_op.tensor<[B*S, 768], bf16>
   func.return
 }
 
@@ -103,6 +108,11 @@ func.func @unary(%x : !tensor_op.tensor<[B*S, 768], bf16>) {
 // CHECK-NEXT:  %6 = tensor_op.tanh %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  %7 = tensor_op.exp %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  %8 = tensor_op.mish %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %9 = tensor_op.abs %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %10 = tensor_op.sqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %11 = tensor_op.rsqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %12 = tensor_op.log %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %13 = tensor_op.erf %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  func.return
 // CHECK-NEXT:  }
 
