@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import INTERPRETER_WARNINGS, REPO, load_script_module
+from conftest import DEVICE, INTERPRETER_WARNINGS, REPO, load_script_module
 from torch import nn
 
 import amk
@@ -140,10 +140,10 @@ def test_a_formula_that_autocast_computes_in_another_dtype_stays():
 
 def test_hugging_face_gpt2_mlp_runs_its_gelu_as_one_op_in_the_products_kernel():
     torch.manual_seed(0)
-    model = workloads.HuggingFaceGPT2MLP(96, 32).eval()
+    model = workloads.HuggingFaceGPT2MLP(96, 32).eval().to(DEVICE)
     compiled = amk.compile(model)
     for batch in (2, 3):
-        x = torch.randn(batch, 7, 32)
+        x = torch.randn(batch, 7, 32, device=DEVICE)
         expected = model.double()(x.double())
         model.float()
         out = compiled(x)
@@ -164,9 +164,9 @@ def test_an_erf_gelu_after_a_linear_is_fused_with_it():
         def forward(self, x):
             return erf_gelu(self.dense(x))
 
-    model = ErfMLP().eval()
+    model = ErfMLP().eval().to(DEVICE)
     compiled = amk.compile(model)
-    x = torch.randn(5, 32)
+    x = torch.randn(5, 32, device=DEVICE)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
     text = str(amk.explain(compiled))
     assert "0 op(s) left to PyTorch" in text and "epilogue add(linear), gelu(gelu)" in text, text

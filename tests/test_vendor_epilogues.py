@@ -53,7 +53,8 @@ def test_gpt2s_mlp_runs_as_two_vendor_linears_with_their_epilogues():
 
 
 def conv1d_mlp(x, w1, b1, w2, b2):
-    return torch.addmm(b2, F.gelu(torch.addmm(b1, x, w1), approximate="tanh"), w2)
+    """GPT-2's MLP with Conv1D's ``[K, N]`` weights (``torch.addmm(b, x, w)`` on rows, any leading dims here)."""
+    return F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2
 
 
 def test_hugging_face_conv1d_weights_run_as_vendor_linears():
