@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({r['speedup']:.2f}x); errors {r['linear_then_activation']['rel_l2']:.1e} / "
               f"{r['addmm_activation']['rel_l2']:.1e}")
     if args.out:
-        args.out.write_text(json.dumps({"environment": environment(), "results": results}, indent=1))
+        command = " ".join(["python benchmarks/probes/vendor_epilogue.py", *(sys.argv[1:] if argv is None else argv)])
+        args.out.write_text(json.dumps({"environment": environment(), "command": command, "results": results},
+                                       indent=1))
     return 0
 
 
