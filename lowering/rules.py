@@ -187,21 +187,13 @@ def _silu(b: TileBuilder, op, x):
     return b.mul(x, b.unary("sigmoid", x))
 
 
-@register_elementwise(tensor_op.SigmoidOp)
-def _sigmoid(b: TileBuilder, op, x):
-    return b.unary("sigmoid", x)
-
-
 @register_elementwise(tensor_op.TanhOp)
 def _tanh(b: TileBuilder, op, x):
     return b.tanh(x)
 
 
+@register_elementwise(tensor_op.SigmoidOp)
 @register_elementwise(tensor_op.ExpOp)
-def _exp(b: TileBuilder, op, x):
-    return b.unary("exp", x)
-
-
 @register_elementwise(tensor_op.AbsOp)
 @register_elementwise(tensor_op.SqrtOp)
 @register_elementwise(tensor_op.RsqrtOp)

@@ -5,8 +5,8 @@ TorchDynamo hands the backend, each chain of elementwise ops that computes a GEL
 Why: models write GELU out. Hugging Face's GPT-2 (``NewGELUActivation``), minGPT and BLOOM spell the tanh form as
 ``0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))`` or a rearrangement of it;
 older BERT code spells the exact one with ``torch.erf``. As one op, the tanh form is what cuBLASLt's epilogue computes
-(``amk-vendor-epilogues`` puts it in the GEMM, no pass over the hidden activations), and the exact form becomes
-fusable (``tensor_op`` has GELU, not erf); the PyTorch ops a bucket is raced against run one kernel, not eight.
+(``amk-vendor-epilogues`` puts it in the GEMM, no pass over the hidden activations), and either form is one op in
+its kernel, not six to ten; the PyTorch ops a bucket is raced against run one kernel, not eight.
 
 What matches: a node ``s`` and the nodes it reads back to one floating tensor ``x``, each an add, sub, mul, div,
 power, tanh, sigmoid or erf whose other operands are Python numbers, none of them read outside the chain but ``s``.
