@@ -1,14 +1,16 @@
 """Diagnostic: a Linear followed by its activation as two PyTorch calls (``F.linear`` with its bias, then ReLU or
 tanh GELU: what eager runs, and what amk's program with the vendor GEMM ran) against one cuBLASLt call with the
 activation in the GEMM's epilogue (``torch._addmm_activation``, CUBLASLT_EPILOGUE_RELU_BIAS / GELU_BIAS: the
-activation on the fp32 accumulator, before the one rounding to 16 bits).
+activation on the fp32 accumulator, before the one rounding to 16 bits), and what each costs the host per call.
 
     python benchmarks/probes/vendor_epilogue.py --out benchmarks/results/<stem>.json
 
 Why: the model rows whose MLPs are GEMM-bound (GPT-2's tanh GELU, OPT's ReLU) pay a pass over the hidden
 activations for the activation alone, where cuBLASLt applies it in the epilogue. Per shape: each variant's median
-time from a cold L2 (``amk.benchmarking.time_ms``), its relative L2 error and max abs error against float64; GPU
-only.
+time from a cold L2 (``amk.benchmarking.time_ms``), its relative L2 error and max abs error against float64, and its
+per-call host time (``amk.benchmarking.host_us``, 100 back-to-back calls, the median of 5 repeats): the two above,
+``F.linear`` alone, and ``amk.reference.linear_function`` (the callable amk's vendor program runs) on the rows as a
+``[batch, tokens, features]`` input (where a model's MLP gets them); GPU only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import environment, host_us, time_ms
+from amk.reference import linear_function
 
 SHAPES = {  # name: rows, in features, out features, dtype
     "gpt2_c_fc": (4096, 1024, 4096, torch.float16),
@@ -33,11 +36,14 @@ SHAPES = {  # name: rows, in features, out features, dtype
 
 def variants(activation: str):
     approximate = "tanh" if activation == "gelu_tanh" else "none"
+    amk_linear = linear_function(activation, False)
     act = (lambda y: F.gelu(y, approximate=approximate)) if activation == "gelu_tanh" else F.relu
     return {
         "linear_then_activation": lambda x, w, b: act(F.linear(x, w, b)),
         "addmm_activation": lambda x, w, b: torch._addmm_activation(b, x, w.t(),
                                                                      use_gelu=activation == "gelu_tanh"),
+        "linear_alone": lambda x, w, b: F.linear(x, w, b),
+        "amk_linear_function": lambda x, w, b: amk_linear(x.view(8, -1, x.shape[-1]), w, b),
     }, act
 
 
@@ -51,10 +57,14 @@ def measure(name: str, activation: str) -> dict:
     reference = act(F.linear(x.double(), w.double(), b.double()))
     result = {"rows": rows, "in": k, "out": n, "dtype": str(dtype).removeprefix("torch."), "activation": activation}
     for label, fn in fns.items():
-        out = fn(x, w, b).double()
+        host = host_us(lambda fn=fn: fn(x, w, b), calls=100, repeats=5, warmup=10)
+        if label == "linear_alone":  # no activation: its host time only
+            result[label] = {"host_us": host}
+            continue
+        out = fn(x, w, b).double().reshape(reference.shape)
         error = ((out - reference).norm() / reference.norm()).item()
         result[label] = {"rel_l2": error, "max_abs": (out - reference).abs().max().item(),
-                         "ms": time_ms(lambda fn=fn: fn(x, w, b))}
+                         "ms": time_ms(lambda fn=fn: fn(x, w, b)), "host_us": host}
     result["speedup"] = result["linear_then_activation"]["ms"] / result["addmm_activation"]["ms"]
     return result
 
@@ -71,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['rows']}x{r['in']}->{r['out']} {r['dtype']} {r['activation']}: "
               f"linear+act {r['linear_then_activation']['ms']:.4f} ms, epilogue {r['addmm_activation']['ms']:.4f} ms "
               f"({r['speedup']:.2f}x); errors {r['linear_then_activation']['rel_l2']:.1e} / "
-              f"{r['addmm_activation']['rel_l2']:.1e}")
+              f"{r['addmm_activation']['rel_l2']:.1e}; host us: " +
+              ", ".join(f"{label} {r[label]['host_us']:.1f}" for label in variants(r["activation"])[0]))
     if args.out:
         command = " ".join(["python benchmarks/probes/vendor_epilogue.py", *(sys.argv[1:] if argv is None else argv)])
         args.out.write_text(json.dumps({"environment": environment(), "command": command, "results": results},
