@@ -97,6 +97,10 @@ def _leaky(x, operands, params):
     return _op("LeakyReluOp")(x, **_float_props(params, {"negative_slope": "negative_slope"}))
 
 
+def _softplus(x, operands, params):
+    return _op("SoftplusOp")(x, **_float_props(params, {"beta": "beta", "threshold": "threshold"}))
+
+
 def _clamp(x, operands, params):
     props = _float_props(params, {"min": "min", "max": "max"})
     if not props:
@@ -171,6 +175,10 @@ OPS: dict[str, OpSpec] = {
     "log": OpSpec(0, 0, {}, _unary("LogOp"), "natural logarithm"),
     "erf": OpSpec(0, 0, {}, _unary("ErfOp"), "error function"),
     "mish": OpSpec(0, 0, {}, _unary("MishOp"), "x * tanh(softplus(x))"),
+    "softplus": OpSpec(0, 0, {"beta": _NUMBER, "threshold": _NUMBER}, _softplus,
+                       "log(1 + exp(beta * x)) / beta, x above threshold (beta 1, threshold 20)"),
+    "hardsigmoid": OpSpec(0, 0, {}, _unary("HardsigmoidOp"), "min(max(x + 3, 0), 6) / 6"),
+    "hardswish": OpSpec(0, 0, {}, _unary("HardswishOp"), "x * min(max(x + 3, 0), 6) / 6"),
     "leaky_relu": OpSpec(0, 0, {"negative_slope": _NUMBER}, _leaky, "leaky ReLU (negative_slope, default 0.01)"),
     "clamp": OpSpec(0, 0, {"min": _NUMBER, "max": _NUMBER}, _clamp, "clamp to [min, max]"),
     "hardtanh": OpSpec(0, 0, {"min_val": _NUMBER, "max_val": _NUMBER}, _hardtanh, "clamp to [-1, 1] by default"),

@@ -611,6 +611,38 @@ class MishOp(ElementwiseUnaryOp):
 
 
 @irdl_op_definition
+class SoftplusOp(ElementwiseUnaryOp):
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold`` (defaults 1 and 20, as
+    ``nn.Softplus``): ``%y = tensor_op.softplus %x {beta = 2.000000e+00 : f64, threshold = 1.000000e+01 : f64} : T``."""
+
+    name = "tensor_op.softplus"
+    beta = opt_prop_def(FloatAttr)
+    threshold = opt_prop_def(FloatAttr)
+
+    @property
+    def beta_value(self) -> float:
+        return 1.0 if self.beta is None else self.beta.value.data
+
+    @property
+    def threshold_value(self) -> float:
+        return 20.0 if self.threshold is None else self.threshold.value.data
+
+
+@irdl_op_definition
+class HardsigmoidOp(ElementwiseUnaryOp):
+    """``min(max(x + 3, 0), 6) / 6``: ``%y = tensor_op.hardsigmoid %x : T``."""
+
+    name = "tensor_op.hardsigmoid"
+
+
+@irdl_op_definition
+class HardswishOp(ElementwiseUnaryOp):
+    """``x * min(max(x + 3, 0), 6) / 6`` (MobileNetV3's activation): ``%y = tensor_op.hardswish %x : T``."""
+
+    name = "tensor_op.hardswish"
+
+
+@irdl_op_definition
 class LeakyReluOp(ElementwiseUnaryOp):
     """``x if x >= 0 else negative_slope * x`` (default slope 0.01):
     ``%y = tensor_op.leaky_relu %x {negative_slope = 2.000000e-01 : f64} : T``."""
@@ -925,8 +957,8 @@ class FusedOp(IRDLOperation):
 
 TENSOR_OP_OPS = [
     MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
-    ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, LeakyReluOp,
-    ClampOp, ScaleOp, CastOp,
+    ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, SoftplusOp,
+    HardsigmoidOp, HardswishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]

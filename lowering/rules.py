@@ -204,14 +204,41 @@ def _math_function(b: TileBuilder, op, x):
     return b.unary(op.name.removeprefix("tensor_op."), x)
 
 
-@register_elementwise(tensor_op.MishOp)
-def _mish(b: TileBuilder, op, x):
-    # softplus(x) = max(x, 0) + log1p(exp(-|x|)) never overflows. log1p(u) = log(1 + u) * u / ((1 + u) - 1) (u when
-    # 1 + u rounds to 1): log(1 + u) alone loses u's low bits, and mish(-9) came out 2e-4 off, mish(-20) as 0.
+def _softplus_of(b: TileBuilder, x):
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)) never overflows. log1p(u) = log(1 + u) * u / ((1 + u) - 1) (u
+    # when 1 + u rounds to 1): log(1 + u) alone loses u's low bits, and mish(-9) came out 2e-4 off, mish(-20) as 0.
     u = b.unary("exp", b.unary("neg", b.unary("abs", x)))
     w = b.add_(u, 1.0)
     log1p = b.select(b.binary("eq", w, 1.0), u, b.mul(b.unary("log", w), b.div(u, b.sub(w, 1.0))))
-    return b.mul(x, b.tanh(b.add_(b.maximum(x, 0.0), log1p)))
+    return b.add_(b.maximum(x, 0.0), log1p)
+
+
+@register_elementwise(tensor_op.MishOp)
+def _mish(b: TileBuilder, op, x):
+    return b.mul(x, b.tanh(_softplus_of(b, x)))
+
+
+@register_elementwise(tensor_op.SoftplusOp)
+def _softplus(b: TileBuilder, op: tensor_op.SoftplusOp, x):
+    beta = op.beta_value
+    scaled = x if beta == 1.0 else b.mul(x, beta)
+    softplus = _softplus_of(b, scaled)
+    softplus = softplus if beta == 1.0 else b.div(softplus, beta)
+    return b.select(b.binary("gt", scaled, op.threshold_value), x, softplus)  # PyTorch's linear regime, as it is
+
+
+def _relu6_of_x_plus_3(b: TileBuilder, x):
+    return b.minimum(b.maximum(b.add_(x, 3.0), 0.0), 6.0)
+
+
+@register_elementwise(tensor_op.HardsigmoidOp)
+def _hardsigmoid(b: TileBuilder, op, x):
+    return b.div(_relu6_of_x_plus_3(b, x), 6.0)
+
+
+@register_elementwise(tensor_op.HardswishOp)
+def _hardswish(b: TileBuilder, op, x):
+    return b.div(b.mul(x, _relu6_of_x_plus_3(b, x)), 6.0)  # PyTorch's order: the product, then the division
 
 
 @register_elementwise(tensor_op.LeakyReluOp)

@@ -241,7 +241,8 @@ def test_binary_element_type_mismatch():
         to.AddOp(a, b)
 
 
-UNARY_OPS = [to.ReluOp, to.GeluOp, to.SiluOp, to.SigmoidOp, to.TanhOp, to.ExpOp, to.MishOp, to.LeakyReluOp]
+UNARY_OPS = [to.ReluOp, to.GeluOp, to.SiluOp, to.SigmoidOp, to.TanhOp, to.ExpOp, to.MishOp, to.SoftplusOp,
+             to.HardsigmoidOp, to.HardswishOp, to.LeakyReluOp]
 
 
 @pytest.mark.parametrize("op_class", UNARY_OPS)

@@ -58,7 +58,8 @@ UNARY = [
     "relu", "gelu", ("gelu", {"approximate": "tanh"}), "silu", "sigmoid", "tanh", "exp", "mish", "leaky_relu",
     ("leaky_relu", {"negative_slope": 0.2}), ("clamp", {"min": -0.5, "max": 0.75}), ("clamp", {"min": 0.1}),
     ("clamp", {"max": -0.1}), "hardtanh", ("hardtanh", {"min_val": -0.3, "max_val": 0.4}), ("scale", {"factor": 0.125}),
-    ("scale", {"factor": -3}), "abs", "erf",
+    ("scale", {"factor": -3}), "abs", "erf", "softplus", ("softplus", {"beta": 2.0, "threshold": 5.0}), "hardsigmoid",
+    "hardswish",
 ]
 
 

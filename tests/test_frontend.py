@@ -256,6 +256,20 @@ def test_math_functions_fuse_with_the_products_kernel():
     torch.testing.assert_close(amk.compile(functions)(x), functions(x), atol=ATOL, rtol=RTOL)
 
 
+def test_softplus_and_hard_activations_fuse_with_their_linears():
+    """``nn.Softplus`` (its beta and threshold), ``nn.Hardswish`` and ``nn.Hardsigmoid`` (MobileNetV3's, traced as
+    ``F.hardswish`` calls with ``inplace``) are elementwise ops in their Linear's kernel (they ran in PyTorch)."""
+    model = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Softplus(beta=2.0, threshold=5.0),
+                                torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Hardswish(),
+                                torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Hardsigmoid()).to(DEVICE).eval()
+    x = 3 * inputs(2)  # past softplus's threshold and both sides of hardswish's -3 and 3
+    with torch.no_grad():
+        report = amk.explain(model, (x,), print_report=False)
+        assert report.pytorch == [] and len(report.graphs[0].subgraphs) == 1, report
+        assert all(name in str(report) for name in ("softplus", "hardswish", "hardsigmoid")), report
+        torch.testing.assert_close(amk.compile(model)(x), model(x), atol=ATOL, rtol=RTOL)
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""

@@ -87,7 +87,7 @@ def private_cache(tmp_path_factory, request):
 # ----------------------------------------------------------------------------------------------------------------------
 
 UNARY = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "mish", "leaky_relu", "clamp", "hardtanh",
-         "scale", "cast"]
+         "scale", "cast", "softplus", "hardsigmoid", "hardswish"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "add_bias"]
 REDUCTIONS = ["sum", "mean", "max", "logsumexp"]
 ROW_OPS = REDUCTIONS + ["softmax", "layernorm", "rmsnorm"]
@@ -118,6 +118,8 @@ def unary_op(draw, dtype, cast_ok=True):
         if which == "max":
             return ("clamp", {"max": low})
         return ("clamp", {"min": low, "max": low + draw(st.sampled_from([0.0, 0.5, 2.0]))})
+    if name == "softplus":
+        return draw(st.sampled_from(["softplus", ("softplus", {"beta": 2.0, "threshold": 1.0})]))
     if name == "hardtanh":
         return draw(st.sampled_from(["hardtanh", ("hardtanh", {"min_val": -0.3, "max_val": 0.4})]))
     if name == "scale":

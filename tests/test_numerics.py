@@ -405,7 +405,7 @@ def test_layernorm_of_wide_rows_far_from_zero_after_matmul_fp32(strategy, merge_
 # Relative precision of tanh-based ops near zero
 # ----------------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op", ["tanh", "mish", "silu", "sigmoid"])
+@pytest.mark.parametrize("op", ["tanh", "mish", "silu", "sigmoid", "softplus", "hardswish"])
 def test_small_values_keep_relative_precision_fp32(op):
     """tanh is 2 * sigmoid(2x) - 1 in the lowering, which cancels near 0 (tanh(1e-6) came out 12% off, tanh(1e-8)
     as exactly 0, so tanh(x) * inf gave NaN instead of ±inf); mish's log(1 + exp(-|x|)) lost the small term (mish(-20)

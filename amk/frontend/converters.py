@@ -273,6 +273,15 @@ _unary(tensor_op.RsqrtOp, "rsqrt", [torch.rsqrt], ["rsqrt"])
 _unary(tensor_op.LogOp, "log", [torch.log], ["log"])
 _unary(tensor_op.ErfOp, "erf", [torch.erf, torch.special.erf], ["erf"])
 _unary(tensor_op.MishOp, "mish", [F.mish], [], extra=("inplace",))
+_unary(tensor_op.HardsigmoidOp, "hardsigmoid", [F.hardsigmoid, torch._C._nn.hardsigmoid], [], extra=("inplace",))
+_unary(tensor_op.HardswishOp, "hardswish", [F.hardswish, torch._C._nn.hardswish], [], extra=("inplace",))
+
+
+@register(spellings([F.softplus], []), "softplus")
+def _softplus(b, node):
+    a = bind_arguments(node, ("input", "beta", "threshold"), {"beta": 1.0, "threshold": 20.0})
+    return b.add(tensor_op.SoftplusOp(b.tensor(a["input"]), beta=FloatAttr(b.scalar(a["beta"]), f64),
+                                      threshold=FloatAttr(b.scalar(a["threshold"]), f64)))
 
 
 @register(spellings([F.gelu, torch._C._nn.gelu], ["gelu"]), "gelu")

@@ -95,6 +95,10 @@ func.func @unary(%x : !tensor_op.tensor<[B*S, 768], bf16>) {
   %11 = tensor_op.rsqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
   %12 = tensor_op.log %x : !tensor_op.tensor<[B*S, 768], bf16>
   %13 = tensor_op.erf %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %14 = tensor_op.softplus %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %15 = tensor_op.softplus %x {beta = 2.000000e+00 : f64, threshold = 1.000000e+01 : f64} : !tensor_op.tensor<[B*S, 768], bf16>
+  %16 = tensor_op.hardsigmoid %x : !tensor_op.tensor<[B*S, 768], bf16>
+  %17 = tensor_op.hardswish %x : !tensor_op.tensor<[B*S, 768], bf16>
   func.return
 }
 
@@ -113,6 +117,10 @@ func.func @unary(%x : !tensor_op.tensor<[B*S, 768], bf16>) {
 // CHECK-NEXT:  %11 = tensor_op.rsqrt %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  %12 = tensor_op.log %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  %13 = tensor_op.erf %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %14 = tensor_op.softplus %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %15 = tensor_op.softplus %x {beta = 2.000000e+00 : f64, threshold = 1.000000e+01 : f64} : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %16 = tensor_op.hardsigmoid %x : !tensor_op.tensor<[B*S, 768], bf16>
+// CHECK-NEXT:  %17 = tensor_op.hardswish %x : !tensor_op.tensor<[B*S, 768], bf16>
 // CHECK-NEXT:  func.return
 // CHECK-NEXT:  }
 
