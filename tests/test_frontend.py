@@ -270,6 +270,29 @@ def test_softplus_and_hard_activations_fuse_with_their_linears():
         torch.testing.assert_close(amk.compile(model)(x), model(x), atol=ATOL, rtol=RTOL)
 
 
+def test_l2_normalize_fuses_with_its_projection():
+    """``F.normalize`` over the last dim (CLIP's embeddings) is the projection's kernel: the sum of squares, its square
+    root clamped to ``eps`` (a row of zeros stays zeros), the division; other norms and dims say why they stay."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    x = inputs(2).flatten(0, 1)
+    x[1] = 0
+
+    def embed(x):
+        return F.normalize(x @ w, dim=-1)
+
+    report = amk.explain(embed, (x,), print_report=False)
+    assert report.pytorch == [] and len(report.graphs[0].subgraphs) == 1, report
+    out = amk.compile(embed)(x)
+    torch.testing.assert_close(out, embed(x), atol=ATOL, rtol=RTOL)
+    assert torch.all(out[1] == 0)
+    reasons = [node.reason for node in amk.explain(lambda x: F.normalize(x @ w, p=1.0, dim=-1), (x,),
+                                                   print_report=False).pytorch]
+    assert reasons == ["normalize with p=1.0 (amk takes the L2 norm, p=2)"], reasons
+    reasons = [node.reason for node in amk.explain(lambda x: F.normalize(x @ w), (x.view(2, -1, HIDDEN),),
+                                                   print_report=False).pytorch]
+    assert reasons == ["normalize over dim 1 (amk kernels reduce the last dim: F.normalize(x, dim=-1))"], reasons
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""

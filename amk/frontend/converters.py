@@ -391,6 +391,24 @@ _reduction(tensor_op.ReduceMaxOp, "amax", [torch.amax], ["amax"])
 _reduction(tensor_op.LogSumExpOp, "logsumexp", [torch.logsumexp], ["logsumexp"])
 
 
+@register(spellings([F.normalize], []), "normalize")
+def _normalize(b, node):
+    """``F.normalize``'s L2 form over the last dim: ``x / clamp_min(sqrt(sum(x * x)), eps)``, as PyTorch computes it
+    (CLIP's and SimCLR's embeddings, cosine-similarity heads)."""
+    a = bind_arguments(node, ("input", "p", "dim", "eps", "out"), {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
+    if a["out"] is not None:
+        raise Unsupported("normalize with out=")
+    if b.is_tensor(a["p"]) or b.scalar(a["p"]) != 2.0:
+        raise Unsupported(f"normalize with p={a['p']!r} (amk takes the L2 norm, p=2)")
+    x = b.tensor(a["input"])
+    dim = a["dim"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim % x.type.rank != x.type.rank - 1:
+        raise Unsupported(f"normalize over dim {dim!r} (amk kernels reduce the last dim: F.normalize(x, dim=-1))")
+    sum_of_squares = b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(x, x)), -1, True))
+    norm = _clamp_op(b, b.add(tensor_op.SqrtOp(sum_of_squares)), a["eps"], None)
+    return b.add(tensor_op.DivOp(x, norm))
+
+
 def _norm_vector(b, node, role: str, dtype: torch.dtype, input_node) -> SSAValue | None:
     """A norm's weight or bias, which must have the dtype it computes in, ``dtype``."""
     if node is None:
