@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -291,6 +292,39 @@ def test_l2_normalize_fuses_with_its_projection():
     reasons = [node.reason for node in amk.explain(lambda x: F.normalize(x @ w), (x.view(2, -1, HIDDEN),),
                                                    print_report=False).pytorch]
     assert reasons == ["normalize over dim 1 (amk kernels reduce the last dim: F.normalize(x, dim=-1))"], reasons
+
+
+@pytest.mark.parametrize("statistic", [
+    lambda h: h.var(-1), lambda h: h.var(-1, keepdim=True), lambda h: torch.var(h, -1, False, True),
+    lambda h: torch.var(h, dim=[-1], correction=2), lambda h: h.std(-1, keepdim=True),
+    lambda h: torch.std(h, dim=-1, unbiased=False)], ids=["var", "var_keepdim", "var_biased", "var_correction_2",
+                                                          "std", "std_biased"])
+def test_variance_and_standard_deviation_over_rows_fuse(statistic):
+    """``var`` and ``std`` over the last dim (Bessel's correction by default, ``unbiased`` or ``correction``), outside
+    a norm written out, are the row's mean, the squared deviations' sum and its scale (they ran in PyTorch)."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    x = inputs(2).flatten(0, 1)
+
+    def spread(x):
+        return statistic(x @ w)
+
+    report = amk.explain(spread, (x,), print_report=False)
+    assert report.pytorch == [], report
+    torch.testing.assert_close(amk.compile(spread)(x), spread(x), atol=ATOL, rtol=RTOL)
+
+
+def test_variance_says_why_it_stays():
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    column = torch.randn(HIDDEN, 1, device=DEVICE)
+    x = inputs(2).flatten(0, 1)
+    for fn, reason in ((lambda x: (x @ w).var(), "var over every element (amk kernels reduce the last dim: "
+                                                 "var(x, dim=-1))"),
+                       (lambda x: (x @ w).std(0), "std over dim 0 (amk kernels reduce the last dim)"),
+                       (lambda x: (x @ column).var(-1), "var of rows of 1 with correction 1.0 (no degrees of "
+                                                        "freedom)")):
+        with warnings.catch_warnings():  # PyTorch's own var of one element warns (and gives NaN)
+            warnings.simplefilter("ignore", UserWarning)
+            assert [node.reason for node in amk.explain(fn, (x,), print_report=False).pytorch] == [reason]
 
 
 def test_explain_says_why_in_the_users_terms():

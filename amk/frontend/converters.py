@@ -23,7 +23,7 @@ from amk.dialects import tensor_op
 from amk.dtypes import to_ir
 from amk.frontend.importer import SubgraphImporter, Transposed
 from amk.frontend.nodes import FLOAT_DTYPES, Unsupported, bind_arguments, describe_target, dim_of, fake_tensor
-from amk.frontend.spellings import ADD, ADDMM, DIV, LINEAR, MATMUL, MUL, POW, SQUARE, SUB, key_of, spellings
+from amk.frontend.spellings import ADD, ADDMM, DIV, LINEAR, MATMUL, MUL, POW, SQUARE, SUB, VAR, key_of, spellings
 from amk.symbolic import provably_equal
 
 
@@ -360,26 +360,30 @@ _rowwise(tensor_op.SoftmaxOp, "softmax", [torch.softmax], F.softmax, ["softmax"]
 _rowwise(tensor_op.LogSoftmaxOp, "log_softmax", [torch.log_softmax], F.log_softmax, ["log_softmax"])
 
 
+def _check_last_dim(label: str, dim, x: SSAValue) -> None:
+    """A reduction's ``dim`` (an int or a list of one) must be ``x``'s last: amk kernels reduce rows."""
+    if isinstance(dim, list | tuple) and not dim:  # dim=() reduces every element, as dim=None does
+        dim = None
+    if dim is None:
+        raise Unsupported(f"{label} over every element (amk kernels reduce the last dim: {label}(x, dim=-1))")
+    if isinstance(dim, list | tuple):
+        if len(dim) != 1:
+            raise Unsupported(f"{label} over several dims")
+        dim = dim[0]
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise Unsupported(f"{label} over dim {dim!r}")
+    if dim % x.type.rank != x.type.rank - 1:
+        raise Unsupported(f"{label} over dim {dim} (amk kernels reduce the last dim)")
+
+
 def _reduction(op_class, label, functions, methods):
     @register(spellings(functions, methods), label, fragile=True)
     def build(b, node):
         a = bind_arguments(node, ("input", "dim", "keepdim", "dtype"), {"dim": None, "keepdim": False, "dtype": None})
         if a["dtype"] is not None:
             raise Unsupported(f"{label} with dtype=")
-        dim = a["dim"]
-        if isinstance(dim, list | tuple) and not dim:  # dim=() reduces every element, as dim=None does
-            dim = None
-        if dim is None:
-            raise Unsupported(f"{label} over every element (amk kernels reduce the last dim: {label}(x, dim=-1))")
-        if isinstance(dim, list | tuple):
-            if len(dim) != 1:
-                raise Unsupported(f"{label} over several dims")
-            dim = dim[0]
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise Unsupported(f"{label} over dim {dim!r}")
         x = b.tensor(a["input"])
-        if dim % x.type.rank != x.type.rank - 1:
-            raise Unsupported(f"{label} over dim {dim} (amk kernels reduce the last dim)")
+        _check_last_dim(label, a["dim"], x)
         return b.add(op_class(x, -1, bool(a["keepdim"])))
 
     return build
@@ -389,6 +393,37 @@ _reduction(tensor_op.ReduceSumOp, "sum", [torch.sum], ["sum"])
 _reduction(tensor_op.ReduceMeanOp, "mean", [torch.mean], ["mean"])
 _reduction(tensor_op.ReduceMaxOp, "amax", [torch.amax], ["amax"])
 _reduction(tensor_op.LogSumExpOp, "logsumexp", [torch.logsumexp], ["logsumexp"])
+
+
+def _variance(b, node, label: str) -> SSAValue:
+    """``var`` over the last dim as PyTorch computes it: the squared deviations from the row's mean, summed, over the
+    row's length less the correction (1 by default, Bessel's; ``unbiased=False`` or ``correction=0``: 0)."""
+    a = bind_arguments(node, ("input", "dim", "unbiased", "keepdim", "correction"),
+                       {"dim": None, "unbiased": None, "keepdim": False, "correction": None})
+    x = b.tensor(a["input"])
+    _check_last_dim(label, a["dim"], x)
+    if a["unbiased"] is not None and a["correction"] is not None:
+        raise Unsupported(f"{label} with both unbiased= and correction=")
+    correction = (1.0 if a["unbiased"] is None else float(a["unbiased"])) if a["correction"] is None \
+        else b.scalar(a["correction"])
+    length = fake_tensor(a["input"]).shape[-1]
+    if not isinstance(length, int):
+        raise Unsupported(f"{label} over a row of symbolic length {length}")
+    if length - correction <= 0:
+        raise Unsupported(f"{label} of rows of {length} with correction {correction} (no degrees of freedom)")
+    deviations = b.add(tensor_op.SubOp(x, b.add(tensor_op.ReduceMeanOp(x, -1, True))))
+    squares = b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(deviations, deviations)), -1, bool(a["keepdim"])))
+    return b.add(tensor_op.ScaleOp(squares, factor=FloatAttr(1.0 / (length - correction), f64)))
+
+
+@register(VAR, "var", fragile=True)
+def _var(b, node):
+    return _variance(b, node, "var")
+
+
+@register(spellings([torch.std], ["std"]), "std", fragile=True)
+def _std(b, node):
+    return b.add(tensor_op.SqrtOp(_variance(b, node, "std")))
 
 
 @register(spellings([F.normalize], []), "normalize")
