@@ -135,6 +135,11 @@ def _reduction(op_name: str):
     return lambda x, operands, params: _op(op_name)(x, _axis(params), bool(params.get("keepdim", False)))
 
 
+def _var(x, operands, params):
+    return _op("ReduceVarOp")(x, _axis(params), bool(params.get("keepdim", False)),
+                              float(params.get("correction", 1.0)))
+
+
 def _rowwise(op_name: str):
     return lambda x, operands, params: _op(op_name)(x, _axis(params))
 
@@ -188,6 +193,8 @@ OPS: dict[str, OpSpec] = {
     "mean": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMeanOp"), "mean over dim"),
     "max": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("ReduceMaxOp"), "max over dim"),
     "logsumexp": OpSpec(0, 0, REDUCTION_PARAMS, _reduction("LogSumExpOp"), "logsumexp over dim"),
+    "var": OpSpec(0, 0, REDUCTION_PARAMS | {"correction": _NUMBER}, _var,
+                  "variance over dim; correction 1 (Bessel's, default) or 0 (the population variance)"),
     "softmax": OpSpec(0, 0, ROWWISE_PARAMS, _rowwise("SoftmaxOp"), "softmax over dim (default -1)"),
     "log_softmax": OpSpec(0, 0, ROWWISE_PARAMS, _rowwise("LogSoftmaxOp"), "log-softmax over dim (default -1)"),
     "layernorm": OpSpec(0, 2, {"eps": _NUMBER}, _layernorm, "LayerNorm over the last dim; takes gamma, beta",

@@ -118,6 +118,8 @@ REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.CastOp: lambda op, x: x.to(to_torch(op.output.type.element_type)),
     tensor_op.ReduceSumOp: _reduction(torch.sum),
     tensor_op.ReduceMeanOp: _reduction(torch.mean),
+    tensor_op.ReduceVarOp: lambda op, x: torch.var(x, dim=op.axis.value.data, correction=op.correction_value,
+                                                   keepdim=op.keeps_dim),
     tensor_op.ReduceMaxOp: lambda op, x: torch.amax(x, dim=op.axis.value.data, keepdim=op.keeps_dim),
     tensor_op.LogSumExpOp: _reduction(torch.logsumexp),
     tensor_op.SoftmaxOp: lambda op, x: torch.softmax(x, dim=op.axis.value.data),

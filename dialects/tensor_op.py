@@ -777,6 +777,25 @@ class ReduceMeanOp(ReductionOp):
 
 
 @irdl_op_definition
+class ReduceVarOp(ReductionOp):
+    """Variance over an axis, ``sum((x - mean(x))^2) / (N - correction)`` (``correction`` 1 by default, Bessel's; 0
+    the population variance), as ``torch.var`` computes it:
+    ``%v = tensor_op.reduce_var %x {axis = -1 : i64, correction = 0.000000e+00 : f64} : T -> T1``."""
+
+    name = "tensor_op.reduce_var"
+    correction = opt_prop_def(FloatAttr)
+
+    def __init__(self, input: SSAValue, axis: int = -1, keepdim: bool = False, correction: float = 1.0):
+        super().__init__(input, axis, keepdim)
+        if correction != 1.0:
+            self.properties["correction"] = FloatAttr(float(correction), f64)
+
+    @property
+    def correction_value(self) -> float:
+        return 1.0 if self.correction is None else self.correction.value.data
+
+
+@irdl_op_definition
 class LogSumExpOp(ReductionOp):
     """``log(sum(exp(x)))`` over an axis, computed stably: ``%s = tensor_op.logsumexp %x {axis = -1 : i64} : T -> T1``."""
 
@@ -959,7 +978,7 @@ TENSOR_OP_OPS = [
     MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, SoftplusOp,
     HardsigmoidOp, HardswishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
-    ReduceSumOp, ReduceMaxOp, ReduceMeanOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
+    ReduceSumOp, ReduceMaxOp, ReduceMeanOp, ReduceVarOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]
 

@@ -128,6 +128,8 @@ EAGER = {
     "mean": _reduction(torch.mean),
     "max": _reduction(torch.amax),
     "logsumexp": _reduction(torch.logsumexp),
+    "var": lambda x, dim=-1, axis=None, keepdim=False, correction=1.0: torch.var(
+        x, dim=axis if axis is not None else dim, keepdim=keepdim, correction=correction),
     "softmax": lambda x, dim=-1, axis=None: torch.softmax(x, dim=axis if axis is not None else dim),
     "layernorm": _layernorm,
     "rmsnorm": _rmsnorm,

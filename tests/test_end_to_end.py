@@ -155,7 +155,7 @@ def test_elementwise_chains(ops, shapes, dtype):
 # Row reductions, softmax and norms
 # --------------------------------------------------------------------------------------------------------------------
 
-REDUCTIONS = ["sum", "mean", "max", "logsumexp"]
+REDUCTIONS = ["sum", "mean", "max", "logsumexp", "var"]
 ROW_OPS = REDUCTIONS + ["softmax", "layernorm", "rmsnorm"]
 
 
@@ -194,10 +194,11 @@ def test_reduction_then_elementwise(op):
     ([("mean", {"dim": 0, "keepdim": True})], [(M, N)]),
     ([("max", {"dim": 1})], [(2, 5, N)]),
     ([("logsumexp", {"dim": -2})], [(2, 5, N)]),
+    ([("var", {"dim": 0, "correction": 0})], [(M, N)]),
     ([("softmax", {"dim": 0})], [(M, N)]),
     (["matmul", ("softmax", {"dim": 0})], [(M, K), (K, N)]),
     (["matmul", ("sum", {"dim": 0})], [(M, K), (K, N)]),
-], ids=["sum0", "mean0-keepdim", "max1-3d", "lse-2-3d", "softmax0", "matmul-softmax0", "matmul-sum0"])
+], ids=["sum0", "mean0-keepdim", "max1-3d", "lse-2-3d", "var0", "softmax0", "matmul-softmax0", "matmul-sum0"])
 def test_non_last_axis_reductions(ops, shapes):
     """Not fusable as row reductions; whatever amk does with them (eager fallback), the numbers must be right."""
     run_chain(ops, shapes, FP16, kernels=None)

@@ -89,7 +89,7 @@ def private_cache(tmp_path_factory, request):
 UNARY = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "mish", "leaky_relu", "clamp", "hardtanh",
          "scale", "cast", "softplus", "hardsigmoid", "hardswish"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "add_bias"]
-REDUCTIONS = ["sum", "mean", "max", "logsumexp"]
+REDUCTIONS = ["sum", "mean", "max", "logsumexp", "var"]
 ROW_OPS = REDUCTIONS + ["softmax", "layernorm", "rmsnorm"]
 DTYPES = [FP32, FP16, BF16]
 SMALL_GRIDS = [{"BLOCK_SIZE_N": [16]}, {"BLOCK_SIZE_K": [16]}, {"BLOCK_SIZE_M": [16], "BLOCK_SIZE_N": [32]},

@@ -344,13 +344,9 @@ def _rowwise(op_class, label, functions, functional, methods):
         names = ("input", "dim", "_stacklevel", "dtype") if node.target is functional else ("input", "dim", "dtype")
         a = bind_arguments(node, names, {"dim": None, "dtype": None, "_stacklevel": 3})
         x = b.tensor(a["input"], _result_dtype(node))  # its dtype= (the input cast first), or fp32 under autocast
-        dim = a["dim"]
-        if dim is None:
+        if a["dim"] is None:
             raise Unsupported(f"{label} without an explicit dim")
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise Unsupported(f"{label} dim {dim!r}")
-        if dim % x.type.rank != x.type.rank - 1:
-            raise Unsupported(f"{label} over dim {dim} (amk kernels reduce the last dim)")
+        _check_last_dim(label, a["dim"], x)
         return b.add(op_class(x, -1))
 
     return build
@@ -362,6 +358,8 @@ _rowwise(tensor_op.LogSoftmaxOp, "log_softmax", [torch.log_softmax], F.log_softm
 
 def _check_last_dim(label: str, dim, x: SSAValue) -> None:
     """A reduction's ``dim`` (an int or a list of one) must be ``x``'s last: amk kernels reduce rows."""
+    if x.type.rank == 0:
+        raise Unsupported(f"{label} of a 0-d tensor")
     if isinstance(dim, list | tuple) and not dim:  # dim=() reduces every element, as dim=None does
         dim = None
     if dim is None:
@@ -396,24 +394,19 @@ _reduction(tensor_op.LogSumExpOp, "logsumexp", [torch.logsumexp], ["logsumexp"])
 
 
 def _variance(b, node, label: str) -> SSAValue:
-    """``var`` over the last dim as PyTorch computes it: the squared deviations from the row's mean, summed, over the
-    row's length less the correction (1 by default, Bessel's; ``unbiased=False`` or ``correction=0``: 0)."""
+    """``var`` over the last dim: ``tensor_op.reduce_var`` with the correction asked for (1 by default, Bessel's;
+    ``unbiased=False`` or ``correction=0``: 0)."""
     a = bind_arguments(node, ("input", "dim", "unbiased", "keepdim", "correction"),
                        {"dim": None, "unbiased": None, "keepdim": False, "correction": None})
     x = b.tensor(a["input"])
+    if isinstance(a["dim"], bool):  # torch.var(x, unbiased): over every element
+        a["dim"] = None
     _check_last_dim(label, a["dim"], x)
     if a["unbiased"] is not None and a["correction"] is not None:
         raise Unsupported(f"{label} with both unbiased= and correction=")
     correction = (1.0 if a["unbiased"] is None else float(a["unbiased"])) if a["correction"] is None \
         else b.scalar(a["correction"])
-    length = fake_tensor(a["input"]).shape[-1]
-    if not isinstance(length, int):
-        raise Unsupported(f"{label} over a row of symbolic length {length}")
-    if length - correction <= 0:
-        raise Unsupported(f"{label} of rows of {length} with correction {correction} (no degrees of freedom)")
-    deviations = b.add(tensor_op.SubOp(x, b.add(tensor_op.ReduceMeanOp(x, -1, True))))
-    squares = b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(deviations, deviations)), -1, bool(a["keepdim"])))
-    return b.add(tensor_op.ScaleOp(squares, factor=FloatAttr(1.0 / (length - correction), f64)))
+    return b.add(tensor_op.ReduceVarOp(x, -1, bool(a["keepdim"]), correction))
 
 
 @register(VAR, "var", fragile=True)
@@ -433,12 +426,10 @@ def _normalize(b, node):
     a = bind_arguments(node, ("input", "p", "dim", "eps", "out"), {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
     if a["out"] is not None:
         raise Unsupported("normalize with out=")
-    if b.is_tensor(a["p"]) or b.scalar(a["p"]) != 2.0:
+    if not isinstance(a["p"], int | float) or isinstance(a["p"], bool) or a["p"] != 2:
         raise Unsupported(f"normalize with p={a['p']!r} (amk takes the L2 norm, p=2)")
     x = b.tensor(a["input"])
-    dim = a["dim"]
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim % x.type.rank != x.type.rank - 1:
-        raise Unsupported(f"normalize over dim {dim!r} (amk kernels reduce the last dim: F.normalize(x, dim=-1))")
+    _check_last_dim("normalize", a["dim"], x)
     sum_of_squares = b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(x, x)), -1, True))
     norm = _clamp_op(b, b.add(tensor_op.SqrtOp(sum_of_squares)), a["eps"], None)
     return b.add(tensor_op.DivOp(x, norm))

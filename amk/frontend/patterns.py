@@ -60,17 +60,24 @@ def _is_square_of(node, x) -> bool:
     return False
 
 
+# The positional arguments after the input: torch.mean(x, dim, keepdim), torch.var(x, dim, unbiased, keepdim).
+_POSITIONAL = {"mean": ("dim", "keepdim"), "var": ("dim", "unbiased", "keepdim")}
+
+
 def _row_statistic(node, family: frozenset, extra: dict) -> Node | None:
     """The source of ``node`` = ``op(source, dim=-1, keepdim=True, **extra)`` of ``family`` (``mean``, ``var``) over
-    the last dim (the extra keywords as given, by keyword), else None."""
+    the last dim (the extra arguments as given, by keyword or by position), else None."""
     if not is_(node, family):
         return None
+    names = _POSITIONAL["var" if family is VAR else "mean"]
     args = list(node.args)
     kwargs = dict(node.kwargs)
     source = args.pop(0) if args else kwargs.pop("input", None)
-    dim = args.pop(0) if args else kwargs.pop("dim", None)
-    keepdim = args.pop(0) if args else kwargs.pop("keepdim", False)
-    if args or kwargs.pop("dtype", None) is not None or kwargs != extra:
+    if len(args) > len(names) or any(name in kwargs for name in names[:len(args)]):
+        return None
+    kwargs.update(zip(names, args))
+    dim, keepdim = kwargs.pop("dim", None), kwargs.pop("keepdim", False)
+    if kwargs.pop("dtype", None) is not None or kwargs != extra:
         return None
     if isinstance(dim, list | tuple) and len(dim) == 1:
         dim = dim[0]

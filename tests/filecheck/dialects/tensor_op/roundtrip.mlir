@@ -169,6 +169,8 @@ func.func @reductions(%x : !tensor_op.tensor<[B, S, 64], f32>) {
   %3 = tensor_op.logsumexp %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
   %4 = tensor_op.logsumexp %x {axis = 0 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[1, S, 64], f32>
   %5 = tensor_op.reduce_sum %x {axis = 2 : i64, keepdim = false} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+  %6 = tensor_op.reduce_var %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+  %7 = tensor_op.reduce_var %x {axis = -1 : i64, keepdim = true, correction = 0.000000e+00 : f64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S, 1], f32>
   func.return
 }
 
@@ -179,6 +181,8 @@ func.func @reductions(%x : !tensor_op.tensor<[B, S, 64], f32>) {
 // CHECK-NEXT:  %3 = tensor_op.logsumexp %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
 // CHECK-NEXT:  %4 = tensor_op.logsumexp %x {axis = 0 : i64, keepdim = true} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[1, S, 64], f32>
 // CHECK-NEXT:  %5 = tensor_op.reduce_sum %x {axis = 2 : i64, keepdim = false} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+// CHECK-NEXT:  %6 = tensor_op.reduce_var %x {axis = -1 : i64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S], f32>
+// CHECK-NEXT:  %7 = tensor_op.reduce_var %x {axis = -1 : i64, keepdim = true, correction = 0.000000e+00 : f64} : !tensor_op.tensor<[B, S, 64], f32> -> !tensor_op.tensor<[B, S, 1], f32>
 // CHECK-NEXT:  func.return
 // CHECK-NEXT:  }
 
