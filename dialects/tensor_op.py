@@ -778,8 +778,8 @@ class ReduceMeanOp(ReductionOp):
 
 @irdl_op_definition
 class ReduceVarOp(ReductionOp):
-    """Variance over an axis, ``sum((x - mean(x))^2) / (N - correction)`` (``correction`` 1 by default, Bessel's; 0
-    the population variance), as ``torch.var`` computes it:
+    """Variance over an axis, ``sum((x - mean(x))^2) / max(N - correction, 0)`` (``correction`` 1 by default,
+    Bessel's; 0 the population variance), as ``torch.var`` computes it:
     ``%v = tensor_op.reduce_var %x {axis = -1 : i64, correction = 0.000000e+00 : f64} : T -> T1``."""
 
     name = "tensor_op.reduce_var"
