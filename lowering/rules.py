@@ -550,11 +550,17 @@ ROW_REDUCTIONS[tensor_op.ReduceSumOp] = RowReduction(
 ROW_REDUCTIONS[tensor_op.ReduceMeanOp] = RowReduction(
     _sum_init, _sum_tile, _add_states, _sum_states, lambda b, s, op: [b.div(s[1], s[0])], _stats_value,
     keeps_shape=False)
-# The variance keeps LayerNorm's moments: Chan's merge, exactly 0 on a row of equal values, as torch.var's Welford. As
-# in PyTorch, M2 over max(N - correction, 0): NaN or inf without degrees of freedom.
+def _variance_finalize(b, state, op: tensor_op.ReduceVarOp):
+    """As in PyTorch, M2 over max(N - correction, 0): NaN or inf without degrees of freedom."""
+    count, m2 = state[0], state[3]
+    if op.correction_value == 0.0:
+        return [b.div(m2, count)]
+    return [b.div(m2, b.maximum(b.sub(count, op.correction_value), 0.0))]
+
+
+# The variance keeps LayerNorm's moments: Chan's merge, exactly 0 on a row of equal values, as torch.var's Welford.
 ROW_REDUCTIONS[tensor_op.ReduceVarOp] = RowReduction(
-    _moments_init, _moments_tile, _moments_combine, _moments_states,
-    lambda b, s, op: [b.div(s[3], b.maximum(b.sub(s[0], op.correction_value), 0.0))], _stats_value,
+    _moments_init, _moments_tile, _moments_combine, _moments_states, _variance_finalize, _stats_value,
     keeps_shape=False)
 ROW_REDUCTIONS[tensor_op.ReduceMaxOp] = RowReduction(
     lambda b, rows: [b.full(-math.inf, [rows, 1], "row_max")], _max_tile, _max_combine, _max_states,
