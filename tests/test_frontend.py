@@ -368,6 +368,48 @@ def test_row_statistics_say_why_they_stay():
         torch.testing.assert_close(amk.compile(fn)(*args), fn(*args))
 
 
+def test_in_place_activations_on_private_temporaries_fuse():
+    """``nn.Hardswish(inplace=True)``, ``nn.Dropout(inplace=True)`` and ``nn.ReLU(inplace=True)`` after a Linear
+    write into memory nothing else sees, so they fuse with it (MobileNetV3's head was two kernels and two PyTorch
+    ops); gradients go through as eager's."""
+    head = nn.Sequential(nn.Linear(HIDDEN, INTERMEDIATE), nn.Hardswish(inplace=True), nn.Dropout(0.2, inplace=True),
+                         nn.Linear(INTERMEDIATE, HIDDEN), nn.ReLU(inplace=True)).to(DEVICE).eval()
+    x = 3 * inputs(2)
+    with torch.no_grad():
+        report = amk.explain(head, (x,), print_report=False)
+        assert report.pytorch == [] and str(report).count("kernel ") == 2, report
+        torch.testing.assert_close(amk.compile(head)(x), head(x), atol=ATOL, rtol=RTOL)
+    eager_head = copy.deepcopy(head)
+    amk.compile(head)(x).square().sum().backward()
+    eager_head(x).square().sum().backward()
+    for ours, theirs in zip(head.parameters(), eager_head.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, atol=ATOL, rtol=RTOL)
+
+
+def test_in_place_writes_others_can_see_stay_in_place():
+    """A write into the graph's input, into a view of a product, or into what an eval-mode dropout returned (its
+    input itself, though its traced fake result has memory of its own) is seen after the call, as in eager."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE)
+
+    def into_the_input(x):
+        F.relu(x, inplace=True)
+        return x * 2
+
+    def into_a_view(x):
+        h = x @ w
+        F.relu(h[:, :8], inplace=True)
+        return h + 1
+
+    def into_dropouts_input(x):
+        return F.relu(F.dropout(x, 0.1, training=False), inplace=True) + 0
+
+    for fn in (into_the_input, into_a_view, into_dropouts_input):
+        x = inputs(2).flatten(0, 1)
+        ours, theirs = x.clone(), x.clone()
+        torch.testing.assert_close(amk.compile(fn)(ours), fn(theirs))
+        assert torch.equal(ours, theirs), fn.__name__
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""

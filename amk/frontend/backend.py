@@ -29,6 +29,7 @@ from amk.frontend.analysis import Analysis, analyze
 from amk.frontend.attention import fuse_attention
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
+from amk.frontend.inplace import out_of_place_temporaries
 from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value, traced_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
@@ -586,6 +587,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
     squeezed = _squeezed_sizes(gm)
     _guard_squeezed_sizes(squeezed)  # the sizes that are symbols: this graph never runs a call where one is 1
     _trace_broadcast_batches_of_one_again(gm)
+    out_of_place_temporaries(gm)
     recognize_activations(gm)
     if settings.sdpa_attention:
         fuse_attention(gm)

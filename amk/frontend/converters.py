@@ -49,7 +49,8 @@ _MAX = ("torch.max over a dim or of a whole tensor: amk fuses torch.amax(x, dim=
 _MIN = ("torch.min over a dim or of a whole tensor: amk fuses -torch.amax(-x, dim=-1) for the minimum over the last "
         "dim, and torch.min(a, b) of two tensors elementwise")
 ALTERNATIVES = {"F.scaled_dot_product_attention": "PyTorch's fused attention, as which amk writes softmax(q @ k^T * c "
-                                                  "+ mask) @ v: it never stores the probabilities (amk.frontend."
+                                                  "+ mask) @ v: it never stores the probabilities, and a query whose "
+                                                  "every key is masked gets 0 there, NaN in eager (amk.frontend."
                                                   "attention)"}
 
 
