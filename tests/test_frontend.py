@@ -313,6 +313,24 @@ def test_variance_and_standard_deviation_over_rows_fuse(statistic):
     torch.testing.assert_close(amk.compile(spread)(x), spread(x), atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("embed", [
+    lambda e: e / e.norm(p=2, dim=-1, keepdim=True), lambda e: e / torch.norm(e, 2, -1, True).clamp_min(1e-6),
+    lambda e: e / torch.linalg.vector_norm(e, dim=-1, keepdim=True), lambda e: e.norm(dim=-1).clamp_max(3.0)],
+    ids=["clip", "torch.norm-clamp_min", "vector_norm", "norm-clamp_max"])
+def test_l2_norms_and_one_sided_clamps_fuse(embed):
+    """CLIP's ``e / e.norm(p=2, dim=-1, keepdim=True)``, its spellings, ``clamp_min`` and ``clamp_max`` are the
+    projection's kernel (they ran in PyTorch)."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
+    x = inputs(2).flatten(0, 1)
+
+    def project(x):
+        return embed(x @ w)
+
+    report = amk.explain(project, (x,), print_report=False)
+    assert report.pytorch == [] and str(report).count("kernel ") == 1, report
+    torch.testing.assert_close(amk.compile(project)(x), project(x), atol=ATOL, rtol=RTOL)
+
+
 def test_variance_is_one_row_reduction_as_accurate_as_pytorchs():
     """One ``tensor_op.reduce_var`` (Chan's merge of per-tile moments, in fp32): fp16 rows whose squared deviations
     exceed fp16's range (as a composition of mean, deviations and sum stored between kernels they overflowed to inf),
@@ -362,7 +380,10 @@ def test_row_statistics_say_why_they_stay():
             (lambda t: torch.softmax(t * 2, 0), (torch.tensor(3.0, device=DEVICE),), "softmax of a 0-d tensor"),
             (lambda t: F.normalize(t * 2, dim=0), (torch.tensor(3.0, device=DEVICE),), "normalize of a 0-d tensor"),
             (lambda x: F.normalize(x @ w, p=float("inf"), dim=-1), (x,),
-             "normalize with p=inf (amk takes the L2 norm, p=2)")):
+             "normalize with p=inf (amk takes the L2 norm, p=2)"),
+            (lambda x: (x @ w).norm(p=1, dim=-1), (x,), "norm with p=1 (amk takes the L2 norm, p=2)"),
+            (lambda x: (x @ w).norm(), (x,), "norm over every element (amk kernels reduce the last dim: "
+                                             "norm(x, dim=-1))")):
         report = amk.explain(fn, args, print_report=False)
         assert reason in [node.reason for node in report.pytorch], report
         torch.testing.assert_close(amk.compile(fn)(*args), fn(*args))

@@ -322,6 +322,22 @@ def _clamp(b, node):
     return _clamp_op(b, b.tensor(a["input"]), a["min"], a["max"])
 
 
+@register(spellings([torch.clamp_min], ["clamp_min"]), "clamp_min")
+def _clamp_min(b, node):
+    a = bind_arguments(node, ("input", "min"))
+    if b.is_tensor(a["min"]):
+        raise Unsupported("clamp_min with a tensor bound")
+    return _clamp_op(b, b.tensor(a["input"]), a["min"], None)
+
+
+@register(spellings([torch.clamp_max], ["clamp_max"]), "clamp_max")
+def _clamp_max(b, node):
+    a = bind_arguments(node, ("input", "max"))
+    if b.is_tensor(a["max"]):
+        raise Unsupported("clamp_max with a tensor bound")
+    return _clamp_op(b, b.tensor(a["input"]), None, a["max"])
+
+
 @register(spellings([F.hardtanh], []), "hardtanh")
 def _hardtanh(b, node):
     a = bind_arguments(node, ("input", "min_val", "max_val", "inplace"),
@@ -427,13 +443,37 @@ def _normalize(b, node):
     a = bind_arguments(node, ("input", "p", "dim", "eps", "out"), {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
     if a["out"] is not None:
         raise Unsupported("normalize with out=")
-    if not isinstance(a["p"], int | float) or isinstance(a["p"], bool) or a["p"] != 2:
-        raise Unsupported(f"normalize with p={a['p']!r} (amk takes the L2 norm, p=2)")
     x = b.tensor(a["input"])
-    _check_last_dim("normalize", a["dim"], x)
-    sum_of_squares = b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(x, x)), -1, True))
-    norm = _clamp_op(b, b.add(tensor_op.SqrtOp(sum_of_squares)), a["eps"], None)
+    norm = _clamp_op(b, _l2_norm(b, x, "normalize", a["p"], a["dim"], keepdim=True), a["eps"], None)
     return b.add(tensor_op.DivOp(x, norm))
+
+
+def _l2_norm(b, x: SSAValue, label: str, p, dim, keepdim: bool) -> SSAValue:
+    """The L2 norm of ``x``'s rows, ``sqrt(sum(x * x))`` over the last dim (``p`` 2, or ``"fro"``, the same for one
+    dim)."""
+    if p != "fro" and (not isinstance(p, int | float) or isinstance(p, bool) or p != 2):
+        raise Unsupported(f"{label} with p={p!r} (amk takes the L2 norm, p=2)")
+    _check_last_dim(label, dim, x)
+    return b.add(tensor_op.SqrtOp(b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(x, x)), -1, keepdim))))
+
+
+@register(spellings([torch.norm], ["norm"]), "norm", fragile=True)
+def _norm(b, node):
+    """``x.norm(p=2, dim=-1, keepdim=True)`` (CLIP's embeddings divided by their norm)."""
+    a = bind_arguments(node, ("input", "p", "dim", "keepdim", "out", "dtype"),
+                       {"p": "fro", "dim": None, "keepdim": False, "out": None, "dtype": None})
+    if a["out"] is not None or a["dtype"] is not None:
+        raise Unsupported("norm with out= or dtype=")
+    return _l2_norm(b, b.tensor(a["input"]), "norm", a["p"], a["dim"], bool(a["keepdim"]))
+
+
+@register(spellings([torch.linalg.vector_norm], []), "vector_norm", fragile=True)
+def _vector_norm(b, node):
+    a = bind_arguments(node, ("input", "ord", "dim", "keepdim", "dtype", "out"),
+                       {"ord": 2, "dim": None, "keepdim": False, "dtype": None, "out": None})
+    if a["out"] is not None or a["dtype"] is not None:
+        raise Unsupported("vector_norm with out= or dtype=")
+    return _l2_norm(b, b.tensor(a["input"]), "vector_norm", a["ord"], a["dim"], bool(a["keepdim"]))
 
 
 def _norm_vector(b, node, role: str, dtype: torch.dtype, input_node) -> SSAValue | None:
