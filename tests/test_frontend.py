@@ -433,7 +433,8 @@ def test_in_place_writes_others_can_see_stay_in_place():
 
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
-    though amax fuses, a mask broadcast over the heads as not broadcasting at all) say what amk takes instead."""
+    though amax fuses, a mask broadcast over the heads as not broadcasting at all, a size computation as not a tensor)
+    say what amk takes instead."""
     w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 6
     x = inputs(2).flatten(0, 1)
 
@@ -444,6 +445,8 @@ def test_explain_says_why_in_the_users_terms():
     assert "sum over every element (amk kernels reduce the last dim: sum(x, dim=-1))" in reasons(
         lambda x: torch.relu(x @ w).sum(), x)
     assert "torch.amax(x, dim=-1) for the maximum over the last dim" in reasons(lambda x: (x @ w).max(-1).values, x)
+    # a size the model computes (Whisper's bsz * num_heads) was "not a tensor"
+    assert "is a number computed from sizes (" in reasons(lambda x: (x @ w).view(x.shape[0] * 2, -1) * 2, x)
     assert "sum over every element" in reasons(lambda x: torch.relu(x @ w).sum(dim=()), x)
     q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
     mask = torch.zeros(2, 1, 8, 8, device=DEVICE)

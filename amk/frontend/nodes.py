@@ -54,6 +54,9 @@ def traced_symbol_values(shape_env) -> dict:
 
 def fake_tensor(node: Node) -> torch.Tensor:
     value = meta_value(node)
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool | int | float | bool):
+        # Whisper's bsz * num_heads, ViT's shape products: sizes the model computes, not data to fuse
+        raise Unsupported(f"{node.name} is a number computed from sizes ({value}), not a tensor")
     if not isinstance(value, torch.Tensor):
         raise Unsupported(f"{node.name} is not a tensor" if value is not None else f"{node.name} has no shape metadata")
     return value
