@@ -499,6 +499,14 @@ def _layernorm_finalize(b, state, op):
     return [pivot, offset, b.unary("rsqrt", b.add_(b.div(m2, count), _eps(op)), "rstd")]
 
 
+def _variance_finalize(b, state, op: tensor_op.ReduceVarOp):
+    """As in PyTorch, M2 over max(N - correction, 0): NaN or inf without degrees of freedom."""
+    count, m2 = state[0], state[3]
+    if op.correction_value == 0.0:
+        return [b.div(m2, count)]
+    return [b.div(m2, b.maximum(b.sub(count, op.correction_value), 0.0))]
+
+
 def _layernorm_apply(b, op: tensor_op.LayerNormOp, stats, x, operands):
     pivot, offset, rstd = stats
     y = b.mul(b.sub(b.sub(x, pivot), offset), rstd)
@@ -550,14 +558,6 @@ ROW_REDUCTIONS[tensor_op.ReduceSumOp] = RowReduction(
 ROW_REDUCTIONS[tensor_op.ReduceMeanOp] = RowReduction(
     _sum_init, _sum_tile, _add_states, _sum_states, lambda b, s, op: [b.div(s[1], s[0])], _stats_value,
     keeps_shape=False)
-def _variance_finalize(b, state, op: tensor_op.ReduceVarOp):
-    """As in PyTorch, M2 over max(N - correction, 0): NaN or inf without degrees of freedom."""
-    count, m2 = state[0], state[3]
-    if op.correction_value == 0.0:
-        return [b.div(m2, count)]
-    return [b.div(m2, b.maximum(b.sub(count, op.correction_value), 0.0))]
-
-
 # The variance keeps LayerNorm's moments: Chan's merge, exactly 0 on a row of equal values, as torch.var's Welford.
 ROW_REDUCTIONS[tensor_op.ReduceVarOp] = RowReduction(
     _moments_init, _moments_tile, _moments_combine, _moments_states, _variance_finalize, _stats_value,

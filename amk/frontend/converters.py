@@ -322,20 +322,22 @@ def _clamp(b, node):
     return _clamp_op(b, b.tensor(a["input"]), a["min"], a["max"])
 
 
-@register(spellings([torch.clamp_min], ["clamp_min"]), "clamp_min")
-def _clamp_min(b, node):
-    a = bind_arguments(node, ("input", "min"))
-    if b.is_tensor(a["min"]):
-        raise Unsupported("clamp_min with a tensor bound")
-    return _clamp_op(b, b.tensor(a["input"]), a["min"], None)
+def _one_sided_clamp(bound: str):
+    """``clamp_min`` or ``clamp_max``: a clamp with its one bound."""
+    label = f"clamp_{bound}"
+
+    @register(spellings([getattr(torch, label)], [label]), label)
+    def build(b, node):
+        a = bind_arguments(node, ("input", bound))
+        if b.is_tensor(a[bound]):
+            raise Unsupported(f"{label} with a tensor bound")
+        return _clamp_op(b, b.tensor(a["input"]), a.get("min"), a.get("max"))
+
+    return build
 
 
-@register(spellings([torch.clamp_max], ["clamp_max"]), "clamp_max")
-def _clamp_max(b, node):
-    a = bind_arguments(node, ("input", "max"))
-    if b.is_tensor(a["max"]):
-        raise Unsupported("clamp_max with a tensor bound")
-    return _clamp_op(b, b.tensor(a["input"]), None, a["max"])
+_one_sided_clamp("min")
+_one_sided_clamp("max")
 
 
 @register(spellings([F.hardtanh], []), "hardtanh")
@@ -457,23 +459,24 @@ def _l2_norm(b, x: SSAValue, label: str, p, dim, keepdim: bool) -> SSAValue:
     return b.add(tensor_op.SqrtOp(b.add(tensor_op.ReduceSumOp(b.add(tensor_op.MulOp(x, x)), -1, keepdim))))
 
 
-@register(spellings([torch.norm], ["norm"]), "norm", fragile=True)
-def _norm(b, node):
-    """``x.norm(p=2, dim=-1, keepdim=True)`` (CLIP's embeddings divided by their norm)."""
-    a = bind_arguments(node, ("input", "p", "dim", "keepdim", "out", "dtype"),
-                       {"p": "fro", "dim": None, "keepdim": False, "out": None, "dtype": None})
-    if a["out"] is not None or a["dtype"] is not None:
-        raise Unsupported("norm with out= or dtype=")
-    return _l2_norm(b, b.tensor(a["input"]), "norm", a["p"], a["dim"], bool(a["keepdim"]))
+def _norm(keys: frozenset, label: str, names: tuple[str, ...], default_order):
+    """A norm call (``x.norm(p=2, dim=-1, keepdim=True)``: CLIP's embeddings divided by their norm) with its
+    parameters in the order ``names`` (the input, the norm's order, dim, keepdim, then dtype and out in either
+    order), the order defaulting to ``default_order``."""
+
+    @register(keys, label, fragile=True)
+    def build(b, node):
+        a = bind_arguments(node, names, {names[1]: default_order, "dim": None, "keepdim": False, "out": None,
+                                         "dtype": None})
+        if a["out"] is not None or a["dtype"] is not None:
+            raise Unsupported(f"{label} with out= or dtype=")
+        return _l2_norm(b, b.tensor(a["input"]), label, a[names[1]], a["dim"], bool(a["keepdim"]))
+
+    return build
 
 
-@register(spellings([torch.linalg.vector_norm], []), "vector_norm", fragile=True)
-def _vector_norm(b, node):
-    a = bind_arguments(node, ("input", "ord", "dim", "keepdim", "dtype", "out"),
-                       {"ord": 2, "dim": None, "keepdim": False, "dtype": None, "out": None})
-    if a["out"] is not None or a["dtype"] is not None:
-        raise Unsupported("vector_norm with out= or dtype=")
-    return _l2_norm(b, b.tensor(a["input"]), "vector_norm", a["ord"], a["dim"], bool(a["keepdim"]))
+_norm(spellings([torch.norm], ["norm"]), "norm", ("input", "p", "dim", "keepdim", "out", "dtype"), "fro")
+_norm(spellings([torch.linalg.vector_norm], []), "vector_norm", ("input", "ord", "dim", "keepdim", "dtype", "out"), 2)
 
 
 def _norm_vector(b, node, role: str, dtype: torch.dtype, input_node) -> SSAValue | None:

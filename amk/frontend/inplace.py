@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 
+from amk.frontend.nodes import meta_value
 from amk.frontend.spellings import ADD, ADDMM, BMM, DIV, LINEAR, MATMUL, MUL, POW, SUB, is_, spellings
 
 # Ops whose result is always new memory, never an input returned as it is nor a view of one (an activation only when
@@ -61,4 +62,4 @@ def _private_temporary(node: Node, written) -> bool:
     """Whether ``written``, the tensor that ``node`` writes into, is seen by nothing else: new memory from an op that
     allocates (not itself still in place), read by ``node`` alone."""
     return (is_(written, ALLOCATING) and _inplace_call(written) is None and list(written.users) == [node]
-            and isinstance(written.meta.get("example_value", written.meta.get("val")), torch.Tensor))
+            and isinstance(meta_value(written), torch.Tensor))
