@@ -494,6 +494,11 @@ class CompareOp(TensorOp):
         _check_number_on_floats(self, "compares")
 
 
+def _number_or(attribute: FloatAttr | None, default: float) -> float:
+    """An optional float property's value, or its default where the op leaves it out."""
+    return default if attribute is None else attribute.value.data
+
+
 class ElementwiseUnaryOp(TensorOp):
     """Elementwise unary op; the result has the operand's type. Subclasses set ``name`` and their parameters."""
 
@@ -621,11 +626,11 @@ class SoftplusOp(ElementwiseUnaryOp):
 
     @property
     def beta_value(self) -> float:
-        return 1.0 if self.beta is None else self.beta.value.data
+        return _number_or(self.beta, 1.0)
 
     @property
     def threshold_value(self) -> float:
-        return 20.0 if self.threshold is None else self.threshold.value.data
+        return _number_or(self.threshold, 20.0)
 
 
 @irdl_op_definition
@@ -652,7 +657,7 @@ class LeakyReluOp(ElementwiseUnaryOp):
 
     @property
     def slope(self) -> float:
-        return 0.01 if self.negative_slope is None else self.negative_slope.value.data
+        return _number_or(self.negative_slope, 0.01)
 
 
 @irdl_op_definition
@@ -792,7 +797,7 @@ class ReduceVarOp(ReductionOp):
 
     @property
     def correction_value(self) -> float:
-        return 1.0 if self.correction is None else self.correction.value.data
+        return _number_or(self.correction, 1.0)
 
 
 @irdl_op_definition
