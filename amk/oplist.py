@@ -83,6 +83,14 @@ def _unary(op_name: str):
     return lambda x, operands, params: _op(op_name)(x)
 
 
+def _rotate_half(x, operands, params):
+    columns = x.type.dims[-1] if x.type.rank else None
+    if columns is None or not columns.is_static or columns.value % 2:
+        raise UnsupportedOpError(f"rotate_half swaps the halves of the last dim, which must be a known even number; "
+                                 f"got a tensor of shape [{', '.join(map(str, x.type.dims))}]")
+    return _op("RotateHalfOp")(x)
+
+
 def _gelu(x, operands, params):
     from xdsl.dialects.builtin import StringAttr
 
@@ -184,6 +192,8 @@ OPS: dict[str, OpSpec] = {
                        "log(1 + exp(beta * x)) / beta, x above threshold (beta 1, threshold 20)"),
     "hardsigmoid": OpSpec(0, 0, {}, _unary("HardsigmoidOp"), "min(max(x + 3, 0), 6) / 6"),
     "hardswish": OpSpec(0, 0, {}, _unary("HardswishOp"), "x * min(max(x + 3, 0), 6) / 6"),
+    "rotate_half": OpSpec(0, 0, {}, _rotate_half, "cat(-x[..., D/2:], x[..., :D/2]) over the last dim D (rotary "
+                          "embeddings' rotate_half); reads its operand from memory, so it starts a kernel"),
     "leaky_relu": OpSpec(0, 0, {"negative_slope": _NUMBER}, _leaky, "leaky ReLU (negative_slope, default 0.01)"),
     "clamp": OpSpec(0, 0, {"min": _NUMBER, "max": _NUMBER}, _clamp, "clamp to [min, max]"),
     "hardtanh": OpSpec(0, 0, {"min_val": _NUMBER, "max_val": _NUMBER}, _hardtanh, "clamp to [-1, 1] by default"),

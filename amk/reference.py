@@ -75,6 +75,12 @@ def linear_function(activation: str | None, weight_kn: bool) -> Callable:
     return linear
 
 
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``tensor_op.rotate_half``: the last dim's halves swapped, the one moved first negated."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
 def _reduction(fn):
     return lambda op, x: fn(x, dim=op.axis.value.data, keepdim=op.keeps_dim)
 
@@ -112,6 +118,7 @@ REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.SoftplusOp: lambda op, x: F.softplus(x, op.beta_value, op.threshold_value),
     tensor_op.HardsigmoidOp: lambda op, x: F.hardsigmoid(x),
     tensor_op.HardswishOp: lambda op, x: F.hardswish(x),
+    tensor_op.RotateHalfOp: lambda op, x: rotate_half(x),
     tensor_op.LeakyReluOp: lambda op, x: F.leaky_relu(x, op.slope),
     tensor_op.ClampOp: _clamp,
     tensor_op.ScaleOp: lambda op, x: x * op.factor.value.data,

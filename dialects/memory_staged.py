@@ -265,8 +265,9 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
         %bias = memory_staged.load %b <[64*pid_n]> {mask = [false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [256], f16> -> !tiled_loop.tile<[1, 64], f16>
 
-    ``broadcast_rows`` and ``broadcast_batch`` as ``tiled_loop.load``'s (:class:`~amk.dialects.tiled_loop.BroadcastRows`):
-    the rows' mask is then against the space's rows, its first expression.
+    ``broadcast_rows``, ``broadcast_batch`` and ``rotate_half`` as ``tiled_loop.load``'s
+    (:class:`~amk.dialects.tiled_loop.BroadcastRows`): the rows' mask is then against the space's rows, its first
+    expression; rotated columns stay in their row, so the columns' mask is the source's.
     """
 
     name = "memory_staged.load"
@@ -274,17 +275,21 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
     coherent = opt_prop_def(BoolAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
     broadcast_batch = opt_prop_def(ExprsAttr)
+    rotate_half = opt_prop_def(UnitAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue, offsets: Sequence, mask: Sequence[bool], index_bits: int, tile: TileType,
-                 broadcast_rows: ExprsAttr | None = None, broadcast_batch: ExprsAttr | None = None):
+                 broadcast_rows: ExprsAttr | None = None, broadcast_batch: ExprsAttr | None = None,
+                 rotate_half: UnitAttr | None = None):
         properties = self.access_properties(offsets, mask, index_bits)
         if broadcast_rows is not None:
             properties["broadcast_rows"] = broadcast_rows
         if broadcast_batch is not None:
             properties["broadcast_batch"] = broadcast_batch
+        if rotate_half is not None:
+            properties["rotate_half"] = rotate_half
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:

@@ -648,6 +648,23 @@ class HardswishOp(ElementwiseUnaryOp):
 
 
 @irdl_op_definition
+class RotateHalfOp(ElementwiseUnaryOp):
+    """The last dim's halves swapped, the one moved first negated: ``cat(-x[..., D/2:], x[..., :D/2])`` for a last
+    dim of ``D`` (rotary position embeddings' ``rotate_half``, as Llama and its relatives write it):
+    ``%y = tensor_op.rotate_half %x : T``. ``D`` is a known even number. A kernel computes it by reading ``x`` from
+    memory at the rotated columns, so ``x`` is one of the kernel's inputs."""
+
+    name = "tensor_op.rotate_half"
+
+    def verify_(self) -> None:
+        super().verify_()
+        dims = tensor_type(self.input).dims
+        if not dims or not dims[-1].is_static or dims[-1].value % 2:
+            raise VerifyException(f"'{self.name}' swaps the halves of the last dim, which must be a known even number; "
+                                  f"got [{', '.join(map(str, dims))}]")
+
+
+@irdl_op_definition
 class LeakyReluOp(ElementwiseUnaryOp):
     """``x if x >= 0 else negative_slope * x`` (default slope 0.01):
     ``%y = tensor_op.leaky_relu %x {negative_slope = 2.000000e-01 : f64} : T``."""
@@ -982,7 +999,7 @@ class FusedOp(IRDLOperation):
 TENSOR_OP_OPS = [
     MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, SoftplusOp,
-    HardsigmoidOp, HardswishOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
+    HardsigmoidOp, HardswishOp, RotateHalfOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, ReduceVarOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]

@@ -427,7 +427,9 @@ class BroadcastRows:
     keeps: row ``r`` of the space reads the source's row ``sum((r // divisor) % period * stride)``, and the rows past
     the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. The ops
     define the property. A batched kernel's load may map its batch index likewise (``broadcast_batch``,
-    :attr:`batch_map`)."""
+    :attr:`batch_map`). With ``rotate_half`` the columns are rotated by half a row, the first half negated: column
+    ``c`` of a row of ``D`` reads ``-x[(c + D/2) % D]`` where ``c < D/2``, else ``x[c - D/2]`` (``tensor_op.rotate_half``
+    of the source)."""
 
     @property
     def row_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:
@@ -461,6 +463,11 @@ class BroadcastRows:
                                       f"period: got {len(self.broadcast_batch.dims)} expressions")
             if source.rank != 3:
                 raise VerifyException(f"'{self.name}' broadcast_batch reads a rank-3 source, got rank {source.rank}")
+        if self.rotate_half is not None:
+            columns = source.dims[-1] if source.rank else None
+            if columns is None or not columns.is_static or columns.value % 2:
+                raise VerifyException(f"'{self.name}' rotate_half swaps the halves of the source's rows, whose length "
+                                      f"must be a known even number; got {columns}")
 
 
 @irdl_op_definition
@@ -480,18 +487,21 @@ class LoadOp(BroadcastRows, IRDLOperation):
     offsets = prop_def(ExprsAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
     broadcast_batch = opt_prop_def(ExprsAttr)
+    rotate_half = opt_prop_def(UnitAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType, broadcast_rows: Sequence | None = None,
-                 broadcast_batch: Sequence | None = None):
+                 broadcast_batch: Sequence | None = None, rotate_half: bool = False):
         properties = {"offsets": ExprsAttr(offsets)}
         if broadcast_rows is not None:
             properties["broadcast_rows"] = ExprsAttr(broadcast_rows)
         if broadcast_batch is not None:
             properties["broadcast_batch"] = ExprsAttr(broadcast_batch)
+        if rotate_half:
+            properties["rotate_half"] = UnitAttr()
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:

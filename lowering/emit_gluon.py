@@ -1082,7 +1082,8 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
 
 def _operand_problem(kernel) -> str | None:
     """Why a kernel (either level's) cannot be emitted in Gluon for how it reads an operand: rows mapped to the
-    space's (``broadcast_rows``), matrices mapped to a batched kernel's batch index (``broadcast_batch``), a boolean
+    space's (``broadcast_rows``), matrices mapped to a batched kernel's batch index (``broadcast_batch``), columns
+    rotated (``rotate_half``), a boolean
     mask, or, in a batched kernel, one matrix read at every batch index (a causal mask) or a row vector per matrix
     (a padding mask [B, H, 1, T]). The Gluon kernels' pointer accesses have run on a GPU for none of these."""
     loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
@@ -1090,6 +1091,8 @@ def _operand_problem(kernel) -> str | None:
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
     if any(op.broadcast_batch is not None for op in loads):
         return "it reads an operand whose matrices broadcast over the kernel's batch (broadcast_batch)"
+    if any(getattr(op, "rotate_half", None) is not None for op in loads):
+        return "it reads an operand's columns rotated by half a row (rotate_half)"
     if any(op.result.type.element_type == i1 for op in loads):
         return "it reads a boolean mask"
     if kernel.batched and any(op.source.type.rank == 2 for op in loads):

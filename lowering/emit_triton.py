@@ -214,6 +214,7 @@ class TritonEmitter:
     def __init__(self, kernel: memory_staged.KernelOp, interpret: bool = False, fp32_dot: str = "ieee"):
         self.kernel = kernel
         self.fp32_dot = fp32_dot
+        self.negated_columns: dict[Operation, str] = {}  # rotate_half loads: their columns' negation, by load
         # The kernel's tiling strategy: what its docstring says, whether its programs must be resident at once.
         self.tiling = strategy_named(kernel.strategy.data)
         self.interpret = interpret
@@ -639,6 +640,8 @@ class TritonEmitter:
             if row_map is not None and buffer.rank == 2 and buffer_axis == 0:
                 addressed = self.fresh(f"{base}_source_rows")  # the space's rows mapped to the operand's own
                 self.code.writeline(f"{addressed} = {self.mapped_rows(index_name, *row_map)}")
+            if getattr(op, "rotate_half", None) is not None and buffer_axis == buffer.rank - 1:
+                addressed = self.rotated_columns(op, index_name, buffer.dims[-1].value)
             widened = f"{addressed}.to(tl.int64)" if op.wide_index else addressed
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
             if op.masked_axes[buffer_axis]:
@@ -670,12 +673,32 @@ class TritonEmitter:
             parts.append(index if stride == Dim(1) else f"{index} * ({self.expr(stride)})")
         return " + ".join(parts)
 
+    def rotated_columns(self, op: memory_staged.LoadOp, columns: str, row_length: int) -> str:
+        """The source columns that a ``rotate_half`` load reads for ``columns`` (rows of ``row_length``); the
+        columns whose value it negates are recorded for :meth:`emit_load`."""
+        half = row_length // 2
+        rotated, negated = self.fresh(f"{columns}_rotated"), self.fresh(f"{columns}_negated")
+        self.code.writeline(f"{rotated} = ({columns} + {half}) % {row_length}")
+        self.code.writeline(f"{negated} = {columns} < {half}")
+        self.negated_columns[op] = negated
+        return rotated
+
     def emit_load(self, op, buffer_value: SSAValue, tile_dims) -> None:
         pointers, mask = self.pointers(op, buffer_value, tile_dims)
         masked = f", mask={mask}, other={mask.other}" if mask else ""
         if getattr(op, "coherent", None) is not None and op.coherent.value.data:
             masked += ', cache_modifier=".cg"'  # written by other programs of this launch: skip the L1 cache
-        self.assign(op.results[0], f"tl.load({pointers}{masked})")
+        loaded = f"tl.load({pointers}{masked})"
+        negated = self.negated_columns.pop(op, None)
+        if negated is not None:  # rotate_half: the half moved first is negated
+            read = self.fresh(f"{self.names[buffer_value]}_read")
+            self.code.writeline(f"{read} = {loaded}")
+            if self.interpret and triton_name(buffer_value.type.element_type) == "bfloat16":
+                # The interpreter holds bf16 as raw bits: negated in fp32 (exactly) and rounded back (exactly).
+                loaded = f"tl.where({negated}[None, :], -{read}.to(tl.float32), {read}.to(tl.float32)).to(tl.bfloat16)"
+            else:
+                loaded = f"tl.where({negated}[None, :], -{read}, {read})"
+        self.assign(op.results[0], loaded)
 
     def emit_memory_staged_load(self, op: memory_staged.LoadOp) -> None:
         self.emit_load(op, op.source, op.result.type.dims)

@@ -148,13 +148,15 @@ class KernelLowering:
         return [*tiled_loop.batch_indices(tensor.type.dims[:-2]), *offsets] if tensor.type.rank >= 3 else offsets
 
     def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True,
-             broadcast_rows: list[Dim] | None = None, broadcast_batch: list[Dim] | None = None) -> SSAValue:
+             broadcast_rows: list[Dim] | None = None, broadcast_batch: list[Dim] | None = None,
+             rotate_half: bool = False) -> SSAValue:
         arg = self.arg_of[value]
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
-        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows, broadcast_batch),
-                            f"{arg.name_hint}_tile")
-        return self.b.cast(loaded, f32, f"{arg.name_hint}_f32") if upcast else loaded
+        loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows, broadcast_batch,
+                                              rotate_half), f"{arg.name_hint}_{'rotated' if rotate_half else 'tile'}")
+        name = f"{arg.name_hint}_rotated" if rotate_half else arg.name_hint
+        return self.b.cast(loaded, f32, f"{name}_f32") if upcast else loaded
 
     def valid_cols(self, at: ColumnTile) -> SSAValue:
         """i1 tile marking the columns of this tile that lie inside the row (padding is excluded from reductions)."""
@@ -180,7 +182,9 @@ class KernelLowering:
         else:
             op = value.owner
             kind = rules.kind_of(op)
-            if kind == "elementwise":
+            if type(op) in rules.PERMUTED_READS:  # plan_group checked that the operand is a full input tile
+                result = self.load(op.operands[0], FULL, at, **{rules.PERMUTED_READS[type(op)]: True})
+            elif kind == "elementwise":
                 operands = [self.compute(v, at) for v in op.operands]
                 self.b.origin = origin_label(op)
                 rule = rules.ELEMENTWISE_RULES[type(op)]

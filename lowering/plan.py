@@ -270,6 +270,10 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                 operand_classes.append(cls)
         depth_inputs = [v for v in op.operands if v in section.after_reduction]
         result = op.results[0]
+        if type(op) in rules.PERMUTED_READS and (op.operands[0] not in inputs or operand_classes[0] != FULL
+                                                 or not _same(op.operands[0].type.dims, section.space.dims)):
+            raise NotFusable(f"{op.name}: a kernel computes it by reading its operand from memory, so the operand must "
+                             "be a kernel input of the iteration space's shape (its producer's kernel stores it first)")
         if kind == "reduction":
             if rules.reduced_axis(op) != rules.reduction_input(op).type.rank - 1:
                 raise NotFusable(f"{op.name}: only reductions over the last axis fuse")
@@ -370,6 +374,8 @@ def plan_group(ops: list[Operation], outputs: list[SSAValue]) -> GroupPlan:
                 users = {use.operation for use in result.uses}
                 if result in outputs or not users <= set(prologue_ops) | set(matmuls):
                     raise NotFusable("a prologue value is used outside the matmul's lhs")
+        if any(type(op) in rules.PERMUTED_READS for op in prologue_ops):
+            raise NotFusable("a matmul's lhs is read in K tiles, which no permuted read spans")
         if prologue_ops:
             prologue = Section(prologue_space, list(prologue_ops))
             _analyze_section(prologue, set(inputs), {})

@@ -621,11 +621,17 @@ def is_matmul(op: Operation) -> bool:
     return isinstance(op, tensor_op.MatmulOp)
 
 
+# Elementwise ops that a kernel computes by reading their operand from memory in another order, with the property of
+# ``tiled_loop.load`` that reads it so: the operand must be one of the kernel's inputs (no tile computed in registers
+# can be permuted across its columns).
+PERMUTED_READS: dict[type[Operation], str] = {tensor_op.RotateHalfOp: "rotate_half"}
+
+
 def kind_of(op: Operation) -> str | None:
     """``"matmul"``, ``"elementwise"``, ``"reduction"`` or None (not fusable)."""
     if is_matmul(op):
         return "matmul"
-    if type(op) in ELEMENTWISE_RULES:
+    if type(op) in ELEMENTWISE_RULES or type(op) in PERMUTED_READS:
         return "elementwise"
     if type(op) in ROW_REDUCTIONS:
         return "reduction"

@@ -153,7 +153,7 @@ class _LowerAccesses(RewritePattern):
             users = [use.operation for use in op.result.uses]
             in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
             if (in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users) and row_map is None
-                    and op.batch_map is None):
+                    and op.batch_map is None and op.rotate_half is None):
                 tile = op.result.type
                 new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
                                             BufferType("shared", tile.dims, tile.element_type))
@@ -161,7 +161,7 @@ class _LowerAccesses(RewritePattern):
                     new.descriptor = UnitAttr()
             else:
                 new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type, op.broadcast_rows,
-                                           op.broadcast_batch)
+                                           op.broadcast_batch, op.rotate_half)
                 if self.written_by_other_programs(op):
                     new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint

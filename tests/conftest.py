@@ -119,6 +119,7 @@ EAGER = {
     "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
+    "rotate_half": lambda x: torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1),
     "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
     "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
     "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),

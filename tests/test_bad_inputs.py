@@ -620,3 +620,7 @@ def test_a_shape_bound_to_an_optional_operand_is_said_so():
     """rmsnorm's optional weight took the matmul's (32, 16), and the error named only the weight's rank."""
     with pytest.raises(ShapeError, match=r"rmsnorm took 1 optional operand\(s\)"):
         amk.build_fused_kernel(["rmsnorm", "matmul", "layernorm"], [(4, 32), (32, 16), (16,)], FP32, autotune=False)
+
+
+def test_rotate_half_of_an_odd_last_dim():
+    expect(UnsupportedOpError, build(["rotate_half"], [(32, 75)]), "rotate_half", "known even number", "[32, 75]")

@@ -242,7 +242,14 @@ def test_binary_element_type_mismatch():
 
 
 UNARY_OPS = [to.ReluOp, to.GeluOp, to.SiluOp, to.SigmoidOp, to.TanhOp, to.ExpOp, to.MishOp, to.SoftplusOp,
-             to.HardsigmoidOp, to.HardswishOp, to.LeakyReluOp]
+             to.HardsigmoidOp, to.HardswishOp, to.RotateHalfOp, to.LeakyReluOp]
+
+
+@pytest.mark.parametrize("last", [63, "D"])
+def test_rotate_half_needs_a_known_even_last_dim(last):
+    (x,) = args(tensor("M", last))
+    with pytest.raises(VerifyException, match="last dim, which must be a known even number"):
+        to.RotateHalfOp(x).verify()
 
 
 @pytest.mark.parametrize("op_class", UNARY_OPS)

@@ -94,6 +94,26 @@ def test_unary_after_matmul_bias(op, dtype):
     run_chain(["matmul", "add_bias", op], [(M, K), (K, N), (N,)], dtype)
 
 
+@dtypes
+def test_rotate_half_times_a_table_over_heads_is_one_kernel(dtype):
+    """RoPE's ``rotate_half(x) * sin + x * cos`` over heads in memory order ([tokens, heads, head_dim], the table
+    broadcast over the heads; the op list's chain adds a tensor in place of ``x * cos``): rotate_half reads x at
+    the rotated columns in the same kernel as the rest."""
+    run_chain(["rotate_half", "mul", "add"], [(M, 4, 64), (M, 1, 64), (M, 4, 64)], dtype)
+
+
+@pytest.mark.parametrize("ops, shapes, kernels", [
+    (["matmul", "rotate_half"], [(M, K), (K, 64)], 2),
+    (["rotate_half", "matmul"], [(M, K), (K, N)], 2),
+    ([("scale", {"factor": 2.0}), "rotate_half", "relu"], [(M, 64)], 2),
+], ids=["after_matmul", "before_matmul", "after_scale"])
+def test_rotate_half_of_a_computed_value_is_read_from_its_kernels_output(ops, shapes, kernels):
+    """A kernel reads rotate_half's operand from memory at the rotated columns: a value computed in registers (a
+    product, a scaled tile) is stored by its kernel first, and a matmul's lhs read in K tiles is rotated by one of
+    its own."""
+    run_chain(ops, shapes, FP16, kernels=kernels)
+
+
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
 OPERAND_SHAPES = {"full": (M, N), "row": (N,), "column": (M, 1), "row2d": (1, N)}
 

@@ -431,6 +431,84 @@ def test_in_place_writes_others_can_see_stay_in_place():
         assert torch.equal(ours, theirs), fn.__name__
 
 
+def rotate_half(x):
+    """Hugging Face's ``rotate_half`` (Llama, Mistral, Qwen2, Gemma), as it is written there."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryQueriesAndKeys(nn.Module):
+    """Llama's attention inputs as Hugging Face writes them: the projections, the heads split by a view and a
+    transpose, the rotary embeddings applied to the transposed heads with cos and sin unsqueezed over the heads
+    (grouped-query: fewer key heads)."""
+
+    def __init__(self, heads: int = 4, kv_heads: int = 2, head_dim: int = 16):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(HIDDEN, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(HIDDEN, kv_heads * head_dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rotary_tables(batch: int, seq: int, head_dim: int = 16, dtype=torch.float32):
+    positions = torch.arange(seq, dtype=torch.float32)[None, :, None].expand(batch, seq, 1)
+    angles = positions / 10000 ** (torch.arange(0, head_dim, 2) / head_dim)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(DEVICE, dtype), angles.sin().to(DEVICE, dtype)
+
+
+def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each():
+    """RoPE as Llama applies it (``q * cos + rotate_half(q) * sin`` on ``[B, H, S, D]`` views) ran as 23 PyTorch ops:
+    the ops on transposed views keep PyTorch's layout, ``cos`` broadcast over a middle dim, ``rotate_half``'s slices
+    and ``cat`` had no equivalent. Computed in memory order (``amk.frontend.layouts``) with ``tensor_op.rotate_half``,
+    q's and k's rotations are one kernel each; only views stay in PyTorch, and the results have eager's strides."""
+    model = RotaryQueriesAndKeys().to(DEVICE)
+    for batch, seq in ((2, 5), (3, 7)):
+        x, (cos, sin) = inputs(batch, seq), rotary_tables(batch, seq)
+        report = amk.explain(model, (x, cos, sin), print_report=False)
+        assert {node.target for node in report.pytorch} <= {"Tensor.view", "Tensor.unsqueeze", "Tensor.permute"}, report
+        rotations = [kernel for subgraph in report.graphs[0].subgraphs for kernel in subgraph.kernels
+                     if "rotate_half" in str(kernel)]
+        assert len(rotations) == 2 and all(not subgraph.unfused for subgraph in report.graphs[0].subgraphs), report
+        with torch.no_grad():
+            ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
+        for mine, eager in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(mine, eager, atol=ATOL, rtol=RTOL)
+            assert mine.stride() == eager.stride()
+
+
+def test_ops_on_permuted_views_keep_eagers_layout_and_values():
+    """What moves into memory order and what does not: a full-size operand laid out otherwise than the permuted one
+    (read through a permuted view of it), a permute of three dims, a sum of two differently permuted views (left as
+    traced), a result read by a ``view`` that needs eager's strides, and a rotation of a computed value (its producer's
+    kernel stores it first). Values and strides are eager's in each."""
+    w = torch.randn(HIDDEN, HIDDEN, device=DEVICE) / 8
+    other = torch.randn(2, 4, 5, 16, device=DEVICE)
+
+    def heads(x):
+        return (x @ w).view(2, 5, 4, 16)
+
+    cases = {
+        "full_size_operand": lambda x: heads(x).transpose(1, 2) * other + 1,
+        "permute_of_three_dims": lambda x: torch.relu(heads(x).permute(2, 0, 1, 3) * 2) - 1,
+        "two_layouts": lambda x: heads(x).transpose(1, 2) + heads(x).permute(0, 2, 1, 3).contiguous(),
+        "viewed_after": lambda x: (heads(x).transpose(1, 2) * 3).transpose(1, 2).reshape(2, 5, HIDDEN),
+        "rotated_product": lambda x: rotate_half(heads(x).transpose(1, 2) * 2) + 1,
+    }
+    for name, fn in cases.items():
+        x = inputs(2)
+        ours, theirs = amk.compile(fn)(x), fn(x)
+        torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=RTOL, msg=name)
+        assert ours.stride() == theirs.stride(), name
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all, a size computation as not a tensor)

@@ -7,7 +7,9 @@ sqrt(v + eps) * w + b`` (``u`` x's mean over the last dim, ``v`` its variance: `
 unbiased=False)`` or the mean of the squared deviations; ``rsqrt`` too), which becomes one ``tensor_op.layernorm``;
 and a matmul of rows merged by a view and
 split again (Hugging Face GPT-2's ``Conv1D``: ``torch.addmm(b, x.view(-1, K), w).view(*x.shape[:-1], N)``), imported
-as the matmul of ``x`` itself, so that it fuses with the ops around it (amk has no view between leading dims)."""
+as the matmul of ``x`` itself, so that it fuses with the ops around it (amk has no view between leading dims); and
+rotary embeddings' ``rotate_half``, ``torch.cat((-x[..., D/2:], x[..., :D/2]), dim=-1)``, one
+``tensor_op.rotate_half``."""
 
 from __future__ import annotations
 
@@ -23,11 +25,14 @@ from amk.frontend.nodes import fake_tensor, meta_value, single_user
 from amk.frontend.spellings import (
     ADD,
     ADDMM,
+    CAT,
     DIV,
+    GETITEM,
     LINEAR,
     MATMUL,
     MEAN,
     MUL,
+    NEG,
     POW,
     RESHAPES,
     RSQRT,
@@ -258,11 +263,67 @@ def _match_merged_rows_matmul(root: Node) -> tuple[Node, Node, Node] | None:
     return x, flat, product
 
 
+def last_dim_slice(node) -> tuple[Node, int, int] | None:
+    """``(x, start, stop)`` for ``x[..., start:stop]`` (or ``x[:, :, start:stop]``: every other index a whole dim)
+    over ``x``'s last dim of known size, the bounds made non-negative and clipped as Python clips them; else None."""
+    if not is_(node, GETITEM) or len(node.args) != 2 or not isinstance(node.args[0], Node):
+        return None
+    x, index = node.args
+    value = meta_value(x)
+    if not isinstance(value, torch.Tensor) or value.dim() == 0 or not isinstance(index, tuple) or not index:
+        return None
+    *lead, last = index
+    whole = slice(None)
+    if lead[:1] == [Ellipsis]:
+        lead = lead[1:]
+    elif len(index) != value.dim():
+        return None
+    if any(entry != whole for entry in lead) or not isinstance(last, slice) or last.step not in (None, 1):
+        return None
+    length = value.shape[-1]
+    if not isinstance(length, int) or not all(isinstance(b, int | None) for b in (last.start, last.stop)):
+        return None
+    start, stop, _ = last.indices(length)
+    return x, start, max(start, stop)
+
+
+def _match_rotate_half(root: Node) -> tuple[Node, list[Node]] | None:
+    """``torch.cat((-x[..., D/2:], x[..., :D/2]), dim=-1)`` (Hugging Face's ``rotate_half``): ``x`` and the nodes
+    absorbed, each read by the next alone."""
+    if not is_(root, CAT) or root.kwargs.keys() - {"tensors", "dim"}:
+        return None
+    tensors = root.args[0] if root.args else root.kwargs.get("tensors")
+    dim = root.args[1] if len(root.args) > 1 else root.kwargs.get("dim", 0)
+    if not isinstance(tensors, list | tuple) or len(tensors) != 2 or not isinstance(dim, int):
+        return None
+    negated, first = tensors
+    if not is_(negated, NEG) or len(negated.args) != 1 or not single_user(negated, root) or not single_user(first, root):
+        return None
+    second = negated.args[0]
+    moved, kept = last_dim_slice(second), last_dim_slice(first)
+    if moved is None or kept is None or moved[0] is not kept[0] or not single_user(second, negated):
+        return None
+    x = moved[0]
+    value = meta_value(x)
+    length = value.shape[-1]
+    half = length // 2
+    if length % 2 or dim % value.dim() != value.dim() - 1 or moved[1:] != (half, length) or kept[1:] != (0, half):
+        return None
+    return x, [negated, second, first]
+
+
 def match_patterns(gm: GraphModule) -> list[Pattern]:
     patterns = []
     taken: set[Node] = set()
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method"):
+            continue
+        rotated = _match_rotate_half(node)
+        if rotated is not None and not taken.intersection(rotated[1]):
+            x, absorbed = rotated
+            patterns.append(Pattern(node, absorbed, "rotate_half (cat(-x[..., D/2:], x[..., :D/2]))",
+                                    lambda b, _node, x=x: b.add(tensor_op.RotateHalfOp(b.tensor(x)))))
+            taken.update([*absorbed, node])
             continue
         merged = _match_merged_rows_matmul(node)
         if merged is not None and not taken.intersection(merged[1:]):

@@ -40,6 +40,9 @@ ADDMM = spellings([torch.addmm], ["addmm"])
 BMM = spellings([torch.bmm], ["bmm"])
 LINEAR = spellings([torch.nn.functional.linear, torch._C._nn.linear], [])
 RESHAPES = spellings([torch.reshape], ["view", "reshape"])
+CAT = spellings([torch.cat, torch.concat, torch.concatenate], ["cat"])
+NEG = spellings([operator.neg, torch.neg, torch.negative], ["neg", "negative"])
+GETITEM = spellings([operator.getitem])
 
 
 def is_(node: object, family: frozenset) -> bool:

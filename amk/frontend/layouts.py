@@ -1,0 +1,231 @@
+"""Elementwise ops on permuted views computed in memory order: :func:`compute_in_memory_order` rewrites
+``f(x.transpose(1, 2), c)`` as ``f(x, c').transpose(1, 2)`` in the torch-level graph TorchDynamo hands the backend,
+where ``c'`` is each other operand viewed in ``x``'s order, so that the ops run over the tensor as it lies in memory
+and the transpose moves after them, to what reads the result (an attention call, a matmul, the graph's output).
+
+Why: attention code splits heads with a view and a transpose before it applies rotary embeddings, as Hugging Face's
+Llama does::
+
+    q = self.q_proj(x).view(B, S, H, D).transpose(1, 2)           # [B, H, S, D], laid out [B, S, H, D]
+    q = q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)  # cos, sin: [B, S, D]
+
+PyTorch lays the result of an elementwise op on the transposed ``q`` out as ``q`` lies, not row-major as amk's
+kernels write results, and the code after it was traced on that layout, so amk left the ops to PyTorch; ``cos`` as
+``[B, 1, S, D]`` also broadcasts over a dim between kept ones, which a kernel does not read. In memory order the
+iteration space is ``[B, S, H, D]``, ``cos`` reads as ``[B, S, 1, D]`` (rows broadcast over the heads, which a kernel
+reads) and the result, transposed back, has PyTorch's strides.
+
+What moves: a permutation of a tensor of rank 3 or more that keeps the last dim in place, through the arithmetic
+ops (add, sub, mul, div, neg), activations of one tensor, and ``rotate_half``'s slices and ``cat`` over the last
+dim, whose other tensor operands broadcast to the result (each viewed in memory order: unsqueezed to the result's rank, then permuted). Not
+where the rewritten op's result, transposed back, would have other strides than PyTorch gives the op (its operands
+permuted differently, a full-size operand laid out otherwise): each rewrite compares the two and keeps the op
+where they differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+import torch.nn.functional as F
+from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from amk.frontend.nodes import meta_value
+from amk.frontend.patterns import last_dim_slice
+from amk.frontend.spellings import ADD, CAT, DIV, MUL, NEG, SUB, is_, spellings
+
+log = logging.getLogger(__name__)
+
+ARITHMETIC = ADD | SUB | MUL | DIV | NEG
+# Activations of one tensor, their other arguments by keyword (an in-place call writes into the view: it stays).
+ACTIVATIONS = spellings(
+    [torch.relu, F.relu, F.gelu, F.silu, torch.sigmoid, F.sigmoid, torch.tanh, F.tanh, torch.exp, F.mish, F.softplus,
+     F.hardswish, F.hardsigmoid, F.leaky_relu, torch.abs, torch.sqrt, torch.rsqrt, torch.erf, torch.clamp],
+    ["relu", "sigmoid", "tanh", "exp", "abs", "sqrt", "rsqrt", "clamp"])
+PERMUTES = spellings([torch.transpose, torch.permute], ["transpose", "permute"])
+
+
+def compute_in_memory_order(gm: GraphModule) -> list[str]:
+    """Rewrite ``gm``'s elementwise ops on permuted views to run in memory order (the module's docstring); the names
+    of the ops rewritten."""
+    region = _region(gm)
+    if not region:
+        return []
+    graph, in_memory_order, views = gm.graph, {}, {}
+    for node, dims in region.items():
+        with graph.inserting_before(node):
+            in_memory_order[node] = _in_memory_order(node, dims, region, in_memory_order, views)
+            if any(user not in region for user in node.users):
+                back = _traced(graph.call_method("permute", (in_memory_order[node], *dims)),
+                               lambda n=in_memory_order[node], d=dims: meta_value(n).permute(*d), node)
+                node.replace_all_uses_with(back, delete_user_cb=lambda user: user not in region)
+    permuted_sources = {operand for node in region for operand in node.all_input_nodes
+                        if operand not in region and permutation(operand) is not None}
+    for node in reversed(region):
+        graph.erase_node(node)
+    for view in permuted_sources:
+        if not view.users:
+            graph.erase_node(view)
+    gm.recompile()
+    log.info("amk: computed in memory order, the permutation after them: %s", ", ".join(n.name for n in region))
+    return [node.name for node in region]
+
+
+def permutation(node) -> tuple[int, ...] | None:
+    """The dims of ``node`` as ``x.permute(dims)`` where it is a transpose or permute of a tensor ``x`` of rank 3 or
+    more that keeps the last dim in place and moves another; else None."""
+    if not is_(node, PERMUTES) or node.kwargs or not node.args:
+        return None
+    value = meta_value(node.args[0])
+    if not isinstance(value, torch.Tensor) or value.dim() < 3:
+        return None
+    rank, rest = value.dim(), list(node.args[1:])
+    if node.target in (torch.transpose, "transpose"):
+        if len(rest) != 2 or not all(isinstance(d, int) for d in rest):
+            return None
+        dims = list(range(rank))
+        first, second = (d % rank for d in rest)
+        dims[first], dims[second] = dims[second], dims[first]
+    else:
+        dims = rest[0] if len(rest) == 1 and isinstance(rest[0], list | tuple) else rest
+        if len(dims) != rank or not all(isinstance(d, int) for d in dims):
+            return None
+        dims = [d % rank for d in dims]
+    if dims[-1] != rank - 1 or dims == list(range(rank)):
+        return None
+    return tuple(dims)
+
+
+def _region(gm: GraphModule) -> dict[Node, tuple[int, ...]]:
+    """The ops to compute in memory order, in graph order, each with the permutation of its result: the elementwise
+    ops that read a permuted view or an op of the region, less those read outside the region whose result PyTorch
+    lays out otherwise than the permutation of a row-major one (removed until none is left)."""
+    region: dict[Node, tuple[int, ...]] = {}
+    for node in gm.graph.nodes:
+        dims = _movable(node, region)
+        if dims is not None:
+            region[node] = dims
+    shrinking = True
+    while shrinking:
+        leaving = [node for node, dims in region.items()
+                   if any(user not in region for user in node.users) and not _laid_out_as_permuted(node, dims)]
+        for node in leaving:
+            del region[node]
+        shrinking = bool(leaving)
+    return region
+
+
+def _operands(node: Node) -> list | None:
+    """The operands of an op that may move (arithmetic; a slice of the last dim; a cat over it), else None."""
+    value = meta_value(node)
+    if node.op not in ("call_function", "call_method") or not isinstance(value, torch.Tensor):
+        return None
+    if is_(node, ARITHMETIC) and not node.kwargs:
+        operands = list(node.args)
+        numbers = all(isinstance(a, Node) or isinstance(a, int | float) and not isinstance(a, bool) for a in operands)
+        return operands if numbers else None
+    if is_(node, ACTIVATIONS) and len(node.args) == 1 and not node.kwargs.get("inplace") \
+            and not any(isinstance(v, Node) for v in node.kwargs.values()):
+        return [node.args[0]]
+    if last_dim_slice(node) is not None:
+        return [node.args[0]]
+    if is_(node, CAT) and node.kwargs.keys() <= {"dim"} and node.args and isinstance(node.args[0], list | tuple):
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        if isinstance(dim, int) and dim % value.dim() == value.dim() - 1:
+            return list(node.args[0])
+    return None
+
+
+def _movable(node: Node, region: dict[Node, tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The permutation ``node`` would be computed under: that of its first operand that is a permuted view or an op
+    of the region, where every tensor operand broadcasts to its result; else None."""
+    operands = _operands(node)
+    if operands is None:
+        return None
+    permuted = [region[a] if a in region else permutation(a) for a in operands if isinstance(a, Node)]
+    dims = next((d for d in permuted if d is not None), None)
+    rank = meta_value(node).dim()
+    if dims is None or len(dims) != rank:
+        return None
+    if any(not isinstance(meta_value(a), torch.Tensor) or meta_value(a).dim() > rank
+           for a in operands if isinstance(a, Node)):
+        return None
+    return dims
+
+
+def _laid_out_as_permuted(node: Node, dims: tuple[int, ...]) -> bool:
+    """Whether PyTorch lays ``node``'s result out as the ``dims`` permutation of a row-major tensor (a size-1 dim's
+    stride addresses nothing)."""
+    value = meta_value(node)
+    in_memory_order = [value.shape[d] for d in _inverse(dims)]
+    strides, step = [0] * len(dims), 1
+    for dim in reversed(range(len(dims))):
+        strides[dim] = step
+        step = step * in_memory_order[dim]
+    return all(statically_known_true(size == 1) or statically_known_true(stride == strides[dims[axis]])
+               for axis, (size, stride) in enumerate(zip(value.shape, value.stride(), strict=True)))
+
+
+def _inverse(dims: tuple[int, ...]) -> list[int]:
+    inverse = [0] * len(dims)
+    for position, dim in enumerate(dims):
+        inverse[dim] = position
+    return inverse
+
+
+def _in_memory_order(node: Node, dims: tuple[int, ...], region: dict, in_memory_order: dict, views: dict) -> Node:
+    """``node``'s op on its operands in memory order: an op of the region as it was computed so, a view permuted by
+    ``dims`` as its source, any other tensor unsqueezed to the rank and permuted back (once: ``views`` keeps them,
+    RoPE's cos and sin read by the q and k rotations alike)."""
+    graph, inverse = node.graph, _inverse(dims)
+
+    def aligned(operand):
+        if not isinstance(operand, Node):
+            return operand
+        if region.get(operand) == dims:
+            return in_memory_order[operand]
+        if permutation(operand) == dims:
+            return operand.args[0]
+        if (operand, dims) not in views:
+            view = operand
+            for _ in range(len(dims) - meta_value(operand).dim()):
+                view = _traced(graph.call_method("unsqueeze", (view, 0)), lambda v=view: meta_value(v).unsqueeze(0),
+                               node)
+            views[operand, dims] = _traced(graph.call_method("permute", (view, *inverse)),
+                                           lambda v=view: meta_value(v).permute(*inverse), node)
+        return views[operand, dims]
+
+    if is_(node, CAT):
+        args = ([aligned(a) for a in node.args[0]], *node.args[1:])
+    elif is_(node, ARITHMETIC):
+        args = tuple(aligned(a) for a in node.args)
+    else:  # an activation, or a slice of the last dim (the same index)
+        args = (aligned(node.args[0]), *node.args[1:])
+    return _traced(graph.create_node(node.op, node.target, args, dict(node.kwargs)), lambda: _call(node, args), node)
+
+
+def _traced(new: Node, compute, like: Node) -> Node:
+    """``new`` with its fake value (``compute()`` in the graph's fake mode, guarding nothing: the same ops on the
+    same sizes) and ``like``'s source location."""
+    value = meta_value(like)
+    fake_mode = getattr(value, "fake_mode", None)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    with fake_mode or contextlib.nullcontext(), \
+            shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
+        new.meta["example_value"] = compute()
+    for key in ("stack_trace", "source_fn_stack", "nn_module_stack"):
+        if key in like.meta:
+            new.meta[key] = like.meta[key]
+    return new
+
+
+def _call(node: Node, args):
+    """``node``'s op on the fake values of ``args``."""
+    values = [[meta_value(a) for a in v] if isinstance(v, list) else meta_value(v) if isinstance(v, Node) else v
+              for v in args]
+    if node.op == "call_method":
+        return getattr(values[0], node.target)(*values[1:], **node.kwargs)
+    return node.target(*values, **node.kwargs)
