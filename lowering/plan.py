@@ -161,11 +161,12 @@ def _batch_and_rows(dims: tuple[Dim, ...], space: Space) -> tuple[tuple[Dim, ...
 
 
 def _kept_block(dims: tuple[Dim, ...], spaces: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
-    """Where each of ``dims`` is 1 or its space dim's, and those it keeps are one run at either end (the space's dims
-    of size 1, a decoding step's one token, count neither as kept nor as broadcast): the product of the space dims
-    after the run and the run's own product, the divisor and period of a flat index of the space's dims. None where
-    it keeps all (the operand is the space's own), none, or a run in the middle or apart (the map would need sizes no
-    kernel argument gives)."""
+    """Where each of ``dims`` is 1 or its space dim's, and those it keeps are one run at either end, or in the middle
+    with known sizes after it (RoPE's cos ``[1, T, 1, D]`` over heads in memory order ``[B, T, H, D]``: row
+    ``(r // H) % T``) (the space's dims of size 1, a decoding step's one token, count neither as kept nor as
+    broadcast): the product of the space dims after the run and the run's own product, the divisor and period of a
+    flat index of the space's dims. None where it keeps all (the operand is the space's own), none, a run apart, or
+    one in the middle with symbolic sizes after it (the map would need sizes no kernel argument gives)."""
     if _same(dims, spaces) or not all(d == Dim(1) or provably_equal(d, s) for d, s in zip(dims, spaces)):
         return None
     sizes = [s for s in spaces if s != Dim(1)]
@@ -173,11 +174,11 @@ def _kept_block(dims: tuple[Dim, ...], spaces: tuple[Dim, ...]) -> tuple[Dim, Di
     if True not in kept:
         return None
     first, last = kept.index(True), len(kept) - 1 - kept[::-1].index(True)
-    if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1):
-        return None
     product = math.prod((d.expr for d in sizes[first:last + 1]), start=1)
-    after = math.prod((d.expr for d in sizes[last + 1:]), start=1)
-    return Dim(after), Dim(product)
+    after = Dim(math.prod((d.expr for d in sizes[last + 1:]), start=1))
+    if not all(kept[first:last + 1]) or (first > 0 and last < len(kept) - 1 and not after.is_static):
+        return None
+    return after, Dim(product)
 
 
 def shared_by_every_batch(dims: tuple[Dim, ...], space: Space) -> bool:

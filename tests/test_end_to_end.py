@@ -100,6 +100,8 @@ def test_rotate_half_times_a_table_over_heads_is_one_kernel(dtype):
     broadcast over the heads; the op list's chain adds a tensor in place of ``x * cos``): rotate_half reads x at
     the rotated columns in the same kernel as the rest."""
     run_chain(["rotate_half", "mul", "add"], [(M, 4, 64), (M, 1, 64), (M, 4, 64)], dtype)
+    # A table shared by every sequence keeps a run of dims in the middle ([1, T, 1, D] over [B, T, H, D]).
+    run_chain(["rotate_half", "mul"], [(3, 7, 4, 64), (1, 7, 1, 64)], dtype)
 
 
 @pytest.mark.parametrize("ops, shapes, kernels", [

@@ -438,14 +438,20 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rotate_half_by_chunks(x):
+    """The same written with ``chunk``, as other implementations write it."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
 class RotaryQueriesAndKeys(nn.Module):
     """Llama's attention inputs as Hugging Face writes them: the projections, the heads split by a view and a
     transpose, the rotary embeddings applied to the transposed heads with cos and sin unsqueezed over the heads
     (grouped-query: fewer key heads)."""
 
-    def __init__(self, heads: int = 4, kv_heads: int = 2, head_dim: int = 16):
+    def __init__(self, rotate=rotate_half, heads: int = 4, kv_heads: int = 2, head_dim: int = 16):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.rotate, self.heads, self.kv_heads, self.head_dim = rotate, heads, kv_heads, head_dim
         self.q_proj = nn.Linear(HIDDEN, heads * head_dim, bias=False)
         self.k_proj = nn.Linear(HIDDEN, kv_heads * head_dim, bias=False)
 
@@ -453,25 +459,32 @@ class RotaryQueriesAndKeys(nn.Module):
         batch, seq, _ = x.shape
         q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if cos.dim() == 3:  # [B, S, D]: Hugging Face's, unsqueezed over the heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + self.rotate(q) * sin, k * cos + self.rotate(k) * sin
 
 
-def rotary_tables(batch: int, seq: int, head_dim: int = 16, dtype=torch.float32):
+def rotary_tables(batch: int, seq: int, head_dim: int = 16, shared: bool = False):
+    """cos and sin of the positions: ``[B, S, D]`` per sequence, or ``[1, 1, S, D]`` shared by every sequence."""
     positions = torch.arange(seq, dtype=torch.float32)[None, :, None].expand(batch, seq, 1)
     angles = positions / 10000 ** (torch.arange(0, head_dim, 2) / head_dim)
     angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().to(DEVICE, dtype), angles.sin().to(DEVICE, dtype)
+    if shared:
+        angles = angles[:1, None]
+    return angles.cos().to(DEVICE), angles.sin().to(DEVICE)
 
 
-def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each():
+@pytest.mark.parametrize("shared", [False, True], ids=["tables_per_sequence", "tables_shared"])
+@pytest.mark.parametrize("rotate", [rotate_half, rotate_half_by_chunks], ids=["slices", "chunks"])
+def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each(rotate, shared):
     """RoPE as Llama applies it (``q * cos + rotate_half(q) * sin`` on ``[B, H, S, D]`` views) ran as 23 PyTorch ops:
     the ops on transposed views keep PyTorch's layout, ``cos`` broadcast over a middle dim, ``rotate_half``'s slices
-    and ``cat`` had no equivalent. Computed in memory order (``amk.frontend.layouts``) with ``tensor_op.rotate_half``,
-    q's and k's rotations are one kernel each; only views stay in PyTorch, and the results have eager's strides."""
-    model = RotaryQueriesAndKeys().to(DEVICE)
+    (or chunks) and ``cat`` had no equivalent. Computed in memory order (``amk.frontend.layouts``) with
+    ``tensor_op.rotate_half``, q's and k's rotations are one kernel each, the tables read through a map of the rows
+    (``[1, S, 1, D]`` too: rows ``(r // H) % S``); only views stay in PyTorch, and the results have eager's strides."""
+    model = RotaryQueriesAndKeys(rotate).to(DEVICE)
     for batch, seq in ((2, 5), (3, 7)):
-        x, (cos, sin) = inputs(batch, seq), rotary_tables(batch, seq)
+        x, (cos, sin) = inputs(batch, seq), rotary_tables(batch, seq, shared=shared)
         report = amk.explain(model, (x, cos, sin), print_report=False)
         assert {node.target for node in report.pytorch} <= {"Tensor.view", "Tensor.unsqueeze", "Tensor.permute"}, report
         rotations = [kernel for subgraph in report.graphs[0].subgraphs for kernel in subgraph.kernels
@@ -502,11 +515,15 @@ def test_ops_on_permuted_views_keep_eagers_layout_and_values():
         "viewed_after": lambda x: (heads(x).transpose(1, 2) * 3).transpose(1, 2).reshape(2, 5, HIDDEN),
         "rotated_product": lambda x: rotate_half(heads(x).transpose(1, 2) * 2) + 1,
     }
+    views = {"Tensor.view", "Tensor.permute", "Tensor.transpose", "Tensor.reshape"}
     for name, fn in cases.items():
         x = inputs(2)
         ours, theirs = amk.compile(fn)(x), fn(x)
         torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=RTOL, msg=name)
         assert ours.stride() == theirs.stride(), name
+        left = {node.target for node in amk.explain(fn, (x,), print_report=False).pytorch}
+        if name in ("full_size_operand", "permute_of_three_dims", "viewed_after"):
+            assert left <= views, (name, left)  # the arithmetic and the activation in kernels
 
 
 def test_explain_says_why_in_the_users_terms():

@@ -3,6 +3,9 @@
 where ``c'`` is each other operand viewed in ``x``'s order, so that the ops run over the tensor as it lies in memory
 and the transpose moves after them, to what reads the result (an attention call, a matmul, the graph's output).
 
+:func:`chunks_as_slices` first writes the pieces of a ``chunk`` or ``split`` of the last dim as the slices they are
+(``first, second = q.chunk(2, dim=-1)``, another spelling of ``rotate_half``'s halves).
+
 Why: attention code splits heads with a view and a transpose before it applies rotary embeddings, as Hugging Face's
 Llama does::
 
@@ -26,7 +29,9 @@ where they differ.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +40,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from amk.frontend.nodes import meta_value
 from amk.frontend.patterns import last_dim_slice
-from amk.frontend.spellings import ADD, CAT, DIV, MUL, NEG, SUB, is_, spellings
+from amk.frontend.spellings import ADD, CAT, DIV, GETITEM, MUL, NEG, SUB, is_, spellings
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,51 @@ ACTIVATIONS = spellings(
      F.hardswish, F.hardsigmoid, F.leaky_relu, torch.abs, torch.sqrt, torch.rsqrt, torch.erf, torch.clamp],
     ["relu", "sigmoid", "tanh", "exp", "abs", "sqrt", "rsqrt", "clamp"])
 PERMUTES = spellings([torch.transpose, torch.permute], ["transpose", "permute"])
+CHUNKS = spellings([torch.chunk, torch.split], ["chunk", "split"])
+
+
+def chunks_as_slices(gm: GraphModule) -> list[str]:
+    """Rewrite each piece of a ``chunk`` or ``split`` of a tensor's last dim (of known size) that is read as
+    ``x[..., start:stop]``, the slice it is (the same view), so that ``first, second = q.chunk(2, dim=-1)`` reads
+    as ``rotate_half``'s slices do and moves into memory order like them; the names of the chunks and splits
+    rewritten."""
+    rewritten = []
+    for node in list(gm.graph.nodes):
+        pieces = _last_dim_pieces(node)
+        if pieces is None:
+            continue
+        source = node.args[0]
+        for user in list(node.users):
+            start, stop = pieces[user.args[1]]
+            with gm.graph.inserting_before(user):
+                piece = gm.graph.call_function(operator.getitem, (source, (Ellipsis, slice(start, stop))))
+            piece.meta = dict(user.meta)  # the same view of the same tensor
+            user.replace_all_uses_with(piece)
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+        rewritten.append(node.name)
+    if rewritten:
+        gm.recompile()
+    return rewritten
+
+
+def _last_dim_pieces(node: Node) -> list[tuple[int, int]] | None:
+    """The ``(start, stop)`` of each piece of a ``chunk`` or ``split`` of a tensor's last dim whose every reader is
+    an indexing of one piece; else None."""
+    if not is_(node, CHUNKS) or not node.args or not isinstance(node.args[0], Node):
+        return None
+    value, pieces = meta_value(node.args[0]), meta_value(node)
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    if not isinstance(value, torch.Tensor) or not isinstance(pieces, list | tuple) or not isinstance(dim, int) \
+            or value.dim() == 0 or dim % value.dim() != value.dim() - 1 or node.kwargs.keys() - {"dim"}:
+        return None
+    lengths = [piece.shape[-1] for piece in pieces]
+    if not all(isinstance(length, int) for length in lengths) or not node.users or not all(
+            is_(user, GETITEM) and len(user.args) == 2 and isinstance(user.args[1], int) and not user.kwargs
+            for user in node.users):
+        return None
+    bounds = list(itertools.accumulate(lengths, initial=0))
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def compute_in_memory_order(gm: GraphModule) -> list[str]:
