@@ -502,6 +502,29 @@ class LlamaQKV(nn.Module):
         return self.q_proj(h), self.k_proj(h), self.v_proj(h)
 
 
+def rotate_half(x):
+    """Hugging Face's Llama: the last dim's halves swapped, the one moved first negated."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaRotaryQKV(LlamaQKV):
+    """:class:`LlamaQKV` then what Hugging Face's ``LlamaAttention`` does before attending: the heads split by a view
+    and a transpose, and the rotary embeddings (``apply_rotary_pos_emb``: cos and sin ``[B, S, head_dim]``
+    unsqueezed over the heads) applied to the queries and keys."""
+
+    def __init__(self, hidden: int, kv: int, head_dim: int = 128):
+        super().__init__(hidden, kv)
+        self.head_dim = head_dim
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        q, k, v = (p.view(batch, seq, -1, self.head_dim).transpose(1, 2) for p in super().forward(x))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
 class SwiGLUResidual(nn.Module):
     """Workload F's computation as a module: SiLU(gate) * up, down projection, residual, without a norm."""
 
@@ -678,6 +701,14 @@ ROWS = {row.name: row for row in [
           {"batch": batch, "seq": seq, "d": 4096, "kv": 1024},
           lambda batch, seq, d, kv: [(batch, seq, d)], {"batch": min(batch, 2), "seq": min(seq, 4), "d": 32, "kv": 16},
           decode=seq == 1)
+      for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
+                                      ("decode_m16", 16, 1, "decode, 16 sequences"))],
+    *[Row(f"llama_rope_qkv_{stage}", f"Llama-3-8B attention inputs with rotary embeddings as Hugging Face applies "
+          f"them (RMSNorm, q/k/v projections, heads transposed, q * cos + rotate_half(q) * sin), {what}, bf16",
+          torch.bfloat16, lambda batch, seq, d, kv, head_dim: LlamaRotaryQKV(d, kv, head_dim),
+          {"batch": batch, "seq": seq, "d": 4096, "kv": 1024, "head_dim": 128},
+          lambda batch, seq, d, kv, head_dim: [(batch, seq, d), (batch, seq, head_dim), (batch, seq, head_dim)],
+          {"batch": min(batch, 2), "seq": min(seq, 4), "d": 32, "kv": 16, "head_dim": 8}, decode=seq == 1)
       for stage, batch, seq, what in (("prefill", 1, 4096, "prefill of 4096 tokens"),
                                       ("decode_m16", 16, 1, "decode, 16 sequences"))],
     # benchmarks/run.py's decode workloads written as modules: amk.compile against build_fused_kernel's D, E, F
