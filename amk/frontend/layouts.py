@@ -23,7 +23,9 @@ ops (add, sub, mul, div, neg), activations of one tensor, and ``rotate_half``'s 
 dim, whose other tensor operands broadcast to the result (each viewed in memory order: unsqueezed to the result's rank, then permuted). Not
 where the rewritten op's result, transposed back, would have other strides than PyTorch gives the op (its operands
 permuted differently, a full-size operand laid out otherwise): each rewrite compares the two and keeps the op
-where they differ.
+where they differ (on every dim longer than 1: a size-1 dim's stride addresses nothing, as amk's kernels' outputs
+are judged). Nor across a mutation or a grad-mode change (a view made under ``no_grad`` carries no gradient to its
+source, a view of a table made there none to the table).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from amk.frontend.analysis import epochs_of
 from amk.frontend.nodes import meta_value
 from amk.frontend.patterns import last_dim_slice
 from amk.frontend.spellings import ADD, CAT, DIV, GETITEM, MUL, NEG, SUB, is_, spellings
@@ -101,13 +104,14 @@ def _last_dim_pieces(node: Node) -> list[tuple[int, int]] | None:
 def compute_in_memory_order(gm: GraphModule) -> list[str]:
     """Rewrite ``gm``'s elementwise ops on permuted views to run in memory order (the module's docstring); the names
     of the ops rewritten."""
-    region = _region(gm)
+    epochs = epochs_of(gm)
+    region = _region(gm, epochs)
     if not region:
         return []
     graph, in_memory_order, views = gm.graph, {}, {}
     for node, dims in region.items():
         with graph.inserting_before(node):
-            in_memory_order[node] = _in_memory_order(node, dims, region, in_memory_order, views)
+            in_memory_order[node] = _in_memory_order(node, dims, region, in_memory_order, views, epochs)
             if any(user not in region for user in node.users):
                 back = _traced(graph.call_method("permute", (in_memory_order[node], *dims)),
                                lambda n=in_memory_order[node], d=dims: meta_value(n).permute(*d), node)
@@ -149,13 +153,13 @@ def permutation(node) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
-def _region(gm: GraphModule) -> dict[Node, tuple[int, ...]]:
+def _region(gm: GraphModule, epochs: dict[Node, int]) -> dict[Node, tuple[int, ...]]:
     """The ops to compute in memory order, in graph order, each with the permutation of its result: the elementwise
     ops that read a permuted view or an op of the region, less those read outside the region whose result PyTorch
     lays out otherwise than the permutation of a row-major one (removed until none is left)."""
     region: dict[Node, tuple[int, ...]] = {}
     for node in gm.graph.nodes:
-        dims = _movable(node, region)
+        dims = _movable(node, region, epochs)
         if dims is not None:
             region[node] = dims
     shrinking = True
@@ -189,16 +193,21 @@ def _operands(node: Node) -> list | None:
     return None
 
 
-def _movable(node: Node, region: dict[Node, tuple[int, ...]]) -> tuple[int, ...] | None:
+def _movable(node: Node, region: dict[Node, tuple[int, ...]], epochs: dict[Node, int]) -> tuple[int, ...] | None:
     """The permutation ``node`` would be computed under: that of its first operand that is a permuted view or an op
-    of the region, where every tensor operand broadcasts to its result; else None."""
+    of the region, where every tensor operand broadcasts to its result and every operand of the region has that
+    permutation; else None. Only a view or an op made in ``node``'s epoch counts (no mutation or grad-mode change
+    between them: a view made under ``no_grad`` carries no gradient to its source)."""
     operands = _operands(node)
     if operands is None:
         return None
-    permuted = [region[a] if a in region else permutation(a) for a in operands if isinstance(a, Node)]
+    same_epoch = [a for a in operands if isinstance(a, Node) and epochs.get(a) == epochs.get(node)]
+    if any(a in region and epochs.get(a) != epochs.get(node) for a in operands if isinstance(a, Node)):
+        return None
+    permuted = [region[a] if a in region else permutation(a) for a in same_epoch]
     dims = next((d for d in permuted if d is not None), None)
     rank = meta_value(node).dim()
-    if dims is None or len(dims) != rank:
+    if dims is None or len(dims) != rank or any(region.get(a, dims) != dims for a in same_epoch):
         return None
     if any(not isinstance(meta_value(a), torch.Tensor) or meta_value(a).dim() > rank
            for a in operands if isinstance(a, Node)):
@@ -226,27 +235,29 @@ def _inverse(dims: tuple[int, ...]) -> list[int]:
     return inverse
 
 
-def _in_memory_order(node: Node, dims: tuple[int, ...], region: dict, in_memory_order: dict, views: dict) -> Node:
+def _in_memory_order(node: Node, dims: tuple[int, ...], region: dict, in_memory_order: dict, views: dict,
+                     epochs: dict[Node, int]) -> Node:
     """``node``'s op on its operands in memory order: an op of the region as it was computed so, a view permuted by
-    ``dims`` as its source, any other tensor unsqueezed to the rank and permuted back (once: ``views`` keeps them,
-    RoPE's cos and sin read by the q and k rotations alike)."""
-    graph, inverse = node.graph, _inverse(dims)
+    ``dims`` (made in ``node``'s epoch) as its source, a 0-d tensor as it is (type promotion ranks it below tensors of
+    dims), any other tensor unsqueezed to the rank and permuted back (once per epoch: ``views`` keeps them, RoPE's cos
+    and sin read by the q and k rotations alike)."""
+    graph, inverse, epoch = node.graph, _inverse(dims), epochs.get(node)
 
     def aligned(operand):
-        if not isinstance(operand, Node):
+        if not isinstance(operand, Node) or meta_value(operand).dim() == 0:
             return operand
-        if region.get(operand) == dims:
+        if operand in region:  # _movable saw to it: the same permutation, the same epoch
             return in_memory_order[operand]
-        if permutation(operand) == dims:
+        if permutation(operand) == dims and epochs.get(operand) == epoch:
             return operand.args[0]
-        if (operand, dims) not in views:
+        if (operand, dims, epoch) not in views:
             view = operand
             for _ in range(len(dims) - meta_value(operand).dim()):
                 view = _traced(graph.call_method("unsqueeze", (view, 0)), lambda v=view: meta_value(v).unsqueeze(0),
                                node)
-            views[operand, dims] = _traced(graph.call_method("permute", (view, *inverse)),
-                                           lambda v=view: meta_value(v).permute(*inverse), node)
-        return views[operand, dims]
+            views[operand, dims, epoch] = _traced(graph.call_method("permute", (view, *inverse)),
+                                                  lambda v=view: meta_value(v).permute(*inverse), node)
+        return views[operand, dims, epoch]
 
     if is_(node, CAT):
         args = ([aligned(a) for a in node.args[0]], *node.args[1:])
