@@ -8,6 +8,7 @@ graphs), in one process on the same inputs, correctness first.
     python benchmarks/models.py --small --rows fp16_linear_layernorm   # tiny shapes: a smoke test (CPU: eager, amk)
     python benchmarks/models.py --rows gpt2_mlp,bert_ffn --append   # add rows to today's file (a run in parts)
     python benchmarks/models.py --append --missing --time-limit 400 # the rows today's file lacks (the next part)
+    python benchmarks/models.py --process-per-row                # each row in a fresh process: cold first calls
     python benchmarks/models.py --render FILE.json               # rewrite a results file's table and chart
     python benchmarks/models.py --autocast bfloat16 --rows bert_ffn  # AMP: fp32 modules called under torch.autocast
 
@@ -79,6 +80,7 @@ import gc
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -468,6 +470,10 @@ def main(argv=None) -> None:
                         "dtype (default stem YYYY-MM-DD-<gpu>-models-autocast-<dtype>)")
     parser.add_argument("--render", metavar="JSON", help="measure nothing: rewrite the table and chart of a results "
                         "file from its JSON")
+    parser.add_argument("--process-per-row", action="store_true", help="each row in a process of its own, with "
+                        "caches of its own: every contender's first call is its process's first, cold (by default "
+                        "a run's rows share a process and its caches, and a row after one of the same shapes finds "
+                        "Inductor's autotuning done)")
     args = parser.parse_args(argv)
     if args.render:
         path = Path(args.render)
@@ -486,8 +492,44 @@ def main(argv=None) -> None:
     on_gpu = default_device().type == "cuda"
     if not on_gpu and not args.small:
         parser.error("without a GPU the kernels run in Triton's interpreter: use --small (tiny shapes)")
+    if args.process_per_row:
+        run_rows_in_processes(args, names)
+        return
     with contextlib.nullcontext() if args.warm_caches else fresh_caches():
         run_rows(args, names, chosen, on_gpu, argv)
+
+
+def results_stem(args: argparse.Namespace, env: dict) -> str:
+    return args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models" + (
+        f"-autocast-{args.autocast}" if args.autocast else "")
+
+
+def run_rows_in_processes(args: argparse.Namespace, names: list[str]) -> None:
+    """``--process-per-row``: each row measured by ``python models.py --rows ROW --append`` in a process of its own,
+    one after the other, into the same results file; the rows not started before ``--time-limit`` (or whose process
+    failed) are listed as not run."""
+    stem, out = results_stem(args, environment()), Path(args.out)
+    path = out / f"{stem}.json"
+    if args.missing and path.exists():
+        names = [name for name in names if name not in {row["row"] for row in json.loads(path.read_text())["rows"]}]
+    common = ["--contenders", args.contenders, "--out", args.out, "--stem", stem,
+              *(["--small"] if args.small else []), *(["--quick"] if args.quick else []),
+              *(["--warm-caches"] if args.warm_caches else []), *(["--autocast", args.autocast] if args.autocast else [])]
+    started, not_run, appending = time.perf_counter(), [], args.append  # the first row run starts the file afresh
+    for name in names:
+        if args.time_limit is not None and time.perf_counter() - started > args.time_limit:
+            not_run.append(name)
+            continue
+        append = ["--append"] if appending else []
+        appending = True
+        result = subprocess.run([sys.executable, __file__, "--rows", name, *common, *append], check=False)
+        if result.returncode:
+            print(f"== {name}: its process exited with {result.returncode}", flush=True)
+            not_run.append(name)
+    if not_run and path.exists():
+        document = json.loads(path.read_text())
+        document["not_run"] = [*document.get("not_run", []), *not_run]
+        print(write_reports(document, out, stem))
 
 
 def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_gpu: bool, argv) -> None:
@@ -499,8 +541,7 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     autocast = getattr(torch, args.autocast) if args.autocast else None
-    stem = args.stem or f"{env['date'][:10]}-{gpu_slug(env['gpu'])}-models" + (
-        f"-autocast-{args.autocast}" if autocast else "")
+    stem = results_stem(args, env)
     document = {"environment": env, "command": " ".join(["python", "benchmarks/models.py", *(argv or sys.argv[1:])]),
                 "float32_matmul_precision": float32_matmul_precision(),
                 "caches": "the user's" if args.warm_caches else "fresh temporary directories",

@@ -23,11 +23,10 @@ def run_models(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
-    """Two rows in two parts, the second appended to the first's file."""
+    """Two rows, each in a process of its own (``--process-per-row``): the second appended to the first's file."""
     out = tmp_path_factory.mktemp("models")
-    for row, append in (("fp16_linear_layernorm", []), ("llama_mlp_decode_m1", ["--append"])):
-        run_models("--small", "--rows", row, "--contenders", "eager,amk,amk_graphs", "--out", str(out), "--stem",
-                   "smoke", *append)
+    run_models("--small", "--rows", "fp16_linear_layernorm,llama_mlp_decode_m1", "--contenders",
+               "eager,amk,amk_graphs", "--out", str(out), "--stem", "smoke", "--process-per-row")
     return out
 
 
@@ -49,8 +48,8 @@ def test_two_small_rows_are_measured_correct_and_written_as_json_and_markdown(sm
         assert (row["contenders"]["amk"]["compile_worker_job_s"] > 0) == (row["contenders"]["amk"]["compile_worker_jobs"] > 0)
         assert "compile_workers_broken" not in row["contenders"]["amk"]
     first, second = document["command"].split("; ")
-    assert first.startswith("python benchmarks/models.py --small --rows fp16_linear_layernorm")
-    assert second.endswith("--append")
+    assert first.startswith("python benchmarks/models.py --rows fp16_linear_layernorm") and "--append" not in first
+    assert second.startswith("python benchmarks/models.py --rows llama_mlp_decode_m1") and second.endswith("--append")
     assert document["caches"] == "fresh temporary directories"
     table = (smoke / "smoke.md").read_text()
     assert "| row | eager | amk.compile |" in table and "| fp16_linear_layernorm: Linear + LayerNorm, fp16 |" in table
