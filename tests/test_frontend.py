@@ -486,7 +486,8 @@ def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each(rotate, share
     for batch, seq in ((2, 5), (3, 7)):
         x, (cos, sin) = inputs(batch, seq), rotary_tables(batch, seq, shared=shared)
         report = amk.explain(model, (x, cos, sin), print_report=False)
-        assert {node.target for node in report.pytorch} <= {"Tensor.view", "Tensor.unsqueeze", "Tensor.permute"}, report
+        assert all(node.is_view for node in report.pytorch), report
+        assert f"{len(report.pytorch)} of them views, which copy nothing" in str(report)
         rotations = [kernel for subgraph in report.graphs[0].subgraphs for kernel in subgraph.kernels
                      if "rotate_half" in str(kernel)]
         assert len(rotations) == 2 and all(not subgraph.unfused for subgraph in report.graphs[0].subgraphs), report
@@ -520,16 +521,16 @@ def test_ops_on_permuted_views_keep_eagers_layout_and_values():
         # a 0-d tensor keeps its rank: type promotion ranks it below tensors of dims (fp16 times an fp32 0-d: fp16)
         "zero_dim_operand": lambda x: heads(x).half().transpose(1, 2) * torch.tensor(0.5, device=x.device),
     }
-    views = {"Tensor.view", "Tensor.permute", "Tensor.transpose", "Tensor.reshape"}
     for name, fn in cases.items():
         x = inputs(2)
         ours, theirs = amk.compile(fn)(x), fn(x)
         torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=RTOL if name != "zero_dim_operand" else 1e-3,
                                    msg=name)
         assert ours.stride() == theirs.stride(), name
-        left = {node.target for node in amk.explain(fn, (x,), print_report=False).pytorch}
+        left = [node for node in amk.explain(fn, (x,), print_report=False).pytorch
+                if not node.is_view and node.target != "Tensor.reshape"]
         if name in ("full_size_operand", "permute_of_three_dims", "viewed_after"):
-            assert left <= views, (name, left)  # the arithmetic and the activation in kernels
+            assert not left, (name, left)  # the arithmetic and the activation in kernels
 
 
 def test_views_made_under_no_grad_keep_their_gradients_through_the_rewrite():

@@ -165,11 +165,22 @@ class SubgraphReport(CallFallbacks):
         return self._description[1]
 
 
+# Targets (as describe_target names them) whose result is a view of their input: PyTorch makes them without copying
+# or launching anything, so a model's ops left to PyTorch are counted apart from them.
+VIEWS = frozenset({"Tensor.view", "Tensor.transpose", "Tensor.permute", "Tensor.unsqueeze", "Tensor.squeeze",
+                   "Tensor.expand", "Tensor.t", "torch.transpose", "torch.permute", "torch.unsqueeze",
+                   "torch.squeeze", "torch.t"})
+
+
 @dataclass
 class PyTorchNode:
     name: str
     target: str
     reason: str
+
+    @property
+    def is_view(self) -> bool:
+        return self.target in VIEWS
 
 
 @dataclass
@@ -222,8 +233,10 @@ class ExplainReport:
         return [n for g in self.graphs for n in g.pytorch]
 
     def __str__(self) -> str:
+        views = sum(node.is_view for node in self.pytorch)
         head = (f"amk.explain: {len(self.graphs)} graph(s) (numbered as amk compiled them in this process, like "
-                f"dump_ir's folders), {len(self.kernels)} fused kernel(s), {len(self.pytorch)} op(s) left to PyTorch")
+                f"dump_ir's folders), {len(self.kernels)} fused kernel(s), {len(self.pytorch)} op(s) left to PyTorch"
+                + (f" ({views} of them views, which copy nothing)" if views else ""))
         return "\n".join([head] + [str(g) for g in self.graphs])
 
 
