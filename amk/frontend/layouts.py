@@ -19,8 +19,8 @@ iteration space is ``[B, S, H, D]``, ``cos`` reads as ``[B, S, 1, D]`` (rows bro
 reads) and the result, transposed back, has PyTorch's strides.
 
 What moves: a permutation of a tensor of rank 3 or more that keeps the last dim in place, through the arithmetic
-ops (add, sub, mul, div, neg), activations of one tensor, and ``rotate_half``'s slices and ``cat`` over the last
-dim, whose other tensor operands broadcast to the result (each viewed in memory order: unsqueezed to the result's rank, then permuted). Not
+ops (add, sub, mul, div, neg), activations of one tensor, casts to a dtype (RoPE computed in fp32, Qwen2-VL's and
+Gemma 3's), and ``rotate_half``'s slices and ``cat`` over the last dim, whose other tensor operands broadcast to the result (each viewed in memory order: unsqueezed to the result's rank, then permuted). Not
 where the rewritten op's result, transposed back, would have other strides than PyTorch gives the op (its operands
 permuted differently, a full-size operand laid out otherwise): each rewrite compares the two and keeps the op
 where they differ (on every dim longer than 1: a size-1 dim's stride addresses nothing, as amk's kernels' outputs
@@ -41,6 +41,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from amk.frontend.analysis import epochs_of
+from amk.frontend.converters import CASTS
 from amk.frontend.nodes import meta_value
 from amk.frontend.patterns import last_dim_slice
 from amk.frontend.spellings import ADD, CAT, DIV, GETITEM, MUL, NEG, SUB, is_, spellings
@@ -184,6 +185,9 @@ def _operands(node: Node) -> list | None:
     if is_(node, ACTIVATIONS) and len(node.args) == 1 and not node.kwargs.get("inplace") \
             and not any(isinstance(v, Node) for v in node.kwargs.values()):
         return [node.args[0]]
+    if is_(node, CASTS) and "memory_format" not in node.kwargs \
+            and not any(isinstance(a, Node) for a in [*node.args[1:], *node.kwargs.values()]):
+        return [node.args[0]]  # to a dtype (type_as reads another tensor: it stays)
     if last_dim_slice(node) is not None:
         return [node.args[0]]
     if is_(node, CAT) and node.kwargs.keys() <= {"dim"} and node.args and isinstance(node.args[0], list | tuple):
@@ -263,7 +267,7 @@ def _in_memory_order(node: Node, dims: tuple[int, ...], region: dict, in_memory_
         args = ([aligned(a) for a in node.args[0]], *node.args[1:])
     elif is_(node, ARITHMETIC):
         args = tuple(aligned(a) for a in node.args)
-    else:  # an activation, or a slice of the last dim (the same index)
+    else:  # an activation, a cast, or a slice of the last dim (the same index)
         args = (aligned(node.args[0]), *node.args[1:])
     return _traced(graph.create_node(node.op, node.target, args, dict(node.kwargs)), lambda: _call(node, args), node)
 
