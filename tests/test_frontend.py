@@ -568,6 +568,31 @@ def test_views_made_under_no_grad_keep_their_gradients_through_the_rewrite():
                 torch.testing.assert_close(mine, eager)
 
 
+def test_bmm_and_baddbmm_fuse_with_what_follows():
+    """``torch.bmm`` (OPT's attention scores over ``[B * H, S, D]``) and ``torch.baddbmm`` (BLOOM's onto its ALiBi
+    biases, GPT-NeoX's into zeros, with ``alpha`` and ``beta``) were left to PyTorch; they are batched matmuls, the
+    keys' transpose read as their rhs, with the mask, the biases and the softmax in their kernel."""
+    q, k = torch.randn(6, 7, 16, device=DEVICE), torch.randn(6, 7, 16, device=DEVICE)
+    mask = torch.zeros(6, 7, 7, device=DEVICE)
+    mask[:, :, -2:] = -1e9
+    alibi = torch.randn(6, 1, 7, device=DEVICE)
+
+    def opt(q, k, mask):
+        return F.softmax(torch.bmm(q, k.transpose(1, 2)) + mask, dim=-1)
+
+    def bloom(alibi, q, k):
+        return F.softmax(torch.baddbmm(alibi, q, k.transpose(1, 2), beta=0.5, alpha=0.125), dim=-1)
+
+    def neox(q, k):
+        return q.new_zeros(6, 7, 7).baddbmm(q, k.transpose(1, 2), alpha=0.25)
+
+    for fn, args in ((opt, (q, k, mask)), (bloom, (alibi, q, k)), (neox, (q, k))):
+        report = amk.explain(fn, args, print_report=False)
+        assert len(report.kernels) == 1 and "matmul" in str(report.kernels[0]), report
+        assert all(node.target in ("Tensor.new_zeros",) for node in report.pytorch), report
+        torch.testing.assert_close(amk.compile(fn)(*args), fn(*args), atol=ATOL, rtol=RTOL)
+
+
 def test_explain_says_why_in_the_users_terms():
     """Reasons that misled (a full sum reported as a missing dim argument, max over a dim as having no equivalent
     though amax fuses, a mask broadcast over the heads as not broadcasting at all, a size computation as not a tensor)

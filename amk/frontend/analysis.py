@@ -18,7 +18,7 @@ from amk.frontend.converters import ALTERNATIVES, COMPARISONS, CONVERTERS
 from amk.frontend.importer import ScalarResolver, SubgraphImporter
 from amk.frontend.nodes import Unsupported, describe_target
 from amk.frontend.patterns import Pattern, match_patterns
-from amk.frontend.spellings import ADDMM, MATMUL, is_, key_of
+from amk.frontend.spellings import ADDMM, BADDBMM, BMM, MATMUL, is_, key_of
 
 
 @dataclass
@@ -133,18 +133,19 @@ def epochs_of(gm: GraphModule) -> dict[Node, int]:
     return epochs
 
 
+# The matmul families, each with its arguments' names in order: the last is the rhs.
+_PRODUCT_ARGUMENTS = ((MATMUL, ("input", "other")), (BMM, ("input", "mat2")), (ADDMM, ("input", "mat1", "mat2")),
+                      (BADDBMM, ("input", "batch1", "batch2")))
+
+
 def _matmul_rhs_users_only(node: Node) -> bool:
-    """Whether every user of a transpose node reads it as a matmul's rhs."""
+    """Whether every user of a transpose node reads it as a matmul's rhs (and as nothing else)."""
     for user in node.users:
-        if is_(user, MATMUL):
-            operands = list(user.args) + [user.kwargs.get("other")]
-            if operands[0] is node or node not in operands[1:]:
-                return False
-        elif is_(user, ADDMM):
-            operands = list(user.args) + [user.kwargs.get("mat2")]
-            if node in operands[:2] or user.kwargs.get("mat1") is node or user.kwargs.get("input") is node:
-                return False
-        else:
+        names = next((names for family, names in _PRODUCT_ARGUMENTS if is_(user, family)), None)
+        if names is None:
+            return False
+        bound = dict(zip(names, user.args)) | {name: user.kwargs[name] for name in names if name in user.kwargs}
+        if bound.get(names[-1]) is not node or any(bound.get(name) is node for name in names[:-1]):
             return False
     return bool(node.users)
 

@@ -42,7 +42,7 @@ from amk.frontend.spellings import ADD, BMM, DIV, MATMUL, MUL, is_, spellings
 log = logging.getLogger(__name__)
 
 SOFTMAX = spellings([torch.softmax, F.softmax], ["softmax"])
-PRODUCTS = MATMUL | BMM  # torch.bmm's attention too (amk does not fuse bmm itself)
+PRODUCTS = MATMUL | BMM  # torch.bmm's attention too
 MASKED_FILL = spellings([torch.masked_fill], ["masked_fill"])
 WHERE = spellings([torch.where], [])
 DROPOUT = spellings([F.dropout], [])

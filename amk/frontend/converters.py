@@ -23,7 +23,22 @@ from amk.dialects import tensor_op
 from amk.dtypes import to_ir
 from amk.frontend.importer import SubgraphImporter, Transposed
 from amk.frontend.nodes import FLOAT_DTYPES, Unsupported, bind_arguments, describe_target, dim_of, fake_tensor
-from amk.frontend.spellings import ADD, ADDMM, DIV, LINEAR, MATMUL, MUL, POW, SQUARE, SUB, VAR, key_of, spellings
+from amk.frontend.spellings import (
+    ADD,
+    ADDMM,
+    BADDBMM,
+    BMM,
+    DIV,
+    LINEAR,
+    MATMUL,
+    MUL,
+    POW,
+    SQUARE,
+    SUB,
+    VAR,
+    key_of,
+    spellings,
+)
 from amk.symbolic import provably_equal
 
 
@@ -601,10 +616,18 @@ def _matmul(b, node):
     return _matmul_value(b, a["input"], a["other"], "matmul", _result_dtype(node))
 
 
-@register(ADDMM, "addmm")
-def _addmm(b, node):
-    a = bind_arguments(node, ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1})
-    y = _matmul_value(b, a["mat1"], a["mat2"], "addmm", _result_dtype(node))
+@register(BMM, "bmm")
+def _bmm(b, node):
+    """``torch.bmm``: a batched matmul (OPT's and BLOOM's attention scores over ``[B * H, S, D]``; its operands are
+    3-D, which PyTorch's trace checked)."""
+    a = bind_arguments(node, ("input", "mat2"))
+    return _matmul_value(b, a["input"], a["mat2"], "bmm", _result_dtype(node))
+
+
+def _product_plus_input(b, node, lhs: str, rhs: str, what: str) -> SSAValue:
+    """``beta * input + alpha * (lhs @ rhs)``: ``torch.addmm`` and ``torch.baddbmm``."""
+    a = bind_arguments(node, ("input", lhs, rhs, "beta", "alpha"), {"beta": 1, "alpha": 1})
+    y = _matmul_value(b, a[lhs], a[rhs], what, _result_dtype(node))
     alpha, beta = b.scalar(a["alpha"]), b.scalar(a["beta"])
     if alpha != 1:
         y = b.add(tensor_op.ScaleOp(y, factor=FloatAttr(alpha, f64)), "alpha")
@@ -614,6 +637,17 @@ def _addmm(b, node):
     if beta != 1:
         bias = b.add(tensor_op.ScaleOp(bias, factor=FloatAttr(beta, f64)), "beta")
     return b.add(tensor_op.AddOp(y, bias))
+
+
+@register(ADDMM, "addmm")
+def _addmm(b, node):
+    return _product_plus_input(b, node, "mat1", "mat2", "addmm")
+
+
+@register(BADDBMM, "baddbmm")
+def _baddbmm(b, node):
+    """``torch.baddbmm`` (GPT-NeoX's attention scores into zeros, BLOOM's onto its ALiBi biases)."""
+    return _product_plus_input(b, node, "batch1", "batch2", "baddbmm")
 
 
 # -- casts and identities -----------------------------------------------------------------------------------------------
