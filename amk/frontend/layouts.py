@@ -20,12 +20,14 @@ reads) and the result, transposed back, has PyTorch's strides.
 
 What moves: a permutation of a tensor of rank 3 or more that keeps the last dim in place, through the arithmetic
 ops (add, sub, mul, div, neg), activations of one tensor, casts to a dtype (RoPE computed in fp32, Qwen2-VL's and
-Gemma 3's), and ``rotate_half``'s slices and ``cat`` over the last dim, whose other tensor operands broadcast to the result (each viewed in memory order: unsqueezed to the result's rank, then permuted). Not
-where the rewritten op's result, transposed back, would have other strides than PyTorch gives the op (its operands
-permuted differently, a full-size operand laid out otherwise): each rewrite compares the two and keeps the op
-where they differ (on every dim longer than 1: a size-1 dim's stride addresses nothing, as amk's kernels' outputs
-are judged). Nor across a mutation or a grad-mode change (a view made under ``no_grad`` carries no gradient to its
-source, a view of a table made there none to the table).
+Gemma 3's), and ``rotate_half``'s slices and ``cat`` over the last dim, whose other tensor operands broadcast to the
+result (each viewed in memory order: unsqueezed to the result's rank, then permuted; a 0-d tensor as it is). The ops
+so moved form a region; one whose result is read outside the region stays out of it where that result, transposed
+back, would have other strides than PyTorch gives it (its operands permuted differently, a full-size operand laid
+out otherwise; a ``cat`` of permuted views, which PyTorch makes row-major), compared on every dim longer than 1 (a
+size-1 dim's stride addresses nothing, as amk's kernels' outputs are judged). Nothing moves across a mutation or a
+grad-mode change (a view made under ``no_grad`` carries no gradient to its source, a view of a table made there none
+to the table).
 """
 
 from __future__ import annotations
