@@ -498,6 +498,39 @@ def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each(rotate, share
             assert mine.stride() == eager.stride()
 
 
+class NormedRotaryQKV(RotaryQueriesAndKeys):
+    """Llama's attention inputs whole, in Hugging Face's order: the norm, the q, k and v projections with their
+    heads split, then RoPE on q and k."""
+
+    def __init__(self):
+        super().__init__(kv_heads=2)
+        self.norm = nn.RMSNorm(HIDDEN)
+        self.v_proj = nn.Linear(HIDDEN, self.kv_heads * self.head_dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        h = self.norm(x)
+        q, k, v = (proj(h).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
+def test_a_projection_stays_with_the_norm_it_reads_when_a_later_subgraph_could_take_it():
+    """The partitioner merges greedily: v's projection, which no rotation reads, joined the rotations' subgraph
+    (q's and k's projections could not, their views feeding the rotations), so k and v were two GEMMs and the norm's
+    output went through memory to v's. It now stays with the norm: k's and v's projections are one dual GEMM."""
+    model = NormedRotaryQKV().to(DEVICE)
+    x, (cos, sin) = inputs(2, 5), rotary_tables(2, 5)
+    report = amk.explain(model, (x, cos, sin), print_report=False)
+    first, rotations = report.graphs[0].subgraphs
+    assert any(str(kernel).count("matmul(") == 2 for kernel in first.kernels), report  # k's and v's dual GEMM
+    assert not any("matmul" in str(kernel) for kernel in rotations.kernels), report
+    with torch.no_grad():
+        for mine, eager in zip(amk.compile(model)(x, cos, sin), model(x, cos, sin), strict=True):
+            torch.testing.assert_close(mine, eager, atol=ATOL, rtol=RTOL)
+
+
 def test_ops_on_permuted_views_keep_eagers_layout_and_values():
     """What moves into memory order and what does not: a full-size operand laid out otherwise than the permuted one
     (read through a permuted view of it), a permute of three dims, a sum of two differently permuted views (left as

@@ -124,6 +124,7 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
             if any(analysis.infos[n].kind == "compute" for n in nodes):
                 partitions.append(nodes)
     partitions.sort(key=lambda nodes: order[nodes[0]])
+    _join_their_producers(partitions, order, analysis)
     # A transpose of a tensor from outside (a weight) read by matmuls of several subgraphs (``wt = W.t()`` hoisted out
     # of a loop) runs in PyTorch, a view and free, each subgraph reading it as an argument: its own subgraph could not
     # hand it to the others. (A transpose of its subgraph's own value stays: read back, it would make a cycle.)
@@ -134,6 +135,38 @@ def _partition(gm: GraphModule, analysis: Analysis) -> list[list[Node]]:
                 and any(owner.get(user) != owner[node] for user in node.users))
 
     return [kept for kept in ([node for node in nodes if not shared_transpose(node)] for nodes in partitions) if kept]
+
+
+def _join_their_producers(partitions: list[list[Node]], order: dict[Node, int], analysis: Analysis) -> None:
+    """Move into an earlier subgraph each node of a later one that reads the earlier one's values, whose other inputs
+    come from outside every subgraph before the earlier one's last node, and that nothing of the later one reads: the
+    node moves in the graph to just after that last node, where the earlier subgraph will run (in place, in
+    ``partitions``, ``order`` and the graph).
+
+    Why: the partitioner merges greedily. Hugging Face's Llama projects q, k and v from one norm, each split into
+    heads right away; v's projection, which no rotation reads, joined the later subgraph of the rotary embeddings
+    (q's and k's could not: their views feed the rotations), so the norm's output went through memory to it and k
+    and v were no longer one dual GEMM."""
+    owner = {node: index for index, nodes in enumerate(partitions) for node in nodes}
+    for later, nodes in enumerate(partitions):
+        for node in list(nodes):
+            sources = {owner.get(argument) for argument in node.all_input_nodes} - {None}
+            earlier = sources.pop() if len(sources) == 1 else None
+            if earlier is None or earlier >= later or any(owner.get(user) == later for user in node.users) \
+                    or analysis.epochs.get(node) != analysis.epochs.get(partitions[earlier][0]):
+                continue
+            last = max(partitions[earlier], key=order.__getitem__)
+            if any(owner.get(argument) is None and order[argument] > order[last] for argument in node.all_input_nodes):
+                continue
+            last.append(node)  # FX moves the node to just after ``last``
+            order[node] = order[last] + 0.5
+            nodes.remove(node)
+            partitions[earlier].append(node)
+            owner[node] = earlier
+    partitions[:] = [nodes for nodes in partitions
+                     if any(analysis.infos[node].kind == "compute" for node in nodes)]
+    for nodes in partitions:
+        nodes.sort(key=order.__getitem__)
 
 
 def _function_dims(imported: ImportedSubgraph) -> list[list]:
