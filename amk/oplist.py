@@ -84,10 +84,9 @@ def _unary(op_name: str):
 
 
 def _rotate_half(x, operands, params):
-    columns = x.type.dims[-1] if x.type.rank else None
-    if columns is None or not columns.is_static or columns.value % 2:
-        raise UnsupportedOpError(f"rotate_half swaps the halves of the last dim, which must be a known even number; "
-                                 f"got a tensor of shape [{', '.join(map(str, x.type.dims))}]")
+    problem = _op("RotateHalfOp").shape_problem(x.type.dims)
+    if problem:
+        raise UnsupportedOpError(f"rotate_half {problem}")
     return _op("RotateHalfOp")(x)
 
 

@@ -656,12 +656,18 @@ class RotateHalfOp(ElementwiseUnaryOp):
 
     name = "tensor_op.rotate_half"
 
+    @staticmethod
+    def shape_problem(dims: Sequence[Dim]) -> str | None:
+        """Why a tensor of shape ``dims`` has no rotate_half (its last dim is no known even number), or None."""
+        if not dims or not dims[-1].is_static or dims[-1].value % 2:
+            return f"swaps the halves of the last dim, which must be a known even number; got [{', '.join(map(str, dims))}]"
+        return None
+
     def verify_(self) -> None:
         super().verify_()
-        dims = tensor_type(self.input).dims
-        if not dims or not dims[-1].is_static or dims[-1].value % 2:
-            raise VerifyException(f"'{self.name}' swaps the halves of the last dim, which must be a known even number; "
-                                  f"got [{', '.join(map(str, dims))}]")
+        problem = self.shape_problem(tensor_type(self.input).dims)
+        if problem:
+            raise VerifyException(f"'{self.name}' {problem}")
 
 
 @irdl_op_definition
