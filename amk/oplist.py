@@ -84,10 +84,11 @@ def _unary(op_name: str):
 
 
 def _rotate_half(x, operands, params):
-    problem = _op("RotateHalfOp").shape_problem(x.type.dims)
+    group = params.get("group")
+    problem = _op("RotateHalfOp").shape_problem(x.type.dims, group)
     if problem:
         raise UnsupportedOpError(f"rotate_half {problem}")
-    return _op("RotateHalfOp")(x)
+    return _op("RotateHalfOp")(x, group)
 
 
 def _gelu(x, operands, params):
@@ -191,8 +192,9 @@ OPS: dict[str, OpSpec] = {
                        "log(1 + exp(beta * x)) / beta, x above threshold (beta 1, threshold 20)"),
     "hardsigmoid": OpSpec(0, 0, {}, _unary("HardsigmoidOp"), "min(max(x + 3, 0), 6) / 6"),
     "hardswish": OpSpec(0, 0, {}, _unary("HardswishOp"), "x * min(max(x + 3, 0), 6) / 6"),
-    "rotate_half": OpSpec(0, 0, {}, _rotate_half, "cat(-x[..., D/2:], x[..., :D/2]) over the last dim D (rotary "
-                          "embeddings' rotate_half); reads its operand from memory, so it starts a kernel"),
+    "rotate_half": OpSpec(0, 0, {"group": int}, _rotate_half, "cat(-x[..., D/2:], x[..., :D/2]) over the last dim D "
+                          "(rotary embeddings' rotate_half), or over each group of D = group columns (heads side by "
+                          "side); computed in registers from a tile spanning whole groups"),
     "leaky_relu": OpSpec(0, 0, {"negative_slope": _NUMBER}, _leaky, "leaky ReLU (negative_slope, default 0.01)"),
     "clamp": OpSpec(0, 0, {"min": _NUMBER, "max": _NUMBER}, _clamp, "clamp to [min, max]"),
     "hardtanh": OpSpec(0, 0, {"min_val": _NUMBER, "max_val": _NUMBER}, _hardtanh, "clamp to [-1, 1] by default"),

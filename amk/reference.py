@@ -75,10 +75,18 @@ def linear_function(activation: str | None, weight_kn: bool) -> Callable:
     return linear
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``tensor_op.rotate_half``: the last dim's halves swapped, the one moved first negated."""
+def rotate_half(x: torch.Tensor, group: int | None = None) -> torch.Tensor:
+    """``tensor_op.rotate_half``: the last dim's halves swapped, the one moved first negated; with ``group``, those
+    of each group of ``group`` columns (heads side by side)."""
+    if group is not None:
+        return rotate_half(x.unflatten(-1, (-1, group))).flatten(-2)
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def repeat_columns(x: torch.Tensor, times: int) -> torch.Tensor:
+    """``tensor_op.repeat_columns``: the last dim repeated ``times`` times side by side."""
+    return x.repeat(*(1,) * (x.dim() - 1), times)
 
 
 def _reduction(fn):
@@ -118,7 +126,8 @@ REFERENCE: dict[type[Operation], Callable] = {
     tensor_op.SoftplusOp: lambda op, x: F.softplus(x, op.beta_value, op.threshold_value),
     tensor_op.HardsigmoidOp: lambda op, x: F.hardsigmoid(x),
     tensor_op.HardswishOp: lambda op, x: F.hardswish(x),
-    tensor_op.RotateHalfOp: lambda op, x: rotate_half(x),
+    tensor_op.RotateHalfOp: lambda op, x: rotate_half(x, None if op.group is None else op.group_size),
+    tensor_op.RepeatColumnsOp: lambda op, x: repeat_columns(x, op.times.value.data),
     tensor_op.LeakyReluOp: lambda op, x: F.leaky_relu(x, op.slope),
     tensor_op.ClampOp: _clamp,
     tensor_op.ScaleOp: lambda op, x: x * op.factor.value.data,

@@ -198,9 +198,16 @@ def untimed_in_grid(grid: dict[str, list[int]], heuristic: KernelConfig, kernel,
                     size_hints: Mapping[str, int] | None = None) -> KernelConfig:
     """:func:`nearest_in_grid`, without a Gluon kernel where the device or the kernel cannot take one (the
     interpreter, a GPU other than Hopper, a transposed operand): a grid allows ``GLUON``, it cannot make it run."""
-    from amk.lowering.stage import kernel_problem
+    from amk.lowering.stage import kernel_problem, rotation_group
     from amk.lowering.strategies import strategy_named
 
+    group = rotation_group(kernel)
+    if group is not None and "BLOCK_N" in grid:
+        whole = [value for value in grid["BLOCK_N"] if value % group == 0]
+        if not whole:
+            log.warning("parameter_grid's BLOCK_N values split the groups of %d columns that kernel %s rotates in "
+                        "registers: BLOCK_N %d is used instead", group, kernel.sym_name.data, heuristic.BLOCK_N)
+        grid = {**grid, "BLOCK_N": whole or [heuristic.BLOCK_N]}
     config = nearest_in_grid(grid, heuristic)
     if config.GLUON:
         rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
@@ -286,14 +293,18 @@ def offers_tf32x3(kernel, fp32_dot: str) -> bool:
 
 def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_bytes: int, limits: DeviceLimits,
                  cols: Dim | None = None, contraction: Dim | None = None, tf32x3: bool = False,
-                 gluon: GluonFit | None = None) -> str | None:
+                 gluon: GluonFit | None = None, rotation_group: int | None = None) -> str | None:
     """Why ``config`` cannot run well (or at all) on this device, or None when it is worth timing (the general checks
     here, the tiling strategy's own through its ``prune_reason`` and ``tile_width``); ``tf32x3``: whether the kernel
-    offers the switch ``TF32X3`` (:func:`offers_tf32x3`); ``gluon``: the kernel's :func:`gluon_fit`."""
+    offers the switch ``TF32X3`` (:func:`offers_tf32x3`); ``gluon``: the kernel's :func:`gluon_fit`;
+    ``rotation_group``: the columns of the groups that the kernel rotates in registers, which its ``BLOCK_N`` tiles
+    must hold whole (:func:`amk.lowering.stage.rotation_group`; None where its tiles' width is not ``BLOCK_N``)."""
     from amk.lowering.strategies import STRATEGIES as TILING
     from amk.lowering.strategies import strategy_named
 
     tiling = strategy_named(strategy)
+    if rotation_group is not None and config.BLOCK_N % rotation_group:
+        return f"BLOCK_N {config.BLOCK_N} splits the groups of {rotation_group} columns the kernel rotates in registers"
     if (config.PERSISTENT or config.TMA) and not tiling.tile_grid:
         grids = ", ".join(name for name, each in TILING.items() if each.tile_grid)
         return f"PERSISTENT and TMA apply to the tile-grid strategies ({grids}), not {strategy}"
@@ -613,7 +624,7 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
     kernel that the search leaves more than ``OUTRUN_MARGIN`` slower than it is not refined: its program cannot win
     their race.
     """
-    from amk.lowering.stage import kernel_problem
+    from amk.lowering.stage import kernel_problem, rotation_group
     from amk.lowering.strategies import strategy_named
 
     rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
@@ -629,9 +640,11 @@ def tune_in_steps(kernel, settings: TunerConfig, grid: dict[str, list[int]] | No
 
     tf32x3 = offers_tf32x3(kernel, fp32_dot)
     gluon = gluon_fit(kernel, rows, cols, contraction, size_hints)
+    rotated = rotation_group(kernel) if "BLOCK_N" in used else None
 
     def pruned(config: KernelConfig) -> str | None:
-        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3, gluon)
+        return prune_reason(config, strategy, has_dot, element_bytes, limits, cols, contraction, tf32x3, gluon,
+                            rotated)
 
     space = {key: values for key, values in (grid or {}).items() if key in used}
     if grid is not None and all(pruned(config) for config in grid_configs(space, heuristic)):

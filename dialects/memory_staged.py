@@ -265,9 +265,10 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
         %bias = memory_staged.load %b <[64*pid_n]> {mask = [false], index_bits = 32 : i64}
             : !memory_staged.buffer<global, [256], f16> -> !tiled_loop.tile<[1, 64], f16>
 
-    ``broadcast_rows``, ``broadcast_batch`` and ``rotate_half`` as ``tiled_loop.load``'s
+    ``broadcast_rows``, ``broadcast_batch``, ``rotate_half`` and ``column_period`` as ``tiled_loop.load``'s
     (:class:`~amk.dialects.tiled_loop.BroadcastRows`): the rows' mask is then against the space's rows, its first
-    expression; rotated columns stay in their row, so the columns' mask is the source's.
+    expression; rotated columns stay in their row, so the columns' mask is the source's; columns read modulo the
+    source's row length need none.
     """
 
     name = "memory_staged.load"
@@ -275,14 +276,15 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
     coherent = opt_prop_def(BoolAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
     broadcast_batch = opt_prop_def(ExprsAttr)
-    rotate_half = opt_prop_def(UnitAttr)
+    rotate_half = opt_prop_def(IntegerAttr)
+    column_period = opt_prop_def(IntegerAttr)
     result = result_def(TileType)
     traits = traits_def(Pure())
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue, offsets: Sequence, mask: Sequence[bool], index_bits: int, tile: TileType,
                  broadcast_rows: ExprsAttr | None = None, broadcast_batch: ExprsAttr | None = None,
-                 rotate_half: UnitAttr | None = None):
+                 rotate_half: IntegerAttr | None = None, column_period: IntegerAttr | None = None):
         properties = self.access_properties(offsets, mask, index_bits)
         if broadcast_rows is not None:
             properties["broadcast_rows"] = broadcast_rows
@@ -290,6 +292,8 @@ class LoadOp(BroadcastRows, GlobalAccessOp):
             properties["broadcast_batch"] = broadcast_batch
         if rotate_half is not None:
             properties["rotate_half"] = rotate_half
+        if column_period is not None:
+            properties["column_period"] = column_period
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:

@@ -651,23 +651,83 @@ class HardswishOp(ElementwiseUnaryOp):
 class RotateHalfOp(ElementwiseUnaryOp):
     """The last dim's halves swapped, the one moved first negated: ``cat(-x[..., D/2:], x[..., :D/2])`` for a last
     dim of ``D`` (rotary position embeddings' ``rotate_half``, as Llama and its relatives write it):
-    ``%y = tensor_op.rotate_half %x : T``. ``D`` is a known even number. A kernel computes it by reading ``x`` from
-    memory at the rotated columns, so ``x`` is one of the kernel's inputs."""
+    ``%y = tensor_op.rotate_half %x : T``. ``D`` is a known even number. With ``group = G`` the last dim is groups of
+    ``G`` columns side by side (attention heads not yet split off the projection that made them), each rotated so:
+    ``%y = tensor_op.rotate_half %x {group = 128 : i64} : T``. A kernel computes it by reading ``x`` from memory at the
+    rotated columns where ``x`` is one of its inputs, or in registers, from a tile that spans whole groups."""
 
     name = "tensor_op.rotate_half"
+    group = opt_prop_def(IntegerAttr[IntegerType])
+
+    def __init__(self, input: SSAValue, group: int | None = None):
+        super().__init__(input, **({} if group is None else {"group": IntegerAttr(group, i64)}))
+
+    @property
+    def group_size(self) -> int:
+        """The columns of one rotated group: ``group``, or the whole last dim."""
+        return self.group.value.data if self.group is not None else tensor_type(self.input).dims[-1].value
 
     @staticmethod
-    def shape_problem(dims: Sequence[Dim]) -> str | None:
-        """Why a tensor of shape ``dims`` has no rotate_half (its last dim is no known even number), or None."""
+    def shape_problem(dims: Sequence[Dim], group: int | None = None) -> str | None:
+        """Why a tensor of shape ``dims`` has no rotate_half over groups of ``group`` columns (the whole last dim by
+        default), or None."""
+        shape = ", ".join(map(str, dims))
         if not dims or not dims[-1].is_static or dims[-1].value % 2:
-            return f"swaps the halves of the last dim, which must be a known even number; got [{', '.join(map(str, dims))}]"
+            return f"swaps the halves of the last dim, which must be a known even number; got [{shape}]"
+        if group is not None and (group <= 0 or group % 2 or dims[-1].value % group):
+            return f"rotates groups of {group} columns, which must be an even number dividing the last dim; got [{shape}]"
         return None
 
     def verify_(self) -> None:
         super().verify_()
-        problem = self.shape_problem(tensor_type(self.input).dims)
+        problem = self.shape_problem(tensor_type(self.input).dims, None if self.group is None else self.group.value.data)
         if problem:
             raise VerifyException(f"'{self.name}' {problem}")
+
+
+@irdl_op_definition
+class RepeatColumnsOp(TensorOp):
+    """The last dim repeated ``times`` times side by side, ``x.repeat(1, ..., times)``: a table of ``D`` columns read
+    by every one of ``times`` groups of ``D`` columns (rotary embeddings' ``cos [B, S, D]`` over the heads of a
+    projection's output ``[B, S, H * D]``)::
+
+        %c = tensor_op.repeat_columns %cos {times = 32 : i64} : !tensor_op.tensor<[B, S, 128], bf16> -> !tensor_op.tensor<[B, S, 4096], bf16>
+
+    A kernel reads ``x`` at column ``c % D``, so ``x`` is one of its inputs."""
+
+    name = "tensor_op.repeat_columns"
+    input = operand_def(TensorType)
+    times = prop_def(IntegerAttr[IntegerType])
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($output)"
+
+    def __init__(self, input: SSAValue, times: int):
+        source = tensor_type(input)
+        super().__init__(operands=[input], properties={"times": IntegerAttr(times, i64)},
+                         result_types=[self.repeated_type(source, times)])
+
+    @staticmethod
+    def repeated_type(source: TensorType, times: int) -> TensorType:
+        *lead, last = source.dims
+        return TensorType([*lead, Dim(last.expr * times)], source.element_type)
+
+    @property
+    def period(self) -> int:
+        """The columns of the table repeated (its last dim)."""
+        return tensor_type(self.input).dims[-1].value
+
+    def infer_result_type(self) -> TensorType:
+        return self.repeated_type(tensor_type(self.input), self.times.value.data)
+
+    def verify_(self) -> None:
+        source = tensor_type(self.input)
+        if not source.rank or not source.dims[-1].is_static:
+            raise VerifyException(f"'{self.name}' repeats a last dim of known size; got [{', '.join(map(str, source.dims))}]")
+        if self.times.value.data < 1:
+            raise VerifyException(f"'{self.name}' times must be at least 1, got {self.times.value.data}")
+        super().verify_()
 
 
 @irdl_op_definition
@@ -1005,7 +1065,7 @@ class FusedOp(IRDLOperation):
 TENSOR_OP_OPS = [
     MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, WhereOp, MaskedFillOp, CompareOp,
     ReluOp, GeluOp, SiluOp, SigmoidOp, TanhOp, ExpOp, AbsOp, SqrtOp, RsqrtOp, LogOp, ErfOp, MishOp, SoftplusOp,
-    HardsigmoidOp, HardswishOp, RotateHalfOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
+    HardsigmoidOp, HardswishOp, RotateHalfOp, RepeatColumnsOp, LeakyReluOp, ClampOp, ScaleOp, CastOp,
     ReduceSumOp, ReduceMaxOp, ReduceMeanOp, ReduceVarOp, LogSumExpOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, RMSNormOp,
     FusedOp, YieldOp,
 ]

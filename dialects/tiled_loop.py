@@ -34,6 +34,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     SymbolNameConstraint,
     SymbolRefAttr,
@@ -427,9 +428,11 @@ class BroadcastRows:
     keeps: row ``r`` of the space reads the source's row ``sum((r // divisor) % period * stride)``, and the rows past
     the space's are masked (not the source's). ``[B*T, 1, T, 1]`` reads ``[1, T, C]`` as its row ``r % T``. The ops
     define the property. A batched kernel's load may map its batch index likewise (``broadcast_batch``,
-    :attr:`batch_map`). With ``rotate_half`` the columns are rotated by half a row, the first half negated: column
-    ``c`` of a row of ``D`` reads ``-x[(c + D/2) % D]`` where ``c < D/2``, else ``x[c - D/2]`` (``tensor_op.rotate_half``
-    of the source)."""
+    :attr:`batch_map`). With ``rotate_half = G`` the columns are rotated by half a group of ``G`` within each group,
+    the first half negated: column ``c = g + j`` (``g`` a multiple of ``G``, ``j < G``) reads ``-x[g + j + G/2]`` where
+    ``j < G/2``, else ``x[g + j - G/2]`` (``tensor_op.rotate_half`` of the source; ``G`` the row's length when it
+    rotates whole rows). With ``column_period = D`` column ``c`` of the space reads the source's column ``c % D``
+    (``tensor_op.repeat_columns`` of a source of ``D`` columns), so that the columns need no mask."""
 
     @property
     def row_map(self) -> tuple[Dim, list[tuple[Dim, Dim, Dim]]] | None:
@@ -463,11 +466,16 @@ class BroadcastRows:
                                       f"period: got {len(self.broadcast_batch.dims)} expressions")
             if source.rank != 3:
                 raise VerifyException(f"'{self.name}' broadcast_batch reads a rank-3 source, got rank {source.rank}")
+        columns = source.dims[-1] if source.rank else None
         if self.rotate_half is not None:
-            columns = source.dims[-1] if source.rank else None
-            if columns is None or not columns.is_static or columns.value % 2:
-                raise VerifyException(f"'{self.name}' rotate_half swaps the halves of the source's rows, whose length "
-                                      f"must be a known even number; got {columns}")
+            group = self.rotate_half.value.data
+            if columns is None or not columns.is_static or group <= 0 or group % 2 or columns.value % group:
+                raise VerifyException(f"'{self.name}' rotate_half swaps the halves of groups of {group} columns: an "
+                                      f"even number dividing the source's rows, whose length must be known; got "
+                                      f"{columns}")
+        if self.column_period is not None and (columns is None or columns != Dim(self.column_period.value.data)):
+            raise VerifyException(f"'{self.name}' column_period {self.column_period.value.data} is the source's row "
+                                  f"length, got {columns}")
 
 
 @irdl_op_definition
@@ -487,21 +495,25 @@ class LoadOp(BroadcastRows, IRDLOperation):
     offsets = prop_def(ExprsAttr)
     broadcast_rows = opt_prop_def(ExprsAttr)
     broadcast_batch = opt_prop_def(ExprsAttr)
-    rotate_half = opt_prop_def(UnitAttr)
+    rotate_half = opt_prop_def(IntegerAttr[IntegerType])
+    column_period = opt_prop_def(IntegerAttr[IntegerType])
     result = result_def(TileType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source $offsets attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue, offsets: Sequence, tile: TileType, broadcast_rows: Sequence | None = None,
-                 broadcast_batch: Sequence | None = None, rotate_half: bool = False):
+                 broadcast_batch: Sequence | None = None, rotate_half: int | None = None,
+                 column_period: int | None = None):
         properties = {"offsets": ExprsAttr(offsets)}
         if broadcast_rows is not None:
             properties["broadcast_rows"] = ExprsAttr(broadcast_rows)
         if broadcast_batch is not None:
             properties["broadcast_batch"] = ExprsAttr(broadcast_batch)
-        if rotate_half:
-            properties["rotate_half"] = UnitAttr()
+        if rotate_half is not None:
+            properties["rotate_half"] = IntegerAttr(rotate_half, i64)
+        if column_period is not None:
+            properties["column_period"] = IntegerAttr(column_period, i64)
         super().__init__(operands=[source], properties=properties, result_types=[tile])
 
     def verify_(self) -> None:
@@ -779,6 +791,34 @@ class DiagonalOp(_TileToTileOp):
 
 
 @irdl_op_definition
+class RotateHalfOp(_TileToTileOp):
+    """A tile whose columns are groups of ``group`` side by side, each group's halves swapped and the one moved first
+    negated (``tensor_op.rotate_half`` of a tile computed in registers: a projection's heads before they are split
+    off). The tile's columns must be whole groups, a multiple of ``group`` (the tuner keeps ``BLOCK_N`` so)::
+
+        %r = tiled_loop.rotate_half %acc {group = 128 : i64} : !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32> -> !tiled_loop.tile<[BLOCK_M, BLOCK_N], f32>
+    """
+
+    name = "tiled_loop.rotate_half"
+    group = prop_def(IntegerAttr[IntegerType])
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, input: SSAValue, group: int):
+        super().__init__(operands=[input], properties={"group": IntegerAttr(group, i64)}, result_types=[input.type])
+
+    def verify_(self) -> None:
+        group = self.group.value.data
+        if group < 2 or group & (group - 1):
+            raise VerifyException(f"'{self.name}' rotates groups of a power-of-two width (whole groups of a tile of "
+                                  f"power-of-two columns), got {group}")
+        if self.result.type != self.input.type:
+            raise VerifyException(f"'{self.name}' keeps the tile's shape and element type")
+        columns = self.input.type.dims[-1]
+        if columns.is_static and columns.value % group:
+            raise VerifyException(f"'{self.name}' needs whole groups of {group} columns in the tile, got {columns}")
+
+
+@irdl_op_definition
 class ReduceOp(_TileComputeOp):
     """Reduces a tile along its columns, keeping the axis: ``[R, C] -> [R, 1]``::
 
@@ -980,6 +1020,6 @@ class LaunchOp(IRDLOperation):
 
 
 TILED_LOOP_OPS = [KernelOp, LaunchOp, LastArrivalOp, StripBarrierOp, RelaunchOp, IfOp, ForOp, YieldOp, LoadOp, StoreOp, DotOp, FullOp, UnaryOp, BinaryOp, SelectOp, CastOp,
-                  TransposeOp, DiagonalOp, ReduceOp, InBoundsOp]
+                  TransposeOp, DiagonalOp, RotateHalfOp, ReduceOp, InBoundsOp]
 
 TiledLoopDialect = Dialect("tiled_loop", TILED_LOOP_OPS, [ExprsAttr, TileType])

@@ -1083,7 +1083,7 @@ def _column_sweep(kernel, ops: list[Operation], row_id: str) -> _Sweep | str:
 def _operand_problem(kernel) -> str | None:
     """Why a kernel (either level's) cannot be emitted in Gluon for how it reads an operand: rows mapped to the
     space's (``broadcast_rows``), matrices mapped to a batched kernel's batch index (``broadcast_batch``), columns
-    rotated (``rotate_half``), a boolean
+    rotated (``rotate_half``, in memory or in registers) or read modulo a table's width (``column_period``), a boolean
     mask, or, in a batched kernel, one matrix read at every batch index (a causal mask) or a row vector per matrix
     (a padding mask [B, H, 1, T]). The Gluon kernels' pointer accesses have run on a GPU for none of these."""
     loads = [op for op in kernel.walk() if isinstance(op, _LOADS)]
@@ -1091,8 +1091,11 @@ def _operand_problem(kernel) -> str | None:
         return "it reads an operand whose rows broadcast over the space's (broadcast_rows)"
     if any(op.broadcast_batch is not None for op in loads):
         return "it reads an operand whose matrices broadcast over the kernel's batch (broadcast_batch)"
-    if any(getattr(op, "rotate_half", None) is not None for op in loads):
-        return "it reads an operand's columns rotated by half a row (rotate_half)"
+    if any(getattr(op, "rotate_half", None) is not None for op in loads) or any(
+            isinstance(op, tiled_loop.RotateHalfOp) for op in kernel.walk()):
+        return "it rotates the halves of groups of columns (rotate_half)"
+    if any(getattr(op, "column_period", None) is not None for op in loads):
+        return "it reads an operand's columns modulo its width (column_period)"
     if any(op.result.type.element_type == i1 for op in loads):
         return "it reads a boolean mask"
     if kernel.batched and any(op.source.type.rank == 2 for op in loads):

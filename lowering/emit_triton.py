@@ -572,6 +572,17 @@ class TritonEmitter:
     def emit_tiled_loop_transpose(self, op: tiled_loop.TransposeOp) -> None:
         self.assign(op.result, f"tl.trans({self.name(op.input)})")
 
+    def emit_tiled_loop_rotate_half(self, op: tiled_loop.RotateHalfOp) -> None:
+        # Each group's halves as the last axis of two, split, and joined back swapped: a permutation of registers.
+        rows, cols = (self.expr(d) for d in op.input.type.dims)
+        group = op.group.value.data
+        halves = self.fresh("halves")
+        self.code.writeline(f"{halves} = tl.permute(tl.reshape({self.name(op.input)}, "
+                            f"[{rows}, ({cols}) // {group}, 2, {group // 2}]), [0, 1, 3, 2])")
+        first, second = self.fresh(f"{halves}_first"), self.fresh(f"{halves}_second")
+        self.code.writeline(f"{first}, {second} = tl.split({halves})")
+        self.assign(op.result, f"tl.reshape(tl.permute(tl.join(-{second}, {first}), [0, 1, 3, 2]), [{rows}, {cols}])")
+
     def emit_tiled_loop_diagonal(self, op: tiled_loop.DiagonalOp) -> None:
         size = self.expr(op.input.type.dims[0])
         on_diagonal = f"tl.arange(0, {size})[:, None] == tl.arange(0, {size})[None, :]"
@@ -641,7 +652,10 @@ class TritonEmitter:
                 addressed = self.fresh(f"{base}_source_rows")  # the space's rows mapped to the operand's own
                 self.code.writeline(f"{addressed} = {self.mapped_rows(index_name, *row_map)}")
             if getattr(op, "rotate_half", None) is not None and buffer_axis == buffer.rank - 1:
-                addressed = self.rotated_columns(op, index_name, buffer.dims[-1].value)
+                addressed = self.rotated_columns(op, index_name, op.rotate_half.value.data, buffer.dims[-1].value)
+            if getattr(op, "column_period", None) is not None and buffer_axis == buffer.rank - 1:
+                addressed = self.fresh(f"{base}_source_cols")  # the space's columns, modulo the source's row
+                self.code.writeline(f"{addressed} = {index_name} % {op.column_period.value.data}")
             widened = f"{addressed}.to(tl.int64)" if op.wide_index else addressed
             offsets_text.append(f"{widened}{broadcast} * {self.stride(arg_index, buffer_axis)}")
             if op.masked_axes[buffer_axis]:
@@ -673,13 +687,19 @@ class TritonEmitter:
             parts.append(index if stride == Dim(1) else f"{index} * ({self.expr(stride)})")
         return " + ".join(parts)
 
-    def rotated_columns(self, op: memory_staged.LoadOp, columns: str, row_length: int) -> str:
-        """The source columns that a ``rotate_half`` load reads for ``columns`` (rows of ``row_length``); the
-        columns whose value it negates are recorded for :meth:`emit_load`."""
-        half = row_length // 2
+    def rotated_columns(self, op: memory_staged.LoadOp, columns: str, group: int, row_length: int) -> str:
+        """The source columns that a ``rotate_half`` load of groups of ``group`` columns reads for ``columns`` (rows
+        of ``row_length``); the columns whose value it negates are recorded for :meth:`emit_load`."""
+        half = group // 2
         rotated, negated = self.fresh(f"{columns}_rotated"), self.fresh(f"{columns}_negated")
-        self.code.writeline(f"{rotated} = ({columns} + {half}) % {row_length}")
-        self.code.writeline(f"{negated} = {columns} < {half}")
+        if group == row_length:
+            self.code.writeline(f"{rotated} = ({columns} + {half}) % {group}")
+            self.code.writeline(f"{negated} = {columns} < {half}")
+        else:
+            within = self.fresh(f"{columns}_in_group")
+            self.code.writeline(f"{within} = {columns} % {group}")
+            self.code.writeline(f"{rotated} = {columns} - {within} + ({within} + {half}) % {group}")
+            self.code.writeline(f"{negated} = {within} < {half}")
         self.negated_columns[op] = negated
         return rotated
 

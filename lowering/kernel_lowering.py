@@ -149,13 +149,15 @@ class KernelLowering:
 
     def load(self, value: SSAValue, cls: str, at: ColumnTile, upcast: bool = True,
              broadcast_rows: list[Dim] | None = None, broadcast_batch: list[Dim] | None = None,
-             rotate_half: bool = False) -> SSAValue:
+             rotate_half: int | None = None, column_period: int | None = None) -> SSAValue:
         arg = self.arg_of[value]
         tile = TileType(self.tile_shape(cls, at.block_cols), arg.type.element_type)
         self.b.origin = None
+        rotated = rotate_half is not None
         loaded = self.b.add(tiled_loop.LoadOp(arg, self.offsets(cls, at, arg), tile, broadcast_rows, broadcast_batch,
-                                              rotate_half), f"{arg.name_hint}_{'rotated' if rotate_half else 'tile'}")
-        name = f"{arg.name_hint}_rotated" if rotate_half else arg.name_hint
+                                              rotate_half, column_period),
+                            f"{arg.name_hint}_{'rotated' if rotated else 'tile'}")
+        name = f"{arg.name_hint}_rotated" if rotated else arg.name_hint
         return self.b.cast(loaded, f32, f"{name}_f32") if upcast else loaded
 
     def valid_cols(self, at: ColumnTile) -> SSAValue:
@@ -182,8 +184,14 @@ class KernelLowering:
         else:
             op = value.owner
             kind = rules.kind_of(op)
-            if type(op) in rules.PERMUTED_READS:  # plan_group checked that the operand is a full input tile
-                result = self.load(op.operands[0], FULL, at, **{rules.PERMUTED_READS[type(op)]: True})
+            if type(op) in rules.PERMUTED_READS and op.operands[0] in self.arg_of:  # plan_group checked its class
+                cls, space = at.section.value_class[op.results[0]], at.section.space
+                rows = broadcast_row_map(op.results[0].type.dims, space) if cls == FULL else None
+                result = self.load(op.operands[0], cls, at, broadcast_rows=rows, **rules.PERMUTED_READS[type(op)](op))
+            elif isinstance(op, tensor_op.RotateHalfOp):  # a tile computed in registers: its registers permuted
+                rotated = self.compute(op.input, at)
+                self.b.origin = origin_label(op)
+                result = self.b.add(tiled_loop.RotateHalfOp(rotated, op.group_size), "rotated")
             elif kind == "elementwise":
                 operands = [self.compute(v, at) for v in op.operands]
                 self.b.origin = origin_label(op)

@@ -231,6 +231,10 @@ class GroupPlan:
     def rows(self) -> Dim:
         return self.main.space.rows
 
+    def repeated_table(self, value: SSAValue) -> bool:
+        """Whether ``value`` is a table that ``repeat_columns`` reads (a kernel argument of the table's own columns)."""
+        return any(isinstance(op, tensor_op.RepeatColumnsOp) and op.input == value for op in self.ops)
+
     @property
     def batched(self) -> bool:
         """Whether the kernel repeats over batch dims (a batched matmul's): a third grid axis, ``pid_b``."""
@@ -247,6 +251,9 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
     classes = section.value_class
     for op in section.ops:
         kind = rules.kind_of(op)
+        if isinstance(op, tensor_op.RepeatColumnsOp):  # its table is read as its result's tiles, columns modulo
+            _analyze_repeated_table(op, section, inputs)
+            continue
         operands = [rules.reduction_input(op), *rules.reduction_extras(op)] if kind == "reduction" else list(op.operands)
         operand_classes = []
         for operand in operands:
@@ -271,10 +278,8 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                 operand_classes.append(cls)
         depth_inputs = [v for v in op.operands if v in section.after_reduction]
         result = op.results[0]
-        if type(op) in rules.PERMUTED_READS and (op.operands[0] not in inputs or operand_classes[0] != FULL
-                                                 or not _same(op.operands[0].type.dims, section.space.dims)):
-            raise NotFusable(f"{op.name}: a kernel computes it by reading its operand from memory, so the operand must "
-                             "be a kernel input of the iteration space's shape (its producer's kernel stores it first)")
+        if isinstance(op, tensor_op.RotateHalfOp):
+            _check_rotation(op, operand_classes[0], section, inputs)
         if kind == "reduction":
             if rules.reduced_axis(op) != rules.reduction_input(op).type.rank - 1:
                 raise NotFusable(f"{op.name}: only reductions over the last axis fuse")
@@ -313,6 +318,35 @@ def _analyze_section(section: Section, inputs: set[SSAValue], source: dict[SSAVa
                 section.pre.append(op)
         else:
             raise NotFusable(f"{op.name}: not an elementwise op or row reduction")
+
+
+def _check_rotation(op: tensor_op.RotateHalfOp, operand_class: str, section: Section, inputs: set[SSAValue]) -> None:
+    """A kernel rotates a full tile of its space: an input's by reading it at the rotated columns, a computed one's
+    by permuting its registers, which needs groups of a power-of-two width (whole groups in a tile of power-of-two
+    columns)."""
+    if operand_class != FULL or not _same(op.input.type.dims, section.space.dims):
+        raise NotFusable(f"{op.name}: rotates a full tile of the iteration space, not a broadcast one")
+    group = op.group_size
+    if op.input not in inputs and group & (group - 1):
+        raise NotFusable(f"{op.name}: a rotation of a value computed in registers permutes whole groups of a "
+                         f"power-of-two width, not {group} columns (its producer's kernel stores it first)")
+
+
+def _analyze_repeated_table(op: tensor_op.RepeatColumnsOp, section: Section, inputs: set[SSAValue]) -> None:
+    """``repeat_columns`` of a kernel input: its tiles are the result's, each column read at its index modulo the
+    table's width (``tiled_loop.load``'s ``column_period``), so the result's shape must be one a kernel reads."""
+    if op.input not in inputs:
+        raise NotFusable(f"{op.name}: a kernel reads the repeated table from memory, so it must be a kernel input "
+                         "(its producer's kernel stores it first)")
+    if section.space.batch:
+        raise NotFusable(f"{op.name}: a batched matmul's kernel reads no repeated table")
+    cls = classify(op.output.type.dims, section.space)
+    if cls not in (FULL, ROW) or (cls == FULL and not _same(op.output.type.dims, section.space.dims)
+                                  and broadcast_row_map(op.output.type.dims, section.space) is None):
+        raise NotFusable(f"{op.name}: its result [{', '.join(map(str, op.output.type.dims))}] is read whole or as a "
+                         "row vector of the iteration space, or as whole rows broadcast over its leading dims")
+    section.value_class[op.input] = section.value_class[op.output] = cls
+    section.pre.append(op)
 
 
 def _matmul_space(matmul: tensor_op.MatmulOp) -> tuple[Space, Space]:

@@ -621,10 +621,14 @@ def is_matmul(op: Operation) -> bool:
     return isinstance(op, tensor_op.MatmulOp)
 
 
-# Elementwise ops that a kernel computes by reading their operand from memory in another order, with the property of
-# ``tiled_loop.load`` that reads it so: the operand must be one of the kernel's inputs (no tile computed in registers
-# can be permuted across its columns).
-PERMUTED_READS: dict[type[Operation], str] = {tensor_op.RotateHalfOp: "rotate_half"}
+# Ops that a kernel computes by reading their operand from memory in another order, with the properties of
+# ``tiled_loop.load`` that read it so: rotate_half of a kernel input at the rotated columns (of a tile computed in
+# registers, by permuting its registers: ``tiled_loop.rotate_half``), repeat_columns at the columns modulo the table's
+# (only of a kernel input).
+PERMUTED_READS: dict[type[Operation], Callable[[Operation], dict[str, int]]] = {
+    tensor_op.RotateHalfOp: lambda op: {"rotate_half": op.group_size},
+    tensor_op.RepeatColumnsOp: lambda op: {"column_period": op.period},
+}
 
 
 def kind_of(op: Operation) -> str | None:

@@ -83,10 +83,20 @@ def element_size(element_type) -> int:
     return max(1, getattr(element_type, "bitwidth", 32) // 8)
 
 
+def rotation_group(kernel: tiled_loop.KernelOp | memory_staged.KernelOp) -> int | None:
+    """The widest group of columns that ``kernel`` rotates in registers (``tiled_loop.rotate_half``), whose column
+    tiles must hold whole groups (a ``BLOCK_N`` multiple of it), or None. (Groups are powers of two: the widest is
+    a multiple of the others.)"""
+    return max((op.group.value.data for op in kernel.walk() if isinstance(op, tiled_loop.RotateHalfOp)), default=None)
+
+
 def config_for(kernel: tiled_loop.KernelOp, overrides: dict[str, int],
                size_hints: Mapping[str, int] | None = None) -> KernelConfig:
     rows, cols, contraction, element_bytes = kernel_problem(kernel, size_hints)
     base = strategy_named(kernel.strategy.data).default_config(rows, cols, contraction, element_bytes).as_dict()
+    group = rotation_group(kernel)
+    if group is not None and base["BLOCK_N"] < group:  # column tiles of whole groups
+        base["BLOCK_N"] = group
     base.update({k: v for k, v in overrides.items() if v})
     return KernelConfig(**base)
 
@@ -149,11 +159,13 @@ class _LowerAccesses(RewritePattern):
             extents = buffer if row_map is None else BufferType("global", [row_map[0], *buffer.dims[1:]],
                                                                  buffer.element_type)
             mask, uneven = staging.mask(extents, op.result.type, op.offsets.dims)
+            if op.column_period is not None:  # columns read modulo the source's row length: always inside it
+                mask[-1] = uneven[-1] = False
             bits = staging.index_bits(buffer)
             users = [use.operation for use in op.result.uses]
             in_loop = isinstance(op.parent_op(), tiled_loop.ForOp)
             if (in_loop and users and all(isinstance(u, tiled_loop.DotOp) for u in users) and row_map is None
-                    and op.batch_map is None and op.rotate_half is None):
+                    and op.batch_map is None and op.rotate_half is None and op.column_period is None):
                 tile = op.result.type
                 new = memory_staged.StageOp(op.source, op.offsets.dims, mask, bits, staging.num_stages,
                                             BufferType("shared", tile.dims, tile.element_type))
@@ -161,7 +173,7 @@ class _LowerAccesses(RewritePattern):
                     new.descriptor = UnitAttr()
             else:
                 new = memory_staged.LoadOp(op.source, op.offsets.dims, mask, bits, op.result.type, op.broadcast_rows,
-                                           op.broadcast_batch, op.rotate_half)
+                                           op.broadcast_batch, op.rotate_half, op.column_period)
                 if self.written_by_other_programs(op):
                     new.coherent = BoolAttr.from_bool(True)
             new.results[0].name_hint = op.result.name_hint
@@ -235,6 +247,12 @@ def stage_kernel(kernel: tiled_loop.KernelOp, config: KernelConfig) -> memory_st
     for op in list(kernel.body.block.ops):
         op.detach()
         new_block.add_op(op)
+    for rotation in (op for op in staged.walk() if isinstance(op, tiled_loop.RotateHalfOp)):
+        columns, group = rotation.input.type.dims[-1].subs(constants), rotation.group.value.data
+        if not columns.is_static or columns.value % group:
+            raise PassFailedException(f"amk-stage: kernel {kernel.sym_name.data} rotates groups of {group} columns in "
+                                      f"registers, which its column tiles of {columns} split: BLOCK_N must be a "
+                                      f"multiple of {group}")
     loops = [op for op in staged.walk() if isinstance(op, tiled_loop.ForOp)]
     staging = _Staging(constants, config.num_stages, loops, tma=bool(config.TMA) and tile_grid)
     PatternRewriteWalker(GreedyRewritePatternApplier([_LowerAccesses(staging, staged), _LowerDots(), _FoldTrueSelect()]),

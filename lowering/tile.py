@@ -100,6 +100,8 @@ def _view_dims(value: SSAValue, cls: str, plan: GroupPlan) -> tuple[list[Dim], s
     batch = plan.batch_dims
     in_prologue = plan.prologue is not None and value in plan.prologue.value_class
     space = plan.prologue.space if in_prologue and value not in plan.main.value_class else plan.main.space
+    if plan.repeated_table(value):  # its own columns, which the loads read modulo their count
+        return ([Dim(_product(dims[:-1])), dims[-1]] if cls == FULL else [dims[-1]]), ""
     if cls == FULL and broadcast_row_map(dims, space) is not None:  # its own rows, which the loads map the space's to
         return [Dim(_product(dims[:-1])), space.cols], ""
     if cls == FULL and shared_by_every_batch(dims, space):  # one matrix, read at every batch index

@@ -94,6 +94,10 @@ def _reduction(fn):
     return run
 
 
+def _rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+
 # Written from the PyTorch docs, not from amk.reference, so that a wrong entry there cannot hide a wrong kernel.
 EAGER = {
     "matmul": lambda x, w, transpose_b=False: x @ (w.t() if transpose_b else w),
@@ -119,7 +123,8 @@ EAGER = {
     "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
-    "rotate_half": lambda x: torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1),
+    "rotate_half": lambda x, group=None: _rotate_half(x) if group is None else _rotate_half(
+        x.reshape(*x.shape[:-1], -1, group)).reshape(x.shape),
     "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
     "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
     "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),

@@ -105,15 +105,33 @@ def test_rotate_half_times_a_table_over_heads_is_one_kernel(dtype):
 
 
 @pytest.mark.parametrize("ops, shapes, kernels", [
-    (["matmul", "rotate_half"], [(M, K), (K, 64)], 2),
+    (["matmul", "rotate_half"], [(M, K), (K, 64)], 1),
+    ([("scale", {"factor": 2.0}), "rotate_half", "relu"], [(M, 64)], 1),
+    (["matmul", ("rotate_half", {"group": 32}), "mul"], [(M, K), (K, 128), (M, 128)], 1),
+    ([("scale", {"factor": 2.0}), ("rotate_half", {"group": 6}), "relu"], [(M, 24)], 2),
     (["rotate_half", "matmul"], [(M, K), (K, N)], 2),
-    ([("scale", {"factor": 2.0}), "rotate_half", "relu"], [(M, 64)], 2),
-], ids=["after_matmul", "before_matmul", "after_scale"])
-def test_rotate_half_of_a_computed_value_is_read_from_its_kernels_output(ops, shapes, kernels):
-    """A kernel reads rotate_half's operand from memory at the rotated columns: a value computed in registers (a
-    product, a scaled tile) is stored by its kernel first, and a matmul's lhs read in K tiles is rotated by one of
-    its own."""
+], ids=["after_matmul", "after_scale", "heads_after_matmul", "groups_not_a_power_of_two", "before_matmul"])
+def test_rotate_half_of_a_computed_value(ops, shapes, kernels):
+    """rotate_half of a tile computed in registers (a product, a scaled tile) permutes the tile's registers in the
+    same kernel, each group of columns (a projection's heads side by side) rotated within itself; the column tiles
+    hold whole groups. Groups of a width that is not a power of two are read rotated from the producer's stored
+    output, and a matmul's lhs, read in K tiles, is rotated by a kernel of its own."""
     run_chain(ops, shapes, FP16, kernels=kernels)
+
+
+def test_a_grid_whose_block_n_splits_the_rotated_groups_keeps_whole_ones(caplog):
+    """A user's parameter_grid whose BLOCK_N values all split the groups rotated in registers: the heuristic's
+    BLOCK_N (whole groups) is used, with a warning saying why, and the result is right."""
+    with caplog.at_level("WARNING", logger="amk.tuner"):
+        run_chain(["matmul", ("rotate_half", {"group": 64}), "mul"], [(M, K), (K, 128), (M, 128)], FP16,
+                  grid={"BLOCK_SIZE_N": [32]})
+    assert "split the groups of 64 columns" in caplog.text
+
+
+@dtypes
+def test_rotate_half_in_groups_of_an_input(dtype):
+    """A kernel input rotated in groups of columns (heads side by side) is read at each group's rotated columns."""
+    run_chain([("rotate_half", {"group": 16}), "mul"], [(M, 64), (M, 64)], dtype)
 
 
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]

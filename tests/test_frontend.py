@@ -500,10 +500,12 @@ def test_rotary_embeddings_on_transposed_heads_are_one_kernel_each(rotate, share
 
 class NormedRotaryQKV(RotaryQueriesAndKeys):
     """Llama's attention inputs whole, in Hugging Face's order: the norm, the q, k and v projections with their
-    heads split, then RoPE on q and k."""
+    heads split, then RoPE on q and k (``rotated=False``: q and k only scaled by the cos table, which no projection
+    kernel takes as its epilogue)."""
 
-    def __init__(self):
+    def __init__(self, rotated: bool = True):
         super().__init__(kv_heads=2)
+        self.rotated = rotated
         self.norm = nn.RMSNorm(HIDDEN)
         self.v_proj = nn.Linear(HIDDEN, self.kv_heads * self.head_dim, bias=False)
 
@@ -512,23 +514,52 @@ class NormedRotaryQKV(RotaryQueriesAndKeys):
         h = self.norm(x)
         q, k, v = (proj(h).view(batch, seq, -1, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        if cos.dim() == 3:  # [B, S, D]: Hugging Face's, unsqueezed over the heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        if not self.rotated:
+            return q * cos, k * cos, v
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
 def test_a_projection_stays_with_the_norm_it_reads_when_a_later_subgraph_could_take_it():
-    """The partitioner merges greedily: v's projection, which no rotation reads, joined the rotations' subgraph
-    (q's and k's projections could not, their views feeding the rotations), so k and v were two GEMMs and the norm's
-    output went through memory to v's. It now stays with the norm: k's and v's projections are one dual GEMM."""
-    model = NormedRotaryQKV().to(DEVICE)
+    """The partitioner merges greedily: v's projection, which nothing after it reads, joined the subgraph of the ops
+    on the heads (q's and k's projections could not, their views feeding those ops), so k and v were two GEMMs and
+    the norm's output went through memory to v's. It now stays with the norm: k's and v's projections are one dual
+    GEMM."""
+    model = NormedRotaryQKV(rotated=False).to(DEVICE)
     x, (cos, sin) = inputs(2, 5), rotary_tables(2, 5)
     report = amk.explain(model, (x, cos, sin), print_report=False)
-    first, rotations = report.graphs[0].subgraphs
+    first, scaled = report.graphs[0].subgraphs
     assert any(str(kernel).count("matmul(") == 2 for kernel in first.kernels), report  # k's and v's dual GEMM
-    assert not any("matmul" in str(kernel) for kernel in rotations.kernels), report
+    assert not any("matmul" in str(kernel) for kernel in scaled.kernels), report
     with torch.no_grad():
         for mine, eager in zip(amk.compile(model)(x, cos, sin), model(x, cos, sin), strict=True):
             torch.testing.assert_close(mine, eager, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["tables_per_sequence", "tables_shared"])
+def test_rotary_embeddings_are_the_projections_epilogues(shared):
+    """RoPE on a projection's heads (``p.view(B, S, H, D)``, in memory order) runs on ``p`` itself
+    (``amk.frontend.layouts.fold_heads``): each head's halves rotated in registers (``tiled_loop.rotate_half`` over
+    groups of ``D`` columns), the tables read at their column modulo ``D``, so that the rotations are the epilogues
+    of q's projection and of k's and v's dual GEMM: three kernels with the norm, none reading q or k back. Values
+    and strides are eager's, for tables per sequence and shared ones."""
+    model = NormedRotaryQKV().to(DEVICE)
+    for batch, seq in ((2, 5), (3, 7)):
+        x, (cos, sin) = inputs(batch, seq), rotary_tables(batch, seq, shared=shared)
+        report = amk.explain(model, (x, cos, sin), print_report=False)
+        assert all(node.is_view for node in report.pytorch), report
+        (subgraph,) = report.graphs[0].subgraphs
+        kernels = [str(kernel) for kernel in subgraph.kernels]
+        assert len(kernels) == 3 and not subgraph.unfused, report
+        rotations = [kernel for kernel in kernels if "rotate_half" in kernel]
+        assert len(rotations) == 2 and all("matmul" in kernel for kernel in rotations), report
+        assert any(kernel.count("matmul(") == 2 for kernel in rotations), report  # k's rotation, k's and v's GEMM
+        with torch.no_grad():
+            ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
+        for mine, eager in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(mine, eager, atol=ATOL, rtol=RTOL)
+            assert mine.stride() == eager.stride()
 
 
 def test_ops_on_permuted_views_keep_eagers_layout_and_values():

@@ -110,6 +110,30 @@ def test_a_block_k_wider_than_the_contraction_is_pruned():
     assert prune_reason(wide, "tile2d", True, 2, limits, contraction=Dim("K")) is None  # symbolic: not known
 
 
+def test_column_tiles_hold_whole_groups_of_a_rotation_in_registers(clock):
+    """A projection whose heads (groups of 128 columns) are rotated in its epilogue: the heuristic's BLOCK_N is
+    raised to a whole group, the search times no BLOCK_N that splits one (the clock favours 64, which does), and
+    staging a configuration that splits one says so."""
+    from amk.lowering.stage import rotation_group
+    from amk.pipeline import stage_and_emit
+
+    module = build_module(["matmul", ("rotate_half", {"group": 128})], [(64, 256), (256, 512)], torch.float16)
+    ctx = make_context()
+    FusePass().apply(ctx, module)
+    TilePass().apply(ctx, module)
+    kernel = next(op for op in module.walk() if isinstance(op, amk.dialects.tiled_loop.KernelOp))
+    assert rotation_group(kernel) == 128
+    heuristic = amk.pipeline.heuristic_config(kernel)
+    assert heuristic.BLOCK_N % 128 == 0
+    grid = GRID | {"BLOCK_N": [32, 64, 128, 256]}
+    _, trials = tune(kernel, TunerConfig(search="exhaustive", search_budget=72), grid, heuristic,
+                     Recorder().build_and_run)
+    timed = [t.config for t in trials if t.status == "ok"]
+    assert timed and all(config.BLOCK_N in (128, 256) for config in timed)
+    with pytest.raises(Exception, match="BLOCK_N must be a multiple of 128"):
+        stage_and_emit(kernel, dataclasses.replace(heuristic, BLOCK_N=64))
+
+
 def test_row_resident_searches_rows_and_warps_with_the_whole_row_as_its_tile():
     """No BLOCK_N: the column tile is the row (4096 columns here), which is what the register bound counts."""
     from amk.symbolic import Dim

@@ -30,7 +30,7 @@ from amk.frontend.attention import fuse_attention
 from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
 from amk.frontend.inplace import out_of_place_temporaries
-from amk.frontend.layouts import chunks_as_slices, compute_in_memory_order
+from amk.frontend.layouts import chunks_as_slices, compute_in_memory_order, fold_heads
 from amk.frontend.nodes import Unsupported, describe_target, dim_of, fake_tensor, meta_value, traced_value
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
@@ -627,6 +627,7 @@ def compile_graph(gm: GraphModule, example_inputs: Sequence, settings: Settings)
         fuse_attention(gm)
     chunks_as_slices(gm)
     compute_in_memory_order(gm)
+    fold_heads(gm)
     kept_ones = [node for node, size in squeezed if size is None]  # wrong on every call of this graph
     eager = _eager_copy(gm) if kept_ones else None
     compiled, report = _GraphCompiler(gm, example_inputs, settings).run()

@@ -19,6 +19,7 @@ from torch.fx import Node
 from xdsl.dialects.builtin import FloatAttr, StringAttr, f64
 from xdsl.ir import SSAValue
 
+from amk import reference
 from amk.dialects import tensor_op
 from amk.dtypes import to_ir
 from amk.frontend.importer import SubgraphImporter, Transposed
@@ -291,6 +292,29 @@ _unary(tensor_op.ErfOp, "erf", [torch.erf, torch.special.erf], ["erf"])
 _unary(tensor_op.MishOp, "mish", [F.mish], [], extra=("inplace",))
 _unary(tensor_op.HardsigmoidOp, "hardsigmoid", [F.hardsigmoid, torch._C._nn.hardsigmoid], [], extra=("inplace",))
 _unary(tensor_op.HardswishOp, "hardswish", [F.hardswish, torch._C._nn.hardswish], [], extra=("inplace",))
+
+
+@register(spellings([reference.rotate_half], []), "rotate_half")
+def _rotate_half(b, node):
+    """amk's own ``rotate_half`` call (the heads' rotation that :func:`amk.frontend.layouts.fold_heads` writes; Hugging
+    Face's slices and ``cat`` are a pattern, :mod:`amk.frontend.patterns`)."""
+    a = bind_arguments(node, ("x", "group"), {"group": None})
+    x = b.tensor(a["x"])
+    problem = tensor_op.RotateHalfOp.shape_problem(x.type.dims, a["group"])
+    if problem:
+        raise Unsupported(f"rotate_half {problem}")
+    return b.add(tensor_op.RotateHalfOp(x, a["group"]))
+
+
+@register(spellings([reference.repeat_columns], []), "repeat_columns")
+def _repeat_columns(b, node):
+    """amk's own ``repeat_columns`` call (a rotary table over the heads, written by
+    :func:`amk.frontend.layouts.fold_heads`)."""
+    a = bind_arguments(node, ("x", "times"), {})
+    x = b.tensor(a["x"])
+    if not x.type.rank or not x.type.dims[-1].is_static:
+        raise Unsupported("repeat_columns of a last dim of unknown size")
+    return b.add(tensor_op.RepeatColumnsOp(x, a["times"]))
 
 
 @register(spellings([F.softplus], []), "softplus")

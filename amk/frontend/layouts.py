@@ -42,11 +42,12 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from amk import reference
 from amk.frontend.analysis import epochs_of
 from amk.frontend.converters import CASTS
 from amk.frontend.nodes import meta_value
-from amk.frontend.patterns import last_dim_slice
-from amk.frontend.spellings import ADD, CAT, DIV, GETITEM, MUL, NEG, SUB, is_, spellings
+from amk.frontend.patterns import last_dim_slice, match_rotate_half
+from amk.frontend.spellings import ADD, CAT, DIV, GETITEM, MUL, NEG, RESHAPES, SUB, is_, spellings
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ ACTIVATIONS = spellings(
     ["relu", "sigmoid", "tanh", "exp", "abs", "sqrt", "rsqrt", "clamp"])
 PERMUTES = spellings([torch.transpose, torch.permute], ["transpose", "permute"])
 CHUNKS = spellings([torch.chunk, torch.split], ["chunk", "split"])
+UNFLATTENS = spellings([torch.unflatten], ["unflatten"])
 
 
 def chunks_as_slices(gm: GraphModule) -> list[str]:
@@ -129,6 +131,129 @@ def compute_in_memory_order(gm: GraphModule) -> list[str]:
     gm.recompile()
     log.info("amk: computed in memory order, the permutation after them: %s", ", ".join(n.name for n in region))
     return [node.name for node in region]
+
+
+def fold_heads(gm: GraphModule) -> list[str]:
+    """Rewrite the elementwise ops on a tensor's heads, ``p.view(*lead, H, D)``, that rotate them (rotary
+    embeddings in memory order, after :func:`compute_in_memory_order`: a ``rotate_half`` among them) to run on ``p``
+    itself, ``[*lead, H * D]``: ``rotate_half`` of each group of ``D`` columns (:func:`amk.reference.rotate_half`),
+    each table ``[*lead, 1, D]`` read over the heads (:func:`amk.reference.repeat_columns` of its ``select(-2, 0)``),
+    and the heads' view after them, for what reads their results. So the rotation of a projection's output is the
+    projection kernel's epilogue, not a kernel of its own that reads the output back: its iteration space is the
+    projection's. Only ops of the view's epoch move, as in :func:`compute_in_memory_order`; the names of the ops
+    rewritten."""
+    epochs = epochs_of(gm)
+    rewritten = []
+    for node in list(gm.graph.nodes):
+        heads = _heads_of(node)
+        if heads is not None:
+            rewritten += _fold_heads(gm, node, *heads, epochs)
+    if rewritten:
+        gm.recompile()
+        log.info("amk: computed over the heads side by side, their view after them: %s", ", ".join(rewritten))
+    return rewritten
+
+
+def _heads_of(view: Node) -> tuple[Node, int, int] | None:
+    """``(p, H, D)`` where ``view`` splits the last dim of ``p`` into ``H`` heads of ``D`` (both known, ``D`` even) and
+    keeps its leading dims; else None."""
+    if not is_(view, RESHAPES | UNFLATTENS) or not view.args or not isinstance(view.args[0], Node):
+        return None
+    source, value = meta_value(view.args[0]), meta_value(view)
+    if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor) or value.dim() != source.dim() + 1 \
+            or source.dim() < 1:
+        return None
+    heads, head_dim = value.shape[-2:]
+    if not isinstance(heads, int) or not isinstance(head_dim, int) or head_dim % 2 or heads < 1 \
+            or not statically_known_true(source.shape[-1] == heads * head_dim) \
+            or not all(statically_known_true(a == b) for a, b in zip(value.shape[:-2], source.shape[:-1], strict=True)):
+        return None
+    return view.args[0], heads, head_dim
+
+
+def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim: int,
+                epochs: dict[Node, int]) -> list[str]:
+    """:func:`fold_heads` of one view: the ops that read it or one another, on its shape, with tables of one head
+    beside them; rewritten where a rotation is among them."""
+    shape, epoch = meta_value(view).shape, epochs.get(view)
+    region: dict[Node, Node | None] = {}  # each op, with the operand its rotate_half rotates (None: any other op)
+    absorbed: list[Node] = []
+    for node in gm.graph.nodes:
+        if epochs.get(node) != epoch or node is view or not isinstance(meta_value(node), torch.Tensor):
+            continue
+        rotated = match_rotate_half(node)
+        if rotated is not None:
+            if rotated[0] is view or rotated[0] in region:
+                region[node] = rotated[0]
+                absorbed += rotated[1]
+            continue
+        operands = _operands(node)  # arithmetic, an activation or a cast (a slice or cat only in rotate_half)
+        if operands is None or is_(node, CAT) or last_dim_slice(node) is not None:
+            continue
+        tensors = [a for a in operands if isinstance(a, Node)]
+        if not any(a is view or a in region for a in tensors) or len(meta_value(node).shape) != len(shape) \
+                or not all(statically_known_true(a == b) for a, b in zip(meta_value(node).shape, shape, strict=True)) \
+                or not all(a is view or a in region or _one_head(a, shape) for a in tensors):
+            continue
+        region[node] = None
+    if not any(rotated is not None for rotated in region.values()):
+        return []
+    graph, folded, tables = gm.graph, {view: source}, {}
+
+    def over_heads(operand):
+        if not isinstance(operand, Node):
+            return operand
+        if operand in folded:
+            return folded[operand]
+        if meta_value(operand).dim() == 0:
+            return operand
+        if operand not in tables:
+            table = operand
+            if meta_value(table).dim() >= 2:
+                table = _traced(graph.call_method("select", (table, -2, 0)),
+                                lambda t=table: meta_value(t).select(-2, 0), operand)
+            if meta_value(table).shape[-1] == head_dim:
+                table = _traced(graph.call_function(reference.repeat_columns, (table, heads)),
+                                lambda t=table: reference.repeat_columns(meta_value(t), heads), operand)
+            tables[operand] = table
+        return tables[operand]
+
+    for node, rotated in region.items():
+        with graph.inserting_before(node):
+            if rotated is not None:
+                x = folded[rotated]
+                folded[node] = _traced(graph.call_function(reference.rotate_half, (x, head_dim)),
+                                       lambda x=x: reference.rotate_half(meta_value(x), head_dim), node)
+            else:
+                args = tuple(over_heads(a) for a in node.args)
+                folded[node] = _traced(graph.create_node(node.op, node.target, args, dict(node.kwargs)),
+                                       lambda node=node, args=args: _call(node, args), node)
+    outside = set(region) | set(absorbed)
+    for node in region:
+        if any(user not in outside for user in node.users):
+            with graph.inserting_after(folded[node]):
+                back = _traced(graph.call_method("unflatten", (folded[node], -1, (heads, head_dim))),
+                               lambda n=folded[node]: meta_value(n).unflatten(-1, (heads, head_dim)), node)
+            node.replace_all_uses_with(back, delete_user_cb=lambda user: user not in outside)
+    for node in [*reversed(region), *absorbed]:  # a rotation's cat before its neg, the neg before its slice
+        if not node.users:
+            graph.erase_node(node)
+    if not view.users:
+        graph.erase_node(view)
+    return [node.name for node in region]
+
+
+def _one_head(operand: Node, shape) -> bool:
+    """Whether ``operand`` broadcasts over heads ``shape`` ``[*lead, H, D]`` as one head: a tensor of at most that
+    rank whose dim before the last is 1 (or absent) and whose last is ``D`` or 1."""
+    value = meta_value(operand)
+    if not isinstance(value, torch.Tensor) or value.dim() > len(shape):
+        return False
+    if value.dim() == 0:
+        return True
+    last = value.shape[-1]
+    one_head = value.dim() < 2 or statically_known_true(value.shape[-2] == 1)
+    return one_head and (statically_known_true(last == 1) or statically_known_true(last == shape[-1]))
 
 
 def permutation(node) -> tuple[int, ...] | None:

@@ -287,7 +287,7 @@ def last_dim_slice(node) -> tuple[Node, int, int] | None:
     return x, start, max(start, stop)
 
 
-def _match_rotate_half(root: Node) -> tuple[Node, list[Node]] | None:
+def match_rotate_half(root: Node) -> tuple[Node, list[Node]] | None:
     """``torch.cat((-x[..., D/2:], x[..., :D/2]), dim=-1)`` (Hugging Face's ``rotate_half``): ``x`` and the nodes
     absorbed, each read by the next alone."""
     if not is_(root, CAT) or root.kwargs.keys() - {"tensors", "dim"}:
@@ -318,7 +318,7 @@ def match_patterns(gm: GraphModule) -> list[Pattern]:
     for node in gm.graph.nodes:
         if node in taken or node.op not in ("call_function", "call_method"):
             continue
-        rotated = _match_rotate_half(node)
+        rotated = match_rotate_half(node)
         if rotated is not None and not taken.intersection(rotated[1]):
             x, absorbed = rotated
             patterns.append(Pattern(node, absorbed, "rotate_half (cat(-x[..., D/2:], x[..., :D/2]))",

@@ -168,8 +168,8 @@ class SubgraphReport(CallFallbacks):
 # Targets (as describe_target names them) whose result is a view of their input: PyTorch makes them without copying
 # or launching anything, so a model's ops left to PyTorch are counted apart from them.
 VIEWS = frozenset({"Tensor.view", "Tensor.transpose", "Tensor.permute", "Tensor.unsqueeze", "Tensor.squeeze",
-                   "Tensor.expand", "Tensor.t", "torch.transpose", "torch.permute", "torch.unsqueeze",
-                   "torch.squeeze", "torch.t"})
+                   "Tensor.expand", "Tensor.t", "Tensor.select", "Tensor.unflatten", "torch.transpose", "torch.permute",
+                   "torch.unsqueeze", "torch.squeeze", "torch.t", "torch.select", "torch.unflatten"})
 
 
 @dataclass
