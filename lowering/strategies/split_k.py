@@ -67,7 +67,9 @@ class SplitK(SkinnyM):
 
     def dot_space(self, rows: Dim, contraction: Dim | None, limits,
                   warp_specialization: bool) -> dict[str, list[int]]:
-        return super().dot_space(rows, contraction, limits, warp_specialization) | {"SPLIT_K": [2, 4, 8]}
+        # 16 splits: a narrow output whose column tiles must be wide (k's 8 heads of 128 columns, rotated in the
+        # epilogue: 8 column tiles) still streams its weight from 128 programs.
+        return super().dot_space(rows, contraction, limits, warp_specialization) | {"SPLIT_K": [2, 4, 8, 16]}
 
     def build(self, lowering: KernelLowering) -> None:
         """Few rows, long K: SPLIT_K programs share each output tile, each over one chunk of K. They store fp32
