@@ -34,12 +34,12 @@ from pathlib import Path
 
 import torch
 
+import amk
 from amk import benchmarking
 from amk.benchmarking import environment, time_ms
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for models.py and its workloads
-from models import make_contender  # noqa: E402
-from workloads import ROWS, relative_error  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
+from workloads import COMPILERS, ROWS, relative_error  # noqa: E402
 
 CONTENDERS = ("eager", "compile", "max_autotune", "amk")
 
@@ -74,11 +74,12 @@ def run_row(name: str) -> dict:
     inputs = [torch.randn(shape, generator=generator).to(device="cuda", dtype=row.dtype) for shape in shapes]
     with torch.no_grad():
         reference = copy.deepcopy(module).double()(*[t.double() for t in inputs])
-    result, calls, compiled_amk = {"row": name, "contenders": {}}, {}, []
+    result, calls = {"row": name, "contenders": {}}, {}
     with torch.no_grad():
         for contender in CONTENDERS:
             own = [t.clone() for t in inputs]
-            fn = make_contender(contender, module, compiled_amk)
+            fn = module if contender == "eager" else amk.compile(module) if contender == "amk" else COMPILERS[
+                contender](module)
             rel_l2, max_abs = relative_error(fn(*own), reference)
             result["contenders"][contender] = {"rel_l2": rel_l2, "max_abs": max_abs}
             calls[contender] = functools.partial(fn, *own)
