@@ -562,6 +562,52 @@ def test_rotary_embeddings_are_the_projections_epilogues(shared):
             assert mine.stride() == eager.stride()
 
 
+class RotaryInFloat32(nn.Module):
+    """RoPE computed in fp32 on a half-precision projection and cast back (Qwen2-VL's, Gemma 3's); ``s_major``: the
+    projection of tokens laid out sequence-first (``x [S, B, C]``, Megatron's), its output transposed to ``[B, S, ...]``
+    before the heads are split."""
+
+    def __init__(self, s_major: bool = False, heads: int = 4, head_dim: int = 16):
+        super().__init__()
+        self.s_major, self.heads, self.head_dim = s_major, heads, head_dim
+        self.q_proj = nn.Linear(HIDDEN, heads * head_dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        p = self.q_proj(x).transpose(0, 1) if self.s_major else self.q_proj(x)
+        batch, seq, _ = p.shape
+        q = p.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        rotated = q.float() * cos.unsqueeze(1) + rotate_half(q.float()) * sin.unsqueeze(1)
+        return rotated.to(q.dtype)
+
+
+@pytest.mark.parametrize("s_major", [False, True], ids=["batch_first", "sequence_first"])
+def test_rotary_embeddings_in_float32_fold_with_their_casts(s_major):
+    """The casts to fp32 and back fold with the rotation into the projection's epilogue, and none is left behind (a
+    cast that only the rotation's slices read was once left in the graph, computed in PyTorch for nothing, and the
+    rotation was a kernel of its own). A projection laid out sequence-first is not folded: PyTorch lays the ops' results
+    on it out sequence-first, not row-major as amk's kernels write them (folded, a kernel stored the repeated table for
+    PyTorch's ops to read)."""
+    model = RotaryInFloat32(s_major).to(DEVICE, torch.float16)
+    for batch, seq in ((2, 5), (3, 7)):
+        x = inputs(batch, seq).half()
+        x = x.transpose(0, 1).contiguous() if s_major else x
+        cos, sin = rotary_tables(batch, seq)
+        report = amk.explain(model, (x, cos, sin), print_report=False)
+        kernels = [str(kernel) for subgraph in report.graphs[0].subgraphs for kernel in subgraph.kernels]
+        if s_major:  # nothing folded: no table repeated over the heads, no rotation in the projection's kernel
+            assert not any("repeat_columns" in kernel or "rotate_half" in kernel and "matmul" in kernel
+                           for kernel in kernels), report
+        else:
+            assert all(node.is_view for node in report.pytorch), report
+            assert not any(subgraph.unfused for subgraph in report.graphs[0].subgraphs), report
+            (rotation,) = [kernel for kernel in kernels if "rotate_half" in kernel]
+            assert "matmul" in rotation, report
+        with torch.no_grad():
+            ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
+        torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=2e-3)
+        assert ours.stride() == theirs.stride() and ours.dtype == theirs.dtype
+
+
 def test_ops_on_permuted_views_keep_eagers_layout_and_values():
     """What moves into memory order and what does not: a full-size operand laid out otherwise than the permuted one
     (read through a permuted view of it), a permute of three dims, a sum of two differently permuted views (left as

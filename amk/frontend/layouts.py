@@ -155,13 +155,13 @@ def fold_heads(gm: GraphModule) -> list[str]:
 
 
 def _heads_of(view: Node) -> tuple[Node, int, int] | None:
-    """``(p, H, D)`` where ``view`` splits the last dim of ``p`` into ``H`` heads of ``D`` (both known, ``D`` even) and
-    keeps its leading dims; else None."""
+    """``(p, H, D)`` where ``view`` splits the last dim of ``p``, a row-major tensor, into ``H`` heads of ``D`` (both
+    known, ``D`` even) and keeps its leading dims; else None."""
     if not is_(view, RESHAPES | UNFLATTENS) or not view.args or not isinstance(view.args[0], Node):
         return None
     source, value = meta_value(view.args[0]), meta_value(view)
     if not isinstance(source, torch.Tensor) or not isinstance(value, torch.Tensor) or value.dim() != source.dim() + 1 \
-            or source.dim() < 1:
+            or source.dim() < 1 or not _dims_in_order(source):
         return None
     heads, head_dim = value.shape[-2:]
     if not isinstance(heads, int) or not isinstance(head_dim, int) or head_dim % 2 or heads < 1 \
@@ -169,6 +169,19 @@ def _heads_of(view: Node) -> tuple[Node, int, int] | None:
             or not all(statically_known_true(a == b) for a, b in zip(value.shape[:-2], source.shape[:-1], strict=True)):
         return None
     return view.args[0], heads, head_dim
+
+
+def _dims_in_order(value: torch.Tensor) -> bool:
+    """Whether ``value``'s dims lie in memory in their order, each outer one past the inner ones (a row-major tensor,
+    or a slice of one's columns: q of a fused qkv projection), so that PyTorch lays an elementwise op's result on it
+    out row-major, as amk's kernels write it; a permuted one (a transposed projection) keeps its order there. Dims of
+    size 1 address nothing."""
+    dims = [(size, stride) for size, stride in zip(value.shape, value.stride(), strict=True)
+            if not statically_known_true(size == 1)]
+    if dims and not statically_known_true(dims[-1][1] == 1):
+        return False
+    return all(statically_known_true(outer >= inner * size)
+               for (_, outer), (size, inner) in zip(dims, dims[1:]))
 
 
 def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim: int,
@@ -235,11 +248,13 @@ def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim:
                 back = _traced(graph.call_method("unflatten", (folded[node], -1, (heads, head_dim))),
                                lambda n=folded[node]: meta_value(n).unflatten(-1, (heads, head_dim)), node)
             node.replace_all_uses_with(back, delete_user_cb=lambda user: user not in outside)
-    for node in [*reversed(region), *absorbed]:  # a rotation's cat before its neg, the neg before its slice
-        if not node.users:
+    # Erased once nothing reads them: a rotation's cat before its neg and slices, which read an op of the region (a
+    # cast to fp32) or the view.
+    leftover = [*reversed(region), *absorbed, view]
+    while any(not node.users for node in leftover):
+        for node in [node for node in leftover if not node.users]:
             graph.erase_node(node)
-    if not view.users:
-        graph.erase_node(view)
+            leftover.remove(node)
     return [node.name for node in region]
 
 
