@@ -6,7 +6,9 @@ Hugging Face's Llama applies it) at each tile shape, against torch.compile on th
 Why: in ``2026-12-07-h100-models-57-rope`` amk's two rotation kernels (q's 32 heads, k's 8, a prefill of 4096 tokens,
 bf16) took about 36 µs where Inductor's took 30; the tuner kept ``tile2d``'s heuristic tile, 8 rows x 128 columns
 (the head), 4 warps. The tuner's space for a kernel without a matmul holds tiles of 1-16 rows: this probe times
-taller ones too. For each head count, one ``amk.compile`` per configuration, its tile2d search space patched to
+taller ones too. (Since ``amk.frontend.layouts.fold_heads`` the kernel of a projection's output held by the module's
+input spans ``[B*S, H*D]``, each head rotated within its 128 columns; a projection in the same graph takes the
+rotation as its epilogue instead.) For each head count, one ``amk.compile`` per configuration, its tile2d search space patched to
 that one configuration (each in a fresh cache directory), checked against float64 and timed by
 :func:`amk.benchmarking.time_ms` (events after an L2 flush, as the model table's ``ms``), beside eager and
 torch.compile (default and ``max-autotune-no-cudagraphs``). GPU only.
