@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -36,10 +35,10 @@ import torch
 
 import amk
 from amk import benchmarking
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import time_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
-from workloads import COMPILERS, ROWS, relative_error  # noqa: E402
+from workloads import COMPILERS, ROWS, relative_error, save_rows  # noqa: E402
 
 CONTENDERS = ("eager", "compile", "max_autotune", "amk")
 
@@ -105,10 +104,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("flush_kind.py times GPU caches: it needs a GPU")
-    document = {"environment": environment(), "command": " ".join(sys.argv),
-                "rows": [run_row(name) for name in args.rows.split(",")]}
+    rows = [run_row(name) for name in args.rows.split(",")]
     if args.out:
-        args.out.write_text(json.dumps(document, indent=1))
+        save_rows(args.out, rows)
 
 
 if __name__ == "__main__":

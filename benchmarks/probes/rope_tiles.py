@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 import amk
-from amk.benchmarking import environment, time_ms
+from amk.benchmarking import time_ms
 from amk.lowering.strategies import strategy_named
 from amk.tuner import TunerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
-from workloads import relative_error, rotate_half  # noqa: E402
+from workloads import relative_error, rotate_half, save_rows  # noqa: E402
 
 BLOCK_M = (4, 8, 16, 32, 64)
 WARPS = (2, 4, 8)
@@ -70,20 +70,22 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("rope_tiles.py times GPU kernels: it needs a GPU")
-    document = {"environment": environment(), "command": " ".join(sys.argv), "rows": []}
+    rows = []
     d = args.head_dim
     for heads in (int(h) for h in args.heads.split(",")):
         generator = torch.Generator().manual_seed(0)
         inputs = [torch.randn(shape, generator=generator).to("cuda", torch.bfloat16)
                   for shape in ((1, args.seq, heads * d), (1, args.seq, d), (1, args.seq, d))]
         reference = Rotary(d)(*[t.double() for t in inputs])
-        contenders = {"eager": Rotary(d), "compile": torch.compile(Rotary(d)),
-                      "max_autotune": torch.compile(Rotary(d), mode="max-autotune-no-cudagraphs")}
-        contenders |= {f"amk BLOCK_M={m} num_warps={w}": one_config(m, w, d) for m, w in itertools.product(BLOCK_M,
-                                                                                                          WARPS)}
-        for name, fn in contenders.items():
+        # Each made right before its first call: one_config's search space is the process's until the next one.
+        contenders = {"eager": lambda: Rotary(d), "compile": lambda: torch.compile(Rotary(d)),
+                      "max_autotune": lambda: torch.compile(Rotary(d), mode="max-autotune-no-cudagraphs")}
+        contenders |= {f"amk BLOCK_M={m} num_warps={w}": functools.partial(one_config, m, w, d)
+                       for m, w in itertools.product(BLOCK_M, WARPS)}
+        for name, make in contenders.items():
             row = {"heads": heads, "contender": name}
             try:
+                fn = make()
                 row["rel_l2"], row["max_abs"] = relative_error(fn(*inputs), reference)
                 row["ms"] = round(time_ms(functools.partial(fn, *inputs)), 5)
                 if name.startswith("amk"):
@@ -94,10 +96,10 @@ def main(argv=None) -> None:
             except Exception as failure:  # a configuration that does not build is reported, not fatal
                 row["error"] = f"{type(failure).__name__}: {failure}"[:300]
             print(json.dumps(row), flush=True)
-            document["rows"].append(row)
+            rows.append(row)
             torch._dynamo.reset()
     if args.out:
-        args.out.write_text(json.dumps(document, indent=1))
+        save_rows(args.out, rows)
 
 
 if __name__ == "__main__":
