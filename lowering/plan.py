@@ -236,6 +236,13 @@ class GroupPlan:
         return any(isinstance(op, tensor_op.RepeatColumnsOp) and op.input == value for op in self.ops)
 
     @property
+    def register_rotation_group(self) -> int | None:
+        """The widest group of columns that the kernel rotates in registers (a rotation of a tile it computes), or
+        None: its column tiles hold whole groups."""
+        return max((op.group_size for op in self.ops
+                    if isinstance(op, tensor_op.RotateHalfOp) and op.input not in self.inputs), default=None)
+
+    @property
     def batched(self) -> bool:
         """Whether the kernel repeats over batch dims (a batched matmul's): a third grid axis, ``pid_b``."""
         return bool(self.main.space.batch)

@@ -449,11 +449,12 @@ class RotaryQueriesAndKeys(nn.Module):
     transpose, the rotary embeddings applied to the transposed heads with cos and sin unsqueezed over the heads
     (grouped-query: fewer key heads)."""
 
-    def __init__(self, rotate=rotate_half, heads: int = 4, kv_heads: int = 2, head_dim: int = 16):
+    def __init__(self, rotate=rotate_half, heads: int = 4, kv_heads: int = 2, head_dim: int = 16,
+                 hidden: int = HIDDEN):
         super().__init__()
         self.rotate, self.heads, self.kv_heads, self.head_dim = rotate, heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(HIDDEN, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(HIDDEN, kv_heads * head_dim, bias=False)
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
 
     def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
@@ -503,11 +504,11 @@ class NormedRotaryQKV(RotaryQueriesAndKeys):
     heads split, then RoPE on q and k (``rotated=False``: q and k only scaled by the cos table, which no projection
     kernel takes as its epilogue)."""
 
-    def __init__(self, rotated: bool = True):
-        super().__init__(kv_heads=2)
+    def __init__(self, rotated: bool = True, hidden: int = HIDDEN):
+        super().__init__(kv_heads=2, hidden=hidden)
         self.rotated = rotated
-        self.norm = nn.RMSNorm(HIDDEN)
-        self.v_proj = nn.Linear(HIDDEN, self.kv_heads * self.head_dim, bias=False)
+        self.norm = nn.RMSNorm(hidden)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
 
     def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
@@ -560,6 +561,25 @@ def test_rotary_embeddings_are_the_projections_epilogues(shared):
         for mine, eager in zip(ours, theirs, strict=True):
             torch.testing.assert_close(mine, eager, atol=ATOL, rtol=RTOL)
             assert mine.stride() == eager.stride()
+
+
+def test_a_decode_steps_rotated_dual_gemm_splits_k():
+    """At decode, k's and v's dual GEMM has few column tiles (each must hold whole heads of the rotation): ``split_k``
+    lowers it, one partial accumulator per projection, so that more programs stream the two weights (skinny_m's
+    column tiles alone were 8 programs for Llama's k and v). q's projection, one GEMM of a long K, splits K too."""
+    hidden = 1024
+    model = NormedRotaryQKV(hidden=hidden).to(DEVICE)
+    x = torch.randn(3, 1, hidden, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    cos, sin = rotary_tables(3, 1)
+    report = amk.explain(model, (x, cos, sin), print_report=False)
+    (subgraph,) = report.graphs[0].subgraphs
+    projections = [kernel for kernel in subgraph.kernels if kernel.matmul is not None]
+    assert sorted(str(kernel).count("matmul(") for kernel in projections) == [1, 2], report
+    assert all(kernel.strategy == "split_k" for kernel in projections), report
+    with torch.no_grad():
+        ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
+    for mine, eager in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine, eager, atol=1e-4, rtol=1e-4)
 
 
 class RotaryInFloat32(nn.Module):
@@ -795,10 +815,10 @@ class Projections(nn.Module):
     """A decoder layer's input norm read by ``count`` projections: the query, key and value projections (3), or an
     MLP's gate and up projections (2)."""
 
-    def __init__(self, norm: type[nn.Module], count: int):
+    def __init__(self, norm: type[nn.Module], count: int, hidden: int = HIDDEN):
         super().__init__()
-        self.norm = norm(HIDDEN)
-        self.projections = nn.ModuleList(nn.Linear(HIDDEN, HIDDEN, bias=False) for _ in range(count))
+        self.norm = norm(hidden)
+        self.projections = nn.ModuleList(nn.Linear(hidden, hidden, bias=False) for _ in range(count))
 
     def forward(self, x):
         h = self.norm(x)
@@ -832,6 +852,26 @@ def test_llamas_rmsnorm_is_the_norm_of_its_input_with_its_weight(count, dtype):
     # nothing else runs: the cast up that the norm no longer reads was a copy of the input in PyTorch
     (bucket,) = graph.subgraphs[0].buckets
     assert not [step for step in bucket.kernels if "[PyTorch]" in step], bucket.kernels
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_normed_dual_gemm_of_few_columns_splits_k(dtype):
+    """A decode step's norm into two projections of few columns over a long K: their dual GEMM splits K
+    (``split_k``), each split gathering the norm's statistics over its chunk of K; the finisher merges them and sums
+    each projection's partial tiles. Every output as accurate as PyTorch's, for one row and for several."""
+    torch.manual_seed(0)
+    hidden = 1024
+    model = Projections(workloads.LlamaRMSNorm, 2, hidden).to(device=DEVICE, dtype=dtype)
+    compiled = amk.compile(model, autotune=False)
+    for batch in (1, 3):
+        x = torch.randn(batch, 1, hidden, generator=torch.Generator().manual_seed(batch)).to(DEVICE, dtype)
+        with torch.no_grad():
+            outs, expected = compiled(x), model(x)
+        exact = copy.deepcopy(model).double()(x.double())
+        for out, want, best in zip(outs, expected, exact, strict=True):
+            assert rel_l2(out, best) <= 2 * max(rel_l2(want, best), 1e-6)
+    (kernel,) = amk.explain(compiled, print_report=False).kernels
+    assert kernel.strategy == "split_k" and kernel.prologue == ["rmsnorm(h)"], kernel
 
 
 class NormThenWiderWeight(nn.Module):

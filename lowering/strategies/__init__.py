@@ -5,7 +5,7 @@
 ==========  ===================  ==============================================================================
 priority    strategy             takes a group ...
 ==========  ===================  ==============================================================================
-10          ``split_k``          without a row reduction: one matmul over at most 64 static rows, static K >= 1024
+10          ``split_k``          as ``skinny_m``, static K >= 1024: one matmul, or a dual GEMM of few column tiles
 20          ``skinny_m``         without a row reduction: a matmul over at most 64 static rows
 30          ``row_resident``     with a row reduction, no matmul, static rows of at most 16384 columns
 40          ``chunk_recompute``  with a row reduction after a matmul of static K <= 256, no prologue

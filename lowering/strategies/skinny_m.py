@@ -25,6 +25,8 @@ class SkinnyM(TilingStrategy):
     priority = 20
     scales_accumulator = True
     num_warps = 4
+    # The column tiles searched (split_k's choice for a dual GEMM asks for the narrowest).
+    block_n_space = (32, 64, 128)
 
     def chosen_for(self, plan: GroupPlan) -> bool:
         rows = plan.main.space.rows
@@ -46,7 +48,7 @@ class SkinnyM(TilingStrategy):
     def dot_space(self, rows: Dim, contraction: Dim | None, limits,
                   warp_specialization: bool) -> dict[str, list[int]]:
         smallest = max(16, next_power_of_two(rows.value)) if rows.is_static else 16
-        return {"BLOCK_M": [smallest], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
+        return {"BLOCK_M": [smallest], "BLOCK_N": list(self.block_n_space), "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
                 "num_stages": [3, 4, 5, 6]}
 
     def priors(self, has_dot: bool) -> list[dict[str, int]]:

@@ -1,6 +1,7 @@
 """``split_k``: few rows and a long K. ``SPLIT_K`` programs share each output tile, each running the K loop over one
-chunk of K and storing its fp32 partial tile to a workspace, so that enough programs stream the weight; the last of
-them to arrive (``tiled_loop.last_arrival``, one counter per tile) sums the partials and applies the epilogue."""
+chunk of K and storing its fp32 partial tile (one per matmul of a dual GEMM) to a workspace, so that enough programs
+stream the weight; the last of them to arrive (``tiled_loop.last_arrival``, one counter per tile) sums the partials and
+applies the epilogue."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from amk.lowering.plan import GroupPlan
 
 SPLIT_K_MIN_CONTRACTION = 1024
+# A dual GEMM (gate and up, k and v: one A, two weights) splits K only where skinny_m's column tiles, at their
+# narrowest, are fewer programs than this: k's and v's 1024 columns rotated in heads of 128 were 8 programs
+# (2026-12-07-h100-models-59, 0.89x), where gate's and up's 14336 columns are hundreds.
+SPLIT_K_PROGRAMS = 128
 
 
 @register_strategy
@@ -43,8 +48,15 @@ class SplitK(SkinnyM):
 
     def chosen_for(self, plan: GroupPlan) -> bool:
         k = plan.contraction
-        return (super().chosen_for(plan) and len(plan.matmuls) == 1 and k.is_static
-                and k.value >= SPLIT_K_MIN_CONTRACTION)
+        return (super().chosen_for(plan) and k.is_static and k.value >= SPLIT_K_MIN_CONTRACTION
+                and (len(plan.matmuls) == 1 or self.few_column_tiles(plan)))
+
+    def few_column_tiles(self, plan: GroupPlan) -> bool:
+        """Whether skinny_m's narrowest column tiles (holding whole groups of a rotation in registers) are fewer than
+        ``SPLIT_K_PROGRAMS``."""
+        cols = plan.main.space.cols
+        narrowest = max(min(SkinnyM.block_n_space), plan.register_rotation_group or 0)
+        return cols.is_static and -(-cols.value // narrowest) < SPLIT_K_PROGRAMS
 
     def grid(self, plan: GroupPlan) -> Grid:
         rows, cols = plan.main.space.rows, plan.main.space.cols
@@ -52,11 +64,12 @@ class SplitK(SkinnyM):
                     self.tile_params(plan) + ["SPLIT_K"])
 
     def workspace(self, plan: GroupPlan) -> list[WorkspaceBuffer]:
-        """The partial tiles of the K splits, the prologue state each split sums (a row-scaled norm), and one arrival
-        counter per output tile."""
+        """The partial tiles of the K splits (one buffer per matmul), the prologue state each split sums (a
+        row-scaled norm), and one arrival counter per output tile."""
         rows, cols = plan.main.space.rows, plan.main.space.cols
         split_rows = f"SPLIT_K * cdiv({rows}, {BLOCK_M}) * {BLOCK_M}"
-        buffers = [WorkspaceBuffer(TensorType([split_rows, cols], f32), "scratch", "partial_acc")]
+        buffers = [WorkspaceBuffer(TensorType([split_rows, cols], f32), "scratch", f"partial_acc{index or ''}")
+                   for index in range(len(plan.matmuls))]
         norm = row_scaled_prologue(plan, self)
         if norm is not None:  # one buffer per statistic the K loop sums (the prologue state)
             buffers += [WorkspaceBuffer(TensorType([split_rows, f"cdiv({cols}, {BLOCK_N})"], f32), "scratch",
@@ -73,19 +86,21 @@ class SplitK(SkinnyM):
 
     def build(self, lowering: KernelLowering) -> None:
         """Few rows, long K: SPLIT_K programs share each output tile, each over one chunk of K. They store fp32
-        partial accumulators; the last to arrive sums them and applies the epilogue."""
+        partial accumulators (one per matmul); the last to arrive sums them and applies the epilogue."""
         plan, b = lowering.plan, lowering.b
         k = plan.contraction
         chunk = Dim(f"cdiv(cdiv({k}, SPLIT_K), {BLOCK_K}) * {BLOCK_K}")
         lower = Dim(f"pid_k * ({chunk})")
         upper = Dim(f"Min({k}, (pid_k + 1) * ({chunk}))")
         at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
-        (acc,) = lowering.matmul_tiles(at, (lower, upper))
+        accumulators = lowering.matmul_tiles(at, (lower, upper))
+        count = len(accumulators)
         rows_padded = Dim(f"cdiv({plan.rows}, {BLOCK_M}) * {BLOCK_M}")
-        partials, *partial_states = lowering.workspace.partials
+        partials, partial_states = lowering.workspace.partials[:count], lowering.workspace.partials[count:]
         b.origin = None
-        b.add(tiled_loop.StoreOp(acc, partials, [Dim(f"pid_k * ({rows_padded}) + {lowering.row_offset}"),
-                                                 lowering.col_offset]))
+        for acc, partial in zip(accumulators, partials, strict=True):
+            b.add(tiled_loop.StoreOp(acc, partial, [Dim(f"pid_k * ({rows_padded}) + {lowering.row_offset}"),
+                                                    lowering.col_offset]))
         # This chunk's prologue statistics, one column per column tile (programs of other tiles write the same rows).
         for component, dest in zip(lowering.prologue_state, partial_states):
             b.add(tiled_loop.StoreOp(b.widen_rows(component, BLOCK_M), dest,
@@ -97,30 +112,33 @@ class SplitK(SkinnyM):
         b.add(finisher)
         outer = b.block
         b.block = finisher.body.block
-        zero = b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum")
+        zeros = [b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum") for _ in accumulators]
         norm = lowering.row_scaled
         rule, states = lowering.row_scale_init()
 
         def add_split(carried):
             b.origin = None
             split_row = Dim(f"split * ({rows_padded}) + {lowering.row_offset}")
-            partial = b.add(tiled_loop.LoadOp(partials, [split_row, lowering.col_offset],
-                                              TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+            loaded_partials = [b.add(tiled_loop.LoadOp(partial, [split_row, lowering.col_offset],
+                                                       TileType([BLOCK_M, BLOCK_N], f32)), "partial_acc")
+                               for partial in partials]
             loaded = [b.add(tiled_loop.LoadOp(source, [split_row, Dim("pid_n")], TileType([BLOCK_M, 1], f32)),
                             "partial_state") for source in partial_states]
             b.origin = "matmul"
-            summed = [b.add_(carried[0], partial, "acc_sum")]
+            summed = [b.add_(total, partial, "acc_sum") for total, partial in zip(carried, loaded_partials)]
             if norm is not None:
                 b.origin = origin_label(norm)
-                summed += rule.combine(b, carried[1:], loaded)
+                summed += rule.combine(b, carried[count:], loaded)
             return summed
 
-        total, *state = lowering.loop("split", Dim("SPLIT_K"), 1, [zero, *states], add_split,
-                                      "sum the partial tiles of the K splits")
+        sums = lowering.loop("split", Dim("SPLIT_K"), 1, [*zeros, *states], add_split,
+                             "sum the partial tiles of the K splits")
+        totals, state = sums[:count], sums[count:]
         at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
-        at.env[plan.matmul.output] = total
+        for matmul, total in zip(plan.matmuls, totals, strict=True):
+            at.env[matmul.output] = total
         if norm is not None:
-            lowering.scale_rows(at, [total], state)
+            lowering.scale_rows(at, totals, state)
         for value in plan.outputs:
             lowering.store(value, lowering.compute(value, at), at)
         b.block = outer
