@@ -82,6 +82,17 @@ def test_missing_runs_only_the_rows_the_file_lacks(smoke, tmp_path):
     assert after["rows"] == before["rows"] and after["command"].endswith("--append --missing")
 
 
+def test_missing_rows_of_a_run_in_processes_start_no_process_for_the_others(smoke, tmp_path):
+    """``--process-per-row --missing``: the rows the file has are left out before any process starts (each process
+    started only to skip its row cost a second or more of a GPU call's time), so with both rows there the file is
+    left as it was."""
+    (tmp_path / "part.json").write_text((smoke / "smoke.json").read_text())
+    result = run_models("--small", "--rows", "fp16_linear_layernorm,llama_mlp_decode_m1", "--contenders", "eager",
+                        "--out", str(tmp_path), "--stem", "part", "--append", "--missing", "--process-per-row")
+    assert "==" not in result.stdout  # no row started
+    assert (tmp_path / "part.json").read_text() == (smoke / "smoke.json").read_text()
+
+
 def models_module():
     sys.path.insert(0, str(MODELS.parent))
     try:
