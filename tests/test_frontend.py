@@ -556,6 +556,10 @@ def test_rotary_embeddings_are_the_projections_epilogues(shared):
         rotations = [kernel for kernel in kernels if "rotate_half" in kernel]
         assert len(rotations) == 2 and all("matmul" in kernel for kernel in rotations), report
         assert any(kernel.count("matmul(") == 2 for kernel in rotations), report  # k's rotation, k's and v's GEMM
+        # The tables reach the kernels through the fewest views a call runs: per sequence ([B, S, D], unsqueezed over
+        # the heads) as they are, shared ([1, 1, S, D]) through one select each, made once for q's and k's rotations;
+        # the other views are the outputs' heads (two each).
+        assert len(report.pytorch) == 6 + 2 * shared, report
         with torch.no_grad():
             ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
         for mine, eager in zip(ours, theirs, strict=True):
@@ -580,6 +584,33 @@ def test_a_decode_steps_rotated_dual_gemm_splits_k():
         ours, theirs = amk.compile(model)(x, cos, sin), model(x, cos, sin)
     for mine, eager in zip(ours, theirs, strict=True):
         torch.testing.assert_close(mine, eager, atol=1e-4, rtol=1e-4)
+
+
+class RotaryTablesWithoutGrad(RotaryQueriesAndKeys):
+    """RoPE whose tables are unsqueezed over the heads under ``no_grad``: views that carry no gradient to them."""
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        with torch.no_grad():
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        return q * cos + rotate_half(q) * sin
+
+
+def test_tables_viewed_in_another_grad_mode_keep_their_views():
+    """Tables that need a gradient, unsqueezed under ``no_grad``: the rotation still folds into q's projection,
+    reading the views made in that grad mode (selected where the rotation is: nothing moves across a grad-mode
+    change), so, as in eager, no gradient reaches the tables (read as the tables they view, it would)."""
+    model = RotaryTablesWithoutGrad().to(DEVICE)
+    x = inputs(2, 5)
+    cos, sin = (table.requires_grad_() for table in rotary_tables(2, 5))
+    report = amk.explain(model, (x, cos, sin), print_report=False)
+    kernels = [str(kernel) for subgraph in report.graphs[0].subgraphs for kernel in subgraph.kernels]
+    assert any("rotate_half" in kernel and "matmul" in kernel for kernel in kernels), report
+    out = amk.compile(model)(x, cos, sin)
+    torch.testing.assert_close(out, model(x, cos, sin), atol=ATOL, rtol=RTOL)
+    out.sum().backward()
+    assert cos.grad is None and sin.grad is None and model.q_proj.weight.grad is not None
 
 
 class RotaryInFloat32(nn.Module):

@@ -60,6 +60,7 @@ ACTIVATIONS = spellings(
 PERMUTES = spellings([torch.transpose, torch.permute], ["transpose", "permute"])
 CHUNKS = spellings([torch.chunk, torch.split], ["chunk", "split"])
 UNFLATTENS = spellings([torch.unflatten], ["unflatten"])
+UNSQUEEZES = spellings([torch.unsqueeze], ["unsqueeze"])
 
 
 def chunks_as_slices(gm: GraphModule) -> list[str]:
@@ -137,17 +138,18 @@ def fold_heads(gm: GraphModule) -> list[str]:
     """Rewrite the elementwise ops on a tensor's heads, ``p.view(*lead, H, D)``, that rotate them (rotary
     embeddings in memory order, after :func:`compute_in_memory_order`: a ``rotate_half`` among them) to run on ``p``
     itself, ``[*lead, H * D]``: ``rotate_half`` of each group of ``D`` columns (:func:`amk.reference.rotate_half`),
-    each table ``[*lead, 1, D]`` read over the heads (:func:`amk.reference.repeat_columns` of its ``select(-2, 0)``),
+    each table ``[*lead, 1, D]`` read over the heads (:func:`amk.reference.repeat_columns` of its ``select(-2, 0)``,
+    with the fewest views: :func:`_one_head_of`),
     and the heads' view after them, for what reads their results. So the rotation of a projection's output is the
     projection kernel's epilogue, not a kernel of its own that reads the output back: its iteration space is the
     projection's. Only ops of the view's epoch move, as in :func:`compute_in_memory_order`; the names of the ops
     rewritten."""
-    epochs = epochs_of(gm)
+    epochs, one_heads = epochs_of(gm), {}
     rewritten = []
     for node in list(gm.graph.nodes):
         heads = _heads_of(node)
         if heads is not None:
-            rewritten += _fold_heads(gm, node, *heads, epochs)
+            rewritten += _fold_heads(gm, node, *heads, epochs, one_heads)
     if rewritten:
         gm.recompile()
         log.info("amk: computed over the heads side by side, their view after them: %s", ", ".join(rewritten))
@@ -184,10 +186,11 @@ def _dims_in_order(value: torch.Tensor) -> bool:
                for (_, outer), (size, inner) in zip(dims, dims[1:]))
 
 
-def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim: int,
-                epochs: dict[Node, int]) -> list[str]:
+def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim: int, epochs: dict[Node, int],
+                one_heads: dict) -> list[str]:
     """:func:`fold_heads` of one view: the ops that read it or one another, on its shape, with tables of one head
-    beside them; rewritten where a rotation is among them."""
+    beside them; rewritten where a rotation is among them. ``one_heads``: the tables' heads made for earlier views
+    (:func:`_one_head_of`)."""
     shape, epoch = meta_value(view).shape, epochs.get(view)
     region: dict[Node, Node | None] = {}  # each op, with the operand its rotate_half rotates (None: any other op)
     absorbed: list[Node] = []
@@ -223,8 +226,7 @@ def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim:
         if operand not in tables:
             table = operand
             if meta_value(table).dim() >= 2:
-                table = _traced(graph.call_method("select", (table, -2, 0)),
-                                lambda t=table: meta_value(t).select(-2, 0), operand)
+                table = _one_head_of(table, epoch, epochs, one_heads)
             if meta_value(table).shape[-1] == head_dim:
                 table = _traced(graph.call_function(reference.repeat_columns, (table, heads)),
                                 lambda t=table: reference.repeat_columns(meta_value(t), heads), operand)
@@ -255,7 +257,44 @@ def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim:
         for node in [node for node in leftover if not node.users]:
             graph.erase_node(node)
             leftover.remove(node)
+    for table in tables:  # the views of a table read as the tensor they view, once nothing else reads them
+        while isinstance(table, Node) and not table.users and (permutation(table) or is_(table, UNSQUEEZES)):
+            source = table.args[0]
+            graph.erase_node(table)
+            table = source
     return [node.name for node in region]
+
+
+def _one_head_of(table: Node, epoch: int | None, epochs: dict[Node, int], made: dict) -> Node:
+    """``table.select(-2, 0)`` (its dim before the last is 1: one head) with the fewest views for a call to run:
+    where ``table`` is views made in ``epoch`` (permutes, an unsqueeze) of a tensor whose other dims they keep in
+    order, the tensor itself when an unsqueeze added that dim (``cos.unsqueeze(1)`` of Hugging Face's Llama, permuted
+    to memory order, is ``cos [B, S, D]``), else that tensor's select of the dim, made once for every view of heads
+    that reads it (``made``; q's and k's rotations read the same tables)."""
+    graph, rank = table.graph, meta_value(table).dim()
+    dropped, kept, source = rank - 2, [*range(rank - 2), rank - 1], table
+    while epochs.get(source) == epoch:
+        dims = permutation(source)
+        if dims is not None:  # the view's dim i is dim dims[i] of its source
+            dropped, kept, source = dims[dropped], [dims[d] for d in kept], source.args[0]
+            continue
+        if is_(source, UNSQUEEZES) and len(source.args) == 2 and isinstance(source.args[1], int) \
+                and not source.kwargs and source.args[1] % meta_value(source).dim() == dropped:
+            if [d - (d > dropped) for d in kept] == list(range(len(kept))):
+                return source.args[0]
+        break
+    if kept != sorted(kept):  # the other dims moved: the table's own select
+        dropped, source = rank - 2, table
+    if epochs.get(source) != epoch:  # a table of another grad mode: its select made where the region is
+        return _traced(graph.call_method("select", (table, -2, 0)), lambda: meta_value(table).select(-2, 0), table)
+    if (source, dropped) not in made:
+        anchor = source
+        if source.op == "placeholder":  # after the graph's arguments
+            anchor = [node for node in graph.nodes if node.op == "placeholder"][-1]
+        with graph.inserting_after(anchor):
+            made[source, dropped] = _traced(graph.call_method("select", (source, dropped, 0)),
+                                            lambda: meta_value(source).select(dropped, 0), table)
+    return made[source, dropped]
 
 
 def _one_head(operand: Node, shape) -> bool:
