@@ -259,9 +259,9 @@ def _fold_heads(gm: GraphModule, view: Node, source: Node, heads: int, head_dim:
             leftover.remove(node)
     for table in tables:  # the views of a table read as the tensor they view, once nothing else reads them
         while isinstance(table, Node) and not table.users and (permutation(table) or is_(table, UNSQUEEZES)):
-            source = table.args[0]
+            viewed = table.args[0]
             graph.erase_node(table)
-            table = source
+            table = viewed
     return [node.name for node in region]
 
 

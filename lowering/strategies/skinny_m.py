@@ -48,8 +48,8 @@ class SkinnyM(TilingStrategy):
     def dot_space(self, rows: Dim, contraction: Dim | None, limits,
                   warp_specialization: bool) -> dict[str, list[int]]:
         smallest = max(16, next_power_of_two(rows.value)) if rows.is_static else 16
-        return {"BLOCK_M": [smallest], "BLOCK_N": list(self.block_n_space), "BLOCK_K": [64, 128, 256], "num_warps": [2, 4, 8],
-                "num_stages": [3, 4, 5, 6]}
+        return {"BLOCK_M": [smallest], "BLOCK_N": list(self.block_n_space), "BLOCK_K": [64, 128, 256],
+                "num_warps": [2, 4, 8], "num_stages": [3, 4, 5, 6]}
 
     def priors(self, has_dot: bool) -> list[dict[str, int]]:
         return []  # none measured for decode shapes
