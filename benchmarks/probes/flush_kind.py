@@ -65,7 +65,7 @@ def flushed_ms(call, flush) -> float:
 
 
 def run_row(name: str) -> dict:
-    row = next(r for r in ROWS if r.name == name)
+    row = ROWS[name]
     torch.manual_seed(0)
     module, shapes = row.build(False)
     module = module.to(device="cuda", dtype=row.dtype).eval()
@@ -99,9 +99,13 @@ def run_row(name: str) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="norm_linear_residual_m1,norm_linear_residual_m16")
+    parser.add_argument("--rows", default="norm_linear_residual_m1,norm_linear_residual_m16",
+                        help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    unknown = [name for name in args.rows.split(",") if name not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
     if not torch.cuda.is_available():
         sys.exit("flush_kind.py times GPU caches: it needs a GPU")
     rows = [run_row(name) for name in args.rows.split(",")]
