@@ -345,8 +345,9 @@ def expect_tuned_builds(tensors: Iterable[torch.Tensor], tuner_config: TunerConf
     with a cache directory that holds no program yet (a warm cache may serve them all, and then the workers would
     take CPUs and memory for nothing), and a floating-point tensor larger than a kernel bound by its launch moves
     altogether (:data:`~amk.tuner.LAUNCH_BOUND_BYTES`, as in :func:`_lookup`). For :func:`amk.compile` given a module
-    with such weights: the workers boot (seconds: torch and Triton each) while TorchDynamo traces the
-    first call, and while the caller goes on before it, rather than from the first build."""
+    with such weights, or called the first time with such arguments: the workers boot (seconds: torch and Triton
+    each) while TorchDynamo traces the first call (and while the caller goes on before it), rather than from the
+    first build."""
     if interpreting() or not torch.cuda.is_available():
         return
     if not any(tensor.is_cuda and tensor.is_floating_point() and tensor.layout == torch.strided

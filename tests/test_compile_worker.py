@@ -501,6 +501,32 @@ def test_amk_compile_hands_the_modules_weights_over_when_it_will_tune(monkeypatc
     assert len(seen) == 1
 
 
+def test_the_first_call_hands_its_tensor_arguments_over_when_it_will_tune(monkeypatch):
+    """A compiled module's or function's first call lets the build service start the workers from its tensor
+    arguments (attention's q and k: no weight to start them at amk.compile), so that they boot while TorchDynamo
+    traces it; once, not on later calls, and not with autotune=False."""
+    import torch
+
+    import amk
+    import amk.frontend.compile
+
+    seen: list[list] = []
+    monkeypatch.setattr(amk.frontend.compile, "expect_tuned_builds",
+                        lambda tensors, tuner_config: seen.append(list(tensors)))
+    q, k = torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    scores = amk.compile(lambda q, k, scale=1.0: torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1))
+    scores(q, k, scale=0.5)
+    assert [[t is q for t in tensors] for tensors in seen] == [[True, False]]
+    assert seen[0][1] is k
+    scores(torch.randn(3, 4, 8), torch.randn(3, 4, 8))
+    assert len(seen) == 1
+    module = torch.nn.Linear(8, 8)
+    amk.compile(module)(torch.randn(3, 8))
+    assert len(seen) == 3, "the module's weights at amk.compile, then its first call's input"
+    amk.compile(torch.nn.Linear(8, 8), autotune=False)(torch.randn(3, 8))
+    assert len(seen) == 3
+
+
 @pytest.mark.skipif(not GPU, reason="compiles and launches a kernel on a GPU")
 @pytest.mark.parametrize("ptxas_changed", [False, True], ids=["same-ptxas", "ptxas-changed-after-first-compile"])
 def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp_path, monkeypatch, ptxas_changed):

@@ -40,9 +40,10 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 
 from amk.build import expect_tuned_builds
 from amk.environment import being_traced, initialize
@@ -236,7 +237,7 @@ class _Caller:
     call, more than a compiled graph's call itself."""
 
     def __init__(self, compiled: Callable, dynamic: bool | None, module: torch.nn.Module | None = None,
-                 entry: Callable | None = None):
+                 entry: Callable | None = None, expect_builds: Callable[[Iterable[torch.Tensor]], None] | None = None):
         self.compiled = compiled
         # A torch.compile'd module's forward, without OptimizedModule.__call__: that only warns of global module hooks
         # (which then fire as in the module itself) and flags the call for torch.distributed's module tracker, in
@@ -254,6 +255,9 @@ class _Caller:
         # The code TorchDynamo traces first at each call (the module's forward, or the function): a trace that failed
         # there failed before anything of the call ran.
         self.entry_codes = _entry_codes(type(module).forward if module is not None else entry)
+        # Handed the first call's tensor arguments, then dropped: where the builds that call starts will be tuned,
+        # their compile workers boot (seconds) while TorchDynamo traces it, not from the first build.
+        self.expect_builds = expect_builds
 
     @property
     def training(self) -> bool | None:
@@ -261,6 +265,9 @@ class _Caller:
         return None if self.module is None else self.module.training
 
     def __call__(self, *args, **kwargs):
+        if self.expect_builds is not None:
+            expect, self.expect_builds = self.expect_builds, None
+            expect([leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)])
         if self.dynamic is False:
             return self.call(*args, **kwargs)
         signature = (self.training, _signature(args, kwargs))
@@ -412,7 +419,10 @@ def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda
     register_backend()  # for a source tree on sys.path, or a module unpickled in a new process
     compiled = torch.compile(model_or_fn, backend=BACKEND_NAME, options=settings.as_backend_options(), dynamic=dynamic)
     module = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else None
-    caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn)
+    expect_builds = functools.partial(expect_tuned_builds, tuner_config=settings.tuner_config) \
+        if settings.autotune else None
+    caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn,
+                     expect_builds=expect_builds)
     return cuda_graphed(caller) if cuda_graphs else caller
 
 
