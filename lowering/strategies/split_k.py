@@ -131,8 +131,10 @@ class SplitK(SkinnyM):
                 summed += rule.combine(b, carried[count:], loaded)
             return summed
 
+        # Pipelined as the row strips' merge loop is (KernelLowering.merge_strip_statistics): its loads depend on the
+        # split alone, and each would otherwise wait a full L2 round trip, on the kernel's tail.
         sums = lowering.loop("split", Dim("SPLIT_K"), 1, [*zeros, *states], add_split,
-                             "sum the partial tiles of the K splits")
+                             "sum the partial tiles of the K splits", pipelined=True)
         totals, state = sums[:count], sums[count:]
         at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
         for matmul, total in zip(plan.matmuls, totals, strict=True):

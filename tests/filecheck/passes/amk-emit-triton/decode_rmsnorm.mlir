@@ -25,5 +25,7 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 // CHECK:       [[SUMSQ:rmsnorm_[0-9]+]] = tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], gram_1, 0.0), axis=1, keep_dims=True)
 // CHECK:       arrived = tl.atomic_add(tile_counters_ptr
 // CHECK:       if last_split:
+// CHECK:           for split in tl.range(0, SPLIT_K, 1, num_stages=5):
+// CHECK:               partial_acc_1 = tl.load(partial_acc_ptr + {{.*}}, cache_modifier=".cg")
 // CHECK:           rstd = tl.rsqrt(
 // CHECK:       grid = (triton.cdiv(4096, 128) * triton.cdiv(16, 16) * 4,)
