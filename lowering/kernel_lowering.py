@@ -98,6 +98,8 @@ class ColumnTile:
     block_cols: str
     valid: SSAValue | None = None
     env: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    # Kernel inputs loaded ahead of their use (KernelLowering.load_inputs_ahead), not yet cast to fp32.
+    loaded_ahead: dict[SSAValue, SSAValue] = field(default_factory=dict)
 
 
 class KernelLowering:
@@ -168,27 +170,36 @@ class KernelLowering:
                 [0, at.col_offset], [1, at.section.space.cols], [1, at.block_cols]), "valid_cols")
         return at.valid
 
+    def input_tile(self, value: SSAValue, at: ColumnTile, upcast: bool = True) -> SSAValue | None:
+        """The tile of ``value`` at ``at`` where it is read from a kernel input (the input itself, or a permuted read
+        of one), loaded now; None where it is computed."""
+        space = at.section.space
+        if value in self.arg_of:
+            cls = at.section.value_class[value]
+            if cls == FULL:
+                return self.load(value, cls, at, upcast, broadcast_rows=broadcast_row_map(value.type.dims, space),
+                                 broadcast_batch=broadcast_batch_map(value.type.dims, space))
+            vectors = row_vector_per_batch(value.type.dims, space) if cls == ROW else None
+            return self.load(value, cls, at, upcast, broadcast_batch=vectors.batch_map if vectors else None)
+        op = value.owner
+        if type(op) in rules.PERMUTED_READS and op.operands[0] in self.arg_of:  # plan_group checked its class
+            cls = at.section.value_class[op.results[0]]
+            rows = broadcast_row_map(op.results[0].type.dims, space) if cls == FULL else None
+            return self.load(op.operands[0], cls, at, upcast, broadcast_rows=rows,
+                             **rules.PERMUTED_READS[type(op)](op))
+        return None
+
     def compute(self, value: SSAValue, at: ColumnTile) -> SSAValue:
         """The fp32 tile of ``value`` at ``at``, computing what it depends on (memoized in ``at.env``)."""
         if value in at.env:
             return at.env[value]
-        if value in self.arg_of:
-            cls = at.section.value_class[value]
-            space = at.section.space
-            if cls == FULL:
-                result = self.load(value, cls, at, broadcast_rows=broadcast_row_map(value.type.dims, space),
-                                   broadcast_batch=broadcast_batch_map(value.type.dims, space))
-            else:
-                vectors = row_vector_per_batch(value.type.dims, space) if cls == ROW else None
-                result = self.load(value, cls, at, broadcast_batch=vectors.batch_map if vectors else None)
-        else:
+        if value in at.loaded_ahead:
+            loaded = at.loaded_ahead.pop(value)
+            result = self.b.cast(loaded, f32, f"{loaded.name_hint.removesuffix('_tile')}_f32")
+        elif (result := self.input_tile(value, at)) is None:
             op = value.owner
             kind = rules.kind_of(op)
-            if type(op) in rules.PERMUTED_READS and op.operands[0] in self.arg_of:  # plan_group checked its class
-                cls, space = at.section.value_class[op.results[0]], at.section.space
-                rows = broadcast_row_map(op.results[0].type.dims, space) if cls == FULL else None
-                result = self.load(op.operands[0], cls, at, broadcast_rows=rows, **rules.PERMUTED_READS[type(op)](op))
-            elif isinstance(op, tensor_op.RotateHalfOp):  # a tile computed in registers: its registers permuted
+            if isinstance(op, tensor_op.RotateHalfOp):  # a tile computed in registers: its registers permuted
                 rotated = self.compute(op.input, at)
                 self.b.origin = origin_label(op)
                 result = self.b.add(tiled_loop.RotateHalfOp(rotated, op.group_size), "rotated")
@@ -210,6 +221,30 @@ class KernelLowering:
                 raise AssertionError(f"{op.name} is not available in this phase of the kernel")
         at.env[value] = result
         return result
+
+    def load_inputs_ahead(self, values: list[SSAValue], at: ColumnTile, ready: list[SSAValue]) -> None:
+        """Load now the kernel inputs that :meth:`compute` of ``values`` at ``at`` will read, its walk stopping at
+        ``ready`` (what ``at.env`` will hold by then, such as the matmuls' sums). Their loads are issued before what
+        the kernel does in between, their fp32 casts left where compute uses them: a cast here would wait for its
+        load."""
+        seen = {*ready, *at.env, *at.loaded_ahead}
+        pending = list(values)
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            loaded = self.input_tile(value, at, upcast=False)
+            if loaded is not None:
+                at.loaded_ahead[value] = loaded
+                continue
+            op = value.owner  # what compute computes the value from
+            if isinstance(op, tensor_op.RotateHalfOp):
+                pending.append(op.input)
+            elif rules.kind_of(op) == "elementwise":
+                pending += op.operands
+            elif rules.kind_of(op) == "reduction" and rules.ROW_REDUCTIONS[type(op)].keeps_shape:
+                pending += [rules.reduction_input(op), *rules.reduction_extras(op)]
 
     def store(self, value: SSAValue, tile: SSAValue, at: ColumnTile, dest: SSAValue | None = None) -> None:
         dest = dest if dest is not None else self.output_arg[value]

@@ -112,6 +112,10 @@ class SplitK(SkinnyM):
         b.add(finisher)
         outer = b.block
         b.block = finisher.body.block
+        at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
+        # The epilogue's own inputs (a residual, a bias, rotary tables) first: from a cold L2 each load is a DRAM
+        # round trip, which the loads of the partial tiles then overlap instead of following.
+        lowering.load_inputs_ahead(plan.outputs, at, ready=[matmul.output for matmul in plan.matmuls])
         zeros = [b.full(0.0, [BLOCK_M, BLOCK_N], "acc_sum") for _ in accumulators]
         norm = lowering.row_scaled
         rule, states = lowering.row_scale_init()
@@ -136,7 +140,6 @@ class SplitK(SkinnyM):
         sums = lowering.loop("split", Dim("SPLIT_K"), 1, [*zeros, *states], add_split,
                              "sum the partial tiles of the K splits", pipelined=True)
         totals, state = sums[:count], sums[count:]
-        at = ColumnTile(plan.main, lowering.row_offset, lowering.col_offset, BLOCK_N)
         for matmul, total in zip(plan.matmuls, totals, strict=True):
             at.env[matmul.output] = total
         if norm is not None:
