@@ -195,6 +195,7 @@ class KernelLowering:
             return at.env[value]
         if value in at.loaded_ahead:
             loaded = at.loaded_ahead.pop(value)
+            self.b.origin = None  # as load's own cast: no op of the chain
             result = self.b.cast(loaded, f32, f"{loaded.name_hint.removesuffix('_tile')}_f32")
         elif (result := self.input_tile(value, at)) is None:
             op = value.owner

@@ -135,10 +135,11 @@ class SplitK(SkinnyM):
                 summed += rule.combine(b, carried[count:], loaded)
             return summed
 
-        # Pipelined as the row strips' merge loop is (KernelLowering.merge_strip_statistics): its loads depend on the
-        # split alone, and each would otherwise wait a full L2 round trip, on the kernel's tail.
+        # Not pipelined: Triton's pipeliner makes the loads cp.async copies, and those of fewer than 16 bytes (the
+        # statistics, one value a row) go through L1, which their .cg loads bypass. A line of partial_state holds
+        # the statistics of 32 column tiles, written by other SMs: one read here for an earlier tile may be stale.
         sums = lowering.loop("split", Dim("SPLIT_K"), 1, [*zeros, *states], add_split,
-                             "sum the partial tiles of the K splits", pipelined=True)
+                             "sum the partial tiles of the K splits")
         totals, state = sums[:count], sums[count:]
         for matmul, total in zip(plan.matmuls, totals, strict=True):
             at.env[matmul.output] = total

@@ -24,12 +24,12 @@ func.func @decode(%x : !tensor_op.tensor<[16, 4096], bf16>, %g : !tensor_op.tens
 // CHECK:           acc_2 = tl.dot(a_tile, w_tile, acc_1)
 // CHECK:       [[SUMSQ:rmsnorm_[0-9]+]] = tl.sum(tl.where(tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :], gram_1, 0.0), axis=1, keep_dims=True)
 // CHECK:       arrived = tl.atomic_add(tile_counters_ptr
-// The last arrival loads the residual first, then the partial tiles in a pipelined loop: neither load waits for
-// another. The residual's cast to fp32 comes where the epilogue uses it (a cast before the loop would wait for it).
+// The last arrival loads the residual first, then the partial tiles: the residual's load from a cold L2 does not
+// wait for theirs. Its cast to fp32 comes where the epilogue uses it (a cast before the loop would wait for it).
 // CHECK:       if last_split:
 // CHECK:           r_tile = tl.load(r_ptr +
 // CHECK-NOT:       r_f32
-// CHECK:           for split in tl.range(0, SPLIT_K, 1, num_stages=5):
+// CHECK:           for split in tl.range(0, SPLIT_K, 1):
 // CHECK:               partial_acc_1 = tl.load(partial_acc_ptr + {{.*}}, cache_modifier=".cg")
 // CHECK:           rstd = tl.rsqrt(
 // CHECK:           r_f32 = r_tile.to(tl.float32)
