@@ -56,6 +56,20 @@ def origin_label(op: Operation) -> str:
     return label
 
 
+def _computed_from(op) -> list[SSAValue]:
+    """The values :meth:`KernelLowering.compute` computes the tile of ``op``'s result from, in the order it takes
+    them: a rotation's input, an elementwise op's operands, a norm's or softmax's input and per-column operands (a
+    reduction's value is its statistic; those that keep the shape also need the tile they normalize)."""
+    if isinstance(op, tensor_op.RotateHalfOp):
+        return [op.input]
+    kind = rules.kind_of(op)
+    if kind == "elementwise":
+        return list(op.operands)
+    if kind == "reduction" and rules.ROW_REDUCTIONS[type(op)].keeps_shape:
+        return [rules.reduction_input(op), *rules.reduction_extras(op)]
+    return []
+
+
 def _check_rule_result(op: Operation, rule: Callable, result, operands: list[SSAValue]) -> None:
     """An elementwise lowering rule gives a tile of its operands' broadcast shape: anything else (None, a reduced
     tile) would be stored wrongly or fail far from the rule, so a contributor's rule is checked where it is called."""
@@ -200,21 +214,18 @@ class KernelLowering:
         elif (result := self.input_tile(value, at)) is None:
             op = value.owner
             kind = rules.kind_of(op)
+            operands = [self.compute(v, at) for v in _computed_from(op)]
             if isinstance(op, tensor_op.RotateHalfOp):  # a tile computed in registers: its registers permuted
-                rotated = self.compute(op.input, at)
                 self.b.origin = origin_label(op)
-                result = self.b.add(tiled_loop.RotateHalfOp(rotated, op.group_size), "rotated")
+                result = self.b.add(tiled_loop.RotateHalfOp(*operands, op.group_size), "rotated")
             elif kind == "elementwise":
-                operands = [self.compute(v, at) for v in op.operands]
                 self.b.origin = origin_label(op)
                 rule = rules.ELEMENTWISE_RULES[type(op)]
                 result = rule(self.b, op, *operands)
                 _check_rule_result(op, rule, result, operands)
             elif kind == "reduction":
                 rule = rules.ROW_REDUCTIONS[type(op)]
-                # A reduction's value is its statistic; norms and softmax also need the tile they normalize.
-                x = self.compute(rules.reduction_input(op), at) if rule.keeps_shape else None
-                extras = [self.compute(v, at) for v in rules.reduction_extras(op)] if rule.keeps_shape else []
+                x, extras = (operands[0], operands[1:]) if operands else (None, [])
                 self.b.origin = origin_label(op)
                 result = rule.apply(self.b, op, self.stats[op], x, extras)
                 _check_reduction_result(op, rule, result, x)
@@ -239,13 +250,7 @@ class KernelLowering:
             if loaded is not None:
                 at.loaded_ahead[value] = loaded
                 continue
-            op = value.owner  # what compute computes the value from
-            if isinstance(op, tensor_op.RotateHalfOp):
-                pending.append(op.input)
-            elif rules.kind_of(op) == "elementwise":
-                pending += op.operands
-            elif rules.kind_of(op) == "reduction" and rules.ROW_REDUCTIONS[type(op)].keeps_shape:
-                pending += [rules.reduction_input(op), *rules.reduction_extras(op)]
+            pending += _computed_from(value.owner)
 
     def store(self, value: SSAValue, tile: SSAValue, at: ColumnTile, dest: SSAValue | None = None) -> None:
         dest = dest if dest is not None else self.output_arg[value]
