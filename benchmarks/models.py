@@ -89,7 +89,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from workloads import COMPILERS, ROWS, Row, fresh_caches, gpu_slug, relative_error
+from workloads import COMPILERS, ROWS, Row, chosen_names, fresh_caches, gpu_slug, relative_error
 
 import amk
 from amk.benchmarking import environment, host_us, time_ms
@@ -479,14 +479,8 @@ def main(argv=None) -> None:
         path = Path(args.render)
         write_reports(json.loads(path.read_text()), path.parent, path.stem)
         return
-    names = [name.strip() for name in args.rows.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ROWS]
-    if unknown or not names:
-        parser.error(f"unknown rows {', '.join(unknown) or '(none given)'}; choose from {', '.join(ROWS)}")
-    chosen = [name.strip() for name in args.contenders.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in CONTENDERS]
-    if unknown or not chosen:
-        parser.error(f"unknown contenders {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONTENDERS)}")
+    names = chosen_names(parser, args.rows, ROWS, "rows")
+    chosen = chosen_names(parser, args.contenders, CONTENDERS, "contenders")
     if args.missing and not args.append:
         parser.error("--missing adds to an existing results file: use it with --append")
     on_gpu = default_device().type == "cuda"

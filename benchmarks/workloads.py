@@ -280,6 +280,16 @@ def probe_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_names(parser: argparse.ArgumentParser, text: str, known, what: str) -> list[str]:
+    """The names in ``text``, a comma-separated list of ``known`` ones (rows, contenders); exits through ``parser``
+    naming those it does not know, or where it names none."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        parser.error(f"unknown {what} {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}")
+    return names
+
+
 def probe_shapes(parser: argparse.ArgumentParser, variants: str) -> list[list[tuple[int, ...]]]:
     """The shapes a G diagnostic measures: ``variants`` lists 1 (G's own), 2 and 3 (its extra shapes). Exits through
     ``parser`` on a bad list, or without a GPU."""

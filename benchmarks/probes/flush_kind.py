@@ -38,7 +38,7 @@ from amk import benchmarking
 from amk.benchmarking import time_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
-from workloads import COMPILERS, ROWS, relative_error, save_rows  # noqa: E402
+from workloads import COMPILERS, ROWS, chosen_names, relative_error, save_rows  # noqa: E402
 
 CONTENDERS = ("eager", "compile", "max_autotune", "amk")
 
@@ -103,12 +103,10 @@ def main(argv=None) -> None:
                         help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    unknown = [name for name in args.rows.split(",") if name not in ROWS]
-    if unknown:
-        parser.error(f"unknown rows {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+    names = chosen_names(parser, args.rows, ROWS, "rows")
     if not torch.cuda.is_available():
         sys.exit("flush_kind.py times GPU caches: it needs a GPU")
-    rows = [run_row(name) for name in args.rows.split(",")]
+    rows = [run_row(name) for name in names]
     if args.out:
         save_rows(args.out, rows)
 

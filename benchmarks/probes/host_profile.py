@@ -31,7 +31,7 @@ import amk
 from amk.benchmarking import environment, host_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared workloads module
-from workloads import ROWS  # noqa: E402
+from workloads import ROWS, chosen_names  # noqa: E402
 
 
 def profile_calls(fn, calls: int, top: int) -> tuple[str, list[dict]]:
@@ -94,10 +94,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30, help="functions listed per row")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
-    names = [name for name in args.rows.split(",") if name]
-    unknown = [name for name in names if name not in ROWS]
-    if unknown:
-        parser.error(f"unknown rows {', '.join(unknown)}; the rows are {', '.join(ROWS)}")
+    names = chosen_names(parser, args.rows, ROWS, "rows")
     contenders = [name for name in args.contenders.split(",") if name]
     if not contenders or any(name not in CONTENDERS for name in contenders):
         parser.error(f"--contenders takes a comma-separated list of {', '.join(CONTENDERS)}")
