@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import tile_level_kernel
@@ -47,6 +49,22 @@ def test_the_heuristic_then_the_device_classes_winners_are_timed_first(monkeypat
     order = [config for config, _ in runs]
     expected = [heuristic] + [type(heuristic)(**(heuristic.as_dict() | prior)) for prior in GEMM_HOPPER_PRIORS]
     assert order[:len(expected)] == expected
+
+
+def test_attention_probabilities_time_their_measured_tiles_right_after_the_heuristic(monkeypatch, timings):
+    """softmax(q @ k^T * c) at K = 64 (chunk_recompute): after the heuristic, the tiles it chose in every model-table
+    run (128 x 64, two chunks a row, 4 warps, 3 stages); not G's Triton prior, whose BLOCK_K (128) this K's kernel
+    has not, nor the Gluon one, below the Gluon form's size."""
+    monkeypatch.setattr(DeviceLimits, "current", staticmethod(lambda: H200))
+    runs, build_and_run = timings
+    kernel = tile_level_kernel(["matmul", ("scale", {"factor": 0.125}), "softmax"], [(4096, 64), (64, 512)],
+                               torch.float16)
+    assert kernel.strategy.data == "chunk_recompute"
+    heuristic = heuristic_config(kernel)
+    tune(kernel, TunerConfig(search_budget=8), None, heuristic, build_and_run)
+    order = [config for config, _ in runs]
+    assert order[:2] == [heuristic, replace(heuristic, BLOCK_M=128, BLOCK_N=64, SPLIT_N=2, num_warps=4, num_stages=3)]
+    assert not any(config.GLUON or config.BLOCK_K != heuristic.BLOCK_K for config in order)
 
 
 def test_a_gluon_prior_is_skipped_where_gluon_kernels_do_not_run(monkeypatch, timings):

@@ -105,7 +105,12 @@ class ChunkRecompute(TilingStrategy):
         return space if is_short_contraction(contraction) else space | {"BLOCK_K": [32, 64, 128]}
 
     def priors(self, has_dot: bool) -> list[dict[str, int]]:
-        # The Gluon form's best for G by hand: two consumer warpgroups of 64 rows, two chunks a row
-        # (2026-12-04-h200-gluon-softmax-G); timed only where the search space holds GLUON (Hopper).
+        # G's Triton kernel at K = 128 (its BLOCK_K: a shorter K's heuristic has another, so it is not offered there);
+        # the Gluon form's best for G by hand: two consumer warpgroups of 64 rows, two chunks a row
+        # (2026-12-04-h200-gluon-softmax-G), timed only where the search space holds GLUON; and what attention's
+        # probabilities chose in every model-table run on the H200 and the H100 (8 x 16 heads x 512 x 512, K = 64,
+        # masked or not: 2026-12-05-h200-models-39, 2026-12-07-h100-models-61), which the search had reached only in
+        # its second round of compiles.
         return [dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, SPLIT_N=4, num_warps=8, num_stages=3),
-                dict(BLOCK_M=128, BLOCK_N=128, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1)]
+                dict(BLOCK_M=128, BLOCK_N=128, SPLIT_N=2, num_warps=4, num_stages=3, GLUON=1),
+                dict(BLOCK_M=128, BLOCK_N=64, SPLIT_N=2, num_warps=4, num_stages=3)]
