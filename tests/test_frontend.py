@@ -189,6 +189,34 @@ def test_explain_reports_unsupported_ops():
     torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
 
 
+@torch._dynamo.config.patch(recompile_limit=2)
+def test_explain_says_when_torchdynamo_holds_as_many_variants_as_its_limit():
+    """A call that fits none of the variants TorchDynamo compiled of the forward runs eagerly once there are
+    ``recompile_limit`` of them (every compile of a module class shares its forward): explain says so, and not
+    below the limit."""
+
+    class Head(nn.Module):  # a class of its own: no other test's compiles of its forward
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(HIDDEN, 8)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    torch.manual_seed(0)
+    model = Head().to(DEVICE)
+    first = amk.compile(model, autotune=False, dynamic=False)
+    first(inputs(2))
+    assert "recompile_limit" not in str(amk.explain(first, print_report=False))
+    second = amk.compile(model, autotune=False, dynamic=False)  # the same forward: a second variant
+    x = inputs(3)
+    torch.testing.assert_close(second(x), model(x), atol=ATOL, rtol=RTOL)
+    note = str(amk.explain(second, print_report=False)).splitlines()[-1]
+    assert "TorchDynamo holds 2 compiled variants of" in note and "Head.forward" in note
+    assert "its recompile_limit (2;" in note and "runs in eager PyTorch" in note
+    torch._C._dynamo.eval_frame.reset_code(Head.forward.__code__)
+
+
 def test_explain_reports_as_often_as_it_is_asked():
     """TorchDynamo stops compiling a code object after 8 compiles: explain's every call is a compile of its own, and
     the ninth explain of a function or of a module class reported nothing (and the function, compiled after, ran no

@@ -426,6 +426,13 @@ def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda
     return cuda_graphed(caller) if cuda_graphs else caller
 
 
+def _traced_code(caller: _Caller | CUDAGraphed) -> types.CodeType | None:
+    """The code of the frame TorchDynamo compiles at each of ``caller``'s calls (the one its compiled variants are
+    kept on), for :class:`ExplainReport`."""
+    caller = caller.fn if isinstance(caller, CUDAGraphed) else caller
+    return caller.entry_codes[0] if caller.entry_codes else None
+
+
 def _reporting(settings: Settings) -> tuple[ExplainReport, Settings]:
     """A new report, and ``settings`` that add the graphs they compile to it."""
     report = ExplainReport()
@@ -498,6 +505,7 @@ class CompiledModule(torch.nn.Module):
     def _compile_orig_mod(self) -> None:
         report, settings = _reporting(self._amk_options.settings)
         caller = _compiled_caller(self._orig_mod, settings, self._amk_options.dynamic, self._amk_options.cuda_graphs)
+        report.traced_code = _traced_code(caller)
         object.__setattr__(self, "_amk_caller", caller)
         object.__setattr__(self, "_amk_report", report)  # what explain(compiled) shows
 
@@ -601,6 +609,7 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
     else:
         report, settings = _reporting(settings)
         caller = _compiled_caller(model_or_fn, settings, dynamic, cuda_graphs)
+        report.traced_code = _traced_code(caller)
 
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -220,9 +221,12 @@ class GraphReport(CallFallbacks):
 
 @dataclass
 class ExplainReport:
-    """What :func:`explain` found: one :class:`GraphReport` per FX graph TorchDynamo captured."""
+    """What :func:`explain` found: one :class:`GraphReport` per FX graph TorchDynamo captured. ``traced_code``: the
+    code of the frame TorchDynamo compiles at each call (a module class's ``forward``), whose compiled variants
+    TorchDynamo caps (:func:`recompile_limit_note`), or None."""
 
     graphs: list[GraphReport] = field(default_factory=list)
+    traced_code: types.CodeType | None = None
 
     @property
     def kernels(self) -> list[KernelReport]:
@@ -237,7 +241,26 @@ class ExplainReport:
         head = (f"amk.explain: {len(self.graphs)} graph(s) (numbered as amk compiled them in this process, like "
                 f"dump_ir's folders), {len(self.kernels)} fused kernel(s), {len(self.pytorch)} op(s) left to PyTorch"
                 + (f" ({views} of them views, which copy nothing)" if views else ""))
-        return "\n".join([head] + [str(g) for g in self.graphs])
+        note = recompile_limit_note(self.traced_code) if self.traced_code is not None else None
+        return "\n".join([head] + [str(g) for g in self.graphs] + ([note] if note else []))
+
+
+def recompile_limit_note(code: types.CodeType) -> str | None:
+    """What to say where TorchDynamo holds as many compiled variants of ``code`` as its ``recompile_limit`` allows:
+    a call that fits none of them (another dtype, grad mode, or a new compile of the same module class, which shares
+    the class's ``forward``) then runs eagerly, none of amk's kernels in it. None below the limit."""
+    import torch._dynamo
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    config = torch._dynamo.config
+    limit = getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", None)
+    variants = len(_debug_get_cache_entry_list(code))
+    if limit is None or variants < limit:
+        return None
+    return (f"TorchDynamo holds {variants} compiled variants of {code.co_qualname} ({code.co_filename}:"
+            f"{code.co_firstlineno}), its recompile_limit ({limit}; every compile of the same module class shares "
+            "them): a call that fits none of them runs in eager PyTorch, without amk's kernels. "
+            "torch._dynamo.reset() drops them; torch._dynamo.config.recompile_limit allows more.")
 
 
 _KERNEL_HEADER = re.compile(r'tiled_loop\.kernel @(\w+) attributes \{.*?strategy = "(\w+)", tile_params = \[([^\]]*)\]')
