@@ -257,7 +257,8 @@ def recompile_limit_note(code: types.CodeType) -> str | None:
     variants = len(_debug_get_cache_entry_list(code))
     if limit is None or variants < limit:
         return None
-    return (f"TorchDynamo holds {variants} compiled variants of {code.co_qualname} ({code.co_filename}:"
+    name = getattr(code, "co_qualname", code.co_name)  # (Python 3.11 on)
+    return (f"TorchDynamo holds {variants} compiled variants of {name} ({code.co_filename}:"
             f"{code.co_firstlineno}), its recompile_limit ({limit}; every compile of the same module class shares "
             "them): a call that fits none of them runs in eager PyTorch, without amk's kernels. "
             "torch._dynamo.reset() drops them; torch._dynamo.config.recompile_limit allows more.")
