@@ -410,9 +410,13 @@ class _SizeObliviousTracing:
 _SIZE_OBLIVIOUS_TRACING = _SizeObliviousTracing()
 
 
-def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda_graphs: bool) -> _Caller | CUDAGraphed:
+def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None,
+                     cuda_graphs: bool) -> tuple[ExplainReport, _Caller | CUDAGraphed]:
     """``model_or_fn`` compiled by TorchDynamo with the amk backend (on its first call), called through
-    :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``."""
+    :class:`_Caller`, and through CUDA graphs where ``cuda_graphs``; with the report of what it compiles (the graphs,
+    and the code TorchDynamo keeps their compiled variants on)."""
+    report = ExplainReport()
+    settings = dataclasses.replace(settings, report=report.graphs.append)
     # The registered backend by its name, not a callable of ours: after a compile TorchDynamo drops its weak references
     # to the traced parameters for a registered backend only, and a parameter with one cannot be swapped
     # (torch.utils.swap_tensors: load_state_dict or .to() under swap_module_params_on_conversion, tensor subclasses).
@@ -423,20 +427,8 @@ def _compiled_caller(model_or_fn, settings: Settings, dynamic: bool | None, cuda
         if settings.autotune else None
     caller = _Caller(compiled, dynamic, module, entry=None if module is not None else model_or_fn,
                      expect_builds=expect_builds)
-    return cuda_graphed(caller) if cuda_graphs else caller
-
-
-def _traced_code(caller: _Caller | CUDAGraphed) -> types.CodeType | None:
-    """The code of the frame TorchDynamo compiles at each of ``caller``'s calls (the one its compiled variants are
-    kept on), for :class:`ExplainReport`."""
-    caller = caller.fn if isinstance(caller, CUDAGraphed) else caller
-    return caller.entry_codes[0] if caller.entry_codes else None
-
-
-def _reporting(settings: Settings) -> tuple[ExplainReport, Settings]:
-    """A new report, and ``settings`` that add the graphs they compile to it."""
-    report = ExplainReport()
-    return report, dataclasses.replace(settings, report=report.graphs.append)
+    report.traced_code = caller.entry_codes[0] if caller.entry_codes else None
+    return report, cuda_graphed(caller) if cuda_graphs else caller
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,9 +495,8 @@ class CompiledModule(torch.nn.Module):
         return bool(self._orig_mod)
 
     def _compile_orig_mod(self) -> None:
-        report, settings = _reporting(self._amk_options.settings)
-        caller = _compiled_caller(self._orig_mod, settings, self._amk_options.dynamic, self._amk_options.cuda_graphs)
-        report.traced_code = _traced_code(caller)
+        report, caller = _compiled_caller(self._orig_mod, self._amk_options.settings, self._amk_options.dynamic,
+                                          self._amk_options.cuda_graphs)
         object.__setattr__(self, "_amk_caller", caller)
         object.__setattr__(self, "_amk_report", report)  # what explain(compiled) shows
 
@@ -607,9 +598,7 @@ def _compile(model_or_fn, example_inputs, settings: Settings, dynamic: bool | No
     if isinstance(model_or_fn, torch.nn.Module):
         result = CompiledModule(model_or_fn, _CompileOptions(settings, dynamic, cuda_graphs))
     else:
-        report, settings = _reporting(settings)
-        caller = _compiled_caller(model_or_fn, settings, dynamic, cuda_graphs)
-        report.traced_code = _traced_code(caller)
+        report, caller = _compiled_caller(model_or_fn, settings, dynamic, cuda_graphs)
 
         @functools.wraps(model_or_fn)
         def result(*args, **kwargs):
