@@ -208,15 +208,18 @@ def extensions_fingerprint() -> str:
     rules, strategies = sys.modules.get("amk.lowering.rules"), sys.modules.get("amk.lowering.strategies.registry")
     references, oplist, opt = (sys.modules.get(f"amk.{name}") for name in ("reference", "oplist", "opt"))
     parts = []
-    if rules is not None:  # (it imports amk.reference)
+    if rules is not None:
+        # (here, where the rules and so xDSL are loaded: a warm start loads no xDSL, see amk.api)
+        from amk.registration import check_registration
+
         added_rules = {op: rule for op, rule in rules.ELEMENTWISE_RULES.items()
                        if rule is not rules.BUILT_IN_ELEMENTWISE_RULES.get(op)}
         for op, rule in added_rules.items():  # (set in the dict itself, not through register_elementwise)
-            references.check_registration("rules.ELEMENTWISE_RULES", op, rule)
+            check_registration("rules.ELEMENTWISE_RULES", op, rule)
         parts += [f"rule {op.name}: {_definition(rule)}" for op, rule in added_rules.items()]
         for op, reduction in rules.ROW_REDUCTIONS.items():
             if reduction is not rules.BUILT_IN_ROW_REDUCTIONS.get(op):
-                references.check_registration("rules.ROW_REDUCTIONS", op)
+                check_registration("rules.ROW_REDUCTIONS", op)
                 if not isinstance(reduction, rules.RowReduction):
                     raise InvalidArgumentError(f"rules.ROW_REDUCTIONS[{op.__name__}] must be a "
                                                f"amk.lowering.rules.RowReduction, got {reduction!r}")

@@ -1,14 +1,10 @@
-"""Element types: the mapping between torch dtypes, xDSL types and Triton type names."""
+"""Element types: the mapping between torch dtypes and xDSL types."""
 
 from __future__ import annotations
 
 import torch
 from xdsl.dialects.builtin import (
-    BFloat16Type,
     Float8E4M3FNType,
-    Float16Type,
-    Float32Type,
-    IntegerType,
     bf16,
     f16,
     f32,
@@ -56,18 +52,3 @@ def to_torch(element_type: Attribute) -> torch.dtype:
     if element_type not in IR_TO_TORCH:
         raise DTypeError(f"element type {element_type} has no torch dtype; supported: {SUPPORTED}")
     return IR_TO_TORCH[element_type]
-
-
-def triton_name(element_type: Attribute) -> str:
-    """``tl.<name>`` for an element type."""
-    if isinstance(element_type, Float32Type):
-        return "float32"
-    if isinstance(element_type, Float16Type):
-        return "float16"
-    if isinstance(element_type, BFloat16Type):
-        return "bfloat16"
-    if isinstance(element_type, Float8E4M3FNType):
-        return "float8e4nv"
-    if isinstance(element_type, IntegerType) and element_type.width.data in (1, 32):
-        return f"int{element_type.width.data}"
-    raise DTypeError(f"element type {element_type} has no Triton equivalent")

@@ -9,11 +9,12 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 
 from amk.dialects import tensor_op
 from amk.dtypes import to_torch
 from amk.errors import InvalidArgumentError, UnsupportedOpError
+from amk.registration import callable_name, check_registration
 
 
 def _layernorm(op: tensor_op.LayerNormOp, x, *extras):
@@ -145,26 +146,8 @@ REFERENCE: dict[type[Operation], Callable] = {
 }
 
 
-def callable_name(fn) -> str:
-    """A function's name, or a partial's or callable object's type name (for messages about registrations)."""
-    return getattr(fn, "__qualname__", type(fn).__qualname__)
-
-
 # amk's own references: what a build's cache key need not name (see amk.lowering.rules.BUILT_IN_ELEMENTWISE_RULES).
 BUILT_IN_REFERENCE = dict(REFERENCE)
-
-
-def check_registration(registrar: str, op_class, fn=None) -> None:
-    """``registrar``'s arguments: an op class (an xDSL ``Operation`` subclass with a name) and, given, a callable.
-    A string or an instance as the key broke every later build (the cache key reads the class's name), and
-    ``@register_elementwise`` without its ``(MyOp)`` registered nothing."""
-    if not (isinstance(op_class, type) and issubclass(op_class, Operation) and isinstance(op_class.name, str)):
-        hint = (f" ({callable_name(op_class)} is a function: the decorator takes the op class first, "
-                f"@{registrar}(MyOp))" if callable(op_class) and not isinstance(op_class, type) else "")
-        raise InvalidArgumentError(f"{registrar} takes an op class (an xDSL Operation subclass with a name, such as "
-                                   f"the tensor_op ones), got {op_class!r}{hint}")
-    if fn is not None and not callable(fn):
-        raise InvalidArgumentError(f"{registrar}({op_class.__name__}, ...) takes a function, got {fn!r}")
 
 
 def register_reference(op_class: type[Operation], fn: Callable) -> None:
@@ -223,7 +206,7 @@ def bound(op: Operation) -> Callable:
 def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
     """The ops of ``function`` (a ``tensor_op`` ``func.func``) as PyTorch's modules run them, for timing them against
     kernels: each op bound once (:func:`bound`), and a matmul by a weight of rank 2 whose one reader adds a vector of
-    the product's width (a Linear's bias, :func:`bias_add`) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
+    the product's width (a Linear's bias, :func:`~amk.dialects.tensor_op.bias_add`) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
     (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over the product). Its values
     may differ from :func:`evaluate`'s by the rounding of that sum."""
     steps, returned = _pytorch_steps(function)
@@ -257,7 +240,7 @@ def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list
         if isinstance(op, func.ReturnOp):
             returned = list(op.arguments)
         elif op not in folded:
-            linear = bias_add(op)
+            linear = tensor_op.bias_add(op)
             if linear is None:
                 steps.append((op, bound(op), list(op.operands), list(op.results)))
             else:
@@ -266,21 +249,3 @@ def _pytorch_steps(function) -> tuple[list[tuple[Operation, Callable, list, list
                               list(add.results)))
                 folded.add(add)
     return steps, returned
-
-
-def bias_add(op: Operation) -> tuple[Operation, SSAValue] | None:
-    """The add of a bias vector that is the one reader of ``op``, and that bias, where ``op`` is a product
-    ``F.linear`` computes (``x @ w.t()``, ``w`` of rank 2: ``nn.Linear``'s) or ``torch.addmm`` (``x @ w``: Hugging
-    Face's ``Conv1D``); None otherwise."""
-    if not isinstance(op, tensor_op.MatmulOp) or op.lhs_transposed or tensor_op.tensor_type(op.rhs).rank != 2:
-        return None
-    uses = list(op.output.uses)
-    if len(uses) != 1 or not isinstance(uses[0].operation, tensor_op.AddOp):
-        return None
-    add = uses[0].operation
-    others = [operand for operand in add.operands if operand is not op.output]
-    width = tensor_op.tensor_type(op.output).dims[-1]
-    if len(others) != 1 or tensor_op.tensor_type(others[0]).dims != (width,) \
-            or tensor_op.tensor_type(others[0]).element_type != tensor_op.tensor_type(op.output).element_type:
-        return None
-    return add, others[0]

@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -261,6 +261,24 @@ class LinearOp(TensorOp):
         if self.activation is not None and self.activation.data not in self.ACTIVATIONS:
             raise VerifyException(f"'{self.name}' activation must be one of {', '.join(self.ACTIVATIONS)}, "
                                   f"got {self.activation.data!r}")
+
+
+def bias_add(op: Operation) -> tuple[AddOp, SSAValue] | None:
+    """The add of a bias vector that is the one reader of ``op``, and that bias, where ``op`` is a product
+    ``F.linear`` computes (``x @ w.t()``, ``w`` of rank 2: ``nn.Linear``'s) or ``torch.addmm`` (``x @ w``: Hugging
+    Face's ``Conv1D``); None otherwise. (:class:`LinearOp` is that product and sum as one op.)"""
+    if not isinstance(op, MatmulOp) or op.lhs_transposed or tensor_type(op.rhs).rank != 2:
+        return None
+    uses = list(op.output.uses)
+    if len(uses) != 1 or not isinstance(uses[0].operation, AddOp):
+        return None
+    add = uses[0].operation
+    others = [operand for operand in add.operands if operand is not op.output]
+    width = tensor_type(op.output).dims[-1]
+    if len(others) != 1 or tensor_type(others[0]).dims != (width,) \
+            or tensor_type(others[0]).element_type != tensor_type(op.output).element_type:
+        return None
+    return add, others[0]
 
 
 def matmul_type(a: TensorType, b: TensorType, transpose_lhs: bool, transpose_rhs: bool, name: str) -> TensorType:

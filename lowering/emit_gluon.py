@@ -68,7 +68,6 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from amk.dialects import memory_staged, tiled_loop
-from amk.dtypes import triton_name
 from amk.lowering.configs import KernelConfig
 from amk.lowering.emit_triton import (
     _OFFSETS_FIT_INT32,
@@ -79,6 +78,7 @@ from amk.lowering.emit_triton import (
     TritonEmitter,
     _Launch,
     split_launches,
+    triton_name,
     unflattened_ids,
 )
 from amk.lowering.indented_writer import IndentedWriter

@@ -31,15 +31,24 @@ from typing import IO, ClassVar
 
 import sympy
 from xdsl.context import Context
-from xdsl.dialects.builtin import Float32Type, ModuleOp, StringAttr, i1
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float8E4M3FNType,
+    Float16Type,
+    Float32Type,
+    IntegerType,
+    ModuleOp,
+    StringAttr,
+    i1,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 from xdsl.utils.target import Target
 
 from amk.dialects import memory_staged, tiled_loop
 from amk.dialects.memory_staged import BufferType
-from amk.dtypes import triton_name
+from amk.errors import DTypeError
 from amk.lowering.indented_writer import IndentedWriter
 from amk.lowering.strategies import strategy_named
 from amk.symbolic import Dim, Mod, to_python
@@ -53,6 +62,21 @@ _UNARY_FUNCTIONS = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "erf": 
                     "rsqrt": "tl.rsqrt", "abs": "tl.abs", "sigmoid": "tl.sigmoid"}
 # Names of the modules and builtins the source uses, and the launcher's own locals.
 _RESERVED = {"tl", "triton", "torch", "pid", "grid", "launch", "float", "range", "min", "max", "even_tiles", "use_tma"}
+
+
+def triton_name(element_type: Attribute) -> str:
+    """``tl.<name>`` for an element type."""
+    if isinstance(element_type, Float32Type):
+        return "float32"
+    if isinstance(element_type, Float16Type):
+        return "float16"
+    if isinstance(element_type, BFloat16Type):
+        return "bfloat16"
+    if isinstance(element_type, Float8E4M3FNType):
+        return "float8e4nv"
+    if isinstance(element_type, IntegerType) and element_type.width.data in (1, 32):
+        return f"int{element_type.width.data}"
+    raise DTypeError(f"element type {element_type} has no Triton equivalent")
 
 
 def _identifier(text: str) -> str:

@@ -35,7 +35,7 @@ from amk.lowering.plan import (
     row_vector_per_batch,
 )
 from amk.lowering.rules import TileBuilder
-from amk.reference import callable_name
+from amk.registration import callable_name
 from amk.symbolic import Dim
 
 if TYPE_CHECKING:

@@ -22,13 +22,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from xdsl.dialects.builtin import StringAttr, f32
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from amk.dialects import tensor_op, tiled_loop
 from amk.dialects.tiled_loop import TileType
-from amk.reference import callable_name, check_registration
+from amk.registration import callable_name, check_registration
 from amk.symbolic import Dim
 
 
@@ -249,7 +248,10 @@ def _leaky_relu(b: TileBuilder, op: tensor_op.LeakyReluOp, x):
 @functools.cache
 def _clamp_takes_a_nan_bound() -> bool:
     """Whether the installed PyTorch's clamp gives NaN everywhere for a NaN bound, as 2.13 does; 2.11 ignores such a
-    bound, on the CPU and the GPU (found on the H100: its float64 reference and eager's fp16 kept x)."""
+    bound, on the CPU and the GPU (found on the H100: its float64 reference and eager's fp16 kept x). PyTorch is
+    imported here, for the rare NaN bound: the passes and ``amk-opt`` load without it."""
+    import torch
+
     return bool(torch.clamp(torch.zeros(1), min=math.nan).isnan())
 
 

@@ -45,7 +45,6 @@ from xdsl.pattern_rewriter import (
 
 from amk.dialects import tensor_op
 from amk.lowering import rules
-from amk.reference import bias_add
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,10 @@ class LinearEpilogue:
 def linear_epilogue(matmul: Operation) -> LinearEpilogue | None:
     """The bias and activation this pass puts in ``matmul``'s epilogue, or None: a matmul by ``nn.Linear``'s weight
     (or Hugging Face's ``Conv1D``'s, ``[K, N]``) outside any fused region, whose one reader adds its bias
-    (:func:`amk.reference.bias_add`), then the ReLU or tanh GELU that alone reads that sum, where no op that
+    (:func:`amk.dialects.tensor_op.bias_add`), then the ReLU or tanh GELU that alone reads that sum, where no op that
     ``amk-fuse`` puts in a kernel reads the result (that kernel would read the product anyway, and compute the bias
     and the activation there)."""
-    linear = bias_add(matmul)
+    linear = tensor_op.bias_add(matmul)
     if linear is None or isinstance(matmul.parent_op(), tensor_op.FusedOp):
         return None
     add, bias = linear
