@@ -860,7 +860,7 @@ def _validated_export(document) -> tuple[list[dict], list[dict]]:
 
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
         bad(f"the top level must be an object with \"format\": \"{EXPORT_FORMAT}\"")
-    if document.get("version") != FORMAT:
+    if type(document.get("version")) is not int or document["version"] != FORMAT:  # (True == 1)
         bad(f"version {document.get('version')!r} is not supported (expected {FORMAT})")
     configs, timings = document.get("configs", []), document.get("timings", [])
     if not isinstance(configs, list) or not isinstance(timings, list):
@@ -876,8 +876,12 @@ def _validated_export(document) -> tuple[list[dict], list[dict]]:
                 _config_fields(fields)
             except ValueError as error:
                 bad(f"configs[{index}].kernels[{name!r}]: {error}")
-        if not isinstance(record.get("tuning_log", {}), dict):
+        log = record.get("tuning_log", {})
+        if not isinstance(log, dict):
             bad(f"configs[{index}].tuning_log must be an object")
+        for name, trials in log.items():
+            if not isinstance(trials, list) or not all(_is_trial(trial) for trial in trials):
+                bad(f"configs[{index}].tuning_log[{name!r}] must be a list of trials")
     for index, doc in enumerate(timings):
         if not isinstance(doc, dict) or not isinstance(doc.get("key"), str) or not _KEY.fullmatch(doc["key"]):
             bad(f"timings[{index}] has no valid \"key\" (64 hex digits)")

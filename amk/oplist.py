@@ -8,6 +8,7 @@ that broadcasts against the running value; ``layernorm`` takes gamma then beta w
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -254,9 +255,17 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
     return result
 
 
+def _given(value) -> str:
+    """``value`` as a message names it, on one line: an array by its type and shape (a tensor passed where its shape
+    goes; its repr runs to dozens of lines), anything else by a repr cut short."""
+    if hasattr(value, "shape") and not isinstance(value, torch.Size | tuple | list):
+        return f"a {type(value).__module__.split('.')[0]}.{type(value).__name__} of shape {tuple(value.shape)} (pass its .shape)"
+    return reprlib.repr(value)
+
+
 def normalize_shapes(input_shapes: Sequence) -> list[tuple[int, ...]]:
     if not isinstance(input_shapes, Sequence) or isinstance(input_shapes, str) or not input_shapes:
-        raise InvalidArgumentError(f"input_shapes must be a non-empty list of shapes, got {input_shapes!r}")
+        raise InvalidArgumentError(f"input_shapes must be a non-empty list of shapes, got {_given(input_shapes)}")
     shapes = []
     for index, shape in enumerate(input_shapes):
         if isinstance(shape, torch.Size | tuple | list) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
@@ -267,7 +276,7 @@ def normalize_shapes(input_shapes: Sequence) -> list[tuple[int, ...]]:
                                  "amk builds kernels for non-empty tensors")
             shapes.append(tuple(shape))
         else:
-            raise InvalidArgumentError(f"input_shapes[{index}] must be a tuple of ints, got {shape!r}")
+            raise InvalidArgumentError(f"input_shapes[{index}] must be a tuple of ints, got {_given(shape)}")
     return shapes
 
 

@@ -47,8 +47,10 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
     try:
         passes = PassPipeline.parse_spec(AMK_PASSES, pipeline).passes
     except (Exception, ArgSpecParseError) as error:  # xDSL's parse errors (ArgSpecParseError is a BaseException)
-        raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid: {error}; the tensor_op passes available: "
-                                   f"{', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
+        raise InvalidArgumentError(f"pipeline {pipeline!r} is not valid ({_one_line(error)}): pass names separated "
+                                   "by commas, without blanks, each with its options in braces, as in "
+                                   "'amk-fuse{vendor_gemm=true}' (booleans true or false); the tensor_op passes "
+                                   f"available: {', '.join(sorted(set(AMK_PASSES) - set(PASS_INPUT_LEVEL)))}") from None
     if not vendor_gemm:
         return list(passes)
     name = VendorEpiloguesPass.name
@@ -56,6 +58,16 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
     return epilogues + [replace(p, vendor_gemm=True) if "vendor_gemm" in {f.name for f in fields(p)} else p
                         for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
 
+
+
+def _one_line(error: BaseException) -> str:
+    """xDSL's pipeline parse error on one line: its diagram (the spec, a caret under the place, the complaint under
+    it) as the complaint and the character it points at."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    place = next((line for line in lines if line.startswith("pass-pipeline:")), None)
+    if place is None:
+        return " ".join(lines)
+    return f"{lines[-1][:1].lower()}{lines[-1][1:]} at character {place.rsplit(':', 1)[-1]}"
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:
     """The strategy's heuristic configuration of ``kernel``, for the sizes ``size_hints`` give its symbols."""

@@ -233,7 +233,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
     """Run ``kernel`` and ``reference_fn`` on the same inputs and compare.
 
     ``kernel`` is a :class:`amk.FusedKernel` (rebuilt for each dtype in ``dtypes``; fresh random inputs unless
-    ``inputs`` are given) or any callable (then ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
+    ``inputs`` are given, whose floating-point tensors are then cast to each of those dtypes) or any callable (then
+    ``inputs`` are required). Raises :class:`amk.errors.VerificationError`
     carrying the report when an error exceeds its dtype's tolerance (``TOLERANCES``; the matmuls of an fp32 kernel
     built under PyTorch's "high" float32 matmul precision, whose dots are TF32, at ``TF32_TOLERANCE``).
     """
@@ -252,8 +253,8 @@ def verify(kernel, reference_fn: Callable, inputs: Sequence[torch.Tensor] | None
                 report.results.append(DTypeResult(dtype, skipped="fp8 needs a GPU of compute capability 8.9 or newer"))
                 continue
             variant = kernel if dtype == kernel.dtype else kernel.with_dtype(dtype)
-            tensors = list(inputs) if inputs is not None else random_inputs(
-                kernel.shapes, dtype, variant.device, input_scales(kernel.ops, kernel.shapes))
+            tensors = ([t.to(dtype) if t.is_floating_point() else t for t in inputs] if inputs is not None else
+                       random_inputs(kernel.shapes, dtype, variant.device, input_scales(kernel.ops, kernel.shapes)))
             output = variant(*tensors)
             expected = reference_fn(*[t.double() for t in tensors])
             tf32 = (dtype == torch.float32 and variant.float32_matmul_precision != "highest"
@@ -274,6 +275,15 @@ def _check_verify_arguments(kernel, reference_fn, inputs, dtypes, raise_on_failu
                                or not all(isinstance(t, torch.Tensor) for t in inputs)):
         raise InvalidArgumentError("inputs must be None (random inputs) or a non-empty list of the kernel's tensors, "
                                    f"got {type(inputs).__name__}")
+    for index, tensor in enumerate(inputs or ()):
+        # (what the comparison reads: the values of dense, non-empty tensors of real numbers)
+        problem = ("is on the meta device (no values)" if tensor.is_meta else
+                   f"is {tensor.layout} (not a dense tensor)" if tensor.layout != torch.strided else
+                   "is empty" if tensor.numel() == 0 else
+                   f"is {tensor.dtype} (complex)" if tensor.is_complex() else None)
+        if problem:
+            raise InvalidArgumentError(f"inputs[{index}] {problem}; verify compares dense, non-empty tensors of real "
+                                       "numbers (on the CPU or the GPU)")
     if dtypes is not None and (not isinstance(dtypes, list | tuple) or not dtypes
                                or not all(isinstance(d, torch.dtype) for d in dtypes)):
         raise InvalidArgumentError(f"dtypes must be None (the kernel's dtype) or a non-empty list of torch dtypes such "

@@ -232,6 +232,15 @@ def test_input_shapes_not_a_list(shapes):
     expect(InvalidArgumentError, build(OPS, shapes), "input_shapes must be a non-empty list")
 
 
+
+def test_tensors_given_as_shapes_are_named_by_their_shape():
+    """Tensors passed where their shapes go: the message names each by its type and shape, on one line (their reprs
+    ran to 16 lines, a NumPy array's to 32)."""
+    tensors = [torch.randn(32, 64), torch.randn(64, 48), torch.randn(48)]
+    expect(InvalidArgumentError, build(OPS, tensors), "input_shapes[0]", "torch.Tensor of shape (32, 64)", ".shape")
+    expect(InvalidArgumentError, build(OPS, tensors[0]), "input_shapes must be", "torch.Tensor of shape (32, 64)")
+    expect(InvalidArgumentError, build(OPS, [tensors[0].numpy(), (64, 48), (48,)]), "numpy.ndarray of shape (32, 64)")
+
 def test_torch_size_shapes_are_accepted():
     kernel = amk.build_fused_kernel(["relu"], [torch.Size([4, 8])], FP32, autotune=False)
     assert kernel(torch.randn(4, 8, device=DEVICE)).shape == (4, 8)
@@ -407,7 +416,9 @@ def test_call_non_tensor_argument(kernel, tensors, make, type_name):
                                           (0, torch.int32)])
 def test_call_wrong_dtype(kernel, tensors, index, dtype):
     tensors[index] = tensors[index].to(dtype)
-    expect(DTypeError, lambda: kernel(*tensors), f"argument {index}", str(dtype), "built for torch.float32")
+    message = expect(DTypeError, lambda: kernel(*tensors), f"argument {index}", str(dtype), "built for torch.float32")
+    # the way to another dtype, where amk builds for it (.half() leaves a kernel, an nn.Module, as it is)
+    assert (f"kernel.with_dtype({dtype})" in message) == (dtype in (torch.float16, torch.bfloat16)), message
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
@@ -575,8 +586,14 @@ def test_verify_plain_callable_needs_inputs():
     (lambda k, t: amk.verify(torch.relu, lambda x: x.sum().item(), inputs=t[:1]), ["reference_fn returned a float"]),
     (lambda k, t: amk.verify(k, lambda *inputs: None), ["reference_fn returned a NoneType"]),  # no ``return``
     (lambda k, t: amk.verify(lambda x: (x, x), lambda x: (x, None), inputs=t[:1]), ["reference_fn returned a None"]),
+    # these raised PyTorch's errors from inside the comparison, or compared the real parts alone
+    (lambda k, t: amk.verify(torch.relu, torch.relu, inputs=[torch.randn(0, 4)]), ["inputs[0] is empty", "dense"]),
+    (lambda k, t: amk.verify(torch.relu, torch.relu, inputs=[torch.randn(2, 4, device="meta")]), ["meta device"]),
+    (lambda k, t: amk.verify(torch.relu, torch.relu, inputs=[torch.eye(3).to_sparse()]), ["inputs[0]", "not a dense"]),
+    (lambda k, t: amk.verify(torch.neg, torch.neg, inputs=[torch.randn(3, dtype=torch.complex64)]), ["complex"]),
 ], ids=["kernel-none", "dtypes-one", "dtypes-empty", "inputs-empty", "inputs-tensor", "raise_on_failure",
-        "outputs-count", "reference-float", "reference-none", "reference-none-among-outputs"])
+        "outputs-count", "reference-float", "reference-none", "reference-none-among-outputs", "input-empty",
+        "input-meta", "input-sparse", "input-complex"])
 def test_verify_bad_arguments(kernel, tensors, call, substrings):
     """These raised TypeError, IndexError or AttributeError from inside verify, or a count of a tensor's rows."""
     expect(InvalidArgumentError, lambda: call(kernel, tensors), *substrings)
@@ -586,6 +603,15 @@ def test_verify_compares_each_output_of_a_callable(tensors):
     report = amk.verify(lambda x: (torch.relu(x), x * 2), lambda x: (torch.relu(x), x * 2), inputs=tensors[:1])
     assert len(report.results) == 2 and report.passed
 
+
+
+def test_verify_casts_given_inputs_to_each_dtype(kernel, tensors):
+    """Inputs of the kernel's dtype with other dtypes to verify: each variant gets them cast to its dtype (they were
+    passed as they were, and the fp32 variant's dtype check blamed the user's kernel)."""
+    from amk.verification import reference_for
+
+    report = amk.verify(kernel, reference_for(kernel.ops, 3), inputs=tensors, dtypes=[torch.float32, torch.float16])
+    assert [result.dtype for result in report.results] == [torch.float32, torch.float16] and report.passed
 
 def test_verify_failure_raises_verification_error(kernel):
     from amk.verification import reference_for

@@ -250,6 +250,26 @@ def test_an_export_with_a_program_without_kernels_imports(tmp_path, capsys):
     torch.testing.assert_close(imported(x), x.sum(0))
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda doc: doc["configs"][0].update(tuning_log={"fused_0": [{"status": "ok", "time_ms": "0.1", "config": {}}]}),
+     "configs[0].tuning_log['fused_0'] must be a list of trials"),
+    (lambda doc: doc["configs"][0].update(tuning_log={"fused_0": {"status": "ok"}}),
+     "configs[0].tuning_log['fused_0'] must be a list of trials"),
+    (lambda doc: doc.update(version=True), "version True is not supported"),
+], ids=["time-as-text", "log-not-a-list", "version-true"])
+def test_import_refuses_what_amk_cannot_read_back(tmp_path, capsys, damage, message):
+    """An imported tuning log with a time as text made `amk cache show` end in a traceback (a format code applied
+    to a string); ``"version": true`` passed for version 1."""
+    build(tmp_path / "here")
+    exported = tmp_path / "export.json"
+    assert run(capsys, "cache", "export", str(exported), "--cache-dir", str(tmp_path / "here"))[0] == 0
+    document = json.loads(exported.read_text())
+    damage(document)
+    exported.write_text(json.dumps(document))
+    code, out, err = run(capsys, "cache", "import", str(exported), "--cache-dir", str(tmp_path / "there"))
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("amk: error: not an amk cache export: ") and message in err
+
 @pytest.mark.parametrize("field, value, message", [
     ("BLOCK_M", 24, "BLOCK_M must be a power of two from 1 to 1048576, got 24"),
     ("num_warps", 3, "num_warps must be one of 1, 2, 4, 8, 16, 32, got 3"),

@@ -1770,6 +1770,10 @@ def test_graph_without_supported_ops():
     ({"pipeline": 7}, "pipeline must be"),
     # xDSL's parse error is a BaseException, which escaped the check (an `except Exception` did not catch it)
     ({"pipeline": ",amk-fuse"}, "is not valid"),
+    # on one line (xDSL's diagram took five), with how a pipeline is written
+    ({"pipeline": "amk-duplicate-norm-prologues, amk-fuse"},
+     r"^[^\n]*expected pass name here at character 30[^\n]*separated by commas, without blanks[^\n]*$"),
+    ({"pipeline": "amk-fuse{vendor_gemm=True}"}, r"^[^\n]*booleans true or false[^\n]*$"),
     # a size bound in the pipeline served every size of its bucket: a call of 9 rows returned 4
     ({"pipeline": 'amk-bind-sizes{sizes="s0=4"},amk-fuse'}, "binds the sizes it keeps exact itself"),
     ({"autotune": "yes"}, "autotune must be True or False"),
@@ -1778,7 +1782,7 @@ def test_graph_without_supported_ops():
     ({"dynamic": "batch"}, "dynamic must be None, True or False"),
     ({"example_inputs": 3}, "example_inputs must be"),
 ], ids=["dump_ir", "dump_ir-empty", "unknown-pass", "lowering-pass", "pipeline-type", "pipeline-syntax",
-        "bind-sizes-pass", "autotune", "verify", "tuner_config", "dynamic", "example_inputs"])
+        "pipeline-blank", "pipeline-boolean", "bind-sizes-pass", "autotune", "verify", "tuner_config", "dynamic", "example_inputs"])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidArgumentError, match=message):
         amk.compile(make("gpt2"), **kwargs)
