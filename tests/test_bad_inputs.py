@@ -412,6 +412,19 @@ def test_call_non_tensor_argument(kernel, tensors, make, type_name):
     expect(InvalidArgumentError, lambda: kernel(*tensors), "argument 0", "torch.Tensor", type_name)
 
 
+
+@pytest.mark.parametrize("transform", [torch.vmap, torch.func.grad], ids=["vmap", "grad"])
+def test_torch_func_transforms_are_refused(transform):
+    """torch.vmap ended in PyTorch's "Cannot access storage of BatchedTensorImpl" from inside the kernel's launch,
+    torch.func.grad in autograd.Function's setup_context message."""
+    kernel = amk.build_fused_kernel(["relu"], [(8, 16)], FP32, autotune=False)
+    x = torch.randn(8, 16, device=DEVICE)
+    if transform is torch.vmap:
+        expect(InvalidArgumentError, lambda: transform(kernel)(x.expand(3, 8, 16)), "torch.func's transforms")
+    else:
+        expect(InvalidArgumentError, lambda: transform(lambda t: kernel(t).sum())(x), "torch.autograd")
+    torch.testing.assert_close(kernel(x), torch.relu(x))  # and outside them, as before
+
 @pytest.mark.parametrize("index, dtype", [(0, torch.float16), (1, torch.bfloat16), (2, torch.float64),
                                           (0, torch.int32)])
 def test_call_wrong_dtype(kernel, tensors, index, dtype):
