@@ -425,6 +425,15 @@ def test_torch_func_transforms_are_refused(transform):
         expect(InvalidArgumentError, lambda: transform(lambda t: kernel(t).sum())(x), "torch.autograd")
     torch.testing.assert_close(kernel(x), torch.relu(x))  # and outside them, as before
 
+
+def test_torchscript_tracing_is_refused():
+    """After a first call, torch.jit.trace recorded no launch and its module returned that call's output for every
+    later input."""
+    kernel = amk.build_fused_kernel(["relu"], [(8, 16)], FP32, autotune=False)
+    x = torch.randn(8, 16, device=DEVICE)
+    kernel(x)
+    expect(InvalidArgumentError, lambda: torch.jit.trace(kernel, (x,)), "torch.jit.trace", "torch.export")
+
 @pytest.mark.parametrize("index, dtype", [(0, torch.float16), (1, torch.bfloat16), (2, torch.float64),
                                           (0, torch.int32)])
 def test_call_wrong_dtype(kernel, tensors, index, dtype):
