@@ -245,6 +245,9 @@ def normalize_ops(ops: Sequence) -> list[tuple[str, dict]]:
                 accepted = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
                 raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must be {accepted}, "
                                            f"got {type(value).__name__} {value!r}")
+            if key in ("dim", "axis") and not -2**63 <= value < 2**63:  # (the IR's i64 wrapped it, or refused it)
+                raise ShapeError(f"ops[{index}] ({name}): {key}={value} is out of range for every tensor (a dim "
+                                 "counts from -rank to rank - 1)")
             if expected is _NUMBER and isinstance(value, int) and not _fits_a_float(value):
                 raise InvalidArgumentError(f"ops[{index}] ({name}): parameter {key!r} must fit a float64 (at most "
                                            f"{sys.float_info.max:.4g} in magnitude), got {value}")

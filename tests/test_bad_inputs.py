@@ -198,7 +198,11 @@ def test_matmul_transpose_b_mismatch():
     (["matmul"], [(64,), (64, 48)], ["ops[0]", "matmul", "rank"]),
     ([("sum", {"dim": 2})], [(32, 64)], ["ops[0]", "sum", "axis 2", "rank-2"]),
     ([("softmax", {"dim": -3})], [(32, 64)], ["ops[0]", "softmax", "axis -3"]),
-], ids=["bias", "residual", "ln-gamma", "rms-weight", "matmul-rank-w", "matmul-rank-x", "sum-axis", "softmax-axis"])
+    # past int64: the IR's i64 wrapped 2**63 to -2**63 in the message, and quoted xDSL's range text for 10**30
+    ([("softmax", {"dim": 2**63})], [(32, 64)], ["ops[0]", "dim=9223372036854775808", "out of range"]),
+    ([("sum", {"axis": 10**30})], [(32, 64)], ["ops[0]", "axis=1" + "0" * 30, "out of range"]),
+], ids=["bias", "residual", "ln-gamma", "rms-weight", "matmul-rank-w", "matmul-rank-x", "sum-axis", "softmax-axis",
+        "dim-past-int64", "axis-past-int64"])
 def test_shapes_inconsistent_with_chain(ops, shapes, substrings):
     expect(ShapeError, build(ops, shapes), *substrings)
 
