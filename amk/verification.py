@@ -87,8 +87,17 @@ class VerificationReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> VerificationReport:
-        return cls([DTypeResult(getattr(torch, r["dtype"]), r["max_abs_error"], r["mean_abs_error"],
-                                r["relative_l2_error"], r["tolerance"], r["skipped"]) for r in data["results"]])
+        """The report :meth:`to_dict` made; anything else is an :class:`InvalidArgumentError`."""
+        try:
+            results = [DTypeResult(getattr(torch, r["dtype"]), r["max_abs_error"], r["mean_abs_error"],
+                                   r["relative_l2_error"], r["tolerance"], r["skipped"]) for r in data["results"]]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise InvalidArgumentError(f"not what VerificationReport.to_dict() makes ({type(error).__name__}: {error}): "
+                                       "a dict whose 'results' lists one dict per dtype") from None
+        if not all(isinstance(r.dtype, torch.dtype) for r in results):
+            raise InvalidArgumentError("not what VerificationReport.to_dict() makes: a result's dtype names no torch "
+                                       "dtype")
+        return cls(results)
 
 
 def compare(output: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,

@@ -639,6 +639,15 @@ def test_verify_casts_given_inputs_to_each_dtype(kernel, tensors):
     report = amk.verify(kernel, reference_for(kernel.ops, 3), inputs=tensors, dtypes=[torch.float32, torch.float16])
     assert [result.dtype for result in report.results] == [torch.float32, torch.float16] and report.passed
 
+
+@pytest.mark.parametrize("data", [None, {}, {"results": [1]}, {"results": [{"dtype": "nope"}]},
+                                  {"results": [{"dtype": "cuda", "max_abs_error": 0, "mean_abs_error": 0,
+                                                "relative_l2_error": 0, "tolerance": 1, "skipped": None}]}],
+                         ids=["none", "empty", "not-a-result", "unknown-dtype", "not-a-dtype"])
+def test_verification_report_from_something_else(data):
+    """These raised TypeError, KeyError or AttributeError from inside from_dict."""
+    expect(InvalidArgumentError, lambda: amk.VerificationReport.from_dict(data), "VerificationReport.to_dict()")
+
 def test_verify_failure_raises_verification_error(kernel):
     from amk.verification import reference_for
 
