@@ -1181,6 +1181,21 @@ def test_a_failed_trace_after_a_graph_break_is_not_made_again():
         torch.testing.assert_close(compiled(batch), model(batch), atol=ATOL, rtol=RTOL)
 
 
+
+def test_a_model_error_made_again_reaches_the_caller_without_the_first_failure_chained():
+    """A call the model itself cannot run (a Linear's wrong feature count) fails TorchDynamo's trace; amk.compile
+    traces it again (without backed_size_oblivious), which fails the same way. That second trace ran inside the first
+    failure's except block, so its error, and PyTorch's log of it, carried the first failure's whole chain ("During
+    handling of the above exception": 417 lines of stderr against torch.compile's 203)."""
+    compiled = amk.compile(nn.Sequential(nn.Linear(16, 8), nn.ReLU()).to(DEVICE), autotune=False)
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError) as info:
+        compiled(torch.randn(4, 15, device=DEVICE))
+    chained, error = [], info.value
+    while error is not None:
+        chained.append(error)
+        error = error.__cause__ or error.__context__
+    assert sum(isinstance(each, torch._dynamo.exc.TorchRuntimeError) for each in chained) == 1, chained
+
 def test_a_failed_trace_of_a_submodule_traced_on_its_own_is_not_made_again():
     """A submodule's ``forward`` (same name, same file as the compiled module's) traced as a frame of its own, after
     TorchDynamo gave up on its caller's frame (a loop around Python it cannot trace) and that caller had run: the

@@ -281,12 +281,17 @@ class _Caller:
             return self.call(*args, **kwargs)
         marked_size_one = self.dynamic is None and _mark_leading_dims((args, kwargs),
                                                                       self.mark_size_one and self._forward_first())
+        failed = None
         try:
             result = self._traced_call(args, kwargs)
         except (torch._dynamo.exc.TorchRuntimeError, torch._dynamo.exc.BackendCompilerFailed) as error:
             if not _trace_to_make_again(error):
                 raise
-            result = self._call_again(args, kwargs, error, marked_size_one)
+            failed = error
+        if failed is not None:
+            # Out of the except block: a trace that fails again there logs and raises its own failure, without the
+            # first one's chained in ("During handling of the above exception": 200 more lines for a model's error).
+            result = self._call_again(args, kwargs, failed, marked_size_one)
         self.compiled_for, self.global_state = signature, _global_state()
         return result
 
