@@ -222,6 +222,9 @@ def parse_size_hints(text: str, option: str = "amk-tile: size_hints", allow_zero
         if not symbol.strip().isidentifier() or not value.strip().isdigit() or int(value) < (0 if allow_zero else 1):
             raise PassFailedException(f"{option} must be SYMBOL=VALUE pairs separated by commas, each "
                                       f"value {kind} (s0=16,s1=1); got {item!r} in {text!r}")
+        if symbol.strip() in hints and hints[symbol.strip()] != int(value):  # (the last one won, silently)
+            raise PassFailedException(f"{option} gives {symbol.strip()} two values ({hints[symbol.strip()]} and "
+                                      f"{int(value)}) in {text!r}")
         hints[symbol.strip()] = int(value)
     return hints
 
