@@ -227,6 +227,19 @@ def test_stage_of_a_kernel_that_does_not_exist(chain_file, tmp_path):
     assert "memory_staged.kernel" in ok(run(AMK_OPT, "-p", "amk-stage{kernel=fused_0}", tiled))
 
 
+
+@pytest.mark.parametrize("option, message", [
+    ("num_warps=3", "amk-stage: num_warps must be one of 1, 2, 4, 8, 16, 32, got 3"),
+    ("block_m=48", "amk-stage: block_m must be a power of two"),
+    ("num_stages=-1", "amk-stage: num_stages must be a positive int, got -1"),
+    ("tma=2", "amk-stage: tma must be 0 or 1, got 2"),
+])
+def test_stage_options_are_checked_as_a_configuration_is(chain_file, tmp_path, option, message):
+    """Each option other than 0 (the heuristic's) is checked as a tuned configuration's field, named as the option."""
+    tiled = tmp_path / "tiled.mlir"
+    tiled.write_text(ok(run(AMK_OPT, "-p", "amk-fuse,amk-tile", chain_file)))
+    assert message in fails_cleanly(run(AMK_OPT, "-p", f"amk-stage{{{option}}}", tiled))
+
 def test_unknown_pass(chain_file):
     stderr = fails_cleanly(run(AMK_OPT, "-p", "amk-frobnicate", chain_file))
     assert "amk-frobnicate" in stderr
