@@ -12,7 +12,6 @@ import torch
 from amk.autograd import builds_graph, recomputation_input, recomputed_gradients
 from amk.build import BuildRequest, Built, build, check_build_arguments, keep_verification
 from amk.build_phases import phase, recording
-from amk.dtypes import TORCH_TO_IR
 from amk.environment import being_traced, float32_matmul_precision, fp8_supported, interpreting
 from amk.errors import DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from amk.lowering.configs import PARAMETER_KEYS
@@ -143,6 +142,8 @@ class FusedKernel(torch.nn.Module):
                                        "amk kernels take dense (torch.strided) tensors: call .to_dense() first")
         if tensor.dtype != self.dtype:
             # (a FusedKernel is an nn.Module without parameters: .half() and .to(dtype) leave it as it is)
+            from amk.dtypes import TORCH_TO_IR  # (here: it imports xDSL, which a warm start does not load)
+
             hint = f": kernel.with_dtype({tensor.dtype}) builds it for that dtype" if tensor.dtype in TORCH_TO_IR else ""
             raise DTypeError(f"argument {index} has dtype {tensor.dtype}; the kernel was built for {self.dtype}{hint}")
         if tensor.device.type != self.device.type:
