@@ -59,7 +59,6 @@ def fusion_passes(pipeline: str | None, vendor_gemm: bool = False) -> list[Modul
                         for p in passes if not isinstance(p, DuplicateNormProloguesPass)]
 
 
-
 def _one_line(error: BaseException) -> str:
     """xDSL's pipeline parse error on one line: its diagram (the spec, a caret under the place, the complaint under
     it) as the complaint and the character it points at."""
@@ -68,6 +67,7 @@ def _one_line(error: BaseException) -> str:
     if place is None:
         return " ".join(lines)
     return f"{lines[-1][:1].lower()}{lines[-1][1:]} at character {place.rsplit(':', 1)[-1]}"
+
 
 def heuristic_config(kernel: tiled_loop.KernelOp, size_hints: Mapping[str, int] | None = None) -> KernelConfig:
     """The strategy's heuristic configuration of ``kernel``, for the sizes ``size_hints`` give its symbols."""

@@ -206,9 +206,9 @@ def bound(op: Operation) -> Callable:
 def as_pytorch_runs(function) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
     """The ops of ``function`` (a ``tensor_op`` ``func.func``) as PyTorch's modules run them, for timing them against
     kernels: each op bound once (:func:`bound`), and a matmul by a weight of rank 2 whose one reader adds a vector of
-    the product's width (a Linear's bias, :func:`~amk.dialects.tensor_op.bias_add`) one ``F.linear`` with that bias, as ``nn.Linear`` runs it
-    (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over the product). Its values
-    may differ from :func:`evaluate`'s by the rounding of that sum."""
+    the product's width (a Linear's bias, :func:`~amk.dialects.tensor_op.bias_add`) one ``F.linear`` with that bias,
+    as ``nn.Linear`` runs it (``addmm``, the bias added in the GEMM's epilogue; op by op it is a pass of its own over
+    the product). Its values may differ from :func:`evaluate`'s by the rounding of that sum."""
     steps, returned = _pytorch_steps(function)
     arguments = list(function.body.block.args)
 
