@@ -412,6 +412,7 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
     its kernels were not searched ("" where they were, or were not to be)."""
     from amk.pipeline import compile_module
 
+    log.debug("building %s (%s)", key, "configurations recorded" if recorded else "nothing recorded")
     not_searched = "" if recorded else _not_worth_a_search(request, module)
     # Configs recorded for this build say which program they belong to; without them, the program with the vendor
     # GEMM is timed against the fused one where it may win (fp8 has no plain vendor GEMM in PyTorch).
@@ -431,7 +432,9 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
         vendor = None
         if try_vendor:
             _compile_first_round(request, module, store)
+            log.debug("the fused program's first candidates are with the compile workers; tuning the vendor program")
             vendor = _vendor_program(request, module, store)
+            log.debug("the vendor program tuned; tuning the fused one")
         if request.raced_against_pytorch and request.timed and not recorded and not not_searched:
             _time_pytorch_ops(request, module, program_times)
         rivals = [vendor.time_ms if vendor is not None else None, program_times.get("pytorch_ops")]

@@ -327,6 +327,7 @@ class CompileWorkers:
                 for _, theirs in pairs:
                     theirs.close()  # the server's now
             self.owner = os.getpid()
+            log.debug("starting %d compile workers", self.count)
             self.workers = [_Worker(ours, self.server) for ours, _ in pairs]
             self.feeders = [threading.Thread(target=self._feed, args=(worker,), name=f"amk-compile_{index}",
                                              daemon=True)
@@ -397,6 +398,8 @@ class CompileWorkers:
         meanwhile they stay queued, where their callers may take them back."""
         try:
             self.boot_seconds.append(worker.wait_ready())
+            log.debug("a compile worker is ready, %.2f s after the pool started (its imports %.2f s)",
+                      worker.boot_seconds, worker.import_seconds)
         except BaseException as failure:  # the jobs are still answered below (the pool compiles nothing then)
             if worker.stopping:  # close() stopped it while it was starting
                 return
@@ -416,6 +419,7 @@ class CompileWorkers:
             try:
                 error, seconds = worker.request(job, cache_directory, environment)
                 self.job_seconds.append(seconds)
+                log.debug("a compile worker compiled %s in %.2f s%s", job[1], seconds, "" if rank else ", waited for")
             except WorkerDied as died:
                 if not worker.stopping:  # abandoned by close() as it became ready: no failure
                     self._give_up(f"a compile worker stopped ({died})")

@@ -1208,7 +1208,10 @@ def autotune_chooser(settings: TunerConfig, grid: dict[str, list[int]] | None, o
                 # The workers are starting (the process's first tuned kernel) and none has taken this job: rather
                 # than wait seconds for them, it compiles here, at its first launch; later ones find theirs
                 # compiled by then.
+                log.debug("%s %s compiles here: the compile workers are starting", name, config.user_view())
                 return
+            if not future.done():
+                log.debug("%s %s: waiting for its compile worker", name, config.user_view())
             with phase("compile"):
                 try:
                     error = future.result()

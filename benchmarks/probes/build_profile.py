@@ -102,8 +102,9 @@ def main() -> None:
                         "the first of benchmarks/models.py do")
     parser.add_argument("--top", type=int, default=45, help="functions listed, by inclusive time")
     parser.add_argument("--out", type=Path, help="write every function's seconds as JSON here")
-    parser.add_argument("--log", type=Path, help="write amk's INFO log here, each line with the milliseconds since "
-                        "the start (every candidate's time, the refinements, the race of whole programs)")
+    parser.add_argument("--log", type=Path, help="write amk's log (DEBUG) here, each line with the milliseconds since "
+                        "the start (every candidate's time, the refinements, the race of whole programs, the compile "
+                        "workers' start and jobs)")
     args = parser.parse_args()
     if args.after and not args.row:
         parser.error("--after goes with --row")
@@ -111,7 +112,7 @@ def main() -> None:
         handler = logging.FileHandler(args.log, mode="w")
         handler.setFormatter(logging.Formatter("%(relativeCreated)9.0f ms  %(message)s"))
         logging.getLogger("amk").addHandler(handler)
-        logging.getLogger("amk").setLevel(logging.INFO)
+        logging.getLogger("amk").setLevel(logging.DEBUG)
     scratch = tempfile.mkdtemp(prefix="amk-build-profile-")  # empty caches: amk and Triton read these when they build
     os.environ["AMK_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{scratch}/amk", f"{scratch}/triton"
     if args.after:
