@@ -892,16 +892,27 @@ class _VendorProgram:
         return program.program(*self.inputs, bindings=self.bindings)
 
 
+# The vendor program is tuned with this share of the search budget: its kernels are row passes (its matmuls are the
+# vendor library's), which search half of what they are given (``amk.tuner.ROW_PASS_BUDGET_SHARE``), so 2 candidates
+# at the default budget of 16: the heuristic and the strategy's first prior. In three cold builds on an H100
+# (2026-12-07-h100-build-60-*.log) its search of 8 and 3 finalists kept the heuristic or a configuration within 0.5%
+# of it, while its compiles went to the workers ahead of the fused program's first round (jobs someone waits for come
+# first), which the fused program's tuning then waited for.
+VENDOR_PROGRAM_SEARCH_SHARE = 0.25
+
+
 def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _VendorProgram | None:
-    """The program that leaves the matmuls to the vendor library (the passes run on a copy of ``module``), tuned and
-    timed on random inputs of the request's shapes; None, reported, where it cannot be built or run: it is an
-    alternative, the fused program stands."""
+    """The program that leaves the matmuls to the vendor library (the passes run on a copy of ``module``), tuned
+    (a smaller search: ``VENDOR_PROGRAM_SEARCH_SHARE``) and timed on random inputs of the request's shapes; None, reported,
+    where it cannot be built or run: it is an alternative, the fused program stands."""
     from amk.pipeline import compile_module
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
+    searched = dataclasses.replace(request, tuner_config=dataclasses.replace(
+        settings, search_budget=max(1, math.ceil(settings.search_budget * VENDOR_PROGRAM_SEARCH_SHARE))))
     try:
-        compiled = compile_module(module.clone(), config_chooser(request, tuning_log, store),
+        compiled = compile_module(module.clone(), config_chooser(searched, tuning_log, store),
                                   pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         inputs = _example_inputs(request, module, shapes)

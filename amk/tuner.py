@@ -51,7 +51,8 @@ class TunerConfig:
     """How to search for the fastest configuration of each kernel.
 
     ``search_budget``: most candidates to time in the search (half of it for kernels without a matmul, which are
-    memory-bound; the strategy's heuristic, the configurations that won before on this device class and those that
+    memory-bound, and an eighth for the row passes of the vendor-GEMM program, ``vendor_gemm``; the strategy's
+    heuristic, the configurations that won before on this device class and those that
     won for kernels of the same family in the cache come first; the fastest three are then timed in their persistent
     / TMA variants and against each other, and of those finalists within 1% of the fastest the first timed is kept);
     ``warmup_runs`` / ``measure_runs``: launches per candidate before (at most 25 ms of them) and while timing (at

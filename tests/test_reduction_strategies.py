@@ -6,6 +6,7 @@ matmul to the vendor library and fuses the rest (amk-fuse's ``vendor_gemm``)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -223,6 +224,28 @@ def test_the_tuner_keeps_the_faster_of_the_fused_and_the_vendor_gemm_programs(tm
         assert_matches_pytorch_call_after_call(built.compiled, ops, shapes, dtype)
         again = amk.build_fused_kernel(ops, shapes, dtype, tuner_config=settings)
         assert again.cache_hit and again.torch_ops == built.torch_ops
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuner times programs on a GPU")
+def test_the_vendor_program_is_tuned_with_a_share_of_the_search_budget(tmp_path, monkeypatch):
+    """The vendor program (row passes beside the vendor's matmuls) searches ``VENDOR_PROGRAM_SEARCH_SHARE`` of the
+    budget, the fused program all of it."""
+    from amk import build
+
+    budgets = []
+
+    def recording(request, *args, **kwargs):
+        budgets.append(request.tuner_config.search_budget)
+        return chooser(request, *args, **kwargs)
+
+    chooser = build.config_chooser
+    monkeypatch.setattr(build, "config_chooser", recording)
+    ops, shapes, dtype = CASES[0]
+    built = amk.build_fused_kernel(ops, shapes, dtype,
+                                   tuner_config=amk.TunerConfig(search_budget=8, target_cache_dir=tmp_path))
+    assert set(built.program_times) >= {"fused", "vendor_gemm"}
+    # the fused program's first round handed to the workers, the vendor program, then the fused program
+    assert budgets == [8, math.ceil(8 * build.VENDOR_PROGRAM_SEARCH_SHARE), 8]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
