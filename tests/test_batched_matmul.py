@@ -204,15 +204,16 @@ def test_a_mask_broadcast_over_the_batch_dims_is_read_by_each_strategy_that_batc
     (T5's) and a causal mask [1, 1, S, T] (one matrix): the batched kernel reads the mask's matrices through a map of
     its batch index (``broadcast_batch``: b // H, b % H) or, the last, at every batch index. BERT's padding mask
     [B, 1, 1, T] and an ALiBi-like bias per head [1, H, 1, T] are a row vector per sequence or head, read through the
-    same map; [B, H, 1, T], one per batch index, at the kernel's own. Every output right."""
+    same map; [B, H, 1, T], one per batch index, at the kernel's own. Every output right. (21 queries: two row tiles,
+    the last ragged, which is what matters here, in two thirds of the interpreter's time for 37.)"""
     module = Parser(make_context(), MASKED_ATTENTION_IR.format(mask=mask)).parse_module()
     compiled = compile_module(module, SMALL_TILES, reduction_strategy=strategy)
     assert [step.kind for step in compiled.program.steps] == ["launch", "return"]
     assert ("broadcast_batch" in compiled.ir["tiled_loop"]) == (mask.split(", ")[:2] not in (["1", "1"], ["B", "H"]))
-    sizes = {"B": 2, "H": 3, "S": 37, "T": 70}
+    sizes = {"B": 2, "H": 3, "S": 21, "T": 70}
     shape = [sizes.get(dim, 1) if dim != "1" else 1 for dim in mask.split(", ")]
     for seed in range(2):
-        q, k = random(2, 3, 37, 16, seed=seed), random(2, 3, 70, 16, seed=seed + 10)
+        q, k = random(2, 3, 21, 16, seed=seed), random(2, 3, 70, 16, seed=seed + 10)
         bias = random(*shape, seed=seed + 20)
         expected = torch.softmax(q.double() @ k.double().transpose(-2, -1) * 0.25 + bias.double(), dim=-1)
         assert relative_error(compiled.program(q, k, bias)[0], expected) < 1e-5
