@@ -549,6 +549,25 @@ def test_gluon_column_sweeps_the_emitter_cannot_take_are_pruned(change, contract
     assert got is None if reason is None else reason in got, got
 
 
+@pytest.mark.parametrize(("tiles", "pruned"), [
+    ({"BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 3}, True),  # 245,760 bytes: failed at launch on the H100
+    ({"BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 2}, False),  # 212,992
+    ({"BLOCK_M": 64, "BLOCK_N": 256, "num_stages": 3}, False),  # ran in every attention row's search
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 3}, False),  # attention's prior
+])
+def test_chunk_recompute_counts_its_fp32_products_in_shared_memory(tiles, pruned):
+    """chunk_recompute's Triton kernel holds the A tile over the whole K, its ring of B column tiles and a column
+    tile's fp32 product in shared memory at once: attention's q @ k^T (K = 64, fp16) at 128 x 256 tiles and three
+    stages needs more than Hopper's 232,448 bytes, though its lhs and rhs tiles alone would fit."""
+    from amk.symbolic import Dim
+    from amk.tuner import KernelConfig, prune_reason
+
+    config = KernelConfig(BLOCK_K=64, SPLIT_N=4, num_warps=8, **tiles)
+    got = prune_reason(config, "chunk_recompute", True, 2, HOPPER, Dim(512), Dim(64))
+    assert (got is not None and "shared memory" in got) if pruned else got is None, got
+    assert prune_reason(config, "tile_stats", True, 2, HOPPER, Dim(512), Dim(64)) is None  # its ring alone counts
+
+
 TRANSPOSED_LHS = """
 func.func @xt_w(%x : !tensor_op.tensor<[4096, 65536], f16>, %w : !tensor_op.tensor<[4096, 4096], f16>) -> !tensor_op.tensor<[65536, 4096], f16> {
   %0 = tensor_op.matmul %x, %w {transpose_lhs = true} : (!tensor_op.tensor<[4096, 65536], f16>, !tensor_op.tensor<[4096, 4096], f16>) -> !tensor_op.tensor<[65536, 4096], f16>
