@@ -330,7 +330,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
                 contraction.value)):
             return (f"BLOCK_K {config.BLOCK_K} is wider than K = {contraction.value} rounded up to a power of two: the "
                     "dot would multiply padding")
-        staged = tiling.dot_shared_memory(config, element_bytes)
+        staged = tiling.dot_shared_memory(config, element_bytes, contraction)
         if staged > limits.shared_memory:
             return f"shared memory: {config.num_stages} stages x tiles = {staged} bytes > {limits.shared_memory}"
         per_thread = config.BLOCK_M * config.BLOCK_N // (32 * config.num_warps)

@@ -566,6 +566,11 @@ def test_chunk_recompute_counts_its_fp32_products_in_shared_memory(tiles, pruned
     got = prune_reason(config, "chunk_recompute", True, 2, HOPPER, Dim(512), Dim(64))
     assert (got is not None and "shared memory" in got) if pruned else got is None, got
     assert prune_reason(config, "tile_stats", True, 2, HOPPER, Dim(512), Dim(64)) is None  # its ring alone counts
+    # The A tile and the ring span the whole K, whatever BLOCK_K says: at K = 256, 64 x 64 tiles and two stages
+    # need 32,768 + 65,536 + 16,384 bytes, where BLOCK_K = 64 would count a quarter of the first two.
+    wide = prune_reason(KernelConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_stages=2), "chunk_recompute", True, 2,
+                        amk.tuner.DeviceLimits("small", 100_000, 132), Dim(512), Dim(256))
+    assert wide is not None and "114688 bytes" in wide, wide
 
 
 TRANSPOSED_LHS = """

@@ -170,10 +170,10 @@ class TilingStrategy:
         """Why ``config`` cannot run for this strategy on this device (beyond the tuner's general checks), or None."""
         return None
 
-    def dot_shared_memory(self, config: KernelConfig, element_bytes: int) -> int:
-        """The bytes of shared memory a kernel of this strategy with a dot needs under ``config`` (the tuner prunes
-        configurations that need more than the device has): ``num_stages`` lhs and rhs tiles, the ring of the
-        pipelined K loop."""
+    def dot_shared_memory(self, config: KernelConfig, element_bytes: int, contraction: Dim | None) -> int:
+        """The bytes of shared memory a kernel of this strategy with a dot needs under ``config``, for the
+        contraction ``contraction`` (the tuner prunes configurations that need more than the device has):
+        ``num_stages`` lhs and rhs tiles, the ring of the pipelined K loop."""
         return config.num_stages * (config.BLOCK_M * config.BLOCK_K + config.BLOCK_K * config.BLOCK_N) * element_bytes
 
     def tile_width(self, config: KernelConfig, cols: Dim | None) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amk.lowering.configs import KernelConfig, bounded, is_short_contraction
+from amk.lowering.configs import KernelConfig, bounded, is_short_contraction, next_power_of_two
 from amk.lowering.kernel_lowering import (
     BLOCK_M,
     BLOCK_N,
@@ -89,17 +89,18 @@ class ChunkRecompute(TilingStrategy):
         lowering.merge_strip_statistics(sizes, chunks, writer="chunk")
         lowering.finish_rows(columns=columns)
 
-    def dot_shared_memory(self, config: KernelConfig, element_bytes: int) -> int:
+    def dot_shared_memory(self, config: KernelConfig, element_bytes: int, contraction: Dim | None) -> int:
         # The A tile over the whole K once, ``num_stages`` column tiles of B (the pipelined loop is the one over the
         # chunk's column tiles), and each column tile's fp32 product, which the fold reads in another layout, while
         # that ring is live: on the H100 BLOCK_M=128, BLOCK_N=256, K=64, three stages needed 245,760 bytes, this sum,
         # of the 232,448 it has, and failed at its first launch after compiling for 2 to 7 s in each model-table
         # build of the attention rows (2026-12-07-h100-build-63-causal_attention_scores.log).
         # (The Gluon form keeps its products in registers; its own check counts its ring.)
-        if config.GLUON:
-            return super().dot_shared_memory(config, element_bytes)
-        ring = config.num_stages * config.BLOCK_K * config.BLOCK_N * element_bytes
-        return config.BLOCK_M * config.BLOCK_K * element_bytes + ring + config.BLOCK_M * config.BLOCK_N * 4
+        if config.GLUON or not is_short_contraction(contraction):
+            return super().dot_shared_memory(config, element_bytes, contraction)
+        k_tile = max(16, next_power_of_two(contraction.value))  # the whole K, as KernelLowering.load_whole_a pads it
+        ring = config.num_stages * k_tile * config.BLOCK_N * element_bytes
+        return config.BLOCK_M * k_tile * element_bytes + ring + config.BLOCK_M * config.BLOCK_N * 4
 
     def default_config(self, rows: Dim, cols: Dim, contraction: Dim | None, element_bytes: int) -> KernelConfig:
         # The H200's best for softmax(q[8192, 128] @ k[128, 8192]) by hand (benchmarks/chunk_recompute_probe.py): the
