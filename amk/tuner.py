@@ -32,7 +32,7 @@ from amk.lowering.configs import (
     SWITCHES,
     KernelConfig,
     check_values,
-    next_power_of_two,
+    whole_k_tile,
 )
 
 if TYPE_CHECKING:
@@ -326,8 +326,7 @@ def prune_reason(config: KernelConfig, strategy: str, has_dot: bool, element_byt
     if has_dot:
         if min(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K) < 16:
             return "tl.dot needs tiles of at least 16 on every axis"
-        if contraction is not None and contraction.is_static and config.BLOCK_K > max(16, next_power_of_two(
-                contraction.value)):
+        if contraction is not None and contraction.is_static and config.BLOCK_K > whole_k_tile(contraction):
             return (f"BLOCK_K {config.BLOCK_K} is wider than K = {contraction.value} rounded up to a power of two: the "
                     "dot would multiply padding")
         staged = tiling.dot_shared_memory(config, element_bytes, contraction)
@@ -423,7 +422,7 @@ def _gluon_prune_reason(config: KernelConfig, tiling, has_dot: bool, element_byt
     if operand_bytes != 2:
         return "GLUON kernels multiply fp16 or bf16 operands"
     # a short K is loaded whole, padded to a power of two (chunk_recompute's column sweep)
-    whole_k = max(16, next_power_of_two(contraction.value)) if contraction is not None and contraction.is_static else None
+    whole_k = whole_k_tile(contraction) if contraction is not None and contraction.is_static else None
     return gluon_config_problem(tiling.gluon_form, config, operand_bytes, output_bytes, whole_k, limits.shared_memory)
 
 

@@ -63,6 +63,12 @@ def is_short_contraction(contraction: Dim | None) -> bool:
     return contraction is not None and contraction.is_static and contraction.value <= SHORT_CONTRACTION
 
 
+def whole_k_tile(contraction: Dim) -> int:
+    """The K width of a tile that holds a static contraction whole: padded to a power of two, at least 16 (a GPU's
+    ``tl.dot`` refuses K < 16)."""
+    return max(16, next_power_of_two(contraction.value))
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     BLOCK_M: int = 64

@@ -22,7 +22,7 @@ from amk.dialects.tensor_op import TensorType
 from amk.dialects.tiled_loop import TileType
 from amk.errors import CompilationError
 from amk.lowering import rules
-from amk.lowering.configs import next_power_of_two
+from amk.lowering.configs import whole_k_tile
 from amk.lowering.plan import (
     COL,
     FULL,
@@ -398,7 +398,7 @@ class KernelLowering:
     def load_whole_a(self) -> None:
         """This launch's A tile: the program's rows over all of K (padded to a power of two, at least 16: a GPU's
         ``tl.dot`` refuses K < 16), loaded once."""
-        k_tile = str(max(16, next_power_of_two(self.plan.contraction.value)))
+        k_tile = str(whole_k_tile(self.plan.contraction))
         at = ColumnTile(self.plan.main, self.row_offset, Dim(0), k_tile)
         self.whole_a = self.load(self.plan.matmul.lhs, FULL, at, upcast=False)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amk.lowering.configs import KernelConfig, bounded, is_short_contraction, next_power_of_two
+from amk.lowering.configs import KernelConfig, bounded, is_short_contraction, whole_k_tile
 from amk.lowering.kernel_lowering import (
     BLOCK_M,
     BLOCK_N,
@@ -98,7 +98,7 @@ class ChunkRecompute(TilingStrategy):
         # (The Gluon form keeps its products in registers; its own check counts its ring.)
         if config.GLUON or not is_short_contraction(contraction):
             return super().dot_shared_memory(config, element_bytes, contraction)
-        k_tile = max(16, next_power_of_two(contraction.value))  # the whole K, as KernelLowering.load_whole_a pads it
+        k_tile = whole_k_tile(contraction)  # as KernelLowering.load_whole_a loads it
         ring = config.num_stages * k_tile * config.BLOCK_N * element_bytes
         return config.BLOCK_M * k_tile * element_bytes + ring + config.BLOCK_M * config.BLOCK_N * 4
 
