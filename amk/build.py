@@ -431,9 +431,13 @@ def _compile(request: BuildRequest, module: ModuleOp, key: str, store: cache.Sto
         # against the fused one on the same inputs (PyTorch's ops are the caller's to race, on its inputs).
         vendor = None
         if try_vendor:
+            # The vendor program's few candidates go to the workers first: it is tuned next, and behind the fused
+            # program's first round (13-16 compiles of 2-4 s each on an H100 host) they waited 2 s for a worker.
+            vendor_request = _vendor_program_request(request)
+            _compile_first_round(vendor_request, module, store, vendor_gemm=True)
             _compile_first_round(request, module, store)
-            log.debug("the fused program's first candidates are with the compile workers; tuning the vendor program")
-            vendor = _vendor_program(request, module, store)
+            log.debug("the programs' first candidates are with the compile workers; tuning the vendor program")
+            vendor = _vendor_program(vendor_request, module, store)
             log.debug("the vendor program tuned; tuning the fused one")
         if request.raced_against_pytorch and request.timed and not recorded and not not_searched:
             _time_pytorch_ops(request, module, program_times)
@@ -861,18 +865,20 @@ def _shapes_at_hints(request: BuildRequest) -> list[tuple[int, ...]] | None:
         return None
 
 
-def _compile_first_round(request: BuildRequest, module, store: cache.Store) -> None:
-    """Hand the first round of each fused kernel's candidates to the compile workers before the program with the
-    vendor GEMM is tuned: their compiles (a tile_stats GEMM's took 1.5-4.6 s each on the H200 host) run while it is,
-    and the fused program's tuning finds them in flight or done. Runs the passes on a copy of ``module``; a failure
-    is the fused build's to report."""
+def _compile_first_round(request: BuildRequest, module, store: cache.Store, vendor_gemm: bool = False) -> None:
+    """Hand the first round of each kernel's candidates (the fused program's, or with ``vendor_gemm`` the vendor
+    program's) to the compile workers before the program with the vendor GEMM is tuned: their compiles (a tile_stats
+    GEMM's took 1.5-4.6 s each on the H200 host) run while it is, and the program's tuning finds them in flight or
+    done. Runs the passes on a copy of ``module``; a failure is the program's own build to report."""
     from amk.pipeline import compile_module
 
+    program = "vendor" if vendor_gemm else "fused"
     try:
         compile_module(module.clone(), config_chooser(request, {}, store, first_round_only=True),
-                       pipeline=request.pipeline, fp32_dot=request.fp32_dot, size_hints=dict(request.size_hints))
+                       pipeline=request.pipeline, vendor_gemm=vendor_gemm, fp32_dot=request.fp32_dot,
+                       size_hints=dict(request.size_hints))
     except Exception as error:
-        log.debug("the fused program's first round was not compiled ahead: %s: %s", type(error).__name__, error)
+        log.debug("the %s program's first round was not compiled ahead: %s: %s", program, type(error).__name__, error)
 
 
 @dataclass
@@ -901,18 +907,23 @@ class _VendorProgram:
 VENDOR_PROGRAM_SEARCH_SHARE = 0.25
 
 
+def _vendor_program_request(request: BuildRequest) -> BuildRequest:
+    """``request`` with the vendor program's share of the search budget (``VENDOR_PROGRAM_SEARCH_SHARE``)."""
+    settings = request.tuner_config or TunerConfig()
+    return dataclasses.replace(request, tuner_config=dataclasses.replace(
+        settings, search_budget=max(1, math.ceil(settings.search_budget * VENDOR_PROGRAM_SEARCH_SHARE))))
+
+
 def _vendor_program(request: BuildRequest, module, store: cache.Store) -> _VendorProgram | None:
-    """The program that leaves the matmuls to the vendor library (the passes run on a copy of ``module``), tuned
-    (a smaller search: ``VENDOR_PROGRAM_SEARCH_SHARE``) and timed on random inputs of the request's shapes; None, reported,
-    where it cannot be built or run: it is an alternative, the fused program stands."""
+    """The program that leaves the matmuls to the vendor library (the passes run on a copy of ``module``), tuned as
+    ``request`` says (:func:`_vendor_program_request`'s smaller search) and timed on random inputs of the request's
+    shapes; None, reported, where it cannot be built or run: it is an alternative, the fused program stands."""
     from amk.pipeline import compile_module
 
     shapes, tuning_log = _shapes_at_hints(request), {}
     settings = request.tuner_config or TunerConfig()
-    searched = dataclasses.replace(request, tuner_config=dataclasses.replace(
-        settings, search_budget=max(1, math.ceil(settings.search_budget * VENDOR_PROGRAM_SEARCH_SHARE))))
     try:
-        compiled = compile_module(module.clone(), config_chooser(searched, tuning_log, store),
+        compiled = compile_module(module.clone(), config_chooser(request, tuning_log, store),
                                   pipeline=request.pipeline, vendor_gemm=True, fp32_dot=request.fp32_dot,
                                   size_hints=dict(request.size_hints))
         inputs = _example_inputs(request, module, shapes)
