@@ -541,8 +541,9 @@ def measure(fn, warmup: int, runs: int, give_up_above: float | None = None,
     so far is returned (the search only needs to know that it lost).
 
     A kernel faster than ``GRAPH_TIMING_BELOW_MS`` (decode shapes) is timed again as replays of a captured CUDA
-    graph, as it runs in a decode step: with a flush and a host launch before each event pair, the launch latency
-    and the cold L2 dominate a ~10 us measurement and rank configurations by what they do not control. Another
+    graph, as it runs in a decode step: with a host launch before each event pair, the launch latency dominates a
+    ~10 us measurement and ranks configurations by what they do not control. Each call in the graph still finds a
+    cold L2, as a decode step's layer finds its weights (:func:`amk.benchmarking.timed_by`). Another
     ``graph_below`` (ms) moves that bound: ``math.inf`` times every ``fn`` that can be captured as replays (ops run
     one by one from Python, whose host time would otherwise be timed).
     """
@@ -883,8 +884,8 @@ def _search(viable: list[KernelConfig], budget: int, settings: TunerConfig, buil
 
     def evaluate(config: KernelConfig) -> float | None:
         elapsed = _time_one(config, settings, build_and_run, trials,
-                            # a best re-timed by CUDA-graph replay (warm L2) is not comparable with the first
-                            # flushed launches of the next candidate
+                            # a best re-timed by CUDA-graph replay (no launch latency) is not comparable with the
+                            # first event-timed launches of the next candidate
                             best[0] * EARLY_STOP_FACTOR if GRAPH_TIMING_BELOW_MS <= best[0] < math.inf else None)
         if elapsed is not None and elapsed < best[0]:
             best[0] = elapsed
