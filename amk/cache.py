@@ -183,9 +183,12 @@ def timing_key(kernel_text: str, shapes, size_hints: dict[str, int] | None = Non
     sizes = {"size_hints": size_hints} if size_hints else {}
     # "operands": candidates are timed on operands laid out as a program's calls hand them over (nn.Linear's weight
     # as the view W^T); times recorded before, on contiguous operands only, timed another binary and are not reused.
+    # "graph replays": kernels under the tuner's graph bound are replayed from a cold L2; times recorded before, from
+    # a warm one, would rank below every new one.
     return _sha256(_canonical_json({"format": FORMAT, "kernel": kernel_text, "shapes": [list(s) for s in shapes],
                                     "device": device_descriptor(), "triton": v["triton"], "amk": v["amk"],
-                                    "fp32_dot": fp32_dot, "operands": "as called", **sizes}))
+                                    "fp32_dot": fp32_dot, "operands": "as called", "graph replays": "cold L2",
+                                    **sizes}))
 
 
 def race_key(entry_key: str, configs: dict[str, dict]) -> str:
