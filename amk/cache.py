@@ -46,11 +46,12 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from amk.environment import float32_matmul_precision, initialize, interpreting, write_atomically
+from amk.environment import float32_matmul_precision, initialize, interpreting
 
 # The cache directory's rules live with the environment; the CLI and the tests name them here.
 from amk.environment import resolve_root as resolve_root
 from amk.errors import CacheError
+from amk.sources import write_atomically
 
 log = logging.getLogger("amk.cache")
 

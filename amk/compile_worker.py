@@ -1,15 +1,19 @@
 """Compile workers: processes that compile candidate kernels into Triton's on-disk cache while the tuning process
 times others, so that timing a candidate only loads its binary.
 
-A pool starts one ``python -m amk.compile_worker`` process, its fork server, which imports torch, triton and amk once
-and forks the workers (each fork takes milliseconds, where each process importing torch took seconds), as
-Inductor's compile pool forks its workers from one subprocess. Not a ``multiprocessing`` pool: a "spawn" or
-"forkserver" worker re-imports the parent's ``__main__``, which re-runs a user script that has no
-``if __name__ == "__main__":`` guard and fails outright for a script read from standard input or given with
-``python -c``; a ``python -m`` process has this module as its main module, whatever started the parent (a script, a
-notebook, an embedded interpreter). Each worker talks to the pool through a socket pair the pool made: JSON lines,
-requests one way, replies the other; a worker's first line says it is ready (its warm-up done), and it is handed no
-job before.
+A pool starts one ``python -m amk.compile_worker`` process, its fork server, which imports triton once (never
+torch: its import took 3-5 s of every cold first call on the GPU hosts) and forks the workers, as Inductor's compile
+pool forks its workers from one subprocess. Not a ``multiprocessing`` pool: a "spawn" or "forkserver" worker
+re-imports the parent's ``__main__``, which re-runs a user script that has no ``if __name__ == "__main__":`` guard
+and fails outright for a script read from standard input or given with ``python -c``; a ``python -m`` process has
+this module as its main module, whatever started the parent (a script, a notebook, an embedded interpreter). Each
+worker talks to the pool through a socket pair the pool made: JSON lines, requests one way, replies the other; a
+worker's first line says it is ready, and it is handed no job before.
+
+The tuning process does what needs torch and the GPU: it runs a job's launcher on meta tensors and records, for each
+kernel launch, what Triton's JIT would compile (:func:`captured_specializations`: Triton's own serialized
+specialization, caught by its compile hook, and the GPU's target); a worker compiles each with Triton's ``preload``
+for that target, the binary landing where the tuning process's first launch finds it.
 
 A worker that cannot start or dies leaves the candidates to be compiled in the tuning process when they are timed,
 with one warning per process; it never fails a build.
@@ -18,6 +22,7 @@ with one warning per process; it never fails a build.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import fcntl
 import itertools
@@ -33,64 +38,168 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
+from contextvars import ContextVar
+from pathlib import Path
 
-from amk.runtime import sources_cache_directory
+from amk.sources import emitted_module_name, import_source_file, write_atomically
 
 log = logging.getLogger("amk")
 
-# One compile job: the emitted source, the kernel's name, and each launch argument's (shape, torch dtype name, strides).
-Job = tuple[str, str, list[tuple[tuple[int, ...], str, tuple[int, ...]]]]
+# One compile job: the emitted source, the kernel's name, and each of its launches' specialization as Triton
+# serializes it (:func:`captured_specializations`).
+Job = tuple[str, str, list[str]]
 
 
-def compile_without_launch(source: str, name: str, arguments: Sequence[tuple[Sequence[int], str, Sequence[int]]],
-                           cache_directory: str | None = None) -> None:
-    """Compile one emitted kernel into Triton's cache, without running it (its source is written under
-    ``cache_directory``, the build's, as in the tuning process).
+def captured_specializations(source: str, name: str,
+                              arguments: Sequence[tuple[Sequence[int], str, Sequence[int]]]) -> list[str]:
+    """What Triton's JIT would compile for each kernel launch of emitted ``source`` (kernel ``name``), called on
+    arguments of ``arguments``' shapes, torch dtype names and strides: Triton's serialized specialization of each
+    (its ``jit_cache_hook``'s ``specialization_data``), for :func:`compile_specializations` in a worker.
 
-    The emitted ``launch`` is called on meta tensors of the real shapes and strides with each kernel's ``[grid]``
-    launch replaced by Triton's ``warmup``: Triton specializes on the tensors' dtypes and on whether their addresses
-    are 16-byte aligned (a meta tensor's, 0, is, as the timing process's fresh tensors are), and on the integers the
-    launcher passes, so it compiles exactly what the timing process and a program's calls look up, without memory or
-    a CUDA context in this process. Each compiled kernel's launcher is then built too: triton 3.6 compiles one with the
-    C compiler per kernel signature into the same cache, where the tuning process then finds it (profiled on the H200:
-    0.7-1 s of a cold build's tuning process went to them). The kernel itself is not loaded on the GPU: a worker
-    compiles hundreds.
-    """
+    The module's ``launch`` runs on meta tensors of those shapes and strides, in a private copy of the module whose
+    kernels are called through Triton's ``warmup``: Triton specializes on the tensors' dtypes and on whether their
+    addresses are 16-byte aligned (a meta tensor's, 0, is, as the timing process's fresh tensors are), and on the
+    integers the launcher passes, so the specializations are exactly what the timing process and a program's calls
+    look up. The copy's kernels have compiled nothing in this process, so each launch reaches the compile hook, which
+    records it and compiles nothing; another thread's launches meanwhile compile as ever."""
     import torch
-    from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
     from amk.runtime import load_source
 
-    module = load_source(source, name, cache_directory)
-    # Every launch of the module (a kernel may have a second one after a relaunch) compiles instead of running.
-    jits = {attr: value for attr, value in vars(module).items()
-            if attr.endswith("_kernel") and isinstance(value, JITFunction)}
-
-    compiled = []
-
-    class CompileOnly:
-        def __init__(self, jit):
-            self.jit = jit
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: compiled.append(self.jit.warmup(*args, grid=grid, **kwargs))
-
+    path = Path(load_source(source, name).__file__)  # written to the build's sources folder, as timing will load it
+    module = import_source_file(emitted_module_name(source, name), path, source)
+    for attr, value in list(vars(module).items()):
+        if isinstance(value, JITFunction):
+            setattr(module, attr, _Warmup(value))
     tensors = [torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="meta")
                for shape, dtype, strides in arguments]
-    for attr, jit in jits.items():
-        setattr(module, attr, CompileOnly(jit))
+    captured: list[str] = []
+    _install_capture_hook()
+    token = _CAPTURING.set(captured)
     try:
         module.launch(*tensors)
     finally:
-        for attr, jit in jits.items():
-            setattr(module, attr, jit)
-    for kernel in compiled:
-        if kernel is not None:  # None: Triton compiles it asynchronously (its async mode), the launcher comes later
-            driver.active.launcher_cls(kernel.src, kernel.metadata)  # as a first launch makes it (_init_handles)
+        _CAPTURING.reset(token)
+    return captured
+
+
+class _Warmup:
+    """A kernel's ``[grid]`` that specializes and compiles (``JITFunction.warmup``) instead of launching."""
+
+    def __init__(self, jit):
+        self.jit = jit
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
+
+
+# The specializations Triton's compile hook records in this context (None: it compiles as ever here).
+_CAPTURING: ContextVar[list[str] | None] = ContextVar("amk_capturing_specializations", default=None)
+_HOOK_LOCK = threading.Lock()
+
+
+def _install_capture_hook() -> None:
+    """Make Triton's ``jit_cache_hook`` one that, in a context capturing (``_CAPTURING``), records a compile's
+    specialization and skips the compile, and otherwise defers to the hook it replaced (another library's, or none).
+    Installed again where something replaced it since."""
+    from triton import knobs
+
+    with _HOOK_LOCK:
+        previous = knobs.runtime.jit_cache_hook
+        if getattr(previous, "amk_capture", False):
+            return
+
+        def hook(**kwargs):
+            captured = _CAPTURING.get()
+            if captured is None:
+                return previous(**kwargs) if previous is not None else None
+            captured.append(kwargs["compile"]["specialization_data"])
+            return True  # compiled in a worker: nothing here
+
+        hook.amk_capture = True
+        knobs.runtime.jit_cache_hook = hook
+
+
+def compile_target() -> list:
+    """The GPU of Triton's active driver in this process, as Triton compiles for it: backend, architecture, warp
+    size."""
+    from triton.runtime import driver
+
+    target = driver.active.get_current_target()
+    return [target.backend, target.arch, target.warp_size]
+
+
+class _OfflineDriver:
+    """Triton's active driver in a worker: the tuning process's GPU as the target, device 0, the null stream, and no
+    CUDA call (nor torch, which Triton's own CUDA driver imports in triton 3.6)."""
+
+    def __init__(self, target):
+        self.target = target
+        self._utils = None
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    @property
+    def utils(self):
+        """The CUDA utilities module (triton 3.9's launcher reads its generic launch from it), built at first use."""
+        if self._utils is None:
+            from triton.backends.nvidia.driver import CudaUtils
+
+            self._utils = CudaUtils()
+        return self._utils
+
+
+def _without_torch(name: str, *args, **kwargs):
+    """``__import__`` for an emitted module in a worker: its ``import torch`` (its launcher's, never run here) gets a
+    placeholder."""
+    if name == "torch" or name.startswith("torch."):
+        return _TORCH_PLACEHOLDER
+    return builtins.__import__(name, *args, **kwargs)
+
+
+_TORCH_PLACEHOLDER = types.ModuleType("torch", "not imported in a compile worker")
+
+
+def compile_specializations(source: str, name: str, specializations: Sequence[str], sources: str,
+                            target: Sequence | None, launchers: bool = False) -> None:
+    """In a worker: compile each of ``specializations`` (:func:`captured_specializations`) of emitted ``source``
+    (kernel ``name``, its file under the folder ``sources``, as the tuning process wrote it) for ``target``, into
+    Triton's cache, with Triton's ``JITFunction.preload``; with ``launchers``, each kernel's launcher too (triton 3.6
+    builds one with the C compiler per signature, 0.7-1 s of a cold build's tuning process on the H200 otherwise).
+    The module is imported without torch (:func:`_without_torch`) under the name and file the tuning process gives
+    it: Triton keys a binary by its function's source and module."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    module_name = emitted_module_name(source, name)
+    path = Path(sources) / f"{module_name}.py"
+    if not path.exists() or path.read_bytes() != source.encode():
+        write_atomically(path, source.encode())
+    module = import_source_file(module_name, path, source, builtins={**vars(builtins), "__import__": _without_torch})
+    if not specializations:
+        return
+    driver.set_active(_OfflineDriver(GPUTarget(*target)))
+    kernels = {f"{jit.fn.__module__}.{jit.fn.__qualname__}": jit for jit in vars(module).values()
+               if isinstance(jit, JITFunction)}
+    for data in specializations:
+        kernel = kernels[json.loads(data)["name"]].preload(data)
+        if launchers:
+            from triton.backends.nvidia.driver import CudaLauncher
+
+            CudaLauncher(kernel.src, kernel.metadata)  # as a first launch makes it (CompiledKernel._init_handles)
 
 
 def triton_environment() -> dict[str, str]:
@@ -136,8 +245,9 @@ def ptxas_version_in_cache_keys() -> str | None:
 
 
 def serve(requests, replies) -> None:
-    """The worker's loop: one JSON request per line (``{"job": [source, name, arguments], "environment": {...},
-    "cache_directory": dir}``, the environment the submitter's :func:`triton_environment`), one JSON reply per line
+    """The worker's loop: one JSON request per line (``{"job": [source, name, specializations], "environment":
+    {...}, "sources": folder, "target": [...], "launchers": bool}``: the submitter's :func:`triton_environment`, its
+    sources folder, :func:`compile_target` and whether it has a GPU to build launchers for), one JSON reply per line
     (``{"error": null}`` or the error's text, and the job's ``seconds``)."""
     for line in requests:
         request = json.loads(line)
@@ -147,7 +257,8 @@ def serve(requests, replies) -> None:
         os.environ.update(environment)
         started = time.perf_counter()
         try:
-            compile_without_launch(*request["job"], request.get("cache_directory"))
+            compile_specializations(*request["job"], request["sources"], request.get("target"),
+                                    request.get("launchers", False))
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
@@ -160,11 +271,11 @@ class WorkerDied(RuntimeError):
 
 
 class _ForkServer:
-    """The one ``python -m amk.compile_worker`` process a pool starts: it imports torch, triton and amk once, then
-    forks a worker per channel (as Inductor's compile pool forks its workers from one subprocess). Fifteen processes
-    importing torch at once each took 3-4.5 s on the H200's 16-core host; a fork of one that has imported it takes
-    milliseconds. It forks before any CUDA call (a CUDA driver does not survive a fork): each worker loads Triton's
-    driver itself. It exits once every worker has, and its process group (the workers in it) is killed if it does not
+    """The one ``python -m amk.compile_worker`` process a pool starts: it imports triton once, never torch, then forks
+    a worker per channel (as Inductor's compile pool forks its workers from one subprocess). Fifteen processes
+    importing torch at once each took 3-4.5 s on the H200's 16-core host, the server's single import of torch and
+    triton 3.0-5.1 s of every cold first call; triton's alone takes a fraction of a second, and a fork milliseconds.
+    Nothing in it or its workers calls CUDA (their driver is :class:`_OfflineDriver`). It exits once every worker has, and its process group (the workers in it) is killed if it does not
     within ``EXIT_WAIT`` seconds of the pool's close."""
 
     EXIT_WAIT = 10.0
@@ -217,19 +328,19 @@ class _Worker:
         self.server = server
         self.requests = channel.makefile("w")
         self.replies = channel.makefile("r")
-        self.boot_seconds: float | None = None  # from the server's start to the end of its warm-up, once ready
-        self.import_seconds: float | None = None  # from the server's start to its imports done (torch, triton, amk)
-        self.cuda_context: bool | None = None  # whether it held a CUDA context once ready (it should not)
+        self.boot_seconds: float | None = None  # from the server's start to its first line, once ready
+        self.import_seconds: float | None = None  # from the server's start to its imports done (triton, amk's leaves)
+        self.imported_torch: bool | None = None  # whether it had imported torch once ready (it should not have)
         self.stopping = False  # stopped by the pool's close() while it was starting: its end is no failure
 
     def wait_ready(self) -> float:
-        """Wait for the worker's first line, sent once its warm-up is done; the seconds from the start to then."""
+        """Wait for the worker's first line, sent once it is forked and ready; the seconds from the start to then."""
         line = self._reply()
         try:
             ready = json.loads(line)
             self.boot_seconds = float(ready["ready"]) - self.server.started
             self.import_seconds = float(ready["imported"]) - self.server.started
-            self.cuda_context = bool(ready["cuda_context"])
+            self.imported_torch = bool(ready["torch"])
         except (ValueError, KeyError, TypeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable first line {line[:200]!r} ({error})") from None
         return self.boot_seconds
@@ -247,10 +358,10 @@ class _Worker:
             raise WorkerDied(self.server.last_words() or "it closed its channel")
         return line
 
-    def request(self, job: Job, cache_directory: str | None, environment: dict[str, str]) -> tuple[str | None, float]:
-        """Compile ``job`` under the ``TRITON_*`` variables ``environment``, its source written under
-        ``cache_directory``; the error's text if it did not compile, and the seconds it took."""
-        request = {"job": job, "environment": environment, "cache_directory": cache_directory}
+    def request(self, job: Job, submission: dict) -> tuple[str | None, float]:
+        """Compile ``job`` as ``submission`` says (:meth:`CompileWorkers.submit`: the ``TRITON_*`` variables, the
+        sources folder, the target); the error's text if it did not compile, and the seconds it took."""
+        request = {"job": job, **submission}
         line = self._reply(json.dumps(request) + "\n")
         try:
             reply = json.loads(line)
@@ -299,7 +410,7 @@ class CompileWorkers:
         self.exit_registered = False
         self.lock = threading.Lock()
         self.job_seconds: list[float] = []  # each job's compile time in its worker, in the order they finished
-        self.boot_seconds: list[float] = []  # each worker's start (importing torch and triton), once it is ready
+        self.boot_seconds: list[float] = []  # each worker's start (the server importing triton), once it is ready
         # Jobs handed to the workers and not finished, by what they compile: a job submitted again meanwhile (a build
         # that compiles its candidates ahead, then tunes them) shares the first one's compile.
         self.in_flight: dict[str, Future] = {}
@@ -348,16 +459,14 @@ class CompileWorkers:
         self.start()
         if self.forked():
             return [_done(None) for _ in jobs]
-        # Where the jobs' sources and binaries go, read now: the feeding threads do not see this context, and the
-        # build's Triton cache folder may have changed by the time a worker comes free.
-        cache_directory, environment = sources_cache_directory(), triton_environment()
+        submission = _submission(jobs)
         rank = 1 if ahead else 0
         futures, started = [], []
         with self.lock:
             if not self.workers or self.broken is not None:
                 return [_done(None) for _ in jobs]
             for job in jobs:
-                key = json.dumps([job, cache_directory, sorted(environment.items())])
+                key = json.dumps([job, submission["sources"], sorted(submission["environment"].items())])
                 with self.in_flight_lock:
                     future = self.in_flight.get(key)
                     if future is None or future.cancelled():
@@ -368,7 +477,7 @@ class CompileWorkers:
                         continue
                     # New, or waited for now after it was submitted ahead: queued at this rank (a second entry of a
                     # job is skipped by whichever feeder finds it taken).
-                    self.pending.put((rank, next(self.sequence), (future, job, cache_directory, environment)))
+                    self.pending.put((rank, next(self.sequence), (future, job, submission)))
                 futures.append(future)
         for key, future in started:  # outside the lock: a future already done calls back in this thread
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
@@ -381,7 +490,7 @@ class CompileWorkers:
 
     def producing(self) -> bool:
         """Whether a worker is ready to compile, or the pool gave up (it compiles nothing then, so nobody waits for
-        it): until then the workers are starting (importing torch and triton: seconds, 15 at once), and no job has
+        it): until then the workers are starting (the server importing triton), and no job has
         left the queue, so a caller can take its own back (``Future.cancel``) and compile it itself."""
         return any(worker.boot_seconds is not None for worker in self.workers) or self.broken is not None
 
@@ -408,7 +517,7 @@ class CompileWorkers:
             rank, _, entry = self.pending.get()
             if rank == FEEDER_STOP:
                 return
-            future, job, cache_directory, environment = entry
+            future, job, submission = entry
             with self.in_flight_lock:  # the job's other entry may be in another feeder's hands
                 if future.running() or future.done() or not future.set_running_or_notify_cancel():
                     continue
@@ -417,7 +526,7 @@ class CompileWorkers:
                 continue
             error = None
             try:
-                error, seconds = worker.request(job, cache_directory, environment)
+                error, seconds = worker.request(job, submission)
                 self.job_seconds.append(seconds)
                 log.debug("a compile worker compiled %s in %.2f s%s", job[1], seconds, "" if rank else ", waited for")
             except WorkerDied as died:
@@ -467,6 +576,21 @@ class CompileWorkers:
                 self.workers = []
 
 
+def _submission(jobs: Sequence[Job]) -> dict:
+    """What the workers need beside the jobs submitted now, read in the submitting thread (the feeding threads do not
+    see its context, and the build's Triton cache folder may have changed by the time a worker comes free): the
+    ``TRITON_*`` variables, the sources folder, and, where a job has kernels to compile, the target and whether this
+    process has a GPU to build their launchers for."""
+    import torch
+
+    from amk.runtime import source_directory
+
+    submission = {"environment": triton_environment(), "sources": str(source_directory())}
+    if any(specializations for _, _, specializations in jobs):
+        submission.update(target=compile_target(), launchers=torch.cuda.is_available())
+    return submission
+
+
 # The rank of the entry that stops a feeding thread: before any job.
 FEEDER_STOP = -1
 
@@ -483,37 +607,12 @@ _POOLS_LOCK = threading.Lock()
 
 def shared_pool(count: int) -> CompileWorkers:
     """The process's pool of ``count`` workers: started once, kept for every kernel tuned later (a worker's start,
-    importing torch and triton, costs seconds). Another count (``AMK_COMPILE_WORKERS`` changed) gets a pool of its
+    importing triton, costs a second). Another count (``AMK_COMPILE_WORKERS`` changed) gets a pool of its
     own; the pools in use go on."""
     with _POOLS_LOCK:
         if count not in _POOLS:
             _POOLS[count] = CompileWorkers(count)
         return _POOLS[count]
-
-
-def warm_up() -> None:
-    """What every job needs before it compiles, done while the tuning process runs its passes: Triton's driver (its
-    helper module, built with a C compiler into a fresh cache) and the GPU it compiles for. No CUDA context: jobs
-    compile on meta tensors (:func:`compile_without_launch`), and a context would cost each worker GPU memory and
-    a part of its start."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return
-    from triton.runtime import driver
-
-    active = driver.active
-    active.get_current_target()
-    # Triton's run asks for the current stream before it knows it will not launch, and torch's answer creates the
-    # CUDA context (measured: the only call of a job that did); a worker never launches: the null stream will do.
-    active.get_current_stream = lambda device: 0
-
-
-def holds_cuda_context() -> bool:
-    """Whether this process has created the current GPU's CUDA context (False without a GPU)."""
-    import torch
-
-    return torch.cuda.is_available() and torch._C._cuda_hasPrimaryContext(torch.cuda.current_device())
 
 
 def main(descriptors: Sequence[int]) -> None:
@@ -527,8 +626,8 @@ def main(descriptors: Sequence[int]) -> None:
     workers = []
     for index, descriptor in enumerate(descriptors):
         with warnings.catch_warnings():
-            # Python 3.12 warns of a fork in a process with threads: importing torch starts OpenBLAS's, which the
-            # workers never use (nor any lock of theirs).
+            # Python 3.12 warns of a fork in a process with threads (none of this server's own; a library's would
+            # hold no lock a worker takes).
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
@@ -550,18 +649,12 @@ def main(descriptors: Sequence[int]) -> None:
 
 
 def serve_channel(channel: socket.socket, imported: float) -> None:
-    """A forked worker: warm up, say it is ready (when the imports were done, whether it holds a CUDA context), then
-    serve requests until the pool closes the channel."""
+    """A forked worker: say it is ready (when the imports were done, whether torch is among them: it should not be),
+    then serve requests until the pool closes the channel."""
     replies, requests = channel.makefile("w"), channel.makefile("r")
-    cuda_context = False
-    try:
-        warm_up()
-        cuda_context = holds_cuda_context()
-    except Exception as error:  # the first job meets the same problem and reports it as its error
-        print(f"amk.compile_worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
     # Ready: the pool hands this worker jobs from now on (until then they wait in its queue, where the tuning process
     # may still take them back and compile them itself).
-    replies.write(json.dumps({"ready": time.time(), "imported": imported, "cuda_context": cuda_context}) + "\n")
+    replies.write(json.dumps({"ready": time.time(), "imported": imported, "torch": "torch" in sys.modules}) + "\n")
     replies.flush()
     serve(requests, replies)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import secrets
 import sys
 import threading
 from collections.abc import Callable
@@ -140,25 +139,6 @@ def resolve_root(override: str | os.PathLike | None = None) -> Path:
         # move the cache (as TunerConfig anchors its target_cache_dir when made).
         return _ANCHORED_CACHE_DIRS.setdefault(environment, absolute_directory(environment))
     return Path(platformdirs.user_cache_dir("amk"))
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its folder (``.<name>.<random>.tmp``) and
-    ``os.replace``: a reader sees the old file or the new one, never part of one. The file gets the permissions
-    ``open`` gives (0666 less the umask), not mkstemp's 0600: a cache built as another user (an image built as root,
-    a directory shared by a group) stays readable."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def cache_root(override: str | os.PathLike | None = None) -> Path:

@@ -6,10 +6,8 @@ that (:func:`amk.environment.initialize`) before any kernel is defined.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import keyword
-import linecache
 import os
 import re
 import sys
@@ -24,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from amk.environment import cache_root, initialize, write_atomically
+from amk.environment import cache_root, initialize
 
 # Where kernels run, as the examples and tests have always imported it from here.
 from amk.environment import default_device as default_device
@@ -32,6 +30,7 @@ from amk.environment import interpreting as interpreting
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
 from amk.replay import LaunchReplay, viewed
+from amk.sources import emitted_module_name, import_source_file, write_atomically
 from amk.workspace import Workspace, contiguous_strides, output_allocator, serialized
 
 if TYPE_CHECKING:
@@ -97,8 +96,7 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     """Import emitted source as a module from a file in :func:`source_directory` (``cache_directory``'s). The file
     name is the hash of the source, so a module is written and imported once per sources folder."""
     initialize()  # before the module's @triton.jit runs: the interpreter must be chosen by then
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    module_name = f"amk_generated_{name}_{digest}"
+    module_name = emitted_module_name(source, name)
     directory = source_directory(cache_directory)
     loaded = _LOADED_SOURCES.get((directory, module_name))
     if loaded is not None:
@@ -112,7 +110,7 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
         path = _fallback_source_directory() / f"{module_name}.py"
         path.write_bytes(text)
     try:
-        module = _import_file(module_name, path, source)
+        module = import_source_file(module_name, path, source)
     except Exception as error:
         # Python's bytecode of the file, when damaged (a process killed while writing it), fails every import:
         # without it the source is compiled again. Otherwise a syntax or definition error in generated code is a
@@ -122,23 +120,11 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
             raise CompilationError(f"emitted kernel {name} failed to load: {error}") from error
         bytecode.unlink(missing_ok=True)
         try:
-            module = _import_file(module_name, path, source)
+            module = import_source_file(module_name, path, source)
         except Exception as again:
             raise CompilationError(f"emitted kernel {name} failed to load: {again}") from again
     _LOADED_SOURCES[directory, module_name] = module
     sys.modules.setdefault(module_name, module)  # the same source under another cache directory shares the name
-    return module
-
-
-def _import_file(module_name: str, path: Path, source: str) -> ModuleType:
-    """The module of the emitted ``source`` written at ``path``. Its lines are kept in ``linecache`` as a module's
-    without a file to check (``mtime`` None): Triton reads a kernel's source again through ``inspect`` (the JIT at
-    its definition, the interpreter at its first launch), which must not fail when ``amk cache clear`` in another
-    process has removed the file meanwhile."""
-    linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     return module
 
 

@@ -1016,8 +1016,8 @@ def compile_workers() -> int:
 
 
 def start_compile_workers():
-    """The process's compile workers (:func:`compile_workers` of them), started now: they boot, importing torch and
-    triton (seconds), while the caller goes on."""
+    """The process's compile workers (:func:`compile_workers` of them), started now: they boot, importing triton (a
+    second or less), while the caller goes on."""
     from amk.compile_worker import shared_pool
 
     pool = shared_pool(compile_workers())
@@ -1025,20 +1025,29 @@ def start_compile_workers():
     return pool
 
 
-def compile_job(kernel, config: KernelConfig, source: str, bindings: Mapping[str, int] | None = None
-                ) -> tuple[str, str, list[tuple[tuple[int, ...], str, tuple[int, ...]]]]:
-    """What a compile worker (:mod:`amk.compile_worker`) needs to compile ``kernel`` under ``config`` (its emitted
-    ``source``): the source, the kernel's name and each argument's shape (``bindings`` give the symbols' values),
-    torch dtype name and strides, those of a program's calls (:meth:`amk.runtime.KernelArgument.call_strides`)."""
+def call_arguments(kernel, config: KernelConfig, bindings: Mapping[str, int] | None = None
+                   ) -> list[tuple[tuple[int, ...], str, tuple[int, ...]]]:
+    """Each argument of ``kernel`` under ``config`` as a program's calls hand it over: its shape (``bindings`` give
+    the symbols' values), torch dtype name and strides (:meth:`amk.runtime.KernelArgument.call_strides`)."""
     from amk.runtime import kernel_arguments
 
-    specs = kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data]))
     sizes = dict(bindings or {})
     arguments = []
-    for spec in specs:
+    for spec in kernel_arguments(kernel, config.constants([p.data for p in kernel.tile_params.data])):
         shape = spec.shape(sizes)
         arguments.append((shape, str(spec.dtype).removeprefix("torch."), spec.call_strides(shape)))
-    return source, kernel.sym_name.data, arguments
+    return arguments
+
+
+def compile_job(kernel, config: KernelConfig, source: str, bindings: Mapping[str, int] | None = None
+                ) -> tuple[str, str, list[str]]:
+    """What a compile worker (:mod:`amk.compile_worker`) needs to compile ``kernel`` under ``config`` (its emitted
+    ``source``): the source, the kernel's name and what Triton's JIT would compile for each of its launches on
+    :func:`call_arguments` (:func:`amk.compile_worker.captured_specializations`)."""
+    from amk.compile_worker import captured_specializations
+
+    name = kernel.sym_name.data
+    return source, name, captured_specializations(source, name, call_arguments(kernel, config, bindings))
 
 
 def kernel_example_arguments(kernel, config: KernelConfig, device, bindings: Mapping[str, int] | None = None,

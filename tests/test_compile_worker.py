@@ -14,16 +14,23 @@ from conftest import GPU
 
 from amk.compile_worker import CompileWorkers
 
+
+def ran(tag: str) -> str:
+    """A job's source that a worker loading it reports, with ``tag``, in its reply."""
+    return f"raise RuntimeError('{tag} ran in a worker')\n"
+
+
 # A user script without a main guard: a top-level side effect (one line per run), then workers that compile two
-# jobs. The jobs' sources define no launcher, so each worker's reply is an error that names it: proof that the
-# workers ran them.
+# jobs. The jobs' sources raise as a worker loads them, so each worker's reply is an error that says so: proof that
+# the workers ran them.
 SCRIPT = textwrap.dedent("""
     import os
     with open(os.environ["COUNTER"], "a") as counter:
         counter.write("ran\\n")
     from amk.compile_worker import CompileWorkers
     pool = CompileWorkers(2)
-    print(pool.compile([("x = 1\\n", "first", []), ("y = 2\\n", "second", [])]))
+    print(pool.compile([("raise RuntimeError('first ran in a worker')\\n", "first", []),
+                        ("raise RuntimeError('second ran in a worker')\\n", "second", [])]))
     pool.close()
 """)
 
@@ -41,7 +48,7 @@ def test_workers_never_run_the_users_main_module(tmp_path, started_as):
     assert result.returncode == 0, result.stderr
     assert counter.read_text() == "ran\n"  # the user's code ran once: in the user's process, not in the workers
     errors = eval(result.stdout.strip().splitlines()[-1])
-    assert len(errors) == 2 and all("launch" in error for error in errors), errors
+    assert len(errors) == 2 and all("ran in a worker" in error for error in errors), errors
     assert "bootstrapping" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -61,13 +68,14 @@ def test_a_worker_that_dies_leaves_compilation_to_this_process_with_one_warning(
 
 
 def test_the_workers_are_forks_of_one_server_and_end_with_the_pool(tmp_path, monkeypatch):
-    """One process imports torch and triton and forks the workers (so their imports were done at one moment);
+    """One process imports triton (never torch) and forks the workers (so their imports were done at one moment);
     closing the pool ends the server and every worker: its process group is left empty."""
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(3)
     try:
-        errors = pool.compile([(f"x = {index}\n", f"job{index}", []) for index in range(3)])
-        assert all("launch" in error for error in errors), errors
+        errors = pool.compile([(ran(f"job{index}"), f"job{index}", []) for index in range(3)])
+        assert all("ran in a worker" in error for error in errors), errors
+        assert not any(worker.imported_torch for worker in pool.workers)
         deadline = time.monotonic() + 60
         while len(pool.boot_seconds) < 3 and time.monotonic() < deadline:  # one worker may have done all three jobs
             time.sleep(0.01)
@@ -106,19 +114,19 @@ def test_a_fork_of_this_process_leaves_the_pool_to_it(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(2)
     try:
-        assert "launch" in pool.compile([("x = 1\n", "before", [])])[0]
+        assert "ran in a worker" in pool.compile([(ran("x1"), "before", [])])[0]
         child = os.fork()
         if child == 0:
             status = 1
             try:
                 pool.close()
-                status = 0 if pool.compile([("x = 2\n", "in_child", [])]) == [None] else 2
+                status = 0 if pool.compile([(ran("x2"), "in_child", [])]) == [None] else 2
             finally:
                 os._exit(status)
         assert os.waitpid(child, 0)[1] == 0
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert "launch" in pool.compile([("x = 3\n", "after", [])])[0]
+            assert "ran in a worker" in pool.compile([(ran("x3"), "after", [])])[0]
         assert pool.broken is None
     finally:
         pool.close()
@@ -128,13 +136,13 @@ def test_workers_that_cannot_start_leave_compilation_to_this_process(monkeypatch
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
     pool = CompileWorkers(2)
     with pytest.warns(RuntimeWarning, match="could not start"):
-        assert pool.compile([("x = 1\n", "first", []), ("y = 1\n", "second", [])]) == [None, None]
+        assert pool.compile([(ran("x1"), "first", []), (ran("y1"), "second", [])]) == [None, None]
     pool.close()
 
 
 def test_no_workers_compile_nothing():
     pool = CompileWorkers(0)
-    assert pool.compile([("x = 1\n", "first", [])]) == [None]
+    assert pool.compile([(ran("x1"), "first", [])]) == [None]
     assert pool.workers == []
 
 
@@ -145,10 +153,10 @@ def test_workers_write_sources_under_the_builds_cache_directory(tmp_path, monkey
     pool = CompileWorkers(1)
     try:
         with sources_under(tmp_path / "build"):
-            (error,) = pool.compile([("x = 1\n", "placed", [])])
+            (error,) = pool.compile([(ran("x1"), "placed", [])])
     finally:
         pool.close()
-    assert "launch" in error  # the worker loaded the source (which defines no launcher)
+    assert "ran in a worker" in error  # the worker loaded the source (which raises)
     assert [p.name.startswith("amk_generated_placed_") for p in (tmp_path / "build" / "sources").iterdir()] == [True]
     assert not (tmp_path / "default").exists()
 
@@ -210,10 +218,10 @@ def test_a_worker_imports_amk_from_where_this_process_did_not_from_its_working_d
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a worker that died would warn
-            (error,) = pool.compile([("x = 1\n", "placed", [])])
+            (error,) = pool.compile([(ran("x1"), "placed", [])])
     finally:
         pool.close()
-    assert "launch" in error  # the worker ran the job: the real amk loaded its source
+    assert "ran in a worker" in error  # the worker ran the job: the real amk loaded its source
     (boot,) = pool.boot_seconds  # its start (imports, warm-up), known from its first reply
     assert 0 < boot < 300
 
@@ -226,9 +234,9 @@ def test_submitted_jobs_finish_each_on_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(2)
     try:
-        slow, quick = pool.submit([("import time\ntime.sleep(10)\n", "slow", []), ("x = 1\n", "quick", [])])
+        slow, quick = pool.submit([("import time\ntime.sleep(10)\n", "slow", []), (ran("x1"), "quick", [])])
         done, _ = wait([slow, quick], timeout=60, return_when=FIRST_COMPLETED)
-        assert done == {quick} and "launch" in quick.result()
+        assert done == {quick} and "ran in a worker" in quick.result()
         assert not slow.done()
     finally:
         pool.close()
@@ -242,7 +250,7 @@ def test_the_pool_is_producing_once_a_worker_is_ready(tmp_path, monkeypatch):
     pool = CompileWorkers(1)
     try:
         assert not pool.producing()
-        (job,) = pool.submit([("x = 1\n", "quick", [])])
+        (job,) = pool.submit([(ran("x1"), "quick", [])])
         job.result(timeout=120)
         assert pool.producing()
     finally:
@@ -265,10 +273,10 @@ def test_no_job_leaves_the_queue_before_a_worker_is_ready(tmp_path, monkeypatch)
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(2)
     try:
-        first, second = pool.submit([("x = 1\n", "first", []), ("x = 2\n", "second", [])])
+        first, second = pool.submit([(ran("x1"), "first", []), (ran("x2"), "second", [])])
         assert not pool.producing()
         assert first.cancel() and not second.running()
-        assert "launch" in second.result(timeout=120)
+        assert "ran in a worker" in second.result(timeout=120)
         assert pool.producing() and len(pool.boot_seconds) >= 1
     finally:
         pool.close()
@@ -288,13 +296,13 @@ def test_a_job_submitted_again_while_in_flight_shares_its_compile(tmp_path, monk
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(1)
     try:
-        job = ("import time\ntime.sleep(1)\n", "slow", [])
+        job = ("import time\ntime.sleep(1)\n" + ran("slow"), "slow", [])
         first, again = pool.submit([job, job])
         assert again is first
         monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
         (other,) = pool.submit([job])
         assert other is not first
-        assert "launch" in first.result(timeout=60) and "launch" in other.result(timeout=60)
+        assert "ran in a worker" in first.result(timeout=60) and "ran in a worker" in other.result(timeout=60)
         for _ in range(100):  # a landed job leaves the table (its callback may run just after result() returns)
             if not pool.in_flight:
                 break
@@ -312,13 +320,13 @@ def test_jobs_waited_for_go_before_jobs_compiled_ahead(tmp_path, monkeypatch):
     pool = CompileWorkers(1)
     finished = []
     try:
-        (busy,) = pool.submit([("import time\ntime.sleep(1)\n", "busy", [])])
+        (busy,) = pool.submit([("import time\ntime.sleep(1)\n" + ran("busy"), "busy", [])])
         for _ in range(200):  # the one worker has taken it: what follows queues behind it
             if busy.running():
                 break
             time.sleep(0.05)
         assert busy.running()
-        jobs = {name: (f"{name} = 1\n", name, []) for name in ("ahead_1", "ahead_2", "needed")}
+        jobs = {name: (ran(name), name, []) for name in ("ahead_1", "ahead_2", "needed")}
         futures = dict(zip(["ahead_1", "ahead_2"], pool.submit([jobs["ahead_1"], jobs["ahead_2"]], ahead=True)))
         (futures["needed"],) = pool.submit([jobs["needed"]])
         (promoted,) = pool.submit([jobs["ahead_2"]])
@@ -326,7 +334,7 @@ def test_jobs_waited_for_go_before_jobs_compiled_ahead(tmp_path, monkeypatch):
         for name, future in futures.items():
             future.add_done_callback(lambda _, name=name: finished.append(name))
         for future in futures.values():
-            assert "launch" in future.result(timeout=60)
+            assert "ran in a worker" in future.result(timeout=60)
     finally:
         pool.close()
     assert finished == ["needed", "ahead_2", "ahead_1"]
@@ -337,7 +345,7 @@ def test_an_unexpected_failure_feeding_a_worker_answers_every_job(tmp_path, monk
     process), the pool stops compiling with one warning, the jobs after it are answered too, and it closes."""
     import amk.compile_worker
 
-    def failing_request(self, job, cache_directory, environment):
+    def failing_request(self, job, submission):
         raise LookupError("an unforeseen failure")
 
     monkeypatch.setattr(amk.compile_worker._Worker, "request", failing_request)
@@ -345,10 +353,10 @@ def test_an_unexpected_failure_feeding_a_worker_answers_every_job(tmp_path, monk
     pool = CompileWorkers(1)
     try:
         with pytest.warns(RuntimeWarning, match="feeding thread failed"):
-            first, second = pool.submit([("x = 1\n", "first", []), ("x = 2\n", "second", [])])
+            first, second = pool.submit([(ran("x1"), "first", []), (ran("x2"), "second", [])])
             assert first.result(timeout=60) is None and second.result(timeout=60) is None
         assert "LookupError" in pool.broken
-        assert pool.submit([("x = 3\n", "third", [])])[0].result(timeout=60) is None
+        assert pool.submit([(ran("x3"), "third", [])])[0].result(timeout=60) is None
     finally:
         pool.close()
     assert pool.workers == [] and pool.feeders == []
@@ -357,16 +365,16 @@ def test_an_unexpected_failure_feeding_a_worker_answers_every_job(tmp_path, monk
 def test_closing_the_pool_cancels_the_jobs_still_queued(tmp_path, monkeypatch):
     monkeypatch.setenv("AMK_CACHE_DIR", str(tmp_path))
     pool = CompileWorkers(1)
-    busy, queued = pool.submit([("import time\ntime.sleep(1)\n", "busy", []), ("x = 1\n", "queued", [])])
-    for _ in range(2400):  # the worker takes it once it has started (torch and triton imported)
+    busy, queued = pool.submit([("import time\ntime.sleep(1)\n" + ran("busy"), "busy", []), (ran("x1"), "queued", [])])
+    for _ in range(2400):  # the worker takes it once it has started (triton imported)
         if busy.running():
             break
         time.sleep(0.05)
     assert busy.running()
     pool.close()
-    assert "launch" in busy.result() and queued.cancelled()
+    assert "ran in a worker" in busy.result() and queued.cancelled()
     try:  # used again, a closed pool starts new workers
-        assert "launch" in pool.submit([("x = 2\n", "after", [])])[0].result(timeout=60)
+        assert "ran in a worker" in pool.submit([(ran("x2"), "after", [])])[0].result(timeout=60)
     finally:
         pool.close()
 
@@ -575,46 +583,104 @@ def test_a_kernel_a_worker_compiled_launches_here_without_compiling_anything(tmp
     assert sorted(cache.rglob("*")) == written
 
 
-@pytest.mark.skipif(not GPU, reason="CUDA contexts exist only on a GPU")
-@pytest.mark.parametrize("switches", [{}, {"PERSISTENT": 1, "TMA": 1}, {"PERSISTENT": 1, "TMA": 1, "GLUON": 1}],
-                         ids=["pointers", "persistent-tma", "gluon"])
-def test_workers_compile_without_a_cuda_context(tmp_path, monkeypatch, switches):
-    """A worker compiles on meta tensors: neither its start nor its jobs create a CUDA context, which would cost
-    each of up to 16 workers GPU memory and a part of its start. Checked in the pool's worker (its first line says)
-    and in a process that compiles a job as a worker does, then says (the kernel is in the cache: it compiled)."""
-    import json
-
+# Run in a process of its own, which compiles for Hopper on this CPU (the test process runs kernels in Triton's
+# interpreter): amk's choice of the interpreter is skipped, and Triton's active driver is a worker's, for sm_90.
+_CAPTURE_COMPILE_FIND = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import amk.environment
+    amk.environment._INITIALIZED.set()
     import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    sys.path.insert(0, sys.argv[1])
     from conftest import tile_level_kernel
-
+    from amk.compile_worker import CompileWorkers, _OfflineDriver, _Warmup
     from amk.lowering.configs import KernelConfig
     from amk.pipeline import stage_and_emit
-    from amk.tuner import compile_job
+    from amk.runtime import load_source
+    from amk.tuner import call_arguments, compile_job
+
+    driver.set_active(_OfflineDriver(GPUTarget("cuda", 90, 32)))
+    # A persistent launcher sizes its grid by the GPU's SMs: an H100's 132.
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_properties = lambda device: type("Properties", (), {"multi_processor_count": 132})
+    cache = Path(sys.argv[2])
+    kernel = tile_level_kernel([("matmul", {"transpose_b": True}), "add_bias", "relu"],
+                               [(256, 128), (128, 128), (128,)], torch.float16)
+    config = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, **json.loads(sys.argv[3]))
+    source = stage_and_emit(kernel, config).source
+    job = compile_job(kernel, config, source)
+    result = {"launches": len(job[2]), "compiled_here": cache.exists()}
+    pool = CompileWorkers(1)
+    try:
+        result["replies"] = pool.compile([job])
+        result["worker_imported_torch"] = pool.workers[0].imported_torch
+    finally:
+        pool.close()
+    written = sorted(map(str, cache.rglob("*")))
+    result["cubins"] = sum(name.endswith(".cubin") for name in written)
+    module = load_source(source, kernel.sym_name.data)
+    for attr, value in list(vars(module).items()):
+        if attr.endswith("_kernel"):
+            setattr(module, attr, _Warmup(value))
+    module.launch(*[torch.empty_strided(shape, strides, dtype=getattr(torch, dtype), device="meta")
+                    for shape, dtype, strides in call_arguments(kernel, config)])
+    result["new_files"] = sorted(set(map(str, cache.rglob("*"))) - set(written))
+    print(json.dumps(result))
+""")
+
+
+@pytest.mark.parametrize("switches", [{}, {"PERSISTENT": 1, "TMA": 1}, {"PERSISTENT": 1, "TMA": 1, "GLUON": 1}],
+                         ids=["pointers", "persistent-tma", "gluon"])
+def test_a_worker_without_torch_compiles_what_this_processs_launch_then_finds(tmp_path, switches):
+    """For Hopper (sm_90, with Triton's own ptxas), on any machine: the submitting process records what Triton's JIT
+    would compile for the job's launch, compiling nothing; a worker, which never imports torch, compiles it; the
+    submitting process's JIT then compiles that launch itself and finds the worker's binary: Triton's cache gains
+    nothing."""
+    import json
 
     if switches.get("GLUON"):
         pytest.importorskip("triton.experimental.gluon", reason="this triton has no Gluon")
-    kernel = tile_level_kernel(["matmul", "add_bias", "relu"], [(256, 128), (128, 128), (128,)], torch.float16)
-    config = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, **switches)
-    job = compile_job(kernel, config, stage_and_emit(kernel, config).source)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    pool = CompileWorkers(1)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TRITON_")}
+    env.update(TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "triton"), AMK_CACHE_DIR=str(tmp_path / "amk"))
+    done = subprocess.run([sys.executable, "-c", _CAPTURE_COMPILE_FIND, str(Path(__file__).parent),
+                           str(tmp_path / "triton"), json.dumps(switches)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["launches"] == 1 and not result["compiled_here"], result
+    assert result["replies"] == [None] and result["worker_imported_torch"] is False, result
+    assert result["cubins"] >= 1 and result["new_files"] == [], result
+
+
+def test_the_capture_hook_defers_to_the_hook_it_replaced_outside_a_capture(monkeypatch):
+    """Triton's compile hook is the process's: outside a capture, amk's passes every compile to the hook it replaced
+    (another library's), whose answer decides whether Triton compiles; inside one, it records the specialization and
+    Triton compiles nothing. Installed once."""
+    from triton import knobs
+
+    import amk.compile_worker as compile_worker
+
+    calls = []
+
+    def another_librarys(**kwargs):
+        calls.append(kwargs["key"])
+
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", another_librarys)
+    compile_worker._install_capture_hook()
+    hook = knobs.runtime.jit_cache_hook
+    assert hook is not another_librarys
+    assert hook(key="elsewhere", compile={"specialization_data": "{}"}) is None and calls == ["elsewhere"]
+    captured: list[str] = []
+    token = compile_worker._CAPTURING.set(captured)
     try:
-        assert pool.compile([job]) == [None]
-        assert pool.workers[0].cuda_context is False
+        assert hook(key="captured", compile={"specialization_data": "data"}) is True
     finally:
-        pool.close()
-    compiles = textwrap.dedent("""
-        import json, sys
-        from amk.compile_worker import compile_without_launch, holds_cuda_context, warm_up
-        warm_up()
-        compile_without_launch(*json.load(sys.stdin))
-        print(json.dumps(holds_cuda_context()))
-    """)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-2"))
-    done = subprocess.run([sys.executable, "-c", compiles], input=json.dumps([*job, str(tmp_path / "sources")]),
-                          capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout.splitlines()[-1]) is False
-    assert list((tmp_path / "triton-2").rglob("*.cubin")), "the job compiled"
+        compile_worker._CAPTURING.reset(token)
+    assert captured == ["data"] and calls == ["elsewhere"]
+    compile_worker._install_capture_hook()
+    assert knobs.runtime.jit_cache_hook is hook
 
 
 def test_a_job_is_compiled_into_the_triton_folder_of_the_thread_that_submits_it(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from amk.frontend.subgraph import SymbolSource, _size_reader
 from amk.lowering.tile import TilePass
 from amk.passes.fuse import FusePass
 from amk.symbolic import Dim
-from amk.tuner import KernelConfig, TunerConfig, compile_job, config_key, tune
+from amk.tuner import KernelConfig, TunerConfig, call_arguments, config_key, tune
 
 K = 1024  # long enough for split_k, the decode strategy of a long contraction
 LINEAR_RELU = f"""
@@ -537,7 +537,7 @@ def test_the_tuner_searches_a_symbolic_kernel_at_the_hints(monkeypatch):
     assert config_key(best) in {config_key(config) for config in timed}
     _, trials = tune(kernel, TunerConfig(search="random", search_budget=6), None, heuristic, build_and_run)
     assert {t.config.BLOCK_M for t in trials if t.status == "ok"} == {16}  # without hints: the symbolic default
-    _, _, shapes = compile_job(kernel, heuristic, "source", hints)
+    shapes = call_arguments(kernel, heuristic, hints)  # what a compile worker's job is captured on
     assert shapes[0] == ((64, K), "float32", (K, 1)) and shapes[2] == ((64, 32), "float32", (32, 1))
     x = amk.tuner.kernel_example_arguments(kernel, heuristic, DEVICE, hints)[0]
     assert tuple(x.shape) == (64, K)

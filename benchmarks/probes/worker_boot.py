@@ -3,9 +3,9 @@
     for n in 15 8 4; do python benchmarks/probes/worker_boot.py --workers $n; done
 
 Run in a new process per count (a process's pool starts once): starts a pool of ``--workers`` compile workers
-(:class:`amk.compile_worker.CompileWorkers`: forks of one process that imports torch and triton; each loads Triton's
-driver before it says it is ready) and prints the seconds until all are ready, each one's boot time, the part of it
-the imports took, and how many workers hold a CUDA context (none should), as one JSON line.
+(:class:`amk.compile_worker.CompileWorkers`: forks of one process that imports triton, never torch) and prints the
+seconds until all are ready, each one's boot time, the part of it the imports took, and how many workers imported
+torch (none should), as one JSON line.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def boot(workers: int) -> dict:
         return {"workers": workers, "all_ready_s": round(time.time() - started, 2),
                 "boot_s": sorted(round(seconds, 2) for seconds in pool.boot_seconds),
                 "import_s": sorted(round(w.import_seconds, 2) for w in pool.workers if w.import_seconds is not None),
-                "with_cuda_context": sum(bool(w.cuda_context) for w in pool.workers), "broken": pool.broken}
+                "with_torch": sum(bool(w.imported_torch) for w in pool.workers), "broken": pool.broken}
     finally:
         pool.close()
 
