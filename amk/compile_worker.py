@@ -11,8 +11,8 @@ worker talks to the pool through a socket pair the pool made: JSON lines, reques
 worker's first line says it is ready, and it is handed no job before.
 
 The tuning process does what needs torch and the GPU: it runs a job's launcher on meta tensors and records, for each
-kernel launch, what Triton's JIT would compile (:func:`captured_specializations`: Triton's own serialized
-specialization, caught by its compile hook, and the GPU's target); a worker compiles each with Triton's ``preload``
+kernel launch, what Triton's JIT would compile (:func:`captured_specializations`: the specialization as Triton
+serializes it, and the GPU's target); a worker compiles each with Triton's ``preload``
 for that target, the binary landing where the tuning process's first launch finds it.
 
 A worker that cannot start or dies leaves the candidates to be compiled in the tuning process when they are timed,
@@ -42,7 +42,6 @@ import types
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from contextvars import ContextVar
 from pathlib import Path
 
 from amk.sources import emitted_module_name, import_source_file, write_atomically
@@ -57,15 +56,16 @@ Job = tuple[str, str, list[str]]
 def captured_specializations(source: str, name: str,
                               arguments: Sequence[tuple[Sequence[int], str, Sequence[int]]]) -> list[str]:
     """What Triton's JIT would compile for each kernel launch of emitted ``source`` (kernel ``name``), called on
-    arguments of ``arguments``' shapes, torch dtype names and strides: Triton's serialized specialization of each
-    (its ``jit_cache_hook``'s ``specialization_data``), for :func:`compile_specializations` in a worker.
+    arguments of ``arguments``' shapes, torch dtype names and strides: each launch's specialization, serialized as
+    Triton serializes it for ``JITFunction.preload`` (:func:`compile_specializations`, in a worker).
 
     The module's ``launch`` runs on meta tensors of those shapes and strides, in a private copy of the module whose
     kernels are called through Triton's ``warmup``: Triton specializes on the tensors' dtypes and on whether their
     addresses are 16-byte aligned (a meta tensor's, 0, is, as the timing process's fresh tensors are), and on the
     integers the launcher passes, so the specializations are exactly what the timing process and a program's calls
-    look up. The copy's kernels have compiled nothing in this process, so each launch reaches the compile hook, which
-    records it and compiles nothing; another thread's launches meanwhile compile as ever."""
+    look up. Each copied kernel's compile step (``JITFunction._do_compile``, the same in triton 3.6 and 3.9) is
+    replaced, on that kernel alone, by one that records its arguments and compiles nothing: nothing global changes,
+    and other threads' launches compile as ever."""
     import torch
     from triton.runtime.jit import JITFunction
 
@@ -73,19 +73,32 @@ def captured_specializations(source: str, name: str,
 
     path = Path(load_source(source, name).__file__)  # written to the build's sources folder, as timing will load it
     module = import_source_file(emitted_module_name(source, name), path, source)
+    captured: list[str] = []
     for attr, value in list(vars(module).items()):
         if isinstance(value, JITFunction):
+            value._do_compile = _recorder(value, captured)
             setattr(module, attr, _Warmup(value))
-    tensors = [torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="meta")
-               for shape, dtype, strides in arguments]
-    captured: list[str] = []
-    _install_capture_hook()
-    token = _CAPTURING.set(captured)
-    try:
-        module.launch(*tensors)
-    finally:
-        _CAPTURING.reset(token)
-    return captured
+    module.launch(*[torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="meta")
+                    for shape, dtype, strides in arguments])
+    return list(dict.fromkeys(captured))  # a launch repeated (a relaunch of the same kernel) compiles once
+
+
+def _recorder(jit, captured: list[str]):
+    """A ``_do_compile`` for ``jit`` that appends the specialization it was asked to compile, serialized by Triton's
+    ``serialize_specialization_data`` (triton 3.9's also names the target), to ``captured`` and compiles nothing
+    (the JIT's ``run`` then returns without launching)."""
+    import inspect
+
+    from triton.runtime.jit import get_full_name, serialize_specialization_data
+
+    names_target = "target" in inspect.signature(serialize_specialization_data).parameters
+
+    def record(key, signature, device, constexprs, options, attrs, warmup):
+        target = {"target": jit.device_caches[device][2]} if names_target else {}
+        captured.append(serialize_specialization_data(get_full_name(jit.fn), signature, constexprs, attrs, options,
+                                                      key, **target))
+
+    return record
 
 
 class _Warmup:
@@ -96,33 +109,6 @@ class _Warmup:
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.jit.warmup(*args, grid=grid, **kwargs)
-
-
-# The specializations Triton's compile hook records in this context (None: it compiles as ever here).
-_CAPTURING: ContextVar[list[str] | None] = ContextVar("amk_capturing_specializations", default=None)
-_HOOK_LOCK = threading.Lock()
-
-
-def _install_capture_hook() -> None:
-    """Make Triton's ``jit_cache_hook`` one that, in a context capturing (``_CAPTURING``), records a compile's
-    specialization and skips the compile, and otherwise defers to the hook it replaced (another library's, or none).
-    Installed again where something replaced it since."""
-    from triton import knobs
-
-    with _HOOK_LOCK:
-        previous = knobs.runtime.jit_cache_hook
-        if getattr(previous, "amk_capture", False):
-            return
-
-        def hook(**kwargs):
-            captured = _CAPTURING.get()
-            if captured is None:
-                return previous(**kwargs) if previous is not None else None
-            captured.append(kwargs["compile"]["specialization_data"])
-            return True  # compiled in a worker: nothing here
-
-        hook.amk_capture = True
-        knobs.runtime.jit_cache_hook = hook
 
 
 def compile_target() -> list:
@@ -196,7 +182,7 @@ def compile_specializations(source: str, name: str, specializations: Sequence[st
                if isinstance(jit, JITFunction)}
     for data in specializations:
         kernel = kernels[json.loads(data)["name"]].preload(data)
-        if launchers:
+        if launchers and target[0] == "cuda":
             from triton.backends.nvidia.driver import CudaLauncher
 
             CudaLauncher(kernel.src, kernel.metadata)  # as a first launch makes it (CompiledKernel._init_handles)
@@ -248,7 +234,7 @@ def serve(requests, replies) -> None:
     """The worker's loop: one JSON request per line (``{"job": [source, name, specializations], "environment":
     {...}, "sources": folder, "target": [...], "launchers": bool}``: the submitter's :func:`triton_environment`, its
     sources folder, :func:`compile_target` and whether it has a GPU to build launchers for), one JSON reply per line
-    (``{"error": null}`` or the error's text, and the job's ``seconds``)."""
+    (``{"error": null}`` or the error's text, the job's ``seconds``, and whether torch has been imported)."""
     for line in requests:
         request = json.loads(line)
         environment = request.get("environment", {})
@@ -262,7 +248,8 @@ def serve(requests, replies) -> None:
             error = None
         except Exception as failure:  # reported to the tuning process, where the candidate fails when timed
             error = f"{type(failure).__name__}: {failure}"
-        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started}) + "\n")
+        replies.write(json.dumps({"error": error, "seconds": time.perf_counter() - started,
+                                  "torch": "torch" in sys.modules}) + "\n")
         replies.flush()
 
 
@@ -275,8 +262,9 @@ class _ForkServer:
     a worker per channel (as Inductor's compile pool forks its workers from one subprocess). Fifteen processes
     importing torch at once each took 3-4.5 s on the H200's 16-core host, the server's single import of torch and
     triton 3.0-5.1 s of every cold first call; triton's alone takes a fraction of a second, and a fork milliseconds.
-    Nothing in it or its workers calls CUDA (their driver is :class:`_OfflineDriver`). It exits once every worker has, and its process group (the workers in it) is killed if it does not
-    within ``EXIT_WAIT`` seconds of the pool's close."""
+    Nothing in it or its workers calls CUDA (their driver is :class:`_OfflineDriver`). It exits once every worker
+    has, and its process group (the workers in it) is killed if it does not within ``EXIT_WAIT`` seconds of the
+    pool's close."""
 
     EXIT_WAIT = 10.0
 
@@ -330,7 +318,7 @@ class _Worker:
         self.replies = channel.makefile("r")
         self.boot_seconds: float | None = None  # from the server's start to its first line, once ready
         self.import_seconds: float | None = None  # from the server's start to its imports done (triton, amk's leaves)
-        self.imported_torch: bool | None = None  # whether it had imported torch once ready (it should not have)
+        self.imported_torch: bool | None = None  # whether it had imported torch, ready or after a job (never should)
         self.stopping = False  # stopped by the pool's close() while it was starting: its end is no failure
 
     def wait_ready(self) -> float:
@@ -365,6 +353,7 @@ class _Worker:
         line = self._reply(json.dumps(request) + "\n")
         try:
             reply = json.loads(line)
+            self.imported_torch = self.imported_torch or bool(reply["torch"])
             return reply["error"], float(reply["seconds"])
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # something else wrote to the reply stream
             raise WorkerDied(f"unreadable reply {line[:200]!r} ({error})") from None
@@ -453,9 +442,10 @@ class CompileWorkers:
         """Compile ``jobs`` in the workers, in order as workers come free, after the jobs already submitted that are
         not ``ahead`` (compiled before their tuning needs them, which waits for nothing yet): a future per job, whose
         result is the job's error text (None where it compiled, or where no worker could take it). A job the same as
-        one still in flight (same source, arguments, cache folder and ``TRITON_*`` settings) gets that job's future,
+        one still in flight (same source, specializations, sources folder and ``TRITON_*`` settings) gets that job's
+        future,
         moved up among the jobs someone waits for if it was submitted ``ahead``; one caller's ``cancel`` then cancels
-        it for every caller."""
+        it for every caller. (A job: the source, the kernel's name, its launches' specializations.)"""
         self.start()
         if self.forked():
             return [_done(None) for _ in jobs]
@@ -482,6 +472,11 @@ class CompileWorkers:
         for key, future in started:  # outside the lock: a future already done calls back in this thread
             future.add_done_callback(lambda done, key=key: self._landed(key, done))
         return futures
+
+    def accepting(self) -> bool:
+        """Whether jobs submitted now may reach a worker: the pool has workers (ready or starting), has not given up,
+        and this is the process that started them. Otherwise preparing a job is wasted work."""
+        return self.count >= 1 and self.broken is None and not self.forked()
 
     def forked(self) -> bool:
         """Whether this is a fork of the process that started the workers (a user's ``os.fork()``): the workers, their

@@ -1118,7 +1118,9 @@ class _CandidateCompiles:
         """Hand ``configs`` to the workers and return: the first are timed while the next compile. Each goes to the
         workers as soon as it is emitted, so that they compile while the rest are emitted."""
         ahead = [config for config in dict.fromkeys(configs) if config not in self.compiling]
-        if len(ahead) < 2:  # one candidate compiles as fast in this process, when it is first launched
+        # One candidate compiles as fast in this process, when it is first launched; without workers to take them,
+        # preparing jobs (emitting, capturing what to compile) is wasted.
+        if len(ahead) < 2 or not self.compiler.accepting():
             return
         for config in ahead:
             try:
