@@ -168,7 +168,7 @@ def compile_specializations(source: str, name: str, specializations: Sequence[st
     it: Triton keys a binary by its function's source and module."""
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction, get_full_name
 
     module_name = emitted_module_name(source, name)
     path = Path(sources) / f"{module_name}.py"
@@ -178,8 +178,7 @@ def compile_specializations(source: str, name: str, specializations: Sequence[st
     if not specializations:
         return
     driver.set_active(_OfflineDriver(GPUTarget(*target)))
-    kernels = {f"{jit.fn.__module__}.{jit.fn.__qualname__}": jit for jit in vars(module).values()
-               if isinstance(jit, JITFunction)}
+    kernels = {get_full_name(jit.fn): jit for jit in vars(module).values() if isinstance(jit, JITFunction)}
     for data in specializations:
         kernel = kernels[json.loads(data)["name"]].preload(data)
         if launchers and target[0] == "cuda":
