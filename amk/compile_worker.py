@@ -72,6 +72,12 @@ def captured_specializations(source: str, name: str,
     from amk.runtime import load_source
 
     path = Path(load_source(source, name).__file__)  # written to the build's sources folder, as timing will load it
+    # What Triton compiles depends on its settings and the GPU too.
+    key = (source, name, json.dumps(arguments), compile_target(),
+           sorted((setting, value) for setting, value in os.environ.items() if setting.startswith("TRITON_")))
+    known = _CAPTURED.get(json.dumps(key))
+    if known is not None:
+        return known
     module = import_source_file(emitted_module_name(source, name), path, source)
     captured: list[str] = []
     for attr, value in list(vars(module).items()):
@@ -80,7 +86,17 @@ def captured_specializations(source: str, name: str,
             setattr(module, attr, _Warmup(value))
     module.launch(*[torch.empty_strided(tuple(shape), tuple(strides), dtype=getattr(torch, dtype), device="meta")
                     for shape, dtype, strides in arguments])
-    return list(dict.fromkeys(captured))  # a launch repeated (a relaunch of the same kernel) compiles once
+    if len(_CAPTURED) >= CAPTURED_KEPT:
+        _CAPTURED.clear()
+    specializations = _CAPTURED[json.dumps(key)] = list(dict.fromkeys(captured))  # a relaunched kernel compiles once
+    return specializations
+
+
+# Specializations captured, by what they depend on (:func:`captured_specializations`): a build hands a kernel's first
+# round to the workers ahead of its tuning, then submits the same jobs when it tunes it (10-20 ms a capture). At most
+# CAPTURED_KEPT are kept.
+_CAPTURED: dict[str, list[str]] = {}
+CAPTURED_KEPT = 256
 
 
 def _recorder(jit, captured: list[str]):

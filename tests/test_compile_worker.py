@@ -615,9 +615,15 @@ _CAPTURE_COMPILE_FIND = textwrap.dedent("""
     config = KernelConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, **json.loads(sys.argv[3]))
     source = stage_and_emit(kernel, config).source
     job = compile_job(kernel, config, source)
+    copies = []  # the module copies a capture makes: none for a job captured before
+    import amk.compile_worker
+    copy = amk.compile_worker.import_source_file
+    amk.compile_worker.import_source_file = lambda *args, **kwargs: copies.append(args) or copy(*args, **kwargs)
+    again = compile_job(kernel, config, source)
+    amk.compile_worker.import_source_file = copy
     module = load_source(source, kernel.sym_name.data)
     jit = next(value for attr, value in vars(module).items() if attr.endswith("_kernel"))
-    result = {"launches": len(job[2]), "compiled_here": cache.exists(),
+    result = {"launches": len(job[2]), "compiled_here": cache.exists(), "captured_again": bool(copies) or again != job,
               "left_alone": "_do_compile" not in vars(jit) and triton.knobs.runtime.jit_cache_hook is None}
     pool = CompileWorkers(1)
     try:
@@ -642,7 +648,7 @@ _CAPTURE_COMPILE_FIND = textwrap.dedent("""
 def test_a_worker_without_torch_compiles_what_this_processs_launch_then_finds(tmp_path, switches):
     """For Hopper (sm_90, with Triton's own ptxas), on any machine: the submitting process records what Triton's JIT
     would compile for the job's launch, compiling nothing and changing nothing outside its private copy of the
-    module (the module its launches use, Triton's hooks); a worker, which never imports torch, compiles it; the
+    module (the module its launches use, Triton's hooks), and the same job made again is not captured again; a worker, which never imports torch, compiles it; the
     submitting process's JIT then compiles that launch itself and finds the worker's binary: Triton's cache gains
     nothing."""
     import json
@@ -657,6 +663,7 @@ def test_a_worker_without_torch_compiles_what_this_processs_launch_then_finds(tm
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["launches"] == 1 and not result["compiled_here"] and result["left_alone"], result
+    assert not result["captured_again"], result
     assert result["replies"] == [None] and result["worker_imported_torch"] is False, result
     assert result["cubins"] >= 1 and result["new_files"] == [], result
 
