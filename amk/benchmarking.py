@@ -96,8 +96,8 @@ def timed_by(fn: Callable[[], object], *, runs: int | None = None, rep_ms: float
     median = statistics.median(times)
     if graph_below is not None and median < graph_below:
         try:
-            return _graph_ms(fn, graph_rep_ms, cold_l2=True), GRAPH
-        except RuntimeError:  # a launch that cannot be captured keeps its event timing
+            return _graph_ms(fn, graph_rep_ms, evict_with=flush), GRAPH
+        except RuntimeError:  # a launch that cannot be captured (or an implausible difference) keeps its event timing
             pass
     return median, EVENTS
 
@@ -206,84 +206,104 @@ def _trimmed_mean(gaps: list[float]) -> float:
 GRAPH_REPLAYS = 10
 
 
-# Bytes zeroed before each call of a graph timed from a cold L2, in multiples of the GPU's L2 (the H100's and H200's
-# 50 MB: 100 MB, some 21-30 us of zeroing subtracted again; the event timings' 256 MB would take 55-80 us a call).
+# The bytes read before each call of a graph timed from a cold L2, in multiples of the GPU's L2 (the H100's and
+# H200's 50 MB: 100 MB, some 21-33 us a read, subtracted again).
 L2_EVICTION_FACTOR = 2
-# The evictions' own time per call, replayed alone once per device and size: the same for every timing after it.
-_EVICTION_MS: dict[tuple[int, int], float] = {}
-# A cold-L2 time is a difference of two replays: never reported below this (ms), should noise make it so.
-SHORTEST_GRAPH_MS = 1e-4
+# The graph of evictions alone holds the evictions of this share of the timed graph's ``rep_ms``.
+EVICTION_REP_SHARE = 0.25
 
 
-def _graph_ms(fn: Callable[[], object], rep_ms: float, cold_l2: bool = False) -> float:
+class ImplausibleTiming(RuntimeError):
+    """A cold-L2 time that came out at or below zero: the measurement, not the kernel, is at fault."""
+
+
+def _graph_ms(fn: Callable[[], object], rep_ms: float, evict_with: torch.Tensor | None = None) -> float:
     """Median ms per call of ``fn`` as replays of one captured CUDA graph of enough calls to fill ``rep_ms``, as
     ``triton.testing.do_bench_cudagraph`` times them (:func:`_replayed_ms`).
 
-    With ``cold_l2``, each call in the graph follows an eviction of L2 (a buffer of ``L2_EVICTION_FACTOR`` times its
-    size zeroed), and the evictions' own time, replayed alone, is subtracted: the call's time from a cold L2, as a
-    decode step's layer finds its weights, without the host's launch that event timings put before each call. Warm
-    replays ranked decode GEMVs by L2's speed: on an H100, E's kernel at one row ran 9.0 us as replays whose 32 MB
-    of weights stayed in its 50 MB L2 and 23.1 us from a cold L2, against max-autotune's 20.9."""
-    if not cold_l2:
-        return _replayed_ms(fn, rep_ms)
-    device = torch.cuda.current_device()
-    size = L2_EVICTION_FACTOR * (torch.cuda.get_device_properties(device).L2_cache_size or L2_FLUSH_BYTES)
-    evict = torch.empty(size // 4, dtype=torch.int32, device="cuda").zero_
-    if (device, size) not in _EVICTION_MS:
-        _EVICTION_MS[device, size] = _replayed_ms(evict, rep_ms)
+    With ``evict_with`` (a CUDA buffer), each call in the graph follows a read of its first ``L2_EVICTION_FACTOR``
+    times L2's bytes, and the reads' own time is subtracted, from a graph of reads alone replayed in turn with it:
+    the call's time from a cold L2, as a decode step's layer finds its weights, without the host's launch that event
+    timings put before each call. A read leaves L2 holding clean lines, where a write's dirty ones would be written
+    back during the call, costing some configurations more than others. Warm replays ranked decode GEMVs by L2's
+    speed: on an H100, E's kernel at one row ran 9.0 us as replays whose 32 MB of weights stayed in its 50 MB L2 and
+    23.1 us from a cold L2, against max-autotune's 20.9. Raises :class:`ImplausibleTiming` where the difference is
+    not positive."""
+    if evict_with is None:
+        return _replayed_ms([(fn, rep_ms)])[0]
+    l2_bytes = torch.cuda.get_device_properties(evict_with.device).L2_cache_size
+    elements = L2_EVICTION_FACTOR * l2_bytes // evict_with.element_size() if l2_bytes else evict_with.numel()
+    evict = evict_with.view(-1)[:elements].sum
 
     def after_an_eviction():
         evict()
         fn()
 
-    return max(_replayed_ms(after_an_eviction, rep_ms) - _EVICTION_MS[device, size], SHORTEST_GRAPH_MS)
+    both, evictions = _replayed_ms([(after_an_eviction, rep_ms), (evict, rep_ms * EVICTION_REP_SHARE)])
+    if not both > evictions:
+        raise ImplausibleTiming(f"a call from a cold L2 timed {both:.5f} ms with its eviction, the eviction alone "
+                                f"{evictions:.5f} ms")
+    return both - evictions
 
 
-def _replayed_ms(fn: Callable[[], object], rep_ms: float) -> float:
-    """Median ms per call of ``fn`` as replays of one captured CUDA graph of enough calls to fill ``rep_ms``, as
-    ``triton.testing.do_bench_cudagraph`` times it, but captured in PyTorch's "thread_local" mode: Triton's capture
+def _replayed_ms(timed: list[tuple[Callable[[], object], float]]) -> list[float]:
+    """For each ``(fn, rep_ms)``, the median ms per call of ``fn`` as replays of one captured CUDA graph of enough
+    calls to fill ``rep_ms``, as ``triton.testing.do_bench_cudagraph`` times it; the graphs replayed in turn, so that
+    what the GPU does meanwhile weighs on each alike. Captured in PyTorch's "thread_local" mode: Triton's capture
     is in the "global" mode, where another thread's synchronizing CUDA call made meanwhile raises, and amk.compile's
     builds time candidates so while the model's other threads may be running. The garbage collector is off while
     capturing, as there: a Triton kernel it finalized would unload its module, which no capture survives (the switch
-    is the process's: two threads timing so at once may turn it back on during the other's capture, as in Triton)."""
+    is the process's: two threads timing so at once may turn it back on during the other's capture, as in Triton).
+    On a stream of its own, which first waits for the caller's (the calls' operands may have been made there)."""
     try:
-        with torch.cuda.stream(torch.cuda.Stream()):
-            fn()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
+            graphs = []
+            for fn, rep_ms in timed:
                 fn()
-            end.record()
-            end.synchronize()
-            estimate_ms = start.elapsed_time(end) / 5
-            calls = max(1, int(rep_ms / estimate_ms)) if estimate_ms > 0 else 1000
-            graph = torch.cuda.CUDAGraph()
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                # On this stream, without torch.cuda.graph's entry: it captures on one stream shared by every thread
-                # (a second capture at once fails) and empties the allocator's cache (an internal assert while
-                # another thread captures).
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    for _ in range(calls):
-                        fn()
-                finally:
-                    graph.capture_end()
-            finally:
-                if collecting:
-                    gc.enable()
-            times = []
-            for _ in range(GRAPH_REPLAYS):
                 start.record()
-                graph.replay()
+                for _ in range(5):
+                    fn()
                 end.record()
                 end.synchronize()
-                times.append(start.elapsed_time(end) / calls)
-        return statistics.median(times)
+                estimate_ms = start.elapsed_time(end) / 5
+                calls = max(1, int(rep_ms / estimate_ms)) if estimate_ms > 0 else 1000
+                graphs.append((_captured(fn, calls), calls))
+            times: list[list[float]] = [[] for _ in graphs]
+            for _ in range(GRAPH_REPLAYS):
+                for (graph, calls), samples in zip(graphs, times):
+                    start.record()
+                    graph.replay()
+                    end.record()
+                    end.synchronize()
+                    samples.append(start.elapsed_time(end) / calls)
+        return [statistics.median(samples) for samples in times]
     except RuntimeError:  # a capture that failed: the process's later random ops must still work
         end_failed_capture()
         raise
+
+
+def _captured(fn: Callable[[], object], calls: int):
+    """A CUDA graph of ``calls`` calls of ``fn``, captured on the current stream (see :func:`_replayed_ms`)."""
+    graph = torch.cuda.CUDAGraph()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        # On this stream, without torch.cuda.graph's entry: it captures on one stream shared by every thread (a
+        # second capture at once fails) and empties the allocator's cache (an internal assert while another thread
+        # captures).
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for _ in range(calls):
+                fn()
+        finally:
+            graph.capture_end()
+    finally:
+        if collecting:
+            gc.enable()
+    return graph
 
 
 def host_us(fn: Callable[[], object], *, calls: int, repeats: int = 1, warmup: int = 0,
