@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from amk.sources import emitted_module_name, import_source_file, write_atomically
+from amk.sources import emitted_module_name, import_source_file, write_source
 
 log = logging.getLogger("amk")
 
@@ -188,8 +188,7 @@ def compile_specializations(source: str, name: str, specializations: Sequence[st
 
     module_name = emitted_module_name(source, name)
     path = Path(sources) / f"{module_name}.py"
-    if not path.exists() or path.read_bytes() != source.encode():
-        write_atomically(path, source.encode())
+    write_source(path, source)
     module = import_source_file(module_name, path, source, builtins={**vars(builtins), "__import__": _without_torch})
     if not specializations:
         return

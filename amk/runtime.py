@@ -30,7 +30,7 @@ from amk.environment import interpreting as interpreting
 from amk.errors import CompilationError
 from amk.lowering.configs import KernelConfig
 from amk.replay import LaunchReplay, viewed
-from amk.sources import emitted_module_name, import_source_file, write_atomically
+from amk.sources import emitted_module_name, import_source_file, write_source
 from amk.workspace import Workspace, contiguous_strides, output_allocator, serialized
 
 if TYPE_CHECKING:
@@ -102,13 +102,11 @@ def load_source(source: str, name: str, cache_directory: str | os.PathLike | Non
     if loaded is not None:
         return loaded
     path = directory / f"{module_name}.py"
-    text = source.encode()
     try:
-        if not path.exists() or path.read_bytes() != text:  # bytes: a damaged file need not be UTF-8
-            write_atomically(path, text)
+        write_source(path, source)
     except OSError:  # an unwritable cache directory: a private temporary directory serves as well
         path = _fallback_source_directory() / f"{module_name}.py"
-        path.write_bytes(text)
+        path.write_bytes(source.encode())
     try:
         module = import_source_file(module_name, path, source)
     except Exception as error:

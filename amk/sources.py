@@ -43,6 +43,14 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 
+def write_source(path: Path, source: str) -> None:
+    """Write ``source`` at ``path`` (:func:`write_atomically`) unless the file holds it already, compared as bytes (a
+    damaged file need not be UTF-8)."""
+    text = source.encode()
+    if not path.exists() or path.read_bytes() != text:
+        write_atomically(path, text)
+
+
 def import_source_file(module_name: str, path: Path, source: str, builtins: dict | None = None) -> ModuleType:
     """The module of the emitted ``source`` written at ``path`` (``builtins``: the module's own, where given). Its
     lines are kept in ``linecache`` as a module's without a file to check (``mtime`` None): Triton reads a kernel's
