@@ -42,7 +42,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-
 def write_source(path: Path, source: str) -> None:
     """Write ``source`` at ``path`` (:func:`write_atomically`) unless the file holds it already, compared as bytes (a
     damaged file need not be UTF-8)."""
