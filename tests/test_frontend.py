@@ -189,6 +189,33 @@ def test_explain_reports_unsupported_ops():
     torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
 
 
+def test_explain_lists_steps_on_sizes_apart_from_the_ops_left_to_pytorch():
+    """A model's arithmetic and checks on its sizes (``torch._check``, ``B * T``) stay in the graph as nodes on
+    numbers, which launch nothing: explain lists them apart, not among the tensor ops left to PyTorch."""
+
+    class Flatten(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, x):
+            batch, seq, _ = x.size()
+            torch._check(seq <= 64)
+            return torch.relu(self.proj(x)).reshape(batch * seq // 2, 2 * HIDDEN)
+
+    model = Flatten().to(DEVICE)
+    report = amk.explain(model, (inputs(2, seq=6),), print_report=False)
+    graph, = report.graphs
+    assert [n.target for n in report.pytorch] == ["Tensor.reshape"], report
+    assert graph.on_sizes and all(n.on_sizes and n not in report.pytorch for n in graph.on_sizes), report
+    assert {n.target for n in graph.on_sizes} >= {"operator.mul", "operator.floordiv"}, report
+    text = str(report)
+    assert "1 op(s) left to PyTorch" in text and f"{len(graph.on_sizes)} step(s) on sizes" in text, text
+    assert "on sizes, not tensors" in text and "floordiv" in text.split("on sizes, not tensors")[-1], text
+    x = inputs(3, seq=4)
+    torch.testing.assert_close(amk.compile(model, autotune=False)(x), model(x), atol=ATOL, rtol=RTOL)
+
+
 @torch._dynamo.config.patch(recompile_limit=2)
 def test_explain_says_when_torchdynamo_holds_as_many_variants_as_its_limit():
     """A call that fits none of the variants TorchDynamo compiled of the forward runs eagerly once there are
@@ -797,7 +824,8 @@ def test_explain_says_why_in_the_users_terms():
         lambda x: torch.relu(x @ w).sum(), x)
     assert "torch.amax(x, dim=-1) for the maximum over the last dim" in reasons(lambda x: (x @ w).max(-1).values, x)
     # a size the model computes (Whisper's bsz * num_heads) was "not a tensor"
-    assert "is a number computed from sizes (" in reasons(lambda x: (x @ w).view(x.shape[0] * 2, -1) * 2, x)
+    assert "on sizes, not tensors (nothing to fuse; they launch nothing): mul" in reasons(
+        lambda x: (x @ w).view(x.shape[0] * 2, -1) * 2, x)
     assert "sum over every element" in reasons(lambda x: torch.relu(x @ w).sum(dim=()), x)
     q = k = torch.randn(2, 4, 8, 16, device=DEVICE)
     mask = torch.zeros(2, 1, 8, 8, device=DEVICE)

@@ -33,6 +33,19 @@ def meta_value(node: Node):
     return value
 
 
+# What a node computing on sizes yields: a number, or a symbol standing for one
+NUMBERS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def computes_on_sizes(node: Node) -> bool:
+    """Whether ``node`` computes on numbers, not tensors: a size read, arithmetic or a comparison of sizes, or one of
+    the trace's runtime asserts on them (``torch._assert_scalar``). Such a node has nothing to fuse and launches
+    nothing; where a graph runs it, it runs as Python."""
+    if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default:
+        return True
+    return isinstance(meta_value(node), NUMBERS)
+
+
 def single_user(node, user: Node) -> bool:
     """Whether ``user`` is the one node that reads ``node`` (a pattern may then absorb ``node`` into ``user``)."""
     return isinstance(node, Node) and list(node.users) == [user]
@@ -54,7 +67,7 @@ def traced_symbol_values(shape_env) -> dict:
 
 def fake_tensor(node: Node) -> torch.Tensor:
     value = meta_value(node)
-    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool | int | float | bool):
+    if isinstance(value, NUMBERS):
         # Whisper's bsz * num_heads, ViT's shape products: sizes the model computes, not data to fuse
         raise Unsupported(f"{node.name} is a number computed from sizes ({value}), not a tensor")
     if not isinstance(value, torch.Tensor):

@@ -175,9 +175,14 @@ VIEWS = frozenset({"Tensor.view", "Tensor.transpose", "Tensor.permute", "Tensor.
 
 @dataclass
 class PyTorchNode:
+    """A node of the FX graph left to PyTorch, and why. ``on_sizes``: it computes on numbers, not tensors (a size read,
+    a comparison of sizes, a runtime assert of the trace: :func:`amk.frontend.nodes.computes_on_sizes`), so it launches
+    nothing; reports list such nodes apart from the ops."""
+
     name: str
     target: str
     reason: str
+    on_sizes: bool = False
 
     @property
     def is_view(self) -> bool:
@@ -186,12 +191,23 @@ class PyTorchNode:
 
 @dataclass
 class GraphReport(CallFallbacks):
-    """One FX graph: its fused subgraphs and the nodes left to PyTorch. ``call_fallbacks``: calls that ran the whole
-    graph as traced, in PyTorch (a squeeze kept a dim of size 1 that PyTorch drops: see ``amk.frontend.backend``)."""
+    """One FX graph: its fused subgraphs and the nodes left to PyTorch (tensor ops, and steps on sizes).
+    ``call_fallbacks``: calls that ran the whole graph as traced, in PyTorch (a squeeze kept a dim of size 1 that
+    PyTorch drops: see ``amk.frontend.backend``)."""
 
     graph: int
     subgraphs: list[SubgraphReport] = field(default_factory=list)
-    pytorch: list[PyTorchNode] = field(default_factory=list)
+    left_to_pytorch: list[PyTorchNode] = field(default_factory=list)
+
+    @property
+    def pytorch(self) -> list[PyTorchNode]:
+        """The tensor ops left to PyTorch."""
+        return [node for node in self.left_to_pytorch if not node.on_sizes]
+
+    @property
+    def on_sizes(self) -> list[PyTorchNode]:
+        """The nodes left to PyTorch that compute on sizes, not tensors."""
+        return [node for node in self.left_to_pytorch if node.on_sizes]
 
     def __str__(self) -> str:
         lines = [f"graph {self.graph}:"]
@@ -216,6 +232,9 @@ class GraphReport(CallFallbacks):
             lines.append("  left to PyTorch:")
             for node in self.pytorch:
                 lines.append(f"    {node.name} ({node.target}): {node.reason}")
+        if self.on_sizes:
+            lines.append("  on sizes, not tensors (nothing to fuse; they launch nothing): "
+                         + ", ".join(node.name for node in self.on_sizes))
         return "\n".join(lines)
 
 
@@ -234,13 +253,16 @@ class ExplainReport:
 
     @property
     def pytorch(self) -> list[PyTorchNode]:
+        """The tensor ops left to PyTorch, in every graph (not the nodes that compute on sizes)."""
         return [n for g in self.graphs for n in g.pytorch]
 
     def __str__(self) -> str:
         views = sum(node.is_view for node in self.pytorch)
+        on_sizes = sum(len(g.on_sizes) for g in self.graphs)
         head = (f"amk.explain: {len(self.graphs)} graph(s) (numbered as amk compiled them in this process, like "
                 f"dump_ir's folders), {len(self.kernels)} fused kernel(s), {len(self.pytorch)} op(s) left to PyTorch"
-                + (f" ({views} of them views, which copy nothing)" if views else ""))
+                + (f" ({views} of them views, which copy nothing)" if views else "")
+                + (f"; {on_sizes} step(s) on sizes, which launch nothing" if on_sizes else ""))
         note = recompile_limit_note(self.traced_code) if self.traced_code is not None else None
         return "\n".join([head] + [str(g) for g in self.graphs] + ([note] if note else []))
 
