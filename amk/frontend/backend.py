@@ -31,7 +31,15 @@ from amk.frontend.buckets import SizeBuckets
 from amk.frontend.importer import ImportedSubgraph, import_subgraph
 from amk.frontend.inplace import out_of_place_temporaries
 from amk.frontend.layouts import chunks_as_slices, compute_in_memory_order, fold_heads
-from amk.frontend.nodes import Unsupported, computes_on_sizes, describe_target, dim_of, fake_tensor, meta_value, traced_value
+from amk.frontend.nodes import (
+    Unsupported,
+    computes_on_sizes,
+    describe_target,
+    dim_of,
+    fake_tensor,
+    meta_value,
+    traced_value,
+)
 from amk.frontend.reports import GraphReport, PyTorchNode, SubgraphReport, kernel_reports
 from amk.frontend.settings import Settings, make_settings
 from amk.frontend.spellings import MATMUL, key_of
