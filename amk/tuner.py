@@ -17,7 +17,7 @@ import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
@@ -96,11 +96,19 @@ class TunerConfig:
                 f"TunerConfig.search must be one of {', '.join(SEARCH_METHODS)}, got {self.search!r}")
 
 
-def _accept_strategy_keyword(init):
-    """TunerConfig's ``__init__`` also taking ``strategy=``, the deprecated name of ``search``."""
+def _checked_init(init):
+    """TunerConfig's ``__init__`` refusing arguments it does not have with an InvalidArgumentError that lists those
+    it has (the dataclass's own raises a bare TypeError), and also taking ``strategy=``, the deprecated name of
+    ``search``."""
+    names = [field.name for field in fields(TunerConfig)]
 
     @functools.wraps(init)
     def __init__(self, *args, strategy=_UNSET, **kwargs):
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown or len(args) > len(names):
+            what = (f"no argument named {', '.join(unknown)}" if unknown
+                    else f"at most {len(names)} positional arguments, got {len(args)}")
+            raise InvalidArgumentError(f"TunerConfig takes {what}; its arguments: {', '.join(names)}")
         if strategy is not _UNSET:
             warnings.warn("TunerConfig(strategy=...) is deprecated: use TunerConfig(search=...)", DeprecationWarning,
                           stacklevel=2)
@@ -122,7 +130,7 @@ def _deprecated_strategy(self: TunerConfig) -> str:
     return self.search
 
 
-TunerConfig.__init__ = _accept_strategy_keyword(TunerConfig.__init__)
+TunerConfig.__init__ = _checked_init(TunerConfig.__init__)
 TunerConfig.strategy = property(_deprecated_strategy)
 
 
