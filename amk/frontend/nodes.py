@@ -38,12 +38,15 @@ NUMBERS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def computes_on_sizes(node: Node) -> bool:
-    """Whether ``node`` computes on numbers, not tensors: a size read, arithmetic or a comparison of sizes, or one of
-    the trace's runtime asserts on them (``torch._assert_scalar``). Such a node has nothing to fuse and launches
-    nothing; where a graph runs it, it runs as Python."""
-    if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default:
+    """Whether ``node`` computes on numbers, not tensors: a size read, arithmetic or a comparison of sizes (its value
+    a number), or a check of such numbers (``torch._check``, the trace's ``torch._assert_scalar``: no value, numbers
+    in). Such a node has nothing to fuse and launches nothing; where a graph runs it, it runs as Python."""
+    value = meta_value(node)
+    if isinstance(value, NUMBERS):
         return True
-    return isinstance(meta_value(node), NUMBERS)
+    inputs = node.all_input_nodes
+    return (value is None and node.op == "call_function" and bool(inputs)
+            and all(isinstance(meta_value(arg), NUMBERS) for arg in inputs))
 
 
 def single_user(node, user: Node) -> bool:

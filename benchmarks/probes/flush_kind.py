@@ -49,10 +49,9 @@ class ReadFlush:
 
     def __init__(self):
         self.buffer = torch.ones(benchmarking.L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self.total = torch.empty((), dtype=torch.int64, device="cuda")
 
     def zero_(self):
-        torch.sum(self.buffer, out=self.total)
+        self.buffer.sum()  # a scalar result: torch 2.11's sum takes no out= without a dim
 
 
 def flushed_ms(call, flush) -> float:
