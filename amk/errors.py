@@ -28,6 +28,10 @@ class InvalidArgumentError(AmkError, ValueError):
     """A malformed argument to a public entry point (wrong type, bad option value)."""
 
 
+class UnknownArgumentError(InvalidArgumentError, TypeError):
+    """An argument that a public entry point does not have: also a TypeError, as Python's own is."""
+
+
 class FusionError(AmkError):
     """The op chain cannot be turned into the requested kernel."""
 

@@ -26,7 +26,7 @@ from amk import build_phases
 from amk.benchmarking import EVENTS, timed_by  # the one timer, the benchmarks' too
 from amk.build_phases import phase
 from amk.environment import absolute_directory, interpreting
-from amk.errors import InvalidArgumentError
+from amk.errors import InvalidArgumentError, UnknownArgumentError
 from amk.lowering.configs import (
     PARAMETER_KEYS,
     SWITCHES,
@@ -97,8 +97,8 @@ class TunerConfig:
 
 
 def _checked_init(init):
-    """TunerConfig's ``__init__`` refusing arguments it does not have with an InvalidArgumentError that lists those
-    it has (the dataclass's own raises a bare TypeError), and also taking ``strategy=``, the deprecated name of
+    """TunerConfig's ``__init__`` refusing arguments it does not have with an UnknownArgumentError (a TypeError, as
+    the dataclass's own, and an amk error) that lists those it has, and also taking ``strategy=``, the deprecated name of
     ``search``."""
     names = [field.name for field in fields(TunerConfig)]
 
@@ -108,7 +108,7 @@ def _checked_init(init):
         if unknown or len(args) > len(names):
             what = (f"no argument named {', '.join(unknown)}" if unknown
                     else f"at most {len(names)} positional arguments, got {len(args)}")
-            raise InvalidArgumentError(f"TunerConfig takes {what}; its arguments: {', '.join(names)}")
+            raise UnknownArgumentError(f"TunerConfig takes {what}; its arguments: {', '.join(names)}")
         if strategy is not _UNSET:
             warnings.warn("TunerConfig(strategy=...) is deprecated: use TunerConfig(search=...)", DeprecationWarning,
                           stacklevel=2)

@@ -545,6 +545,7 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
     earlier = out / f"{stem}.json"
     if args.append and earlier.exists():
         previous = json.loads(earlier.read_text())
+        check_same_machine(previous["environment"], env, earlier)
         if args.missing:
             names = [name for name in names if name not in {row["row"] for row in previous["rows"]}]
         document["command"] = f"{previous['command']}; {document['command']}"
@@ -558,6 +559,20 @@ def run_rows(args: argparse.Namespace, names: list[str], chosen: list[str], on_g
         document["rows"].append(run_row(ROWS[name], contenders, args.small, timing, autocast))
         write_reports(document, out, stem)
     print(write_reports(document, out, stem))
+
+
+# What rows of one table must share: a geomean over rows timed on two GPUs, or two versions, compares nothing
+SAME_MACHINE_KEYS = ("gpu", "torch", "triton", "amk", "python")
+
+
+def check_same_machine(previous: dict, current: dict, path: Path) -> None:
+    """Refuse (exit with a message) to add rows to ``path``, whose rows were measured under ``previous``, on a GPU or
+    with versions other than ``current``'s."""
+    differing = [f"{key} {previous.get(key)!r} there, {current[key]!r} here" for key in SAME_MACHINE_KEYS
+                 if previous.get(key) != current[key]]
+    if differing:
+        raise SystemExit(f"--append: {path} was measured elsewhere ({'; '.join(differing)}); its rows and this run's "
+                         "would not compare. Use another --stem.")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ and what is accepted; never a Triton, xDSL or bare Python error from the interna
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import DEVICE
@@ -379,9 +381,16 @@ def test_tuner_config_valid_values():
     assert config.search == "exhaustive" and not config.vendor_gemm
 
 
-def test_tuner_config_unknown_field_is_a_type_error():
-    with pytest.raises(TypeError):
-        amk.TunerConfig(budget=4)
+def test_tuner_config_unknown_field_is_a_type_error_naming_the_fields():
+    """An argument TunerConfig does not have is a TypeError, as Python's own, and an amk error listing its fields."""
+    with pytest.raises(TypeError) as raised:
+        amk.TunerConfig(budget=4, bogus=1)
+    assert isinstance(raised.value, errors.InvalidArgumentError), raised.value
+    assert re.fullmatch(r"TunerConfig takes no argument named bogus, budget; its arguments: search_budget, "
+                        r"warmup_runs, .*, search", str(raised.value)), raised.value
+    with pytest.raises(errors.UnknownArgumentError, match="at most 7 positional arguments, got 8"):
+        amk.TunerConfig(*range(8))
+    assert amk.TunerConfig(4).search_budget == 4
 
 
 # --------------------------------------------------------------------------------------------------------------------

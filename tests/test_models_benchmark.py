@@ -82,6 +82,19 @@ def test_missing_runs_only_the_rows_the_file_lacks(smoke, tmp_path):
     assert after["rows"] == before["rows"] and after["command"].endswith("--append --missing")
 
 
+def test_rows_are_not_added_to_a_file_measured_on_another_gpu(smoke, tmp_path):
+    """A table in parts must be one machine's: rows appended to a file measured on another GPU (or with other
+    versions) would enter one geomean with its rows, so the run stops before measuring anything, saying why."""
+    document = json.loads((smoke / "smoke.json").read_text())
+    document["environment"]["gpu"] = "NVIDIA H200"
+    (tmp_path / "part.json").write_text(json.dumps(document))
+    result = run_models("--small", "--rows", "fp16_linear_layernorm", "--contenders", "eager", "--out",
+                        str(tmp_path), "--stem", "part", "--append", check=False)
+    assert result.returncode != 0 and "==" not in result.stdout, result
+    assert "was measured elsewhere (gpu 'NVIDIA H200' there" in result.stderr and "another --stem" in result.stderr
+    assert json.loads((tmp_path / "part.json").read_text()) == document
+
+
 def test_missing_rows_of_a_run_in_processes_start_no_process_for_the_others(smoke, tmp_path):
     """``--process-per-row --missing``: the rows the file has are left out before any process starts (each process
     started only to skip its row cost a second or more of a GPU call's time), so with both rows there the file is
