@@ -98,8 +98,8 @@ class TunerConfig:
 
 def _checked_init(init):
     """TunerConfig's ``__init__`` refusing arguments it does not have with an UnknownArgumentError (a TypeError, as
-    the dataclass's own, and an amk error) that lists those it has, and also taking ``strategy=``, the deprecated name of
-    ``search``."""
+    the dataclass's own, and an amk error) that lists those it has, and also taking ``strategy=``, the deprecated
+    name of ``search``."""
     names = [field.name for field in fields(TunerConfig)]
 
     @functools.wraps(init)

@@ -416,7 +416,8 @@ class _GraphCompiler:
                                "of several subgraphs read")
             else:
                 reason = info.reason or "not supported"
-            report.left_to_pytorch.append(PyTorchNode(node.name, describe_target(node), reason, computes_on_sizes(node)))
+            report.left_to_pytorch.append(
+                PyTorchNode(node.name, describe_target(node), reason, computes_on_sizes(node)))
         for result in results:
             if result.failure is None:
                 self._rewrite(result)

@@ -637,9 +637,9 @@ def explain(model_or_fn, example_inputs=None, *, dynamic: bool | None = None, pi
             print_report: bool = True) -> ExplainReport:
     """Show what amk fuses in ``model_or_fn`` on ``example_inputs``: the fused kernels of every subgraph (prologue,
     matmul, epilogue), the ops left to PyTorch and why (apart from them, the model's steps on sizes, such as
-    ``batch * heads`` or a check of a length, which launch nothing), and for the size bucket of the example what runs (each
-    kernel's strategy and configuration; explain neither tunes nor times: the bucket says "not timed"). Prints the
-    report and returns it (``str(report)``). It calls ``model_or_fn`` once on ``example_inputs``, as
+    ``batch * heads`` or a check of a length, which launch nothing), and for the size bucket of the example what runs
+    (each kernel's strategy and configuration; explain neither tunes nor times: the bucket says "not timed"). Prints
+    the report and returns it (``str(report)``). It calls ``model_or_fn`` once on ``example_inputs``, as
     ``torch._dynamo.explain`` does: a module in training mode updates its buffers (BatchNorm's running statistics)
     as any call would; ``model.eval()`` first, or a copy, keeps them.
 
