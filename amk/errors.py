@@ -29,7 +29,7 @@ class InvalidArgumentError(AmkError, ValueError):
 
 
 class UnknownArgumentError(InvalidArgumentError, TypeError):
-    """An argument that a public entry point does not have: also a TypeError, as Python's own is."""
+    """An argument that a configuration (``TunerConfig``) does not have: also a TypeError, as Python's own is."""
 
 
 class FusionError(AmkError):

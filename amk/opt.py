@@ -192,12 +192,33 @@ class AmkOptMain(xDSLOptMain):
 
         return check_then_call
 
+    def apply_passes(self, prog):
+        check_defined_before_use(prog)
+        super().apply_passes(prog)
+
     def output_resulting_program(self, prog):
         if self.args.target == "triton" and not any(op.name == "memory_staged.kernel" for op in prog.walk()):
             from amk.errors import FusionError
 
             raise FusionError(explain_no_kernel(prog, self.passes_run))
         return super().output_resulting_program(prog)
+
+
+def check_defined_before_use(module) -> None:
+    """Raise a VerifyException where an op reads a value that its own block defines only at or after it (a value
+    defined from itself, lines out of order): xDSL's verifier does not check that, and the passes then loop or fail
+    on an assertion."""
+    for op in module.walk():
+        for region in op.regions:
+            for block in region.blocks:
+                defined = set()
+                for user in block.ops:
+                    for index, operand in enumerate(user.operands):
+                        if operand.owner.parent_block() is block and operand not in defined:
+                            value = f"%{operand.name_hint}" if operand.name_hint else f"its operand {index}"
+                            raise VerifyException(f"'{user.name}' reads {value} before it is defined: each value is "
+                                                  "defined above its uses in a block")
+                    defined.update(user.results)
 
 
 def main() -> None:

@@ -155,6 +155,21 @@ def test_print_ir_after_all(chain_file):
     assert "memory_staged.kernel" in sections[3]
 
 
+@pytest.mark.parametrize("body", [
+    "%1 = tensor_op.add %1, %x : ({t}, {t}) -> {t}\n  func.return %1 : {t}",  # defined from itself
+    "%b = tensor_op.relu %a : {t}\n  %a = tensor_op.exp %x : {t}\n  func.return %b : {t}",  # lines out of order
+])
+def test_a_value_read_before_it_is_defined_is_refused_before_any_pass(tmp_path, body):
+    """Such IR verified, then looped in amk-tile (RecursionError) or failed an assertion while lowering; printed back
+    without passes, it went through unremarked."""
+    t = "!tensor_op.tensor<[8, 8], f32>"
+    path = tmp_path / "misordered.mlir"
+    path.write_text(f"func.func @f(%x : {t}) -> {t} {{\n  {body.format(t=t)}\n}}\n")
+    for args in ([], ["-p", PIPELINE, "-t", "triton"]):
+        message = fails_cleanly(run(AMK_OPT, *args, path))
+        assert "before it is defined" in message, message
+
+
 def test_an_empty_dump_ir_dir_is_refused(chain_file):
     """``--dump-ir-dir ""`` dumped nothing, silently."""
     assert "must be a directory path" in fails_cleanly(run(AMK_OPT, "-p", PIPELINE, "--dump-ir-dir", "", chain_file))
