@@ -502,11 +502,14 @@ def run_rows_in_processes(args: argparse.Namespace, names: list[str]) -> None:
     """``--process-per-row``: each row measured by ``python models.py --rows ROW --append`` in a process of its own,
     one after the other, into the same results file; the rows not started before ``--time-limit`` (or whose process
     failed) are listed as not run."""
-    stem, out = results_stem(args, environment()), Path(args.out)
+    env = environment()
+    stem, out = results_stem(args, env), Path(args.out)
     path = out / f"{stem}.json"
-    if args.missing and path.exists():  # (a process started only to skip its row costs a second or more)
-        measured = {row["row"] for row in json.loads(path.read_text())["rows"]}
-        names = [name for name in names if name not in measured]
+    if args.append and path.exists():  # refused or skipped here: a process started only to stop costs a second or more
+        previous = json.loads(path.read_text())
+        check_same_machine(previous["environment"], env, path)
+        if args.missing:
+            names = [name for name in names if name not in {row["row"] for row in previous["rows"]}]
     common = ["--contenders", args.contenders, "--out", args.out, "--stem", stem,
               *(["--small"] if args.small else []), *(["--quick"] if args.quick else []),
               *(["--warm-caches"] if args.warm_caches else []), *(["--autocast", args.autocast] if args.autocast else [])]

@@ -88,11 +88,13 @@ def test_rows_are_not_added_to_a_file_measured_on_another_gpu(smoke, tmp_path):
     document = json.loads((smoke / "smoke.json").read_text())
     document["environment"]["gpu"] = "NVIDIA H200"
     (tmp_path / "part.json").write_text(json.dumps(document))
-    result = run_models("--small", "--rows", "fp16_linear_layernorm", "--contenders", "eager", "--out",
-                        str(tmp_path), "--stem", "part", "--append", check=False)
-    assert result.returncode != 0 and "==" not in result.stdout, result
-    assert "was measured elsewhere (gpu 'NVIDIA H200' there" in result.stderr and "another --stem" in result.stderr
-    assert json.loads((tmp_path / "part.json").read_text()) == document
+    for in_processes in ([], ["--process-per-row"]):  # there refused before any row's process starts
+        result = run_models("--small", "--rows", "fp16_linear_layernorm", "--contenders", "eager", "--out",
+                            str(tmp_path), "--stem", "part", "--append", *in_processes, check=False)
+        assert result.returncode != 0 and "==" not in result.stdout, result
+        assert "was measured elsewhere (gpu 'NVIDIA H200' there" in result.stderr, result.stderr
+        assert "another --stem" in result.stderr and "its process exited" not in result.stdout, result
+        assert json.loads((tmp_path / "part.json").read_text()) == document
 
 
 def test_missing_rows_of_a_run_in_processes_start_no_process_for_the_others(smoke, tmp_path):
