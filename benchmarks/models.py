@@ -14,7 +14,8 @@ graphs), in one process on the same inputs, correctness first.
 
 On the H200 a row takes 20 s to 2 minutes, most of it torch.compile's max-autotune and amk's tuning on cold caches;
 where one command may not run for long, run the rows in parts with ``--append`` (each row measures its contenders
-in one process) or stop starting rows after ``--time-limit`` seconds.
+in one process) or stop starting rows after ``--time-limit`` seconds. The parts must share a GPU and versions: rows
+appended to a file measured with others are refused (a geomean over both would compare nothing).
 
 Per row and contender, in this order:
 
